@@ -1,0 +1,3 @@
+"""(placeholder: to be implemented)"""
+
+__all__: list[str] = []

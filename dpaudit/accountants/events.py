@@ -1,0 +1,447 @@
+"""DP events: immutable descriptions of what a mechanism did, validated at construction.
+
+An event says *what happened* (which mechanism, with which parameters, how many times); accountants
+(:mod:`dpaudit.accountants`) say *what it costs*. Events are frozen, slotted dataclasses; invalid
+parameters raise :class:`~dpaudit.errors.ParameterError` naming the parameter, its range and the value.
+Every event round-trips through JSON with :meth:`DpEvent.to_dict` / :func:`event_from_dict`.
+
+Neighbouring relations are stated per event. Unless an event says otherwise, datasets are neighbours
+when they differ by replacing one record ("replace-one", or "bounded" DP).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from dpaudit.errors import ParameterError, check_float, check_int, check_probability
+
+__all__ = [
+    "DpEvent",
+    "RandomizedResponse",
+    "LaplaceNoisyMax",
+    "GaussianNoisyMax",
+    "SubsampledGaussian",
+    "Composed",
+    "Repeated",
+    "Shuffled",
+    "event_from_dict",
+    "rr_keep_probability",
+    "rr_epsilon_from_keep_probability",
+]
+
+_REGISTRY: dict[str, type["DpEvent"]] = {}
+
+
+class DpEvent:
+    """Base class of all events. Subclasses are frozen, slotted dataclasses registered by class name."""
+
+    __slots__ = ()
+    kind: ClassVar[str] = "DpEvent"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _REGISTRY[cls.__name__] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: ``{"type": <class name>, <field>: <value>, ...}``."""
+        out: dict[str, Any] = {"type": type(self).__name__}
+        for f in fields(self):  # type: ignore[arg-type]
+            out[f.name] = _encode(getattr(self, f.name))
+        return out
+
+    @classmethod
+    def _from_fields(cls, data: Mapping[str, Any]) -> "DpEvent":
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - names
+        if unknown:
+            raise ParameterError(
+                f"The event dict of {cls.__name__} has unknown field(s) {sorted(unknown)}; allowed: {sorted(names)}."
+            )
+        return cls(**{k: _decode(v) for k, v in data.items()})
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, DpEvent):
+        return value.to_dict()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, Mapping) and "type" in value:
+        return event_from_dict(value)
+    if isinstance(value, list) and value and all(isinstance(v, Mapping) and "type" in v for v in value):
+        return tuple(event_from_dict(v) for v in value)
+    return value
+
+
+def event_from_dict(data: Mapping[str, Any]) -> DpEvent:
+    """Rebuild an event from :meth:`DpEvent.to_dict` output; validation runs again."""
+    if not isinstance(data, Mapping) or "type" not in data:
+        raise ParameterError(f"An event dict must be a mapping with a 'type' key. Got {data!r:.80} instead.")
+    name = data["type"]
+    cls = _REGISTRY.get(name)
+    if cls is None or cls is DpEvent:
+        raise ParameterError(f"The 'type' of an event dict must be one of {sorted(_REGISTRY)}. Got {name!r} instead.")
+    rest = {k: v for k, v in data.items() if k != "type"}
+    return cls._from_fields(rest)
+
+
+# --------------------------------------------------------------------------------------------------
+# Randomized response (local DP)
+# --------------------------------------------------------------------------------------------------
+
+
+def rr_keep_probability(epsilon: float, num_samples: int, num_classes: int) -> float:
+    """PrivateKT's keep probability (Qi et al., Nature Communications 2023, Lemma 1):
+
+    .. math:: \\beta = \\frac{e^{\\epsilon/K} - 1}{e^{\\epsilon/K} - 1 + C}
+
+    With probability :math:`\\beta` the true one-hot label is sent, otherwise a label drawn uniformly from
+    the ``C`` classes (the true one included). Each of the ``K`` labels is then :math:`\\epsilon/K`-LDP and
+    the report of ``K`` labels is :math:`\\epsilon`-LDP.
+    """
+    owner = "rr_keep_probability"
+    epsilon = check_float(epsilon, "epsilon", owner, low=0.0, low_open=True)
+    k = check_int(num_samples, "num_samples", owner, low=1)
+    c = check_int(num_classes, "num_classes", owner, low=2)
+    em1 = math.expm1(epsilon / k)
+    if math.isinf(em1):
+        return 1.0
+    return em1 / (em1 + c)
+
+
+def rr_epsilon_from_keep_probability(keep_probability: float, num_samples: int, num_classes: int) -> float:
+    """Inverse of :func:`rr_keep_probability`: :math:`\\epsilon = K \\log(1 + C\\beta/(1-\\beta))`."""
+    owner = "rr_epsilon_from_keep_probability"
+    beta = check_probability(keep_probability, "keep_probability", owner)
+    k = check_int(num_samples, "num_samples", owner, low=1)
+    c = check_int(num_classes, "num_classes", owner, low=2)
+    return k * math.log1p(c * beta / (1.0 - beta))
+
+
+@dataclass(frozen=True, slots=True)
+class RandomizedResponse(DpEvent):
+    """One user's report of ``num_samples`` (K) labels, each through C-ary randomized response.
+
+    Each label is kept with probability :math:`\\beta` and otherwise replaced by a uniform draw over the
+    ``num_classes`` (C) classes, so the probability of reporting the true class is
+    :math:`\\beta + (1-\\beta)/C` and of each other class :math:`(1-\\beta)/C`. The likelihood ratio of one
+    label is :math:`e^{\\epsilon/K}`; the K labels together are :math:`\\epsilon`-LDP.
+
+    Give exactly one of ``epsilon`` (the whole report's budget, split equally over the K labels as in
+    PrivateKT, Lemma 1) or ``keep_probability`` (:math:`\\beta` in (0, 1)).
+
+    Neighbouring relation: *local* DP — any two inputs of one user (all K labels may change).
+
+    Reference: Qi et al., "Differentially private knowledge transfer for federated learning",
+    Nature Communications 14, 2023, Lemma 1 and Eq. (3).
+    """
+
+    num_classes: int
+    num_samples: int = 1
+    epsilon: float | None = None
+    keep_probability: float | None = None
+
+    def __post_init__(self) -> None:
+        owner = "RandomizedResponse"
+        object.__setattr__(self, "num_classes", check_int(self.num_classes, "num_classes", owner, low=2))
+        object.__setattr__(self, "num_samples", check_int(self.num_samples, "num_samples", owner, low=1))
+        if (self.epsilon is None) == (self.keep_probability is None):
+            raise ParameterError(
+                "RandomizedResponse needs exactly one of 'epsilon' or 'keep_probability'. "
+                f"Got epsilon={self.epsilon!r}, keep_probability={self.keep_probability!r} instead."
+            )
+        if self.epsilon is not None:
+            eps = check_float(self.epsilon, "epsilon", owner, low=0.0, low_open=True)
+            object.__setattr__(self, "epsilon", eps)
+        else:
+            beta = check_probability(self.keep_probability, "keep_probability", owner)
+            object.__setattr__(self, "keep_probability", beta)
+
+    @property
+    def beta(self) -> float:
+        """Keep probability :math:`\\beta`."""
+        if self.keep_probability is not None:
+            return self.keep_probability
+        return rr_keep_probability(self.epsilon, self.num_samples, self.num_classes)  # type: ignore[arg-type]
+
+    @property
+    def report_epsilon(self) -> float:
+        """Epsilon of the whole K-label report (pure LDP)."""
+        if self.epsilon is not None:
+            return self.epsilon
+        return rr_epsilon_from_keep_probability(self.keep_probability, self.num_samples, self.num_classes)  # type: ignore[arg-type]
+
+    @property
+    def sample_epsilon(self) -> float:
+        """Epsilon of one label: :math:`\\log(1 + C\\beta/(1-\\beta))`."""
+        return self.report_epsilon / self.num_samples
+
+
+# --------------------------------------------------------------------------------------------------
+# Noisy max (PATE family)
+# --------------------------------------------------------------------------------------------------
+
+
+def _as_votes(votes: Any, owner: str) -> np.ndarray:
+    try:
+        arr = np.array(votes, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(f"The 'votes' parameter of {owner} must be a numeric array of shape (queries, classes).") from None
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[0] < 1:
+        raise ParameterError(
+            f"The 'votes' parameter of {owner} must be an array of shape (queries >= 1, classes >= 2). Got shape {arr.shape} instead."
+        )
+    if arr.shape[1] < 2:
+        raise ParameterError(
+            f"The 'votes' parameter of {owner} must have at least 2 classes (columns). Got {arr.shape[1]} instead."
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ParameterError(f"The 'votes' parameter of {owner} must hold finite counts. Got a NaN or infinite count instead.")
+    if np.any(arr < 0):
+        raise ParameterError(f"The 'votes' parameter of {owner} must hold counts >= 0. Got {arr.min()} instead.")
+    arr.setflags(write=False)
+    return arr
+
+
+class _VotesEventMixin:
+    """Equality and hashing for events that carry a votes array."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        votes = getattr(self, "votes")
+        key = tuple((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "votes")  # type: ignore[arg-type]
+        vkey = None if votes is None else (votes.shape, votes.tobytes())
+        return hash((type(self).__name__, key, vkey))
+
+    @property
+    def data_dependent(self) -> bool:
+        return getattr(self, "votes") is not None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LaplaceNoisyMax(_VotesEventMixin, DpEvent):
+    """``num_queries`` answers of report-noisy-max with Laplace noise of scale :math:`1/\\gamma` on vote counts.
+
+    Each query releases :math:`\\arg\\max_j (n_j + \\mathrm{Lap}(1/\\gamma))` for a vote histogram
+    :math:`n \\in \\mathbb{R}^C`. If one record changes the histogram by at most ``sensitivity`` in L1 norm,
+    the query is :math:`\\epsilon_q`-DP with :math:`\\epsilon_q = \\mathrm{sensitivity} \\cdot \\gamma`.
+
+    - PATE (Papernot et al., ICLR 2017): one record moves one teacher's vote, L1 change 2, so the default
+      ``sensitivity=2`` gives the paper's :math:`2\\gamma` per query.
+    - FedKT (Li, He, Song 2021, Theorems 1-10) carries its factors here: ``2*s`` (L1, party-level),
+      ``2*z`` (L1, example-level), ``2*t`` (L2, party-level), ``2`` (L2, example-level).
+
+    ``votes`` (queries x classes, counts >= 0) makes the analysis data-dependent (PATE 2017, Theorem 3):
+    the accountant may then use the gap between the winner and the runner-up. A data-dependent epsilon is
+    a function of the private votes and is *not itself* differentially private unless released with noise
+    (smooth sensitivity). Without ``votes``, ``num_queries`` (default 1) gives the data-independent event.
+
+    Neighbouring relation: replace-one at the granularity that ``sensitivity`` was derived for (one record,
+    or one party's data for party-level DP).
+    """
+
+    gamma: float
+    sensitivity: float = 2.0
+    votes: np.ndarray | None = None
+    num_queries: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = "LaplaceNoisyMax"
+        object.__setattr__(self, "gamma", check_float(self.gamma, "gamma", owner, low=0.0, low_open=True))
+        object.__setattr__(self, "sensitivity", check_float(self.sensitivity, "sensitivity", owner, low=0.0, low_open=True))
+        if self.votes is not None:
+            votes = _as_votes(self.votes, owner)
+            object.__setattr__(self, "votes", votes)
+            if self.num_queries is not None and int(self.num_queries) != votes.shape[0]:
+                raise ParameterError(
+                    f"The 'num_queries' parameter of {owner} must equal the number of vote rows ({votes.shape[0]}). "
+                    f"Got {self.num_queries} instead."
+                )
+            object.__setattr__(self, "num_queries", int(votes.shape[0]))
+        else:
+            n = 1 if self.num_queries is None else check_int(self.num_queries, "num_queries", owner, low=1)
+            object.__setattr__(self, "num_queries", n)
+
+    @property
+    def query_epsilon(self) -> float:
+        """Pure-DP epsilon of one query: ``sensitivity * gamma``."""
+        return self.sensitivity * self.gamma
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GaussianNoisyMax(_VotesEventMixin, DpEvent):
+    """GNMax and Confident-GNMax queries (Papernot et al., "Scalable private learning with PATE", ICLR 2018).
+
+    Each query releases :math:`\\arg\\max_j (n_j + \\mathcal{N}(0, \\sigma^2))`. One record moves one
+    teacher's vote, so the histogram changes by at most 1 in two coordinates (L2 sensitivity :math:`\\sqrt 2`);
+    the data-independent RDP of one query is :math:`\\alpha/\\sigma^2` (PATE 2018, Proposition 8).
+
+    With ``threshold`` T (Confident-GNMax, PATE 2018 Algorithm 1), each query first checks
+    :math:`\\max_j n_j + \\mathcal{N}(0, \\sigma_1^2) \\ge T` (``sigma_threshold`` = :math:`\\sigma_1`); every
+    query pays for that check, only the ones that pass pay the GNMax cost.
+
+    ``votes`` (queries x classes) makes the analysis data-dependent (not itself DP); without it
+    ``num_queries`` (default 1) gives the data-independent event.
+    Neighbouring relation: replace-one record (one teacher's vote changes).
+    """
+
+    sigma: float
+    votes: np.ndarray | None = None
+    num_queries: int | None = None
+    threshold: float | None = None
+    sigma_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        owner = "GaussianNoisyMax"
+        object.__setattr__(self, "sigma", check_float(self.sigma, "sigma", owner, low=0.0, low_open=True))
+        if (self.threshold is None) != (self.sigma_threshold is None):
+            raise ParameterError(
+                f"{owner} needs both 'threshold' and 'sigma_threshold' for Confident-GNMax, or neither. "
+                f"Got threshold={self.threshold!r}, sigma_threshold={self.sigma_threshold!r} instead."
+            )
+        if self.threshold is not None:
+            object.__setattr__(self, "threshold", check_float(self.threshold, "threshold", owner))
+            object.__setattr__(
+                self, "sigma_threshold", check_float(self.sigma_threshold, "sigma_threshold", owner, low=0.0, low_open=True)
+            )
+        if self.votes is not None:
+            votes = _as_votes(self.votes, owner)
+            object.__setattr__(self, "votes", votes)
+            if self.num_queries is not None and int(self.num_queries) != votes.shape[0]:
+                raise ParameterError(
+                    f"The 'num_queries' parameter of {owner} must equal the number of vote rows ({votes.shape[0]}). "
+                    f"Got {self.num_queries} instead."
+                )
+            object.__setattr__(self, "num_queries", int(votes.shape[0]))
+        else:
+            n = 1 if self.num_queries is None else check_int(self.num_queries, "num_queries", owner, low=1)
+            object.__setattr__(self, "num_queries", n)
+
+
+# --------------------------------------------------------------------------------------------------
+# DP-SGD
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SubsampledGaussian(DpEvent):
+    """``steps`` steps of the Poisson-subsampled Gaussian mechanism (DP-SGD, Abadi et al. CCS 2016).
+
+    Each step includes every record independently with probability ``sampling_rate`` q, clips per-example
+    gradients to L2 norm C and adds :math:`\\mathcal{N}(0, (\\sigma C)^2)` to their sum, with
+    :math:`\\sigma` = ``noise_multiplier``. ``sampling_rate=1`` is the (full-batch) Gaussian mechanism.
+
+    Neighbouring relation: add/remove one record (the relation Poisson subsampling analyses assume,
+    as in dp_accounting and Opacus).
+    """
+
+    sampling_rate: float
+    noise_multiplier: float
+    steps: int = 1
+
+    def __post_init__(self) -> None:
+        owner = "SubsampledGaussian"
+        object.__setattr__(self, "sampling_rate", check_float(self.sampling_rate, "sampling_rate", owner, low=0.0, high=1.0, low_open=True))
+        object.__setattr__(
+            self, "noise_multiplier", check_float(self.noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
+        )
+        object.__setattr__(self, "steps", check_int(self.steps, "steps", owner, low=1))
+
+
+# --------------------------------------------------------------------------------------------------
+# Combinators
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Composed(DpEvent):
+    """Adaptive sequential composition of ``events`` (in order). An empty tuple costs nothing."""
+
+    events: tuple[DpEvent, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        evs = tuple(self.events) if isinstance(self.events, (list, tuple)) else self.events
+        if not isinstance(evs, tuple) or not all(isinstance(e, DpEvent) for e in evs):
+            raise ParameterError(f"The 'events' parameter of Composed must be a sequence of DpEvent. Got {self.events!r:.80} instead.")
+        object.__setattr__(self, "events", evs)
+
+
+@dataclass(frozen=True, slots=True)
+class Repeated(DpEvent):
+    """``count`` adaptive compositions of the same ``event``."""
+
+    event: DpEvent
+    count: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.event, DpEvent):
+            raise ParameterError(f"The 'event' parameter of Repeated must be a DpEvent. Got {self.event!r:.80} instead.")
+        object.__setattr__(self, "count", check_int(self.count, "count", "Repeated", low=0))
+
+
+@dataclass(frozen=True, slots=True)
+class Shuffled(DpEvent):
+    """``num_users`` users each apply the pure-LDP ``ldp_event`` once; a shuffler releases the multiset.
+
+    This is a *central* guarantee about the shuffled output (amplification by shuffling: Feldman,
+    McMillan, Talwar, "Hiding among the clones", FOCS 2021), not a local one: it needs a trusted shuffler
+    and holds for replace-one neighbouring datasets of the ``num_users`` users' inputs.
+    """
+
+    ldp_event: DpEvent
+    num_users: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ldp_event, RandomizedResponse):
+            raise ParameterError(
+                "The 'ldp_event' parameter of Shuffled must be a pure-LDP event (RandomizedResponse). "
+                f"Got {type(self.ldp_event).__name__} instead."
+            )
+        object.__setattr__(self, "num_users", check_int(self.num_users, "num_users", "Shuffled", low=1))
+
+    @property
+    def local_epsilon(self) -> float:
+        return self.ldp_event.report_epsilon  # type: ignore[attr-defined]
+
+
+def flatten(event: DpEvent) -> list[tuple[DpEvent, int]]:
+    """Flatten ``Composed``/``Repeated`` into ``[(leaf_event, count), ...]`` (counts > 0 only)."""
+    out: list[tuple[DpEvent, int]] = []
+
+    def walk(ev: DpEvent, mult: int) -> None:
+        if mult == 0:
+            return
+        if isinstance(ev, Composed):
+            for sub in ev.events:
+                walk(sub, mult)
+        elif isinstance(ev, Repeated):
+            walk(ev.event, mult * ev.count)
+        else:
+            out.append((ev, mult))
+
+    walk(event, 1)
+    return out
+
+
+def as_event(events: DpEvent | Sequence[DpEvent]) -> DpEvent:
+    """A single event from one event or a sequence of them (composed)."""
+    if isinstance(events, DpEvent):
+        return events
+    return Composed(tuple(events))

@@ -1,0 +1,70 @@
+"""The ``dpaudit`` command line: argument parsing and rendering only.
+
+Every command is one call of a library function plus printing. Errors the library raises on purpose
+(:class:`~dpaudit.errors.DPAuditError`) and click's usage errors become one line on stderr and exit
+code 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from dpaudit import __version__
+from dpaudit.errors import DPAuditError
+
+# Each module below defines a click command named ``command``; a module that is absent is skipped.
+_COMMAND_MODULES = ("account", "train", "attack", "audit", "check")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="dpaudit")
+def cli() -> None:
+    """dpaudit: what privacy does a released model really have?
+
+    Accounted (theoretical) epsilon beside empirical lower bounds from attacks.
+    """
+
+
+for _name in _COMMAND_MODULES:
+    try:
+        _mod = importlib.import_module(f"dpaudit.cli.{_name}")
+    except ModuleNotFoundError as exc:  # pragma: no cover - only while a command is not yet written
+        if exc.name != f"dpaudit.cli.{_name}":
+            raise
+        continue
+    _cmd = getattr(_mod, "command", None)
+    if _cmd is not None:
+        cli.add_command(_cmd)
+
+
+def _fail(message: str, code: int = 2) -> "NoReturn":  # type: ignore[name-defined]
+    click.echo(f"dpaudit: error: {message}", err=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script and of ``python -m dpaudit``."""
+    try:
+        rv = cli.main(args=argv, prog_name="dpaudit", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # pragma: no cover - click >= 8.2
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except click.UsageError as exc:
+        where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        _fail(f"{where}{exc.format_message()}".replace("\n", " "))
+    except click.ClickException as exc:
+        _fail(exc.format_message().replace("\n", " "), exc.exit_code or 1)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except DPAuditError as exc:
+        _fail(str(exc).replace("\n", " "))
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        _fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    sys.exit(rv if isinstance(rv, int) else 0)

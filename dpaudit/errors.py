@@ -1,0 +1,132 @@
+"""Errors and input validation shared by every layer.
+
+Every check raises :class:`ParameterError` with one message template, so that a user sees which
+parameter was wrong, what range it must lie in, and what was given::
+
+    The 'gamma' parameter of LaplaceNoisyMax must be a float > 0. Got -0.1 instead.
+
+The CLI turns any :class:`DPAuditError` into that one line on stderr and exit code 2.
+Checks never use ``assert`` (stripped under ``python -O``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable
+
+import numpy as np
+
+__all__ = [
+    "DPAuditError",
+    "ParameterError",
+    "DataError",
+    "check_float",
+    "check_int",
+    "check_probability",
+    "check_choice",
+    "check_bool",
+]
+
+
+class DPAuditError(Exception):
+    """Base class of every error dpaudit raises on purpose (bad input, missing files, broken bundles)."""
+
+
+class ParameterError(DPAuditError, ValueError):
+    """A parameter is outside its allowed range, of the wrong type, or not finite."""
+
+
+class DataError(DPAuditError, ValueError):
+    """A file or array given by the user is missing, malformed or inconsistent."""
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+def _range_text(kind: str, low, high, low_open: bool, high_open: bool) -> str:
+    art = "an" if kind[0] in "aeiou" else "a"
+    if low is None and high is None:
+        return f"a finite {kind}"
+    if low is not None and high is not None:
+        lb = "(" if low_open else "["
+        rb = ")" if high_open else "]"
+        return f"{art} {kind} in the range {lb}{_fmt(low)}, {_fmt(high)}{rb}"
+    if low is not None:
+        return f"{art} {kind} {'>' if low_open else '>='} {_fmt(low)}"
+    return f"{art} {kind} {'<' if high_open else '<='} {_fmt(high)}"
+
+
+def check_float(
+    value: Any,
+    name: str,
+    owner: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_inf: bool = False,
+) -> float:
+    """Return ``value`` as a float, or raise :class:`ParameterError` naming ``name`` of ``owner``.
+
+    ``low``/``high`` bound the value (inclusive unless ``low_open``/``high_open``). NaN is always
+    rejected; infinities only pass with ``allow_inf``.
+    """
+    expected = _range_text("float", low, high, low_open, high_open)
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(value)} instead.")
+    v = float(value)
+    bad = math.isnan(v) or (math.isinf(v) and not allow_inf)
+    if not bad and low is not None:
+        bad = v <= low if low_open else v < low
+    if not bad and high is not None:
+        bad = v >= high if high_open else v > high
+    if bad:
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(v)} instead.")
+    return v
+
+
+def check_int(
+    value: Any,
+    name: str,
+    owner: str,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+) -> int:
+    """Return ``value`` as an int (floats with an integral value are accepted), or raise."""
+    expected = _range_text("int", low, high, False, False)
+    ok = isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
+    if not ok and isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        ok = True
+    if not ok:
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(value)} instead.")
+    v = int(value)
+    if (low is not None and v < low) or (high is not None and v > high):
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {v} instead.")
+    return v
+
+
+def check_probability(value: Any, name: str, owner: str, *, allow_zero: bool = False, allow_one: bool = False) -> float:
+    """A float in (0, 1), with the ends admitted on request."""
+    return check_float(value, name, owner, low=0.0, high=1.0, low_open=not allow_zero, high_open=not allow_one)
+
+
+def check_choice(value: Any, name: str, owner: str, choices: Iterable[str]) -> str:
+    choices = tuple(choices)
+    if value not in choices:
+        listed = ", ".join(repr(c) for c in choices)
+        raise ParameterError(f"The '{name}' parameter of {owner} must be one of {listed}. Got {_fmt(value)} instead.")
+    return value
+
+
+def check_bool(value: Any, name: str, owner: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ParameterError(f"The '{name}' parameter of {owner} must be a bool. Got {_fmt(value)} instead.")
+    return bool(value)

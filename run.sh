@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# dpaudit bootstrap: creates .venv, installs dpaudit with what it needs, then runs a job.
+#   bash run.sh audit [ARGS...]   run the main job (dpaudit audit on the embedded default data set)
+#   bash run.sh test  [ARGS...]   run the test suite (default run; slow tests: bash run.sh test -m slow)
+#   bash run.sh dpaudit ARGS...   any dpaudit command inside the environment
+# On a machine without an NVIDIA GPU, the CPU build of torch is installed first, so that pip never
+# pulls the multi-GB CUDA build.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+venv="${DPAUDIT_VENV:-$here/.venv}"
+python="${PYTHON:-python3}"
+stamp="$venv/.dpaudit-installed"
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+    if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
+        if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+            "$venv/bin/python" -m pip install -q torch
+        else
+            # a CPU wheel already on the machine (pip's find-links) first, then PyTorch's CPU-only index
+            if "$venv/bin/python" -m pip install -q --no-index --no-deps "torch==2.13.0" 2>/dev/null; then
+                "$venv/bin/python" -m pip install -q "torch==2.13.0"   # its small dependencies
+            else
+                "$venv/bin/python" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+            fi
+        fi
+    fi
+    "$venv/bin/python" -m pip install -q -e ".[test]"
+    touch "$stamp"
+fi
+
+cmd="${1:-audit}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    audit) exec "$venv/bin/dpaudit" audit "$@" ;;
+    test)  exec "$venv/bin/python" -m pytest "$@" ;;
+    dpaudit) exec "$venv/bin/dpaudit" "$@" ;;
+    *) echo "usage: bash run.sh audit|test|dpaudit [ARGS...]" >&2; exit 2 ;;
+esac
