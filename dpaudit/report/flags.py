@@ -1,0 +1,92 @@
+"""Red flags: the things a report must say in words a reader cannot miss.
+
+Each rule reads only the typed audit (statements, assumptions, attack bounds), never free text typed
+for the occasion, so a flag appears whenever its condition holds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from dpaudit.report.schema import Flag, ModelAudit
+
+__all__ = ["compute_flags", "INDEPENDENCE_MARKER", "COMPOSITION_MARKER"]
+
+#: Substrings the methods put into release assumptions (dpaudit's own vocabulary, see the methods' docs).
+INDEPENDENCE_MARKER = "not independent"
+COMPOSITION_MARKER = "compos"
+
+
+def _statements(m: ModelAudit) -> list[dict]:
+    if m.theoretical is None:
+        return []
+    return list(m.theoretical.get("statements", [])) or [m.theoretical.get("headline", {})]
+
+
+def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
+    flags: list[Flag] = []
+    for m in models:
+        eps_theory = m.theoretical_epsilon
+        head = (m.theoretical or {}).get("headline", {}) if m.theoretical else {}
+        # 1. empirical lower bound above the theoretical epsilon: a bug in the accountant, the mechanism or the attack
+        for a in m.attacks:
+            if math.isfinite(eps_theory) and a.epsilon_lower > eps_theory + 1e-9:
+                flags.append(Flag(
+                    "red", "empirical_exceeds_theory", m.name,
+                    f"The {a.attack} attack proves epsilon >= {a.epsilon_lower:.3g} (confidence {a.confidence:g}) but the "
+                    f"accountant claims epsilon = {eps_theory:.3g}. One of them is wrong: either the mechanism as "
+                    "implemented is not the one that was accounted (noise too small, clipping missing, sensitivity "
+                    "underestimated), or the accounting assumptions do not hold for this release, or the attack's "
+                    "evaluation split is not a fair member/non-member split (compare with the blind baseline).",
+                ))
+            if a.blind_epsilon_lower > 0 or a.blind_auc > 0.55:
+                flags.append(Flag(
+                    "warning", "blind_baseline_leaks", m.name,
+                    f"The blind baseline (never queries the model) reaches AUC {a.blind_auc:.3f} / epsilon >= "
+                    f"{a.blind_epsilon_lower:.3g} for {a.attack}: members and non-members are distinguishable without "
+                    "the model, so part of the measured leakage may be a distribution mismatch.",
+                ))
+        # 2. data-dependent epsilon that is not itself private
+        if head.get("data_dependent"):
+            flags.append(Flag(
+                "red", "data_dependent_epsilon", m.name,
+                f"The headline epsilon ({eps_theory:.3g}) is data-dependent: it is computed from the private vote "
+                "histograms and is not itself differentially private. Publishing it leaks information unless it is "
+                "released through smooth sensitivity; the data-independent figure is the one that can be published.",
+            ))
+        # 3. assumptions the guarantee rests on that the method breaks
+        assumptions = list(m.assumptions) + [s for st in _statements(m) for s in st.get("assumptions", [])]
+        if any(INDEPENDENCE_MARKER in a.lower() for a in assumptions):
+            flags.append(Flag(
+                "red", "teachers_not_independent", m.name,
+                "The PATE-style sensitivity argument assumes one record affects one teacher's vote, but this method's "
+                "teachers are not independent (e.g. FedAvg rounds before labelling): one record can move every "
+                "teacher's vote, so the stated per-query epsilon does not bound what the release leaks.",
+            ))
+        # 4. rounds whose composition the claim ignored
+        claim = m.claim or {}
+        c_eps = claim.get("epsilon")
+        if isinstance(c_eps, (int, float)) and math.isfinite(eps_theory) and eps_theory > float(c_eps) * (1 + 1e-9):
+            flags.append(Flag(
+                "red", "claim_below_accounting", m.name,
+                f"The release claims epsilon = {float(c_eps):.3g} ({claim.get('text', 'as stated')}), but the accounting "
+                f"over everything the release did gives epsilon = {eps_theory:.3g}: the claim leaves out part of the "
+                "mechanism (typically the composition over rounds or queries).",
+            ))
+        # 5. delta larger than 1/n
+        d = m.theoretical_delta
+        if d is not None and m.num_train > 0 and d > 1.0 / m.num_train:
+            flags.append(Flag(
+                "warning", "delta_above_one_over_n", m.name,
+                f"delta = {d:.3g} exceeds 1/n = {1.0 / m.num_train:.3g} (n = {m.num_train} training records): a mechanism "
+                "that publishes a random record in full satisfies such a guarantee.",
+            ))
+        # 6. a model with no guarantee at all
+        if m.theoretical is None:
+            flags.append(Flag(
+                "info", "no_guarantee", m.name,
+                "This model was trained without a privacy mechanism: its theoretical epsilon is infinite. It is the "
+                "reference an attack should find vulnerable.",
+            ))
+    return flags

@@ -1,0 +1,218 @@
+"""The typed content of an audit report (``report.json``, schema ``dpaudit.report/1``).
+
+A report is a list of audited models; each holds its utility, its theoretical epsilon (the accountant's
+statement, with assumptions), each attack's metrics with an empirical epsilon lower bound, and the
+blind baseline. Red flags (:mod:`dpaudit.report.flags`) are derived from these, never typed by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["SCHEMA", "AttackSummary", "ModelAudit", "Flag", "AuditReport"]
+
+SCHEMA = "dpaudit.report/1"
+
+
+def _f(x: Any) -> Any:
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
+
+
+def _uf(x: Any) -> Any:
+    if x in ("inf", "-inf"):
+        return float(x)
+    return x
+
+
+@dataclass(frozen=True)
+class AttackSummary:
+    """One attack on one model. Scores point the usual way: larger = more likely member.
+
+    ``epsilon_lower`` is a lower bound on the model's true epsilon that holds with probability
+    ``confidence`` (for the stated ``delta``), with an honest threshold choice; 0 means no evidence of leakage.
+    ``blind_*`` are the same figures for an attack that never queries the model: leakage claimed by the
+    attack should be judged against it.
+    """
+
+    attack: str
+    auc: float
+    tpr_at_fpr: Mapping[str, float]
+    accuracy: float
+    precision: float
+    recall: float
+    f1: float
+    epsilon_lower: float
+    confidence: float
+    delta: float
+    blind_auc: float
+    blind_epsilon_lower: float
+    auc_ci: tuple[float, float] | None = None
+    roc_fpr: tuple[float, ...] = ()
+    roc_tpr: tuple[float, ...] = ()
+    num_members: int = 0
+    num_nonmembers: int = 0
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attack": self.attack,
+            "auc": self.auc,
+            "auc_ci": list(self.auc_ci) if self.auc_ci else None,
+            "tpr_at_fpr": dict(self.tpr_at_fpr),
+            "accuracy": self.accuracy,
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+            "epsilon_lower": _f(self.epsilon_lower),
+            "confidence": self.confidence,
+            "delta": self.delta,
+            "blind_auc": self.blind_auc,
+            "blind_epsilon_lower": _f(self.blind_epsilon_lower),
+            "num_members": self.num_members,
+            "num_nonmembers": self.num_nonmembers,
+            "roc": {"fpr": list(self.roc_fpr), "tpr": list(self.roc_tpr)},
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AttackSummary":
+        roc = d.get("roc") or {}
+        return cls(
+            attack=d["attack"], auc=d["auc"], tpr_at_fpr=dict(d["tpr_at_fpr"]), accuracy=d["accuracy"],
+            precision=d["precision"], recall=d["recall"], f1=d["f1"], epsilon_lower=_uf(d["epsilon_lower"]),
+            confidence=d["confidence"], delta=d["delta"], blind_auc=d["blind_auc"],
+            blind_epsilon_lower=_uf(d["blind_epsilon_lower"]),
+            auc_ci=tuple(d["auc_ci"]) if d.get("auc_ci") else None,
+            roc_fpr=tuple(roc.get("fpr", ())), roc_tpr=tuple(roc.get("tpr", ())),
+            num_members=d.get("num_members", 0), num_nonmembers=d.get("num_nonmembers", 0),
+            details=dict(d.get("details", {})),
+        )
+
+
+@dataclass(frozen=True)
+class ModelAudit:
+    """One audited model: a release, its accounted guarantee and the attacks on it.
+
+    ``theoretical`` is an :class:`~dpaudit.accountants.statement.AccountingResult` as a dict, or ``None``
+    for a model trained without any privacy mechanism (theoretical epsilon = infinity).
+    ``noise`` is the privacy knob of the run (e.g. the Laplace parameter gamma) for the privacy-utility curve.
+    """
+
+    name: str
+    method: str
+    release: str
+    utility: Mapping[str, float]
+    theoretical: Mapping[str, Any] | None
+    attacks: tuple[AttackSummary, ...]
+    noise: float | None = None
+    noise_label: str = ""
+    claim: Mapping[str, Any] | None = None
+    per_party_epsilon: Mapping[str, float] = field(default_factory=dict)
+    assumptions: tuple[str, ...] = ()
+    num_train: int = 0
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def theoretical_epsilon(self) -> float:
+        if self.theoretical is None:
+            return math.inf
+        return float(_uf(self.theoretical["epsilon"]))
+
+    @property
+    def theoretical_delta(self) -> float | None:
+        return None if self.theoretical is None else float(self.theoretical["delta"])
+
+    @property
+    def best_empirical(self) -> AttackSummary | None:
+        return max(self.attacks, key=lambda a: a.epsilon_lower, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "method": self.method,
+            "release": self.release,
+            "noise": self.noise,
+            "noise_label": self.noise_label,
+            "params": dict(self.params),
+            "num_train": self.num_train,
+            "utility": dict(self.utility),
+            "theoretical_epsilon": _f(self.theoretical_epsilon),
+            "theoretical": dict(self.theoretical) if self.theoretical is not None else None,
+            "claim": dict(self.claim) if self.claim else None,
+            "per_party_epsilon": {k: _f(v) for k, v in self.per_party_epsilon.items()},
+            "assumptions": list(self.assumptions),
+            "attacks": [a.to_dict() for a in self.attacks],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ModelAudit":
+        return cls(
+            name=d["name"], method=d["method"], release=d["release"], utility=dict(d["utility"]),
+            theoretical=d.get("theoretical"), attacks=tuple(AttackSummary.from_dict(a) for a in d["attacks"]),
+            noise=d.get("noise"), noise_label=d.get("noise_label", ""), claim=d.get("claim"),
+            per_party_epsilon={k: _uf(v) for k, v in dict(d.get("per_party_epsilon", {})).items()},
+            assumptions=tuple(d.get("assumptions", ())), num_train=d.get("num_train", 0), params=dict(d.get("params", {})),
+        )
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Something a reader must not miss. ``severity``: "red" (the claim or the code is wrong or unsupported),
+    "warning" (the figure holds only under an assumption that is doubtful here), "info"."""
+
+    severity: str
+    code: str
+    model: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"severity": self.severity, "code": self.code, "model": self.model, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, str]) -> "Flag":
+        return cls(d["severity"], d["code"], d["model"], d["message"])
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    title: str
+    seed: int
+    dataset: Mapping[str, Any]
+    models: tuple[ModelAudit, ...]
+    flags: tuple[Flag, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    created_by: str = ""
+    elapsed_seconds: float | None = None
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "title": self.title,
+            "created_by": self.created_by,
+            "seed": self.seed,
+            "elapsed_seconds": self.elapsed_seconds,
+            "dataset": dict(self.dataset),
+            "config": dict(self.config),
+            "flags": [f.to_dict() for f in self.flags],
+            "models": [m.to_dict() for m in self.models],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AuditReport":
+        if d.get("schema") != SCHEMA:
+            from dpaudit.errors import DataError
+
+            raise DataError(f"report.json has schema {d.get('schema')!r}; this dpaudit reads {SCHEMA!r}.")
+        return cls(
+            title=d["title"], seed=d["seed"], dataset=dict(d["dataset"]),
+            models=tuple(ModelAudit.from_dict(m) for m in d["models"]),
+            flags=tuple(Flag.from_dict(f) for f in d.get("flags", ())), config=dict(d.get("config", {})),
+            created_by=d.get("created_by", ""), elapsed_seconds=d.get("elapsed_seconds"), schema=d["schema"],
+        )
