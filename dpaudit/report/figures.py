@@ -65,26 +65,32 @@ def epsilon_figure(models: Sequence[ModelAudit]) -> Figure:
 
     Infinite theoretical epsilons (no mechanism) are drawn as an arrow at the top of the axis.
     """
+    from matplotlib.patches import Patch
+
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(models) + 2), 3.8))
     x = np.arange(len(models))
     theo = np.array([m.theoretical_epsilon for m in models], dtype=float)
     emp = np.array([(m.best_empirical.epsilon_lower if m.best_empirical else 0.0) for m in models], dtype=float)
     finite = theo[np.isfinite(theo)]
-    top = max([1.0, *(finite * 1.5), *(emp * 1.5)])
+    top = max([1.0, *(finite * 2.0), *(emp * 2.0)])
     w = 0.38
-    ax.bar(x - w / 2, np.where(np.isfinite(theo), theo, top), w, label="theoretical epsilon (upper bound)",
-           color=["#4c72b0" if np.isfinite(t) else "#c44e52" for t in theo])
-    ax.bar(x + w / 2, emp, w, label="empirical epsilon (lower bound)", color="#dd8452")
+    colours = {"theory": "#4c72b0", "inf": "#c44e52", "emp": "#dd8452"}
+    ax.bar(x - w / 2, np.where(np.isfinite(theo), theo, top), w,
+           color=[colours["theory"] if np.isfinite(t) else colours["inf"] for t in theo])
+    ax.bar(x + w / 2, emp, w, color=colours["emp"])
     for i, t in enumerate(theo):
-        label = "inf" if not np.isfinite(t) else f"{t:.3g}"
-        ax.text(x[i] - w / 2, min(t, top) if np.isfinite(t) else top, label, ha="center", va="bottom", fontsize=7)
+        ax.text(x[i] - w / 2, t if np.isfinite(t) else top, "∞" if not np.isfinite(t) else f"{t:.3g}",
+                ha="center", va="bottom", fontsize=7)
         ax.text(x[i] + w / 2, emp[i], f"{emp[i]:.2g}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x)
     ax.set_xticklabels([m.name for m in models], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("epsilon")
-    ax.set_ylim(0, top * 1.12)
+    ax.set_ylabel("epsilon (symlog scale)")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylim(0, top * 1.5)
     ax.set_title("accounted vs measured privacy loss")
-    ax.legend(fontsize=7)
+    ax.legend(handles=[Patch(color=colours["theory"], label="theoretical epsilon (upper bound)"),
+                       Patch(color=colours["inf"], label="no guarantee (epsilon = ∞)"),
+                       Patch(color=colours["emp"], label="empirical epsilon (lower bound)")], fontsize=7)
     fig.tight_layout()
     return fig
 
