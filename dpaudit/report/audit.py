@@ -1,0 +1,356 @@
+"""``run_audit``: train (or load) released models, account for them, attack them, and write the report.
+
+An audit is described by an :class:`AuditConfig` (TOML, or :func:`default_config` — the embedded default
+on scikit-learn's digits). Each model entry either runs a method (``method = "fredy"``, with a method
+config file and/or inline overrides) or audits an existing release directory (``release = "runs/x"``).
+
+Stages are resumable: a run directory keeps each model's release and each attack's result; an interrupted
+audit started again with the same configuration skips what is complete (results are keyed by a hash of the
+settings they came from, so a changed setting recomputes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from dpaudit import __version__
+from dpaudit._io import read_json, write_json
+from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.report.flags import compute_flags
+from dpaudit.report.render import write_report
+from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["AttackSpec", "ModelRun", "AuditConfig", "default_config", "load_audit_config", "run_audit"]
+
+ATTACK_KINDS = ("threshold", "shadow", "lira")
+
+
+@dataclass(frozen=True)
+class AttackSpec:
+    """One attack to run on every model: ``kind`` in threshold|shadow|lira; ``shadows`` shadow models;
+    ``classifier`` the shadow attack's classifier; ``threshold_kind`` loss|confidence."""
+
+    kind: str
+    shadows: int = 8
+    classifier: str = "catboost"
+    threshold_kind: str = "loss"
+
+    def __post_init__(self) -> None:
+        check_choice(self.kind, "kind", "AttackSpec", ATTACK_KINDS)
+        object.__setattr__(self, "shadows", check_int(self.shadows, "shadows", "AttackSpec", low=2))
+        check_choice(self.threshold_kind, "threshold_kind", "AttackSpec", ("loss", "confidence"))
+
+    @property
+    def label(self) -> str:
+        return f"threshold-{self.threshold_kind}" if self.kind == "threshold" else self.kind
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """One model of the audit.
+
+    Either ``method`` (a method name, run with ``config_file`` and the inline ``params`` overrides) or
+    ``release`` (an existing release directory). ``extra`` names further releases the method run writes
+    (FREDY's ``"nonprivate"`` baseline) that are audited too, under ``extra_names``. ``noise`` and
+    ``noise_label`` place the model on the privacy-utility curve.
+    """
+
+    name: str
+    method: str | None = None
+    release: str | None = None
+    config_file: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    extra: tuple[str, ...] = ()
+    extra_names: tuple[str, ...] = ()
+    noise: float | None = None
+    noise_label: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "/" in self.name:
+            raise ParameterError(f"The 'name' parameter of ModelRun must be a non-empty string without '/'. Got {self.name!r} instead.")
+        if (self.method is None) == (self.release is None):
+            raise ParameterError(f"Model {self.name!r} needs exactly one of 'method' or 'release'. Got method={self.method!r}, release={self.release!r} instead.")
+        object.__setattr__(self, "extra", tuple(self.extra))
+        object.__setattr__(self, "extra_names", tuple(self.extra_names) or tuple(f"{self.name}-{e}" for e in self.extra))
+        if len(self.extra_names) != len(self.extra):
+            raise ParameterError(f"Model {self.name!r}: 'extra_names' must name each of 'extra' ({len(self.extra)}). Got {len(self.extra_names)} instead.")
+        if self.noise is not None:
+            object.__setattr__(self, "noise", check_float(self.noise, "noise", "ModelRun", low=0.0, low_open=True))
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    title: str
+    dataset: str
+    models: tuple[ModelRun, ...]
+    attacks: tuple[AttackSpec, ...]
+    seed: int = 0
+    confidence: float = 0.95
+    delta: float = 1e-5
+    n_bootstrap: int = 200
+    data_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        owner = "AuditConfig"
+        object.__setattr__(self, "models", tuple(self.models))
+        object.__setattr__(self, "attacks", tuple(self.attacks))
+        if not self.models:
+            raise ParameterError("An audit config needs at least one model ([[models]]). Got none instead.")
+        names = [n for m in self.models for n in (m.name, *m.extra_names)]
+        if len(set(names)) != len(names):
+            raise ParameterError(f"Model names of an audit must be distinct. Got {names} instead.")
+        object.__setattr__(self, "seed", check_int(self.seed, "seed", owner, low=0))
+        object.__setattr__(self, "confidence", check_probability(self.confidence, "confidence", owner))
+        object.__setattr__(self, "delta", check_float(self.delta, "delta", owner, low=0.0, high=1.0, high_open=True))
+        object.__setattr__(self, "n_bootstrap", check_int(self.n_bootstrap, "n_bootstrap", owner, low=0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def default_config() -> AuditConfig:
+    """The embedded default: FREDY-style students on digits at three noise levels, plus the non-private
+    baseline, attacked by the loss-threshold and shadow-model (CatBoost) attacks."""
+    gammas = (0.05, 0.3, 2.0)
+    models = []
+    for i, g in enumerate(gammas):
+        models.append(ModelRun(
+            name=f"fredy-gamma{g:g}", method="fredy", params={"gamma": g, "nonprivate_baseline": i == 0},
+            extra=("nonprivate",) if i == 0 else (), extra_names=("nonprivate-baseline",) if i == 0 else (),
+            noise=g, noise_label="Laplace parameter gamma (noise Lap(1/gamma) per vote count)",
+        ))
+    return AuditConfig(
+        title="dpaudit default audit: FREDY-style knowledge transfer on scikit-learn digits",
+        dataset="digits", models=tuple(models),
+        attacks=(AttackSpec("threshold", threshold_kind="loss"), AttackSpec("shadow", shadows=8)),
+        seed=0,
+    )
+
+
+_TOP_KEYS = {"title", "dataset", "seed", "confidence", "delta", "n_bootstrap", "data_dir", "models", "attacks"}
+
+
+def load_audit_config(path: str | Path) -> AuditConfig:
+    """Read an audit TOML file (see ``configs/audit_*.toml``). Paths inside are relative to the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"The audit config file {p} does not exist.")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise DataError(f"The audit config file {p} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ParameterError(f"Unknown key(s) {unknown} in {p}; allowed: {sorted(_TOP_KEYS)}.")
+    base = p.parent
+
+    def rel(x: str | None) -> str | None:
+        if x is None:
+            return None
+        q = Path(x)
+        return str(q if q.is_absolute() or q.exists() else (base / q))
+
+    models = []
+    mfields = {f.name for f in dataclasses.fields(ModelRun)}
+    for m in data.get("models", []):
+        bad = sorted(set(m) - mfields)
+        if bad:
+            raise ParameterError(f"Unknown key(s) {bad} in a [[models]] entry of {p}; allowed: {sorted(mfields)}.")
+        m = dict(m)
+        m["config_file"] = rel(m.get("config_file"))
+        m["release"] = rel(m.get("release"))
+        models.append(ModelRun(**m))
+    afields = {f.name for f in dataclasses.fields(AttackSpec)}
+    attacks = []
+    for a in data.get("attacks", [{"kind": "threshold"}]):
+        bad = sorted(set(a) - afields)
+        if bad:
+            raise ParameterError(f"Unknown key(s) {bad} in an [[attacks]] entry of {p}; allowed: {sorted(afields)}.")
+        attacks.append(AttackSpec(**a))
+    return AuditConfig(
+        title=data.get("title", f"dpaudit audit: {p.stem}"), dataset=data.get("dataset", "digits"),
+        models=tuple(models), attacks=tuple(attacks), seed=data.get("seed", 0),
+        confidence=data.get("confidence", 0.95), delta=data.get("delta", 1e-5),
+        n_bootstrap=data.get("n_bootstrap", 200), data_dir=data.get("data_dir"),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# stages
+# --------------------------------------------------------------------------------------------------
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _say(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[dpaudit audit] {msg}", file=sys.stderr, flush=True)
+
+
+def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, progress: bool) -> dict[str, Path]:
+    """Run the model's method (resuming from its own checkpoints) and return its release paths by name."""
+    from dpaudit.training.methods import get_method
+
+    stage = out / "models" / run.name
+    key = _hash({"method": run.method, "params": dict(run.params), "config_file": run.config_file,
+                 "config_text": Path(run.config_file).read_text() if run.config_file else None,
+                 "dataset": cfg.dataset, "seed": cfg.seed, "data_dir": cfg.data_dir})
+    done = stage / "stage.json"
+    if done.is_file():
+        info = read_json(done)
+        if info.get("key") == key and all(Path(v).is_dir() for v in info["releases"].values()):
+            _say(progress, f"{run.name}: release found, skipping training")
+            return {k: Path(v) for k, v in info["releases"].items()}
+    config_cls, run_fn = get_method(run.method)  # type: ignore[arg-type]
+    from dpaudit.training.methods.common import load_config
+
+    config = load_config(config_cls, run.config_file, **dict(run.params))
+    _say(progress, f"{run.name}: training ({run.method})")
+    result = run_fn(config, dataset=cfg.dataset, out=stage / "release", seed=cfg.seed, data_dir=cfg.data_dir,
+                    device=device, overwrite=True, progress=progress)
+    releases = {run.name: Path(result.release)}
+    for extra, name in zip(run.extra, run.extra_names):
+        if extra not in result.extra_releases:
+            raise DataError(f"Model {run.name!r}: the {run.method} run wrote no extra release {extra!r} "
+                            f"(it wrote {sorted(result.extra_releases)}).")
+        releases[name] = Path(result.extra_releases[extra])
+    write_json(done, {"key": key, "releases": {k: str(v) for k, v in releases.items()}})
+    return releases
+
+
+def _summary(report: Any, label: str, delta: float) -> AttackSummary:
+    """Adapt an :class:`dpaudit.attacks.AttackReport` to the report's :class:`AttackSummary`."""
+    res, blind = report.result, report.blind
+    m = res.metrics
+    ci = m.intervals.get("auc")
+    return AttackSummary(
+        attack=label, auc=float(m.auc), tpr_at_fpr={f"{f:g}": float(t) for f, t in m.tpr_at_fpr},
+        accuracy=float(m.accuracy), precision=float(m.precision), recall=float(m.recall), f1=float(m.f1),
+        epsilon_lower=float(res.bound.epsilon), confidence=float(res.bound.confidence), delta=float(delta),
+        blind_auc=float(blind.metrics.auc) if blind else float("nan"),
+        blind_epsilon_lower=float(blind.bound.epsilon) if blind else 0.0,
+        auc_ci=(float(ci.low), float(ci.high)) if ci is not None else None,
+        roc_fpr=tuple(float(x) for x in _thin(res.roc.fpr)), roc_tpr=tuple(float(x) for x in _thin(res.roc.tpr)),
+        num_members=int(m.num_members), num_nonmembers=int(m.num_nonmembers),
+        details={"description": res.description, "threshold_rule": m.threshold_rule,
+                 "bound_selection": res.bound.selection, "notes": list(report.notes)},
+    )
+
+
+def _thin(a: np.ndarray, n: int = 400) -> np.ndarray:
+    a = np.asarray(a, dtype=float)
+    if a.size <= n:
+        return a
+    idx = np.unique(np.linspace(0, a.size - 1, n).round().astype(int))
+    return a[idx]
+
+
+def _attack(release: Any, spec: AttackSpec, cfg: AuditConfig, cache: Path, progress: bool) -> AttackSummary:
+    from dpaudit.attacks import run_attack
+
+    key = _hash({"attack": dataclasses.asdict(spec), "seed": cfg.seed, "confidence": cfg.confidence,
+                 "delta": cfg.delta, "n_bootstrap": cfg.n_bootstrap,
+                 "release": release.meta.get("created_at", release.meta.get("seed")), "path": str(release.path)})
+    path = cache / f"{spec.label}.json"
+    if path.is_file():
+        data = read_json(path)
+        if data.get("key") == key:
+            _say(progress, f"  {spec.label}: cached")
+            return AttackSummary.from_dict(data["summary"])
+    _say(progress, f"  {spec.label}: attacking")
+    ds = release.dataset()
+    mem = release.membership
+    X, y = ds.X, ds.y
+    report = run_attack(
+        release.model, X[mem["members"]], y[mem["members"]], X[mem["nonmembers"]], y[mem["nonmembers"]],
+        X[mem["attacker"]], y[mem["attacker"]], attack=spec.kind, train_fn=release.train_fn(),
+        batch_train_fn=release.train_many(), num_shadows=spec.shadows, classifier=spec.classifier,
+        threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
+        n_bootstrap=cfg.n_bootstrap, seed=cfg.seed,
+    )
+    summary = _summary(report, spec.label, cfg.delta)
+    write_json(path, {"key": key, "summary": summary.to_dict()})
+    return summary
+
+
+def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequence[AttackSummary], is_primary: bool) -> ModelAudit:
+    meta = release.meta
+    statement = meta.get("statement")
+    theoretical = None
+    if statement is not None:
+        eps = statement.get("epsilon")
+        theoretical = None if eps in ("inf", float("inf")) else statement
+    ledger = meta.get("ledger") or {}
+    per_party = _per_party(ledger)
+    utility = dict(meta.get("utility", {}))
+    if "test_accuracy" not in utility and "accuracy" in utility:
+        utility["test_accuracy"] = utility["accuracy"]
+    return ModelAudit(
+        name=name, method=str(meta.get("method", run.method if run else "release")), release=str(release.path),
+        utility={k: v for k, v in utility.items() if isinstance(v, (int, float))}, theoretical=theoretical,
+        attacks=tuple(attacks), noise=run.noise if (run is not None and is_primary) else None,
+        noise_label=run.noise_label if run is not None else "", claim=meta.get("claim"),
+        per_party_epsilon=per_party, assumptions=tuple(meta.get("assumptions", ())),
+        num_train=int(len(release.membership["members"])), params=dict(meta.get("params", {})),
+    )
+
+
+def _per_party(ledger: Mapping[str, Any]) -> dict[str, float]:
+    """Per-party epsilon from a stored ledger (recomputed by the accountant, never trusted from text)."""
+    if not ledger or not ledger.get("parties"):
+        return {}
+    try:
+        from dpaudit.accountants.ledger import PrivacyLedger
+
+        led = PrivacyLedger.from_dict(ledger)
+        return {p: float(s.epsilon) for p, s in led.statements().items()}
+    except Exception as exc:  # a stored ledger we cannot re-account is reported, not hidden
+        _say(True, f"warning: could not re-account the stored ledger ({exc})")
+        return {}
+
+
+def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None, progress: bool = True) -> AuditReport:
+    """Run every stage of ``config`` into the run directory ``out`` and write the report there."""
+    from dpaudit.training.release import load_release
+
+    if not isinstance(config, AuditConfig):
+        raise ParameterError(f"The 'config' parameter of run_audit must be an AuditConfig. Got {type(config).__name__} instead.")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    audits: list[ModelAudit] = []
+    for run in config.models:
+        if run.method is not None:
+            releases = _train(run, config, out, device, progress)
+        else:
+            releases = {run.name: Path(run.release)}  # type: ignore[arg-type]
+        for i, (name, path) in enumerate(releases.items()):
+            release = load_release(path)
+            _say(progress, f"{name}: attacks")
+            summaries = [_attack(release, spec, config, out / "models" / name / "attacks", progress) for spec in config.attacks]
+            audits.append(_model_audit(name, run, release, summaries, is_primary=(i == 0)))
+    report = AuditReport(
+        title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
+        models=tuple(audits), flags=tuple(compute_flags(audits)), config=config.to_dict(),
+        created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
+    )
+    write_report(report, out)
+    _say(progress, f"report written to {out}/report.html (and report.md, report.json)")
+    return report
