@@ -231,6 +231,8 @@ class RdpAccountant(Accountant):
         return out
 
     def _statement(self, target_delta: float) -> PrivacyStatement:
+        if not np.any(self._rdp > 0):  # nothing composed (or only zero-cost events): identical output distributions
+            return PrivacyStatement(0.0, target_delta, "rdp", assumptions=("No privacy-relevant events were composed.",))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", EdgeOrderWarning)
             eps, order = rdp_to_epsilon(self.orders, self._rdp, target_delta)
