@@ -86,7 +86,9 @@ class PrivacyLedger:
         if self.accountant == "rdp":
             from dpaudit.accountants.rdp import rdp_to_epsilon
 
-            return rdp_to_epsilon(acc.orders, acc._rdp, self.delta, warn=False)[0] if acc._rdp.any() else 0.0
+            if not acc._rdp.any():
+                return 0.0
+            return min(rdp_to_epsilon(acc.orders, acc._rdp, self.delta, warn=False)[0], acc._pure)
 
         from dpaudit.accountants.rdp import EdgeOrderWarning
 
