@@ -121,6 +121,19 @@ def test_threshold_is_the_correct_one_not_one_half():
     np.testing.assert_allclose(at, di)
 
 
+def test_reference_threshold_bug_would_underestimate():
+    # The 2017 reference applies the bound for q < 0.5. With eps = 2, q = 0.3 (> e^-2), l = 2 the raw formula
+    # evaluates (1 - e^eps q < 0, even power) to log(0.7 (0.7/(1-0.3e^2))^2 + 0.3 e^4) = 2.810 < eps*l = 4: an
+    # underestimate. The correct threshold 1/(e^2+1) = 0.119 falls back to the data-independent minimum, 4.
+    eps, q, l = 2.0, 0.3, 2.0
+    naive = math.log((1 - q) * ((1 - q) / (1 - math.exp(eps) * q)) ** l + q * math.exp(eps * l))
+    assert naive == pytest.approx(2.810, abs=1e-3)
+    assert laplace_log_moments([math.log(q)], eps, [l])[0, 0] == pytest.approx(4.0)
+    # at the threshold itself the bound equals eps*l exactly (so it is continuous with the pure-DP bound)
+    thr = 1 / (math.exp(eps) + 1)
+    assert laplace_log_moments([math.log(thr) - 1e-12], eps, [l])[0, 0] == pytest.approx(4.0, rel=1e-9)
+
+
 @pytest.mark.parametrize("log_q", [0.0, -0.1, -1.0, -math.log(2), -np.inf, -1e-300, -745.0, -1e6])
 @pytest.mark.parametrize("eps", [1e-4, 0.1, 2.0, 50.0])
 def test_no_nan_or_overflow(log_q, eps):
