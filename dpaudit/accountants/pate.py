@@ -187,23 +187,97 @@ def laplace_log_moments(log_q: Any, eps_query: float, orders: Any = MOMENT_ORDER
     return out
 
 
-def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORDERS, *, sensitivity: float = 2.0,
-                              return_details: bool = False):
-    """Sum over queries of :func:`laplace_log_moments`, processed in blocks (memory stays flat for 1e6+ queries).
+_FAST_BLOCK = 1 << 13
+_TINY_Q = 1e-280  # below this the linear q may lose digits to underflow: those rows take the log-space path
 
-    Returns the array of shape (L,); with ``return_details`` also ``(log_q, valid)`` per query, ``valid`` saying
-    where the data-dependent bound applied (q below its threshold).
+
+def _q_linear(block: np.ndarray, gamma: float) -> np.ndarray:
+    """Lemma 4's q (uncapped) in linear space for one block of rows; in-place temporaries, winner term removed exactly."""
+    rows = np.arange(block.shape[0])
+    win = np.argmax(block, axis=1)
+    x = np.subtract(block[rows, win][:, None], block)
+    x *= gamma
+    e = np.multiply(x, -1.0)
+    np.exp(e, out=e)
+    e[rows, win] = 0.0
+    x += 2.0
+    q = np.einsum("ij,ij->i", x, e)
+    q *= 0.25
+    return q
+
+
+def _moments_sum_linear(q: np.ndarray, eps: float, l: np.ndarray, di: np.ndarray) -> tuple[np.ndarray, int]:
+    """Sum over queries of min(di, data-dependent) for q >= 1e-280 and eps*max(l) < 700 (no overflow possible).
+
+    Uses log1p((1-q) expm1(l log r) + q expm1(eps l)), r = (1-q)/(1-e^eps q): the same quantity as Theorem 3's
+    bound, written so that small q keep full relative precision. Returns (sum, number of queries where it applied)."""
+    thr = math.exp(-float(np.logaddexp(0.0, eps)))
+    valid = q < thr
+    qv = q[valid]
+    total = (q.size - qv.size) * di
+    if qv.size:
+        log_r = np.log1p(-qv)
+        log_r -= np.log1p(-math.exp(eps) * qv)
+        a = np.multiply.outer(log_r, l)
+        np.expm1(a, out=a)
+        a *= (1.0 - qv)[:, None]
+        b = np.multiply.outer(qv, np.expm1(eps * l))
+        a += b
+        np.log1p(a, out=a)
+        np.minimum(a, di, out=a)
+        total = total + np.ones(qv.size) @ a
+    return total, int(qv.size)
+
+
+def _block_total(block: np.ndarray, gamma: float, eps: float, l: np.ndarray, di: np.ndarray, cap: float,
+                 linear_ok: bool) -> tuple[np.ndarray, np.ndarray]:
+    q = np.minimum(_q_linear(block, gamma), cap)
+    tiny = q < _TINY_Q
+    if linear_ok:
+        if np.any(tiny):
+            total = laplace_log_moments(laplace_log_q(block[tiny], gamma), eps, l).sum(axis=0)
+            total = total + _moments_sum_linear(q[~tiny], eps, l, di)[0]
+        else:
+            total = _moments_sum_linear(q, eps, l, di)[0]
+    else:
+        lq = laplace_log_q(block, gamma) if np.any(tiny) else np.log(q)
+        total = laplace_log_moments(lq, eps, l).sum(axis=0)
+    return total, q
+
+
+def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORDERS, *, sensitivity: float = 2.0,
+                              return_details: bool = False, workers: int = 1):
+    """Sum over queries of :func:`laplace_log_moments` (shape (L,)), processed in blocks: memory stays flat for
+    1e6+ queries and the common case runs in linear space with ``expm1``/``log1p`` (rows with q < 1e-280 or
+    orders with eps*l >= 700 take the log-space path, so nothing underflows or overflows).
+
+    ``workers`` > 1 processes blocks in that many threads (numpy releases the GIL; the result is identical up to
+    the order of floating-point summation). With ``return_details`` also returns ``(log_q, valid)`` per query,
+    ``valid`` saying where the data-dependent bound applied (q below its threshold).
     """
     owner = "laplace_total_log_moments"
     gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
+    workers = check_int(workers, "workers", owner, low=1, high=64)
     l = _check_orders(orders, "orders", owner, low=0.0)
-    log_q = laplace_log_q(votes, gamma)
+    v = _validated_votes(votes, owner)
     eps = sens * gamma
-    total = np.zeros(l.size)
-    for start in range(0, log_q.size, _CHUNK):
-        total += laplace_log_moments(log_q[start:start + _CHUNK], eps, l).sum(axis=0)
+    di = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+    cap = 1.0 - 1.0 / v.shape[1]
+    linear_ok = eps * float(l.max()) < 700.0
+    starts = range(0, v.shape[0], _FAST_BLOCK)
+    work = lambda s0: _block_total(v[s0:s0 + _FAST_BLOCK], gamma, eps, l, di, cap, linear_ok)  # noqa: E731
+    if workers > 1 and len(starts) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parts = list(pool.map(work, starts))
+    else:
+        parts = [work(s0) for s0 in starts]
+    total = np.sum([p[0] for p in parts], axis=0) if parts else np.zeros(l.size)
     if return_details:
+        qs = np.concatenate([p[1] for p in parts])
+        log_q = laplace_log_q(v, gamma) if np.any(qs < _TINY_Q) else np.log(qs)
         return total, log_q, log_q < -np.logaddexp(0.0, eps)
     return total
 
@@ -345,7 +419,7 @@ def _convert(total_moments: np.ndarray, orders: np.ndarray, delta: float, conver
 
 
 def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: float, delta: float, eps_query: float,
-                     queries: int, orders: np.ndarray, conversion: str):
+                     queries: int, orders: np.ndarray, conversion: str, workers: int = 1):
     """(data-dependent (eps, order, facts) or None, data-independent (eps, order)). ``votes`` may be a list of
     arrays composed sequentially."""
     l = orders if conversion == "moments" else orders - 1.0
@@ -358,7 +432,7 @@ def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: 
     log_qs, valids = [], []
     for b in blocks:
         sens = eps_query / gamma
-        t, lq, valid = laplace_total_log_moments(b, gamma, l, sensitivity=sens, return_details=True)
+        t, lq, valid = laplace_total_log_moments(b, gamma, l, sensitivity=sens, return_details=True, workers=workers)
         total += t
         log_qs.append(lq)
         valids.append(valid)
@@ -380,7 +454,7 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
                  data_independent: bool = False, fedkt_level: str | None = None, granularity: str | None = None,
                  partitions: int | None = None, teachers: int | None = None, z: int | None = None,
                  orders: Any = None, conversion: str = "moments", num_parties: int | None = None,
-                 consistent_voting: bool = True) -> AccountingResult:
+                 consistent_voting: bool = True, workers: int = 1) -> AccountingResult:
     """Epsilon of PATE's Laplace noisy max over a set of queries.
 
     Parameters
@@ -405,6 +479,8 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
         default :data:`DEFAULT_ORDERS`); a sequence or a string like ``"1-8"``.
     conversion:
         ``"moments"`` (PATE 2017, reproduces published numbers) or ``"rdp"`` (tighter).
+    workers:
+        Threads for the sum over queries (default 1; see :func:`laplace_total_log_moments`).
 
     Returns
     -------
@@ -435,15 +511,16 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
         raise ParameterError(f"The 'queries' parameter of {owner} must equal the number of vote rows ({v.shape[0]}). Got {queries} instead.")
     eps_q = sensitivity * gamma
     return _result(v, gamma=gamma, delta=delta, eps_q=eps_q, queries=queries, grid=grid, conversion=conversion,
-                   mechanism="pate", relation="replace-one record (one teacher's vote changes)",
+                   workers=check_int(workers, "workers", owner, low=1, high=64), mechanism="pate", relation="replace-one record (one teacher's vote changes)",
                    parameters={"gamma": gamma, "delta": delta, "sensitivity": sensitivity, "queries": queries,
                                "conversion": conversion, "orders": grid.tolist(), "data_independent": v is None},
                    extra_assumptions=(), details={"eps_query": eps_q})
 
 
 def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, relation, parameters, extra_assumptions,
-            details, label_prefix: str = "", data_dependent_forced: bool = False) -> AccountingResult:
-    dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, orders=grid, conversion=conversion)
+            details, label_prefix: str = "", data_dependent_forced: bool = False, workers: int = 1) -> AccountingResult:
+    dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, orders=grid, conversion=conversion,
+                              workers=workers)
     what = "moment order" if conversion == "moments" else "Rényi order"
     di_eps, di_order, di_method = di
     di_stmt = PrivacyStatement(di_eps, delta, di_method, order=di_order,
