@@ -350,3 +350,27 @@ def test_load_votes_npy_errors(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(DataError, match="not a plain numeric"):
         load_votes(tmp_path / "obj.npy")
+
+
+@pytest.mark.parametrize("orders", [MOMENT_ORDERS, [0.5, 1.5, 3.25], [2.0, 64.0, 256.0], [3.0, 1.0, 2.0]])
+@pytest.mark.parametrize("gamma", [0.01, 0.05, 3.0, 10.0])
+def test_fast_sum_equals_log_space_reference(orders, gamma):
+    # the linear-space fast path (recurrence for integer orders, expm1 otherwise), the tiny-q rows and the
+    # eps*l >= 700 fallback must all agree with the log-space per-query function
+    rng = np.random.default_rng(1)
+    votes = np.vstack([
+        np.array([rng.multinomial(250, p) for p in rng.dirichlet(np.ones(6) * 0.5, size=300)], dtype=float),
+        _rows([250, 0, 0, 0, 0, 0], 5),  # q ~ e^{-gamma*250}: underflows in linear space for gamma >= 3
+        _rows([100, 100, 50, 0, 0, 0], 5),  # tie at the top
+    ])
+    got = laplace_total_log_moments(votes, gamma, orders)
+    want = laplace_log_moments(laplace_log_q(votes, gamma), 2 * gamma, orders).sum(axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-300)
+
+
+def test_ties_at_the_top_count_every_other_class():
+    # Lemma 4 sums over every class but the (one) winner: a tie contributes (2 + 0)/4 = 0.5
+    want = 0.5 + 7.0 / (4 * math.exp(5.0))  # below the 1 - 1/3 cap
+    assert math.exp(laplace_log_q(np.array([[100.0, 100.0, 0.0]]), 0.05)[0]) == pytest.approx(want, rel=1e-12)
+    got = laplace_total_log_moments(np.array([[100.0, 100.0, 0.0]]), 0.05, [1.0], return_details=True)[1]
+    assert math.exp(got[0]) == pytest.approx(want, rel=1e-12)

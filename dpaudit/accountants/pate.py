@@ -192,41 +192,74 @@ _TINY_Q = 1e-280  # below this the linear q may lose digits to underflow: those 
 
 
 def _q_linear(block: np.ndarray, gamma: float) -> np.ndarray:
-    """Lemma 4's q (uncapped) in linear space for one block of rows; in-place temporaries, winner term removed exactly."""
-    rows = np.arange(block.shape[0])
-    win = np.argmax(block, axis=1)
-    x = np.subtract(block[rows, win][:, None], block)
+    """Lemma 4's q (uncapped) in linear space for one block of rows.
+
+    Works on the transposed block (classes x rows, small enough to stay in cache) so every reduction runs over
+    the long axis. The winner's own term is removed exactly: terms with gap 0 (the winner and any class tied
+    with it) are each exactly (2 + 0)/4 = 0.5, so they are dropped from the sum and 0.5 * (ties - 1) is added back.
+    """
+    bt = np.ascontiguousarray(block.T)
+    top = bt.max(axis=0)
+    x = np.subtract(top, bt)
     x *= gamma
+    pos = x > 0.0
     e = np.multiply(x, -1.0)
     np.exp(e, out=e)
-    e[rows, win] = 0.0
+    e *= pos
     x += 2.0
-    q = np.einsum("ij,ij->i", x, e)
+    x *= e
+    q = x.sum(axis=0)
     q *= 0.25
+    q += 0.5 * (bt.shape[0] - np.count_nonzero(pos, axis=0) - 1)
     return q
 
 
 def _moments_sum_linear(q: np.ndarray, eps: float, l: np.ndarray, di: np.ndarray) -> tuple[np.ndarray, int]:
     """Sum over queries of min(di, data-dependent) for q >= 1e-280 and eps*max(l) < 700 (no overflow possible).
 
-    Uses log1p((1-q) expm1(l log r) + q expm1(eps l)), r = (1-q)/(1-e^eps q): the same quantity as Theorem 3's
-    bound, written so that small q keep full relative precision. Returns (sum, number of queries where it applied)."""
+    Theorem 3's bound written as log1p((1-q)(r^l - 1) + q expm1(eps l)), r = (1-q)/(1-e^eps q), so that small q
+    keep full relative precision. For integer orders up to 512, r^l - 1 comes from the recurrence
+    r^{m+1} - 1 = (r^m - 1) r + (r - 1) (all terms positive: no cancellation); otherwise from expm1(l log r).
+    Returns (sum, number of queries where the bound applied)."""
     thr = math.exp(-float(np.logaddexp(0.0, eps)))
     valid = q < thr
     qv = q[valid]
     total = (q.size - qv.size) * di
-    if qv.size:
-        log_r = np.log1p(-qv)
-        log_r -= np.log1p(-math.exp(eps) * qv)
-        a = np.multiply.outer(log_r, l)
-        np.expm1(a, out=a)
-        a *= (1.0 - qv)[:, None]
-        b = np.multiply.outer(qv, np.expm1(eps * l))
-        a += b
-        np.log1p(a, out=a)
-        np.minimum(a, di, out=a)
-        total = total + np.ones(qv.size) @ a
-    return total, int(qv.size)
+    if not qv.size:
+        return total, 0
+    log_r = np.log1p(-qv)
+    log_r -= np.log1p(-math.exp(eps) * qv)
+    omq = 1.0 - qv
+    em = np.expm1(eps * l)
+    out = np.empty(l.size)
+    integer = bool(np.all(l == np.round(l))) and float(l.max()) <= 512
+    tmp = np.empty_like(qv)
+    if integer:
+        d1 = np.expm1(log_r)  # r - 1 >= 0
+        r = d1 + 1.0
+        d = d1.copy()
+        cur = 1
+        for k in np.argsort(l, kind="stable"):
+            target = int(l[k])
+            while cur < target:
+                d *= r
+                d += d1
+                cur += 1
+            np.multiply(omq, d, out=tmp)
+            tmp += qv * em[k]
+            np.log1p(tmp, out=tmp)
+            np.minimum(tmp, di[k], out=tmp)
+            out[k] = tmp.sum()
+    else:
+        for k in range(l.size):
+            np.multiply(log_r, l[k], out=tmp)
+            np.expm1(tmp, out=tmp)
+            tmp *= omq
+            tmp += qv * em[k]
+            np.log1p(tmp, out=tmp)
+            np.minimum(tmp, di[k], out=tmp)
+            out[k] = tmp.sum()
+    return total + out, int(qv.size)
 
 
 def _block_total(block: np.ndarray, gamma: float, eps: float, l: np.ndarray, di: np.ndarray, cap: float,
