@@ -65,6 +65,7 @@ __all__ = [
     "laplace_log_q",
     "laplace_log_moments",
     "laplace_total_log_moments",
+    "data_independent_log_moments",
     "moments_to_epsilon",
     "rdp_laplace_noisy_max",
     "MomentsAccountant",
