@@ -227,22 +227,23 @@ class AttackResult:
 
 @dataclass(frozen=True, slots=True)
 class AttackReport:
-    """What ``run_attack`` returns: the attack on the target beside the blind baseline, and the settings.
+    """What ``run_attack`` returns: the attack on the target beside the blind baseline (``None`` only when
+    explicitly skipped), and the settings.
 
     ``settings`` holds the attack's parameters (plain JSON values: attack, shadows, classifier, seed,
     confidence, delta, ...) so the run can be repeated.
     """
 
     attack: AttackResult
-    blind: AttackResult
+    blind: AttackResult | None
     settings: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": 1, "attack": self.attack.to_dict(), "blind": self.blind.to_dict(),
+        return {"schema": 1, "attack": self.attack.to_dict(), "blind": None if self.blind is None else self.blind.to_dict(),
                 "settings": dict(self.settings), "notes": list(self.notes)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AttackReport":
-        return cls(AttackResult.from_dict(d["attack"]), AttackResult.from_dict(d["blind"]),
+        return cls(AttackResult.from_dict(d["attack"]), None if d.get("blind") is None else AttackResult.from_dict(d["blind"]),
                    dict(d.get("settings", {})), tuple(d.get("notes", ())))
