@@ -41,9 +41,12 @@ def test_threshold_scores_orientation_and_values():
 
 
 def test_logit_confidence_is_stable_near_one():
-    # p_y = 1 - 1e-15: the naive log(p / (1 - p)) loses every digit; summing the other classes keeps them.
-    p = np.array([[1 - 1e-15, 5e-16, 5e-16]])
-    assert logit_confidence(p, np.array([0]))[0] == pytest.approx(np.log(1 - 1e-15) - np.log(1e-15), rel=1e-12)
+    # p_y = 1 - 1e-10: the naive log(p / (1 - p)) keeps ~6 digits of 1 - p; summing the other classes keeps all.
+    p = np.array([[1 - 1e-10, 5e-11, 5e-11]])
+    assert logit_confidence(p, np.array([0]))[0] == pytest.approx(np.log(1 - 1e-10) - np.log(1e-10), rel=1e-13)
+    # exact 0 / 1 probabilities (trees) are floored at 1e-12: phi = +-log(1e12)
+    assert logit_confidence(np.array([[1.0, 0.0]]), np.array([0]))[0] == pytest.approx(np.log(1e12))
+    assert logit_confidence(np.array([[1.0, 0.0]]), np.array([1]))[0] == pytest.approx(-np.log(1e12))
     p = np.array([[0.2, 0.3, 0.5]])
     assert logit_confidence(p, np.array([2]))[0] == pytest.approx(0.0)
 
