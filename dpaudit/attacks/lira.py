@@ -31,7 +31,7 @@ from scipy.special import log_ndtr
 from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
 from dpaudit.attacks.shadow import train_shadow_models
 from dpaudit.attacks.threshold import _check_proba
-from dpaudit.errors import DataError, check_bool, check_int, check_probability
+from dpaudit.errors import DataError, ParameterError, check_bool, check_int, check_probability
 
 __all__ = ["logit_confidence", "lira_scores", "lira_inclusion", "lira_attack"]
 
@@ -145,8 +145,9 @@ def lira_attack(target: Model, X_eval, y_eval, X_pool, y_pool, *, num_shadows: i
     shadows), so every evaluation record has IN and OUT shadows. Offline: the shadows draw only from the pool (each
     pool record IN for half the shadows) and the evaluation records are OUT for all of them.
     Each shadow's training set has about half the records it draws from, or about ``train_size`` records when
-    given (each record is then IN for a fraction ``train_size / records drawn from`` of the shadows): shadows
-    should match the target's training-set size, since the size changes how much a model memorises.
+    given (each record is then IN for a fraction ``train_size / records drawn from`` of the shadows; online, at
+    least 2 and at most K - 2 of them, so IN and OUT variances exist): shadows should match the target's
+    training-set size, since the size changes how much a model memorises.
     """
     owner = "lira_attack"
     K = check_int(num_shadows, "num_shadows", owner, low=2)
@@ -159,6 +160,11 @@ def lira_attack(target: Model, X_eval, y_eval, X_pool, y_pool, *, num_shadows: i
         X_all, y_all = X_pool, y_pool
     frac = 0.5 if train_size is None else \
         min(check_int(train_size, "train_size", owner, low=1) / len(X_all), 1.0 - 1e-9)
+    if online:
+        if K < 4:
+            raise ParameterError(f"The 'num_shadows' parameter of {owner} must be an int >= 4 for the online attack "
+                                 f"(two IN and two OUT shadows per record). Got {K} instead.")
+        frac = min(max(frac, 2.0 / K), 1.0 - 2.0 / K)      # >= 2 IN and >= 2 OUT shadows per record
     inc = lira_inclusion(len(X_all), K, seed=seed, fraction=frac)
     datasets = [(X_all[inc[:, k]], y_all[inc[:, k]]) for k in range(K)]
     models = train_shadow_models(datasets, train_fn=train_fn, batch_train_fn=batch_train_fn, seed=seed + 1)

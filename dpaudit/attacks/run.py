@@ -57,7 +57,8 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
     attack : "shadow", "threshold" or "lira"
     train_fn, batch_train_fn : the target's recipe for shadow models (see :mod:`dpaudit.attacks.protocols`).
     train_size : int, optional
-        Shadow training-set size for ``shadow``; default: the number of members.
+        Shadow training-set size (``shadow``, ``lira``); default: the number of members (the target's
+        training-set size).
     num_shadows : int
         Shadow models (``shadow``: N of Shokri et al.; ``lira``: K of Carlini et al.).
     classifier : str or estimator
@@ -111,8 +112,8 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
             raise DataError(f"The '{attack}' attack needs the attacker's pool (X_pool, y_pool) for shadow models.")
         settings.update(num_shadows=int(num_shadows), pool_size=int(len(X_pool)),
                         recipe="batch_train_fn" if batch_train_fn is not None else "train_fn")
+    size = len(Xm) if train_size is None else check_int(train_size, "train_size", owner, low=1)
     if attack == "shadow":
-        size = len(Xm) if train_size is None else check_int(train_size, "train_size", owner, low=1)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             scores = shadow_attack(target, X_eval, y_eval, X_pool, y_pool, train_size=size, num_shadows=num_shadows,
@@ -134,8 +135,9 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
         K = check_int(num_shadows, "num_shadows", owner, low=2)
         fixed = K < 64
         scores = lira_attack(target, X_eval, y_eval, X_pool, y_pool, num_shadows=K, train_fn=train_fn,
-                             batch_train_fn=batch_train_fn, online=online, fixed_variance=fixed, seed=seed)
-        settings.update(online=online, fixed_variance=fixed)
+                             batch_train_fn=batch_train_fn, online=online, fixed_variance=fixed,
+                             train_size=min(size, len(X_pool) + (len(X_eval) if online else 0) - 1), seed=seed)
+        settings.update(online=online, fixed_variance=fixed, train_size=int(size))
         threshold, desc = "held_out", (f"LiRA (Carlini et al. 2022), {'online' if online else 'offline'}, "
                                        f"{K} shadows, {'fixed' if fixed else 'per-record'} variance.")
     result = _result(attack, desc, scores[:n], scores[n:], threshold=threshold, confidence=conf, delta=d,
