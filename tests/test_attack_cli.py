@@ -67,3 +67,30 @@ def test_attack_cli_errors(release, tmp_path, capsys):
     code, _, err = _run(["attack", str(release), "--attack", "threshold", "--confidence", "1.5",
                          "--out", str(tmp_path / "x")], capsys)
     assert code == 2 and "'confidence' parameter of run_attack" in err and "Traceback" not in err
+
+
+@pytest.mark.slow   # ~50 s on 2 shared cores: trains the target and 4 ensemble shadows
+def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, capsys):
+    # a torch MLP release: shadow models come from Release.train_many (the ensemble trainer)
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.release import write_release
+
+    ds = load_dataset("digits", seed=0)
+    perm = np.random.default_rng(1).permutation(len(ds))
+    mem, non, att = perm[:150], perm[150:300], perm[300:600]
+    spec = ModelSpec("mlp", ds.input_shape, ds.num_classes, {"hidden": [64]})
+    config = TrainConfig(epochs=30, batch_size=32, lr=3e-3)
+    clf = fit_classifier(spec, ds.X[mem], ds.y[mem], config, 0)
+    rel = tmp_path / "mlp"
+    write_release(rel, method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None}, params={},
+                  seed=0, utility={}, classifier=clf, train_config=config, ledger=None, statement=None,
+                  claim={"epsilon": float("inf"), "delta": 0.0, "granularity": "record", "text": "no DP"},
+                  membership={"members": mem, "nonmembers": non, "attacker": att})
+    code, stdout, err = _run(["attack", str(rel), "--attack", "lira", "--shadows", "4", "--classifier", "logreg",
+                              "--bootstrap", "20", "--out", str(tmp_path / "l")], capsys)
+    assert code == 0, err
+    rep = AttackReport.from_dict(json.loads((tmp_path / "l" / "attack.json").read_text()))
+    assert rep.settings["recipe"] == "batch_train_fn" and rep.settings["online"] is True
+    assert rep.attack.metrics.auc > 0.55          # an overfit MLP on 150 records leaks
