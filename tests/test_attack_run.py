@@ -86,5 +86,7 @@ def test_errors(setting):
         run_attack(target, X[mem], y[mem], X[non], y[non], attack="shadow", train_fn=forest_fn)
     with pytest.raises(DataError):
         run_attack(target, X[mem], y[mem][:-1], X[non], y[non], attack="threshold")
+    with pytest.raises(ParameterError, match="'target' parameter of run_attack"):
+        run_attack(object(), X[mem], y[mem], X[non], y[non], attack="threshold")
     with pytest.raises(ParameterError, match="'confidence' parameter"):
         run_attack(*_args(setting), attack="threshold", confidence=2)

@@ -16,7 +16,7 @@ from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
 from dpaudit.attacks.results import AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS, shadow_attack
 from dpaudit.attacks.threshold import THRESHOLD_KINDS, threshold_scores
-from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
 __all__ = ["ATTACKS", "run_attack"]
 
@@ -88,6 +88,9 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
     """
     owner = "run_attack"
     check_choice(attack, "attack", owner, ATTACKS)
+    if not callable(getattr(target, "predict_proba", None)):
+        raise ParameterError(f"The 'target' parameter of {owner} must have predict_proba(X) -> (n, C). "
+                             f"Got {type(target).__name__} instead.")
     seed = check_int(seed, "seed", owner, low=0)
     conf = check_probability(confidence, "confidence", owner)
     d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
