@@ -1,0 +1,108 @@
+"""Benchmark of the attack layer.
+
+1. Shadow training: 16 shadow models of the target's recipe (an MLP on digits) trained at once through the
+   release's BatchTrainFn (the torch.func ensemble trainer) vs one at a time through its TrainFn; ratio.
+2. LiRA scoring: 1e5 examples x 64 shadow models (online / offline, fixed / per-record variance), in seconds;
+   the issue's target is < 2 s on a 2-core CPU.
+
+Both timings are taken in the same process, so the ratio is meaningful on a shared, noisy machine.
+Usage: python bench/bench_attacks.py [--out runs/bench/attacks.json] [--shadows 16] [--epochs 10] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dpaudit._io import write_json  # noqa: E402
+from dpaudit.attacks.lira import lira_inclusion, lira_scores  # noqa: E402
+
+
+def _best_of(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_shadow_training(num_shadows: int, epochs: int, train_size: int) -> dict:
+    """Release-style recipe: the same code paths as Release.train_fn / Release.train_many."""
+    import torch
+
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.ensemble import TrainConfig, train_ensemble
+    from dpaudit.training.models import ModelSpec, fit_classifier
+
+    ds = load_dataset("digits", seed=0)
+    spec = ModelSpec("mlp", ds.input_shape, ds.num_classes, {"hidden": [128, 64]})
+    config = TrainConfig(epochs=epochs, batch_size=64, lr=1e-3)
+    rng = np.random.default_rng(0)
+    datasets = [(ds.X[idx], ds.y[idx]) for idx in (rng.choice(len(ds), train_size, replace=False)
+                                                   for _ in range(num_shadows))]
+    t0 = time.perf_counter()
+    ens = train_ensemble(spec, datasets, config, seed=0, progress=False)
+    batched = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    singles = [fit_classifier(spec, X, y, config, seed=j) for j, (X, y) in enumerate(datasets)]
+    sequential = time.perf_counter() - t0
+    acc_b = float(np.mean([(m.predict_proba(ds.X).argmax(1) == ds.y).mean() for m in ens.members()]))
+    acc_s = float(np.mean([(m.predict_proba(ds.X).argmax(1) == ds.y).mean() for m in singles]))
+    return {"num_shadows": num_shadows, "epochs": epochs, "train_size": train_size, "model": "mlp [128, 64] on digits",
+            "batched_s": batched, "sequential_s": sequential, "speedup": sequential / batched,
+            "mean_accuracy_batched": acc_b, "mean_accuracy_sequential": acc_s, "torch_threads": torch.get_num_threads()}
+
+
+def bench_lira(n: int, K: int, repeats: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    mask = lira_inclusion(n, K, seed=0)
+    phi = rng.normal(0, 1, (n, K)) + 1.5 * mask
+    target = rng.normal(0.5, 1.2, n)
+    rows = []
+    for online in (True, False):
+        for fixed in (True, False):
+            secs = _best_of(lambda: lira_scores(target, phi, mask, online=online, fixed_variance=fixed), repeats)
+            rows.append({"examples": n, "shadows": K, "online": online, "fixed_variance": fixed, "seconds": secs})
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/attacks.json"))
+    ap.add_argument("--shadows", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--train-size", type=int, default=300)
+    ap.add_argument("--examples", type=int, default=100_000)
+    ap.add_argument("--lira-shadows", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-training", action="store_true", help="Only the LiRA scoring part.")
+    args = ap.parse_args(argv)
+
+    result: dict = {"machine": platform.platform(), "python": platform.python_version()}
+    result["lira"] = bench_lira(args.examples, args.lira_shadows, args.repeats)
+    print(f"LiRA scoring, {args.examples} examples x {args.lira_shadows} shadows (best of {args.repeats}):")
+    print(f"  {'mode':<8} {'variance':<10} {'seconds':>8}")
+    for r in result["lira"]:
+        print(f"  {'online' if r['online'] else 'offline':<8} {'fixed' if r['fixed_variance'] else 'per-rec':<10} "
+              f"{r['seconds']:>8.3f}")
+    if not args.skip_training:
+        s = bench_shadow_training(args.shadows, args.epochs, args.train_size)
+        result["shadow_training"] = s
+        print(f"Shadow training, {s['num_shadows']} x {s['model']}, {s['epochs']} epochs, {s['train_size']} records:")
+        print(f"  ensemble (BatchTrainFn) {s['batched_s']:.2f} s   one at a time (TrainFn) {s['sequential_s']:.2f} s"
+              f"   speedup x{s['speedup']:.2f}   (accuracy {s['mean_accuracy_batched']:.3f} vs "
+              f"{s['mean_accuracy_sequential']:.3f}, torch threads {s['torch_threads']})")
+    write_json(args.out, result)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

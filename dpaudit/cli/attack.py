@@ -1,0 +1,88 @@
+"""``dpaudit attack RELEASE``: attack a release bundle and print / write what leaks.
+
+Loads the release (never unpickling), hands its model, member / non-member / attacker records and training
+recipe to :func:`dpaudit.attacks.run_attack`, prints a table and writes ``attack.json`` (and ``roc.png``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dpaudit._io import atomic_path, write_json
+from dpaudit.attacks import ATTACKS, AttackReport, AttackResult, run_attack
+from dpaudit.attacks.shadow import CLASSIFIERS
+from dpaudit.attacks.threshold import THRESHOLD_KINDS
+
+
+def _row(r: AttackResult) -> list[str]:
+    m, b = r.metrics, r.bound
+    auc_iv = m.intervals.get("auc")
+    auc = f"{m.auc:.3f}" + (f" [{auc_iv.low:.3f}, {auc_iv.high:.3f}]" if auc_iv else "")
+    tprs = " / ".join(f"{t:.3f}" for _, t in m.tpr_at_fpr)
+    return [r.name, auc, tprs, f"{m.accuracy:.3f}", f"{m.macro_precision:.3f}", f"{m.macro_recall:.3f}",
+            f"{m.macro_f1:.3f}", f"{b.epsilon:.3f}"]
+
+
+def render(report: AttackReport) -> str:
+    """The table ``dpaudit attack`` prints."""
+    m, b = report.attack.metrics, report.attack.bound
+    fprs = "/".join(f"{f:g}" for f, _ in m.tpr_at_fpr)
+    head = ["attack", "AUC [CI]", f"TPR@FPR {fprs}", "acc", "prec", "rec", "F1", "eps >="]
+    rows = [_row(report.attack)] + ([_row(report.blind)] if report.blind is not None else [])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    out = [report.attack.description, line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    out.append(f"members / non-members evaluated: {m.num_members} / {m.num_nonmembers} (balanced); "
+               f"precision/recall/F1 are macro averages at threshold {m.threshold:.4g} ({m.threshold_rule}).")
+    out.append(f"empirical epsilon lower bound: {b.epsilon:.3f} at confidence {b.confidence:g}, delta {b.delta:g} "
+               f"(Clopper-Pearson, threshold chosen on a disjoint half: FPR {b.fpr:.3f}, FNR {b.fnr:.3f}).")
+    out.extend(f"note: {n}" for n in report.notes)
+    return "\n".join(out)
+
+
+@click.command("attack")
+@click.argument("release", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--attack", "attack", type=click.Choice(ATTACKS), default="shadow", show_default=True)
+@click.option("--shadows", type=int, default=16, show_default=True, help="Number of shadow models.")
+@click.option("--classifier", type=click.Choice(CLASSIFIERS), default="catboost", show_default=True,
+              help="Attack classifier (shadow attack and blind baseline).")
+@click.option("--global-model", is_flag=True, help="Shadow attack: one global attack model instead of one per class.")
+@click.option("--threshold-kind", type=click.Choice(THRESHOLD_KINDS), default="loss", show_default=True)
+@click.option("--offline", is_flag=True, help="LiRA: the offline variant (OUT shadows only).")
+@click.option("--confidence", type=float, default=0.95, show_default=True,
+              help="Confidence of the epsilon lower bound and the bootstrap intervals.")
+@click.option("--delta", type=float, default=None,
+              help="delta of the epsilon lower bound (default: the release's claimed delta, else 0).")
+@click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap replicates.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output directory (default: RELEASE/attack).")
+def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
+            offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None) -> None:
+    """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
+    epsilon lower bound and the blind baseline; write attack.json."""
+    from dpaudit.training.release import load_release
+
+    rel = load_release(release)
+    ds = rel.dataset()
+    mem = rel.membership
+    if delta is None:
+        delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
+    needs_shadows = attack in ("shadow", "lira")
+    report = run_attack(
+        rel.model, ds.X[mem["members"]], ds.y[mem["members"]], ds.X[mem["nonmembers"]], ds.y[mem["nonmembers"]],
+        ds.X[mem["attacker"]], ds.y[mem["attacker"]], attack=attack,
+        train_fn=rel.train_fn() if needs_shadows else None,
+        batch_train_fn=rel.train_many() if needs_shadows else None,
+        num_shadows=shadows, classifier=classifier, per_class=not global_model, threshold_kind=threshold_kind,
+        lira_online=not offline, confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed)
+    out = Path(release) / "attack" if out is None else out
+    path = write_json(out / "attack.json", {"release": str(release), **report.to_dict()})
+    from dpaudit.attacks.plots import roc_figure
+    fig = roc_figure([r for r in (report.attack, report.blind) if r is not None])
+    with atomic_path(out / "roc.png", suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    click.echo(render(report))
+    click.echo(f"wrote {path}")

@@ -1,0 +1,96 @@
+"""``dpaudit attack`` on a real (small) release bundle: table, attack.json round trip, roc.png, seeds, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dpaudit.attacks import AttackReport
+from dpaudit.cli import main
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.release import write_release
+
+    ds = load_dataset("digits", seed=0)
+    perm = np.random.default_rng(0).permutation(len(ds))
+    mem, non, att = perm[:300], perm[300:600], perm[600:1200]
+    spec = ModelSpec("random_forest", ds.input_shape, ds.num_classes, {"n_estimators": 20})
+    clf = fit_classifier(spec, ds.X[mem], ds.y[mem], None, 0)
+    out = tmp_path_factory.mktemp("rel") / "forest"
+    write_release(out, method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None}, params={},
+                  seed=0, utility={}, classifier=clf, train_config=None, ledger=None, statement=None,
+                  claim={"epsilon": float("inf"), "delta": 1e-5, "granularity": "record", "text": "no DP"},
+                  membership={"members": mem, "nonmembers": non, "attacker": att})
+    return out
+
+
+def _run(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    cap = capsys.readouterr()
+    return exc.value.code, cap.out, cap.err
+
+
+def test_attack_cli_threshold_writes_report(release, tmp_path, capsys):
+    out = tmp_path / "a"
+    code, stdout, err = _run([ "attack", str(release), "--attack", "threshold", "--classifier", "logreg",
+                              "--bootstrap", "50", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert "AUC" in stdout and "blind" in stdout and "eps >=" in stdout and "delta 1e-05" in stdout
+    report = AttackReport.from_dict(json.loads((out / "attack.json").read_text()))
+    assert report.attack.metrics.auc > 0.7 and report.attack.bound.delta == 1e-5
+    assert report.blind is not None and (out / "roc.png").stat().st_size > 1000
+    # same seed, same numbers
+    code, _, _ = _run(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
+                       "--bootstrap", "50", "--out", str(tmp_path / "b")], capsys)
+    again = json.loads((tmp_path / "b" / "attack.json").read_text())
+    assert again["attack"] == json.loads((out / "attack.json").read_text())["attack"]
+
+
+def test_attack_cli_shadow(release, tmp_path, capsys):
+    code, stdout, err = _run(["attack", str(release), "--attack", "shadow", "--shadows", "2", "--classifier",
+                              "logreg", "--bootstrap", "20", "--out", str(tmp_path / "s")], capsys)
+    assert code == 0, err
+    rep = json.loads((tmp_path / "s" / "attack.json").read_text())
+    assert rep["attack"]["metrics"]["auc"] > 0.65 and rep["settings"]["num_shadows"] == 2
+
+
+def test_attack_cli_errors(release, tmp_path, capsys):
+    code, _, err = _run(["attack", str(tmp_path / "missing"), "--attack", "threshold"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "not found" in err
+    code, _, err = _run(["attack", str(release), "--attack", "threshold", "--confidence", "1.5",
+                         "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and "'confidence' parameter of run_attack" in err and "Traceback" not in err
+
+
+@pytest.mark.slow   # ~50 s on 2 shared cores: trains the target and 4 ensemble shadows
+def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, capsys):
+    # a torch MLP release: shadow models come from Release.train_many (the ensemble trainer)
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.release import write_release
+
+    ds = load_dataset("digits", seed=0)
+    perm = np.random.default_rng(1).permutation(len(ds))
+    mem, non, att = perm[:150], perm[150:300], perm[300:600]
+    spec = ModelSpec("mlp", ds.input_shape, ds.num_classes, {"hidden": [64]})
+    config = TrainConfig(epochs=30, batch_size=32, lr=3e-3)
+    clf = fit_classifier(spec, ds.X[mem], ds.y[mem], config, 0)
+    rel = tmp_path / "mlp"
+    write_release(rel, method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None}, params={},
+                  seed=0, utility={}, classifier=clf, train_config=config, ledger=None, statement=None,
+                  claim={"epsilon": float("inf"), "delta": 0.0, "granularity": "record", "text": "no DP"},
+                  membership={"members": mem, "nonmembers": non, "attacker": att})
+    code, stdout, err = _run(["attack", str(rel), "--attack", "lira", "--shadows", "4", "--classifier", "logreg",
+                              "--bootstrap", "20", "--out", str(tmp_path / "l")], capsys)
+    assert code == 0, err
+    rep = AttackReport.from_dict(json.loads((tmp_path / "l" / "attack.json").read_text()))
+    assert rep.settings["recipe"] == "batch_train_fn" and rep.settings["online"] is True
+    assert rep.attack.metrics.auc > 0.55          # an overfit MLP on 150 records leaks
