@@ -1,0 +1,259 @@
+"""Empirical lower bounds on epsilon from membership tests.
+
+Hypothesis-testing bound (Kairouz, Oh, Viswanath 2015, Thm 2.1; used for auditing by Jagielski, Ullman,
+Oprea 2020 and Nasr et al. 2021): if a mechanism is (eps, delta)-DP, every test of "record in" vs "record
+out" with false-positive rate FPR and false-negative rate FNR satisfies
+
+    FPR + e^eps FNR >= 1 - delta   and   FNR + e^eps FPR >= 1 - delta,
+
+hence eps >= max(log((1 - delta - FNR) / FPR), log((1 - delta - FPR) / FNR)). With upper confidence limits
+FPR_hi, FNR_hi that hold jointly with probability >= 1 - alpha, the same expression with the limits in place of
+the rates is a lower bound on eps with confidence 1 - alpha. Limits are one-sided Clopper-Pearson (exact
+binomial), each at level alpha / 2 (union bound over the two rates), and with Bonferroni also over thresholds.
+
+Honest threshold choice: ``selection="split"`` picks the threshold on one half of the members and one half of
+the non-members and evaluates it on the other halves; ``selection="bonferroni"`` takes a fixed list of
+thresholds given in advance and splits alpha over them. The best threshold is never chosen on the data the bound
+is reported on.
+
+What the Clopper-Pearson bound assumes: each member / non-member trial is an independent Bernoulli outcome —
+true when every trial comes from its own run of the mechanism (mechanism tests, one model per trial). On a single
+trained model the records' outcomes are coupled through the model; then the bound is an estimate, and the
+one-run audit below (which needs independent inclusion of each canary with probability 1/2) is the rigorous one.
+
+One-run audit (Steinke, Nasr, Jagielski 2023, "Privacy auditing with one (1) training run", Theorem 3):
+m canaries, canary i included iff S_i = +1 with S uniform on {-1, +1}^m; the auditor guesses T_i in {-1, 0, +1}
+with at most r non-zero guesses. If the mechanism is (eps, delta)-DP, the number W of correct guesses satisfies,
+for every v,
+
+    P[W >= v] <= f(v) + 2 m delta * max_{i = 1..v} (f(v - i) - f(v)) / i,
+    f(u) := P[Binomial(r, e^eps / (1 + e^eps)) >= u].
+
+The bound at confidence 1 - beta is the largest eps this inequality rejects at level beta for the observed v.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+from dpaudit.attacks.results import EpsilonBound, OneRunBound
+from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+
+__all__ = [
+    "clopper_pearson",
+    "clopper_pearson_upper",
+    "epsilon_from_rates",
+    "epsilon_lower_bound",
+    "one_run_p_value",
+    "one_run_epsilon",
+    "one_run_guesses",
+    "one_run_audit",
+]
+
+
+def clopper_pearson_upper(k, n, alpha):
+    """One-sided upper limit p_hi with P[p <= p_hi] >= 1 - alpha for k successes in n trials (vectorised).
+
+    p_hi = Beta.ppf(1 - alpha; k + 1, n - k), and 1 when k == n (Clopper & Pearson 1934).
+    """
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    alpha = np.asarray(alpha, dtype=float)
+    with np.errstate(invalid="ignore"):
+        hi = stats.beta.ppf(1.0 - alpha, k + 1.0, np.maximum(n - k, 1e-300))
+    return np.where(k >= n, 1.0, hi)
+
+
+def clopper_pearson(k, n, confidence: float = 0.95):
+    """Two-sided exact binomial interval (low, high) at level ``confidence`` (vectorised over k, n)."""
+    conf = check_probability(confidence, "confidence", "clopper_pearson")
+    a = (1.0 - conf) / 2.0
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):
+        lo = np.where(k <= 0, 0.0, stats.beta.ppf(a, np.maximum(k, 1e-300), n - k + 1.0))
+    return lo, clopper_pearson_upper(k, n, a)
+
+
+def epsilon_from_rates(fpr, fnr, delta: float = 0.0):
+    """max(0, log((1 - delta - fnr) / fpr), log((1 - delta - fpr) / fnr)), vectorised; 0 where neither applies."""
+    fpr = np.asarray(fpr, dtype=float)
+    fnr = np.asarray(fnr, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.log(np.maximum(1.0 - delta - fnr, 0.0)) - np.log(fpr)
+        b = np.log(np.maximum(1.0 - delta - fpr, 0.0)) - np.log(fnr)
+    out = np.maximum(np.nan_to_num(a, nan=-np.inf), np.nan_to_num(b, nan=-np.inf))
+    return np.maximum(out, 0.0)
+
+
+def _counts(pos_sorted: np.ndarray, neg_sorted: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(false negatives, false positives) of "member iff score >= t" for each t."""
+    fn = np.searchsorted(pos_sorted, thr, side="left")               # members below t
+    fp = neg_sorted.size - np.searchsorted(neg_sorted, thr, side="left")
+    return fn, fp
+
+
+def _bound_at(pos: np.ndarray, neg: np.ndarray, thr: np.ndarray, alpha_each: float, delta: float):
+    pos, neg = np.sort(pos), np.sort(neg)
+    fn, fp = _counts(pos, neg, thr)
+    fnr_hi = clopper_pearson_upper(fn, pos.size, alpha_each)
+    fpr_hi = clopper_pearson_upper(fp, neg.size, alpha_each)
+    return epsilon_from_rates(fpr_hi, fnr_hi, delta), fn / pos.size, fp / neg.size, fnr_hi, fpr_hi
+
+
+def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, confidence: float = 0.95,
+                        selection: str = "split", thresholds: Sequence[float] | None = None,
+                        seed: int = 0) -> EpsilonBound:
+    """Lower bound on epsilon, valid with probability >= ``confidence``, from member / non-member scores.
+
+    Parameters
+    ----------
+    member_scores, nonmember_scores : array_like, shape (n_1,), (n_0,)
+        Scores (larger = more likely member) of independent "in" and "out" trials.
+    delta : float in [0, 1)
+        The delta of the (eps, delta) guarantee being tested.
+    confidence : float in (0, 1)
+        Probability (over the trials) that the returned bound is <= the true epsilon.
+    selection : "split" or "bonferroni"
+        ``"split"``: members and non-members are halved (seeded); the threshold maximising the bound on the
+        first halves (candidates: every distinct score there, or ``thresholds`` when given) is evaluated on the
+        second halves with limits at level (1 - confidence) / 2 each. ``"bonferroni"``: ``thresholds`` (fixed
+        before seeing the data) are all evaluated on all the data with limits at level
+        (1 - confidence) / (2 len(thresholds)) each, and the largest bound is returned.
+    thresholds : sequence of float, optional
+        Candidate thresholds; required for ``"bonferroni"``.
+    seed : int >= 0
+        Seeds the split.
+    """
+    owner = "epsilon_lower_bound"
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    conf = check_probability(confidence, "confidence", owner)
+    check_choice(selection, "selection", owner, ("split", "bonferroni"))
+    rng = np.random.default_rng(check_int(seed, "seed", owner, low=0))
+    pos = np.asarray(member_scores, dtype=float).ravel()
+    neg = np.asarray(nonmember_scores, dtype=float).ravel()
+    if pos.size == 0 or neg.size == 0 or not (np.all(np.isfinite(pos)) and np.all(np.isfinite(neg))):
+        raise DataError(f"{owner} needs non-empty, finite member and non-member scores.")
+    alpha = 1.0 - conf
+    if thresholds is not None:
+        thr = np.asarray(thresholds, dtype=float).ravel()
+        if thr.size == 0 or np.any(np.isnan(thr)):
+            raise ParameterError(f"The 'thresholds' parameter of {owner} must be a non-empty list of numbers. "
+                                 f"Got {list(thr)} instead.")
+    else:
+        thr = None
+
+    if selection == "bonferroni":
+        if thr is None:
+            raise ParameterError(f"The 'thresholds' parameter of {owner} must be given (fixed in advance) "
+                                 "when selection='bonferroni'. Got None instead.")
+        eps, fnr, fpr, fnr_hi, fpr_hi = _bound_at(pos, neg, thr, alpha / (2 * thr.size), d)
+        i = int(np.argmax(eps))
+        return EpsilonBound(float(eps[i]), d, conf, float(thr[i]), float(fpr[i]), float(fnr[i]), float(fpr_hi[i]),
+                            float(fnr_hi[i]), "bonferroni", int(thr.size), int(pos.size), int(neg.size))
+
+    if pos.size < 2 or neg.size < 2:
+        raise DataError(f"{owner} with selection='split' needs at least 2 members and 2 non-members.")
+    p_perm, n_perm = rng.permutation(pos.size), rng.permutation(neg.size)
+    ps, pe = pos[p_perm[: pos.size // 2]], pos[p_perm[pos.size // 2:]]
+    ns, ne = neg[n_perm[: neg.size // 2]], neg[n_perm[neg.size // 2:]]
+    cand = np.unique(np.concatenate([ps, ns])) if thr is None else thr
+    sel_eps = _bound_at(ps, ns, cand, alpha / 2, d)[0]
+    t = float(cand[int(np.argmax(sel_eps))])
+    eps, fnr, fpr, fnr_hi, fpr_hi = _bound_at(pe, ne, np.array([t]), alpha / 2, d)
+    return EpsilonBound(float(eps[0]), d, conf, t, float(fpr[0]), float(fnr[0]), float(fpr_hi[0]), float(fnr_hi[0]),
+                        "split", int(cand.size), int(pe.size), int(ne.size))
+
+
+def one_run_p_value(num_canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
+    """Upper bound on P[W >= correct] for an (epsilon, delta)-DP mechanism (Steinke et al. 2023, Theorem 3).
+
+    ``f(v) + 2 m delta max_{i=1..v} (f(v-i) - f(v)) / i`` with ``f(u) = P[Binomial(r, e^eps/(1+e^eps)) >= u]``,
+    capped at 1. Vectorised over i.
+    """
+    owner = "one_run_p_value"
+    m = check_int(num_canaries, "num_canaries", owner, low=1)
+    r = check_int(guesses, "guesses", owner, low=0, high=m)
+    v = check_int(correct, "correct", owner, low=0, high=r)
+    eps = check_float(epsilon, "epsilon", owner, low=0.0)
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0)
+    if v == 0:
+        return 1.0
+    q = 1.0 / (1.0 + np.exp(-eps))
+    fv = float(stats.binom.sf(v - 1, r, q))
+    if d == 0.0:
+        return min(1.0, fv)
+    # f(v - i) - f(v) = P[v - i <= B <= v - 1] for i = 1..v: cumulative sums of the pmf from v-1 downwards
+    pmf = stats.binom.pmf(np.arange(v - 1, -1, -1), r, q)          # P[B = v-1], P[B = v-2], ..., P[B = 0]
+    diffs = np.cumsum(pmf) / np.arange(1, v + 1)
+    return float(min(1.0, fv + 2.0 * m * d * diffs.max()))
+
+
+def one_run_epsilon(num_canaries: int, guesses: int, correct: int, *, delta: float = 0.0,
+                    confidence: float = 0.95, tol: float = 1e-6) -> float:
+    """Largest epsilon rejected at level 1 - confidence by :func:`one_run_p_value` (bisection; the p-value is
+    non-decreasing in epsilon). Returns 0 when even epsilon = 0 is not rejected."""
+    owner = "one_run_epsilon"
+    conf = check_probability(confidence, "confidence", owner)
+    beta = 1.0 - conf
+    p = lambda e: one_run_p_value(num_canaries, guesses, correct, e, delta)  # noqa: E731
+    if p(0.0) > beta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while p(hi) <= beta and hi < 200.0:
+        lo, hi = hi, hi * 2.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2.0
+        if p(mid) <= beta:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def one_run_guesses(scores, *, k_plus: int, k_minus: int) -> np.ndarray:
+    """Guesses in {-1, 0, +1}: +1 for the ``k_plus`` highest scores, -1 for the ``k_minus`` lowest, 0 (abstain)
+    elsewhere. Ties are broken by a stable sort (index order)."""
+    owner = "one_run_guesses"
+    s = np.asarray(scores, dtype=float).ravel()
+    m = s.size
+    kp = check_int(k_plus, "k_plus", owner, low=0, high=m)
+    km = check_int(k_minus, "k_minus", owner, low=0, high=m - kp)
+    order = np.argsort(s, kind="stable")
+    g = np.zeros(m, dtype=np.int64)
+    if km:
+        g[order[:km]] = -1
+    if kp:
+        g[order[m - kp:]] = 1
+    return g
+
+
+def one_run_audit(scores, included, *, k_plus: int, k_minus: int, delta: float = 0.0,
+                  confidence: float = 0.95) -> OneRunBound:
+    """One-run audit (Steinke, Nasr, Jagielski 2023) of ``m`` canaries.
+
+    Parameters
+    ----------
+    scores : array_like, shape (m,)
+        Membership scores of the canaries (larger = more likely included).
+    included : array_like of bool, shape (m,)
+        Ground truth; must come from independent fair coin flips for the theorem to apply.
+    k_plus, k_minus : int
+        Number of "included" / "excluded" guesses, fixed before looking at the scores' labels.
+    """
+    owner = "one_run_audit"
+    inc = np.asarray(included).ravel()
+    s = np.asarray(scores, dtype=float).ravel()
+    if inc.shape != s.shape or s.size == 0:
+        raise DataError(f"{owner}: 'scores' and 'included' must be non-empty and of the same length "
+                        f"(got {s.size} and {inc.size}).")
+    g = one_run_guesses(s, k_plus=k_plus, k_minus=k_minus)
+    truth = np.where(inc.astype(bool), 1, -1)
+    correct = int(np.sum(g * truth > 0))
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0)
+    conf = check_probability(confidence, "confidence", owner)
+    eps = one_run_epsilon(s.size, int(k_plus) + int(k_minus), correct, delta=d, confidence=conf)
+    return OneRunBound(eps, d, conf, int(s.size), int(k_plus), int(k_minus), correct)

@@ -1,0 +1,249 @@
+"""Typed results of the attack layer: frozen dataclasses with ``to_dict`` / ``from_dict`` JSON round trips.
+
+Infinite numbers are written as the strings ``"inf"`` / ``"-inf"`` so strict JSON readers accept them.
+Arrays (ROC curves) are written as lists of floats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = [
+    "Interval",
+    "RocCurve",
+    "AttackMetrics",
+    "EpsilonBound",
+    "OneRunBound",
+    "AttackResult",
+    "AttackReport",
+]
+
+
+def _num(x: float | None) -> Any:
+    if x is None:
+        return None
+    x = float(x)
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if math.isnan(x):
+        return "nan"
+    return x
+
+
+def _unnum(x: Any) -> Any:
+    if isinstance(x, str) and x in ("inf", "-inf", "nan"):
+        return float(x)
+    return x
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A two-sided confidence interval ``[low, high]`` for ``estimate`` at level ``confidence``."""
+
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"estimate": _num(self.estimate), "low": _num(self.low), "high": _num(self.high),
+                "confidence": self.confidence}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Interval":
+        return cls(_unnum(d["estimate"]), _unnum(d["low"]), _unnum(d["high"]), d["confidence"])
+
+
+@dataclass(frozen=True, eq=False)
+class RocCurve:
+    """Empirical ROC of the rule "member iff score >= threshold".
+
+    ``fpr[i]``, ``tpr[i]`` are the rates at ``thresholds[i]``; thresholds decrease, the curve starts at
+    (0, 0) (threshold ``+inf``) and ends at (1, 1).
+    """
+
+    fpr: np.ndarray
+    tpr: np.ndarray
+    thresholds: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RocCurve):
+            return NotImplemented
+        return (np.array_equal(self.fpr, other.fpr) and np.array_equal(self.tpr, other.tpr)
+                and np.array_equal(self.thresholds, other.thresholds))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fpr": [float(v) for v in self.fpr], "tpr": [float(v) for v in self.tpr],
+                "thresholds": [_num(v) for v in self.thresholds]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RocCurve":
+        return cls(np.asarray(d["fpr"], dtype=float), np.asarray(d["tpr"], dtype=float),
+                   np.asarray([_unnum(v) for v in d["thresholds"]], dtype=float))
+
+
+@dataclass(frozen=True, slots=True)
+class AttackMetrics:
+    """Membership-inference metrics of one attack on one balanced evaluation set.
+
+    Threshold-free: ``auc``, ``tpr_at_fpr`` (pairs ``(fpr_target, tpr)``, conservative step interpolation).
+    At ``threshold`` (chosen by ``threshold_rule``, see :func:`dpaudit.attacks.metrics.attack_metrics`):
+    ``accuracy``, ``balanced_accuracy``, member-class ``precision``/``recall``/``f1`` and the macro averages
+    over the two classes (member, non-member) — FREDY (2024) Table 2 reports Accuracy, Recall, Precision,
+    F1 with Recall == Accuracy throughout, i.e. macro averages on balanced data.
+    ``intervals`` holds bootstrap confidence intervals by metric name.
+    """
+
+    auc: float
+    tpr_at_fpr: tuple[tuple[float, float], ...]
+    accuracy: float
+    balanced_accuracy: float
+    precision: float
+    recall: float
+    f1: float
+    macro_precision: float
+    macro_recall: float
+    macro_f1: float
+    threshold: float
+    threshold_rule: str
+    num_members: int
+    num_nonmembers: int
+    intervals: Mapping[str, Interval] = field(default_factory=dict)
+
+    def tpr_at(self, fpr: float) -> float:
+        for f, t in self.tpr_at_fpr:
+            if math.isclose(f, fpr):
+                return t
+        raise KeyError(f"TPR at FPR {fpr} was not computed; have {[f for f, _ in self.tpr_at_fpr]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "auc": self.auc,
+            "tpr_at_fpr": [[f, t] for f, t in self.tpr_at_fpr],
+            "accuracy": self.accuracy, "balanced_accuracy": self.balanced_accuracy,
+            "precision": self.precision, "recall": self.recall, "f1": self.f1,
+            "macro_precision": self.macro_precision, "macro_recall": self.macro_recall, "macro_f1": self.macro_f1,
+            "threshold": _num(self.threshold), "threshold_rule": self.threshold_rule,
+            "num_members": self.num_members, "num_nonmembers": self.num_nonmembers,
+            "intervals": {k: v.to_dict() for k, v in self.intervals.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AttackMetrics":
+        return cls(
+            auc=d["auc"], tpr_at_fpr=tuple((float(f), float(t)) for f, t in d["tpr_at_fpr"]),
+            accuracy=d["accuracy"], balanced_accuracy=d["balanced_accuracy"],
+            precision=d["precision"], recall=d["recall"], f1=d["f1"],
+            macro_precision=d["macro_precision"], macro_recall=d["macro_recall"], macro_f1=d["macro_f1"],
+            threshold=_unnum(d["threshold"]), threshold_rule=d["threshold_rule"],
+            num_members=d["num_members"], num_nonmembers=d["num_nonmembers"],
+            intervals={k: Interval.from_dict(v) for k, v in d.get("intervals", {}).items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EpsilonBound:
+    """Empirical lower bound on epsilon from a membership test, valid with probability >= ``confidence``.
+
+    At ``threshold`` (rule "member iff score >= threshold") the evaluation half gave ``fpr``/``fnr`` with
+    Clopper-Pearson upper limits ``fpr_high``/``fnr_high``; ``epsilon`` is
+    ``max(0, log((1 - delta - fnr_high) / fpr_high), log((1 - delta - fpr_high) / fnr_high))``.
+    ``selection`` is ``"split"`` (threshold chosen on a disjoint half) or ``"bonferroni"`` (over
+    ``num_thresholds`` fixed thresholds, evaluated on all the data).
+    """
+
+    epsilon: float
+    delta: float
+    confidence: float
+    threshold: float
+    fpr: float
+    fnr: float
+    fpr_high: float
+    fnr_high: float
+    selection: str
+    num_thresholds: int
+    num_members: int
+    num_nonmembers: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _num(getattr(self, k)) if isinstance(getattr(self, k), float) else getattr(self, k)
+                for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "EpsilonBound":
+        return cls(**{k: _unnum(d[k]) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class OneRunBound:
+    """One-run audit (Steinke, Nasr, Jagielski 2023): ``m`` canaries, ``k_plus``/``k_minus`` guesses,
+    ``correct`` of the ``guesses = k_plus + k_minus`` right; ``epsilon`` is the largest value rejected
+    at level ``1 - confidence`` for the stated ``delta``."""
+
+    epsilon: float
+    delta: float
+    confidence: float
+    num_canaries: int
+    k_plus: int
+    k_minus: int
+    correct: int
+
+    @property
+    def guesses(self) -> int:
+        return self.k_plus + self.k_minus
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _num(getattr(self, k)) if isinstance(getattr(self, k), float) else getattr(self, k)
+                for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "OneRunBound":
+        return cls(**{k: _unnum(d[k]) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class AttackResult:
+    """One attack (or the blind baseline) on one target: metrics, ROC and the empirical epsilon bound."""
+
+    name: str
+    metrics: AttackMetrics
+    bound: EpsilonBound
+    roc: RocCurve
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "metrics": self.metrics.to_dict(),
+                "bound": self.bound.to_dict(), "roc": self.roc.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AttackResult":
+        return cls(d["name"], AttackMetrics.from_dict(d["metrics"]), EpsilonBound.from_dict(d["bound"]),
+                   RocCurve.from_dict(d["roc"]), d.get("description", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class AttackReport:
+    """What ``run_attack`` returns: the attack on the target beside the blind baseline (``None`` only when
+    explicitly skipped), and the settings.
+
+    ``settings`` holds the attack's parameters (plain JSON values: attack, shadows, classifier, seed,
+    confidence, delta, ...) so the run can be repeated.
+    """
+
+    attack: AttackResult
+    blind: AttackResult | None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": 1, "attack": self.attack.to_dict(), "blind": None if self.blind is None else self.blind.to_dict(),
+                "settings": dict(self.settings), "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AttackReport":
+        return cls(AttackResult.from_dict(d["attack"]), None if d.get("blind") is None else AttackResult.from_dict(d["blind"]),
+                   dict(d.get("settings", {})), tuple(d.get("notes", ())))

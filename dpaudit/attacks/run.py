@@ -1,0 +1,155 @@
+"""``run_attack``: one call from a target model and plain arrays to an :class:`AttackReport` (what
+``dpaudit attack`` prints and writes)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from dpaudit.attacks.blind import blind_scores
+from dpaudit.attacks.bounds import epsilon_lower_bound
+from dpaudit.attacks.lira import lira_attack
+from dpaudit.attacks.metrics import DEFAULT_FPRS, attack_metrics, balanced_subsample, roc_curve
+from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
+from dpaudit.attacks.results import AttackReport, AttackResult
+from dpaudit.attacks.shadow import CLASSIFIERS, shadow_attack
+from dpaudit.attacks.threshold import THRESHOLD_KINDS, threshold_scores
+from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
+
+__all__ = ["ATTACKS", "run_attack"]
+
+ATTACKS = ("shadow", "threshold", "lira")
+
+_CAVEAT = ("The Clopper-Pearson epsilon bound treats every evaluation record as an independent trial; on one "
+           "trained model the records are coupled through the model, so it is an estimate, not a certified bound "
+           "(a certified single-model audit needs canaries included by independent coin flips: "
+           "dpaudit.attacks.bounds.one_run_audit).")
+
+
+def _result(name: str, description: str, pos: np.ndarray, neg: np.ndarray, *, threshold: float | str,
+            confidence: float, delta: float, n_bootstrap: int, seed: int) -> AttackResult:
+    metrics = attack_metrics(pos, neg, threshold=threshold, fprs=DEFAULT_FPRS, n_bootstrap=n_bootstrap,
+                             confidence=confidence, seed=seed)
+    bound = epsilon_lower_bound(pos, neg, delta=delta, confidence=confidence, selection="split", seed=seed)
+    return AttackResult(name, metrics, bound, roc_curve(pos, neg), description)
+
+
+def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, X_pool=None, y_pool=None, *,
+               attack: str = "shadow", train_fn: TrainFn | None = None, batch_train_fn: BatchTrainFn | None = None,
+               train_size: int | None = None, num_shadows: int = 16, classifier: Any = "catboost",
+               per_class: bool = True, threshold_kind: str = "loss", lira_online: bool = True,
+               confidence: float = 0.95, delta: float = 0.0, n_bootstrap: int = 1000, blind: bool = True,
+               seed: int = 0) -> AttackReport:
+    """Attack ``target`` on a balanced member / non-member set and report metrics, an epsilon lower bound and the
+    blind baseline.
+
+    Parameters
+    ----------
+    target : Model
+        Anything with ``predict_proba(X) -> (n, C)``.
+    X_members, y_members, X_nonmembers, y_nonmembers : arrays
+        The release's members (its training records) and non-members (same distribution, not trained on).
+        The larger side is subsampled (seeded) so the evaluation set is balanced.
+    X_pool, y_pool : arrays, optional
+        The attacker's own data for shadow models (``shadow``, ``lira``); disjoint from the members.
+    attack : "shadow", "threshold" or "lira"
+    train_fn, batch_train_fn : the target's recipe for shadow models (see :mod:`dpaudit.attacks.protocols`).
+    train_size : int, optional
+        Shadow training-set size for ``shadow``; default: the number of members.
+    num_shadows : int
+        Shadow models (``shadow``: N of Shokri et al.; ``lira``: K of Carlini et al.).
+    classifier : str or estimator
+        Attack classifier of ``shadow`` and of the blind baseline (see :func:`~dpaudit.attacks.shadow.make_classifier`).
+    per_class : bool
+        ``shadow``: one attack model per class (the original) or one global model.
+    threshold_kind : "loss" or "confidence"
+        ``threshold``: the score (Yeom et al. 2018).
+    lira_online : bool
+        ``lira``: online (IN and OUT shadows) or offline (OUT only); fixed variance below 64 shadows.
+    confidence : float in (0, 1)
+        Level of the bootstrap intervals and of the epsilon lower bound.
+    delta : float in [0, 1)
+        The delta at which the epsilon lower bound is stated.
+    n_bootstrap : int >= 0
+        Bootstrap replicates for the metric intervals.
+    blind : bool
+        Compute the blind baseline (always do, except in tests that time one part).
+    seed : int >= 0
+        Seeds everything: balancing, shadows, classifiers, splits, bootstrap.
+
+    Notes
+    -----
+    Binary metrics (accuracy / precision / recall / F1): the shadow attack and the blind baseline use their
+    classifier's own decision (P[member] >= 0.5, fixed a priori, as FREDY's Table 2); threshold and LiRA scores
+    have no natural cut, so theirs is chosen on a held-out half (see :func:`~dpaudit.attacks.metrics.attack_metrics`).
+    """
+    owner = "run_attack"
+    check_choice(attack, "attack", owner, ATTACKS)
+    seed = check_int(seed, "seed", owner, low=0)
+    conf = check_probability(confidence, "confidence", owner)
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    n_boot = check_int(n_bootstrap, "n_bootstrap", owner, low=0)
+    check_bool(blind, "blind", owner)
+    Xm, ym, Xn, yn = (np.asarray(a) for a in (X_members, y_members, X_nonmembers, y_nonmembers))
+    if len(Xm) != len(ym) or len(Xn) != len(yn):
+        raise DataError(f"{owner}: features and labels differ in length (members {len(Xm)} vs {len(ym)}, "
+                        f"non-members {len(Xn)} vs {len(yn)}).")
+    if len(Xm) < 2 or len(Xn) < 2:
+        raise DataError(f"{owner} needs at least 2 members and 2 non-members; got {len(Xm)} and {len(Xn)}.")
+    i1, i0 = balanced_subsample(len(Xm), len(Xn), seed=seed)
+    X_eval, y_eval = np.concatenate([Xm[i1], Xn[i0]]), np.concatenate([ym[i1], yn[i0]])
+    n = len(i1)
+    notes = [_CAVEAT]
+    settings: dict[str, Any] = {"attack": attack, "seed": seed, "confidence": conf, "delta": d,
+                                "n_bootstrap": n_boot, "num_members_total": int(len(Xm)),
+                                "num_nonmembers_total": int(len(Xn)), "num_evaluated_per_side": int(n)}
+
+    if attack in ("shadow", "lira"):
+        if X_pool is None or y_pool is None or len(X_pool) == 0:
+            raise DataError(f"The '{attack}' attack needs the attacker's pool (X_pool, y_pool) for shadow models.")
+        settings.update(num_shadows=int(num_shadows), pool_size=int(len(X_pool)),
+                        recipe="batch_train_fn" if batch_train_fn is not None else "train_fn")
+    if attack == "shadow":
+        size = len(Xm) if train_size is None else check_int(train_size, "train_size", owner, low=1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scores = shadow_attack(target, X_eval, y_eval, X_pool, y_pool, train_size=size, num_shadows=num_shadows,
+                                   train_fn=train_fn, batch_train_fn=batch_train_fn, classifier=classifier,
+                                   per_class=per_class, seed=seed)
+        notes.extend(str(w.message) for w in caught)
+        settings.update(classifier=classifier if isinstance(classifier, str) else type(classifier).__name__,
+                        per_class=bool(per_class), train_size=int(min(size, len(X_pool) // 2)),
+                        features="both")
+        threshold, desc = 0.5, (f"Shadow models (Shokri et al. 2017): {num_shadows} shadows, "
+                                f"{'per-class' if per_class else 'global'} attack model ({settings['classifier']}).")
+    elif attack == "threshold":
+        kind = check_choice(threshold_kind, "threshold_kind", owner, THRESHOLD_KINDS)
+        scores = threshold_scores(target, X_eval, y_eval, kind=kind)
+        settings.update(threshold_kind=kind)
+        threshold, desc = "held_out", f"Threshold on the {kind} (Yeom et al. 2018)."
+    else:
+        online = check_bool(lira_online, "lira_online", owner)
+        K = check_int(num_shadows, "num_shadows", owner, low=2)
+        fixed = K < 64
+        scores = lira_attack(target, X_eval, y_eval, X_pool, y_pool, num_shadows=K, train_fn=train_fn,
+                             batch_train_fn=batch_train_fn, online=online, fixed_variance=fixed, seed=seed)
+        settings.update(online=online, fixed_variance=fixed)
+        threshold, desc = "held_out", (f"LiRA (Carlini et al. 2022), {'online' if online else 'offline'}, "
+                                       f"{K} shadows, {'fixed' if fixed else 'per-record'} variance.")
+    result = _result(attack, desc, scores[:n], scores[n:], threshold=threshold, confidence=conf, delta=d,
+                     n_bootstrap=n_boot, seed=seed)
+
+    if blind:
+        bm, bn = blind_scores(Xm[i1], ym[i1], Xn[i0], yn[i0], classifier=classifier, seed=seed)
+        blind_result = _result("blind", "Blind baseline: record features and label only, never queries the model "
+                               "(cross-fitted, 2 folds).", bm, bn, threshold=0.5, confidence=conf, delta=d,
+                               n_bootstrap=n_boot, seed=seed)
+        if blind_result.metrics.intervals.get("auc") is not None and blind_result.metrics.intervals["auc"].low > 0.5:
+            notes.append("The blind baseline separates members from non-members without querying the model "
+                         f"(AUC {blind_result.metrics.auc:.3f}): the membership split is distinguishable, so part of "
+                         "the attack's success may be a distribution mismatch, not leakage.")
+    else:
+        blind_result = None
+    return AttackReport(result, blind_result, settings, tuple(notes))
