@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -265,13 +267,55 @@ def test_release_errors(tmp_path):
         evaluate_claims(cf)
 
 
-def test_default_attack_runner_says_what_is_missing(tmp_path):
-    import dpaudit.attacks as attacks
-
-    if hasattr(attacks, "run_release_attack"):
-        pytest.skip("the attacks layer provides run_release_attack")
-    with pytest.raises(DPAuditError, match="run_release_attack"):
+def test_default_attack_runner_without_the_release_loader(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dpaudit.training.release", None)  # import fails as if not built
+    with pytest.raises(DPAuditError, match="load_release"):
         default_attack_runner(tmp_path, AttackBudget("threshold"), 1e-5)
+
+
+class _Memoriser:
+    """A 'model' that is confident on its training records only: the threshold attack must see it."""
+
+    def __init__(self, X_members):
+        self._seen = {x.tobytes() for x in X_members}
+
+    def predict_proba(self, X):
+        p = np.full((len(X), 2), 0.5)
+        hit = np.array([x.tobytes() in self._seen for x in X])
+        p[hit] = [0.001, 0.999]
+        return p
+
+
+def test_default_attack_runner_through_the_release_contract(tmp_path, monkeypatch):
+    """load_release per CONTRACTS.md (faked here: the training layer's release module is not needed to test the
+    wiring), the real attacks layer behind it."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 4)).astype(np.float32)
+    y = np.ones(600, dtype=np.int64)
+    members, nonmembers, attacker = np.arange(0, 200), np.arange(200, 400), np.arange(400, 600)
+
+    class Release:
+        path = tmp_path / "rel"
+        meta: dict = {}
+        model = _Memoriser(X[members])
+        votes = None
+        membership = {"members": members, "nonmembers": nonmembers, "attacker": attacker}
+
+        def dataset(self):
+            return types.SimpleNamespace(X=X, y=y, num_classes=2)
+
+    fake = types.ModuleType("dpaudit.training.release")
+    fake.load_release = lambda path: Release()
+    monkeypatch.setitem(sys.modules, "dpaudit.training.release", fake)
+    _fake_release(tmp_path / "rel", epsilon=0.5)
+    cf = parse_claims(doc(_release_claim(name="small", epsilon=0.5, delta=1e-5, attack={"kind": "threshold", "confidence": 0.95}),
+                          _release_claim(name="huge", epsilon=50.0, delta=1e-5, attack={"kind": "threshold"})),
+                      base_dir=tmp_path)
+    small, huge = evaluate_claims(cf).results
+    assert small.empirical.attack == "threshold" and small.empirical.epsilon_lower_bound > 2.0
+    assert not small.held and "empirical lower bound" in small.reason
+    assert any("Clopper-Pearson" in w for w in small.warnings)  # the attacks layer's caveat is shown
+    assert huge.held
 
 
 # ---------------------------------------------------------------- reports

@@ -398,25 +398,49 @@ def _release_meta(path: Path) -> dict[str, Any]:
 
 
 def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> EmpiricalBound:
-    """Run ``budget.kind`` against the release with the attacks layer and return its empirical lower bound.
+    """Run ``budget.kind`` against a release with the attacks layer and return its empirical lower bound.
 
-    Uses ``dpaudit.attacks.run_release_attack(release_dir, kind=, shadows=, confidence=, delta=, seed=)``
-    when the attacks layer provides it.
+    The release is loaded with ``dpaudit.training.release.load_release`` (the contract in
+    ``dpaudit/training/CONTRACTS.md``: model, ``dataset()``, ``membership`` with ``members``/``nonmembers``/
+    ``attacker`` indices, ``train_fn()``/``train_many()`` for shadow models) and attacked with
+    :func:`dpaudit.attacks.run_attack` (members vs non-members; shadows trained on the attacker's pool with the
+    release's own recipe). The bound is the attack's Clopper-Pearson epsilon lower bound at
+    ``budget.confidence`` and the claim's ``delta``; the attacks layer's caveats travel in ``details["notes"]``.
     """
     try:
-        import dpaudit.attacks as attacks
-
-        run = getattr(attacks, "run_release_attack")
-    except (ImportError, AttributeError):
+        from dpaudit.training.release import load_release  # the one place claims touches the training layer
+    except ImportError:
         raise DPAuditError(
-            "Attack budgets need the attacks layer's run_release_attack, which is not available in this build of dpaudit; "
-            "remove the 'attack' key or pass an attack runner."
+            "Attack budgets need dpaudit.training.release.load_release, which is not available in this build of "
+            "dpaudit; remove the 'attack' key or pass an attack runner."
         ) from None
-    out = run(release, kind=budget.kind, shadows=budget.shadows, confidence=budget.confidence, delta=delta, seed=budget.seed)
-    if isinstance(out, EmpiricalBound):
-        return out
-    return EmpiricalBound(attack=budget.kind, epsilon_lower_bound=float(out.epsilon_lower_bound),
-                          confidence=budget.confidence, delta=delta)
+    from dpaudit.attacks import run_attack
+
+    rel = load_release(release)
+    ds = rel.dataset()
+    m = rel.membership
+    for key in ("members", "nonmembers", "attacker"):
+        if key not in m:
+            raise DataError(f"Release {str(release)!r} has no {key!r} indices in membership.npz.")
+    X, y = ds.X, ds.y
+    mem, non, pool = (np.asarray(m[k], dtype=np.int64) for k in ("members", "nonmembers", "attacker"))
+    train_fn = batch_fn = None
+    if budget.kind in ("shadow", "lira"):
+        train_fn = rel.train_fn()
+        spec = getattr(rel.model, "spec", None)
+        if spec is not None and getattr(spec, "is_torch", False):
+            batch_fn = rel.train_many()
+    report = run_attack(
+        rel.model, X[mem], y[mem], X[non], y[non], X[pool], y[pool], attack=budget.kind, train_fn=train_fn,
+        batch_train_fn=batch_fn, num_shadows=budget.shadows, confidence=budget.confidence, delta=delta,
+        n_bootstrap=0, blind=False, seed=budget.seed,
+    )
+    res = report.attack
+    return EmpiricalBound(
+        attack=budget.kind, epsilon_lower_bound=float(res.bound.epsilon), confidence=budget.confidence, delta=delta,
+        details={"auc": float(res.metrics.auc), "shadows": budget.shadows, "seed": budget.seed,
+                 "notes": list(report.notes)},
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -478,6 +502,7 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
     if claim.attack is not None and isinstance(subject, ReleaseSubject):
         runner = attack_runner or default_attack_runner
         empirical = runner(subject.path, claim.attack, claim.delta)
+        notes += [str(n) for n in empirical.details.get("notes", ())]
         if empirical.epsilon_lower_bound > claim.epsilon:
             reasons.append(
                 f"empirical lower bound {_fmt_eps(empirical.epsilon_lower_bound)} ({empirical.attack}, confidence "
