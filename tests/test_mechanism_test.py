@@ -90,10 +90,16 @@ def test_each_tester_alone_catches_a_gross_violation():
 
 
 def test_both_directions_are_tested():
-    # the violation only shows in the x'||x direction when the inputs are swapped
-    res = mechanism_test(laplace(0.5), (1.0, 0.0), 1.0, samples=20_000, seed=0)
-    assert not res.passed
+    # asymmetric leak: input 1 is revealed with probability 0.02, input 0 never; with inputs (0, 1) the violation
+    # only shows in the x'||x direction (P = outputs on the second input)
+    def leak_one(x, rng, size):
+        return np.where((x == 1) & (rng.random(size) < 0.02), 1, 2)
+
+    res = mechanism_test(leak_one, (0, 1), 1.0, 0.0, samples=20_000, seed=0)
+    assert not res.passed and res.witness.direction == "x'||x" and res.witness.event == "{output = 1}"
     assert {o.direction for o in res.outcomes} == {"x||x'", "x'||x"}
+    swapped = mechanism_test(leak_one, (1, 0), 1.0, 0.0, samples=20_000, seed=0)
+    assert not swapped.passed and swapped.witness.direction == "x||x'"
 
 
 def test_delta_absorbs_a_small_violation():
