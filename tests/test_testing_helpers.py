@@ -3,8 +3,22 @@ that must pass.
 
 Each zoo entry is a vectorised mechanism ``(input, rng, size) -> outputs``, a pair of neighbouring inputs, and
 the claim its author would have made. The broken twin has one classic bug; the correct twin is the same code
-without it. Detection margins (epsilon lower bound found / claimed epsilon, at 40 000 runs per input, seeds
-0-4, alpha 1e-3) are asserted below and reported in the docstring of each case.
+without it. Detection margins are asserted below (``min_margin``: epsilon lower bound / claimed epsilon at every
+seed 0-4). Measured at 40 000 runs per input, alpha 1e-3, seeds 0-4 (eps LB = the 99.9%-confidence lower bound):
+
+=================================================  =======  ============  ========  ============  ==============
+case                                               claim    broken eps LB  margin    correct LB    runs to catch
+=================================================  =======  ============  ========  ============  ==============
+randomized response, beta(eps) not beta(eps/K)     2.0      5.14-5.46     2.57x     <= 1.74       1 000 / input
+Laplace at half the scale                          1.0      1.76-1.82     1.76x     <= 0.91       1 000
+DP-SGD step without clipping (norm-3 example)      4.377    5.52-5.71     1.26x     <= 2.31       10 000
+noise for the mean added to the sum (n = 10)       1.0      5.65-5.70     5.65x     <= 0.91       500
+GNMax with sigma / T noise (T = 8)                 1.478    2.35-2.40     1.59x     <= 0.26       500
+=================================================  =======  ============  ========  ============  ==============
+
+("runs to catch": smallest of 500/1k/2k/5k/10k/20k/40k runs per input at which seeds 0-4 all reject.)
+False alarms measured for the correct twins: 0 of 100 seeds each at alpha = 0.1 with 2 000 runs per input; a
+delta-tight leak (output = input with probability 0.05, claim (0, 0.05)): 0/200 at alpha 0.1, 2/200 at alpha 0.5.
 """
 
 from __future__ import annotations
