@@ -335,3 +335,30 @@ def test_report_round_trip_table_and_junit():
     assert fail is not None and "accounted epsilon" in fail.get("message") and "claimed 3" in fail.get("message")
     assert "q = 64/1437" in fail.text  # the accountant's assumptions travel with the failure
     assert cases[0].find("failure") is None
+
+
+@pytest.mark.slow  # ~9 s on 2 shared cores (torch import, digits, tree, attack); the wiring is tested by default above
+def test_end_to_end_real_release_and_threshold_attack(tmp_path):
+    """A real release bundle (training layer's write_release: a decision tree on load_digits, non-private, with
+    a false claim of epsilon 1) refuted by the threshold attack through `dpaudit check`'s library call."""
+    from dpaudit.training.data import load_dataset, split_dataset
+    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.release import write_release
+
+    ds = load_dataset("digits", seed=0)
+    sp = split_dataset(ds, seed=0)
+    spec = ModelSpec(name="decision_tree", input_shape=ds.input_shape, num_classes=ds.num_classes, kwargs={})
+    clf = fit_classifier(spec, ds.X[sp.train], ds.y[sp.train], None, seed=0)
+    st = AccountingResult(mechanism="none", statements=(PrivacyStatement(epsilon=1.0, delta=1e-5, method="as claimed"),))
+    write_release(tmp_path / "rel", method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None},
+                  params={}, seed=0, utility={}, classifier=clf, train_config=None, ledger=None, statement=st,
+                  claim={"epsilon": 1.0, "delta": 1e-5, "granularity": "example", "text": "false on purpose"},
+                  membership={"members": sp.train, "nonmembers": sp.test, "attacker": sp.attacker})
+    (tmp_path / "claims.toml").write_text(
+        '[[claim]]\nname = "tree"\nrelease = "rel"\nepsilon = 1.0\ndelta = 1e-5\ngranularity = "example"\n'
+        'attack = { kind = "threshold", confidence = 0.95 }\n'
+    )
+    res = check_claims(tmp_path / "claims.toml").results[0]
+    # the accounted figure (1.0) is what the release states, so only the attack can refute the claim
+    assert res.accounted.epsilon == 1.0
+    assert not res.held and res.empirical.epsilon_lower_bound > 1.0 and "empirical lower bound" in res.reason
