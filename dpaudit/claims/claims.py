@@ -1,0 +1,299 @@
+"""Claims files: parsing and validation of a TOML list of privacy claims into typed dataclasses.
+
+A claims file (schema 1)::
+
+    schema = 1                                  # optional
+
+    [[claim]]
+    name = "dpsgd-digits"                       # unique, required
+    epsilon = 3.0                               # claimed epsilon, >= 0
+    delta = 1e-5                                # claimed delta, in [0, 1)
+    granularity = "example"                     # example | party | report | round | user
+    description = "..."                         # optional
+    # the subject: exactly one of
+    mechanism = "dpsgd"                         # ldp | dpsgd | pate | gnmax | laplace | gaussian
+    params = { dataset_size = 1437, batch_size = 64, noise_multiplier = 1.1, epochs = 20 }
+    # release = "runs/fredy"                    # a release bundle directory (release.json)
+    # ledger = "ledger.json"                    # a PrivacyLedger.to_dict() JSON file
+    party = "client-0"                          # optional, release/ledger only: that party's figure
+    allow_data_dependent = true                 # optional: false fails data-dependent figures
+    attack = { kind = "threshold", shadows = 8, confidence = 0.95, seed = 0 }   # optional, release only
+
+Paths are relative to the claims file's directory. Everything that can be decided from the file alone is
+checked here and raises :class:`~dpaudit.errors.ParameterError` (malformed TOML:
+:class:`~dpaudit.errors.DataError`) naming the claim and the key: unknown keys, wrong types, out-of-range
+values, a granularity the mechanism's accounting does not cover (usage errors, exit 2 in ``dpaudit check``).
+Facts about the subject that contradict the claim (a release accounted at another granularity or a larger
+delta) make the claim *fail* instead; see :mod:`dpaudit.claims.evaluate`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+
+__all__ = [
+    "GRANULARITIES",
+    "MECHANISMS",
+    "ATTACK_KINDS",
+    "AttackBudget",
+    "MechanismSubject",
+    "ReleaseSubject",
+    "LedgerSubject",
+    "Claim",
+    "ClaimsFile",
+    "parse_claims",
+    "load_claims",
+]
+
+GRANULARITIES: tuple[str, ...] = ("example", "party", "report", "round", "user")
+MECHANISMS: tuple[str, ...] = ("ldp", "dpsgd", "pate", "gnmax", "laplace", "gaussian")
+ATTACK_KINDS: tuple[str, ...] = ("threshold", "shadow", "lira")
+
+#: Granularities each mechanism's accounting covers. laplace/gaussian: the unit their sensitivity is defined
+#: over, so any; ldp: one report ("report", or "round": one report per round), or with ``rounds`` a user's whole
+#: participation ("user").
+MECHANISM_GRANULARITIES: dict[str, tuple[str, ...]] = {
+    "laplace": GRANULARITIES,
+    "gaussian": GRANULARITIES,
+    "dpsgd": ("example",),
+    "gnmax": ("example",),
+    "pate": ("example", "party"),
+    "ldp": ("report", "round", "user"),
+}
+
+_CLAIM_KEYS = {"name", "epsilon", "delta", "granularity", "description", "mechanism", "params", "release",
+               "ledger", "party", "attack", "allow_data_dependent"}
+_ATTACK_KEYS = {"kind", "shadows", "confidence", "seed"}
+_TOP_KEYS = {"schema", "claim"}
+
+
+@dataclass(frozen=True, slots=True)
+class AttackBudget:
+    """An attack to run against a release: ``kind``, number of ``shadows`` models, the ``confidence`` of the
+    empirical epsilon lower bound (e.g. 0.95), and its ``seed``."""
+
+    kind: str
+    shadows: int = 8
+    confidence: float = 0.95
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "shadows": self.shadows, "confidence": self.confidence, "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AttackBudget":
+        return cls(**{k: d[k] for k in ("kind", "shadows", "confidence", "seed") if k in d})
+
+
+@dataclass(frozen=True, slots=True)
+class MechanismSubject:
+    """A mechanism described by its parameters, accounted with the matching ``account_*`` function."""
+
+    kind: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"mechanism {self.kind}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mechanism": self.kind, "params": dict(self.params)}
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSubject:
+    """A release bundle directory; its accounted epsilon comes from ``release.json``."""
+
+    path: Path
+
+    def describe(self) -> str:
+        return f"release {self.path}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"release": str(self.path)}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSubject:
+    """A ``PrivacyLedger.to_dict()`` JSON file."""
+
+    path: Path
+
+    def describe(self) -> str:
+        return f"ledger {self.path}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ledger": str(self.path)}
+
+
+Subject = MechanismSubject | ReleaseSubject | LedgerSubject
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One privacy claim: ``subject`` is (``epsilon``, ``delta``)-DP at ``granularity``."""
+
+    name: str
+    epsilon: float
+    delta: float
+    granularity: str
+    subject: Subject
+    party: str | None = None
+    attack: AttackBudget | None = None
+    allow_data_dependent: bool = True
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "epsilon": self.epsilon, "delta": self.delta,
+                             "granularity": self.granularity, **self.subject.to_dict(),
+                             "allow_data_dependent": self.allow_data_dependent}
+        if self.party is not None:
+            d["party"] = self.party
+        if self.attack is not None:
+            d["attack"] = self.attack.to_dict()
+        if self.description:
+            d["description"] = self.description
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimsFile:
+    path: Path | None
+    claims: tuple[Claim, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": None if self.path is None else str(self.path), "claims": [c.to_dict() for c in self.claims]}
+
+
+def _unknown(keys: set[str], allowed: set[str], where: str) -> None:
+    extra = sorted(keys - allowed)
+    if extra:
+        raise ParameterError(f"Unknown key {extra[0]!r} in {where}; allowed keys: {', '.join(sorted(allowed))}.")
+
+
+def _string(value: Any, name: str, owner: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ParameterError(f"The '{name}' parameter of {owner} must be a non-empty string. Got {value!r} instead.")
+    return value
+
+
+def _path(value: Any, name: str, owner: str, base: Path) -> Path:
+    p = Path(_string(value, name, owner)).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
+    if not isinstance(raw, Mapping):
+        raise ParameterError(f"Claim #{index + 1} must be a table ([[claim]]). Got {raw!r:.60} instead.")
+    name = _string(raw.get("name"), "name", f"claim #{index + 1}")
+    owner = f"claim {name!r}"
+    _unknown(set(raw), _CLAIM_KEYS, owner)
+    for key in ("epsilon", "delta", "granularity"):
+        if key not in raw:
+            raise ParameterError(f"The '{key}' parameter of {owner} is required. Got nothing instead.")
+    epsilon = check_float(raw["epsilon"], "epsilon", owner, low=0.0)
+    delta = check_probability(raw["delta"], "delta", owner, allow_zero=True)
+    granularity = check_choice(raw["granularity"], "granularity", owner, GRANULARITIES)
+    allow_dd = check_bool(raw.get("allow_data_dependent", True), "allow_data_dependent", owner)
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise ParameterError(f"The 'description' parameter of {owner} must be a string. Got {description!r} instead.")
+
+    given = [k for k in ("mechanism", "release", "ledger") if k in raw]
+    if len(given) != 1:
+        raise ParameterError(
+            f"{owner.capitalize()} needs exactly one subject: 'mechanism', 'release' or 'ledger'. "
+            f"Got {', '.join(repr(g) for g in given) or 'none'} instead."
+        )
+    kind = given[0]
+    if "params" in raw and kind != "mechanism":
+        raise ParameterError(f"The 'params' parameter of {owner} applies to 'mechanism' subjects only. Got a {kind} subject instead.")
+    if "attack" in raw and kind != "release":
+        raise ParameterError(f"The 'attack' parameter of {owner} applies to 'release' subjects only. Got a {kind} subject instead.")
+    if "party" in raw and kind == "mechanism":
+        raise ParameterError(f"The 'party' parameter of {owner} applies to 'release' and 'ledger' subjects only. Got a mechanism subject instead.")
+
+    subject: Subject
+    if kind == "mechanism":
+        mech = check_choice(raw["mechanism"], "mechanism", owner, MECHANISMS)
+        params = raw.get("params", {})
+        if not isinstance(params, Mapping):
+            raise ParameterError(f"The 'params' parameter of {owner} must be a table. Got {params!r:.60} instead.")
+        if "delta" in params:
+            raise ParameterError(f"The 'params' parameter of {owner} must not set 'delta': the claim's delta is used. Got delta={params['delta']!r} instead.")
+        allowed = MECHANISM_GRANULARITIES[mech]
+        if mech == "ldp":
+            allowed = ("user",) if params.get("rounds") is not None else ("report", "round")
+        if granularity not in allowed:
+            raise ParameterError(
+                f"The 'granularity' parameter of {owner} must be one of {', '.join(repr(a) for a in allowed)} for a "
+                f"{mech!r} mechanism{' with these params' if mech == 'ldp' else ''} (what its accounting covers). "
+                f"Got {granularity!r} instead."
+            )
+        if mech == "pate" and "granularity" in params and params["granularity"] != granularity:
+            raise ParameterError(
+                f"The 'params.granularity' of {owner} ({params['granularity']!r}) differs from the claim's granularity. Got {granularity!r} instead."
+            )
+        subject = MechanismSubject(kind=mech, params=dict(params))
+    elif kind == "release":
+        subject = ReleaseSubject(path=_path(raw["release"], "release", owner, base))
+    else:
+        subject = LedgerSubject(path=_path(raw["ledger"], "ledger", owner, base))
+
+    party = None if "party" not in raw else _string(raw["party"], "party", owner)
+    attack = None
+    if "attack" in raw:
+        a = raw["attack"]
+        if not isinstance(a, Mapping):
+            raise ParameterError(f"The 'attack' parameter of {owner} must be a table like {{kind = \"threshold\"}}. Got {a!r:.60} instead.")
+        _unknown(set(a), _ATTACK_KEYS, f"the attack of {owner}")
+        aowner = f"the attack of {owner}"
+        if "kind" not in a:
+            raise ParameterError(f"The 'kind' parameter of {aowner} is required. Got nothing instead.")
+        attack = AttackBudget(
+            kind=check_choice(a["kind"], "kind", aowner, ATTACK_KINDS),
+            shadows=check_int(a.get("shadows", 8), "shadows", aowner, low=1),
+            confidence=check_probability(a.get("confidence", 0.95), "confidence", aowner),
+            seed=check_int(a.get("seed", 0), "seed", aowner, low=0),
+        )
+    return Claim(name=name, epsilon=epsilon, delta=delta, granularity=granularity, subject=subject, party=party,
+                 attack=attack, allow_data_dependent=allow_dd, description=description)
+
+
+def parse_claims(data: Mapping[str, Any], *, base_dir: str | Path = ".", path: str | Path | None = None) -> ClaimsFile:
+    """Validate a parsed claims document (the TOML as a dict) into a :class:`ClaimsFile`."""
+    if not isinstance(data, Mapping):
+        raise ParameterError(f"A claims document must be a table. Got {type(data).__name__} instead.")
+    _unknown(set(data), _TOP_KEYS, "the claims file")
+    if "schema" in data and data["schema"] != 1:
+        raise ParameterError(f"The 'schema' parameter of the claims file must be 1. Got {data['schema']!r} instead.")
+    raw_claims = data.get("claim")
+    if not isinstance(raw_claims, list) or not raw_claims:
+        raise ParameterError("The claims file must list at least one [[claim]] table. Got none instead.")
+    base = Path(base_dir)
+    claims = tuple(_parse_claim(raw, i, base) for i, raw in enumerate(raw_claims))
+    seen: set[str] = set()
+    for c in claims:
+        if c.name in seen:
+            raise ParameterError(f"Claim names must be unique. Got {c.name!r} twice instead.")
+        seen.add(c.name)
+    return ClaimsFile(path=None if path is None else Path(path), claims=claims)
+
+
+def load_claims(path: str | Path) -> ClaimsFile:
+    """Read and validate a claims TOML file (paths inside it are relative to its directory)."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"Claims file {str(p)!r} does not exist or is not a file.")
+    try:
+        with open(p, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise DataError(f"Claims file {str(p)!r} is not valid TOML: {exc}".replace("\n", " ")) from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"Claims file {str(p)!r} is not UTF-8 text: {exc}") from None
+    return parse_claims(data, base_dir=p.parent, path=p)

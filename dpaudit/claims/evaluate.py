@@ -1,0 +1,533 @@
+"""Evaluate claims: accounted epsilon (and, for releases, an attack's empirical lower bound) against each claim.
+
+A claim **fails** when any of these holds (all reasons are collected, not just the first):
+
+1. the accounted epsilon exceeds the claimed epsilon (no tolerance: accountants round up);
+2. the accounted delta exceeds the claimed delta (a guarantee at a larger delta does not support the claim;
+   a smaller one does, with the same epsilon). Mechanism subjects are accounted *at* the claimed delta;
+3. the subject states a different granularity than the claim (a release's ``claim.granularity``): the figures
+   are about different neighbouring relations, so the claim is unsupported;
+4. ``allow_data_dependent = false`` and the figure is data-dependent (a function of the private data, not
+   itself DP);
+5. an attack's empirical epsilon lower bound, at the stated confidence, exceeds the claimed epsilon.
+
+Problems that can be seen in the claims file alone (unknown keys, bad values, a granularity the mechanism's
+accounting cannot cover, unknown mechanism parameters) are usage errors (:class:`~dpaudit.errors.ParameterError`),
+as are missing or malformed subject files (:class:`~dpaudit.errors.DataError`): ``dpaudit check`` exits 2.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+import warnings
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from scipy import optimize, special
+
+from dpaudit._io import read_json, write_text
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.claims.claims import (
+    AttackBudget,
+    Claim,
+    ClaimsFile,
+    LedgerSubject,
+    MechanismSubject,
+    ReleaseSubject,
+    load_claims,
+)
+from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
+
+__all__ = [
+    "EmpiricalBound",
+    "AttackRunner",
+    "ClaimResult",
+    "ClaimsReport",
+    "account_mechanism",
+    "gaussian_mechanism_epsilon",
+    "evaluate_claim",
+    "evaluate_claims",
+    "check_claims",
+    "write_junit",
+    "default_attack_runner",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------------
+
+
+def _num(x: Any) -> Any:
+    return ("inf" if x > 0 else "-inf") if isinstance(x, float) and math.isinf(x) else x
+
+
+def _unnum(x: Any) -> Any:
+    return float(x) if isinstance(x, str) and x in ("inf", "-inf") else x
+
+
+@dataclass(frozen=True, slots=True)
+class EmpiricalBound:
+    """An attack's empirical lower bound on epsilon: with probability >= ``confidence`` the release is not
+    (eps', ``delta``)-DP for any eps' < ``epsilon_lower_bound``."""
+
+    attack: str
+    epsilon_lower_bound: float
+    confidence: float
+    delta: float
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attack": self.attack, "epsilon_lower_bound": _num(self.epsilon_lower_bound),
+                "confidence": self.confidence, "delta": self.delta, "details": dict(self.details)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "EmpiricalBound":
+        return cls(attack=d["attack"], epsilon_lower_bound=float(_unnum(d["epsilon_lower_bound"])),
+                   confidence=float(d["confidence"]), delta=float(d["delta"]), details=dict(d.get("details", {})))
+
+
+#: ``runner(release_dir, budget, delta) -> EmpiricalBound``: runs ``budget.kind`` against the release.
+AttackRunner = Callable[[Path, AttackBudget, float], EmpiricalBound]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """The verdict on one claim, with every number that went into it."""
+
+    name: str
+    subject: str
+    claimed_epsilon: float
+    claimed_delta: float
+    granularity: str
+    held: bool
+    reasons: tuple[str, ...]
+    accounted: PrivacyStatement
+    empirical: EmpiricalBound | None = None
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.held else "FAIL"
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons) if self.reasons else "accounted epsilon within the claim"
+
+    def message(self) -> str:
+        """Every number in one paragraph (JUnit failure text, logs)."""
+        a = self.accounted
+        text = (
+            f"claim {self.name!r} ({self.subject}): claimed epsilon={self.claimed_epsilon:g}, delta={self.claimed_delta:g}, "
+            f"granularity={self.granularity}; accounted epsilon={a.epsilon:.6g} at delta={a.delta:g} ({a.method}"
+            f"{', order ' + format(a.order, 'g') if a.order is not None else ''}"
+            f"{', DATA-DEPENDENT' if a.data_dependent else ''})"
+        )
+        if self.empirical is not None:
+            e = self.empirical
+            text += f"; empirical lower bound ({e.attack}) epsilon >= {e.epsilon_lower_bound:.4g} at confidence {e.confidence:g}"
+        text += f". Verdict: {self.verdict}: {self.reason}."
+        if a.assumptions:
+            text += " Assumptions: " + " ".join(a.assumptions)
+        if self.warnings:
+            text += " Warnings: " + " ".join(self.warnings)
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "subject": self.subject, "claimed_epsilon": self.claimed_epsilon,
+            "claimed_delta": self.claimed_delta, "granularity": self.granularity, "held": self.held,
+            "verdict": self.verdict, "reasons": list(self.reasons), "accounted": self.accounted.to_dict(),
+            "empirical": None if self.empirical is None else self.empirical.to_dict(),
+            "warnings": list(self.warnings), "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ClaimResult":
+        return cls(
+            name=d["name"], subject=d["subject"], claimed_epsilon=float(d["claimed_epsilon"]),
+            claimed_delta=float(d["claimed_delta"]), granularity=d["granularity"], held=bool(d["held"]),
+            reasons=tuple(d["reasons"]), accounted=PrivacyStatement.from_dict(d["accounted"]),
+            empirical=None if d.get("empirical") is None else EmpiricalBound.from_dict(d["empirical"]),
+            warnings=tuple(d.get("warnings", ())), seconds=float(d.get("seconds", 0.0)),
+        )
+
+
+def _fmt_eps(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return "inf" if math.isinf(x) else f"{x:.4g}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimsReport:
+    """The verdicts on every claim of a claims file. ``exit_code``: 0 when all hold, 1 otherwise."""
+
+    path: str | None
+    results: tuple[ClaimResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.held for r in self.results)
+
+    @property
+    def failures(self) -> tuple[ClaimResult, ...]:
+        return tuple(r for r in self.results if not r.held)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def table(self) -> str:
+        """A plain-text table: claim, claimed eps/delta, accounted eps, empirical lower bound, verdict, reason."""
+        head = ("claim", "claimed eps / delta", "granularity", "accounted eps (delta)", "empirical LB", "verdict", "reason")
+        rows = [head]
+        for r in self.results:
+            rows.append((
+                r.name,
+                f"{r.claimed_epsilon:g} / {r.claimed_delta:g}",
+                r.granularity,
+                f"{_fmt_eps(r.accounted.epsilon)} ({r.accounted.delta:g})",
+                "-" if r.empirical is None else f"{_fmt_eps(r.empirical.epsilon_lower_bound)} @{r.empirical.confidence:g}",
+                r.verdict,
+                r.reason,
+            ))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+        lines = []
+        for j, row in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1])
+            if j == 0:
+                lines.append("  ".join("-" * w for w in widths) + "  " + "-" * len(head[-1]))
+        n, f = len(self.results), len(self.failures)
+        lines.append("")
+        lines.append(f"{n - f} of {n} claims hold" + ("." if not f else f"; {f} failed: {', '.join(r.name for r in self.failures)}."))
+        for r in self.results:
+            for w in r.warnings:
+                lines.append(f"warning ({r.name}): {w}")
+        return "\n".join(lines)
+
+    def junit_xml(self) -> str:
+        """JUnit XML (one testsuite, one testcase per claim; failures carry every number)."""
+        suite = ET.Element("testsuite", {
+            "name": f"dpaudit check {Path(self.path).name if self.path else ''}".strip(),
+            "tests": str(len(self.results)), "failures": str(len(self.failures)), "errors": "0", "skipped": "0",
+            "time": f"{sum(r.seconds for r in self.results):.3f}",
+        })
+        classname = "dpaudit.claims" + (f".{Path(self.path).stem}" if self.path else "")
+        for r in self.results:
+            case = ET.SubElement(suite, "testcase", {"classname": classname, "name": r.name, "time": f"{r.seconds:.3f}"})
+            if not r.held:
+                fail = ET.SubElement(case, "failure", {"message": r.reason, "type": "PrivacyClaimFailed"})
+                fail.text = r.message()
+            else:
+                out = ET.SubElement(case, "system-out")
+                out.text = r.message()
+        root = ET.Element("testsuites", {"tests": suite.get("tests"), "failures": suite.get("failures"), "errors": "0"})
+        root.append(suite)
+        ET.indent(root)
+        return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "passed": self.passed, "results": [r.to_dict() for r in self.results]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ClaimsReport":
+        return cls(path=d.get("path"), results=tuple(ClaimResult.from_dict(r) for r in d["results"]))
+
+
+def write_junit(report: ClaimsReport, path: str | Path) -> Path:
+    """Write :meth:`ClaimsReport.junit_xml` atomically to ``path``."""
+    return write_text(path, report.junit_xml())
+
+
+# --------------------------------------------------------------------------------------------------
+# Accounting a mechanism description
+# --------------------------------------------------------------------------------------------------
+
+
+def _log_gaussian_delta(eps: float, mu: float) -> float:
+    """log of delta(eps) for the Gaussian mechanism with mu = sensitivity/sigma (Balle & Wang 2018, Thm 8):
+    delta = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), evaluated in log space."""
+    a = special.log_ndtr(mu / 2 - eps / mu)
+    b = eps + special.log_ndtr(-mu / 2 - eps / mu)
+    if b >= a:
+        return -math.inf
+    return a + math.log1p(-math.exp(b - a))
+
+
+def gaussian_mechanism_epsilon(mu: float, delta: float) -> float:
+    """Smallest epsilon at which the Gaussian mechanism with ``mu`` = sensitivity / sigma is (epsilon, delta)-DP.
+
+    Exact (Balle & Wang, "Improving the Gaussian mechanism for differential privacy", ICML 2018, Theorem 8);
+    k-fold composition is the Gaussian mechanism with ``mu * sqrt(k)`` (Dong, Roth & Su, "Gaussian
+    differential privacy", 2019, Corollary 3.3). Rounded up by the root finder's tolerance; ``delta = 0`` gives inf.
+    """
+    mu = check_float(mu, "mu", "gaussian_mechanism_epsilon", low=0.0, low_open=True)
+    delta = check_float(delta, "delta", "gaussian_mechanism_epsilon", low=0.0, high=1.0, high_open=True)
+    if delta == 0.0:
+        return math.inf
+    log_d = math.log(delta)
+    if _log_gaussian_delta(0.0, mu) <= log_d:
+        return 0.0
+    hi = 1.0
+    while _log_gaussian_delta(hi, mu) > log_d:
+        hi *= 2.0
+        if hi > 1e6:
+            return math.inf
+    root = optimize.brentq(lambda e: _log_gaussian_delta(e, mu) - log_d, 0.0, hi, xtol=1e-12, rtol=1e-12)
+    return float(root) * (1 + 1e-10) + 1e-10  # the conservative side of the root
+
+
+def _closed_form(kind: str, params: Mapping[str, Any], delta: float) -> AccountingResult:
+    owner = f"the {kind} mechanism"
+    allowed = {"sensitivity", "count", "scale" if kind == "laplace" else "sigma"}
+    extra = sorted(set(params) - allowed)
+    if extra:
+        raise ParameterError(f"Unknown parameter {extra[0]!r} of {owner}; allowed: {', '.join(sorted(allowed))}.")
+    sens = check_float(params.get("sensitivity", 1.0), "sensitivity", owner, low=0.0, low_open=True)
+    count = check_int(params.get("count", 1), "count", owner, low=1)
+    if kind == "laplace":
+        if "scale" not in params:
+            raise ParameterError(f"The 'scale' parameter of {owner} is required. Got nothing instead.")
+        scale = check_float(params["scale"], "scale", owner, low=0.0, low_open=True)
+        st = PrivacyStatement(
+            epsilon=count * sens / scale, delta=0.0, method="Laplace mechanism, basic composition",
+            assumptions=(f"Laplace noise of scale {scale:g} on a query of L1 sensitivity {sens:g} between neighbours; "
+                         f"{count} composition(s) add up (Dwork et al. 2006).",),
+            label=f"{count} quer{'y' if count == 1 else 'ies'}",
+        )
+    else:
+        if "sigma" not in params:
+            raise ParameterError(f"The 'sigma' parameter of {owner} is required. Got nothing instead.")
+        sigma = check_float(params["sigma"], "sigma", owner, low=0.0, low_open=True)
+        mu = math.sqrt(count) * sens / sigma
+        st = PrivacyStatement(
+            epsilon=gaussian_mechanism_epsilon(mu, delta), delta=delta,
+            method="Gaussian mechanism, exact (Balle & Wang 2018; GDP composition)",
+            assumptions=(f"Gaussian noise of standard deviation {sigma:g} on a query of L2 sensitivity {sens:g}; "
+                         f"{count} composition(s), i.e. mu = {mu:.6g}-GDP (Dong, Roth & Su 2019).",),
+            label=f"{count} quer{'y' if count == 1 else 'ies'}", details={"mu": mu},
+        )
+    return AccountingResult(mechanism=kind, statements=(st,), parameters=dict(params))
+
+
+def _accounting_function(kind: str) -> Callable[..., AccountingResult]:
+    module, name = {
+        "ldp": ("dpaudit.accountants.ldp", "account_ldp"),
+        "dpsgd": ("dpaudit.accountants.dpsgd", "account_dpsgd"),
+        "pate": ("dpaudit.accountants.pate", "account_pate"),
+        "gnmax": ("dpaudit.accountants.gnmax", "account_gnmax"),
+    }[kind]
+    import importlib
+
+    fn = getattr(importlib.import_module(module), name, None)
+    if fn is None:
+        raise DPAuditError(f"Accounting for {kind!r} mechanisms ({module}.{name}) is not available in this build of dpaudit.")
+    return fn
+
+
+def account_mechanism(kind: str, params: Mapping[str, Any], delta: float, *, base_dir: str | Path = ".") -> AccountingResult:
+    """Account a mechanism description at ``delta`` (the claim's): ``laplace``/``gaussian`` in closed form, the
+    others through their ``account_*`` function with ``params`` as keyword arguments. A string ``votes``
+    parameter is a ``.npy`` path (relative to ``base_dir``) loaded without pickle."""
+    if kind in ("laplace", "gaussian"):
+        return _closed_form(kind, params, delta)
+    fn = _accounting_function(kind)
+    kwargs = dict(params)
+    if isinstance(kwargs.get("votes"), str):
+        vp = Path(kwargs["votes"])
+        vp = vp if vp.is_absolute() else Path(base_dir) / vp
+        try:
+            kwargs["votes"] = np.load(vp, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"Cannot read the votes file {str(vp)!r}: {exc}") from None
+    sig = inspect.signature(fn)
+    if "delta" in sig.parameters:
+        # delta = 0 means "pure DP": functions whose delta is optional get None (their pure figure)
+        optional = sig.parameters["delta"].default is None
+        if not (delta == 0.0 and optional):
+            kwargs["delta"] = delta
+    try:
+        sig.bind(**kwargs)
+    except TypeError as exc:
+        known = ", ".join(p for p in sig.parameters if p != "delta")
+        raise ParameterError(f"Bad parameters for the {kind!r} mechanism ({exc}); its parameters are: {known}.") from None
+    return fn(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Subjects
+# --------------------------------------------------------------------------------------------------
+
+
+def _ledger_statement(ledger_dict: Mapping[str, Any], party: str | None, where: str) -> PrivacyStatement:
+    try:
+        from dpaudit.accountants.ledger import PrivacyLedger  # type: ignore[attr-defined]
+    except ImportError:
+        raise DPAuditError("Ledger subjects need dpaudit.accountants.ledger.PrivacyLedger, not available in this build.") from None
+    try:
+        ledger = PrivacyLedger.from_dict(ledger_dict)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, DPAuditError):
+            raise
+        raise DataError(f"The privacy ledger in {where} is malformed: {exc!r}") from None
+    if party is None:
+        return ledger.overall()
+    if party not in ledger.parties:
+        raise DataError(f"Party {party!r} is not in the ledger of {where}; its parties are: {', '.join(ledger.parties)}.")
+    return ledger.statement(party)
+
+
+def _release_meta(path: Path) -> dict[str, Any]:
+    f = path / "release.json"
+    if not f.is_file():
+        raise DataError(f"Release {str(path)!r} has no release.json (is it a release directory?).")
+    try:
+        meta = read_json(f)
+    except ValueError as exc:
+        raise DataError(f"{str(f)!r} is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("schema") != 1:
+        raise DataError(f"{str(f)!r} is not a schema-1 release (got schema {meta.get('schema') if isinstance(meta, dict) else None!r}).")
+    return meta
+
+
+def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> EmpiricalBound:
+    """Run ``budget.kind`` against a release with the attacks layer and return its empirical lower bound.
+
+    The release is loaded with ``dpaudit.training.release.load_release`` (the contract in
+    ``dpaudit/training/CONTRACTS.md``: model, ``dataset()``, ``membership`` with ``members``/``nonmembers``/
+    ``attacker`` indices, ``train_fn()``/``train_many()`` for shadow models) and attacked with
+    :func:`dpaudit.attacks.run_attack` (members vs non-members; shadows trained on the attacker's pool with the
+    release's own recipe). The bound is the attack's Clopper-Pearson epsilon lower bound at
+    ``budget.confidence`` and the claim's ``delta``; the attacks layer's caveats travel in ``details["notes"]``.
+    """
+    try:
+        from dpaudit.training.release import load_release  # the one place claims touches the training layer
+    except ImportError:
+        raise DPAuditError(
+            "Attack budgets need dpaudit.training.release.load_release, which is not available in this build of "
+            "dpaudit; remove the 'attack' key or pass an attack runner."
+        ) from None
+    from dpaudit.attacks import run_attack
+
+    rel = load_release(release)
+    ds = rel.dataset()
+    m = rel.membership
+    for key in ("members", "nonmembers", "attacker"):
+        if key not in m:
+            raise DataError(f"Release {str(release)!r} has no {key!r} indices in membership.npz.")
+    X, y = ds.X, ds.y
+    mem, non, pool = (np.asarray(m[k], dtype=np.int64) for k in ("members", "nonmembers", "attacker"))
+    train_fn = batch_fn = None
+    if budget.kind in ("shadow", "lira"):
+        train_fn = rel.train_fn()
+        spec = getattr(rel.model, "spec", None)
+        if spec is not None and getattr(spec, "is_torch", False):
+            batch_fn = rel.train_many()
+    report = run_attack(
+        rel.model, X[mem], y[mem], X[non], y[non], X[pool], y[pool], attack=budget.kind, train_fn=train_fn,
+        batch_train_fn=batch_fn, num_shadows=budget.shadows, confidence=budget.confidence, delta=delta,
+        n_bootstrap=0, blind=False, seed=budget.seed,
+    )
+    res = report.attack
+    return EmpiricalBound(
+        attack=budget.kind, epsilon_lower_bound=float(res.bound.epsilon), confidence=budget.confidence, delta=delta,
+        details={"auc": float(res.metrics.auc), "shadows": budget.shadows, "seed": budget.seed,
+                 "notes": list(report.notes)},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------------
+
+
+def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, base_dir: str | Path = ".") -> ClaimResult:
+    """Account ``claim``'s subject (and run its attack budget) and decide whether the claim holds."""
+    t0 = time.perf_counter()
+    reasons: list[str] = []
+    notes: list[str] = []
+    empirical = None
+    subject = claim.subject
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if isinstance(subject, MechanismSubject):
+            result = account_mechanism(subject.kind, subject.params, claim.delta, base_dir=base_dir)
+            st = result.statement
+            notes += list(result.warnings)
+        elif isinstance(subject, LedgerSubject):
+            if not subject.path.is_file():
+                raise DataError(f"Ledger file {str(subject.path)!r} does not exist.")
+            try:
+                data = read_json(subject.path)
+            except ValueError as exc:
+                raise DataError(f"Ledger file {str(subject.path)!r} is not valid JSON: {exc}") from None
+            st = _ledger_statement(data, claim.party, str(subject.path))
+        else:
+            meta = _release_meta(subject.path)
+            if claim.party is not None:
+                if "ledger" not in meta:
+                    raise DataError(f"Release {str(subject.path)!r} has no ledger, so it has no per-party figures.")
+                st = _ledger_statement(meta["ledger"], claim.party, str(subject.path / "release.json"))
+            else:
+                if "statement" not in meta:
+                    raise DataError(f"Release {str(subject.path)!r} has no accounted statement in release.json.")
+                try:
+                    res = AccountingResult.from_dict(meta["statement"])
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise DataError(f"The statement in {str(subject.path / 'release.json')!r} is malformed: {exc!r}") from None
+                st = res.statement
+                notes += list(res.warnings)
+            stated = (meta.get("claim") or {}).get("granularity")
+            if stated is not None and stated != claim.granularity:
+                reasons.append(f"granularity mismatch: the release is accounted at {stated!r} level, the claim is at {claim.granularity!r}")
+    notes += [str(w.message) for w in caught]
+
+    if not st.epsilon <= claim.epsilon:
+        reasons.insert(0, f"accounted epsilon {_fmt_eps(st.epsilon)} > claimed {claim.epsilon:g}")
+    if st.delta > claim.delta:
+        reasons.append(f"accounted delta {st.delta:g} > claimed {claim.delta:g}")
+    if st.data_dependent:
+        if claim.allow_data_dependent:
+            notes.append("the accounted epsilon is data-dependent: it depends on the private data and is not itself DP.")
+        else:
+            reasons.append("the accounted epsilon is data-dependent (not itself DP) and the claim does not allow that")
+
+    if claim.attack is not None and isinstance(subject, ReleaseSubject):
+        runner = attack_runner or default_attack_runner
+        empirical = runner(subject.path, claim.attack, claim.delta)
+        notes += [str(n) for n in empirical.details.get("notes", ())]
+        if empirical.epsilon_lower_bound > claim.epsilon:
+            reasons.append(
+                f"empirical lower bound {_fmt_eps(empirical.epsilon_lower_bound)} ({empirical.attack}, confidence "
+                f"{empirical.confidence:g}) > claimed {claim.epsilon:g}"
+            )
+        if empirical.epsilon_lower_bound > st.epsilon:
+            notes.append(
+                f"the empirical lower bound ({_fmt_eps(empirical.epsilon_lower_bound)}) is above the accounted epsilon "
+                f"({_fmt_eps(st.epsilon)}): the accounting does not describe the released model (an accounting or "
+                "implementation bug, or the bound's assumptions are violated)."
+            )
+    return ClaimResult(
+        name=claim.name, subject=subject.describe(), claimed_epsilon=claim.epsilon, claimed_delta=claim.delta,
+        granularity=claim.granularity, held=not reasons, reasons=tuple(reasons), accounted=st, empirical=empirical,
+        warnings=tuple(dict.fromkeys(notes)), seconds=time.perf_counter() - t0,
+    )
+
+
+def evaluate_claims(claims: ClaimsFile, *, attack_runner: AttackRunner | None = None) -> ClaimsReport:
+    """Evaluate every claim of a parsed claims file (paths already resolved against its directory)."""
+    base = claims.path.parent if claims.path is not None else Path(".")
+    results = tuple(evaluate_claim(c, attack_runner=attack_runner, base_dir=base) for c in claims.claims)
+    return ClaimsReport(path=None if claims.path is None else str(claims.path), results=results)
+
+
+def check_claims(path: str | Path, *, attack_runner: AttackRunner | None = None) -> ClaimsReport:
+    """Load, validate and evaluate a claims TOML file: the library call behind ``dpaudit check``."""
+    return evaluate_claims(load_claims(path), attack_runner=attack_runner)

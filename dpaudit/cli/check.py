@@ -1,0 +1,29 @@
+"""``dpaudit check CLAIMS.toml [--junit FILE]``: does every privacy claim hold? (exit 0 yes, 1 no, 2 usage error)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dpaudit.claims import check_claims, write_junit
+
+
+@click.command("check")
+@click.argument("claims", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the verdicts as JUnit XML (one testcase per claim) to this file.")
+@click.pass_context
+def command(ctx: click.Context, claims: Path, junit: Path | None) -> None:
+    """Check the privacy claims listed in CLAIMS (a TOML file).
+
+    A claim fails when its accounted epsilon (or delta) exceeds the claimed one, when the subject is accounted
+    at another granularity, or when an attack's empirical lower bound exceeds the claimed epsilon.
+    Exit status: 0 when every claim holds, 1 when any fails, 2 on usage errors.
+    """
+    report = check_claims(claims)
+    click.echo(report.table())
+    if junit is not None:
+        write_junit(report, junit)
+        click.echo(f"JUnit XML written to {junit}")
+    ctx.exit(report.exit_code)

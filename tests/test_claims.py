@@ -1,0 +1,364 @@
+"""dpaudit.claims: parsing/validation of claims files and their evaluation (mechanism, ledger and release subjects)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpaudit._io import write_json
+from dpaudit.accountants.dpsgd import account_dpsgd
+from dpaudit.accountants.events import LaplaceNoisyMax, SubsampledGaussian
+from dpaudit.accountants.ledger import PrivacyLedger
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.claims import (
+    AttackBudget,
+    ClaimsReport,
+    EmpiricalBound,
+    MechanismSubject,
+    ReleaseSubject,
+    check_claims,
+    evaluate_claims,
+    gaussian_mechanism_epsilon,
+    load_claims,
+    parse_claims,
+)
+from dpaudit.claims.evaluate import default_attack_runner
+from dpaudit.errors import DataError, DPAuditError, ParameterError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "claims"
+
+
+def claim(**kw):
+    base = dict(name="c", epsilon=1.0, delta=0.0, granularity="example", mechanism="laplace", params={"scale": 1.0})
+    base.update(kw)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def doc(*claims):
+    return {"claim": list(claims)}
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def test_examples_parse_into_typed_claims():
+    cf = load_claims(EXAMPLES / "holds.toml")
+    assert [c.name for c in cf.claims] == ["laplace-count", "gaussian-sum-10-queries", "dpsgd-digits", "privatekt-report"]
+    c = cf.claims[2]
+    assert isinstance(c.subject, MechanismSubject) and c.subject.kind == "dpsgd"
+    assert c.epsilon == 6.0 and c.delta == 1e-5 and c.granularity == "example"
+    assert c.to_dict()["params"]["noise_multiplier"] == 1.1
+
+
+def test_release_paths_are_relative_to_the_claims_file(tmp_path):
+    cf = parse_claims(doc(claim(mechanism=None, params=None, release="runs/x", attack={"kind": "lira"})), base_dir=tmp_path)
+    c = cf.claims[0]
+    assert isinstance(c.subject, ReleaseSubject) and c.subject.path == tmp_path / "runs" / "x"
+    assert c.attack == AttackBudget(kind="lira", shadows=8, confidence=0.95, seed=0)
+
+
+@pytest.mark.parametrize(
+    "claims,match",
+    [
+        ([claim(colour="red")], "Unknown key 'colour' in claim 'c'"),
+        ([claim(epsilon=None)], "'epsilon' parameter of claim 'c' is required"),
+        ([claim(epsilon=-1.0)], "'epsilon' parameter of claim 'c' must be a float >= 0.0"),
+        ([claim(delta=1.0)], "'delta' parameter of claim 'c'"),
+        ([claim(granularity="galaxy")], "'granularity' parameter of claim 'c' must be one of"),
+        ([claim(release="x")], "exactly one subject"),
+        ([claim(mechanism=None, params=None)], "exactly one subject"),
+        ([claim(mechanism="magic")], "'mechanism' parameter of claim 'c' must be one of"),
+        ([claim(mechanism=None, release="x")], "'params' parameter of claim 'c' applies to 'mechanism' subjects only"),
+        ([claim(attack={"kind": "threshold"})], "'attack' parameter of claim 'c' applies to 'release' subjects only"),
+        ([claim(party="a")], "'party' parameter of claim 'c' applies to 'release' and 'ledger'"),
+        ([claim(mechanism=None, params=None, release="x", attack={"kind": "guess"})], "'kind' parameter of the attack"),
+        ([claim(mechanism=None, params=None, release="x", attack={"kind": "lira", "budget": 3})], "Unknown key 'budget' in the attack"),
+        ([claim(mechanism=None, params=None, release="x", attack={"kind": "lira", "confidence": 1.5})], "'confidence'"),
+        ([claim(), claim()], "unique"),
+        ([claim(mechanism="dpsgd", granularity="party")], "must be one of 'example' for a 'dpsgd' mechanism"),
+        ([claim(mechanism="ldp", params={"epsilon": 5, "samples": 2, "classes": 10, "rounds": 10}, granularity="report")],
+         "must be one of 'user'"),
+        ([claim(params={"scale": 1.0, "delta": 0.1})], "must not set 'delta'"),
+        ([claim(name="")], "'name' parameter of claim #1 must be a non-empty string"),
+        ([], "at least one"),
+    ],
+)
+def test_usage_errors_name_the_claim_and_key(claims, match):
+    with pytest.raises(ParameterError, match=match):
+        parse_claims(doc(*claims))
+
+
+def test_top_level_errors(tmp_path):
+    with pytest.raises(ParameterError, match="Unknown key 'claims'"):
+        parse_claims({"claims": [claim()]})
+    with pytest.raises(ParameterError, match="'schema'"):
+        parse_claims({"schema": 2, "claim": [claim()]})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[claim]]\nname = \n")
+    with pytest.raises(DataError, match="not valid TOML"):
+        load_claims(bad)
+    with pytest.raises(DataError, match="does not exist"):
+        load_claims(tmp_path / "missing.toml")
+
+
+# ---------------------------------------------------------------- mechanism subjects
+
+
+def test_laplace_claim_holds_exactly_at_its_epsilon_and_fails_above():
+    rep = evaluate_claims(parse_claims(doc(claim(name="ok", epsilon=0.5, params={"scale": 2.0}),
+                                           claim(name="bad", epsilon=0.4, params={"scale": 2.0, "count": 1}),
+                                           claim(name="composed", epsilon=1.0, params={"scale": 2.0, "count": 3}))))
+    ok, bad, composed = rep.results
+    assert ok.held and ok.accounted.epsilon == 0.5
+    assert not bad.held and bad.reasons == ("accounted epsilon 0.5 > claimed 0.4",)
+    assert not composed.held and composed.accounted.epsilon == pytest.approx(1.5)  # 3 x 1/2, basic composition
+    assert rep.exit_code == 1 and not rep.passed and [r.name for r in rep.failures] == ["bad", "composed"]
+
+
+def test_gaussian_mechanism_epsilon_against_dp_accounting_pld():
+    # reference: dp_accounting's PLD accountant (pessimistic discretisation, so an upper bound close to exact)
+    import dp_accounting
+
+    for sigma, delta in [(1.0, 1e-5), (4.0, 1e-6), (0.7, 1e-3)]:
+        acc = dp_accounting.pld.PLDAccountant()
+        acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier=sigma))
+        ref = acc.get_epsilon(delta)
+        ours = gaussian_mechanism_epsilon(1.0 / sigma, delta)
+        assert ours <= ref * (1 + 1e-6) and ours == pytest.approx(ref, rel=1e-2)
+    assert gaussian_mechanism_epsilon(1.0, 1e-5) == pytest.approx(4.3772, abs=1e-3)  # Balle & Wang 2018, Thm 8 solved
+    assert gaussian_mechanism_epsilon(1.0, 0.0) == math.inf
+
+
+def test_gaussian_composition_is_gdp_composition():
+    rep = evaluate_claims(parse_claims(doc(claim(mechanism="gaussian", delta=1e-5, epsilon=10.0, params={"sigma": 6.0, "count": 36}))))
+    # 36 compositions at sigma 6 = one at sigma 1 (Dong, Roth & Su 2019, Corollary 3.3)
+    assert rep.results[0].accounted.epsilon == pytest.approx(gaussian_mechanism_epsilon(1.0, 1e-5))
+
+
+def test_dpsgd_claim_uses_account_dpsgd_at_the_claimed_delta():
+    params = dict(dataset_size=1437, batch_size=64, noise_multiplier=1.1, epochs=5)
+    rep = evaluate_claims(parse_claims(doc(claim(mechanism="dpsgd", params=params, delta=1e-6, epsilon=100.0))))
+    direct = account_dpsgd(**params, delta=1e-6)
+    assert rep.results[0].accounted == direct.statement and rep.results[0].held
+
+
+def test_unknown_mechanism_parameters_are_usage_errors():
+    with pytest.raises(ParameterError, match="Bad parameters for the 'dpsgd' mechanism"):
+        evaluate_claims(parse_claims(doc(claim(mechanism="dpsgd", params={"noise": 1.0}, delta=1e-5))))
+    with pytest.raises(ParameterError, match="Unknown parameter 'sigma' of the laplace"):
+        evaluate_claims(parse_claims(doc(claim(params={"sigma": 1.0}))))
+    with pytest.raises(ParameterError, match="'scale' parameter of the laplace mechanism is required"):
+        evaluate_claims(parse_claims(doc(claim(params={}))))
+
+
+def test_examples_verdicts():
+    assert check_claims(EXAMPLES / "holds.toml").exit_code == 0
+    rep = check_claims(EXAMPLES / "fails.toml")
+    assert [r.held for r in rep.results] == [True, False, False]
+    assert rep.results[1].accounted.epsilon > 100  # 250 rounds of 5-LDP reports
+
+
+# ---------------------------------------------------------------- ledger and release subjects
+
+
+def _ledger(delta=1e-5) -> PrivacyLedger:
+    led = PrivacyLedger(delta=delta)
+    led.record("alice", SubsampledGaussian(sampling_rate=0.01, noise_multiplier=1.0, steps=100))
+    led.record("bob", SubsampledGaussian(sampling_rate=0.01, noise_multiplier=1.0, steps=2000))
+    return led
+
+
+def test_ledger_subject_overall_and_party(tmp_path):
+    led = _ledger()
+    write_json(tmp_path / "ledger.json", led.to_dict())
+    eps_a, eps_b = led.statement("alice").epsilon, led.statement("bob").epsilon
+    mid = (eps_a + eps_b) / 2
+    cf = parse_claims(doc(
+        claim(name="overall", mechanism=None, params=None, ledger="ledger.json", epsilon=mid, delta=1e-5),
+        claim(name="alice", mechanism=None, params=None, ledger="ledger.json", party="alice", epsilon=mid, delta=1e-5),
+        claim(name="tight-delta", mechanism=None, params=None, ledger="ledger.json", party="alice", epsilon=mid, delta=1e-6),
+    ), base_dir=tmp_path)
+    rep = evaluate_claims(cf)
+    overall, alice, tight = rep.results
+    assert not overall.held and overall.accounted.epsilon == pytest.approx(eps_b)
+    assert alice.held and alice.accounted.epsilon == pytest.approx(eps_a)
+    assert not tight.held and "accounted delta 1e-05 > claimed 1e-06" in tight.reasons
+    bad = parse_claims(doc(claim(mechanism=None, params=None, ledger="ledger.json", party="carol")), base_dir=tmp_path)
+    with pytest.raises(DataError, match="'carol' is not in the ledger"):
+        evaluate_claims(bad)
+
+
+def _fake_release(path: Path, *, epsilon=2.0, delta=1e-5, granularity="example", data_dependent=False, ledger=None) -> Path:
+    """A release directory with the release.json layout of training/CONTRACTS.md (model files are not needed
+    to account a claim)."""
+    st = PrivacyStatement(epsilon=epsilon, delta=delta, method="rdp", order=10.0, label="student",
+                          assumptions=("replace-one record",), data_dependent=data_dependent)
+    meta = {
+        "schema": 1, "method": "fredy", "dataset": {"name": "digits", "seed": 0, "num_samples": None},
+        "params": {"gamma": 0.05}, "seed": 0, "utility": {"accuracy": 0.9},
+        "model": {"spec": {"name": "mlp"}, "file": "model.safetensors", "train_config": {}},
+        "ledger": (ledger or _ledger(delta)).to_dict(),
+        "statement": AccountingResult(mechanism="pate", statements=(st,)).to_dict(),
+        "claim": {"epsilon": epsilon, "delta": delta, "granularity": granularity, "text": "as published"},
+        "assumptions": [], "created_by": "dpaudit test",
+    }
+    write_json(path / "release.json", meta)
+    return path
+
+
+def _release_claim(**kw):
+    return claim(mechanism=None, params=None, release="rel", **kw)
+
+
+def test_release_subject_statement_granularity_delta_and_data_dependence(tmp_path):
+    _fake_release(tmp_path / "rel", epsilon=2.0, granularity="party", data_dependent=True)
+    cf = parse_claims(doc(
+        _release_claim(name="holds", epsilon=2.0, delta=1e-5, granularity="party"),
+        _release_claim(name="wrong-granularity", epsilon=2.0, delta=1e-5, granularity="example"),
+        _release_claim(name="smaller-delta", epsilon=2.0, delta=1e-6, granularity="party"),
+        _release_claim(name="strict", epsilon=2.0, delta=1e-5, granularity="party", allow_data_dependent=False),
+        _release_claim(name="party-alice", epsilon=1e9, delta=1e-5, granularity="party", party="alice"),
+    ), base_dir=tmp_path)
+    r = {x.name: x for x in evaluate_claims(cf).results}
+    assert r["holds"].held and any("data-dependent" in w for w in r["holds"].warnings)
+    assert not r["wrong-granularity"].held and "granularity mismatch" in r["wrong-granularity"].reason
+    assert not r["smaller-delta"].held and "accounted delta" in r["smaller-delta"].reason
+    assert not r["strict"].held and "data-dependent" in r["strict"].reason
+    assert r["party-alice"].held and r["party-alice"].accounted.label != "student"  # from the ledger, not the headline
+
+
+def test_release_attack_budget_uses_the_runner_and_fails_on_a_high_lower_bound(tmp_path):
+    _fake_release(tmp_path / "rel", epsilon=2.0)
+    calls = []
+
+    def runner(lb):
+        def run(path, budget, delta):
+            calls.append((path, budget, delta))
+            return EmpiricalBound(attack=budget.kind, epsilon_lower_bound=lb, confidence=budget.confidence, delta=delta)
+        return run
+
+    cf = parse_claims(doc(_release_claim(epsilon=3.0, delta=1e-5, attack={"kind": "threshold", "shadows": 4, "confidence": 0.9})),
+                      base_dir=tmp_path)
+    low = evaluate_claims(cf, attack_runner=runner(0.4)).results[0]
+    assert low.held and low.empirical.epsilon_lower_bound == 0.4
+    assert calls[0] == (tmp_path / "rel", AttackBudget("threshold", 4, 0.9, 0), 1e-5)
+    mid = evaluate_claims(cf, attack_runner=runner(2.5)).results[0]  # above accounted 2.0, below claimed 3.0
+    assert mid.held and any("above the accounted epsilon" in w for w in mid.warnings)
+    high = evaluate_claims(cf, attack_runner=runner(3.5)).results[0]
+    assert not high.held and "empirical lower bound 3.5 (threshold, confidence 0.9) > claimed 3" in high.reason
+
+
+def test_release_errors(tmp_path):
+    (tmp_path / "rel").mkdir()
+    cf = parse_claims(doc(_release_claim()), base_dir=tmp_path)
+    with pytest.raises(DataError, match="no release.json"):
+        evaluate_claims(cf)
+    (tmp_path / "rel" / "release.json").write_text("{not json")
+    with pytest.raises(DataError, match="not valid JSON"):
+        evaluate_claims(cf)
+    write_json(tmp_path / "rel" / "release.json", {"schema": 7})
+    with pytest.raises(DataError, match="schema-1"):
+        evaluate_claims(cf)
+
+
+def test_default_attack_runner_without_the_release_loader(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dpaudit.training.release", None)  # import fails as if not built
+    with pytest.raises(DPAuditError, match="load_release"):
+        default_attack_runner(tmp_path, AttackBudget("threshold"), 1e-5)
+
+
+class _Memoriser:
+    """A 'model' that is confident on its training records only: the threshold attack must see it."""
+
+    def __init__(self, X_members):
+        self._seen = {x.tobytes() for x in X_members}
+
+    def predict_proba(self, X):
+        p = np.full((len(X), 2), 0.5)
+        hit = np.array([x.tobytes() in self._seen for x in X])
+        p[hit] = [0.001, 0.999]
+        return p
+
+
+def test_default_attack_runner_through_the_release_contract(tmp_path, monkeypatch):
+    """load_release per CONTRACTS.md (faked here: the training layer's release module is not needed to test the
+    wiring), the real attacks layer behind it."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 4)).astype(np.float32)
+    y = np.ones(600, dtype=np.int64)
+    members, nonmembers, attacker = np.arange(0, 200), np.arange(200, 400), np.arange(400, 600)
+
+    class Release:
+        path = tmp_path / "rel"
+        meta: dict = {}
+        model = _Memoriser(X[members])
+        votes = None
+        membership = {"members": members, "nonmembers": nonmembers, "attacker": attacker}
+
+        def dataset(self):
+            return types.SimpleNamespace(X=X, y=y, num_classes=2)
+
+    fake = types.ModuleType("dpaudit.training.release")
+    fake.load_release = lambda path: Release()
+    monkeypatch.setitem(sys.modules, "dpaudit.training.release", fake)
+    _fake_release(tmp_path / "rel", epsilon=0.5)
+    cf = parse_claims(doc(_release_claim(name="small", epsilon=0.5, delta=1e-5, attack={"kind": "threshold", "confidence": 0.95}),
+                          _release_claim(name="huge", epsilon=50.0, delta=1e-5, attack={"kind": "threshold"})),
+                      base_dir=tmp_path)
+    small, huge = evaluate_claims(cf).results
+    assert small.empirical.attack == "threshold" and small.empirical.epsilon_lower_bound > 2.0
+    assert not small.held and "empirical lower bound" in small.reason
+    assert any("Clopper-Pearson" in w for w in small.warnings)  # the attacks layer's caveat is shown
+    assert huge.held
+
+
+# ---------------------------------------------------------------- reports
+
+
+def test_report_round_trip_table_and_junit():
+    rep = check_claims(EXAMPLES / "fails.toml")
+    assert ClaimsReport.from_dict(rep.to_dict()) == rep
+    table = rep.table()
+    assert "privatekt-whole-run" in table and "FAIL" in table and "1 of 3 claims hold" in table
+    root = ET.fromstring(rep.junit_xml())
+    suite = root.find("testsuite")
+    assert suite.get("tests") == "3" and suite.get("failures") == "2"
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["laplace-count", "privatekt-whole-run", "dpsgd-digits-100-epochs"]
+    fail = cases[2].find("failure")
+    assert fail is not None and "accounted epsilon" in fail.get("message") and "claimed 3" in fail.get("message")
+    assert "q = 64/1437" in fail.text  # the accountant's assumptions travel with the failure
+    assert cases[0].find("failure") is None
+
+
+@pytest.mark.slow  # ~9 s on 2 shared cores (torch import, digits, tree, attack); the wiring is tested by default above
+def test_end_to_end_real_release_and_threshold_attack(tmp_path):
+    """A real release bundle (training layer's write_release: a decision tree on load_digits, non-private, with
+    a false claim of epsilon 1) refuted by the threshold attack through `dpaudit check`'s library call."""
+    from dpaudit.training.data import load_dataset, split_dataset
+    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.release import write_release
+
+    ds = load_dataset("digits", seed=0)
+    sp = split_dataset(ds, seed=0)
+    spec = ModelSpec(name="decision_tree", input_shape=ds.input_shape, num_classes=ds.num_classes, kwargs={})
+    clf = fit_classifier(spec, ds.X[sp.train], ds.y[sp.train], None, seed=0)
+    st = AccountingResult(mechanism="none", statements=(PrivacyStatement(epsilon=1.0, delta=1e-5, method="as claimed"),))
+    write_release(tmp_path / "rel", method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None},
+                  params={}, seed=0, utility={}, classifier=clf, train_config=None, ledger=None, statement=st,
+                  claim={"epsilon": 1.0, "delta": 1e-5, "granularity": "example", "text": "false on purpose"},
+                  membership={"members": sp.train, "nonmembers": sp.test, "attacker": sp.attacker})
+    (tmp_path / "claims.toml").write_text(
+        '[[claim]]\nname = "tree"\nrelease = "rel"\nepsilon = 1.0\ndelta = 1e-5\ngranularity = "example"\n'
+        'attack = { kind = "threshold", confidence = 0.95 }\n'
+    )
+    res = check_claims(tmp_path / "claims.toml").results[0]
+    # the accounted figure (1.0) is what the release states, so only the attack can refute the claim
+    assert res.accounted.epsilon == 1.0
+    assert not res.held and res.empirical.epsilon_lower_bound > 1.0 and "empirical lower bound" in res.reason
