@@ -546,8 +546,17 @@ def load_classifier(path, spec: ModelSpec) -> Classifier:
         except CatBoostError as exc:
             raise DataError(f"{found}: not a readable CatBoost model ({exc}).") from None
         return Classifier(spec, estimator=est)
+    import zipfile
+
     import skops.io as sio
 
+    try:  # check the top-level class from the archive's schema before skops builds anything
+        with zipfile.ZipFile(found) as zf:
+            top = json.loads(zf.read("schema.json")).get("__class__")
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError) as exc:
+        raise DataError(f"{found}: not a readable skops file ({exc}).") from None
+    if top != _SKOPS_TOP[spec.name]:
+        raise DataError(f"{found}: holds a {top}, expected {_SKOPS_TOP[spec.name]} for spec {spec.name!r}.")
     try:
         untrusted = sio.get_untrusted_types(file=found)
     except Exception as exc:  # noqa: BLE001 - skops raises several types on malformed archives
