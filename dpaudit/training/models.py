@@ -193,12 +193,16 @@ class MaskedBatchNorm(nn.Module):
         return xhat * self.weight.reshape(shape) + self.bias.reshape(shape)
 
 
-def _norm(kind: str | None, channels: int) -> nn.Module | None:
+def _norm(kind: str | None, channels: int, *, dense: bool = False) -> nn.Module | None:
+    """Norm layer for ``channels`` features. Group norm uses up to 8 groups (the largest of 8, 4, 2, 1
+    dividing ``channels``); after a dense layer (no spatial extent) each group keeps >= 4 features, since a
+    group of one feature would normalise it to zero."""
     if kind is None:
         return None
     if kind == "batch":
         return MaskedBatchNorm(channels)
-    groups = math.gcd(channels, 8) if channels >= 8 else 1
+    min_per_group = 4 if dense else 1
+    groups = next(g for g in (8, 4, 2, 1) if channels % g == 0 and channels // g >= min_per_group)
     return nn.GroupNorm(groups, channels)
 
 
@@ -226,7 +230,7 @@ def _mlp(spec: ModelSpec) -> _Net:
     width = math.prod(spec.input_shape)
     for h in hidden:
         layers.append(nn.Linear(width, h, bias=norm != "batch"))  # batch norm cancels a bias
-        nl = _norm(norm, h)
+        nl = _norm(norm, h, dense=True)
         if nl is not None:
             layers.append(nl)
         layers.append(nn.ReLU())
