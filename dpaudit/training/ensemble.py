@@ -360,13 +360,18 @@ def _fingerprint(spec, config, seed, data, init_state) -> str:
 
 
 class _Optimizer:
-    """Adam / SGD on stacked tensors with per-model step counts and an 'active' mask."""
+    """Adam / SGD on stacked tensors with per-model step counts and an 'active' mask.
+
+    Step counts live on the CPU (numpy). While every model is active they are all equal (models only
+    drop out at the end of their step stream), and the update is the in-place arithmetic of
+    ``torch.optim.Adam`` / ``SGD`` with scalar bias corrections; otherwise a masked update leaves the
+    inactive models' parameters and moments untouched.
+    """
 
     def __init__(self, config: TrainConfig, params: dict[str, torch.Tensor]):
         self.cfg = config
         M = next(iter(params.values())).shape[0]
-        dev = next(iter(params.values())).device
-        self.step = torch.zeros(M, dtype=torch.float64, device=dev)
+        self.step = np.zeros(M, dtype=np.float64)
         self.slots: dict[str, dict[str, torch.Tensor]] = {}
         if config.optimizer == "adam":
             self.slots["exp_avg"] = {k: torch.zeros_like(v) for k, v in params.items()}
@@ -375,39 +380,71 @@ class _Optimizer:
             self.slots["momentum_buffer"] = {k: torch.zeros_like(v) for k, v in params.items()}
 
     def state(self) -> dict[str, torch.Tensor]:
-        out = {"opt/step": self.step}
+        out = {"opt/step": torch.from_numpy(self.step.copy())}
         for slot, d in self.slots.items():
             out.update({f"opt/{slot}/{k}": v for k, v in d.items()})
         return out
 
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
-        self.step.copy_(tensors["opt/step"])
+        self.step[:] = tensors["opt/step"].cpu().numpy()
         for slot, d in self.slots.items():
             for k in d:
                 d[k].copy_(tensors[f"opt/{slot}/{k}"])
 
     @torch.no_grad()
-    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
+    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], active: np.ndarray) -> None:
+        active = np.asarray(active, dtype=bool)
+        if active.all() and np.all(self.step == self.step[0]):
+            self._update_all(params, grads, float(self.step[0]) + 1)
+        else:
+            self._update_masked(params, grads, active)
+        self.step += active
+
+    def _update_all(self, params, grads, t: float) -> None:
         cfg = self.cfg
-        new_step = self.step + active.to(torch.float64)
-        act = active.bool()
-        first = act & (self.step == 0)
         if cfg.optimizer == "adam":
             b1, b2 = _ADAM_BETAS
-            safe = new_step.clamp(min=1)
-            bc1 = 1 - b1**safe
-            bc2_sqrt = torch.sqrt(1 - b2**safe)
-            step_size = (cfg.lr / bc1).to(torch.float32)
-            bc2_sqrt = bc2_sqrt.to(torch.float32)
+            step_size = cfg.lr / (1 - b1**t)
+            bc2_sqrt = math.sqrt(1 - b2**t)
+        for k, p in params.items():
+            g = grads[k]
+            if cfg.weight_decay:
+                g = g.add(p, alpha=cfg.weight_decay)
+            if cfg.optimizer == "adam":
+                m, v = self.slots["exp_avg"][k], self.slots["exp_avg_sq"][k]
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                denom = (v.sqrt() / bc2_sqrt).add_(_ADAM_EPS)
+                p.addcdiv_(m, denom, value=-step_size)
+            else:
+                if cfg.momentum > 0:
+                    buf = self.slots["momentum_buffer"][k]
+                    if t == 1:
+                        buf.copy_(g)
+                    else:
+                        buf.mul_(cfg.momentum).add_(g)
+                    g = buf
+                p.add_(g, alpha=-cfg.lr)
+
+    def _update_masked(self, params, grads, active: np.ndarray) -> None:
+        cfg = self.cfg
+        dev = next(iter(params.values())).device
+        act = torch.from_numpy(active).to(dev)
+        new_step = self.step + active
+        first = torch.from_numpy(active & (self.step == 0)).to(dev)
+        if cfg.optimizer == "adam":
+            b1, b2 = _ADAM_BETAS
+            safe = np.maximum(new_step, 1)
+            step_size = torch.from_numpy(cfg.lr / (1 - b1**safe)).to(dev, torch.float32)
+            bc2_sqrt = torch.from_numpy(np.sqrt(1 - b2**safe)).to(dev, torch.float32)
         for k, p in params.items():
             g = grads[k]
             shape = (-1,) + (1,) * (p.dim() - 1)
             a = act.reshape(shape)
             if cfg.weight_decay:
-                g = g + cfg.weight_decay * p
+                g = g.add(p, alpha=cfg.weight_decay)
             if cfg.optimizer == "adam":
-                m = self.slots["exp_avg"][k]
-                v = self.slots["exp_avg_sq"][k]
+                m, v = self.slots["exp_avg"][k], self.slots["exp_avg_sq"][k]
                 m_new = torch.lerp(m, g, 1 - b1)
                 v_new = v * b2 + (1 - b2) * g * g
                 denom = v_new.sqrt() / bc2_sqrt.reshape(shape) + _ADAM_EPS
@@ -422,7 +459,6 @@ class _Optimizer:
                     g = buf_new
                 p_new = p - cfg.lr * g
             p.copy_(torch.where(a, p_new, p))
-        self.step.copy_(new_step)
 
 
 def _resolve_device(device) -> torch.device:
@@ -568,10 +604,10 @@ def train_ensemble(
             idx_t = torch.from_numpy(idx).to(dev)
             mask_t = torch.from_numpy(mask).to(dev)
             steps = np.arange(g * S, (g + 1) * S)
-            active_all = torch.from_numpy((steps[:, None] < total_steps[None, :])).to(dev)
+            active_all = steps[:, None] < total_steps[None, :]
             for s in range(S):
                 active = active_all[s]
-                if not bool(active.any()):
+                if not active.any():
                     continue
                 xb = X_all[idx_t[s]]
                 yb = y_all[idx_t[s]]
@@ -614,10 +650,11 @@ def _progress(show: bool, total: int, M: int, name: str):
 
 
 def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
-    """Index and mask blocks (S, M, B) for global epoch g without DP."""
+    """Index and mask blocks (S, M, W) for round g without DP, W = min(B, largest data set)."""
     M = len(sizes)
-    idx = np.zeros((S, M, B), dtype=np.int64)
-    mask = np.zeros((S, M, B), dtype=np.float32)
+    W = int(min(B, sizes.max()))  # no batch is wider than the largest data set
+    idx = np.zeros((S, M, W), dtype=np.int64)
+    mask = np.zeros((S, M, W), dtype=np.float32)
     t0, t1 = g * S, (g + 1) * S
     for i in range(M):
         s_i, n = int(spe[i]), int(sizes[i])
@@ -630,7 +667,7 @@ def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
             padded = np.full(s_i * B, -1, dtype=np.int64)
             padded[:n] = _perm(n, seed, i, e)
             rows.append(padded.reshape(s_i, B))
-        block = np.concatenate(rows)[lo - e_lo * s_i : hi - e_lo * s_i]
+        block = np.concatenate(rows)[lo - e_lo * s_i : hi - e_lo * s_i, :W]
         valid = block >= 0
         idx[: hi - lo, i] = np.where(valid, block, 0) + offsets[i]
         mask[: hi - lo, i] = valid
@@ -638,7 +675,7 @@ def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
 
 
 def _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed):
-    """Index and mask blocks (S, M, W) for global epoch g with Poisson sampling; W = largest batch."""
+    """Index and mask blocks (S, M, W) for round g with Poisson sampling; W = largest batch."""
     M = len(sizes)
     t0, t1 = g * S, (g + 1) * S
     per_model: list[list[np.ndarray]] = []
@@ -772,7 +809,8 @@ def _maybe_resume(ckpt: Path, fp, params, buffers, opt) -> tuple[int, list]:
         v.copy_(tensors[f"param/{k}"])
     for k, v in buffers.items():
         v.copy_(tensors[f"buffer/{k}"])
-    opt.load({k: v.to(opt.step.device) for k, v in tensors.items() if k.startswith("opt/")})
+    dev = next(iter(params.values())).device
+    opt.load({k: v.to(dev) for k, v in tensors.items() if k.startswith("opt/")})
     return int(state["completed_epochs"]), list(state.get("history", []))
 
 
