@@ -33,12 +33,12 @@ def _setup(args):
     from dpaudit.training.partition import dirichlet
 
     ds = load_dataset("digits")
-    sp = split_dataset(ds, seed=0)
-    parts = dirichlet(ds.y[sp.train], args.models, args.beta, seed=0, min_size=2)
-    datasets = [(ds.X[sp.train][p], ds.y[sp.train][p]) for p in parts]
+    pool = np.arange(len(ds)) if args.all_data else split_dataset(ds, seed=0).train
+    parts = dirichlet(ds.y[pool], args.models, args.beta, seed=0, min_size=2)
+    datasets = [(ds.X[pool][p], ds.y[pool][p]) for p in parts]
     spec = ModelSpec("mlp", (1, 8, 8), 10, {"hidden": list(args.hidden)})
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, optimizer="adam", lr=1e-3)
-    return ds, sp, datasets, spec, cfg
+    return ds, pool, datasets, spec, cfg
 
 
 def _arm(kind: str, args, queue) -> None:
@@ -47,7 +47,7 @@ def _arm(kind: str, args, queue) -> None:
 
     from dpaudit.training.ensemble import batch_schedule, init_model, train_ensemble
 
-    ds, sp, datasets, spec, cfg = _setup(args)
+    _, _, datasets, spec, cfg = _setup(args)
     dev = torch.device(args.device)
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -96,6 +96,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--hidden", type=int, nargs="+", default=[100, 100], help="FedKT's MLP: two hidden layers of 100")
     ap.add_argument("--beta", type=float, default=0.5, help="Dirichlet label-skew parameter of the partition")
+    ap.add_argument("--all-data", action="store_true",
+                    help="partition all 1797 digits (default: the private train split of split_dataset)")
     ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", default="runs/bench/ensemble.json")
@@ -117,7 +119,7 @@ def main(argv=None) -> dict:
     result = {
         "command": "python bench/bench_ensemble.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "models": args.models, "epochs": args.epochs, "batch_size": args.batch_size, "hidden": args.hidden,
-        "device": args.device, "dataset": "digits (train split, Dirichlet beta=%g partition)" % args.beta,
+        "device": args.device, "dataset": "digits (%s, Dirichlet beta=%g partition)" % ("all records" if args.all_data else "train split", args.beta),
         "party_sizes": {"min": int(min(sizes)), "median": float(np.median(sizes)), "max": int(max(sizes))},
         "torch": torch.__version__, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "load_average": list(os.getloadavg()), "platform": platform.platform(), "runs": rows,

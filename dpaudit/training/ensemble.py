@@ -360,12 +360,13 @@ def _fingerprint(spec, config, seed, data, init_state) -> str:
 
 
 class _Optimizer:
-    """Adam / SGD on stacked tensors with per-model step counts and an 'active' mask.
+    """Adam / SGD on stacked tensors, with per-model step counts.
 
-    Step counts live on the CPU (numpy). While every model is active they are all equal (models only
-    drop out at the end of their step stream), and the update is the in-place arithmetic of
-    ``torch.optim.Adam`` / ``SGD`` with scalar bias corrections; otherwise a masked update leaves the
-    inactive models' parameters and moments untouched.
+    ``update(params, grads, sel)`` steps the models ``sel`` (a device index tensor; None = all), whose
+    parameters and gradients are given stacked in that order; the other models' moments and step counts
+    stay untouched. Step counts live on the CPU; models of one ensemble start together and only drop out
+    at the end of their step streams, so the stepped models normally share one count, and the update is
+    then exactly the in-place arithmetic of ``torch.optim.Adam`` / ``SGD`` with scalar bias corrections.
     """
 
     def __init__(self, config: TrainConfig, params: dict[str, torch.Tensor]):
@@ -392,73 +393,56 @@ class _Optimizer:
                 d[k].copy_(tensors[f"opt/{slot}/{k}"])
 
     @torch.no_grad()
-    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], active: np.ndarray) -> None:
-        active = np.asarray(active, dtype=bool)
-        if active.all() and np.all(self.step == self.step[0]):
-            self._update_all(params, grads, float(self.step[0]) + 1)
-        else:
-            self._update_masked(params, grads, active)
-        self.step += active
-
-    def _update_all(self, params, grads, t: float) -> None:
+    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], sel: torch.Tensor | None) -> None:
         cfg = self.cfg
+        sel_np = slice(None) if sel is None else sel.cpu().numpy()
+        t = self.step[sel_np] + 1
+        if sel is None:
+            slots = self.slots
+        else:
+            slots = {name: {k: v.index_select(0, sel) for k, v in d.items()} for name, d in self.slots.items()}
+        uniform = bool(np.all(t == t[0]))
+        dev = next(iter(params.values())).device
+
+        def per_model(values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+            return torch.from_numpy(values).to(dev, like.dtype).reshape((-1,) + (1,) * (like.dim() - 1))
+
         if cfg.optimizer == "adam":
             b1, b2 = _ADAM_BETAS
-            step_size = cfg.lr / (1 - b1**t)
-            bc2_sqrt = math.sqrt(1 - b2**t)
+            step_size_np = cfg.lr / (1 - b1**t)
+            bc2_sqrt_np = np.sqrt(1 - b2**t)
         for k, p in params.items():
             g = grads[k]
             if cfg.weight_decay:
                 g = g.add(p, alpha=cfg.weight_decay)
             if cfg.optimizer == "adam":
-                m, v = self.slots["exp_avg"][k], self.slots["exp_avg_sq"][k]
+                m, v = slots["exp_avg"][k], slots["exp_avg_sq"][k]
                 m.lerp_(g, 1 - b1)
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (v.sqrt() / bc2_sqrt).add_(_ADAM_EPS)
-                p.addcdiv_(m, denom, value=-step_size)
+                if uniform:
+                    denom = (v.sqrt() / float(bc2_sqrt_np[0])).add_(_ADAM_EPS)
+                    p.addcdiv_(m, denom, value=-float(step_size_np[0]))
+                else:
+                    denom = (v.sqrt() / per_model(bc2_sqrt_np, p)).add_(_ADAM_EPS)
+                    p.sub_(per_model(step_size_np, p) * m / denom)
             else:
                 if cfg.momentum > 0:
-                    buf = self.slots["momentum_buffer"][k]
-                    if t == 1:
-                        buf.copy_(g)
+                    buf = slots["momentum_buffer"][k]
+                    if uniform:
+                        if t[0] == 1:
+                            buf.copy_(g)
+                        else:
+                            buf.mul_(cfg.momentum).add_(g)
                     else:
-                        buf.mul_(cfg.momentum).add_(g)
+                        first = per_model((t == 1).astype(np.float64), p).bool()
+                        buf.copy_(torch.where(first, g, buf * cfg.momentum + g))
                     g = buf
                 p.add_(g, alpha=-cfg.lr)
-
-    def _update_masked(self, params, grads, active: np.ndarray) -> None:
-        cfg = self.cfg
-        dev = next(iter(params.values())).device
-        act = torch.from_numpy(active).to(dev)
-        new_step = self.step + active
-        first = torch.from_numpy(active & (self.step == 0)).to(dev)
-        if cfg.optimizer == "adam":
-            b1, b2 = _ADAM_BETAS
-            safe = np.maximum(new_step, 1)
-            step_size = torch.from_numpy(cfg.lr / (1 - b1**safe)).to(dev, torch.float32)
-            bc2_sqrt = torch.from_numpy(np.sqrt(1 - b2**safe)).to(dev, torch.float32)
-        for k, p in params.items():
-            g = grads[k]
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            a = act.reshape(shape)
-            if cfg.weight_decay:
-                g = g.add(p, alpha=cfg.weight_decay)
-            if cfg.optimizer == "adam":
-                m, v = self.slots["exp_avg"][k], self.slots["exp_avg_sq"][k]
-                m_new = torch.lerp(m, g, 1 - b1)
-                v_new = v * b2 + (1 - b2) * g * g
-                denom = v_new.sqrt() / bc2_sqrt.reshape(shape) + _ADAM_EPS
-                p_new = p - step_size.reshape(shape) * (m_new / denom)
-                m.copy_(torch.where(a, m_new, m))
-                v.copy_(torch.where(a, v_new, v))
-            else:
-                if cfg.momentum > 0:
-                    buf = self.slots["momentum_buffer"][k]
-                    buf_new = torch.where(first.reshape(shape), g, buf * cfg.momentum + g)
-                    buf.copy_(torch.where(a, buf_new, buf))
-                    g = buf_new
-                p_new = p - cfg.lr * g
-            p.copy_(torch.where(a, p_new, p))
+        if sel is not None:
+            for name, d in slots.items():
+                for k, v in d.items():
+                    self.slots[name][k].index_copy_(0, sel, v)
+        self.step[sel_np] = t
 
 
 def _resolve_device(device) -> torch.device:
@@ -607,16 +591,31 @@ def train_ensemble(
             active_all = steps[:, None] < total_steps[None, :]
             for s in range(S):
                 active = active_all[s]
-                if not active.any():
+                n_active = int(active.sum())
+                if n_active == 0:
                     continue
-                xb = X_all[idx_t[s]]
-                yb = y_all[idx_t[s]]
-                mb = mask_t[s]
+                rows = idx_t[s]
+                if n_active == M:  # everyone steps: work on the stacked tensors in place
+                    p_step, b_step, sel = params, buffers, None
+                else:  # some streams have ended: compute only the active models, then scatter back
+                    sel_np = np.flatnonzero(active)
+                    sel = torch.from_numpy(sel_np).to(dev)
+                    p_step = {k: v.index_select(0, sel) for k, v in params.items()}
+                    b_step = {k: v.index_select(0, sel) for k, v in buffers.items()}
+                    rows = rows.index_select(0, sel)
+                xb, yb = X_all[rows], y_all[rows]
+                mb = mask_t[s] if sel is None else mask_t[s].index_select(0, sel)
                 if dp is None:
-                    grads = _plain_grads(base, params, buffers, xb, yb, mb)
+                    grads = _plain_grads(base, p_step, b_step, xb, yb, mb)
                 else:
-                    grads = _dp_grads(base, params, buffers, xb, yb, mb, dp, q, sizes, seed, g * S + s, dp_chunk_bytes)
-                opt.update(params, grads, active)
+                    qs, ns = (q, sizes) if sel is None else (q[sel_np], sizes[sel_np])
+                    grads = _dp_grads(base, p_step, b_step, xb, yb, mb, dp, qs, ns, seed, g * S + s, dp_chunk_bytes)
+                opt.update(p_step, grads, sel)
+                if sel is not None:
+                    for k, v in p_step.items():
+                        params[k].index_copy_(0, sel, v)
+                    for k, v in b_step.items():
+                        buffers[k].index_copy_(0, sel, v)
             done = g + 1
             if eval_data is not None and (done % eval_every == 0 or done == config.epochs):
                 history.append(_evaluate(spec, params, buffers, eval_data, done, dev, config, seed))
