@@ -81,6 +81,7 @@ __all__ = [
 _ADAM_BETAS = (0.9, 0.999)
 _ADAM_EPS = 1e-8
 _CKPT_VERSION = 1
+_FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # torch's fused Adam kernel (CPU and CUDA), if present
 
 
 @dataclass(frozen=True)
@@ -407,6 +408,19 @@ class _Optimizer:
         def per_model(values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
             return torch.from_numpy(values).to(dev, like.dtype).reshape((-1,) + (1,) * (like.dim() - 1))
 
+        fused_ok = all(v.is_contiguous() for d in (params, *slots.values()) for v in d.values())
+        if cfg.optimizer == "adam" and uniform and _FUSED_ADAM is not None and fused_ok:
+            # one fused pass per tensor: the kernel behind torch.optim.Adam(fused=True), elementwise per model
+            keys = list(params)
+            steps = [torch.tensor(float(t[0]), dtype=torch.float32, device=dev) for _ in keys]
+            _FUSED_ADAM(
+                # the kernel assumes every tensor has the parameter's (contiguous) layout
+                [params[k] for k in keys], [grads[k].contiguous() for k in keys], [slots["exp_avg"][k] for k in keys],
+                [slots["exp_avg_sq"][k] for k in keys], [], steps, amsgrad=False, lr=cfg.lr, beta1=_ADAM_BETAS[0],
+                beta2=_ADAM_BETAS[1], weight_decay=cfg.weight_decay, eps=_ADAM_EPS, maximize=False,
+                grad_scale=None, found_inf=None,
+            )
+            params = {}  # done
         if cfg.optimizer == "adam":
             b1, b2 = _ADAM_BETAS
             step_size_np = cfg.lr / (1 - b1**t)
