@@ -56,7 +56,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from torch import nn
-import torch.nn.functional as F
 
 from dpaudit._io import atomic_path, write_json
 from dpaudit.errors import DataError, ParameterError, check_choice, check_int
