@@ -1,0 +1,235 @@
+"""Building blocks shared by PrivateKT, ProxyFL and their baselines: pure functions on numpy/torch.
+
+- Randomized response on labels and its unbiased aggregation (PrivateKT, Qi et al. 2023, Eqs. 2-3).
+- Entropy-weighted sampling (PrivateKT Eqs. 4 and 5) and the FIFO knowledge buffer.
+- The Laplace mechanism on L1-clipped model updates (the LDP baselines FedAvg/FedSGD+LDP).
+- The directed exponential graph and PushSum mixing with de-biasing weights (ProxyFL, Kalra et al. 2023).
+
+Every function takes its randomness as an explicit ``numpy.random.Generator`` so that callers derive it
+from ``(seed, round, party)`` (see :func:`dpaudit.training.engine.party_rng`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from dpaudit.errors import ParameterError, check_float, check_int, check_probability
+
+__all__ = [
+    "rr_perturb",
+    "rr_debias",
+    "predictive_entropy",
+    "entropy_weights",
+    "weighted_sample",
+    "buffer_push",
+    "buffer_fetch",
+    "clip_l1",
+    "laplace_scale_for_ldp",
+    "laplace_ldp",
+    "exponential_peer",
+    "exponential_graph",
+    "pushsum_mix",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Randomized response (PrivateKT Eq. 2) and unbiased aggregation (Eq. 3)
+# --------------------------------------------------------------------------------------------------
+
+
+def rr_perturb(labels: np.ndarray, keep_probability: float, num_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """C-ary randomized response on integer labels (PrivateKT Eq. 2).
+
+    Each label is kept with probability :math:`\\beta` (``keep_probability``) and otherwise replaced by a
+    label drawn uniformly from all C classes (the true one included), so
+    :math:`P(\\hat y = y) = \\beta + (1-\\beta)/C` and :math:`P(\\hat y = j) = (1-\\beta)/C` for :math:`j \\ne y`.
+
+    Parameters
+    ----------
+    labels: integer array of any shape with values in [0, C).
+    keep_probability: :math:`\\beta \\in [0, 1]`.
+    num_classes: C >= 2.
+    rng: the reporting party's generator.
+
+    Returns the perturbed labels (same shape, int64).
+    """
+    owner = "rr_perturb"
+    beta = check_probability(keep_probability, "keep_probability", owner, allow_zero=True, allow_one=True)
+    c = check_int(num_classes, "num_classes", owner, low=2)
+    y = np.asarray(labels)
+    if y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= c):
+        raise ParameterError(f"The 'labels' parameter of {owner} must hold integers in [0, {c}). Got values in [{y.min()}, {y.max()}] instead.")
+    keep = rng.random(y.shape) < beta
+    random_labels = rng.integers(0, c, size=y.shape)
+    return np.where(keep, y, random_labels).astype(np.int64)
+
+
+def rr_debias(reports: np.ndarray, keep_probability: float, num_classes: int) -> np.ndarray:
+    """Unbiased estimate of the mean one-hot prediction from randomized-response reports (PrivateKT Eq. 3).
+
+    :math:`\\hat{\\mathbf y}_i = \\frac{1}{\\beta}\\left(\\frac{1}{|G|}\\sum_c \\hat{\\mathbf y}_{c,i} - \\frac{1-\\beta}{C}\\mathbf 1\\right)`.
+
+    ``reports``: integer labels of shape (G, K) (G reporting clients, K samples). Returns (K, C) floats whose
+    expectation over the randomized response is the clients' mean one-hot vector (entries may be negative).
+    """
+    owner = "rr_debias"
+    beta = check_float(keep_probability, "keep_probability", owner, low=0.0, high=1.0, low_open=True)
+    c = check_int(num_classes, "num_classes", owner, low=2)
+    r = np.asarray(reports)
+    if r.ndim != 2 or r.shape[0] < 1:
+        raise ParameterError(f"The 'reports' parameter of {owner} must have shape (clients >= 1, samples). Got shape {r.shape} instead.")
+    onehot_mean = np.eye(c)[r].mean(axis=0)  # (K, C)
+    return (onehot_mean - (1.0 - beta) / c) / beta
+
+
+# --------------------------------------------------------------------------------------------------
+# Importance sampling (Eqs. 4 and 5) and the knowledge buffer
+# --------------------------------------------------------------------------------------------------
+
+
+def predictive_entropy(probs: np.ndarray) -> np.ndarray:
+    """:math:`u_i = -\\sum_j p_{ij}\\log p_{ij}` (nats) of each row of ``probs`` (n, C); 0 log 0 = 0."""
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 2:
+        raise ParameterError(f"The 'probs' parameter of predictive_entropy must have shape (n, C). Got shape {p.shape} instead.")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, p * np.log(p), 0.0)
+    return -terms.sum(axis=1)
+
+
+def entropy_weights(probs: np.ndarray, sign: float = 1.0) -> np.ndarray:
+    """Sampling weights :math:`w_i \\propto \\exp(\\mathrm{sign}\\cdot u_i)` (a softmax over the pool).
+
+    ``sign=+1``: PrivateKT Eq. (4), knowledge-transfer samples, uncertain ones favoured.
+    ``sign=-1``: Eq. (5), self-training samples, confident ones favoured. Computed in log space.
+    """
+    s = check_float(sign, "sign", "entropy_weights")
+    logits = s * predictive_entropy(probs)
+    logits -= logits.max()
+    w = np.exp(logits)
+    return w / w.sum()
+
+
+def weighted_sample(weights: np.ndarray | None, k: int, rng: np.random.Generator, pool_size: int | None = None) -> np.ndarray:
+    """Draw ``k`` distinct indices with probabilities ``weights`` (successive draws without replacement, as
+    ``numpy.random.Generator.choice``); ``weights=None`` draws uniformly from ``pool_size``."""
+    n = pool_size if weights is None else len(weights)
+    k = check_int(k, "k", "weighted_sample", low=0, high=n)
+    return rng.choice(n, size=k, replace=False, p=weights)
+
+
+def buffer_push(buffer: Sequence[tuple[np.ndarray, np.ndarray]], indices: np.ndarray, targets: np.ndarray,
+                capacity: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """FIFO knowledge buffer: append one round's ``(indices, targets)`` and keep the newest ``capacity``
+    rounds (PrivateKT's B counts rounds of aggregated knowledge, K samples each, as in its reference code).
+    ``capacity=1`` is "no buffer" (only the current round). Returns a new list; the input is not changed."""
+    cap = check_int(capacity, "capacity", "buffer_push", low=1)
+    idx = np.asarray(indices, dtype=np.int64)
+    tgt = np.asarray(targets)
+    if tgt.shape[0] != idx.shape[0]:
+        raise ParameterError(f"The 'targets' parameter of buffer_push must have one row per index ({idx.shape[0]}). Got {tgt.shape[0]} instead.")
+    return (list(buffer) + [(idx, tgt)])[-cap:]
+
+
+def buffer_fetch(buffer: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """All ``(indices, targets)`` in the buffer, oldest first, concatenated."""
+    if not buffer:
+        raise ParameterError("The 'buffer' parameter of buffer_fetch must hold at least one round. Got an empty buffer instead.")
+    return np.concatenate([b[0] for b in buffer]), np.concatenate([b[1] for b in buffer])
+
+
+# --------------------------------------------------------------------------------------------------
+# Laplace mechanism on L1-clipped updates (FedAvg/FedSGD + LDP)
+# --------------------------------------------------------------------------------------------------
+
+
+def clip_l1(vectors: np.ndarray, bound: float) -> np.ndarray:
+    """Scale each row of ``vectors`` (n, d) to L1 norm at most ``bound``: :math:`v\\min(1, C/\\|v\\|_1)`."""
+    c = check_float(bound, "bound", "clip_l1", low=0.0, low_open=True)
+    v = np.asarray(vectors, dtype=np.float64)
+    norms = np.abs(v).sum(axis=-1, keepdims=True)
+    return v * np.minimum(1.0, c / np.maximum(norms, 1e-300))
+
+
+def laplace_scale_for_ldp(bound: float, epsilon: float) -> float:
+    """Laplace scale :math:`b = 2C/\\epsilon` that makes the release of one L1-clipped update
+    :math:`\\epsilon`-LDP.
+
+    Derivation: a client's input is its whole local data set, so neighbouring inputs may give *any* two
+    clipped updates :math:`u, u'` with :math:`\\|u\\|_1, \\|u'\\|_1 \\le C`; the L1 sensitivity of the clipped
+    update is :math:`\\sup\\|u-u'\\|_1 = 2C`. The Laplace mechanism with scale :math:`\\Delta_1/\\epsilon` is
+    :math:`\\epsilon`-DP (Dwork & Roth 2014, Theorem 3.6), hence :math:`b = 2C/\\epsilon`. Clipping by the L2
+    norm instead would give L1 sensitivity :math:`2C\\sqrt d`, which is why the L1 norm is clipped.
+    """
+    c = check_float(bound, "bound", "laplace_scale_for_ldp", low=0.0, low_open=True)
+    eps = check_float(epsilon, "epsilon", "laplace_scale_for_ldp", low=0.0, low_open=True)
+    return 2.0 * c / eps
+
+
+def laplace_ldp(vectors: np.ndarray, bound: float, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Clip each row to L1 norm ``bound`` and add i.i.d. Laplace(2C/eps) noise: each row is eps-LDP."""
+    clipped = clip_l1(vectors, bound)
+    return clipped + rng.laplace(0.0, laplace_scale_for_ldp(bound, epsilon), size=clipped.shape)
+
+
+# --------------------------------------------------------------------------------------------------
+# Directed exponential graph and PushSum (ProxyFL)
+# --------------------------------------------------------------------------------------------------
+
+
+def exponential_peer(client: int, round_index: int, num_clients: int) -> int:
+    """The out-peer of ``client`` in round ``round_index`` on the directed exponential graph:
+    :math:`(k + 2^{t \\bmod (\\lfloor\\log_2(n-1)\\rfloor+1)}) \\bmod n` (Assran et al. 2019, as in ProxyFL Fig. 2)."""
+    n = check_int(num_clients, "num_clients", "exponential_peer", low=2)
+    k = check_int(client, "client", "exponential_peer", low=0, high=n - 1)
+    t = check_int(round_index, "round_index", "exponential_peer", low=0)
+    hops = int(math.floor(math.log2(n - 1))) + 1
+    return (k + 2 ** (t % hops)) % n
+
+
+def exponential_graph(round_index: int, num_clients: int, active: Sequence[bool] | None = None) -> np.ndarray:
+    """Column-stochastic mixing matrix :math:`P^{(t)}` of the one-peer exponential graph.
+
+    Every active client k keeps half of its mass and sends half to its peer:
+    :math:`P_{kk} = P_{\\mathrm{peer}(k),k} = 1/2`. If the peer is inactive (dropped out) the client keeps
+    everything (:math:`P_{kk} = 1`); an inactive client keeps its own mass and sends nothing. Columns sum
+    to 1, so PushSum preserves :math:`\\sum_k w_k\\theta_k` and :math:`\\sum_k w_k`.
+    """
+    n = check_int(num_clients, "num_clients", "exponential_graph", low=2)
+    act = np.ones(n, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+    P = np.zeros((n, n))
+    for k in range(n):
+        peer = exponential_peer(k, round_index, n)
+        if act[k] and act[peer] and peer != k:
+            P[k, k] += 0.5
+            P[peer, k] += 0.5
+        else:
+            P[k, k] = 1.0
+    return P
+
+
+def pushsum_mix(values: np.ndarray, weights: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One PushSum step (ProxyFL Algorithm 1, lines 7-10).
+
+    Client k holds de-biased parameters :math:`\\theta_k` and a weight :math:`w_k`. It sends
+    :math:`(P_{k'k} w_k\\theta_k, P_{k'k} w_k)` to each out-neighbour k'; receivers sum what arrives:
+    :math:`z = P(w\\odot\\theta)`, :math:`w' = Pw`, and de-bias :math:`\\theta' = z / w'`.
+
+    ``values``: (n, d) de-biased parameters; ``weights``: (n,) positive; ``P``: (n, n) column-stochastic.
+    Returns ``(theta_new, w_new, z)``. With a column-stochastic P, ``z.sum(0)`` equals
+    ``(weights[:, None] * values).sum(0)`` and ``w_new.sum()`` equals ``weights.sum()``.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    P = np.asarray(P, dtype=np.float64)
+    n = v.shape[0]
+    if w.shape != (n,) or P.shape != (n, n):
+        raise ParameterError(f"pushsum_mix needs values (n, d), weights (n,), P (n, n) with one n. Got {v.shape}, {w.shape}, {P.shape} instead.")
+    if not np.allclose(P.sum(axis=0), 1.0) or np.any(P < 0):
+        raise ParameterError("The 'P' parameter of pushsum_mix must be column-stochastic (non-negative, columns summing to 1).")
+    z = P @ (w[:, None] * v)
+    w_new = P @ w
+    return z / w_new[:, None], w_new, z
