@@ -12,11 +12,11 @@ from ``(seed, round, party)`` (see :func:`dpaudit.training.engine.party_rng`).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit.errors import ParameterError, check_float, check_int, check_probability
+from dpaudit.errors import ParameterError, check_choice, check_float, check_int, check_probability
 
 __all__ = [
     "rr_perturb",
@@ -233,3 +233,129 @@ def pushsum_mix(values: np.ndarray, weights: np.ndarray, P: np.ndarray) -> tuple
     z = P @ (w[:, None] * v)
     w_new = P @ w
     return z / w_new[:, None], w_new, z
+
+
+# --------------------------------------------------------------------------------------------------
+# torch helpers: one model's parameters as a state dict, server-side training, classifiers
+# --------------------------------------------------------------------------------------------------
+
+import torch  # noqa: E402  (kept below the numpy-only helpers on purpose)
+
+
+def init_model_state(spec: Any, seed: int) -> dict[str, torch.Tensor]:
+    """Freshly initialised parameters of ``spec`` (PyTorch default init) from ``seed``, global RNG untouched."""
+    from dpaudit.training.models import build_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed) % (2**63 - 1))
+        module = build_model(spec)
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def make_classifier(spec: Any, state: Mapping[str, torch.Tensor]) -> Any:
+    """A :class:`~dpaudit.training.models.Classifier` holding the parameters ``state``."""
+    from dpaudit.training.models import Classifier, build_model
+
+    module = build_model(spec)
+    module.load_state_dict(dict(state))
+    return Classifier(spec, module=module)
+
+
+def accuracy(spec: Any, state: Mapping[str, torch.Tensor], X: np.ndarray, y: np.ndarray) -> float:
+    """Top-1 accuracy of the model ``state`` on ``(X, y)``."""
+    if len(y) == 0:
+        return float("nan")
+    return float((make_classifier(spec, state).predict(X) == np.asarray(y)).mean())
+
+
+def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of :math:`-\\sum_j t_j \\log\\mathrm{softmax}(z)_j` (targets are distributions)."""
+    return -(targets * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+
+def to_distribution(estimates: np.ndarray, mode: str) -> np.ndarray:
+    """Turn debiased estimates (rows may hold negative entries) into training targets.
+
+    ``mode="hard"``: one-hot of the argmax (PrivateKT's reference code). ``mode="soft"``: negative entries
+    set to 0 and the row renormalised (a row that is all <= 0 becomes uniform).
+    """
+    e = np.asarray(estimates, dtype=np.float64)
+    mode = check_choice(mode, "mode", "to_distribution", ("hard", "soft"))
+    if mode == "hard":
+        return np.eye(e.shape[1])[e.argmax(1)]
+    p = np.clip(e, 0.0, None)
+    s = p.sum(1, keepdims=True)
+    return np.where(s > 0, p / np.where(s > 0, s, 1.0), 1.0 / e.shape[1])
+
+
+def adam_train(spec: Any, state: Mapping[str, torch.Tensor], opt_state: Mapping | None, X: np.ndarray,
+               targets: np.ndarray, *, steps: int | None = None, epochs: int | None = None,
+               batch_size: int | None = None, lr: float = 1e-3, weight_decay: float = 0.0,
+               seed: int = 0) -> tuple[dict[str, torch.Tensor], dict]:
+    """Train one model with Adam on soft ``targets`` (n, C) and return ``(state, optimizer_state)``.
+
+    Either ``steps`` full-batch (``batch_size=None``) or mini-batch steps, or ``epochs`` passes of shuffled
+    mini-batches of ``batch_size``. ``opt_state`` (from a previous call) carries Adam's moments across calls,
+    as a server that keeps its optimizer between rounds does.
+    """
+    from dpaudit.training.models import build_model
+
+    owner = "adam_train"
+    if (steps is None) == (epochs is None):
+        raise ParameterError(f"{owner} needs exactly one of 'steps' and 'epochs'.")
+    module = build_model(spec)
+    module.load_state_dict(dict(state))
+    module.train()
+    opt = torch.optim.Adam(module.parameters(), lr=check_float(lr, "lr", owner, low=0.0, low_open=True),
+                           weight_decay=check_float(weight_decay, "weight_decay", owner, low=0.0))
+    if opt_state:
+        opt.load_state_dict(_clone_tree(opt_state))
+    Xt = torch.as_tensor(np.asarray(X, dtype=np.float32))
+    Tt = torch.as_tensor(np.asarray(targets, dtype=np.float32))
+    n = len(Xt)
+    gen = torch.Generator().manual_seed(int(seed) % (2**63 - 1))
+    bs = n if batch_size is None else min(check_int(batch_size, "batch_size", owner, low=1), n)
+    if steps is not None:
+        batches = []
+        for _ in range(check_int(steps, "steps", owner, low=0)):
+            batches.append(torch.arange(n) if bs == n else torch.randperm(n, generator=gen)[:bs])
+    else:
+        batches = []
+        for _ in range(check_int(epochs, "epochs", owner, low=0)):
+            perm = torch.randperm(n, generator=gen)
+            batches += [perm[s : s + bs] for s in range(0, n, bs)]
+    for idx in batches if n else []:
+        opt.zero_grad(set_to_none=True)
+        loss = soft_cross_entropy(module(Xt[idx]), Tt[idx])
+        loss.backward()
+        opt.step()
+    new_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return new_state, _clone_tree(opt.state_dict())
+
+
+def _clone_tree(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, Mapping):
+        return {k: _clone_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clone_tree(v) for v in obj]
+    return obj
+
+
+def flatten_state(state: Mapping[str, torch.Tensor]) -> np.ndarray:
+    """Floating-point entries of a state dict, concatenated in key order (float64)."""
+    return np.concatenate([v.detach().double().reshape(-1).numpy() for v in state.values() if v.is_floating_point()])
+
+
+def unflatten_state(vector: np.ndarray, like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`flatten_state` (non-float entries copied from ``like``)."""
+    out, pos = {}, 0
+    for k, v in like.items():
+        if v.is_floating_point():
+            n = v.numel()
+            out[k] = torch.as_tensor(vector[pos : pos + n], dtype=v.dtype).reshape(v.shape).clone()
+            pos += n
+        else:
+            out[k] = v.clone()
+    return out
