@@ -99,14 +99,14 @@ class PldAccountant(Accountant):
                 raise UnsupportedEventError(f"PldAccountant does not support events of type {type(leaf).__name__}{why}.")
         if count == 0:
             return self
-        from dpaudit.accountants.rdp import event_assumptions
+        from dpaudit.accountants.rdp import _append_event, event_assumptions
 
         pld = self._pld
         for leaf, mult in leaves:
             pld = pld.compose(self._leaf_pld(leaf, mult * count))
         # all computed: now mutate
         self._pld = pld
-        self._events.append((event, count))
+        _append_event(self._events, event, count)
         for a in join_assumptions(*(event_assumptions(l) for l, _ in leaves)):
             self._assumptions.setdefault(a, None)
         return self

@@ -138,6 +138,18 @@ def event_assumptions(event) -> tuple[str, ...]:
     return (f"{name}: neighbouring relation as documented for this event.",)
 
 
+def _append_event(events: list, event: DpEvent, count: int) -> None:
+    """Append ``(event, count)``, merging with the last entry when it is the same data-independent event."""
+    if events and getattr(event, "votes", None) is None and type(events[-1][0]) is type(event) and events[-1][0] == event:
+        events[-1] = (event, events[-1][1] + count)
+    else:
+        events.append((event, count))
+
+
+#: RDP of data-independent leaf events, keyed by (event, orders); events are immutable and hashable.
+_LEAF_CACHE: dict = {}
+
+
 class RdpAccountant(Accountant):
     """Rényi-DP accountant: sums each event's RDP (dispatched through
     :func:`~dpaudit.accountants.base.rdp_function_for`) over a grid of orders, then converts with
@@ -174,11 +186,24 @@ class RdpAccountant(Accountant):
         """RDP at each order of ``count`` compositions of ``event`` (no state change)."""
         total = np.zeros_like(self.orders)
         for leaf, mult in flatten(Repeated(event, count) if count != 1 else event):
-            r = np.asarray(rdp_function_for(leaf)(leaf, self.orders), dtype=np.float64)
-            if r.shape != self.orders.shape or np.any(np.isnan(r)) or np.any(r < 0):
-                raise ParameterError(f"The RDP function registered for {type(leaf).__name__} returned an invalid value.")
-            total = total + mult * r
+            total = total + mult * self._leaf_rdp(leaf)
         return total
+
+    def _leaf_rdp(self, leaf: DpEvent) -> np.ndarray:
+        cacheable = getattr(leaf, "votes", None) is None
+        key = (leaf, self.orders.tobytes()) if cacheable else None
+        hit = _LEAF_CACHE.get(key) if cacheable else None
+        if hit is not None:
+            return hit
+        r = np.asarray(rdp_function_for(leaf)(leaf, self.orders), dtype=np.float64)
+        if r.shape != self.orders.shape or np.any(np.isnan(r)) or np.any(r < 0):
+            raise ParameterError(f"The RDP function registered for {type(leaf).__name__} returned an invalid value.")
+        if cacheable:
+            if len(_LEAF_CACHE) >= 1024:
+                _LEAF_CACHE.pop(next(iter(_LEAF_CACHE)))
+            r.setflags(write=False)
+            _LEAF_CACHE[key] = r
+        return r
 
     def compose(self, event: DpEvent, count: int = 1) -> "RdpAccountant":
         count = check_int(count, "count", "RdpAccountant", low=0)
@@ -193,7 +218,7 @@ class RdpAccountant(Accountant):
         new_assumptions = join_assumptions(*(event_assumptions(l) for l, _ in leaves))
         # all computed: now mutate
         self._rdp = self._rdp + add
-        self._events.append((event, count))
+        _append_event(self._events, event, count)
         for a in new_assumptions:
             self._assumptions.setdefault(a, None)
         self._data_dependent |= any(getattr(l, "data_dependent", False) for l, _ in leaves)
