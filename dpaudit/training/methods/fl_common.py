@@ -359,3 +359,84 @@ def unflatten_state(vector: np.ndarray, like: Mapping[str, torch.Tensor]) -> dic
         else:
             out[k] = v.clone()
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Federated data: one data set split into clients, a public pool, a test set and the attacker's pool
+# --------------------------------------------------------------------------------------------------
+
+from dataclasses import dataclass, field  # noqa: E402
+
+
+@dataclass(frozen=True)
+class FederatedData:
+    """Index arrays into one loaded data set (``X``, ``y``), from a seed.
+
+    ``clients[i]``: client i's private records (the members of the release); ``public``: the unlabelled
+    pool (labels never used); ``test``: held-out evaluation records (the non-members); ``attacker``: the
+    attacker's own records. ``dataset_spec`` rebuilds the data with ``load_dataset(**dataset_spec)``.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    input_shape: tuple[int, ...]
+    clients: tuple[np.ndarray, ...]
+    public: np.ndarray
+    test: np.ndarray
+    attacker: np.ndarray
+    dataset_spec: dict = field(default_factory=dict)
+    partition: dict = field(default_factory=dict)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    @property
+    def members(self) -> np.ndarray:
+        return np.sort(np.concatenate(self.clients)).astype(np.int64)
+
+    def client_tuples(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """``[(client_id, X_i, y_i), ...]``: what each client's steps receive as ``data``."""
+        return [(i, self.X[idx], self.y[idx]) for i, idx in enumerate(self.clients)]
+
+    def membership(self) -> dict[str, np.ndarray]:
+        return {"members": self.members, "nonmembers": np.asarray(self.test, dtype=np.int64),
+                "attacker": np.asarray(self.attacker, dtype=np.int64)}
+
+
+PARTITIONS = ("iid", "dirichlet", "major_class")
+
+
+def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples_per_client: int | None = None,
+                           partition: str = "dirichlet", alpha: float = 0.5, p_major: float = 0.8,
+                           data_dir: Any = None, num_samples: int | None = None, public_fraction: float = 0.2,
+                           test_fraction: float = 0.2, attacker_fraction: float = 0.2) -> FederatedData:
+    """Load ``dataset``, split it (train / public / test / attacker) and partition ``train`` over clients.
+
+    ``partition``: ``"iid"``, ``"dirichlet"`` (label skew with concentration ``alpha``, PrivateKT's setting)
+    or ``"major_class"`` (a share ``p_major`` of each client's records from one class, ProxyFL's setting).
+    ``samples_per_client``: records per client (None: the train split shared out). Seeds derive from ``seed``.
+    """
+    from dpaudit.training import partition as part
+    from dpaudit.training.data import load_dataset, split_dataset
+
+    owner = "prepare_federated_data"
+    n_clients = check_int(num_clients, "num_clients", owner, low=1)
+    check_choice(partition, "partition", owner, PARTITIONS)
+    ds = load_dataset(dataset, data_dir=data_dir, seed=seed, num_samples=num_samples)
+    splits = split_dataset(ds, seed=seed, public_fraction=public_fraction, test_fraction=test_fraction,
+                           attacker_fraction=attacker_fraction)
+    labels = ds.y[splits.train]
+    if samples_per_client is not None:
+        check_int(samples_per_client, "samples_per_client", owner, low=1)
+    local = part.make_partition(partition, labels, n_clients, samples_per_client=samples_per_client, alpha=alpha,
+                                p_major=p_major, seed=seed)
+    clients = tuple(np.sort(splits.train[np.asarray(ix, dtype=np.int64)]) for ix in local)
+    spec = {"name": dataset, "seed": int(seed), "num_samples": num_samples}
+    if data_dir is not None:
+        spec["data_dir"] = str(data_dir)
+    return FederatedData(X=ds.X, y=ds.y, num_classes=ds.num_classes, input_shape=tuple(ds.input_shape),
+                         clients=clients, public=splits.public, test=splits.test, attacker=splits.attacker,
+                         dataset_spec=spec, partition={"scheme": partition, "alpha": alpha, "p_major": p_major,
+                                                       "num_clients": n_clients, "samples_per_client": samples_per_client})
