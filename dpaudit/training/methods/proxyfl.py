@@ -1,0 +1,521 @@
+"""ProxyFL and its baselines (Kalra et al., "Decentralized federated learning through proxy model sharing",
+Nature Communications 14, 2023; Algorithm 1).
+
+Every client k holds a private model :math:`f_{\\phi_k}` (never shared, trained without DP) and a proxy
+:math:`h_{\\theta_k}` (shared, trained with DP-SGD). A round (one epoch of steps, ``round(n_k / batch)``):
+
+1. Deep mutual learning, alternating on each Poisson-sampled mini-batch (rate :math:`q_k = b/n_k`):
+   private step on :math:`(1-\\alpha)\\,CE(f_\\phi) + \\alpha\\,KL(h_\\theta \\| f_\\phi)` (Adam, no DP), then a
+   DP-SGD step on :math:`(1-\\beta)\\,CE(h_\\theta) + \\beta\\,KL(f_\\phi \\| h_\\theta)`: per-example gradients
+   clipped to L2 norm C, summed, :math:`\\mathcal N(0, \\sigma^2C^2 I)` added, divided by the expected batch
+   size :math:`q_k n_k` (DP-Adam).
+2. Communication over the directed exponential graph (peer :math:`2^{t \\bmod \\lceil\\log_2 K\\rceil}` away),
+   PushSum: client k keeps :math:`\\tfrac12 (w_k\\theta_k, w_k)`, sends the other half to its peer, adds what
+   it receives and de-biases :math:`\\theta_k \\leftarrow z_k / w_k` (paper, "Proxy aggregation").
+
+All clients' models are trained at once with ``torch.func`` (``vmap`` over clients, and over examples for the
+per-example gradients); each client's Poisson masks and noise come from its own generator, seeded from
+``(seed, round, client)``, so the result does not depend on batching. This is a DP step of its own (the
+ensemble trainer's DP-SGD handles a plain cross-entropy loss, not the DML loss with a second model).
+
+``communication`` selects the family member (the paper's baselines, Fig. 3):
+
+=========  ==========  ===============================================================
+method     mutual      communication
+=========  ==========  ===============================================================
+proxyfl    yes         ``pushsum`` (``replace``: the reference code's deviation, below)
+fml        yes         ``average`` (central server averages the proxies, Shen et al.)
+fedavg     no          ``average`` (DP-SGD local models, central averaging)
+avgpush    no          ``pushsum``
+cwt        no          ``cycle`` (each round client k takes the model of client k-1)
+regular    no          ``none`` (local training only)
+joint      no          ``none`` on one client holding all records
+=========  ==========  ===============================================================
+
+Without ``mutual`` a client has one model, trained with DP-SGD on plain cross-entropy (the paper uses
+DP-SGD for Regular, Joint, FedAvg, AvgPush and CWT).
+
+Deviation option ``communication="replace"``: the public reference code replaces a client's proxy by the one
+it receives instead of averaging; available, documented, not the default.
+
+Privacy. Each round releases the proxy after ``steps_k`` Poisson-subsampled Gaussian steps: the ledger
+records ``SubsampledGaussian(q_k, sigma, steps_k)`` per client per round (add/remove-one record
+adjacency, RDP, delta = 1/n_k by default; with unequal sizes the ledger uses the smallest delta). A client
+whose next round would exceed ``budget`` drops out (it neither trains nor communicates again). The DP-SGD
+analysis treats the private model (trained without DP on the same data) as a fixed function when the proxy's
+loss uses it — but the private model depends on the very records being protected, so the standard analysis
+does not cover the distillation term; the statement says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch.func import functional_call, grad, vmap
+
+from dpaudit.accountants.events import SubsampledGaussian
+from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
+from dpaudit.training.engine import PerClient, RoundEngine, party_seed
+from dpaudit.training.methods.fl_common import FederatedData, exponential_peer, init_model_state, make_classifier
+
+__all__ = ["ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run_proxyfl", "PROXYFL_VARIANTS",
+           "dml_dp_assumption"]
+
+COMMUNICATIONS = ("pushsum", "replace", "average", "cycle", "none")
+PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
+    "proxyfl": {"mutual": True, "communication": "pushsum"},
+    "fml": {"mutual": True, "communication": "average"},
+    "fedavg": {"mutual": False, "communication": "average"},
+    "avgpush": {"mutual": False, "communication": "pushsum"},
+    "cwt": {"mutual": False, "communication": "cycle"},
+    "regular": {"mutual": False, "communication": "none"},
+    "joint": {"mutual": False, "communication": "none"},
+}
+
+
+def dml_dp_assumption() -> str:
+    return ("The DP-SGD accounting of the proxy treats every term of its loss as a function of the sampled record "
+            "only. The proxy's loss includes beta * KL(private || proxy), where the private model was trained "
+            "WITHOUT DP on the same client data; it is a function of every record, so one record changes the "
+            "distillation target of all others. Standard DP-SGD accounting (as in the paper) does not cover this "
+            "cross-record dependence; the epsilon shown assumes it away.")
+
+
+@dataclass(frozen=True)
+class ProxyFLConfig:
+    """Parameters of ProxyFL and its family. Defaults: small and fast; ``configs/proxyfl.toml`` holds the paper's.
+
+    Attributes
+    ----------
+    rounds: communication rounds. batch_size: expected Poisson batch b (q_k = b / n_k).
+    lr, weight_decay: Adam for every model (paper: 1e-3, 1e-4).
+    alpha, beta: DML weights of the private and the proxy loss (paper: 0.5).
+    noise_multiplier, max_grad_norm: DP-SGD sigma and C (paper: 1.0, 1.0). dp: False trains without DP.
+    mutual: private + proxy (True) or a single DP model (False). communication: see the module docstring.
+    private_model, proxy_model: model names (``dpaudit.training.models``), kwargs in *_kwargs.
+    delta: None -> 1/n_k per client. budget: epsilon at which a client drops out (None: never).
+    eval_every: evaluate every this many rounds (0 = at the end only).
+    """
+
+    rounds: int = 15
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    alpha: float = 0.5
+    beta: float = 0.5
+    noise_multiplier: float = 1.0
+    max_grad_norm: float = 1.0
+    dp: bool = True
+    mutual: bool = True
+    communication: str = "pushsum"
+    private_model: str = "mlp"
+    proxy_model: str = "mlp"
+    private_kwargs: dict | None = None
+    proxy_kwargs: dict | None = None
+    delta: float | None = None
+    budget: float | None = None
+    eval_every: int = 0
+
+    def __post_init__(self) -> None:
+        o = "ProxyFLConfig"
+        check_int(self.rounds, "rounds", o, low=1)
+        check_int(self.batch_size, "batch_size", o, low=1)
+        check_float(self.lr, "lr", o, low=0.0, low_open=True)
+        check_float(self.weight_decay, "weight_decay", o, low=0.0)
+        check_float(self.alpha, "alpha", o, low=0.0, high=1.0)
+        check_float(self.beta, "beta", o, low=0.0, high=1.0)
+        check_float(self.noise_multiplier, "noise_multiplier", o, low=0.0, low_open=True)
+        check_float(self.max_grad_norm, "max_grad_norm", o, low=0.0, low_open=True)
+        check_bool(self.dp, "dp", o)
+        check_bool(self.mutual, "mutual", o)
+        check_choice(self.communication, "communication", o, COMMUNICATIONS)
+        if self.delta is not None:
+            check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
+        if self.budget is not None:
+            check_float(self.budget, "budget", o, low=0.0, low_open=True)
+        check_int(self.eval_every, "eval_every", o, low=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ProxyFLConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ParameterError(f"Unknown ProxyFL parameter(s) {sorted(unknown)}; allowed: {sorted(names)}.")
+        return cls(**dict(d))
+
+
+# --------------------------------------------------------------------------------------------------
+# functional pieces
+# --------------------------------------------------------------------------------------------------
+
+
+def _kl(p_target: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(p_target || softmax(logits)) per row (p_target detached)."""
+    logq = torch.log_softmax(logits, -1)
+    return (p_target * (torch.log(p_target.clamp_min(1e-12)) - logq)).sum(-1)
+
+
+def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return -torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+
+def _adam(params: dict, grads: dict, m: dict, v: dict, step: torch.Tensor, gate: torch.Tensor, *, lr: float,
+          wd: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> tuple[dict, dict, dict, torch.Tensor]:
+    """Adam (coupled L2 weight decay, as torch.optim.Adam) on stacked params; clients with gate 0 are unchanged."""
+    step_new = step + gate
+    out_p, out_m, out_v = {}, {}, {}
+    for k, p in params.items():
+        shape = (-1,) + (1,) * (p.dim() - 1)
+        g = grads[k] + wd * p
+        gt = gate.reshape(shape)
+        mk = torch.where(gt > 0, b1 * m[k] + (1 - b1) * g, m[k])
+        vk = torch.where(gt > 0, b2 * v[k] + (1 - b2) * g * g, v[k])
+        s = step_new.clamp_min(1).reshape(shape)
+        upd = lr * (mk / (1 - b1**s)) / (torch.sqrt(vk / (1 - b2**s)) + eps)
+        out_p[k] = torch.where(gt > 0, p - upd, p)
+        out_m[k], out_v[k] = mk, vk
+    return out_p, out_m, out_v, step_new
+
+
+class _Models:
+    """A torch module per architecture, used only as a function through ``functional_call``."""
+
+    def __init__(self, spec: Any) -> None:
+        from dpaudit.training.models import build_model
+
+        self.spec = spec
+        self.module = build_model(spec)
+        if any(True for _ in self.module.buffers()):
+            raise ParameterError(f"ProxyFL needs models without buffers (no batch norm: DP-SGD per-example gradients); "
+                                 f"{spec.name!r} with kwargs {spec.kwargs} has buffers. Use norm='group' or None.")
+        self.module.eval()  # no dropout randomness inside vmap
+
+    def __call__(self, params: dict, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, params, (x,))
+
+
+# --------------------------------------------------------------------------------------------------
+# the method as engine step functions
+# --------------------------------------------------------------------------------------------------
+
+
+class ProxyFLMethod:
+    """ProxyFL (and the baselines of :data:`PROXYFL_VARIANTS`) as engine step functions."""
+
+    def __init__(self, config: ProxyFLConfig, data: FederatedData, private_spec: Any, proxy_spec: Any) -> None:
+        self.config = config
+        self.data = data
+        self.private = _Models(private_spec) if config.mutual else None
+        self.proxy = _Models(proxy_spec)
+        self.private_spec, self.proxy_spec = private_spec, proxy_spec
+        self.n = np.array([len(c) for c in data.clients])
+        if np.any(self.n < 1):
+            raise ParameterError("Every ProxyFL client needs at least one record.")
+        self.q = np.minimum(1.0, config.batch_size / self.n)
+        self.steps = np.maximum(1, np.round(self.n / config.batch_size)).astype(int)
+        self.delta_k = np.full(len(self.n), config.delta) if config.delta is not None else 1.0 / self.n
+        self.ledger_delta = float(self.delta_k.min())
+
+    # -- privacy ----------------------------------------------------------------------------------
+    def round_event(self, k: int) -> SubsampledGaussian:
+        return SubsampledGaussian(sampling_rate=float(self.q[k]), noise_multiplier=self.config.noise_multiplier,
+                                  steps=int(self.steps[k]))
+
+    def epsilon_after(self, k: int, total_steps: int) -> float:
+        """Client k's own (eps, delta_k) after ``total_steps`` DP-SGD steps (RDP)."""
+        from dpaudit.accountants.dpsgd import rdp_subsampled_gaussian
+        from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+
+        if total_steps == 0:
+            return 0.0
+        rdp = rdp_subsampled_gaussian(float(self.q[k]), self.config.noise_multiplier, DEFAULT_ORDERS) * total_steps
+        return rdp_to_epsilon(DEFAULT_ORDERS, rdp, float(self.delta_k[k]), warn=False)[0]
+
+    # -- engine hooks -------------------------------------------------------------------------------
+    def init_server(self, seed: int) -> tuple[dict, Any]:
+        from dpaudit.accountants.ledger import PrivacyLedger
+
+        ledger = PrivacyLedger(delta=self.ledger_delta)
+        if self.config.dp:
+            ledger.add_assumption(dml_dp_assumption() if self.config.mutual else
+                                  "Each client's model is trained with DP-SGD on its own records only.")
+        state = {"round": 0, "seed": int(seed), "ledger": ledger, "history": [],
+                 "active": np.ones(self.data.num_clients, dtype=bool)}
+        return state, {"round": 0, "seed": int(seed)}
+
+    def init_client(self, client_id: int, data: Any, seed: int) -> dict:
+        # all proxies start from one initialisation (as averaging-based schemes need); private models differ
+        proxy = init_model_state(self.proxy_spec, party_seed(seed, 0, -1, stream=11))
+        st = {"proxy": proxy, "proxy_m": {k: torch.zeros_like(v) for k, v in proxy.items()},
+              "proxy_v": {k: torch.zeros_like(v) for k, v in proxy.items()}, "proxy_step": 0,
+              "w": 1.0, "dp_steps": 0, "active": True, "rounds": 0}
+        if self.config.mutual:
+            priv = init_model_state(self.private_spec, party_seed(seed, 0, client_id, stream=12))
+            st.update({"private": priv, "private_m": {k: torch.zeros_like(v) for k, v in priv.items()},
+                       "private_v": {k: torch.zeros_like(v) for k, v in priv.items()}, "private_step": 0})
+        return st
+
+    def client_active(self, state: dict) -> bool:
+        return bool(state["active"])
+
+    def client_step(self, state: dict, data: tuple, message: Any) -> tuple[dict, dict]:
+        s, r = self.client_steps([state], [data], [message])
+        return s[0], r[0]
+
+    def _receive(self, state: dict, message: Any) -> dict:
+        """Apply the messages of the previous round's communication to this client's proxy."""
+        if not isinstance(message, Mapping) or "kind" not in message:
+            return state
+        kind = message["kind"]
+        st = dict(state)
+        if kind == "pushsum":
+            # z_k = kept half + received half; theta_k = z_k / w_k  (de-biasing)
+            z = {k: 0.5 * st["w"] * st["proxy"][k] for k in st["proxy"]}
+            w = 0.5 * st["w"]
+            if message.get("z") is not None:
+                z = {k: z[k] + message["z"][k] for k in z}
+                w = w + message["w"]
+            else:  # nothing sent to us this round (peer dropped): keep our whole mass
+                z = {k: st["w"] * st["proxy"][k] for k in st["proxy"]}
+                w = st["w"]
+            st["proxy"] = {k: z[k] / w for k in z}
+            st["w"] = float(w)
+        elif kind in ("replace", "average", "cycle") and message.get("params") is not None:
+            st["proxy"] = {k: v.clone() for k, v in message["params"].items()}
+        return st
+
+    def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
+        cfg = self.config
+        ids = [int(d[0]) for d in datas]
+        msg_round = [m.get("round", 0) if isinstance(m, Mapping) else 0 for m in messages]
+        t = max(msg_round)
+        seed = next(m["seed"] for m in messages if isinstance(m, Mapping) and "seed" in m)
+        states = [self._receive(s, m) for s, m in zip(states, messages)]
+        # budget check before training: a client whose next round would exceed its budget drops out
+        train_ids, out_states, replies = [], list(states), [None] * len(ids)
+        for i, k in enumerate(ids):
+            if cfg.dp and cfg.budget is not None and self.epsilon_after(k, states[i]["dp_steps"] + int(self.steps[k])) > cfg.budget:
+                out_states[i] = {**states[i], "active": False}
+                replies[i] = {"dropped": True}
+            else:
+                train_ids.append(i)
+        if train_ids:
+            trained = self._train([states[i] for i in train_ids], [datas[i] for i in train_ids], seed, t)
+            for i, st in zip(train_ids, trained):
+                k = ids[i]
+                st = {**st, "dp_steps": st["dp_steps"] + (int(self.steps[k]) if cfg.dp else 0), "rounds": st["rounds"] + 1}
+                out_states[i] = st
+                reply: dict[str, Any] = {"dropped": False, "event": self.round_event(k) if cfg.dp else None}
+                if cfg.communication == "pushsum":
+                    reply["z"] = {n: 0.5 * st["w"] * v for n, v in st["proxy"].items()}
+                    reply["w"] = 0.5 * st["w"]
+                elif cfg.communication != "none":
+                    reply["params"] = st["proxy"]
+                    reply["n"] = int(self.n[k])
+                replies[i] = reply
+        return out_states, replies
+
+    def _train(self, states: list, datas: list, seed: int, t: int) -> list:
+        """One round (an epoch of steps) of DML / DP-SGD for the given clients at once."""
+        cfg = self.config
+        M = len(states)
+        ids = [int(d[0]) for d in datas]
+        n = torch.tensor([len(d[2]) for d in datas])
+        nmax = int(n.max())
+        shape = datas[0][1].shape[1:]
+        X = torch.zeros((M, nmax) + tuple(shape))
+        Y = torch.zeros((M, nmax), dtype=torch.long)
+        for i, d in enumerate(datas):
+            X[i, : len(d[2])] = torch.as_tensor(d[1], dtype=torch.float32)
+            Y[i, : len(d[2])] = torch.as_tensor(d[2], dtype=torch.long)
+        q = torch.tensor([float(self.q[k]) for k in ids])
+        steps = torch.tensor([int(self.steps[k]) for k in ids])
+        gens = [torch.Generator().manual_seed(party_seed(seed, t, k, stream=13)) for k in ids]
+
+        def stack(key: str) -> dict:
+            return {name: torch.stack([s[key][name] for s in states]) for name in states[0][key]}
+
+        proxy, pm, pv = stack("proxy"), stack("proxy_m"), stack("proxy_v")
+        pstep = torch.tensor([float(s["proxy_step"]) for s in states])
+        mutual = self.private is not None
+        if mutual:
+            priv, qm, qv = stack("private"), stack("private_m"), stack("private_v")
+            qstep = torch.tensor([float(s["private_step"]) for s in states])
+        proxy_f, private_f = self.proxy, self.private
+        alpha, beta, C, sigma = cfg.alpha, cfg.beta, cfg.max_grad_norm, cfg.noise_multiplier
+
+        def private_loss(pp, xp, yp, mask, teacher):
+            logits = private_f(pp, xp)
+            per = (1 - alpha) * _ce(logits, yp) + alpha * _kl(teacher, logits)
+            return (per * mask).sum() / mask.sum().clamp_min(1.0)
+
+        def proxy_loss_one(pp, x1, y1, teacher1):
+            logits = proxy_f(pp, x1.unsqueeze(0))
+            b = beta if mutual else 0.0
+            return ((1 - b) * _ce(logits, y1.unsqueeze(0)) + b * _kl(teacher1.unsqueeze(0), logits)).sum()
+
+        def proxy_loss_batch(pp, xp, yp, mask, teacher):
+            logits = proxy_f(pp, xp)
+            b = beta if mutual else 0.0
+            per = (1 - b) * _ce(logits, yp) + b * _kl(teacher, logits)
+            return (per * mask).sum() / mask.sum().clamp_min(1.0)
+
+        per_example = vmap(vmap(grad(proxy_loss_one), in_dims=(None, 0, 0, 0)), in_dims=(0, 0, 0, 0))
+        private_grad = vmap(grad(private_loss))
+        proxy_grad_nodp = vmap(grad(proxy_loss_batch))
+        for j in range(int(steps.max())):
+            gate = (steps > j).float()
+            # Poisson sampling: each real record independently with probability q_k
+            sel = torch.stack([torch.rand(nmax, generator=g) < q[i] for i, g in enumerate(gens)])
+            sel &= torch.arange(nmax).unsqueeze(0) < n.unsqueeze(1)
+            sel &= gate.bool().unsqueeze(1)
+            L = max(1, int(sel.sum(1).max()))
+            order = torch.argsort((~sel).to(torch.int8), dim=1, stable=True)[:, :L]
+            mask = torch.gather(sel, 1, order).float()
+            xb = torch.stack([X[i, order[i]] for i in range(M)])
+            yb = torch.stack([Y[i, order[i]] for i in range(M)])
+            if mutual:
+                with torch.no_grad():
+                    teacher_proxy = torch.softmax(vmap(proxy_f)(proxy, xb), -1)
+                g = private_grad(priv, xb, yb, mask, teacher_proxy)
+                priv, qm, qv, qstep = _adam(priv, g, qm, qv, qstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
+                with torch.no_grad():
+                    teacher_priv = torch.softmax(vmap(private_f)(priv, xb), -1)
+            else:
+                teacher_priv = torch.full(yb.shape + (self.data.num_classes,), 1.0 / self.data.num_classes)
+            if cfg.dp:
+                g = per_example(proxy, xb, yb, teacher_priv)  # each (M, L, *p)
+                sq = sum((v.reshape(M, L, -1) ** 2).sum(-1) for v in g.values())
+                factor = torch.clamp(C / (sq.sqrt() + 1e-12), max=1.0) * mask  # clip, keep sampled rows only
+                expected = (q * n.float()).clamp_min(1.0)
+                noisy = {}
+                for name, v in g.items():
+                    summed = (v * factor.reshape(M, L, *([1] * (v.dim() - 2)))).sum(1)
+                    noise = torch.stack([torch.randn(v.shape[2:], generator=gens[i]) for i in range(M)]) * (sigma * C)
+                    noisy[name] = (summed + noise) / expected.reshape(-1, *([1] * (v.dim() - 2)))
+                g = noisy
+            else:
+                g = proxy_grad_nodp(proxy, xb, yb, mask, teacher_priv)
+            proxy, pm, pv, pstep = _adam(proxy, g, pm, pv, pstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
+        out = []
+        for i, s in enumerate(states):
+            ns = {**s, "proxy": {k: v[i].clone() for k, v in proxy.items()}, "proxy_m": {k: v[i].clone() for k, v in pm.items()},
+                  "proxy_v": {k: v[i].clone() for k, v in pv.items()}, "proxy_step": int(pstep[i])}
+            if mutual:
+                ns.update({"private": {k: v[i].clone() for k, v in priv.items()},
+                           "private_m": {k: v[i].clone() for k, v in qm.items()},
+                           "private_v": {k: v[i].clone() for k, v in qv.items()}, "private_step": int(qstep[i])})
+            out.append(ns)
+        return out
+
+    def server_step(self, state: dict, replies: Mapping[int, dict]) -> tuple[dict, Any]:
+        """Record each client's DP event and route/aggregate the proxies (no model is held here)."""
+        cfg = self.config
+        t, seed = state["round"], state["seed"]
+        ledger = state["ledger"]
+        active = state["active"].copy()
+        live = {k: r for k, r in replies.items() if not r.get("dropped")}
+        for k, r in replies.items():
+            if r.get("dropped"):
+                active[k] = False
+        for k in sorted(live):
+            if live[k].get("event") is not None:
+                ledger.record(f"client{k}", live[k]["event"])
+        nxt = {"round": t + 1, "seed": seed}
+        K = self.data.num_clients
+        comm = cfg.communication
+        if comm == "pushsum":
+            recv: dict[int, tuple[dict, float]] = {}
+            for k in sorted(live):
+                peer = exponential_peer(k, t, K) if K > 1 else k
+                dest = k if (peer == k or not active[peer]) else peer  # a share for an inactive peer stays home
+                z, w = live[k]["z"], live[k]["w"]
+                if dest in recv:
+                    z0, w0 = recv[dest]
+                    z, w = {n: z0[n] + z[n] for n in z0}, w0 + w
+                recv[dest] = (z, w)
+            messages: Any = PerClient({k: ({**nxt, "kind": "pushsum", "z": recv[k][0], "w": recv[k][1]} if k in recv
+                                           else {**nxt, "kind": "pushsum"}) for k in range(K)})
+        elif comm == "replace":
+            msgs = PerClient()
+            for k in sorted(live):
+                peer = exponential_peer(k, t, K) if K > 1 else k
+                if active[peer]:
+                    msgs[peer] = {**nxt, "kind": "replace", "params": live[k]["params"]}
+            messages = msgs
+        elif comm == "average":
+            if live:
+                names = next(iter(live.values()))["params"].keys()
+                avg = {n: torch.stack([live[k]["params"][n] for k in sorted(live)]).mean(0) for n in names}
+                messages = {**nxt, "kind": "average", "params": avg}
+            else:
+                messages = nxt
+        elif comm == "cycle":
+            msgs = PerClient()
+            order = [k for k in range(K) if active[k]]
+            for pos, k in enumerate(order):
+                if k in live:
+                    msgs[order[(pos + 1) % len(order)]] = {**nxt, "kind": "cycle", "params": live[k]["params"]}
+            messages = msgs
+        else:
+            messages = nxt
+        return {**state, "round": t + 1, "ledger": ledger, "active": active}, messages
+
+    def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
+        """Deliver the last round's communication (post-processing of released proxies) and return everything."""
+        final = []
+        for k, st in enumerate(client_states):
+            m = messages.get(k) if isinstance(messages, PerClient) else messages
+            final.append(self._receive(st, m) if st["active"] else st)
+        return {"server": server_state, "clients": final}
+
+
+@dataclass(frozen=True)
+class ProxyFLResult:
+    """Per-client models and what the run recorded.
+
+    ``private_accuracy[k]``: client k's private model on the test set (None without ``mutual``);
+    ``proxy_accuracy[k]``: its proxy (the shared model) on the test set. ``epsilon[k]``: its own
+    (eps, delta_k) after the steps it took.
+    """
+
+    private_states: tuple | None
+    proxy_states: tuple
+    private_accuracy: np.ndarray | None
+    proxy_accuracy: np.ndarray
+    epsilon: np.ndarray
+    delta: np.ndarray
+    rounds_per_client: np.ndarray
+    ledger: Any
+    rounds_run: int
+
+
+def run_proxyfl(data: FederatedData, private_spec: Any, proxy_spec: Any, config: ProxyFLConfig, *, seed: int,
+                checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
+                stop_after: int | None = None) -> ProxyFLResult:
+    """Run ProxyFL (or a family member, by ``config``) and evaluate every client's models on the test set."""
+    from dpaudit.training.methods.fl_common import accuracy
+
+    method = ProxyFLMethod(config, data, private_spec, proxy_spec)
+    engine = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=None,
+                         checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
+                         stop_after=stop_after)
+    out = engine.run()
+    clients = out.result["clients"]
+    Xt, yt = data.X[data.test], data.y[data.test]
+    proxy_acc = np.array([accuracy(proxy_spec, c["proxy"], Xt, yt) for c in clients])
+    priv_acc = np.array([accuracy(private_spec, c["private"], Xt, yt) for c in clients]) if config.mutual else None
+    eps = np.array([method.epsilon_after(k, c["dp_steps"]) if config.dp else math.inf for k, c in enumerate(clients)])
+    return ProxyFLResult(
+        private_states=tuple(c["private"] for c in clients) if config.mutual else None,
+        proxy_states=tuple(c["proxy"] for c in clients), private_accuracy=priv_acc, proxy_accuracy=proxy_acc,
+        epsilon=eps, delta=method.delta_k.copy(), rounds_per_client=np.array([c["rounds"] for c in clients]),
+        ledger=out.result["server"]["ledger"], rounds_run=len(out.participants))
