@@ -167,26 +167,23 @@ def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return -torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
 
-def _adam(params: dict, grads: dict, m: dict, v: dict, step: torch.Tensor, gate: torch.Tensor, *, lr: float,
-          wd: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> tuple[dict, dict, dict, torch.Tensor]:
-    """Adam (coupled L2 weight decay, as torch.optim.Adam) on stacked params; clients with gate 0 are unchanged."""
+@torch.no_grad()
+def _adam(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: torch.Tensor, gate: torch.Tensor,
+          *, lr: float, wd: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+    """Adam (coupled L2 weight decay, as ``torch.optim.Adam``) on flat stacked params (M, P); rows with
+    gate 0 are left unchanged (a client that has no step left this round)."""
+    gt = gate.unsqueeze(1) > 0
     step_new = step + gate
-    out_p, out_m, out_v = {}, {}, {}
-    for k, p in params.items():
-        shape = (-1,) + (1,) * (p.dim() - 1)
-        g = grads[k] + wd * p
-        gt = gate.reshape(shape)
-        mk = torch.where(gt > 0, b1 * m[k] + (1 - b1) * g, m[k])
-        vk = torch.where(gt > 0, b2 * v[k] + (1 - b2) * g * g, v[k])
-        s = step_new.clamp_min(1).reshape(shape)
-        upd = lr * (mk / (1 - b1**s)) / (torch.sqrt(vk / (1 - b2**s)) + eps)
-        out_p[k] = torch.where(gt > 0, p - upd, p)
-        out_m[k], out_v[k] = mk, vk
-    return out_p, out_m, out_v, step_new
+    g = g + wd * p
+    m_new = torch.where(gt, b1 * m + (1 - b1) * g, m)
+    v_new = torch.where(gt, b2 * v + (1 - b2) * g * g, v)
+    s = step_new.clamp_min(1).unsqueeze(1)
+    upd = lr * (m_new / (1 - b1**s)) / (torch.sqrt(v_new / (1 - b2**s)) + eps)
+    return torch.where(gt, p - upd, p), m_new, v_new, step_new
 
 
 class _Models:
-    """A torch module per architecture, used only as a function through ``functional_call``."""
+    """A torch module per architecture, used only as a function of a flat parameter vector."""
 
     def __init__(self, spec: Any) -> None:
         from dpaudit.training.models import build_model
@@ -197,9 +194,18 @@ class _Models:
             raise ParameterError(f"ProxyFL needs models without buffers (no batch norm: DP-SGD per-example gradients); "
                                  f"{spec.name!r} with kwargs {spec.kwargs} has buffers. Use norm='group' or None.")
         self.module.eval()  # no dropout randomness inside vmap
+        self.names = [n for n, _ in self.module.named_parameters()]
+        self.shapes = [tuple(p.shape) for _, p in self.module.named_parameters()]
+        self.sizes = [int(np.prod(sh)) for sh in self.shapes]
 
-    def __call__(self, params: dict, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.module, params, (x,))
+    def flatten(self, state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([state[n].reshape(-1).float() for n in self.names])
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {n: t.reshape(sh) for n, t, sh in zip(self.names, torch.split(flat, self.sizes, dim=-1), self.shapes)}
+
+    def __call__(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, self.unflatten(flat), (x,))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -254,13 +260,13 @@ class ProxyFLMethod:
     def init_client(self, client_id: int, data: Any, seed: int) -> dict:
         # all proxies start from one initialisation (as averaging-based schemes need); private models differ
         proxy = init_model_state(self.proxy_spec, party_seed(seed, 0, -1, stream=11))
-        st = {"proxy": proxy, "proxy_m": {k: torch.zeros_like(v) for k, v in proxy.items()},
-              "proxy_v": {k: torch.zeros_like(v) for k, v in proxy.items()}, "proxy_step": 0,
+        p = self.proxy.flatten(proxy).numel()
+        st = {"proxy": proxy, "proxy_m": torch.zeros(p), "proxy_v": torch.zeros(p), "proxy_step": 0,
               "w": 1.0, "dp_steps": 0, "active": True, "rounds": 0}
         if self.config.mutual:
             priv = init_model_state(self.private_spec, party_seed(seed, 0, client_id, stream=12))
-            st.update({"private": priv, "private_m": {k: torch.zeros_like(v) for k, v in priv.items()},
-                       "private_v": {k: torch.zeros_like(v) for k, v in priv.items()}, "private_step": 0})
+            p = self.private.flatten(priv).numel()
+            st.update({"private": priv, "private_m": torch.zeros(p), "private_v": torch.zeros(p), "private_step": 0})
         return st
 
     def client_active(self, state: dict) -> bool:
@@ -340,17 +346,19 @@ class ProxyFLMethod:
         steps = torch.tensor([int(self.steps[k]) for k in ids])
         gens = [torch.Generator().manual_seed(party_seed(seed, t, k, stream=13)) for k in ids]
 
-        def stack(key: str) -> dict:
-            return {name: torch.stack([s[key][name] for s in states]) for name in states[0][key]}
-
-        proxy, pm, pv = stack("proxy"), stack("proxy_m"), stack("proxy_v")
-        pstep = torch.tensor([float(s["proxy_step"]) for s in states])
-        mutual = self.private is not None
-        if mutual:
-            priv, qm, qv = stack("private"), stack("private_m"), stack("private_v")
-            qstep = torch.tensor([float(s["private_step"]) for s in states])
         proxy_f, private_f = self.proxy, self.private
+        mutual = private_f is not None
+        proxy = torch.stack([proxy_f.flatten(s["proxy"]) for s in states])
+        pm = torch.stack([s["proxy_m"] for s in states])
+        pv = torch.stack([s["proxy_v"] for s in states])
+        pstep = torch.tensor([float(s["proxy_step"]) for s in states])
+        if mutual:
+            priv = torch.stack([private_f.flatten(s["private"]) for s in states])
+            qm = torch.stack([s["private_m"] for s in states])
+            qv = torch.stack([s["private_v"] for s in states])
+            qstep = torch.tensor([float(s["private_step"]) for s in states])
         alpha, beta, C, sigma = cfg.alpha, cfg.beta, cfg.max_grad_norm, cfg.noise_multiplier
+        b = beta if mutual else 0.0
 
         def private_loss(pp, xp, yp, mask, teacher):
             logits = private_f(pp, xp)
@@ -359,29 +367,28 @@ class ProxyFLMethod:
 
         def proxy_loss_one(pp, x1, y1, teacher1):
             logits = proxy_f(pp, x1.unsqueeze(0))
-            b = beta if mutual else 0.0
             return ((1 - b) * _ce(logits, y1.unsqueeze(0)) + b * _kl(teacher1.unsqueeze(0), logits)).sum()
 
         def proxy_loss_batch(pp, xp, yp, mask, teacher):
             logits = proxy_f(pp, xp)
-            b = beta if mutual else 0.0
             per = (1 - b) * _ce(logits, yp) + b * _kl(teacher, logits)
             return (per * mask).sum() / mask.sum().clamp_min(1.0)
 
         per_example = vmap(vmap(grad(proxy_loss_one), in_dims=(None, 0, 0, 0)), in_dims=(0, 0, 0, 0))
         private_grad = vmap(grad(private_loss))
         proxy_grad_nodp = vmap(grad(proxy_loss_batch))
+        expected = (q * n.float()).clamp_min(1.0).unsqueeze(1)  # q_k n_k: DP-SGD's fixed denominator
         for j in range(int(steps.max())):
             gate = (steps > j).float()
-            # Poisson sampling: each real record independently with probability q_k
+            # Poisson sampling: each real record independently with probability q_k (own generator per client)
             sel = torch.stack([torch.rand(nmax, generator=g) < q[i] for i, g in enumerate(gens)])
             sel &= torch.arange(nmax).unsqueeze(0) < n.unsqueeze(1)
             sel &= gate.bool().unsqueeze(1)
             L = max(1, int(sel.sum(1).max()))
             order = torch.argsort((~sel).to(torch.int8), dim=1, stable=True)[:, :L]
             mask = torch.gather(sel, 1, order).float()
-            xb = torch.stack([X[i, order[i]] for i in range(M)])
-            yb = torch.stack([Y[i, order[i]] for i in range(M)])
+            xb = X[torch.arange(M).unsqueeze(1), order]
+            yb = Y[torch.arange(M).unsqueeze(1), order]
             if mutual:
                 with torch.no_grad():
                     teacher_proxy = torch.softmax(vmap(proxy_f)(proxy, xb), -1)
@@ -390,29 +397,25 @@ class ProxyFLMethod:
                 with torch.no_grad():
                     teacher_priv = torch.softmax(vmap(private_f)(priv, xb), -1)
             else:
-                teacher_priv = torch.full(yb.shape + (self.data.num_classes,), 1.0 / self.data.num_classes)
+                teacher_priv = torch.full(tuple(yb.shape) + (self.data.num_classes,), 1.0 / self.data.num_classes)
             if cfg.dp:
-                g = per_example(proxy, xb, yb, teacher_priv)  # each (M, L, *p)
-                sq = sum((v.reshape(M, L, -1) ** 2).sum(-1) for v in g.values())
-                factor = torch.clamp(C / (sq.sqrt() + 1e-12), max=1.0) * mask  # clip, keep sampled rows only
-                expected = (q * n.float()).clamp_min(1.0)
-                noisy = {}
-                for name, v in g.items():
-                    summed = (v * factor.reshape(M, L, *([1] * (v.dim() - 2)))).sum(1)
-                    noise = torch.stack([torch.randn(v.shape[2:], generator=gens[i]) for i in range(M)]) * (sigma * C)
-                    noisy[name] = (summed + noise) / expected.reshape(-1, *([1] * (v.dim() - 2)))
-                g = noisy
+                with torch.no_grad():
+                    ge = per_example(proxy, xb, yb, teacher_priv)  # (M, L, P)
+                    norms = ge.norm(dim=-1)
+                    factor = torch.clamp(C / (norms + 1e-12), max=1.0) * mask  # clip; unsampled rows weigh 0
+                    summed = (ge * factor.unsqueeze(-1)).sum(1)
+                    noise = torch.stack([torch.randn(summed.shape[1], generator=gens[i]) for i in range(M)])
+                    g = (summed + sigma * C * noise) / expected
             else:
                 g = proxy_grad_nodp(proxy, xb, yb, mask, teacher_priv)
             proxy, pm, pv, pstep = _adam(proxy, g, pm, pv, pstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
         out = []
         for i, s in enumerate(states):
-            ns = {**s, "proxy": {k: v[i].clone() for k, v in proxy.items()}, "proxy_m": {k: v[i].clone() for k, v in pm.items()},
-                  "proxy_v": {k: v[i].clone() for k, v in pv.items()}, "proxy_step": int(pstep[i])}
+            ns = {**s, "proxy": {k: v.clone() for k, v in proxy_f.unflatten(proxy[i]).items()},
+                  "proxy_m": pm[i].clone(), "proxy_v": pv[i].clone(), "proxy_step": int(pstep[i])}
             if mutual:
-                ns.update({"private": {k: v[i].clone() for k, v in priv.items()},
-                           "private_m": {k: v[i].clone() for k, v in qm.items()},
-                           "private_v": {k: v[i].clone() for k, v in qv.items()}, "private_step": int(qstep[i])})
+                ns.update({"private": {k: v.clone() for k, v in private_f.unflatten(priv[i]).items()},
+                           "private_m": qm[i].clone(), "private_v": qv[i].clone(), "private_step": int(qstep[i])})
             out.append(ns)
         return out
 
