@@ -427,12 +427,24 @@ def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples
     ds = load_dataset(dataset, data_dir=data_dir, seed=seed, num_samples=num_samples)
     splits = split_dataset(ds, seed=seed, public_fraction=public_fraction, test_fraction=test_fraction,
                            attacker_fraction=attacker_fraction)
-    labels = ds.y[splits.train]
     if samples_per_client is not None:
         check_int(samples_per_client, "samples_per_client", owner, low=1)
-    local = part.make_partition(partition, labels, n_clients, samples_per_client=samples_per_client, alpha=alpha,
-                                p_major=p_major, seed=seed)
-    clients = tuple(np.sort(splits.train[np.asarray(ix, dtype=np.int64)]) for ix in local)
+    pool = splits.train
+    if partition == "major_class":
+        local = part.major_class(ds.y[pool], n_clients, p_major, seed=seed, samples_per_party=samples_per_client)
+    else:
+        if samples_per_client is not None:  # draw num_clients * samples_per_client records, then share them out
+            total = n_clients * samples_per_client
+            if total > len(pool):
+                raise ParameterError(f"The 'samples_per_client' parameter of {owner} must be at most "
+                                     f"{len(pool) // n_clients} (train records / clients). Got {samples_per_client} instead.")
+            pool = np.sort(np.random.default_rng([int(seed), 0xC1E5]).choice(pool, size=total, replace=False))
+        if partition == "iid":
+            local = part.iid(ds.y[pool], n_clients, seed=seed)
+        else:
+            local = part.dirichlet(ds.y[pool], n_clients, alpha, seed=seed,
+                                   min_size=min(10, len(pool) // (2 * n_clients)))
+    clients = tuple(np.sort(pool[np.asarray(ix, dtype=np.int64)]) for ix in local)
     spec = {"name": dataset, "seed": int(seed), "num_samples": num_samples}
     if data_dir is not None:
         spec["data_dir"] = str(data_dir)
@@ -440,3 +452,24 @@ def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples
                          clients=clients, public=splits.public, test=splits.test, attacker=splits.attacker,
                          dataset_spec=spec, partition={"scheme": partition, "alpha": alpha, "p_major": p_major,
                                                        "num_clients": n_clients, "samples_per_client": samples_per_client})
+
+
+def full_batch_gradient(spec: Any, state: Mapping[str, torch.Tensor], X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Gradient of the mean cross-entropy of the model ``state`` on ``(X, y)``, flattened like
+    :func:`flatten_state` (float entries only, key order)."""
+    from dpaudit.training.models import build_model
+
+    module = build_model(spec)
+    module.load_state_dict(dict(state))
+    module.train()
+    loss = torch.nn.functional.cross_entropy(module(torch.as_tensor(np.asarray(X, dtype=np.float32))),
+                                             torch.as_tensor(np.asarray(y, dtype=np.int64)))
+    loss.backward()
+    grads = dict(module.named_parameters())
+    out = []
+    for k, v in state.items():
+        if not v.is_floating_point():
+            continue
+        p = grads.get(k)
+        out.append((p.grad if p is not None and p.grad is not None else torch.zeros_like(v)).detach().double().reshape(-1).numpy())
+    return np.concatenate(out)
