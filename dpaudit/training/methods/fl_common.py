@@ -473,3 +473,123 @@ def full_batch_gradient(spec: Any, state: Mapping[str, torch.Tensor], X: np.ndar
         p = grads.get(k)
         out.append((p.grad if p is not None and p.grad is not None else torch.zeros_like(v)).detach().double().reshape(-1).numpy())
     return np.concatenate(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Run settings (TOML), summaries and release writing shared by the federated methods
+# --------------------------------------------------------------------------------------------------
+
+_SECTIONS = ("data", "model", "method", "run")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """How the data set is cut into clients (see :func:`prepare_federated_data`)."""
+
+    num_clients: int = 10
+    samples_per_client: int | None = None
+    partition: str = "dirichlet"
+    alpha: float = 0.5
+    p_major: float = 0.8
+    num_samples: int | None = None
+    public_fraction: float = 0.2
+    test_fraction: float = 0.2
+    attacker_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        o = "DataSettings"
+        check_int(self.num_clients, "num_clients", o, low=1)
+        check_choice(self.partition, "partition", o, PARTITIONS)
+        check_float(self.alpha, "alpha", o, low=0.0, low_open=True)
+        check_float(self.p_major, "p_major", o, low=0.0, high=1.0)
+
+    def prepare(self, dataset: str, *, seed: int, data_dir: Any = None) -> FederatedData:
+        return prepare_federated_data(dataset, seed=seed, data_dir=data_dir, **self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def load_settings(path: Any) -> dict[str, dict[str, Any]]:
+    """Read a TOML run file with optional tables ``[data]`` (:class:`DataSettings` fields), ``[model]``
+    (``name`` and architecture kwargs), ``[method]`` (the method's config fields) and ``[run]``
+    (``checkpoint_every``). Unknown tables are an error; fields are validated by their owners."""
+    from pathlib import Path
+
+    from dpaudit.errors import DataError
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"Config file {p} does not exist.")
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise DataError(f"Config file {p} is not valid TOML: {exc}") from None
+    unknown = set(raw) - set(_SECTIONS)
+    if unknown:
+        raise DataError(f"Config file {p} has unknown table(s) {sorted(unknown)}; allowed: {list(_SECTIONS)}.")
+    return {s: dict(raw.get(s, {})) for s in _SECTIONS}
+
+
+def merge_settings(defaults: Mapping[str, Mapping[str, Any]], config_path: Any = None,
+                   overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """``defaults`` updated by the TOML file, then by ``overrides`` (table by table)."""
+    out = {s: dict(defaults.get(s, {})) for s in _SECTIONS}
+    for layer in (load_settings(config_path) if config_path is not None else {}, overrides or {}):
+        for s, vals in layer.items():
+            if s not in _SECTIONS:
+                raise ParameterError(f"Unknown settings table {s!r}; allowed: {list(_SECTIONS)}.")
+            out[s].update(vals)
+    return out
+
+
+def model_spec_from(settings: Mapping[str, Any], data: FederatedData) -> Any:
+    from dpaudit.training.models import ModelSpec
+
+    kw = dict(settings)
+    name = kw.pop("name", "mlp")
+    return ModelSpec(name, data.input_shape, data.num_classes, kw)
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    """What a ``dpaudit train`` run reports: where the release is, utility, headline and claimed epsilon."""
+
+    method: str
+    out: str
+    utility: dict
+    epsilon: float
+    delta: float
+    claimed_epsilon: float
+    statement_label: str
+    rounds_run: int
+    seconds: float
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        util = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in self.utility.items())
+        out = [f"{self.method}: release written to {self.out} ({self.rounds_run} rounds, {self.seconds:.1f}s)",
+               f"  utility: {util}",
+               f"  accounted epsilon: {self.epsilon:.4g} (delta {self.delta:g}) [{self.statement_label}]",
+               f"  claimed epsilon:   {self.claimed_epsilon:.4g}"]
+        out += [f"  warning: {w}" for w in self.warnings]
+        return out
+
+
+def checkpoint_dir_for(out: Any) -> Any:
+    """Where a run writing the release ``out`` keeps its engine checkpoints (beside it, hidden)."""
+    from pathlib import Path
+
+    p = Path(out)
+    return p.parent / f".{p.name}.ckpt"

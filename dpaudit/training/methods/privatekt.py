@@ -279,3 +279,121 @@ def run_privatekt(data: FederatedData, spec: Any, config: PrivateKTConfig, *, se
     return PrivateKTResult(params=st["params"], test_accuracy=acc, history=tuple(tuple(h) for h in st["history"]),
                            ledger=st["ledger"], reports_per_client=st["reports"], beta=method.beta,
                            rounds_run=len(out.participants))
+
+
+# --------------------------------------------------------------------------------------------------
+# statement, claim and release
+# --------------------------------------------------------------------------------------------------
+
+SHUFFLING_RED_FLAG = (
+    "RED FLAG (PrivateKT's privacy claim): the paper states that 'model shuffling' stops the privacy budget from "
+    "accumulating over rounds, so the whole process would be eps-LDP. Algorithm 1 contains no shuffler, and a "
+    "client that reports in T rounds releases T randomized responses computed from the same local data: under "
+    "local DP they compose (T * eps by basic composition; the RDP figure is shown). Even with a trusted shuffler "
+    "the guarantee becomes a central (eps, delta) per round that still composes over rounds. The headline figure "
+    "is the composition over the rounds each client actually took part in (maximum over clients).")
+
+
+def privatekt_statement(ledger: Any, *, epsilon: float, samples: int, classes: int, rounds: int,
+                        clients_per_round: int, num_clients: int, delta: float, reports: np.ndarray,
+                        mechanism: str = "PrivateKT") -> Any:
+    """An :class:`~dpaudit.accountants.statement.AccountingResult` for a run: per-report LDP epsilon, the
+    ledger's composition over the rounds each client took part in (headline: max over clients), the expected
+    composition and the shuffled figures of :func:`~dpaudit.accountants.ldp.account_ldp`."""
+    from dpaudit.accountants.ldp import account_ldp
+    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+
+    participation = clients_per_round / num_clients
+    acc = account_ldp(epsilon, samples, classes, rounds=rounds, participation=participation,
+                      users=num_clients, delta=delta)
+    overall = ledger.overall()
+    worst = int(np.max(reports)) if len(reports) else 0
+    actual = PrivacyStatement(
+        overall.epsilon, overall.delta, overall.method, order=overall.order,
+        label=f"client, rounds actually taken part in (max over clients: {worst} reports), RDP",
+        assumptions=overall.assumptions + (
+            f"Recorded by the run's ledger: one RandomizedResponse(eps={epsilon:g}, K={samples}, C={classes}) event per "
+            "report of a client; the reports of one client compose adaptively.",),
+        details={**overall.details, "max_reports": worst, "basic_composition": worst * epsilon})
+    statements = list(acc.statements) + [actual]
+    facts = {**acc.facts, "reports_per_client_min": int(np.min(reports)), "reports_per_client_mean": float(np.mean(reports)),
+             "reports_per_client_max": worst, "clients_per_round": clients_per_round}
+    return AccountingResult(f"{mechanism}: randomized response per round, composed over rounds", tuple(statements),
+                            headline=len(statements) - 1, parameters=acc.parameters, facts=facts,
+                            warnings=acc.warnings + (SHUFFLING_RED_FLAG,))
+
+
+PRIVATEKT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "data": {"num_clients": 10, "partition": "dirichlet", "alpha": 0.5},
+    "model": {"name": "mlp", "hidden": [100]},
+    "method": {"rounds": 100, "local_epochs": 5, "local_lr": 1e-2, "server_lr": 1e-2},
+    "run": {"checkpoint_every": 10},
+}
+
+
+def train_privatekt(dataset: str, out: Any, *, config_path: Any = None, seed: int = 0, data_dir: Any = None,
+                    device: str | None = None, overwrite: bool = False, progress: Any = True,
+                    overrides: Mapping[str, Mapping[str, Any]] | None = None, fedmd: bool = False,
+                    stop_after: int | None = None) -> Any:
+    """Run PrivateKT (or, with ``fedmd=True``, FedMD + LDP) and write its release bundle to ``out``.
+
+    Settings: :data:`PRIVATEKT_DEFAULTS`, then the TOML file ``config_path``, then ``overrides``. Engine
+    checkpoints go beside ``out`` (:func:`~dpaudit.training.methods.fl_common.checkpoint_dir_for`); running the
+    same command again after an interruption resumes; they are removed once the release is written.
+    ``stop_after`` stops after that many rounds without writing a release (returns None).
+    """
+    import shutil
+    import time
+
+    from dpaudit.errors import DataError
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
+                                                    merge_settings, model_spec_from)
+    from dpaudit.training.release import write_release
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
+    s = merge_settings(PRIVATEKT_DEFAULTS, config_path, overrides)
+    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
+    spec = model_spec_from(s["model"], data)
+    config = PrivateKTConfig.from_dict(s["method"])
+    if fedmd:
+        from dpaudit.training.methods.baselines import fedmd_config
+
+        config = fedmd_config(config, len(data.public))
+    name = "fedmd_ldp" if fedmd else "privatekt"
+    ckpt = checkpoint_dir_for(out)
+    res = run_privatekt(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt,
+                        checkpoint_every=int(s["run"].get("checkpoint_every", 10)), progress=progress, stop_after=stop_after)
+    if stop_after is not None and res.rounds_run < config.rounds:
+        return None
+    per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
+    k = min(config.samples_per_round, len(data.public))
+    statement = privatekt_statement(res.ledger, epsilon=config.epsilon, samples=k, classes=data.num_classes,
+                                    rounds=config.rounds, clients_per_round=per_round, num_clients=data.num_clients,
+                                    delta=config.delta, reports=res.reports_per_client,
+                                    mechanism="FedMD + LDP" if fedmd else "PrivateKT")
+    claim = {"epsilon": config.epsilon, "delta": 0.0, "granularity": "client (local DP), whole training",
+             "text": ("PrivateKT (Qi et al. 2023, Lemma 1 and 'model shuffling'): each round is eps-LDP and the whole "
+                      "knowledge transfer stays eps-LDP because budgets do not accumulate.") if not fedmd else
+                     ("FedMD + LDP as PrivateKT's baseline: each round's predictions on the whole public set are eps-LDP "
+                      "(eps split over every label).")}
+    utility = {"test_accuracy": res.test_accuracy, "history": [list(h) for h in res.history], "beta": res.beta}
+    local_cfg = TrainConfig(epochs=max(1, config.local_epochs), batch_size=config.local_batch_size, lr=config.local_lr)
+    write_release(out, method=name, dataset=data.dataset_spec,
+                  params={"method": config.to_dict(), "data": data.partition, "model": s["model"]},
+                  seed=seed, utility=utility, classifier=make_classifier(spec, res.params), train_config=local_cfg,
+                  ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
+                  assumptions=(SHUFFLING_RED_FLAG,
+                               "The released model is the server's global model; it never saw private records directly, "
+                               "only randomized-response labels on public samples. train_config is the clients' local "
+                               "recipe (the best available recipe for shadow models, not the global model's).",
+                               "Members: every client's private records; non-members: the held-out test records."),
+                  overwrite=overwrite)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return TrainSummary(method=name, out=str(out), utility={"test_accuracy": res.test_accuracy},
+                        epsilon=statement.epsilon, delta=statement.delta, claimed_epsilon=config.epsilon,
+                        statement_label=statement.statement.label, rounds_run=res.rounds_run,
+                        seconds=time.perf_counter() - t0, warnings=(statement.warnings[-1],))
