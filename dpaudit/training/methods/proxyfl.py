@@ -50,7 +50,7 @@ does not cover the distillation term; the statement says so.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -522,3 +522,123 @@ def run_proxyfl(data: FederatedData, private_spec: Any, proxy_spec: Any, config:
         proxy_states=tuple(c["proxy"] for c in clients), private_accuracy=priv_acc, proxy_accuracy=proxy_acc,
         epsilon=eps, delta=method.delta_k.copy(), rounds_per_client=np.array([c["rounds"] for c in clients]),
         ledger=out.result["server"]["ledger"], rounds_run=len(out.participants))
+
+
+# --------------------------------------------------------------------------------------------------
+# statement, claim and release
+# --------------------------------------------------------------------------------------------------
+
+PROXYFL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "data": {"num_clients": 8, "partition": "major_class", "p_major": 0.8, "samples_per_client": 100,
+             "public_fraction": 0.0},
+    "model": {"name": "mlp", "hidden": [100]},
+    "method": {"rounds": 30, "batch_size": 16, "lr": 5e-3},
+    "run": {"checkpoint_every": 5},
+}
+
+
+def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: str) -> Any:
+    """Per-client (eps, delta) of the shared models: the ledger's statement of every client and the maximum
+    (headline), with the DML assumption when the proxy distils from a non-private model."""
+    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+
+    ledger = result.ledger
+    if not config.dp:
+        st = PrivacyStatement(math.inf, 0.0, "none", label="no DP (dp = false)",
+                              assumptions=("The shared models were trained without DP-SGD: no privacy guarantee.",))
+        return AccountingResult(f"{variant}: no DP", (st,), facts={"dp": False})
+    per = [ledger.statement(p) for p in ledger.parties]
+    overall = ledger.overall()
+    warnings_ = []
+    if overall.epsilon > 10:
+        warnings_.append(f"The shared model's epsilon is large ({overall.epsilon:.4g} at delta {overall.delta:.3g}): "
+                         "with these settings DP-SGD gives a weak guarantee. It is reported as is.")
+    if config.mutual:
+        warnings_.append(dml_dp_assumption())
+    facts = {"epsilon_per_client_own_delta": [float(e) for e in result.epsilon],
+             "delta_per_client": [float(d) for d in result.delta],
+             "rounds_per_client": [int(r) for r in result.rounds_per_client]}
+    return AccountingResult(f"{variant}: DP-SGD (Poisson subsampled Gaussian) per client", tuple(per) + (overall,),
+                            headline=len(per), facts=facts, warnings=tuple(warnings_),
+                            parameters={"noise_multiplier": config.noise_multiplier, "max_grad_norm": config.max_grad_norm,
+                                        "batch_size": config.batch_size, "rounds": config.rounds, "budget": config.budget})
+
+
+def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_path: Any = None, seed: int = 0,
+                  data_dir: Any = None, device: str | None = None, overwrite: bool = False, progress: Any = True,
+                  overrides: Mapping[str, Mapping[str, Any]] | None = None, release_client: int = 0,
+                  stop_after: int | None = None) -> Any:
+    """Run ProxyFL or one of its baselines (``variant`` in :data:`PROXYFL_VARIANTS`) and write a release.
+
+    The released model is client ``release_client``'s shared model (its proxy; for single-model variants its
+    model), which is what an outsider can obtain; private-model accuracy is reported as utility. Settings:
+    :data:`PROXYFL_DEFAULTS`, then ``config_path`` (TOML), then ``overrides``; ``[model]`` is the proxy and
+    ``[method] private_model``/``private_kwargs`` the private model (default: the proxy's architecture).
+    """
+    import shutil
+    import time
+
+    from dpaudit.errors import DataError
+    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig
+    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
+                                                    merge_settings, model_spec_from)
+    from dpaudit.training.models import ModelSpec
+    from dpaudit.training.release import write_release
+
+    check_choice(variant, "variant", "train_proxyfl", tuple(PROXYFL_VARIANTS))
+    t0 = time.perf_counter()
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
+    s = merge_settings(PROXYFL_DEFAULTS, config_path, overrides)
+    method_s = {**s["method"], **PROXYFL_VARIANTS[variant]}
+    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
+    if variant == "joint":  # one client holding every client's records
+        data = replace(data, clients=(data.members,))
+    proxy_spec = model_spec_from(s["model"], data)
+    priv_name = method_s.get("private_model") or proxy_spec.name
+    priv_kw = method_s.get("private_kwargs") if method_s.get("private_kwargs") is not None else (
+        proxy_spec.kwargs if priv_name == proxy_spec.name else {})
+    private_spec = ModelSpec(priv_name, data.input_shape, data.num_classes, dict(priv_kw))
+    method_s.update({"private_model": private_spec.name, "proxy_model": proxy_spec.name})
+    config = ProxyFLConfig.from_dict(method_s)
+    ckpt = checkpoint_dir_for(out)
+    res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, checkpoint_dir=ckpt,
+                      checkpoint_every=int(s["run"].get("checkpoint_every", 5)), progress=progress, stop_after=stop_after)
+    if stop_after is not None and res.rounds_run < config.rounds:
+        return None
+    k = check_int(release_client, "release_client", "train_proxyfl", low=0, high=data.num_clients - 1)
+    statement = proxyfl_statement(res, config, variant=variant)
+    utility: dict[str, Any] = {"proxy_accuracy_mean": float(res.proxy_accuracy.mean()),
+                               "proxy_accuracy": [float(a) for a in res.proxy_accuracy],
+                               "released_client": k, "released_accuracy": float(res.proxy_accuracy[k])}
+    if res.private_accuracy is not None:
+        utility["private_accuracy_mean"] = float(res.private_accuracy.mean())
+        utility["private_accuracy"] = [float(a) for a in res.private_accuracy]
+    q = min(1.0, config.batch_size / len(data.clients[k]))
+    recipe = TrainConfig(epochs=config.rounds, batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
+                         dp=DPSGDConfig(noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
+                                        sampling_rate=q) if config.dp else None)
+    eps_claim = float(statement.epsilon)
+    claim = {"epsilon": eps_claim, "delta": float(statement.delta), "granularity": "record, per client (add/remove one)",
+             "text": (f"{variant} (Kalra et al. 2023): each client's shared model is (eps, delta)-DP by DP-SGD RDP "
+                      "accounting; clients drop out at their budget.")}
+    assumptions = [f"Released: client {k}'s shared model (after the last round's communication). Members: every client's "
+                   "records (communication mixes all clients' models); non-members: held-out test records.",
+                   "train_config approximates the recipe (DP-SGD on cross-entropy, one epoch per round) for shadow models; "
+                   "the real shared model also mixes peers' models and (ProxyFL/FML) distils from a private model."]
+    if config.mutual and config.dp:
+        assumptions.append(dml_dp_assumption())
+    if config.communication == "replace":
+        assumptions.append("DEVIATION from the paper: proxies are replaced by the received one (public reference code), "
+                           "not PushSum-averaged.")
+    write_release(out, method=variant, dataset=data.dataset_spec,
+                  params={"method": config.to_dict(), "data": data.partition, "model": s["model"]}, seed=seed,
+                  utility=utility, classifier=make_classifier(proxy_spec, res.proxy_states[k]), train_config=recipe,
+                  ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
+                  assumptions=assumptions, overwrite=overwrite)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    short = {kk: v for kk, v in utility.items() if isinstance(v, float)}
+    return TrainSummary(method=variant, out=str(out), utility=short, epsilon=statement.epsilon, delta=statement.delta,
+                        claimed_epsilon=eps_claim, statement_label=statement.statement.label, rounds_run=res.rounds_run,
+                        seconds=time.perf_counter() - t0, warnings=statement.warnings)
