@@ -397,3 +397,20 @@ def train_privatekt(dataset: str, out: Any, *, config_path: Any = None, seed: in
                         epsilon=statement.epsilon, delta=statement.delta, claimed_epsilon=config.epsilon,
                         statement_label=statement.statement.label, rounds_run=res.rounds_run,
                         seconds=time.perf_counter() - t0, warnings=(statement.warnings[-1],))
+
+
+def ablation_overrides(*, rounds: int | None = None, epsilon: float | None = None, no_buffer: bool = False,
+                       uniform_sampling: bool = False, no_self_training: bool = False) -> dict[str, dict[str, Any]]:
+    """``[method]`` overrides from command-line switches (None/False leave the setting alone)."""
+    m: dict[str, Any] = {}
+    if rounds is not None:
+        m["rounds"] = rounds
+    if epsilon is not None:
+        m["epsilon"] = epsilon
+    if no_buffer:
+        m["use_buffer"] = False
+    if uniform_sampling:
+        m["importance_sampling"] = False
+    if no_self_training:
+        m["self_training"] = False
+    return {"method": m}

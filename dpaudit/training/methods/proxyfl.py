@@ -642,3 +642,13 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     return TrainSummary(method=variant, out=str(out), utility=short, epsilon=statement.epsilon, delta=statement.delta,
                         claimed_epsilon=eps_claim, statement_label=statement.statement.label, rounds_run=res.rounds_run,
                         seconds=time.perf_counter() - t0, warnings=statement.warnings)
+
+
+def method_overrides(*, rounds: int | None = None, budget: float | None = None) -> dict[str, dict[str, Any]]:
+    """``[method]`` overrides from command-line options (None leaves the setting alone)."""
+    m: dict[str, Any] = {}
+    if rounds is not None:
+        m["rounds"] = rounds
+    if budget is not None:
+        m["budget"] = budget
+    return {"method": m}
