@@ -592,6 +592,8 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
         raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
     s = merge_settings(PROXYFL_DEFAULTS, config_path, overrides)
     method_s = {**s["method"], **PROXYFL_VARIANTS[variant]}
+    if variant == "proxyfl" and s["method"].get("communication") == "replace":
+        method_s["communication"] = "replace"  # the reference code's deviation, asked for explicitly
     data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
     if variant == "joint":  # one client holding every client's records
         data = replace(data, clients=(data.members,))
