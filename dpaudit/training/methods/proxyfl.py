@@ -63,8 +63,8 @@ from dpaudit.errors import ParameterError, check_bool, check_choice, check_float
 from dpaudit.training.engine import PerClient, RoundEngine, party_seed
 from dpaudit.training.methods.fl_common import FederatedData, exponential_peer, init_model_state, make_classifier
 
-__all__ = ["ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run_proxyfl", "PROXYFL_VARIANTS",
-           "dml_dp_assumption"]
+__all__ = ["ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run_proxyfl", "train_proxyfl", "PROXYFL_VARIANTS",
+           "dml_dp_assumption", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
 
 COMMUNICATIONS = ("pushsum", "replace", "average", "cycle", "none")
 PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
@@ -180,6 +180,31 @@ def _adam(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, st
     s = step_new.clamp_min(1).unsqueeze(1)
     upd = lr * (m_new / (1 - b1**s)) / (torch.sqrt(v_new / (1 - b2**s)) + eps)
     return torch.where(gt, p - upd, p), m_new, v_new, step_new
+
+
+def poisson_masks(generators: list, rates: torch.Tensor, sizes: torch.Tensor, width: int,
+                  gate: torch.Tensor | None = None) -> torch.Tensor:
+    """Poisson sampling for one DP-SGD step of each client: (M, width) booleans, record i of client k included
+    independently with probability ``rates[k]`` (only real records, i < sizes[k]; none when ``gate[k]`` is 0)."""
+    sel = torch.stack([torch.rand(width, generator=g) < rates[i] for i, g in enumerate(generators)])
+    sel &= torch.arange(width).unsqueeze(0) < sizes.unsqueeze(1)
+    if gate is not None:
+        sel &= gate.bool().unsqueeze(1)
+    return sel
+
+
+def clip_and_noise(per_example: torch.Tensor, mask: torch.Tensor, clip: float, noise_multiplier: float,
+                   expected_batch: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """DP-SGD's private gradient for each client (Abadi et al. 2016; ProxyFL Eq. 7):
+    :math:`\\frac{1}{qn}\\left(\\sum_{i \\in B} g_i \\min(1, C/\\|g_i\\|_2) + \\sigma C\\,\\xi\\right)`.
+
+    ``per_example``: (M, L, P) gradients; ``mask``: (M, L) 1 for sampled records; ``expected_batch``: (M,)
+    :math:`q_k n_k` (a fixed denominator, as Opacus does for Poisson sampling); ``noise``: (M, P) standard normal.
+    """
+    norms = per_example.norm(dim=-1)
+    factor = torch.clamp(clip / (norms + 1e-12), max=1.0) * mask
+    summed = (per_example * factor.unsqueeze(-1)).sum(1)
+    return (summed + noise_multiplier * clip * noise) / expected_batch.reshape(-1, 1)
 
 
 class _Models:
@@ -381,9 +406,7 @@ class ProxyFLMethod:
         for j in range(int(steps.max())):
             gate = (steps > j).float()
             # Poisson sampling: each real record independently with probability q_k (own generator per client)
-            sel = torch.stack([torch.rand(nmax, generator=g) < q[i] for i, g in enumerate(gens)])
-            sel &= torch.arange(nmax).unsqueeze(0) < n.unsqueeze(1)
-            sel &= gate.bool().unsqueeze(1)
+            sel = poisson_masks(gens, q, n, nmax, gate)
             L = max(1, int(sel.sum(1).max()))
             order = torch.argsort((~sel).to(torch.int8), dim=1, stable=True)[:, :L]
             mask = torch.gather(sel, 1, order).float()
@@ -401,11 +424,8 @@ class ProxyFLMethod:
             if cfg.dp:
                 with torch.no_grad():
                     ge = per_example(proxy, xb, yb, teacher_priv)  # (M, L, P)
-                    norms = ge.norm(dim=-1)
-                    factor = torch.clamp(C / (norms + 1e-12), max=1.0) * mask  # clip; unsampled rows weigh 0
-                    summed = (ge * factor.unsqueeze(-1)).sum(1)
-                    noise = torch.stack([torch.randn(summed.shape[1], generator=gens[i]) for i in range(M)])
-                    g = (summed + sigma * C * noise) / expected
+                    noise = torch.stack([torch.randn(ge.shape[-1], generator=gens[i]) for i in range(M)])
+                    g = clip_and_noise(ge, mask, C, sigma, expected.reshape(-1), noise)
             else:
                 g = proxy_grad_nodp(proxy, xb, yb, mask, teacher_priv)
             proxy, pm, pv, pstep = _adam(proxy, g, pm, pv, pstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
