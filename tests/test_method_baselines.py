@@ -140,3 +140,73 @@ def test_runs_are_seeded(small):
     cfg = LdpUpdateConfig(rounds=2, local_epochs=1)
     a, b = run_ldp_updates(data, spec, cfg, seed=1), run_ldp_updates(data, spec, cfg, seed=1)
     assert all(torch.equal(a.params[k], b.params[k]) for k in a.params)
+
+
+# --------------------------------------------------------------------------------------------------
+# configs and the command line
+# --------------------------------------------------------------------------------------------------
+
+from pathlib import Path
+
+from dpaudit.training.methods.fl_common import load_settings
+from dpaudit.training.methods.proxyfl import ProxyFLConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
+def test_every_config_file_validates(path):
+    s = load_settings(path)
+    DataSettings(**s["data"])
+    name = path.name
+    if name.startswith(("privatekt", "fedmd")):
+        cfg = PrivateKTConfig.from_dict(s["method"])
+        assert cfg.epsilon == 5.0 and cfg.samples_per_round == 2 and cfg.buffer_rounds == 25 and cfg.rounds == 500
+        assert s["data"]["num_clients"] == 80 and s["data"]["samples_per_client"] == 600
+    elif name.startswith(("fedavg", "fedsgd")):
+        assert LdpUpdateConfig.from_dict(s["method"]).epsilon == 5.0
+    elif name.startswith("proxyfl"):
+        cfg = ProxyFLConfig.from_dict(s["method"])
+        assert (cfg.batch_size, cfg.lr, cfg.noise_multiplier, cfg.max_grad_norm) == (250, 1e-3, 1.0, 1.0)
+        assert s["data"]["num_clients"] == 8 and s["data"]["samples_per_client"] == 1000 and s["data"]["p_major"] == 0.8
+    else:
+        assert set(s["method"]) <= {"epochs", "batch_size", "lr"}
+
+
+def test_cli_trains_writes_and_refuses_bad_input(tmp_path, capsys):
+    from dpaudit.cli import main
+
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text('[data]\nnum_clients = 4\n[model]\nname = "mlp"\nhidden = [8]\n[method]\nlocal_epochs = 1\n')
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "fedavg-ldp", "--dataset", "digits", "--out", str(out), "--config", str(cfg), "--rounds", "2"])
+    assert exc.value.code == 0
+    assert "fedavg_ldp: release written" in capsys.readouterr().out and (out / "release.json").is_file()
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "fedavg-ldp", "--dataset", "digits", "--out", str(out), "--config", str(cfg)])
+    assert exc.value.code == 2 and "already exists" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "privatekt", "--dataset", "digits", "--out", str(tmp_path / "x"), "--epsilon", "-1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "The 'epsilon' parameter of PrivateKTConfig" in err and "Traceback" not in err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[nonsense]\na = 1\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "centrain", "--dataset", "digits", "--out", str(tmp_path / "y"), "--config", str(bad)])
+    assert exc.value.code == 2 and "unknown table" in capsys.readouterr().err
+
+
+def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
+    # stop after 2 of 4 rounds (checkpoint every round), then run the same command: it resumes and equals a fresh run
+    kw = dict(seed=0, progress=False, overrides={"data": {"num_clients": 4}, "model": {"hidden": [8]},
+                                                   "method": {"rounds": 4, "local_epochs": 1}, "run": {"checkpoint_every": 1}})
+    assert train_ldp_updates("digits", tmp_path / "a", stop_after=2, **kw) is None
+    assert (tmp_path / ".a.ckpt" / "engine_checkpoint" / "state.json").is_file()
+    train_ldp_updates("digits", tmp_path / "a", **kw)
+    train_ldp_updates("digits", tmp_path / "b", **kw)
+    assert not (tmp_path / ".a.ckpt").exists()
+    from safetensors.numpy import load_file
+
+    wa, wb = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))
+    assert all(np.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
