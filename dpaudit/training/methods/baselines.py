@@ -214,14 +214,14 @@ LDP_UPDATE_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"num_clients": 10, "partition": "dirichlet", "alpha": 0.5},
     "model": {"name": "mlp", "hidden": [100]},
     "method": {"rounds": 100},
-    "run": {"checkpoint_every": 10},
+    "run": {"checkpoint_every": 10, "num_threads": 1},
 }
 
 CENTRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"num_clients": 10, "partition": "dirichlet", "alpha": 0.5},
     "model": {"name": "mlp", "hidden": [100]},
     "method": {"epochs": 30, "batch_size": 32, "lr": 1e-3},
-    "run": {},
+    "run": {"num_threads": 1},
 }
 
 
@@ -254,7 +254,7 @@ def train_ldp_updates(dataset: str, out: Any, *, mode: str = "fedavg", config_pa
     from dpaudit.errors import DataError
     from dpaudit.training.ensemble import TrainConfig
     from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
-                                                    merge_settings, model_spec_from)
+                                                    merge_settings, model_spec_from, run_options, torch_threads)
     from dpaudit.training.release import write_release
 
     t0 = time.perf_counter()
@@ -266,8 +266,10 @@ def train_ldp_updates(dataset: str, out: Any, *, mode: str = "fedavg", config_pa
     spec = model_spec_from(s["model"], data)
     config = LdpUpdateConfig.from_dict({**s["method"], "mode": mode})
     ckpt = checkpoint_dir_for(out)
-    res = run_ldp_updates(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt,
-                          checkpoint_every=int(s["run"].get("checkpoint_every", 10)), progress=progress, stop_after=stop_after)
+    every, threads = run_options(s["run"], default_checkpoint_every=10)
+    with torch_threads(threads):
+        res = run_ldp_updates(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt, checkpoint_every=every,
+                              progress=progress, stop_after=stop_after)
     if stop_after is not None and res.rounds_run < config.rounds:
         return None
     statement = ldp_update_statement(res.ledger, config, res.reports_per_client)
@@ -300,7 +302,8 @@ def train_centrain(dataset: str, out: Any, *, config_path: Any = None, seed: int
     from dpaudit.accountants.ledger import PrivacyLedger
     from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
     from dpaudit.errors import DataError
-    from dpaudit.training.methods.fl_common import DataSettings, TrainSummary, merge_settings, model_spec_from
+    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, merge_settings, model_spec_from,
+                                                    run_options, torch_threads)
     from dpaudit.training.release import write_release
 
     t0 = time.perf_counter()
@@ -314,8 +317,10 @@ def train_centrain(dataset: str, out: Any, *, config_path: Any = None, seed: int
     unknown = set(m) - {"epochs", "batch_size", "lr"}
     if unknown:
         raise ParameterError(f"Unknown CenTrain parameter(s) {sorted(unknown)}; allowed: ['batch_size', 'epochs', 'lr'].")
-    clf, acc, cfg = run_centrain(data, spec, epochs=int(m["epochs"]), batch_size=int(m["batch_size"]), lr=float(m["lr"]),
-                                 seed=seed, device=device)
+    _, threads = run_options(s["run"], default_checkpoint_every=0)
+    with torch_threads(threads):
+        clf, acc, cfg = run_centrain(data, spec, epochs=int(m["epochs"]), batch_size=int(m["batch_size"]),
+                                     lr=float(m["lr"]), seed=seed, device=device)
     st = PrivacyStatement(math.inf, 0.0, "none", label="no privacy (centralised training)",
                           assumptions=("The records of every client are pooled and trained on without any DP mechanism.",))
     statement = AccountingResult("CenTrain (no DP)", (st,))

@@ -327,7 +327,7 @@ PRIVATEKT_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"num_clients": 10, "partition": "dirichlet", "alpha": 0.5},
     "model": {"name": "mlp", "hidden": [100]},
     "method": {"rounds": 100, "local_epochs": 5, "local_lr": 1e-2, "server_lr": 1e-2},
-    "run": {"checkpoint_every": 10},
+    "run": {"checkpoint_every": 10, "num_threads": 1},
 }
 
 
@@ -348,7 +348,7 @@ def train_privatekt(dataset: str, out: Any, *, config_path: Any = None, seed: in
     from dpaudit.errors import DataError
     from dpaudit.training.ensemble import TrainConfig
     from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
-                                                    merge_settings, model_spec_from)
+                                                    merge_settings, model_spec_from, run_options, torch_threads)
     from dpaudit.training.release import write_release
 
     t0 = time.perf_counter()
@@ -365,8 +365,10 @@ def train_privatekt(dataset: str, out: Any, *, config_path: Any = None, seed: in
         config = fedmd_config(config, len(data.public))
     name = "fedmd_ldp" if fedmd else "privatekt"
     ckpt = checkpoint_dir_for(out)
-    res = run_privatekt(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt,
-                        checkpoint_every=int(s["run"].get("checkpoint_every", 10)), progress=progress, stop_after=stop_after)
+    every, threads = run_options(s["run"], default_checkpoint_every=10)
+    with torch_threads(threads):
+        res = run_privatekt(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt, checkpoint_every=every,
+                            progress=progress, stop_after=stop_after)
     if stop_after is not None and res.rounds_run < config.rounds:
         return None
     per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))

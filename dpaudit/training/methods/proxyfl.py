@@ -553,7 +553,7 @@ PROXYFL_DEFAULTS: dict[str, dict[str, Any]] = {
              "public_fraction": 0.0},
     "model": {"name": "mlp", "hidden": [100]},
     "method": {"rounds": 30, "batch_size": 16, "lr": 5e-3},
-    "run": {"checkpoint_every": 5},
+    "run": {"checkpoint_every": 5, "num_threads": 1},
 }
 
 
@@ -601,7 +601,7 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     from dpaudit.errors import DataError
     from dpaudit.training.ensemble import DPSGDConfig, TrainConfig
     from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
-                                                    merge_settings, model_spec_from)
+                                                    merge_settings, model_spec_from, run_options, torch_threads)
     from dpaudit.training.models import ModelSpec
     from dpaudit.training.release import write_release
 
@@ -625,8 +625,10 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     method_s.update({"private_model": private_spec.name, "proxy_model": proxy_spec.name})
     config = ProxyFLConfig.from_dict(method_s)
     ckpt = checkpoint_dir_for(out)
-    res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, checkpoint_dir=ckpt,
-                      checkpoint_every=int(s["run"].get("checkpoint_every", 5)), progress=progress, stop_after=stop_after)
+    every, threads = run_options(s["run"], default_checkpoint_every=5)
+    with torch_threads(threads):
+        res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, checkpoint_dir=ckpt,
+                          checkpoint_every=every, progress=progress, stop_after=stop_after)
     if stop_after is not None and res.rounds_run < config.rounds:
         return None
     k = check_int(release_client, "release_client", "train_proxyfl", low=0, high=data.num_clients - 1)
