@@ -239,3 +239,27 @@ def test_private_model_beats_regular_default_settings(tmp_path):
     pf = train_proxyfl("digits", tmp_path / "p", seed=0, progress=False)
     reg = train_proxyfl("digits", tmp_path / "r", variant="regular", seed=0, progress=False)
     assert pf.utility["private_accuracy_mean"] > reg.utility["proxy_accuracy_mean"] + 0.15
+
+
+@pytest.mark.parametrize("variant", ["cwt", "fml", "avgpush"])
+def test_other_communications_run_and_record(small, variant):
+    from dpaudit.training.methods.proxyfl import PROXYFL_VARIANTS
+
+    data, spec = small
+    res = run_proxyfl(data, spec, spec, ProxyFLConfig(rounds=2, batch_size=20, **PROXYFL_VARIANTS[variant]), seed=0)
+    assert np.all(res.rounds_per_client == 2) and len(res.ledger.parties) == 4
+    assert np.all(np.isfinite(res.proxy_accuracy))
+
+
+def test_replace_communication_takes_the_received_proxy(small):
+    data, spec = small
+    m = ProxyFLMethod(ProxyFLConfig(rounds=1, communication="replace"), data, spec, spec)
+    server, _ = m.init_server(0)
+    states = [m.init_client(k, None, 0) for k in range(4)]
+    replies = {k: {"dropped": False, "event": None,
+                   "params": {n: torch.full_like(v, float(k)) for n, v in states[k]["proxy"].items()}} for k in range(4)}
+    _, msgs = m.server_step(server, replies)
+    for k in range(4):
+        got = m._receive(states[k], msgs[k])["proxy"]
+        sender = [j for j in range(4) if exponential_peer(j, 0, 4) == k][0]
+        assert all(torch.all(v == float(sender)) for v in got.values())

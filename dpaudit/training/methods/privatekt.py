@@ -184,7 +184,11 @@ class PrivateKTMethod:
 
     def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
         """All sampled clients at once: the ensemble trainer trains every client's copy of the global model
-        (same ``init_state``) on its own data; each client then perturbs its own labels with its own RNG."""
+        (same ``init_state``) on its own data; each client then perturbs its own labels with its own RNG.
+
+        The randomized response of client c depends only on ``(seed, round, c)``. The local training's batch
+        order comes from the ensemble trainer's seed and the client's position in the group, so a run is
+        reproducible, and one-client-per-call execution (Flower) is equal in distribution, not bit for bit."""
         from dpaudit.training.ensemble import TrainConfig, train_ensemble
 
         msg = messages[0]  # a broadcast: the same for every client

@@ -468,7 +468,7 @@ class ProxyFLMethod:
             messages: Any = PerClient({k: ({**nxt, "kind": "pushsum", "z": recv[k][0], "w": recv[k][1]} if k in recv
                                            else {**nxt, "kind": "pushsum"}) for k in range(K)})
         elif comm == "replace":
-            msgs = PerClient()
+            msgs = PerClient({k: dict(nxt) for k in range(K)})  # every client learns the round and seed
             for k in sorted(live):
                 peer = exponential_peer(k, t, K) if K > 1 else k
                 if active[peer]:
@@ -482,7 +482,7 @@ class ProxyFLMethod:
             else:
                 messages = nxt
         elif comm == "cycle":
-            msgs = PerClient()
+            msgs = PerClient({k: dict(nxt) for k in range(K)})
             order = [k for k in range(K) if active[k]]
             for pos, k in enumerate(order):
                 if k in live:
