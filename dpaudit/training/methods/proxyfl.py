@@ -210,11 +210,11 @@ def clip_and_noise(per_example: torch.Tensor, mask: torch.Tensor, clip: float, n
 class _Models:
     """A torch module per architecture, used only as a function of a flat parameter vector."""
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: Any, device: torch.device | None = None) -> None:
         from dpaudit.training.models import build_model
 
         self.spec = spec
-        self.module = build_model(spec)
+        self.module = build_model(spec).to(device or "cpu")
         if any(True for _ in self.module.buffers()):
             raise ParameterError(f"ProxyFL needs models without buffers (no batch norm: DP-SGD per-example gradients); "
                                  f"{spec.name!r} with kwargs {spec.kwargs} has buffers. Use norm='group' or None.")
@@ -241,11 +241,15 @@ class _Models:
 class ProxyFLMethod:
     """ProxyFL (and the baselines of :data:`PROXYFL_VARIANTS`) as engine step functions."""
 
-    def __init__(self, config: ProxyFLConfig, data: FederatedData, private_spec: Any, proxy_spec: Any) -> None:
+    def __init__(self, config: ProxyFLConfig, data: FederatedData, private_spec: Any, proxy_spec: Any,
+                 *, device: str | None = None) -> None:
         self.config = config
         self.data = data
-        self.private = _Models(private_spec) if config.mutual else None
-        self.proxy = _Models(proxy_spec)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.private = _Models(private_spec, self.device) if config.mutual else None
+        self.proxy = _Models(proxy_spec, self.device)
         self.private_spec, self.proxy_spec = private_spec, proxy_spec
         self.n = np.array([len(c) for c in data.clients])
         if np.any(self.n < 1):
@@ -362,26 +366,28 @@ class ProxyFLMethod:
         n = torch.tensor([len(d[2]) for d in datas])
         nmax = int(n.max())
         shape = datas[0][1].shape[1:]
+        dev = self.device
         X = torch.zeros((M, nmax) + tuple(shape))
         Y = torch.zeros((M, nmax), dtype=torch.long)
         for i, d in enumerate(datas):
             X[i, : len(d[2])] = torch.as_tensor(d[1], dtype=torch.float32)
             Y[i, : len(d[2])] = torch.as_tensor(d[2], dtype=torch.long)
+        X, Y = X.to(dev), Y.to(dev)  # randomness (masks, noise) is drawn on the CPU and moved: same on any device
         q = torch.tensor([float(self.q[k]) for k in ids])
         steps = torch.tensor([int(self.steps[k]) for k in ids])
         gens = [torch.Generator().manual_seed(party_seed(seed, t, k, stream=13)) for k in ids]
 
         proxy_f, private_f = self.proxy, self.private
         mutual = private_f is not None
-        proxy = torch.stack([proxy_f.flatten(s["proxy"]) for s in states])
-        pm = torch.stack([s["proxy_m"] for s in states])
-        pv = torch.stack([s["proxy_v"] for s in states])
-        pstep = torch.tensor([float(s["proxy_step"]) for s in states])
+        proxy = torch.stack([proxy_f.flatten(s["proxy"]) for s in states]).to(dev)
+        pm = torch.stack([s["proxy_m"] for s in states]).to(dev)
+        pv = torch.stack([s["proxy_v"] for s in states]).to(dev)
+        pstep = torch.tensor([float(s["proxy_step"]) for s in states], device=dev)
         if mutual:
-            priv = torch.stack([private_f.flatten(s["private"]) for s in states])
-            qm = torch.stack([s["private_m"] for s in states])
-            qv = torch.stack([s["private_v"] for s in states])
-            qstep = torch.tensor([float(s["private_step"]) for s in states])
+            priv = torch.stack([private_f.flatten(s["private"]) for s in states]).to(dev)
+            qm = torch.stack([s["private_m"] for s in states]).to(dev)
+            qv = torch.stack([s["private_v"] for s in states]).to(dev)
+            qstep = torch.tensor([float(s["private_step"]) for s in states], device=dev)
         alpha, beta, C, sigma = cfg.alpha, cfg.beta, cfg.max_grad_norm, cfg.noise_multiplier
         b = beta if mutual else 0.0
 
@@ -402,16 +408,19 @@ class ProxyFLMethod:
         per_example = vmap(vmap(grad(proxy_loss_one), in_dims=(None, 0, 0, 0)), in_dims=(0, 0, 0, 0))
         private_grad = vmap(grad(private_loss))
         proxy_grad_nodp = vmap(grad(proxy_loss_batch))
-        expected = (q * n.float()).clamp_min(1.0).unsqueeze(1)  # q_k n_k: DP-SGD's fixed denominator
+        expected = (q * n.float()).clamp_min(1.0).unsqueeze(1).to(dev)  # q_k n_k: DP-SGD's fixed denominator
+        rows = torch.arange(M, device=dev).unsqueeze(1)
         for j in range(int(steps.max())):
-            gate = (steps > j).float()
+            gate_cpu = (steps > j).float()
+            gate = gate_cpu.to(dev)
             # Poisson sampling: each real record independently with probability q_k (own generator per client)
-            sel = poisson_masks(gens, q, n, nmax, gate)
+            sel = poisson_masks(gens, q, n, nmax, gate_cpu)
             L = max(1, int(sel.sum(1).max()))
             order = torch.argsort((~sel).to(torch.int8), dim=1, stable=True)[:, :L]
-            mask = torch.gather(sel, 1, order).float()
-            xb = X[torch.arange(M).unsqueeze(1), order]
-            yb = Y[torch.arange(M).unsqueeze(1), order]
+            mask = torch.gather(sel, 1, order).float().to(dev)
+            order = order.to(dev)
+            xb = X[rows, order]
+            yb = Y[rows, order]
             if mutual:
                 with torch.no_grad():
                     teacher_proxy = torch.softmax(vmap(proxy_f)(proxy, xb), -1)
@@ -420,16 +429,20 @@ class ProxyFLMethod:
                 with torch.no_grad():
                     teacher_priv = torch.softmax(vmap(private_f)(priv, xb), -1)
             else:
-                teacher_priv = torch.full(tuple(yb.shape) + (self.data.num_classes,), 1.0 / self.data.num_classes)
+                teacher_priv = torch.full(tuple(yb.shape) + (self.data.num_classes,), 1.0 / self.data.num_classes,
+                                          device=dev)
             if cfg.dp:
                 with torch.no_grad():
                     ge = per_example(proxy, xb, yb, teacher_priv)  # (M, L, P)
-                    noise = torch.stack([torch.randn(ge.shape[-1], generator=gens[i]) for i in range(M)])
+                    noise = torch.stack([torch.randn(ge.shape[-1], generator=gens[i]) for i in range(M)]).to(dev)
                     g = clip_and_noise(ge, mask, C, sigma, expected.reshape(-1), noise)
             else:
                 g = proxy_grad_nodp(proxy, xb, yb, mask, teacher_priv)
             proxy, pm, pv, pstep = _adam(proxy, g, pm, pv, pstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
         out = []
+        proxy, pm, pv, pstep = proxy.cpu(), pm.cpu(), pv.cpu(), pstep.cpu()
+        if mutual:
+            priv, qm, qv, qstep = priv.cpu(), qm.cpu(), qv.cpu(), qstep.cpu()
         for i, s in enumerate(states):
             ns = {**s, "proxy": {k: v.clone() for k, v in proxy_f.unflatten(proxy[i]).items()},
                   "proxy_m": pm[i].clone(), "proxy_v": pv[i].clone(), "proxy_step": int(pstep[i])}
@@ -522,12 +535,13 @@ class ProxyFLResult:
 
 
 def run_proxyfl(data: FederatedData, private_spec: Any, proxy_spec: Any, config: ProxyFLConfig, *, seed: int,
+                device: str | None = None,
                 checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
                 stop_after: int | None = None) -> ProxyFLResult:
     """Run ProxyFL (or a family member, by ``config``) and evaluate every client's models on the test set."""
     from dpaudit.training.methods.fl_common import accuracy
 
-    method = ProxyFLMethod(config, data, private_spec, proxy_spec)
+    method = ProxyFLMethod(config, data, private_spec, proxy_spec, device=device)
     engine = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=None,
                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
                          stop_after=stop_after)
@@ -627,7 +641,7 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     ckpt = checkpoint_dir_for(out)
     every, threads = run_options(s["run"], default_checkpoint_every=5)
     with torch_threads(threads):
-        res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, checkpoint_dir=ckpt,
+        res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, device=device, checkpoint_dir=ckpt,
                           checkpoint_every=every, progress=progress, stop_after=stop_after)
     if stop_after is not None and res.rounds_run < config.rounds:
         return None
