@@ -1,0 +1,423 @@
+"""The round engine: federated methods written as plain step functions, run in process.
+
+A method is two pure-ish step functions plus initialisers (see :class:`FederatedMethod`)::
+
+    client_step(state, data, message) -> (state, reply)
+    server_step(state, replies)       -> (state, messages)
+
+``replies`` maps client id -> reply for the clients that took part in the round; ``messages`` is either
+a :class:`PerClient` mapping client id -> message (one message per client, e.g. PushSum routing) or any
+other object, which is broadcast to every client (e.g. a global model). The engine owns only what a deployment's
+orchestrator owns: which clients take part in a round (seeded, from :func:`round_rng`), delivery of
+messages and replies, checkpoints and progress. Methods own their state and their randomness, which
+they derive from ``(seed, round, party)`` with :func:`party_rng` / :func:`party_seed`, so a result does
+not depend on the order in which clients run, on batching, or on a resume in the middle of a run.
+
+Swapping in Flower's simulation (``flwr.simulation`` with its Ray backend) needs no change to method
+code: ``client_step`` becomes the body of a ``NumPyClient.fit(parameters, config)`` whose ``state`` lives
+in the client's ``Context.state`` and whose ``data`` is the partition the ``client_fn`` loads;
+``server_step`` becomes a ``Strategy`` whose ``aggregate_fit`` calls it with the fit results (keyed by
+node id) and whose ``configure_fit`` hands each sampled node ``messages[cid]`` (or the broadcast). The
+client sampling of :meth:`RoundEngine.run` maps to the strategy's ``fraction_fit`` with the same
+seeded draw. The optional batched hook ``client_steps`` (many clients at once through the ensemble
+trainer) is an in-process speed-up only; by contract it returns what mapping ``client_step`` over the
+clients would return (up to floating-point summation order), so Flower's one-client-per-call path is
+equivalent.
+
+Checkpoints (every ``checkpoint_every`` rounds) hold the round index, the server state, every client
+state and the pending messages; they are written as one directory (``state.json`` + ``arrays.safetensors``)
+replaced atomically, and restored without unpickling: arrays go through safetensors, objects through
+their ``to_dict``/``from_dict`` (only classes defined in ``dpaudit`` are rebuilt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+import torch
+
+from dpaudit._io import atomic_dir, read_json, write_json
+from dpaudit.errors import DataError, ParameterError, check_bool, check_int
+
+__all__ = [
+    "FederatedMethod",
+    "PerClient",
+    "RoundEngine",
+    "EngineResult",
+    "round_rng",
+    "party_rng",
+    "party_seed",
+    "sample_clients",
+    "save_state",
+    "load_state",
+]
+
+_CHECKPOINT_NAME = "engine_checkpoint"
+_STATE_FORMAT = 1
+
+
+class PerClient(dict):
+    """Messages addressed one per client: ``PerClient({client_id: message})``. A client missing from it
+    gets ``None``. Any message object that is not a ``PerClient`` is broadcast to every client."""
+
+
+@runtime_checkable
+class FederatedMethod(Protocol):
+    """What the engine needs from a method (see the module docstring).
+
+    Optional hooks, looked up with ``getattr``:
+
+    - ``client_steps(states, datas, messages) -> (states, replies)``: the same as mapping
+      ``client_step`` over the lists, computed at once (e.g. with the ensemble trainer).
+    - ``client_active(state) -> bool``: False once a client has dropped out (e.g. its privacy budget is
+      spent); inactive clients are never sampled again.
+    - ``finalize(server_state, client_states, messages) -> Any``: deliver the messages of the last round
+      and build the method's result (default: ``(server_state, client_states)``).
+    """
+
+    def init_server(self, seed: int) -> tuple[Any, Any]: ...
+
+    def init_client(self, client_id: int, data: Any, seed: int) -> Any: ...
+
+    def client_step(self, state: Any, data: Any, message: Any) -> tuple[Any, Any]: ...
+
+    def server_step(self, state: Any, replies: Mapping[int, Any]) -> tuple[Any, Any]: ...
+
+
+# --------------------------------------------------------------------------------------------------
+# Seeded randomness
+# --------------------------------------------------------------------------------------------------
+
+_SAMPLING_STREAM = 0x5A3F1E
+_PARTY_STREAM = 0x7C1A
+
+
+def round_rng(seed: int, round_index: int) -> np.random.Generator:
+    """The engine's generator for sampling the clients of round ``round_index`` (0-based)."""
+    return np.random.default_rng([_SAMPLING_STREAM, int(seed), int(round_index)])
+
+
+def party_rng(seed: int, round_index: int, party: int, stream: int = 0) -> np.random.Generator:
+    """A generator private to one party (client id >= 0, server = -1) in one round.
+
+    Derived from ``(seed, round, party, stream)`` only, so it is the same whatever order the parties run
+    in and whether or not the run was resumed.
+    """
+    return np.random.default_rng([_PARTY_STREAM, int(seed), int(round_index), int(party) + 1, int(stream)])
+
+
+def party_seed(seed: int, round_index: int, party: int, stream: int = 0) -> int:
+    """A 63-bit integer seed (for torch generators) from the same derivation as :func:`party_rng`."""
+    return int(party_rng(seed, round_index, party, stream).integers(0, 2**63 - 1))
+
+
+def sample_clients(seed: int, round_index: int, active: Sequence[int], clients_per_round: int | None) -> np.ndarray:
+    """Uniformly sample ``clients_per_round`` distinct clients of ``active`` (all of them when None),
+    returned sorted. Deterministic in ``(seed, round_index, active)``."""
+    active_arr = np.asarray(sorted(int(c) for c in active), dtype=np.int64)
+    if clients_per_round is None or clients_per_round >= active_arr.size:
+        return active_arr
+    k = check_int(clients_per_round, "clients_per_round", "sample_clients", low=1)
+    pick = round_rng(seed, round_index).choice(active_arr.size, size=k, replace=False)
+    return np.sort(active_arr[pick])
+
+
+# --------------------------------------------------------------------------------------------------
+# State serialisation without pickle
+# --------------------------------------------------------------------------------------------------
+
+
+def _encode_state(obj: Any, arrays: dict[str, torch.Tensor]) -> Any:
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return v if np.isfinite(v) else {"__float__": repr(v)}
+    if isinstance(obj, torch.Tensor):
+        key = f"a{len(arrays)}"
+        arrays[key] = obj.detach().to("cpu").contiguous().clone()
+        return {"__tensor__": key}
+    if isinstance(obj, np.ndarray):
+        if obj.dtype == object:
+            raise ParameterError("Engine state may not hold object arrays (they would need pickling).")
+        key = f"a{len(arrays)}"
+        arrays[key] = torch.from_numpy(np.ascontiguousarray(obj).copy())
+        return {"__ndarray__": key}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode_state(v, arrays) for v in obj]}
+    if isinstance(obj, list):
+        return [_encode_state(v, arrays) for v in obj]
+    if isinstance(obj, PerClient):
+        return {"__perclient__": [[int(k), _encode_state(v, arrays)] for k, v in obj.items()]}
+    if isinstance(obj, Mapping):
+        items = [[_encode_state(k, arrays), _encode_state(v, arrays)] for k, v in obj.items()]
+        return {"__mapping__": items}
+    from dpaudit.accountants.events import DpEvent
+
+    if isinstance(obj, DpEvent):
+        return {"__event__": obj.to_dict()}
+    to_dict = getattr(obj, "to_dict", None)
+    cls = type(obj)
+    if callable(to_dict) and hasattr(cls, "from_dict") and cls.__module__.startswith("dpaudit."):
+        return {"__object__": f"{cls.__module__}:{cls.__qualname__}", "data": _encode_state(to_dict(), arrays)}
+    raise ParameterError(
+        f"Engine state must be built of None/bool/int/float/str, lists, tuples, mappings, numpy arrays, torch "
+        f"tensors and dpaudit objects with to_dict/from_dict. Got a {cls.__module__}.{cls.__qualname__} instead."
+    )
+
+
+def _decode_state(obj: Any, arrays: Mapping[str, torch.Tensor]) -> Any:
+    if isinstance(obj, list):
+        return [_decode_state(v, arrays) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if "__tensor__" in obj:
+        return arrays[obj["__tensor__"]].clone()
+    if "__ndarray__" in obj:
+        return arrays[obj["__ndarray__"]].numpy().copy()
+    if "__float__" in obj:
+        return float(obj["__float__"])
+    if "__tuple__" in obj:
+        return tuple(_decode_state(v, arrays) for v in obj["__tuple__"])
+    if "__perclient__" in obj:
+        return PerClient({int(k): _decode_state(v, arrays) for k, v in obj["__perclient__"]})
+    if "__mapping__" in obj:
+        return {_decode_state(k, arrays): _decode_state(v, arrays) for k, v in obj["__mapping__"]}
+    if "__event__" in obj:
+        from dpaudit.accountants.events import event_from_dict
+
+        return event_from_dict(obj["__event__"])
+    if "__object__" in obj:
+        module, _, qualname = obj["__object__"].partition(":")
+        if not module.startswith("dpaudit."):
+            raise DataError(f"Refusing to rebuild an object of {module!r} from a checkpoint (only dpaudit classes).")
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+        return cls.from_dict(_decode_state(obj["data"], arrays))
+    raise DataError(f"Unknown entry in an engine checkpoint: keys {sorted(obj)[:4]}.")
+
+
+def save_state(directory: str | Path, state: Any) -> Path:
+    """Write ``state`` (see :func:`_encode_state` for what it may hold) as ``directory`` atomically."""
+    from safetensors.torch import save_file
+
+    arrays: dict[str, torch.Tensor] = {}
+    tree = _encode_state(state, arrays)
+    with atomic_dir(directory, overwrite=True) as tmp:
+        save_file(arrays, str(tmp / "arrays.safetensors")) if arrays else None
+        write_json(tmp / "state.json", {"format": _STATE_FORMAT, "state": tree})
+    return Path(directory)
+
+
+def load_state(directory: str | Path) -> Any:
+    """Read a state written by :func:`save_state` (no unpickling)."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    meta_path = directory / "state.json"
+    if not meta_path.is_file():
+        raise DataError(f"No engine checkpoint at {directory} (missing state.json).")
+    meta = read_json(meta_path)
+    if meta.get("format") != _STATE_FORMAT:
+        raise DataError(f"Engine checkpoint {directory} has format {meta.get('format')!r}; expected {_STATE_FORMAT}.")
+    arr_path = directory / "arrays.safetensors"
+    arrays = load_file(str(arr_path)) if arr_path.is_file() else {}
+    return _decode_state(meta["state"], arrays)
+
+
+# --------------------------------------------------------------------------------------------------
+# The engine
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """What :meth:`RoundEngine.run` returns.
+
+    ``result`` is the method's ``finalize`` output; ``participants[t]`` the sorted client ids of round t;
+    ``rounds_run`` the rounds computed in this call (fewer than ``rounds`` after a resume);
+    ``resumed_from`` the round a checkpoint was loaded at (None for a fresh run).
+    """
+
+    result: Any
+    server_state: Any
+    client_states: tuple[Any, ...]
+    participants: tuple[tuple[int, ...], ...]
+    rounds_run: int
+    resumed_from: int | None
+    seconds: float
+
+
+class RoundEngine:
+    """Run ``rounds`` rounds of a :class:`FederatedMethod` over ``client_data`` in this process.
+
+    Parameters
+    ----------
+    method:
+        The method's step functions.
+    client_data:
+        One entry per client (client id = position), passed unchanged to the method's steps.
+    rounds:
+        Number of rounds T >= 1.
+    seed:
+        Seed of the client sampling and of every party's randomness.
+    clients_per_round:
+        Clients sampled uniformly without replacement per round from the active ones (None = all).
+    checkpoint_dir:
+        Directory for ``engine_checkpoint/`` (None = no checkpoints). With ``resume=True`` a checkpoint
+        found there is loaded and the run continues from it.
+    checkpoint_every:
+        Write a checkpoint after every this many rounds (0 = only at the end when ``checkpoint_dir`` is given).
+    progress:
+        Callable ``progress(round_index, rounds, info_dict)`` called after each round, or True for a
+        one-line print every ~10% of the run, or False.
+    stop_after:
+        Stop after this many rounds of *this call* (for tests of resume and for time-boxed runs).
+    """
+
+    def __init__(
+        self,
+        method: FederatedMethod,
+        client_data: Sequence[Any],
+        *,
+        rounds: int,
+        seed: int,
+        clients_per_round: int | None = None,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every: int = 0,
+        resume: bool = True,
+        progress: bool | Callable[[int, int, dict], None] = False,
+        stop_after: int | None = None,
+    ) -> None:
+        owner = "RoundEngine"
+        if not isinstance(method, FederatedMethod):
+            raise ParameterError(f"The 'method' parameter of {owner} must implement FederatedMethod. Got {type(method).__name__} instead.")
+        if len(client_data) < 1:
+            raise ParameterError(f"The 'client_data' parameter of {owner} must hold at least 1 client. Got 0 instead.")
+        self.method = method
+        self.client_data = list(client_data)
+        self.rounds = check_int(rounds, "rounds", owner, low=1)
+        self.seed = check_int(seed, "seed", owner)
+        n = len(self.client_data)
+        self.clients_per_round = None if clients_per_round is None else check_int(clients_per_round, "clients_per_round", owner, low=1, high=n)
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.checkpoint_every = check_int(checkpoint_every, "checkpoint_every", owner, low=0)
+        self.resume = check_bool(resume, "resume", owner)
+        self.stop_after = None if stop_after is None else check_int(stop_after, "stop_after", owner, low=0)
+        if callable(progress):
+            self._progress: Callable[[int, int, dict], None] | None = progress
+        elif check_bool(progress, "progress", owner):
+            self._progress = self._print_progress
+        else:
+            self._progress = None
+        self._t0 = 0.0
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return None if self.checkpoint_dir is None else self.checkpoint_dir / _CHECKPOINT_NAME
+
+    def _save(self, next_round: int, server_state: Any, client_states: list, messages: Any, participants: list) -> None:
+        if self.checkpoint_path is None:
+            return
+        save_state(self.checkpoint_path, {
+            "next_round": next_round, "rounds": self.rounds, "seed": self.seed,
+            "num_clients": len(self.client_data), "clients_per_round": self.clients_per_round,
+            "server_state": server_state, "client_states": list(client_states), "messages": messages,
+            "participants": [list(p) for p in participants],
+        })
+
+    def _load(self) -> dict | None:
+        path = self.checkpoint_path
+        if path is None or not self.resume or not (path / "state.json").is_file():
+            return None
+        ck = load_state(path)
+        expect = {"seed": self.seed, "num_clients": len(self.client_data), "clients_per_round": self.clients_per_round}
+        for key, value in expect.items():
+            if ck.get(key) != value:
+                raise DataError(
+                    f"The checkpoint at {path} was written with {key}={ck.get(key)!r}, but this run has {key}={value!r}; "
+                    "use another checkpoint directory or the same settings."
+                )
+        return ck
+
+    # -- progress ----------------------------------------------------------------------------------
+    def _print_progress(self, t: int, rounds: int, info: dict) -> None:
+        every = max(1, rounds // 10)
+        if (t + 1) % every == 0 or t + 1 == rounds:
+            extra = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items())
+            print(f"[{type(self.method).__name__}] round {t + 1}/{rounds} ({time.perf_counter() - self._t0:.1f}s) {extra}", flush=True)
+
+    # -- run -----------------------------------------------------------------------------------------
+    def run(self) -> EngineResult:
+        """Run (or resume) the rounds and return the method's result."""
+        self._t0 = time.perf_counter()
+        method = self.method
+        ck = self._load()
+        if ck is None:
+            server_state, messages = method.init_server(self.seed)
+            client_states = [method.init_client(i, d, self.seed) for i, d in enumerate(self.client_data)]
+            participants: list[tuple[int, ...]] = []
+            start = 0
+            resumed_from = None
+        else:
+            server_state, messages = ck["server_state"], ck["messages"]
+            client_states = list(ck["client_states"])
+            participants = [tuple(p) for p in ck["participants"]]
+            start = int(ck["next_round"])
+            resumed_from = start
+        active_fn = getattr(method, "client_active", None)
+        batched = getattr(method, "client_steps", None)
+        run_here = 0
+        for t in range(start, self.rounds):
+            if self.stop_after is not None and run_here >= self.stop_after:
+                break
+            active = [i for i, s in enumerate(client_states) if active_fn is None or active_fn(s)]
+            if not active:
+                break
+            group = sample_clients(self.seed, t, active, self.clients_per_round)
+            msgs = [messages.get(int(c)) if isinstance(messages, PerClient) else messages for c in group]
+            states = [client_states[c] for c in group]
+            datas = [self.client_data[c] for c in group]
+            if batched is not None:
+                new_states, replies_list = batched(states, datas, msgs)
+            else:
+                out = [method.client_step(s, d, m) for s, d, m in zip(states, datas, msgs)]
+                new_states, replies_list = [o[0] for o in out], [o[1] for o in out]
+            for c, s in zip(group, new_states):
+                client_states[c] = s
+            replies = {int(c): r for c, r in zip(group, replies_list)}
+            server_state, messages = method.server_step(server_state, replies)
+            participants.append(tuple(int(c) for c in group))
+            run_here += 1
+            if self._progress is not None:
+                info_fn = getattr(method, "progress_info", None)
+                self._progress(t, self.rounds, info_fn(server_state) if info_fn else {})
+            if self.checkpoint_every and (t + 1) % self.checkpoint_every == 0:
+                self._save(t + 1, server_state, client_states, messages, participants)
+        finished = len(participants)
+        if self.checkpoint_path is not None and not self.checkpoint_every:
+            self._save(finished, server_state, client_states, messages, participants)
+        finalize = getattr(method, "finalize", None)
+        result = finalize(server_state, client_states, messages) if finalize else (server_state, client_states)
+        return EngineResult(
+            result=result, server_state=server_state, client_states=tuple(client_states),
+            participants=tuple(participants), rounds_run=run_here, resumed_from=resumed_from,
+            seconds=time.perf_counter() - self._t0,
+        )
+
+
+def replace_state(state: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` for dataclass states, ``{**state, **changes}`` for dict states."""
+    if dataclasses.is_dataclass(state):
+        return dataclasses.replace(state, **changes)
+    return {**state, **changes}

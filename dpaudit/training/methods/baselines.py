@@ -1,0 +1,338 @@
+"""PrivateKT's baselines under the same per-round epsilon-LDP (Qi et al. 2023, Fig. 2), as engine step functions.
+
+- **FedAvg + LDP** and **FedSGD + LDP**: each sampled client releases its model update (FedAvg: local
+  training from the global model, update = local - global; FedSGD: the full-batch gradient of the global
+  model on its data) clipped to L1 norm C, plus i.i.d. Laplace noise of scale 2C/eps on every coordinate
+  (:func:`~dpaudit.training.methods.fl_common.laplace_scale_for_ldp` derives the calibration). The server
+  averages the noisy updates (FedSGD: steps ``-server_lr`` times the mean gradient). Each release is a pure
+  eps-LDP report; the ledger records it as :class:`~dpaudit.accountants.pure.PureDp` (no existing event
+  describes additive Laplace noise on a vector; ``LaplaceNoisyMax`` would be wrong).
+- **FedMD + LDP**: prediction sharing over the *whole* public pool with randomized response, the epsilon split
+  over every shared label (K = |public pool|): :func:`fedmd_config` builds the PrivateKT configuration that
+  is exactly this protocol (uniform, no buffer, no self-training).
+- **CenTrain**: one model on the pooled client data, no privacy (the reference).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from dpaudit.accountants.pure import PureDp
+from dpaudit.errors import ParameterError, check_choice, check_float, check_int
+from dpaudit.training.engine import RoundEngine, party_rng, party_seed
+from dpaudit.training.methods.fl_common import (
+    FederatedData,
+    accuracy,
+    flatten_state,
+    full_batch_gradient,
+    init_model_state,
+    laplace_ldp,
+    laplace_scale_for_ldp,
+    unflatten_state,
+)
+
+__all__ = ["LdpUpdateConfig", "LdpUpdateMethod", "LdpUpdateResult", "run_ldp_updates", "fedmd_config",
+           "run_centrain", "laplace_mechanism_text"]
+
+
+def laplace_mechanism_text(bound: float, epsilon: float) -> str:
+    return (f"Laplace noise of scale 2C/eps = {laplace_scale_for_ldp(bound, epsilon):.4g} on every coordinate of an update "
+            f"clipped to L1 norm C = {bound:g}: any two clipped updates differ by at most 2C in L1 norm, so each "
+            f"release is {epsilon:g}-LDP (Laplace mechanism, Dwork & Roth 2014, Thm 3.6).")
+
+
+@dataclass(frozen=True)
+class LdpUpdateConfig:
+    """FedAvg/FedSGD with Laplace LDP on L1-clipped updates.
+
+    ``mode``: "fedavg" (local epochs, update = local - global) or "fedsgd" (one full-batch gradient).
+    ``epsilon``: per-round LDP budget of one client's release. ``clip``: L1 bound C of the update.
+    ``server_lr``: FedAvg multiplies the mean update by it (1 = plain averaging); FedSGD steps by it.
+    """
+
+    mode: str = "fedavg"
+    epsilon: float = 5.0
+    clip: float = 1.0
+    rounds: int = 60
+    client_fraction: float = 0.5
+    local_epochs: int = 5
+    local_batch_size: int = 32
+    local_lr: float = 1e-2
+    server_lr: float = 1.0
+    eval_every: int = 0
+    delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        o = "LdpUpdateConfig"
+        check_choice(self.mode, "mode", o, ("fedavg", "fedsgd"))
+        check_float(self.epsilon, "epsilon", o, low=0.0, low_open=True)
+        check_float(self.clip, "clip", o, low=0.0, low_open=True)
+        check_int(self.rounds, "rounds", o, low=1)
+        check_float(self.client_fraction, "client_fraction", o, low=0.0, high=1.0, low_open=True)
+        check_int(self.local_epochs, "local_epochs", o, low=1)
+        check_int(self.local_batch_size, "local_batch_size", o, low=1)
+        check_float(self.local_lr, "local_lr", o, low=0.0, low_open=True)
+        check_float(self.server_lr, "server_lr", o, low=0.0, low_open=True)
+        check_int(self.eval_every, "eval_every", o, low=0)
+        check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LdpUpdateConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ParameterError(f"Unknown FedAvg/FedSGD-LDP parameter(s) {sorted(unknown)}; allowed: {sorted(names)}.")
+        return cls(**dict(d))
+
+
+class LdpUpdateMethod:
+    """FedAvg/FedSGD + Laplace LDP as engine step functions."""
+
+    def __init__(self, config: LdpUpdateConfig, data: FederatedData, spec: Any, *, device: str | None = None) -> None:
+        self.config, self.data, self.spec, self.device = config, data, spec, device
+        self.event = PureDp(config.epsilon, laplace_mechanism_text(config.clip, config.epsilon))
+
+    def init_server(self, seed: int) -> tuple[dict, dict]:
+        from dpaudit.accountants.ledger import PrivacyLedger
+
+        params = init_model_state(self.spec, party_seed(seed, 0, -1, stream=9))
+        st = {"round": 0, "seed": int(seed), "params": params, "ledger": PrivacyLedger(delta=self.config.delta),
+              "history": [], "reports": np.zeros(self.data.num_clients, dtype=np.int64)}
+        return st, {"round": 0, "seed": int(seed), "params": params}
+
+    def init_client(self, client_id: int, data: Any, seed: int) -> dict:
+        return {}
+
+    def client_step(self, state: dict, data: tuple, message: dict) -> tuple[dict, dict]:
+        s, r = self.client_steps([state], [data], [message])
+        return s[0], r[0]
+
+    def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
+        cfg, msg = self.config, messages[0]
+        ids = [int(d[0]) for d in datas]
+        g0 = flatten_state(msg["params"])
+        if cfg.mode == "fedavg":
+            from dpaudit.training.ensemble import TrainConfig, train_ensemble
+
+            ens = train_ensemble(self.spec, [(d[1], d[2]) for d in datas],
+                                 TrainConfig(epochs=cfg.local_epochs, batch_size=cfg.local_batch_size, lr=cfg.local_lr),
+                                 seed=party_seed(msg["seed"], msg["round"], min(ids), stream=2), device=self.device,
+                                 progress=False, init_state=msg["params"])
+            updates = np.stack([flatten_state(ens.state_dict(i)) - g0 for i in range(len(ids))])
+        else:
+            updates = np.stack([full_batch_gradient(self.spec, msg["params"], d[1], d[2]) for d in datas])
+        replies = []
+        for i, cid in enumerate(ids):
+            noisy = laplace_ldp(updates[i : i + 1], cfg.clip, cfg.epsilon, party_rng(msg["seed"], msg["round"], cid, stream=3))[0]
+            replies.append({"update": noisy, "event": self.event})
+        return list(states), replies
+
+    def server_step(self, state: dict, replies: Mapping[int, dict]) -> tuple[dict, dict]:
+        cfg = self.config
+        ledger, reports = state["ledger"], state["reports"].copy()
+        for cid in sorted(replies):
+            ledger.record(f"client{cid}", replies[cid]["event"])
+            reports[cid] += 1
+        mean = np.mean([replies[c]["update"] for c in sorted(replies)], axis=0)
+        sign = 1.0 if cfg.mode == "fedavg" else -1.0
+        params = unflatten_state(flatten_state(state["params"]) + sign * cfg.server_lr * mean, state["params"])
+        t = state["round"]
+        history = list(state["history"])
+        if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
+            history.append([t + 1, accuracy(self.spec, params, self.data.X[self.data.test], self.data.y[self.data.test])])
+        new = {**state, "round": t + 1, "params": params, "ledger": ledger, "history": history, "reports": reports}
+        return new, {"round": t + 1, "seed": state["seed"], "params": params}
+
+    def progress_info(self, state: dict) -> dict:
+        return {"acc": state["history"][-1][1]} if state["history"] else {}
+
+    def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
+        return server_state
+
+
+@dataclass(frozen=True)
+class LdpUpdateResult:
+    params: dict
+    test_accuracy: float
+    history: tuple
+    ledger: Any
+    reports_per_client: np.ndarray
+    rounds_run: int
+
+
+def run_ldp_updates(data: FederatedData, spec: Any, config: LdpUpdateConfig, *, seed: int, device: str | None = None,
+                    checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
+                    stop_after: int | None = None) -> LdpUpdateResult:
+    """Run FedAvg/FedSGD + Laplace LDP and return the global model with its ledger."""
+    method = LdpUpdateMethod(config, data, spec, device=device)
+    per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
+    out = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=per_round,
+                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
+                      stop_after=stop_after).run()
+    st = out.result
+    return LdpUpdateResult(params=st["params"], test_accuracy=accuracy(spec, st["params"], data.X[data.test], data.y[data.test]),
+                           history=tuple(tuple(h) for h in st["history"]), ledger=st["ledger"],
+                           reports_per_client=st["reports"], rounds_run=len(out.participants))
+
+
+def fedmd_config(base: Any, public_size: int) -> Any:
+    """The PrivateKT configuration that is FedMD + LDP: every client labels the whole public pool
+    (K = |public|, eps split over all K labels), uniform samples, no buffer, no self-training."""
+    n = check_int(public_size, "public_size", "fedmd_config", low=1)
+    return replace(base, samples_per_round=n, buffer_rounds=1, use_buffer=False, importance_sampling=False,
+                   self_training=False)
+
+
+def run_centrain(data: FederatedData, spec: Any, *, epochs: int, batch_size: int, lr: float, seed: int,
+                 device: str | None = None) -> tuple[Any, float, Any]:
+    """CenTrain: one model on the pooled records of all clients (no privacy). Returns
+    ``(classifier, test_accuracy, train_config)``."""
+    from dpaudit.training.ensemble import TrainConfig, train_ensemble
+
+    cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr)
+    members = data.members
+    ens = train_ensemble(spec, [(data.X[members], data.y[members])], cfg, seed=seed, device=device, progress=False)
+    clf = ens.member(0)
+    acc = float((clf.predict(data.X[data.test]) == data.y[data.test]).mean())
+    return clf, acc, cfg
+
+
+# --------------------------------------------------------------------------------------------------
+# releases
+# --------------------------------------------------------------------------------------------------
+
+LDP_UPDATE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "data": {"num_clients": 10, "partition": "dirichlet", "alpha": 0.5},
+    "model": {"name": "mlp", "hidden": [100]},
+    "method": {"rounds": 100},
+    "run": {"checkpoint_every": 10, "num_threads": 1},
+}
+
+CENTRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "data": {"num_clients": 10, "partition": "dirichlet", "alpha": 0.5},
+    "model": {"name": "mlp", "hidden": [100]},
+    "method": {"epochs": 30, "batch_size": 32, "lr": 1e-3},
+    "run": {"num_threads": 1},
+}
+
+
+def ldp_update_statement(ledger: Any, config: LdpUpdateConfig, reports: np.ndarray) -> Any:
+    """Per-release pure epsilon and the ledger's composition over each client's releases (headline: max)."""
+    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+
+    text = laplace_mechanism_text(config.clip, config.epsilon)
+    per = PrivacyStatement(config.epsilon, 0.0, "pure LDP (Laplace mechanism)", label="per release (one round)",
+                           assumptions=(text, "Local DP: any two local data sets of one client are neighbours."))
+    worst = int(np.max(reports)) if len(reports) else 0
+    basic = PrivacyStatement(worst * config.epsilon, 0.0, "basic composition", label=f"client, {worst} releases (basic)",
+                             assumptions=(text, "The releases of one client compose adaptively."))
+    overall = ledger.overall()
+    actual = PrivacyStatement(overall.epsilon, overall.delta, overall.method, order=overall.order,
+                              label=f"client, releases actually made (max over clients: {worst}), RDP",
+                              assumptions=overall.assumptions + (text,), details=dict(overall.details))
+    return AccountingResult(f"{config.mode} + Laplace LDP on L1-clipped updates", (per, basic, actual), headline=2,
+                            facts={"laplace_scale": laplace_scale_for_ldp(config.clip, config.epsilon),
+                                   "reports_per_client_max": worst, "reports_per_client_mean": float(np.mean(reports))})
+
+
+def train_ldp_updates(dataset: str, out: Any, *, mode: str = "fedavg", config_path: Any = None, seed: int = 0,
+                      data_dir: Any = None, device: str | None = None, overwrite: bool = False, progress: Any = True,
+                      overrides: Mapping[str, Mapping[str, Any]] | None = None, stop_after: int | None = None) -> Any:
+    """Run FedAvg + LDP (``mode="fedavg"``) or FedSGD + LDP and write its release bundle to ``out``."""
+    import shutil
+    import time
+
+    from dpaudit.errors import DataError
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
+                                                    merge_settings, model_spec_from, run_options, torch_threads)
+    from dpaudit.training.release import write_release
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
+    s = merge_settings(LDP_UPDATE_DEFAULTS, config_path, overrides)
+    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
+    spec = model_spec_from(s["model"], data)
+    config = LdpUpdateConfig.from_dict({**s["method"], "mode": mode})
+    ckpt = checkpoint_dir_for(out)
+    every, threads = run_options(s["run"], default_checkpoint_every=10)
+    with torch_threads(threads):
+        res = run_ldp_updates(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt, checkpoint_every=every,
+                              progress=progress, stop_after=stop_after)
+    if stop_after is not None and res.rounds_run < config.rounds:
+        return None
+    statement = ldp_update_statement(res.ledger, config, res.reports_per_client)
+    name = f"{mode}_ldp"
+    claim = {"epsilon": config.epsilon, "delta": 0.0, "granularity": "client (local DP), per round",
+             "text": f"{name} as PrivateKT's baseline (Qi et al. 2023, Fig. 2): every released update is eps-LDP."}
+    write_release(out, method=name, dataset=data.dataset_spec,
+                  params={"method": config.to_dict(), "data": data.partition, "model": s["model"]}, seed=seed,
+                  utility={"test_accuracy": res.test_accuracy, "history": [list(h) for h in res.history]},
+                  classifier=make_classifier(spec, res.params),
+                  train_config=TrainConfig(epochs=config.local_epochs, batch_size=config.local_batch_size, lr=config.local_lr),
+                  ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
+                  assumptions=("The per-round figure is what the baseline claims; the headline composes every "
+                               "release a client made over the run.",
+                               "Members: every client's private records; non-members: the held-out test records."),
+                  overwrite=overwrite)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return TrainSummary(method=name, out=str(out), utility={"test_accuracy": res.test_accuracy},
+                        epsilon=statement.epsilon, delta=statement.delta, claimed_epsilon=config.epsilon,
+                        statement_label=statement.statement.label, rounds_run=res.rounds_run,
+                        seconds=time.perf_counter() - t0)
+
+
+def train_centrain(dataset: str, out: Any, *, config_path: Any = None, seed: int = 0, data_dir: Any = None,
+                   device: str | None = None, overwrite: bool = False, progress: Any = True,
+                   overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+    """CenTrain: one model on the pooled client records, no privacy; written as a release (epsilon = inf)."""
+    import time
+
+    from dpaudit.accountants.ledger import PrivacyLedger
+    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+    from dpaudit.errors import DataError
+    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, merge_settings, model_spec_from,
+                                                    run_options, torch_threads)
+    from dpaudit.training.release import write_release
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
+    s = merge_settings(CENTRAIN_DEFAULTS, config_path, overrides)
+    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
+    spec = model_spec_from(s["model"], data)
+    m = s["method"]
+    unknown = set(m) - {"epochs", "batch_size", "lr"}
+    if unknown:
+        raise ParameterError(f"Unknown CenTrain parameter(s) {sorted(unknown)}; allowed: ['batch_size', 'epochs', 'lr'].")
+    _, threads = run_options(s["run"], default_checkpoint_every=0)
+    with torch_threads(threads):
+        clf, acc, cfg = run_centrain(data, spec, epochs=int(m["epochs"]), batch_size=int(m["batch_size"]),
+                                     lr=float(m["lr"]), seed=seed, device=device)
+    st = PrivacyStatement(math.inf, 0.0, "none", label="no privacy (centralised training)",
+                          assumptions=("The records of every client are pooled and trained on without any DP mechanism.",))
+    statement = AccountingResult("CenTrain (no DP)", (st,))
+    ledger = PrivacyLedger(delta=1e-5)
+    ledger.add_assumption("No DP mechanism was applied; no events were recorded.")
+    write_release(out, method="centrain", dataset=data.dataset_spec,
+                  params={"method": dict(m), "data": data.partition, "model": s["model"]}, seed=seed,
+                  utility={"test_accuracy": acc}, classifier=clf, train_config=cfg, ledger=ledger, statement=statement,
+                  claim={"epsilon": math.inf, "delta": 0.0, "granularity": "none",
+                         "text": "CenTrain is the non-private reference of PrivateKT's comparison (no guarantee)."},
+                  membership=data.membership(), assumptions=("No privacy: the reference for utility.",),
+                  overwrite=overwrite)
+    return TrainSummary(method="centrain", out=str(out), utility={"test_accuracy": acc}, epsilon=math.inf, delta=0.0,
+                        claimed_epsilon=math.inf, statement_label=st.label, rounds_run=int(m["epochs"]),
+                        seconds=time.perf_counter() - t0)
