@@ -1,0 +1,564 @@
+"""The papers' model architectures, tree models, one ``Classifier`` wrapper, and pickle-free persistence.
+
+Architectures (name -> what the papers say, and what we chose where they are silent):
+
+``mlp``
+    Fully connected ReLU network on the flattened input. ``hidden`` sets the hidden widths:
+    FedKT (Li, He, Song 2021, Sec. 5) uses two hidden layers of 100 on MNIST (the default here,
+    ``hidden=(100, 100)``); ProxyFL (Kalra et al. 2023, "Following Shen et al.") uses 784-200-200
+    (``hidden=(200, 200)``).
+``cnn_fedkt``
+    FedKT's CNN: two 5x5 convolutions (6 then 16 channels), each followed by 2x2 max pooling, then
+    fully connected layers of 120 and 84 units and the output layer.
+``lenet5``
+    LeNet-5 as used for ProxyFL's private model on MNIST: as ``cnn_fedkt`` but the first convolution pads
+    by 2 (the classic 28x28 -> 32x32 padding), so a 28x28 input gives a 16x5x5 feature map.
+``cnn_fredy``
+    FREDY (Future Internet 2023, Sec. 5 / Fig. 3): three 3x3 convolutions with max pooling and batch
+    normalisation, then three dense layers. The figure is not in our text copy; we use 32/64/128
+    channels, conv -> norm -> ReLU -> 2x2 max-pool per block, and dense layers of 256, 128 and the output.
+``cnn_privatekt``
+    PrivateKT (Qi et al. 2023) trains "a two-layer convolution network" on MNIST (their ref. 45, the
+    PyTorch MNIST example): 3x3 convolutions with 32 and 64 channels, one 2x2 max-pool, a 128-unit
+    dense layer and the output. Dropout (0.25 / 0.5 in that example) is available via ``dropout`` but
+    off by default so that training is a deterministic function of the seed.
+``cnn1_proxyfl`` / ``cnn2_proxyfl``
+    ProxyFL's CIFAR-10 proxy / private models "CNN1 / CNN2" (after Shen et al., FML). The paper does not
+    define them; we take CNN1 = two 5x5 'same' convolutions (32, 64) each with 2x2 pooling and a 512-unit
+    dense layer (the classic FedAvg CIFAR CNN), and CNN2 = a larger VGG-style net: 3x3 convolutions
+    (32, 32, pool, 64, 64, pool) and a 512-unit dense layer.
+
+Every convolutional architecture adapts to the input: 2-D for ``(C, H, W)`` images (8x8 digits, 28x28
+MNIST, 32x32x3 CIFAR), 1-D for ``(C, L)`` signals (mnist1d). A 'valid' convolution that would shrink a
+small input below 2 after pooling switches to 'same' padding (so 8x8 digits work with the 5x5 nets).
+``norm`` is ``None``, ``"batch"`` or ``"group"``; use ``"group"`` wherever DP-SGD trains the model
+(per-example gradients are not defined with batch statistics). Batch norm here is
+:class:`MaskedBatchNorm`, which equals ``torch.nn.BatchNorm*d`` on the unmasked rows, so the ensemble
+trainer can pad ragged batches without changing the statistics.
+
+Tree models (``decision_tree``, ``random_forest``, ``hist_gbdt``, ``catboost``) sit behind the same
+:class:`Classifier` (``predict_proba``). FedKT uses a random forest with 100 trees of depth 6 (Adult)
+and a GBDT of depth 6 (cod-rna): those are the defaults.
+
+Persistence never pickles: torch weights in safetensors (the spec as JSON in the file's metadata and
+beside it), scikit-learn models in skops format loaded with an explicit, checked list of trusted types,
+CatBoost models in CatBoost's own ``.cbm`` format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from dpaudit._io import atomic_path, write_json
+from dpaudit.errors import DataError, ParameterError, check_choice, check_int
+
+__all__ = [
+    "TORCH_MODELS",
+    "TREE_MODELS",
+    "MODELS",
+    "ModelSpec",
+    "build_model",
+    "build_estimator",
+    "Classifier",
+    "MaskedBatchNorm",
+    "save_classifier",
+    "load_classifier",
+    "fit_classifier",
+]
+
+TORCH_MODELS = ("mlp", "cnn_fedkt", "lenet5", "cnn_fredy", "cnn_privatekt", "cnn1_proxyfl", "cnn2_proxyfl")
+TREE_MODELS = ("decision_tree", "random_forest", "hist_gbdt", "catboost")
+MODELS = TORCH_MODELS + TREE_MODELS
+NORMS = (None, "batch", "group")
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    return v
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to build: architecture name, input shape (without the batch axis), classes, architecture kwargs.
+
+    ``kwargs`` must be JSON-serialisable (lists stand for tuples); it is stored in release bundles.
+    """
+
+    name: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_choice(self.name, "name", "ModelSpec", MODELS)
+        shape = tuple(int(s) for s in self.input_shape)
+        if not shape or any(s < 1 for s in shape):
+            raise ParameterError(f"The 'input_shape' parameter of ModelSpec must be a non-empty tuple of positive ints. Got {self.input_shape} instead.")
+        object.__setattr__(self, "input_shape", shape)
+        check_int(self.num_classes, "num_classes", "ModelSpec", low=2)
+        object.__setattr__(self, "num_classes", int(self.num_classes))
+        kw = _jsonable(dict(self.kwargs or {}))
+        try:
+            json.dumps(kw)
+        except TypeError:
+            raise ParameterError(f"The 'kwargs' parameter of ModelSpec must be JSON-serialisable. Got {self.kwargs!r} instead.") from None
+        object.__setattr__(self, "kwargs", kw)
+        if "norm" in kw:
+            check_choice(kw["norm"], "norm", f"ModelSpec({self.name})", NORMS)
+
+    @property
+    def is_torch(self) -> bool:
+        return self.name in TORCH_MODELS
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "input_shape": list(self.input_shape), "num_classes": self.num_classes,
+                "kwargs": dict(self.kwargs)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelSpec":
+        try:
+            return cls(d["name"], tuple(d["input_shape"]), int(d["num_classes"]), dict(d.get("kwargs", {})))
+        except KeyError as exc:
+            raise DataError(f"Model spec lacks the field {exc.args[0]!r}: {d!r}") from None
+
+    def __hash__(self) -> int:  # kwargs is a dict
+        return hash((self.name, self.input_shape, self.num_classes, json.dumps(self.kwargs, sort_keys=True)))
+
+
+# --------------------------------------------------------------------------------------------------
+# torch building blocks
+
+
+class MaskedBatchNorm(nn.Module):
+    """Batch normalisation over the rows selected by an optional 0/1 ``sample_mask``.
+
+    With ``sample_mask=None`` this is exactly ``torch.nn.BatchNorm{1,2}d(num_features, eps, momentum)``
+    (biased variance to normalise, unbiased variance in the running estimate). With a mask, statistics
+    use only the rows whose mask is 1 -- so a padded batch gives the same output and running statistics
+    on its real rows as the unpadded batch. A batch whose mask is all zero leaves the running statistics
+    unchanged. Written without data-dependent Python control flow, so it runs under ``torch.func.vmap``.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
+        super().__init__()
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+
+    def forward(self, x: torch.Tensor, sample_mask: torch.Tensor | None = None) -> torch.Tensor:
+        shape = [1, self.num_features] + [1] * (x.dim() - 2)
+        if self.training:
+            dims = [0] + list(range(2, x.dim()))
+            per_row = math.prod(x.shape[2:]) if x.dim() > 2 else 1
+            if sample_mask is None:
+                w = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+            else:
+                w = sample_mask.to(x.dtype)
+            wv = w.reshape([-1] + [1] * (x.dim() - 1))
+            count = w.sum() * per_row
+            safe = count.clamp(min=1.0)
+            mean = (x * wv).sum(dims) / safe
+            var = (((x - mean.reshape(shape)) ** 2) * wv).sum(dims) / safe
+            unbiased = var * safe / (count - 1).clamp(min=1.0)
+            m = self.momentum * (count > 0).to(x.dtype)
+            new_mean = (1 - m) * self.running_mean + m * mean.detach()
+            new_var = (1 - m) * self.running_var + m * unbiased.detach()
+            self.running_mean.copy_(new_mean)
+            self.running_var.copy_(new_var)
+        else:
+            mean, var = self.running_mean, self.running_var
+        xhat = (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + self.eps)
+        return xhat * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+
+def _norm(kind: str | None, channels: int) -> nn.Module | None:
+    if kind is None:
+        return None
+    if kind == "batch":
+        return MaskedBatchNorm(channels)
+    groups = math.gcd(channels, 8) if channels >= 8 else 1
+    return nn.GroupNorm(groups, channels)
+
+
+class _Net(nn.Module):
+    """A feed-forward stack whose norm layers receive the optional ``sample_mask``."""
+
+    def __init__(self, layers: Sequence[nn.Module]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor, sample_mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            if isinstance(layer, MaskedBatchNorm):
+                x = layer(x, sample_mask)
+            else:
+                x = layer(x)
+        return x
+
+
+def _mlp(spec: ModelSpec) -> _Net:
+    kw = spec.kwargs
+    hidden = [int(h) for h in kw.get("hidden", (100, 100))]
+    norm, dropout = kw.get("norm"), float(kw.get("dropout", 0.0))
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = math.prod(spec.input_shape)
+    for h in hidden:
+        layers.append(nn.Linear(width, h))
+        nl = _norm(norm, h)
+        if nl is not None:
+            layers.append(nl)
+        layers.append(nn.ReLU())
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+        width = h
+    layers.append(nn.Linear(width, spec.num_classes))
+    return _Net(layers)
+
+
+def _conv_net(spec: ModelSpec, blocks: Sequence[tuple], dense: Sequence[int], *, default_norm=None,
+              dropout_conv: float = 0.0) -> _Net:
+    """``blocks``: (out_channels, kernel, padding | 'auto', pool: bool); ``dense``: hidden widths."""
+    kw = spec.kwargs
+    norm = kw.get("norm", default_norm)
+    dropout = float(kw.get("dropout", 0.0))
+    shape = spec.input_shape
+    if len(shape) == 3:
+        Conv, Pool, spatial = nn.Conv2d, nn.MaxPool2d, list(shape[1:])
+    elif len(shape) == 2:
+        Conv, Pool, spatial = nn.Conv1d, nn.MaxPool1d, list(shape[1:])
+    else:
+        raise ParameterError(
+            f"The 'input_shape' parameter of build_model({spec.name!r}) must be (C, H, W) or (C, L). Got {shape} instead."
+        )
+    ch = shape[0]
+    layers: list[nn.Module] = []
+    for out, k, pad, pool in blocks:
+        if pad == "auto":  # valid unless that would leave < 2 after pooling
+            pad = 0 if min((s - k + 1) // (2 if pool else 1) for s in spatial) >= 2 else k // 2
+        spatial = [s + 2 * pad - k + 1 for s in spatial]
+        if min(spatial) < 1:
+            raise ParameterError(f"The input shape {shape} is too small for {spec.name!r}.")
+        layers.append(Conv(ch, out, k, padding=pad))
+        nl = _norm(norm, out)
+        if nl is not None:
+            layers.append(nl)
+        layers.append(nn.ReLU())
+        if pool and min(spatial) >= 2:
+            layers.append(Pool(2))
+            spatial = [s // 2 for s in spatial]
+        ch = out
+    if dropout_conv and dropout > 0:
+        layers.append(nn.Dropout(dropout / 2))
+    layers.append(nn.Flatten())
+    width = ch * math.prod(spatial)
+    for h in dense:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+        width = h
+    layers.append(nn.Linear(width, spec.num_classes))
+    return _Net(layers)
+
+
+def build_model(spec: ModelSpec) -> nn.Module:
+    """A freshly initialised torch module for ``spec`` (PyTorch's default initialisation, global RNG).
+
+    The module's ``forward(x, sample_mask=None)`` maps ``(n, *input_shape)`` to logits ``(n, C)``.
+    Seed with ``torch.manual_seed`` (or ``torch.random.fork_rng``) before calling for a reproducible init.
+    """
+    if not isinstance(spec, ModelSpec):
+        raise ParameterError(f"The 'spec' parameter of build_model must be a ModelSpec. Got {type(spec).__name__} instead.")
+    if not spec.is_torch:
+        raise ParameterError(f"The 'spec' parameter of build_model must name a torch model ({', '.join(TORCH_MODELS)}). Got {spec.name!r} instead.")
+    name = spec.name
+    if name == "mlp":
+        return _mlp(spec)
+    if name == "cnn_fedkt":
+        return _conv_net(spec, [(6, 5, "auto", True), (16, 5, "auto", True)], [120, 84])
+    if name == "lenet5":
+        return _conv_net(spec, [(6, 5, 2, True), (16, 5, "auto", True)], [120, 84])
+    if name == "cnn_fredy":
+        return _conv_net(spec, [(32, 3, 1, True), (64, 3, 1, True), (128, 3, 1, True)], [256, 128],
+                         default_norm="batch")
+    if name == "cnn_privatekt":
+        return _conv_net(spec, [(32, 3, "auto", False), (64, 3, "auto", True)], [128], dropout_conv=True)
+    if name == "cnn1_proxyfl":
+        return _conv_net(spec, [(32, 5, 2, True), (64, 5, 2, True)], [512])
+    if name == "cnn2_proxyfl":
+        return _conv_net(spec, [(32, 3, 1, False), (32, 3, 1, True), (64, 3, 1, False), (64, 3, 1, True)], [512])
+    raise AssertionError(name)  # pragma: no cover - ModelSpec validated the name
+
+
+def has_batch_norm(module: nn.Module) -> bool:
+    return any(isinstance(m, (MaskedBatchNorm, nn.modules.batchnorm._BatchNorm)) for m in module.modules())
+
+
+# --------------------------------------------------------------------------------------------------
+# trees
+
+
+def build_estimator(spec: ModelSpec, seed: int):
+    """An unfitted tree model for ``spec`` (kwargs pass through to the estimator)."""
+    kw = dict(spec.kwargs)
+    kw.pop("norm", None)
+    seed = int(seed) % (2**31 - 1)
+    if spec.name == "decision_tree":
+        from sklearn.tree import DecisionTreeClassifier
+
+        return DecisionTreeClassifier(random_state=seed, **kw)
+    if spec.name == "random_forest":
+        from sklearn.ensemble import RandomForestClassifier
+
+        kw.setdefault("n_estimators", 100)
+        kw.setdefault("max_depth", 6)
+        kw.setdefault("n_jobs", 1)
+        return RandomForestClassifier(random_state=seed, **kw)
+    if spec.name == "hist_gbdt":
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        kw.setdefault("max_depth", 6)
+        return HistGradientBoostingClassifier(random_state=seed, **kw)
+    if spec.name == "catboost":
+        from catboost import CatBoostClassifier
+
+        kw.setdefault("depth", 6)
+        kw.setdefault("iterations", 200)
+        kw.setdefault("verbose", False)
+        kw.setdefault("thread_count", 1)
+        kw.setdefault("allow_writing_files", False)
+        return CatBoostClassifier(random_seed=seed, **kw)
+    raise ParameterError(f"The 'spec' parameter of build_estimator must name a tree model ({', '.join(TREE_MODELS)}). Got {spec.name!r} instead.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Classifier
+
+
+class Classifier:
+    """One trained model behind ``predict_proba(X) -> (n, C)``: a torch module or a tree estimator.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+    module : torch.nn.Module, optional
+        For torch specs; kept on CPU in eval mode.
+    estimator : fitted scikit-learn / CatBoost estimator, optional
+        For tree specs. Columns of ``predict_proba`` are mapped through ``estimator.classes_`` so that the
+        output always has ``spec.num_classes`` columns, even if some class was absent from training data.
+    """
+
+    def __init__(self, spec: ModelSpec, *, module: nn.Module | None = None, estimator: Any = None,
+                 batch_size: int = 4096):
+        if (module is None) == (estimator is None):
+            raise ParameterError("Classifier needs exactly one of 'module' and 'estimator'.")
+        self.spec = spec
+        self.module = module.cpu().eval() if module is not None else None
+        self.estimator = estimator
+        self.batch_size = batch_size
+
+    @property
+    def is_torch(self) -> bool:
+        return self.module is not None
+
+    def _check_X(self, X) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float32)
+        if tuple(X.shape[1:]) != self.spec.input_shape:
+            if X.ndim == 2 and X.shape[1] == math.prod(self.spec.input_shape):
+                X = X.reshape((-1,) + self.spec.input_shape)
+            else:
+                raise DataError(f"Classifier({self.spec.name}) expects inputs of shape (n, {self.spec.input_shape}); got {X.shape}.")
+        return X
+
+    def logits(self, X) -> np.ndarray:
+        """Raw scores (n, C) before the softmax; torch models only."""
+        if self.module is None:
+            raise ParameterError(f"Classifier.logits is defined for torch models only, not {self.spec.name!r}.")
+        X = self._check_X(X)
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(X), self.batch_size):
+                out.append(self.module(torch.from_numpy(X[s : s + self.batch_size])).numpy())
+        if not out:
+            return np.zeros((0, self.spec.num_classes), dtype=np.float32)
+        return np.concatenate(out).astype(np.float32)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities, float64, shape (n, C), rows summing to 1."""
+        X = self._check_X(X)
+        if self.module is not None:
+            z = self.logits(X).astype(np.float64)
+            z -= z.max(axis=1, keepdims=True)
+            p = np.exp(z)
+            return p / p.sum(axis=1, keepdims=True)
+        est = self.estimator
+        P = np.asarray(est.predict_proba(X.reshape(len(X), -1)), dtype=np.float64)
+        classes = np.asarray(est.classes_).astype(np.int64).reshape(-1)
+        out = np.zeros((len(X), self.spec.num_classes), dtype=np.float64)
+        out[:, classes] = P
+        return out
+
+    def predict(self, X) -> np.ndarray:
+        return self.predict_proba(X).argmax(axis=1)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        if self.module is None:
+            raise ParameterError("state_dict is defined for torch models only.")
+        return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+
+    def __repr__(self) -> str:
+        kind = "torch" if self.module is not None else type(self.estimator).__name__
+        return f"Classifier({self.spec.name}, {kind})"
+
+
+def fit_classifier(spec: ModelSpec, X, y, config=None, seed: int = 0, **kwargs) -> Classifier:
+    """Train one model (torch via the ensemble trainer with M=1, trees via their own ``fit``).
+
+    See :func:`dpaudit.training.ensemble.fit_classifier`.
+    """
+    from dpaudit.training.ensemble import fit_classifier as _fit
+
+    return _fit(spec, X, y, config, seed, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# persistence (no pickle anywhere)
+
+_SKOPS_TRUSTED = {
+    "sklearn.tree._tree.Tree",
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    "sklearn.ensemble._hist_gradient_boosting.binning._BinMapper",
+    "sklearn._loss.loss.HalfBinomialLoss",
+    "sklearn._loss.loss.HalfMultinomialLoss",
+    "sklearn._loss.link.LogitLink",
+    "sklearn._loss.link.MultinomialLogit",
+    "sklearn._loss.link.Interval",
+    "sklearn._loss._loss.CyHalfBinomialLoss",
+    "sklearn._loss._loss.CyHalfMultinomialLoss",
+    "numpy.random._mt19937.MT19937",
+    "numpy.random.mtrand.RandomState",
+    "numpy.random.bit_generator.__pyx_unpickle_SeedSequence",
+    "builtins.getattr",
+}
+_SKOPS_TOP = {
+    "decision_tree": "DecisionTreeClassifier",
+    "random_forest": "RandomForestClassifier",
+    "hist_gbdt": "HistGradientBoostingClassifier",
+    "catboost": "DecisionTreeClassifier",  # single-class fallback (see ensemble.fit_classifier)
+}
+
+
+def save_classifier(clf: Classifier, path_without_suffix) -> Path:
+    """Write ``clf`` without pickle; returns the path written.
+
+    torch -> ``<path>.safetensors`` (spec JSON in the metadata) plus ``<path>.json`` (the spec);
+    scikit-learn -> ``<path>.skops``; CatBoost -> ``<path>.cbm``. Each file is written atomically.
+    """
+    if not isinstance(clf, Classifier):
+        raise ParameterError(f"The 'clf' parameter of save_classifier must be a Classifier. Got {type(clf).__name__} instead.")
+    base = Path(path_without_suffix)
+    if base.suffix in (".safetensors", ".skops", ".cbm"):
+        base = base.with_suffix("")
+    spec_json = json.dumps(clf.spec.to_dict(), sort_keys=True)
+    if clf.module is not None:
+        from safetensors.torch import save_file
+
+        target = base.with_name(base.name + ".safetensors")
+        tensors = {k: v.detach().cpu().contiguous() for k, v in clf.module.state_dict().items()}
+        with atomic_path(target) as tmp:
+            save_file(tensors, str(tmp), metadata={"spec": spec_json, "format": "dpaudit-torch-1"})
+        write_json(base.with_name(base.name + ".json"), clf.spec.to_dict())
+        return target
+    est = clf.estimator
+    if type(est).__module__.startswith("catboost"):
+        target = base.with_name(base.name + ".cbm")
+        with atomic_path(target, suffix=".cbm") as tmp:
+            est.save_model(str(tmp), format="cbm")
+        return target
+    import skops.io as sio
+
+    target = base.with_name(base.name + ".skops")
+    with atomic_path(target, suffix=".skops") as tmp:
+        sio.dump(est, tmp)
+    return target
+
+
+def load_classifier(path, spec: ModelSpec) -> Classifier:
+    """Load a model written by :func:`save_classifier` for ``spec``, never unpickling.
+
+    ``path`` may carry its suffix or not. For skops files every type skops does not trust by default is
+    checked against a fixed allow-list of scikit-learn tree internals; anything else is refused.
+    """
+    if not isinstance(spec, ModelSpec):
+        raise ParameterError(f"The 'spec' parameter of load_classifier must be a ModelSpec. Got {type(spec).__name__} instead.")
+    p = Path(path)
+    candidates = [p] if p.suffix in (".safetensors", ".skops", ".cbm") else [
+        p.with_name(p.name + s) for s in ((".safetensors",) if spec.is_torch else (".skops", ".cbm"))
+    ]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise DataError(f"Model file not found: expected {' or '.join(str(c) for c in candidates)}.")
+    if found.suffix == ".safetensors":
+        if not spec.is_torch:
+            raise DataError(f"{found}: a torch weights file, but the spec names the tree model {spec.name!r}.")
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            state = load_file(str(found))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise DataError(f"{found}: not a readable safetensors file ({exc}).") from None
+        module = build_model(spec)
+        try:
+            module.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise DataError(f"{found}: weights do not fit the spec {spec.name} {spec.input_shape} ({str(exc)[:300]}).") from None
+        return Classifier(spec, module=module)
+    if spec.is_torch:
+        raise DataError(f"{found}: a tree model file, but the spec names the torch model {spec.name!r}.")
+    if found.suffix == ".cbm":
+        from catboost import CatBoostClassifier, CatBoostError
+
+        est = CatBoostClassifier()
+        try:
+            est.load_model(str(found), format="cbm")
+        except CatBoostError as exc:
+            raise DataError(f"{found}: not a readable CatBoost model ({exc}).") from None
+        return Classifier(spec, estimator=est)
+    import skops.io as sio
+
+    try:
+        untrusted = sio.get_untrusted_types(file=found)
+    except Exception as exc:  # noqa: BLE001 - skops raises several types on malformed archives
+        raise DataError(f"{found}: not a readable skops file ({exc}).") from None
+    refused = sorted(set(untrusted) - _SKOPS_TRUSTED)
+    if refused:
+        raise DataError(f"{found}: refusing to load; the file contains types outside dpaudit's allow-list: {refused}.")
+    try:
+        est = sio.load(found, trusted=list(untrusted))
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"{found}: could not load the skops file ({exc}).") from None
+    if type(est).__name__ != _SKOPS_TOP[spec.name] or not hasattr(est, "predict_proba"):
+        raise DataError(f"{found}: holds a {type(est).__name__}, expected {_SKOPS_TOP[spec.name]} for spec {spec.name!r}.")
+    return Classifier(spec, estimator=est)
