@@ -531,6 +531,12 @@ class ModelGroup:
         """(M, n) predicted classes."""
         return self.predict_proba(X).argmax(axis=-1).astype(np.int64)
 
+    def state_dict(self, i: int) -> dict[str, Any]:
+        """Model i's torch state dict (torch groups only)."""
+        if self._ensemble is None:
+            raise ParameterError("state_dict is only defined for torch models.")
+        return self._ensemble.state_dict(i)
+
     def member(self, i: int) -> Any:
         if self._ensemble is not None:
             return self._ensemble.member(i)
