@@ -1,3 +1,469 @@
-"""(placeholder: to be implemented)"""
+"""Local DP of PrivateKT's K-label C-ary randomized response, its debiasing estimator, composition over
+rounds, and amplification by shuffling (a *central* guarantee).
 
-__all__: list[str] = []
+Notation. A client reports ``K`` labels, each through C-ary randomized response with keep probability
+:math:`\\beta`: the true class is reported with probability :math:`a = \\beta + (1-\\beta)/C`, every
+other class with :math:`b = (1-\\beta)/C`. One label is :math:`L`-LDP with
+:math:`L = \\log(a/b) = \\log(1 + C\\beta/(1-\\beta))`; PrivateKT (Qi et al., Nature Communications 2023,
+Lemma 1) sets :math:`L = \\epsilon/K` so the report of K labels is :math:`\\epsilon`-LDP.
+
+References
+----------
+- Qi et al., "Differentially private knowledge transfer for federated learning", Nature Communications 14
+  (2023): Lemma 1 (beta), Eq. (3) (unbiased aggregation).
+- Mironov, "Rényi differential privacy", CSF 2017 (composition, conversion).
+- Bun, Steinke, "Concentrated differential privacy", TCC 2016, Prop. 3.3 (pure eps-DP implies
+  (alpha, alpha eps^2/2)-RDP).
+- Feldman, McMillan, Talwar, "Hiding among the clones: a simple and nearly optimal analysis of privacy
+  amplification by shuffling", FOCS 2021 (arXiv:2012.12803): Theorem 3.1 (closed form) and the numerical
+  bound from the dominating pair of Theorem 3.2 / Section 4.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import special, stats
+
+from dpaudit.accountants.base import register_rdp
+from dpaudit.accountants.events import RandomizedResponse, rr_epsilon_from_keep_probability, rr_keep_probability
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.errors import ParameterError, check_float, check_int, check_probability
+
+__all__ = [
+    "rdp_randomized_response",
+    "debias",
+    "debias_reports",
+    "debias_variance",
+    "debias_variance_bound",
+    "ShuffleBound",
+    "shuffle_closed_form",
+    "shuffle_delta",
+    "shuffle_numerical",
+    "shuffle_pld",
+    "account_ldp",
+]
+
+LDP_ASSUMPTION = (
+    "Local DP: each report is protected against the server and anyone who sees it; neighbouring inputs are any "
+    "two values of one client's data (all K labels may change)."
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# RDP of C-ary randomized response
+# --------------------------------------------------------------------------------------------------
+
+
+def rdp_randomized_response(label_epsilon: float, num_classes: int, orders: Any) -> np.ndarray:
+    """RDP of ONE label of C-ary randomized response with per-label epsilon :math:`L`, at each order.
+
+    For inputs x != x' the output distributions are :math:`P = (a, b, \\dots, b)` and :math:`Q = (b, a, b, \\dots)`
+    with :math:`a/b = e^L` and :math:`a + (C-1)b = 1`, so (closed form, in log space)
+
+    .. math:: D_\\alpha(P\\|Q) = \\frac{1}{\\alpha-1}\\Big[\\log\\big(e^{\\alpha L} + e^{(1-\\alpha)L} + C - 2\\big)
+              - \\log\\big(e^{L} + C - 1\\big)\\Big].
+
+    This equals dp_accounting's REPLACE_ONE randomized-response RDP with noise parameter
+    :math:`p = 1 - \\beta`. As a pure L-DP mechanism the value never exceeds
+    :math:`\\min(L, \\alpha L^2/2)` (Bun & Steinke 2016, Prop. 3.3); the result is clipped there against
+    rounding. ``orders`` may contain ``inf`` (then the value is ``L``).
+    """
+    owner = "rdp_randomized_response"
+    eps = check_float(label_epsilon, "label_epsilon", owner, low=0.0, low_open=True, allow_inf=True)
+    c = check_int(num_classes, "num_classes", owner, low=2)
+    a = np.asarray(orders, dtype=np.float64)
+    if np.any(~(a > 1.0)):
+        raise ParameterError(f"The 'orders' parameter of {owner} must hold floats > 1. Got {a.min()} instead.")
+    if math.isinf(eps):
+        return np.full(a.shape, np.inf)
+    finite = np.isfinite(a)
+    af = np.where(finite, a, 2.0)
+    terms = np.stack(np.broadcast_arrays(af * eps, (1.0 - af) * eps, np.full(af.shape, math.log(c - 2) if c > 2 else -np.inf)))
+    with np.errstate(divide="ignore"):
+        num = special.logsumexp(terms, axis=0)
+    den = np.logaddexp(eps, math.log(c - 1))
+    rdp = (num - den) / (af - 1.0)
+    rdp = np.where(finite, rdp, eps)
+    cap = np.minimum(eps, np.where(finite, af, np.inf) * eps * eps / 2.0)
+    return np.clip(rdp, 0.0, cap)
+
+
+@register_rdp(RandomizedResponse)
+def _rdp_rr_event(event: RandomizedResponse, orders: np.ndarray) -> np.ndarray:
+    # K independent labels, each L-LDP with L = eps/K, all of which may change: RDP adds over the K labels.
+    return event.num_samples * rdp_randomized_response(event.sample_epsilon, event.num_classes, orders)
+
+
+# --------------------------------------------------------------------------------------------------
+# Unbiased aggregation (PrivateKT Eq. 3)
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_beta_c(keep_probability: float, num_classes: int, owner: str) -> tuple[float, int]:
+    return (check_probability(keep_probability, "keep_probability", owner, allow_one=True),
+            check_int(num_classes, "num_classes", owner, low=2))
+
+
+def debias(frequencies: Any, keep_probability: float, num_classes: int) -> np.ndarray:
+    """PrivateKT's unbiased estimator (Eq. 3): :math:`\\hat y = (\\bar r - (1-\\beta)/C)/\\beta`.
+
+    ``frequencies`` is the mean of the one-hot randomized reports, shape ``(..., C)`` (e.g. ``(K, C)`` for the
+    K public samples of a round). Its expectation is :math:`\\beta \\bar y + (1-\\beta)/C`, where :math:`\\bar y`
+    is the mean of the clients' true one-hot labels, so the estimate is unbiased for :math:`\\bar y`. Values
+    can fall outside [0, 1]; no clipping is done (clipping would bias it).
+    """
+    owner = "debias"
+    beta, c = _check_beta_c(keep_probability, num_classes, owner)
+    f = np.asarray(frequencies, dtype=np.float64)
+    if f.ndim == 0 or f.shape[-1] != c:
+        raise ParameterError(f"The 'frequencies' parameter of {owner} must have a last axis of length num_classes={c}. Got shape {f.shape} instead.")
+    if not np.all(np.isfinite(f)):
+        raise ParameterError(f"The 'frequencies' parameter of {owner} must be finite. Got a NaN or infinite value instead.")
+    return (f - (1.0 - beta) / c) / beta
+
+
+def debias_reports(reports: Any, keep_probability: float, num_classes: int) -> np.ndarray:
+    """Eq. (3) from raw reports: ``reports`` holds class indices of shape ``(clients, ...)`` (or one-hot
+    ``(clients, ..., C)`` arrays); they are averaged over the client axis 0 and debiased."""
+    owner = "debias_reports"
+    beta, c = _check_beta_c(keep_probability, num_classes, owner)
+    r = np.asarray(reports)
+    if r.ndim == 0 or r.shape[0] < 1:
+        raise ParameterError(f"The 'reports' parameter of {owner} must have at least one client (axis 0). Got shape {r.shape} instead.")
+    if np.issubdtype(r.dtype, np.integer):
+        if r.min() < 0 or r.max() >= c:
+            raise ParameterError(f"The 'reports' parameter of {owner} must hold class indices in [0, {c - 1}]. Got {r.min()}..{r.max()} instead.")
+        onehot = np.eye(c)[r]
+    else:
+        onehot = r.astype(np.float64)
+    return debias(onehot.mean(axis=0), beta, c)
+
+
+def _bernoulli_vars(beta: float, c: int) -> tuple[float, float]:
+    p_true = beta + (1.0 - beta) / c
+    p_other = (1.0 - beta) / c
+    return p_true * (1.0 - p_true), p_other * (1.0 - p_other)
+
+
+def debias_variance(true_frequencies: Any, num_reports: int, keep_probability: float, num_classes: int) -> np.ndarray:
+    """Exact variance of each coordinate of :func:`debias` over ``num_reports`` independent reports.
+
+    Coordinate j of one report is Bernoulli(:math:`\\beta y_j + (1-\\beta)/C`); with :math:`f_j` the fraction of
+    the n clients whose true class is j,
+
+    .. math:: \\operatorname{Var}\\hat y_j = \\frac{f_j\\, a(1-a) + (1-f_j)\\, b(1-b)}{n\\beta^2},
+              \\quad a = \\beta + \\tfrac{1-\\beta}{C},\\; b = \\tfrac{1-\\beta}{C}.
+    """
+    owner = "debias_variance"
+    beta, c = _check_beta_c(keep_probability, num_classes, owner)
+    n = check_int(num_reports, "num_reports", owner, low=1)
+    f = np.asarray(true_frequencies, dtype=np.float64)
+    if np.any(~np.isfinite(f)) or np.any(f < 0) or np.any(f > 1):
+        raise ParameterError(f"The 'true_frequencies' parameter of {owner} must hold values in [0, 1]. Got {f!r:.60} instead.")
+    vt, vo = _bernoulli_vars(beta, c)
+    return (f * vt + (1.0 - f) * vo) / (n * beta * beta)
+
+
+def debias_variance_bound(num_reports: int, keep_probability: float, num_classes: int) -> float:
+    """Largest variance of one coordinate of :func:`debias` over all true labels (the max of the two
+    Bernoulli variances divided by :math:`n\\beta^2`)."""
+    owner = "debias_variance_bound"
+    beta, c = _check_beta_c(keep_probability, num_classes, owner)
+    n = check_int(num_reports, "num_reports", owner, low=1)
+    return max(_bernoulli_vars(beta, c)) / (n * beta * beta)
+
+
+# --------------------------------------------------------------------------------------------------
+# Amplification by shuffling (Feldman, McMillan, Talwar 2021)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShuffleBound:
+    """A central (epsilon, delta) for n shuffled eps0-LDP reports, and whether the bound's conditions held.
+
+    When ``applies`` is False, ``epsilon`` is the fallback ``eps0`` (the shuffled output is a post-processing
+    of the eps0-LDP reports) and ``condition`` says what failed.
+    """
+
+    epsilon: float
+    delta: float
+    local_epsilon: float
+    num_users: int
+    method: str
+    applies: bool
+    condition: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+
+
+def _check_shuffle(epsilon0: float, num_users: int, delta: float, owner: str) -> tuple[float, int, float]:
+    return (check_float(epsilon0, "epsilon0", owner, low=0.0, low_open=True),
+            check_int(num_users, "num_users", owner, low=1),
+            check_probability(delta, "delta", owner))
+
+
+def shuffle_closed_form(epsilon0: float, num_users: int, delta: float) -> ShuffleBound:
+    """Feldman, McMillan, Talwar 2021, Theorem 3.1. For :math:`\\epsilon_0 \\le \\log(n / (16\\log(2/\\delta)))`,
+
+    .. math:: \\epsilon = \\log\\Big(1 + \\frac{e^{\\epsilon_0}-1}{e^{\\epsilon_0}+1}
+              \\Big(\\frac{8\\sqrt{e^{\\epsilon_0}\\log(4/\\delta)}}{\\sqrt n} + \\frac{8e^{\\epsilon_0}}{n}\\Big)\\Big).
+
+    Outside that condition the bound does not apply and ``epsilon0`` is returned with ``applies=False``.
+    The result is never above ``epsilon0``.
+    """
+    e0, n, delta = _check_shuffle(epsilon0, num_users, delta, "shuffle_closed_form")
+    limit = math.log(n / (16.0 * math.log(2.0 / delta)))
+    cond = f"eps0 = {e0:.4g} <= log(n / (16 log(2/delta))) = {limit:.4g} (n = {n}, delta = {delta:g})"
+    if e0 > limit:
+        return ShuffleBound(e0, delta, e0, n, "shuffling closed form (FMT 2021, Thm 3.1)", False, "violated: " + cond)
+    ee = math.exp(e0)
+    inner = math.tanh(e0 / 2.0) * (8.0 * math.sqrt(ee * math.log(4.0 / delta) / n) + 8.0 * ee / n)
+    return ShuffleBound(min(e0, math.log1p(inner)), delta, e0, n, "shuffling closed form (FMT 2021, Thm 3.1)", True, cond)
+
+
+def _clone_weights(epsilon0: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Support c = 0..n-1 of C ~ Bin(n-1, e^{-eps0}) and its pmf."""
+    c = np.arange(n, dtype=np.float64)
+    return c, stats.binom.pmf(c, n - 1, math.exp(-epsilon0))
+
+
+def shuffle_delta(epsilon0: float, num_users: int, epsilon: float) -> float:
+    """Hockey-stick divergence :math:`\\sup(P - e^\\epsilon Q)` of FMT 2021's dominating pair (Theorem 3.2):
+    :math:`C \\sim \\mathrm{Bin}(n-1, e^{-\\epsilon_0})`, :math:`A \\sim \\mathrm{Bin}(C, 1/2)`,
+    :math:`\\Delta \\sim \\mathrm{Bern}(e^{\\epsilon_0}/(e^{\\epsilon_0}+1))`,
+    :math:`P = (A+\\Delta, C-A+1-\\Delta)`, :math:`Q = (A+1-\\Delta, C-A+\\Delta)`.
+
+    Given C = c the first coordinate :math:`t` has :math:`P(t)/Q(t)` increasing in t, so the positive part of
+    :math:`P - e^\\epsilon Q` is a tail :math:`t \\ge t^*(c)`; each tail is written with binomial survival
+    functions, and the best of three thresholds around the computed :math:`t^*` is taken (a threshold off by
+    rounding can only lower the sum, so taking the max keeps the value an upper bound). Vectorised over c.
+    By symmetry of P and Q (swap coordinates) this is also :math:`\\sup(Q - e^\\epsilon P)`.
+    """
+    owner = "shuffle_delta"
+    e0 = check_float(epsilon0, "epsilon0", owner, low=0.0, low_open=True)
+    n = check_int(num_users, "num_users", owner, low=1)
+    eps = check_float(epsilon, "epsilon", owner, low=0.0)
+    if eps >= e0:
+        return 0.0
+    c, w = _clone_weights(e0, n)
+    pd = 1.0 / (1.0 + math.exp(-e0))  # P(Delta = 1)
+    ee = math.exp(eps)
+    r_star = (ee * pd - (1.0 - pd)) / (pd - ee * (1.0 - pd))  # ratio b(t-1)/b(t) at which P/Q = e^eps
+    t0 = np.ceil(r_star * (c + 1.0) / (1.0 + r_star))
+
+    def tail(t: np.ndarray) -> np.ndarray:
+        s_prev = stats.binom.sf(t - 2.0, c, 0.5)  # P(A >= t-1)
+        s_here = stats.binom.sf(t - 1.0, c, 0.5)  # P(A >= t)
+        p_mass = pd * s_prev + (1.0 - pd) * s_here
+        q_mass = (1.0 - pd) * s_prev + pd * s_here
+        return p_mass - ee * q_mass
+
+    h = np.maximum.reduce([tail(np.clip(t0 + k, 0.0, c + 1.0)) for k in (-1.0, 0.0, 1.0)])
+    h = np.maximum(h, 0.0)
+    # round up: a relative 1e-12 and the float error of summing n terms
+    return float(min(1.0, np.dot(w, h) * (1.0 + 1e-12) + n * 1e-17))
+
+
+def shuffle_numerical(epsilon0: float, num_users: int, delta: float, *, tol: float = 1e-4) -> ShuffleBound:
+    """Smallest epsilon (to within ``tol``, rounded up) with :func:`shuffle_delta` <= ``delta``, by bisection on
+    [0, eps0] (FMT 2021, Section 4: the numerical bound). Applies to any n >= 1 and any eps0-LDP randomizer;
+    never above eps0 (``applies`` is False when no amplification is found)."""
+    e0, n, delta = _check_shuffle(epsilon0, num_users, delta, "shuffle_numerical")
+    tol = check_float(tol, "tol", "shuffle_numerical", low=0.0, low_open=True)
+    lo, hi = 0.0, e0
+    if shuffle_delta(e0, n, 0.0) <= delta:
+        hi = 0.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if shuffle_delta(e0, n, mid) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    method = "shuffling numerical (FMT 2021, Sec. 4)"
+    cond = f"any eps0-LDP randomizer, n = {n} users each sending one report, eps0 = {e0:.4g}"
+    return ShuffleBound(hi, delta, e0, n, method, hi < e0, cond)
+
+
+def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interval: float = 1e-3,
+                tail_mass: float = 1e-15):
+    """dp_accounting ``PrivacyLossDistribution`` of FMT 2021's dominating pair (P, Q), pessimistic.
+
+    Outcomes (c, t) with c clones and first coordinate t. Clone counts outside the central
+    ``1 - tail_mass`` of Bin(n-1, e^{-eps0}) are dropped from both P and Q and their P-mass is put on an
+    outcome Q never has (infinite privacy loss), so divergences are over-estimated, never under-.
+    Compose with ``.self_compose(T)`` for T shuffled rounds (each round dominated by the same pair).
+    """
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    owner = "shuffle_pld"
+    e0 = check_float(epsilon0, "epsilon0", owner, low=0.0, low_open=True)
+    n = check_int(num_users, "num_users", owner, low=1)
+    c_all, w_all = _clone_weights(e0, n)
+    keep = np.ones_like(w_all, dtype=bool)
+    if n > 1:
+        lo = stats.binom.ppf(tail_mass / 2, n - 1, math.exp(-e0))
+        hi = stats.binom.isf(tail_mass / 2, n - 1, math.exp(-e0))
+        keep = (c_all >= lo) & (c_all <= hi)
+    dropped = float(w_all[~keep].sum())
+    pd = 1.0 / (1.0 + math.exp(-e0))
+    log_p: dict[Any, float] = {}
+    log_q: dict[Any, float] = {}
+    for c, w in zip(c_all[keep].astype(int), w_all[keep]):
+        t = np.arange(c + 2, dtype=np.float64)
+        b_prev = stats.binom.pmf(t - 1.0, c, 0.5)
+        b_here = stats.binom.pmf(t, c, 0.5)
+        p = w * (pd * b_prev + (1.0 - pd) * b_here)
+        q = w * ((1.0 - pd) * b_prev + pd * b_here)
+        with np.errstate(divide="ignore"):
+            lp, lq = np.log(p), np.log(q)
+        for ti in range(c + 2):
+            log_p[(c, ti)] = float(lp[ti])
+            log_q[(c, ti)] = float(lq[ti])
+    if dropped > 0:
+        log_p[("tail",)] = math.log(dropped)
+    return pld_lib.from_two_probability_mass_functions(
+        log_q, log_p, pessimistic_estimate=True, value_discretization_interval=value_discretization_interval,
+        symmetric=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# The PrivateKT summary
+# --------------------------------------------------------------------------------------------------
+
+
+def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | None = None,
+                participation: float | None = None, users: int | None = None,
+                delta: float | None = None) -> AccountingResult:
+    """Every honest figure for PrivateKT's randomized-response reports, side by side.
+
+    Parameters
+    ----------
+    epsilon:
+        LDP budget of one report of ``samples`` labels (PrivateKT's :math:`\\epsilon`), > 0.
+    samples:
+        K, labels per report (>= 1). ``classes``: C (>= 2).
+    rounds, participation:
+        Number of rounds and the fraction of clients sampled per round; a client is in
+        :math:`T = \\lceil \\text{rounds} \\cdot \\text{participation} \\rceil` rounds in expectation. Worst case
+        (a client picked every round) is ``rounds`` and is reported too.
+    users:
+        Total number of clients; ``users * participation`` (rounded down) reports are shuffled per round.
+    delta:
+        Target delta for RDP composition and the shuffled (central) figures.
+
+    Returns an :class:`AccountingResult` whose headline is the per-report LDP epsilon, or with ``rounds``
+    the RDP composition over T rounds (basic composition when no ``delta``).
+    """
+    owner = "account_ldp"
+    epsilon = check_float(epsilon, "epsilon", owner, low=0.0, low_open=True)
+    k = check_int(samples, "samples", owner, low=1)
+    c = check_int(classes, "classes", owner, low=2)
+    if rounds is not None:
+        rounds = check_int(rounds, "rounds", owner, low=1)
+    if participation is not None:
+        participation = check_float(participation, "participation", owner, low=0.0, high=1.0, low_open=True)
+    if users is not None:
+        users = check_int(users, "users", owner, low=1)
+    if delta is not None:
+        delta = check_probability(delta, "delta", owner)
+    if rounds is None and (participation is not None or users is not None):
+        raise ParameterError(f"The 'rounds' parameter of {owner} is needed when 'participation' or 'users' is given. Got None instead.")
+
+    from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+
+    event = RandomizedResponse(num_classes=c, num_samples=k, epsilon=epsilon)
+    beta = rr_keep_probability(epsilon, k, c)
+    facts: dict[str, Any] = {
+        "beta": beta,
+        "sample_epsilon": epsilon / k,
+        "report_epsilon": epsilon,
+        "p_report_true_class": beta + (1 - beta) / c,
+        "p_report_other_class": (1 - beta) / c,
+        "estimator_variance_one_report_max": debias_variance_bound(1, beta, c),
+    }
+    rr = f"C-ary randomized response with keep probability beta = {beta:.4g} on each of K = {k} labels (C = {c})."
+    statements = [
+        PrivacyStatement(epsilon / k, 0.0, "pure LDP (Lemma 1)", label="per sample (one label)",
+                         assumptions=(LDP_ASSUMPTION, rr, "One label changes; the other K-1 labels are fixed.")),
+        PrivacyStatement(epsilon, 0.0, "pure LDP (Lemma 1)", label="per report (one round)",
+                         assumptions=(LDP_ASSUMPTION, rr, "One round: the K labels compose (K * eps/K).")),
+    ]
+    warnings_: list[str] = []
+    headline = 1
+    params = {"epsilon": epsilon, "samples": k, "classes": c, "rounds": rounds, "participation": participation,
+              "users": users, "delta": delta}
+    if rounds is not None:
+        part = 1.0 if participation is None else participation
+        t = max(1, math.ceil(rounds * part - 1e-9))
+        facts["rounds_expected"] = t
+        facts["rounds_worst_case"] = rounds
+        tdesc = (f"A client takes part in T = ceil(rounds * participation) = ceil({rounds} * {part:g}) = {t} rounds "
+                 "(the expected number under uniform sampling; a given client may be picked more often).")
+        comp = "Reports of different rounds are computed from the same client data and compose adaptively."
+        statements.append(PrivacyStatement(t * epsilon, 0.0, "basic composition", label=f"client, T = {t} rounds (basic)",
+                                           assumptions=(LDP_ASSUMPTION, rr, tdesc, comp)))
+        if t != rounds:
+            statements.append(PrivacyStatement(rounds * epsilon, 0.0, "basic composition",
+                                               label=f"client, all {rounds} rounds (basic, worst case)",
+                                               assumptions=(LDP_ASSUMPTION, rr, comp, "Worst case: the client is picked in every round.")))
+        headline = 2
+        local_rdp_t = None
+        if delta is not None:
+            rdp1 = _rdp_rr_event(event, DEFAULT_ORDERS)
+            cases = [(t, f"T = {t} rounds", tdesc)]
+            if rounds != t:
+                cases.append((rounds, f"all {rounds} rounds, worst case", "Worst case: the client is picked in every round."))
+            for tt, lab, why in cases:
+                eps_r, order = rdp_to_epsilon(DEFAULT_ORDERS, tt * rdp1, delta, warn=False)
+                eps_r = min(eps_r, tt * epsilon)  # never worse than basic composition (a valid bound too)
+                statements.append(PrivacyStatement(
+                    eps_r, delta, "rdp", order=order, label=f"client, {lab} (RDP)",
+                    assumptions=(LDP_ASSUMPTION, rr, why, comp,
+                                 "RDP of the report summed over rounds, converted to (eps, delta) (Canonne-Kamath-Steinke 2020).")))
+                if tt == t:
+                    headline = len(statements) - 1
+                    local_rdp_t = eps_r
+        if users is not None:
+            if delta is None:
+                raise ParameterError(f"The 'delta' parameter of {owner} is needed for the shuffled figures (users given). Got None instead.")
+            n = max(1, int(math.floor(users * part + 1e-9)))
+            facts["users_per_round"] = n
+            facts["estimator_variance_per_round_max"] = debias_variance_bound(n, beta, c)
+            central = (
+                f"CENTRAL model, not local DP: a trusted shuffler receives the n = {n} reports of a round and releases "
+                "them in random order without who sent which; the server sees only the shuffled multiset. "
+                "Neighbouring datasets differ in one client's data. Protects against the server, not against the shuffler.")
+            closed = shuffle_closed_form(epsilon, n, delta)
+            numer = shuffle_numerical(epsilon, n, delta)
+            for b in (closed, numer):
+                statements.append(PrivacyStatement(
+                    b.epsilon, delta, b.method, label="shuffled, per round (central)",
+                    assumptions=(central, ("Applies: " if b.applies else "Does not apply, fallback eps0: ") + b.condition),
+                    details={"applies": b.applies}))
+                if not b.applies:
+                    warnings_.append(f"{b.method}: {b.condition}; the shuffled figure falls back to eps0 = {epsilon:g}.")
+            pld = shuffle_pld(epsilon, n).self_compose(t)
+            eps_pld = float(pld.get_epsilon_for_delta(delta))
+            facts["shuffled_composed_pld_epsilon"] = eps_pld
+            # the shuffled output is a post-processing of the local reports, so the local RDP figure bounds it too
+            eps_sh = min(eps_pld, local_rdp_t if local_rdp_t is not None else math.inf, t * numer.epsilon)
+            statements.append(PrivacyStatement(
+                eps_sh, delta, "shuffling numerical + PLD composition", label=f"shuffled, T = {t} rounds (central)",
+                assumptions=(central, tdesc, comp,
+                             "Each round is dominated by FMT 2021's pair (P, Q) for n users; the T pairs are composed with "
+                             "dp_accounting's pessimistic PLD; the smaller of that and the local RDP figure is "
+                             "reported (the shuffled output is a post-processing of the reports). Shuffling does NOT stop accumulation: the central epsilon still "
+                             "grows with the number of rounds.")))
+            warnings_.append(
+                "PrivateKT's claim that shuffling stops the accumulation over rounds does not hold: shuffling gives a "
+                f"central (eps, delta) per round ({numer.epsilon:.4g}, {delta:g}) that still composes, to {eps_sh:.4g} over "
+                f"T = {t} rounds.")
+    return AccountingResult("ldp (PrivateKT randomized response)", tuple(statements), headline=headline,
+                            parameters=params, facts=facts, warnings=tuple(warnings_))
+

@@ -1,3 +1,242 @@
-"""(placeholder: to be implemented)"""
+"""A per-party privacy ledger: what each client/party spent, its epsilon, and a budget at which it stops.
 
-__all__: list[str] = []
+Each party has its own accountant (RDP by default, caching the summed RDP so asking for a party's epsilon
+every round costs one conversion over the order grid). Parties are assumed to hold disjoint data, so the
+overall guarantee is the maximum over parties (parallel composition).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Mapping
+
+from dpaudit.accountants.base import Accountant
+from dpaudit.accountants.events import Composed, DpEvent, Repeated, event_from_dict
+from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
+from dpaudit.errors import DataError, DPAuditError, ParameterError, check_choice, check_float, check_int, check_probability
+
+__all__ = ["PrivacyLedger", "BudgetExceededError"]
+
+_SCHEMA = 1
+
+
+class BudgetExceededError(DPAuditError):
+    """Recording the event would take the party past its budget; nothing was recorded."""
+
+
+def _fork(acc: Accountant) -> Accountant:
+    """A copy sharing nothing mutable with ``acc`` (accountants replace, never mutate, their numeric state)."""
+    new = copy.copy(acc)
+    new._events = list(acc._events)
+    if hasattr(acc, "_assumptions"):
+        new._assumptions = dict(acc._assumptions)
+    return new
+
+
+class PrivacyLedger:
+    """Records DP events per party and reports epsilon per party and overall.
+
+    Parameters
+    ----------
+    delta:
+        Target delta of every statement, in (0, 1).
+    budget:
+        Epsilon budget per party (> 0) or None for no limit. :meth:`record` refuses (raises
+        :class:`BudgetExceededError`, records nothing) an event that would take a party above it, and the party
+        is then no longer in :attr:`active_parties`.
+    accountant:
+        ``"rdp"`` (any event with a registered RDP function, data-dependent ones included) or ``"pld"``.
+    orders:
+        RDP orders (``"rdp"`` only); default :data:`~dpaudit.accountants.rdp.DEFAULT_ORDERS`.
+    """
+
+    def __init__(self, *, delta: float, budget: float | None = None, accountant: str = "rdp", orders=None) -> None:
+        owner = "PrivacyLedger"
+        self.delta = check_probability(delta, "delta", owner)
+        self.budget = None if budget is None else check_float(budget, "budget", owner, low=0.0, low_open=True)
+        self.accountant = check_choice(accountant, "accountant", owner, ("rdp", "pld"))
+        if orders is not None and self.accountant != "rdp":
+            raise ParameterError(f"The 'orders' parameter of {owner} applies to accountant='rdp' only. Got accountant={accountant!r} instead.")
+        self.orders = None if orders is None else tuple(float(o) for o in orders)
+        self._new_accountant()  # validates orders
+        self._acc: dict[str, Accountant] = {}
+        self._eps: dict[str, float] = {}
+        self._exhausted: dict[str, None] = {}
+        self._assumptions: dict[str, None] = {}
+
+    def _new_accountant(self) -> Accountant:
+        if self.accountant == "rdp":
+            from dpaudit.accountants.rdp import RdpAccountant
+
+            return RdpAccountant(self.orders)
+        from dpaudit.accountants.pld import PldAccountant
+
+        return PldAccountant()
+
+    @staticmethod
+    def _check_party(party: Any) -> str:
+        if not isinstance(party, str) or not party:
+            raise ParameterError(f"The 'party' parameter of PrivacyLedger must be a non-empty str. Got {party!r:.60} instead.")
+        return party
+
+    def _epsilon_of(self, acc: Accountant) -> float:
+        import warnings
+
+        if self.accountant == "rdp":
+            from dpaudit.accountants.rdp import rdp_to_epsilon
+
+            return rdp_to_epsilon(acc.orders, acc._rdp, self.delta, warn=False)[0]
+
+        from dpaudit.accountants.rdp import EdgeOrderWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EdgeOrderWarning)
+            return acc.get_epsilon(self.delta)
+
+    def _candidate(self, party: str, event: DpEvent, count: int) -> tuple[Accountant, float]:
+        party = self._check_party(party)
+        count = check_int(count, "count", "PrivacyLedger.record", low=0)
+        if not isinstance(event, DpEvent):
+            raise ParameterError(f"The 'event' parameter of PrivacyLedger.record must be a DpEvent. Got {event!r:.80} instead.")
+        base = self._acc.get(party)
+        acc = _fork(base) if base is not None else self._new_accountant()
+        acc.compose(event, count)
+        return acc, self._epsilon_of(acc)
+
+    def would_exceed(self, party: str, event: DpEvent, count: int = 1) -> bool:
+        """Whether recording ``count`` x ``event`` for ``party`` would take it above the budget (no state change)."""
+        _, eps = self._candidate(party, event, count)
+        return self.budget is not None and eps > self.budget
+
+    def record(self, party: str, event: DpEvent, count: int = 1) -> None:
+        """Record ``count`` adaptive compositions of ``event`` for ``party``.
+
+        Validates and computes first; on any error (invalid event, unsupported event, budget exceeded) the
+        ledger is unchanged. Over budget raises :class:`BudgetExceededError` and marks the party exhausted.
+        """
+        acc, eps = self._candidate(party, event, count)
+        if self.budget is not None and eps > self.budget:
+            self._exhausted.setdefault(party, None)
+            raise BudgetExceededError(
+                f"Party {party!r} would reach epsilon {eps:.4g} > budget {self.budget:g} (delta {self.delta:g}); "
+                "the event was not recorded.")
+        self._acc[party] = acc
+        self._eps[party] = eps
+
+    def add_assumption(self, text: str) -> None:
+        """Add a sentence every statement of this ledger carries (e.g. how parties were sampled)."""
+        if not isinstance(text, str) or not text.strip():
+            raise ParameterError(f"The 'text' parameter of PrivacyLedger.add_assumption must be a non-empty str. Got {text!r:.60} instead.")
+        self._assumptions.setdefault(text.strip(), None)
+
+    @property
+    def assumptions(self) -> tuple[str, ...]:
+        return tuple(self._assumptions)
+
+    @property
+    def parties(self) -> tuple[str, ...]:
+        """Parties with at least one recorded (or refused) event, in first-seen order."""
+        return tuple(dict.fromkeys([*self._acc, *self._exhausted]))
+
+    @property
+    def active_parties(self) -> tuple[str, ...]:
+        """Parties not stopped at their budget (no refused record and epsilon below the budget)."""
+        return tuple(p for p in self.parties if p not in self._exhausted
+                     and not (self.budget is not None and self._eps.get(p, 0.0) >= self.budget))
+
+    def _require(self, party: str) -> None:
+        self._check_party(party)
+        if party not in self._acc and party not in self._exhausted:
+            raise ParameterError(f"The 'party' parameter of PrivacyLedger must be a recorded party {list(self.parties)[:10]}. Got {party!r} instead.")
+
+    def events(self, party: str) -> DpEvent:
+        """Everything recorded for ``party`` as one composed event (empty when nothing was accepted)."""
+        self._require(party)
+        acc = self._acc.get(party)
+        return acc.events if acc is not None else Composed(())
+
+    def epsilon(self, party: str) -> float:
+        """Epsilon of ``party`` at the ledger's delta (cached)."""
+        self._require(party)
+        return self._eps.get(party, 0.0)
+
+    def statement(self, party: str) -> PrivacyStatement:
+        self._require(party)
+        acc = self._acc.get(party)
+        if acc is None:
+            st = PrivacyStatement(0.0, self.delta, self.accountant)
+        else:
+            import warnings
+
+            from dpaudit.accountants.rdp import EdgeOrderWarning
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", EdgeOrderWarning)
+                st = acc.get_statement(self.delta)
+        extra = []
+        if self.budget is not None:
+            stopped = party not in self.active_parties
+            extra.append(f"Budget epsilon {self.budget:g} per party; this party {'was stopped at' if stopped else 'is within'} its budget.")
+        return PrivacyStatement(st.epsilon, st.delta, st.method, order=st.order, label=f"party {party}",
+                                assumptions=join_assumptions(st.assumptions, tuple(self._assumptions), extra),
+                                data_dependent=st.data_dependent, details=st.details)
+
+    def statements(self) -> dict[str, PrivacyStatement]:
+        return {p: self.statement(p) for p in self.parties}
+
+    def overall(self) -> PrivacyStatement:
+        """The maximum over parties (parallel composition: parties hold disjoint data), saying so."""
+        par = ("Parties hold disjoint data and each record belongs to one party, so the guarantee for any record is "
+               "its party's; the overall epsilon is the maximum over parties (parallel composition).")
+        if not self._eps:
+            return PrivacyStatement(0.0, self.delta, self.accountant, label="overall (no events)",
+                                    assumptions=join_assumptions((par,), tuple(self._assumptions)))
+        worst = max(self._eps, key=lambda p: self._eps[p])
+        st = self.statement(worst)
+        return PrivacyStatement(st.epsilon, st.delta, st.method, order=st.order, label=f"overall (max over {len(self._eps)} parties: {worst})",
+                                assumptions=join_assumptions((par,), st.assumptions), data_dependent=any(
+                                    self.statement(p).data_dependent for p in self._eps),
+                                details={**st.details, "worst_party": worst})
+
+    # ---------------------------------------------------------------------------------------------- JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        parties = {}
+        for p in self.parties:
+            acc = self._acc.get(p)
+            parties[p] = [{"event": e.to_dict(), "count": c} for e, c in (acc._events if acc is not None else [])]
+        return {
+            "schema": _SCHEMA,
+            "delta": self.delta,
+            "budget": self.budget,
+            "accountant": self.accountant,
+            "orders": None if self.orders is None else list(self.orders),
+            "assumptions": list(self._assumptions),
+            "exhausted": list(self._exhausted),
+            "parties": parties,
+            "epsilon": {p: (e if math.isfinite(e) else "inf") for p, e in self._eps.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PrivacyLedger":
+        """Rebuild a ledger from :meth:`to_dict` output: events are validated and re-accounted."""
+        if not isinstance(data, Mapping) or data.get("schema") != _SCHEMA:
+            raise DataError(f"A privacy ledger dict must have schema {_SCHEMA}. Got {dict(data).get('schema') if isinstance(data, Mapping) else data!r:.40} instead.")
+        try:
+            led = cls(delta=data["delta"], budget=data.get("budget"), accountant=data.get("accountant", "rdp"), orders=data.get("orders"))
+            for text in data.get("assumptions", ()):
+                led.add_assumption(text)
+            for party, records in dict(data["parties"]).items():
+                led._check_party(party)
+                acc = led._new_accountant()
+                for rec in records:
+                    acc.compose(event_from_dict(rec["event"]), rec["count"])
+                if records:
+                    led._acc[party] = acc
+                    led._eps[party] = led._epsilon_of(acc)
+            for party in data.get("exhausted", ()):
+                led._exhausted.setdefault(led._check_party(party), None)
+        except KeyError as exc:
+            raise DataError(f"A privacy ledger dict is missing the key {exc.args[0]!r}.") from None
+        return led
