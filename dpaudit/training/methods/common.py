@@ -145,7 +145,9 @@ def data_independent_ledger(ledger: Any):
     analysis of the same queries: Laplace pure-DP composition)."""
     from dpaudit.accountants.events import LaplaceNoisyMax, flatten
 
-    out = new_ledger(ledger.delta if hasattr(ledger, "delta") else ledger.to_dict()["delta"])
+    out = new_ledger(ledger.delta)
+    for text in ledger.assumptions:
+        out.add_assumption(text)
     for party in ledger.parties:
         for ev, count in flatten(ledger.events(party)):
             if isinstance(ev, LaplaceNoisyMax) and ev.votes is not None:
