@@ -189,3 +189,54 @@ def test_prepare_out_refuses_existing_release_and_foreign_checkpoints(tmp_path: 
     out.mkdir()
     with pytest.raises(DataError, match="already exists"):
         common.prepare_out(out, False, {"a": 2})
+
+
+# --------------------------------------------------------------------------------------------------
+# configs and CLI
+# --------------------------------------------------------------------------------------------------
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_config_loads(path: Path) -> None:
+    from dpaudit.training.methods.fedkt import FedKTConfig
+    from dpaudit.training.methods.fredy import FREDYConfig
+    from dpaudit.training.methods.pate import PATEConfig
+
+    cls = {"pate": PATEConfig, "fedkt": FedKTConfig, "fredy": FREDYConfig}[path.stem.split("_")[0]]
+    cfg = common.load_config(cls, path)
+    assert isinstance(cfg, cls)
+
+
+def test_load_config_overrides_and_errors(tmp_path: Path) -> None:
+    from dpaudit.training.methods.pate import PATEConfig
+
+    p = tmp_path / "c.toml"
+    p.write_text('method = "pate"\nteachers = 7\n[teacher_train]\nepochs = 3\n')
+    cfg = common.load_config(PATEConfig, p, teachers=None, gamma=0.25)
+    assert cfg.teachers == 7 and cfg.gamma == 0.25 and cfg.teacher_train.epochs == 3
+    assert cfg.teacher_train.lr == PATEConfig().teacher_train.lr  # sub-table merged over the default
+    p.write_text('method = "pate"\nteachers = 7\nbogus = 1\n')
+    with pytest.raises(ParameterError, match="bogus"):
+        common.load_config(PATEConfig, p)
+    p.write_text('method = "fedkt"\n')
+    with pytest.raises(ParameterError, match="for method 'fedkt'"):
+        common.load_config(PATEConfig, p)
+    with pytest.raises(ParameterError, match="'teachers'"):
+        common.load_config(PATEConfig, None, teachers=0)
+    with pytest.raises(DataError, match="does not exist"):
+        common.load_config(PATEConfig, tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize("method", ["pate", "fedkt", "fredy"])
+def test_cli_bad_input_is_one_line_exit_2(method: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "dpaudit", "train", method, "--dataset", "digits", "--out", str(tmp_path / "o"), "--gamma", "-1"],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "'gamma'" in r.stderr and "Traceback" not in r.stderr
