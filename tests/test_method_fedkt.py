@@ -164,3 +164,126 @@ def test_config_validation() -> None:
         FedKTConfig(baselines=("fedavg",))
     with pytest.raises(ParameterError, match="sum to < 1"):
         FedKTConfig(public_fraction=0.5, test_fraction=0.3, attacker_fraction=0.2)
+
+
+# --------------------------------------------------------------------------------------------------
+# end to end on digits
+# --------------------------------------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from dpaudit.training.ensemble import TrainConfig  # noqa: E402
+from dpaudit.training.methods.fedkt import run_fedkt  # noqa: E402
+
+
+def _tiny(**kw) -> FedKTConfig:
+    base = dict(
+        parties=3, partitions=2, teachers=2, partition="iid",
+        teacher_train=TrainConfig(epochs=8, batch_size=32, lr=5e-3),
+        student_train=TrainConfig(epochs=6, batch_size=64, lr=5e-3),
+        final_train=TrainConfig(epochs=8, batch_size=64, lr=5e-3),
+        teacher_model_kwargs={"hidden": [32]}, num_samples=600, baselines=(),
+    )
+    base.update(kw)
+    return FedKTConfig(**base)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "L2"])
+def test_release_round_trips_with_level_ledger(level: str, tmp_path: Path) -> None:
+    from dpaudit.training.release import load_release
+
+    cfg = _tiny(level=level, gamma=0.3, server_query_fraction=0.5, party_query_fraction=0.5)
+    res = run_fedkt(cfg, dataset="digits", out=tmp_path / "r", seed=1, progress=False)
+    rel = load_release(res.release)
+    assert rel.meta["method"] == "fedkt" and rel.meta["seed"] == 1
+    assert rel.meta["utility"]["accuracy"] == pytest.approx(res.utility["accuracy"])
+    X = rel.dataset().X[rel.membership["members"][:20]]
+    assert rel.model.predict_proba(X).shape == (20, 10)
+    assert len(rel.membership["members"]) == len(rel.membership["nonmembers"]) > 0
+    assert not (set(rel.membership["members"].tolist()) & set(rel.membership["nonmembers"].tolist()))
+    parties = rel.meta["ledger"]["parties"]
+    if level == "L0":
+        assert parties == {} and res.accounting.epsilon == float("inf")
+    else:
+        assert sorted(parties) == ["party0", "party1", "party2"]
+        assert 0 < res.accounting.epsilon < float("inf")
+        sens = {r["event"]["sensitivity"] for p in parties.values() for r in p}
+        assert sens == ({2.0 * cfg.partitions} if level == "L1" else {2.0})
+        n_events = {len(p) for p in parties.values()}
+        assert n_events == ({1} if level == "L1" else {cfg.partitions})
+    assert rel.votes is not None and rel.votes.shape[1] == 10
+    # checkpoints are removed once the release is complete
+    assert not (tmp_path / ".r.checkpoints").exists()
+
+
+def test_same_seed_same_numbers_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dpaudit.training.methods.fedkt as fedkt_mod
+
+    cfg = _tiny(level="L1", gamma=0.5)
+    a = run_fedkt(cfg, dataset="digits", out=tmp_path / "a", seed=3, progress=False)
+    b = run_fedkt(cfg, dataset="digits", out=tmp_path / "b", seed=3, progress=False)
+    assert a.utility == b.utility and a.accounting.epsilon == b.accounting.epsilon
+
+    # interrupt the run while the final model trains, then resume: the teachers' and students' stages are reused
+    calls = {"n": 0}
+    real = fedkt_mod.train_group
+
+    def flaky(spec, datasets, config, **kw):
+        calls["n"] += 1
+        if len(datasets) == 1:
+            raise KeyboardInterrupt
+        return real(spec, datasets, config, **kw)
+
+    monkeypatch.setattr(fedkt_mod, "train_group", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run_fedkt(cfg, dataset="digits", out=tmp_path / "c", seed=3, progress=False)
+    ck = tmp_path / ".c.checkpoints"
+    assert (ck / "teachers.npz").exists() and (ck / "students.npz").exists() and not (tmp_path / "c").exists()
+    monkeypatch.setattr(fedkt_mod, "train_group", real)
+    counted = {"n": 0}
+
+    def counting(spec, datasets, config, **kw):
+        counted["n"] += 1
+        return real(spec, datasets, config, **kw)
+
+    monkeypatch.setattr(fedkt_mod, "train_group", counting)
+    c = run_fedkt(cfg, dataset="digits", out=tmp_path / "c", seed=3, progress=False)
+    assert counted["n"] == 1  # only the final model was trained again
+    assert c.utility == a.utility
+
+
+def test_existing_release_needs_overwrite(tmp_path: Path) -> None:
+    cfg = _tiny()
+    run_fedkt(cfg, dataset="digits", out=tmp_path / "r", seed=0, progress=False)
+    with pytest.raises(DataError, match="already exists"):
+        run_fedkt(cfg, dataset="digits", out=tmp_path / "r", seed=0, progress=False)
+    run_fedkt(cfg, dataset="digits", out=tmp_path / "r", seed=0, progress=False, overwrite=True)
+
+
+def test_tree_models_binary_tabular(tmp_path: Path) -> None:
+    from dpaudit.training.release import load_release
+
+    cfg = FedKTConfig(parties=3, partitions=2, teachers=2, partition="iid", teacher_model="decision_tree",
+                      teacher_model_kwargs={"max_depth": 4}, student_model="random_forest",
+                      student_model_kwargs={"n_estimators": 10, "max_depth": 4}, baselines=("solo",))
+    res = run_fedkt(cfg, dataset="breast_cancer", out=tmp_path / "t", seed=0, progress=False)
+    assert res.utility["accuracy"] > 0.85
+    rel = load_release(res.release)
+    assert rel.model.predict_proba(rel.dataset().X[:5]).shape == (5, 2)
+
+
+def test_fast_l0_beats_solo(tmp_path: Path) -> None:
+    """Small, fast version of the paper's Table 1 claim (FedKT > SOLO)."""
+    cfg = _tiny(partition="dirichlet", beta=0.5, parties=4, num_samples=None, baselines=("solo",),
+                teacher_train=TrainConfig(epochs=20, batch_size=16, lr=5e-3))
+    res = run_fedkt(cfg, dataset="digits", out=tmp_path / "f", seed=0, progress=False)
+    assert res.utility["accuracy"] > res.utility["solo_accuracy"] + 0.03
+
+
+@pytest.mark.slow
+def test_l0_beats_solo_and_is_close_to_pate(tmp_path: Path) -> None:
+    """Li, He, Song 2021, Table 1: FedKT-L0 well above SOLO and close to centralised PATE (default CPU config)."""
+    res = run_fedkt(FedKTConfig(), dataset="digits", out=tmp_path / "d", seed=0, progress=False)
+    u = res.utility
+    assert u["accuracy"] > u["solo_accuracy"] + 0.05
+    assert u["accuracy"] > u["pate_accuracy"] - 0.05

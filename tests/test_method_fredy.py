@@ -40,3 +40,58 @@ def test_config_validation() -> None:
         FREDYConfig(gamma=-1.0)
     with pytest.raises(ParameterError, match="'sensitivity'"):
         FREDYConfig(sensitivity="none")
+
+
+def test_fredy_end_to_end_two_releases(tmp_path) -> None:
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.methods.fredy import run_fredy
+    from dpaudit.training.release import load_release
+
+    cfg = FREDYConfig(teachers=3, rounds=2, gamma=0.5, queries=60, model_kwargs={"hidden": [32]}, num_samples=600,
+                      teacher_train=TrainConfig(epochs=4, batch_size=32, lr=5e-3),
+                      student_train=TrainConfig(epochs=8, batch_size=32, lr=5e-3),
+                      baseline_train=TrainConfig(epochs=8, batch_size=32, lr=5e-3))
+    res = run_fredy(cfg, dataset="digits", out=tmp_path / "f", seed=0, progress=False)
+    rel = load_release(res.release)
+    base = load_release(res.extra_releases["nonprivate"])
+    assert res.extra_releases["nonprivate"] == tmp_path / "f" / "nonprivate"
+    assert base.meta["statement"]["epsilon"] == "inf" and base.votes is None
+    # the ledger records all answered queries, at the honest sensitivity 2T, with the votes
+    (party, records), = rel.meta["ledger"]["parties"].items()
+    ev = records[0]["event"]
+    assert ev["num_queries"] == 60 and ev["sensitivity"] == 2.0 * 3 and ev["gamma"] == 0.5
+    assert any(FEDAVG_ASSUMPTION == a for a in rel.meta["assumptions"])
+    assert FEDAVG_ASSUMPTION in res.accounting.statement.assumptions
+    honest, honest_di, paper = res.accounting.statements
+    assert paper.epsilon < honest.epsilon <= honest_di.epsilon
+    assert rel.meta["claim"]["epsilon"] == pytest.approx(paper.epsilon)
+    assert np.array_equal(rel.membership["members"], base.membership["members"])
+    assert res.utility["nonprivate_accuracy"] > 0.5 and 0 <= res.utility["accuracy"] <= 1
+
+
+def test_fredy_resumes_after_fedavg_rounds(tmp_path, monkeypatch) -> None:
+    import dpaudit.training.methods.fredy as fredy_mod
+    from dpaudit.training.ensemble import TrainConfig
+
+    cfg = FREDYConfig(teachers=2, rounds=3, gamma=1.0, queries=30, model_kwargs={"hidden": [16]}, num_samples=400,
+                      nonprivate_baseline=False,
+                      teacher_train=TrainConfig(epochs=2, batch_size=32, lr=5e-3),
+                      student_train=TrainConfig(epochs=3, batch_size=32, lr=5e-3))
+    full = fredy_mod.run_fredy(cfg, dataset="digits", out=tmp_path / "a", seed=1, progress=False)
+    real = fredy_mod.train_group
+    calls = {"n": 0}
+
+    def stop_in_round_3(spec, datasets, config, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:  # rounds 1, 2 done; the local last round is interrupted
+            raise KeyboardInterrupt
+        return real(spec, datasets, config, **kw)
+
+    monkeypatch.setattr(fredy_mod, "train_group", stop_in_round_3)
+    with pytest.raises(KeyboardInterrupt):
+        fredy_mod.run_fredy(cfg, dataset="digits", out=tmp_path / "b", seed=1, progress=False)
+    calls["n"] = 10
+    monkeypatch.setattr(fredy_mod, "train_group", lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1])
+    resumed = fredy_mod.run_fredy(cfg, dataset="digits", out=tmp_path / "b", seed=1, progress=False)
+    assert calls["n"] == 12  # last round + student only
+    assert resumed.utility == full.utility

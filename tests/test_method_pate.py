@@ -240,3 +240,60 @@ def test_cli_bad_input_is_one_line_exit_2(method: str, tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "'gamma'" in r.stderr and "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# end to end on digits
+# --------------------------------------------------------------------------------------------------
+
+
+def _tiny_pate(**kw):
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.methods.pate import PATEConfig
+
+    base = dict(teachers=5, teacher_model_kwargs={"hidden": [32]}, num_samples=600,
+                teacher_train=TrainConfig(epochs=10, batch_size=32, lr=5e-3),
+                student_train=TrainConfig(epochs=10, batch_size=64, lr=5e-3))
+    base.update(kw)
+    return PATEConfig(**base)
+
+
+def test_pate_release_round_trip_and_ledger(tmp_path: Path) -> None:
+    from dpaudit.training.methods.pate import run_pate
+    from dpaudit.training.release import load_release
+
+    cfg = _tiny_pate(gamma=0.5, queries=40)
+    res = run_pate(cfg, dataset="digits", out=tmp_path / "p", seed=2, progress=False)
+    rel = load_release(res.release)
+    assert rel.meta["method"] == "pate"
+    assert rel.votes.shape == (40, 10) and (rel.votes.sum(axis=1) == cfg.teachers).all()
+    (party, records), = rel.meta["ledger"]["parties"].items()
+    assert party == "central" and len(records) == 1
+    ev = records[0]["event"]
+    assert ev["gamma"] == 0.5 and ev["sensitivity"] == 2.0 and ev["num_queries"] == 40
+    # data-dependent headline, data-independent beside it; 40 answers at 2*gamma = 1 each bound it from above
+    dd, di = res.accounting.statements
+    assert dd.data_dependent and not di.data_dependent
+    assert 0 < dd.epsilon <= di.epsilon <= 40 * 2 * 0.5 + 1e-9
+    assert set(rel.membership) >= {"members", "nonmembers", "attacker"}
+    assert res.utility["num_queries"] == 40
+
+
+def test_pate_same_seed_same_numbers(tmp_path: Path) -> None:
+    from dpaudit.training.methods.pate import run_pate
+
+    cfg = _tiny_pate(gamma=1.0)
+    a = run_pate(cfg, dataset="digits", out=tmp_path / "a", seed=5, progress=False)
+    b = run_pate(cfg, dataset="digits", out=tmp_path / "b", seed=5, progress=False)
+    c = run_pate(cfg, dataset="digits", out=tmp_path / "c", seed=6, progress=False)
+    assert a.utility == b.utility and a.accounting.epsilon == b.accounting.epsilon
+    assert a.utility != c.utility
+    np.testing.assert_array_equal(np.load(a.release / "votes.npy"), np.load(b.release / "votes.npy"))
+
+
+def test_pate_noiseless_claims_nothing(tmp_path: Path) -> None:
+    from dpaudit.training.methods.pate import run_pate
+
+    res = run_pate(_tiny_pate(gamma=None), dataset="digits", out=tmp_path / "n", seed=0, progress=False)
+    assert res.accounting.epsilon == float("inf")
+    assert res.utility["label_accuracy"] > 0.5
