@@ -82,17 +82,14 @@ def read_json(path: str | os.PathLike) -> Any:
 
 def save_npz(target: str | os.PathLike, **arrays: np.ndarray) -> Path:
     """``np.savez_compressed`` written atomically. Load with ``np.load(path, allow_pickle=False)``."""
-    with atomic_path(target, suffix=".npz") as tmp:
-        # a file object, not the path: numpy appends ".npz" to a path that does not end in it (ours ends in ".tmp")
-        with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+    with atomic_path(target, suffix=".npz") as tmp, open(tmp, "wb") as fh:  # a file object: numpy adds no suffix
+        np.savez_compressed(fh, **arrays)
     return Path(target)
 
 
 def save_npy(target: str | os.PathLike, array: np.ndarray) -> Path:
-    with atomic_path(target, suffix=".npy") as tmp:
-        with open(tmp, "wb") as fh:  # see save_npz: a path would get ".npy" appended
-            np.save(fh, np.asarray(array), allow_pickle=False)
+    with atomic_path(target, suffix=".npy") as tmp, open(tmp, "wb") as fh:  # a file object: numpy adds no suffix
+        np.save(fh, np.asarray(array), allow_pickle=False)
     return Path(target)
 
 

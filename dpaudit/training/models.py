@@ -225,7 +225,7 @@ def _mlp(spec: ModelSpec) -> _Net:
     layers: list[nn.Module] = [nn.Flatten()]
     width = math.prod(spec.input_shape)
     for h in hidden:
-        layers.append(nn.Linear(width, h))
+        layers.append(nn.Linear(width, h, bias=norm != "batch"))  # batch norm cancels a bias
         nl = _norm(norm, h)
         if nl is not None:
             layers.append(nl)
@@ -260,7 +260,7 @@ def _conv_net(spec: ModelSpec, blocks: Sequence[tuple], dense: Sequence[int], *,
         spatial = [s + 2 * pad - k + 1 for s in spatial]
         if min(spatial) < 1:
             raise ParameterError(f"The input shape {shape} is too small for {spec.name!r}.")
-        layers.append(Conv(ch, out, k, padding=pad))
+        layers.append(Conv(ch, out, k, padding=pad, bias=norm != "batch"))  # batch norm cancels a bias
         nl = _norm(norm, out)
         if nl is not None:
             layers.append(nl)

@@ -1,0 +1,809 @@
+"""Train M models of one architecture on M data sets at once (the performance core).
+
+PATE / FedKT / FREDY teachers, FedKT students, shadow models and LiRA reference models are all "many
+small models of one architecture on different data". :func:`train_ensemble` stacks their parameters
+(``torch.func.stack_module_state``) and runs every model's forward and backward pass in one vectorised
+call (``torch.func.vmap`` over ``torch.func.functional_call``), so M models cost roughly one model's
+Python overhead.
+
+Semantics -- identical to training each model separately:
+
+* Model ``i`` is initialised by ``build_model(spec)`` under ``torch.manual_seed(model_seed(seed, i))``.
+* Its batch order depends only on ``(seed, i)``: in epoch ``e`` it visits a permutation of its own
+  ``n_i`` records drawn from ``SeedSequence([seed, i, e])`` in consecutive batches of ``batch_size``
+  (the last batch of an epoch may be smaller, as with ``DataLoader(drop_last=False)``);
+  :func:`batch_schedule` returns exactly these batches, so a plain per-model loop can replay them.
+* Data sets are ragged: model ``i`` takes ``ceil(n_i / B)`` steps per epoch. Model ``i``'s steps form
+  one stream of ``epochs * ceil(n_i / B)`` batches; global step ``t`` runs step ``t`` of every stream
+  that is still going. A batch is gathered into a padded ``(M, B)`` block with a 0/1 mask: the loss is
+  the mean over the real rows only, :class:`~dpaudit.training.models.MaskedBatchNorm` uses only the
+  real rows, and a model whose stream has ended is not updated at all (parameters, optimiser moments,
+  step counts and running statistics stay as they were).
+* Adam and SGD (momentum, weight decay) are implemented on the stacked tensors with per-model step
+  counts; each is elementwise the update ``torch.optim.Adam`` / ``torch.optim.SGD`` applies to one model.
+
+DP-SGD (Abadi et al. 2016, with Poisson sampling as in Opacus): in every step model ``i`` includes each
+of its records independently with probability ``q_i`` (``DPSGDConfig.sampling_rate`` or ``B / n_i``);
+per-example gradients come from ``vmap(grad(...))``; each is clipped to L2 norm ``C``
+(factor ``min(1, C / (||g|| + 1e-6))``); the sum gets Gaussian noise ``N(0, sigma^2 C^2 I)`` and is divided
+by the *expected* batch size ``q_i n_i`` (Opacus' normalisation). An epoch is ``round(1 / q_i)`` steps
+(:func:`dp_steps_per_epoch`), so the accountant's ``steps`` is ``epochs * round(1 / q_i)``. The Poisson
+masks of model ``i`` depend only on ``(seed, i, epoch)``; the noise of global step ``t`` is drawn for all
+models at once from a generator seeded by ``(seed, t)`` -- reproducible, but, unlike initialisation and
+batch order, it depends on the number of models.
+
+Checkpoints (``checkpoint_dir``): every ``checkpoint_every`` rounds (see :func:`train_ensemble`) the stacked parameters,
+buffers and optimiser state go to ``state.safetensors`` and the progress to ``state.json``, written as a
+whole directory atomically. Every random draw is a pure function of ``(seed, model, epoch)`` or
+``(seed, step)``, so the JSON state (seed, completed steps, data fingerprint) is all the RNG state there
+is; resuming gives bit-identical results to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, stack_module_state, vmap
+
+from dpaudit._io import atomic_dir, read_json, write_json
+from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int
+from dpaudit.training.models import (
+    Classifier,
+    ModelSpec,
+    build_estimator,
+    build_model,
+    has_batch_norm,
+)
+
+__all__ = [
+    "DPSGDConfig",
+    "TrainConfig",
+    "Ensemble",
+    "train_ensemble",
+    "fit_classifier",
+    "model_seed",
+    "init_model",
+    "batch_schedule",
+    "poisson_schedule",
+    "dp_sampling_rate",
+    "dp_steps_per_epoch",
+    "Classifier",
+]
+
+_ADAM_BETAS = (0.9, 0.999)
+_ADAM_EPS = 1e-8
+_CKPT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DPSGDConfig:
+    """DP-SGD settings.
+
+    Attributes
+    ----------
+    noise_multiplier : float
+        sigma >= 0: the Gaussian noise standard deviation is ``sigma * max_grad_norm``.
+    max_grad_norm : float
+        C > 0: every per-example gradient is clipped to L2 norm at most C.
+    sampling_rate : float, optional
+        Poisson sampling rate q in (0, 1]; ``None`` means ``min(1, batch_size / n_i)`` per model.
+    """
+
+    noise_multiplier: float
+    max_grad_norm: float
+    sampling_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "noise_multiplier", check_float(self.noise_multiplier, "noise_multiplier", "DPSGDConfig", low=0.0))
+        object.__setattr__(self, "max_grad_norm", check_float(self.max_grad_norm, "max_grad_norm", "DPSGDConfig", low=0.0, low_open=True))
+        if self.sampling_rate is not None:
+            object.__setattr__(self, "sampling_rate", check_float(self.sampling_rate, "sampling_rate", "DPSGDConfig", low=0.0, high=1.0, low_open=True))
+
+    def to_dict(self) -> dict:
+        return {"noise_multiplier": self.noise_multiplier, "max_grad_norm": self.max_grad_norm,
+                "sampling_rate": self.sampling_rate}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DPSGDConfig":
+        return cls(d["noise_multiplier"], d["max_grad_norm"], d.get("sampling_rate"))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train one torch model (also the recipe stored in a release).
+
+    Attributes
+    ----------
+    epochs : int >= 1
+    batch_size : int >= 1
+        Mini-batch size B (without DP); with DP the default Poisson rate is B / n.
+    optimizer : {"adam", "sgd"}
+    lr : float > 0
+    momentum : float in [0, 1)
+        SGD momentum (ignored by Adam; Adam uses betas (0.9, 0.999), eps 1e-8 as ``torch.optim.Adam``).
+    weight_decay : float >= 0
+        L2 penalty added to the gradient (``torch.optim`` semantics, not decoupled).
+    dp : DPSGDConfig, optional
+    """
+
+    epochs: int = 20
+    batch_size: int = 64
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    dp: DPSGDConfig | None = None
+
+    def __post_init__(self) -> None:
+        o = "TrainConfig"
+        object.__setattr__(self, "epochs", check_int(self.epochs, "epochs", o, low=1))
+        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch_size", o, low=1))
+        check_choice(self.optimizer, "optimizer", o, ("adam", "sgd"))
+        object.__setattr__(self, "lr", check_float(self.lr, "lr", o, low=0.0, low_open=True))
+        object.__setattr__(self, "momentum", check_float(self.momentum, "momentum", o, low=0.0, high=1.0, high_open=True))
+        object.__setattr__(self, "weight_decay", check_float(self.weight_decay, "weight_decay", o, low=0.0))
+        if isinstance(self.dp, dict):
+            object.__setattr__(self, "dp", DPSGDConfig.from_dict(self.dp))
+        if self.dp is not None and not isinstance(self.dp, DPSGDConfig):
+            raise ParameterError(f"The 'dp' parameter of TrainConfig must be a DPSGDConfig or None. Got {self.dp!r} instead.")
+
+    def to_dict(self) -> dict:
+        return {"epochs": self.epochs, "batch_size": self.batch_size, "optimizer": self.optimizer, "lr": self.lr,
+                "momentum": self.momentum, "weight_decay": self.weight_decay,
+                "dp": None if self.dp is None else self.dp.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        dp = d.get("dp")
+        return cls(epochs=d.get("epochs", 20), batch_size=d.get("batch_size", 64), optimizer=d.get("optimizer", "adam"),
+                   lr=d.get("lr", 1e-3), momentum=d.get("momentum", 0.0), weight_decay=d.get("weight_decay", 0.0),
+                   dp=None if dp is None else DPSGDConfig.from_dict(dp))
+
+
+# --------------------------------------------------------------------------------------------------
+# seeds and schedules: pure functions of (seed, model index, epoch)
+
+
+def model_seed(seed: int, i: int) -> int:
+    """The torch seed that initialises model ``i`` of an ensemble trained with ``seed``."""
+    return int(np.random.SeedSequence([int(seed), int(i), 0x1A17]).generate_state(1, np.uint64)[0] % (2**63 - 1))
+
+
+def init_model(spec: ModelSpec, seed: int, i: int = 0) -> torch.nn.Module:
+    """Model ``i``'s initial weights, exactly as :func:`train_ensemble` starts it (global RNG untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(model_seed(seed, i))
+        return build_model(spec)
+
+
+def _perm(n: int, seed: int, i: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(i), int(epoch), 0xBA7C])).permutation(n)
+
+
+def batch_schedule(n: int, batch_size: int, epochs: int, seed: int, i: int = 0) -> list[np.ndarray]:
+    """Model ``i``'s batches (local index arrays into its own data), in training order, without DP."""
+    out = []
+    for e in range(epochs):
+        p = _perm(n, seed, i, e)
+        out += [p[s : s + batch_size] for s in range(0, n, batch_size)]
+    return out
+
+
+def dp_sampling_rate(n: int, config: TrainConfig) -> float:
+    """Poisson rate q of a model with ``n`` records: ``config.dp.sampling_rate`` or ``min(1, B / n)``."""
+    if config.dp is None:
+        raise ParameterError("dp_sampling_rate needs a TrainConfig with dp set.")
+    if config.dp.sampling_rate is not None:
+        return float(config.dp.sampling_rate)
+    return min(1.0, config.batch_size / max(int(n), 1))
+
+
+def dp_steps_per_epoch(n: int, config: TrainConfig) -> int:
+    """Steps per epoch under DP-SGD: ``max(1, round(1 / q))`` (so total steps = epochs x this)."""
+    return max(1, int(round(1.0 / dp_sampling_rate(n, config))))
+
+
+def _poisson_masks(n: int, q: float, steps: int, seed: int, i: int, epoch: int) -> np.ndarray:
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(i), int(epoch), 0x9015]))
+    return rng.random((steps, n)) < q
+
+
+def poisson_schedule(n: int, config: TrainConfig, seed: int, i: int = 0) -> list[np.ndarray]:
+    """Model ``i``'s Poisson-sampled batches under DP-SGD (local index arrays, possibly empty)."""
+    q, s = dp_sampling_rate(n, config), dp_steps_per_epoch(n, config)
+    out = []
+    for e in range(config.epochs):
+        m = _poisson_masks(n, q, s, seed, i, e)
+        out += [np.flatnonzero(row) for row in m]
+    return out
+
+
+def _step_seed(seed: int, t: int) -> int:
+    return int(np.random.SeedSequence([int(seed), int(t), 0x7015E]).generate_state(1, np.uint64)[0] % (2**63 - 1))
+
+
+# --------------------------------------------------------------------------------------------------
+# the ensemble
+
+
+class Ensemble:
+    """M trained models of one architecture, parameters stacked along a leading axis of size M.
+
+    Attributes
+    ----------
+    spec : ModelSpec
+    num_models : int
+    params, buffers : dict[str, torch.Tensor]
+        Stacked tensors (CPU), shapes ``(M, *shape)``.
+    config : TrainConfig
+    seed : int
+    history : list of dict
+        Evaluations during training: ``{"epoch", "accuracy": [M floats], "loss": [M floats]}``.
+    """
+
+    def __init__(self, spec: ModelSpec, params: dict, buffers: dict, *, config: TrainConfig, seed: int,
+                 history: list | None = None, device: str | torch.device = "cpu"):
+        self.spec = spec
+        self.params = {k: v.detach() for k, v in params.items()}
+        self.buffers = {k: v.detach() for k, v in buffers.items()}
+        self.num_models = int(next(iter(self.params.values())).shape[0])
+        self.config = config
+        self.seed = seed
+        self.history = list(history or [])
+        self.device = torch.device(device)
+
+    def __len__(self) -> int:
+        return self.num_models
+
+    def _on(self, device):
+        p = {k: v.to(device) for k, v in self.params.items()}
+        b = {k: v.to(device) for k, v in self.buffers.items()}
+        return p, b
+
+    def logits(self, X, *, batch_size: int = 1024, models: Sequence[int] | None = None) -> np.ndarray:
+        """Every model's logits on the same inputs: array (M, n, C) (float32)."""
+        X = np.asarray(X, dtype=np.float32)
+        if tuple(X.shape[1:]) != self.spec.input_shape:
+            raise DataError(f"Ensemble({self.spec.name}) expects inputs of shape (n, {self.spec.input_shape}); got {X.shape}.")
+        dev = self.device
+        params, buffers = self._on(dev)
+        if models is not None:
+            idx = torch.as_tensor(list(models), dtype=torch.long, device=dev)
+            params = {k: v[idx] for k, v in params.items()}
+            buffers = {k: v[idx] for k, v in buffers.items()}
+        base = build_model(self.spec).to(dev).eval()
+
+        def f(p, b, x):
+            return functional_call(base, (p, b), (x,))
+
+        fv = vmap(f, in_dims=(0, 0, None))
+        M = next(iter(params.values())).shape[0]
+        out = np.empty((M, len(X), self.spec.num_classes), dtype=np.float32)
+        with torch.no_grad():
+            for s in range(0, len(X), batch_size):
+                xb = torch.from_numpy(X[s : s + batch_size]).to(dev)
+                out[:, s : s + len(xb)] = fv(params, buffers, xb).float().cpu().numpy()
+        return out
+
+    def predict_proba(self, X, **kw) -> np.ndarray:
+        """Every model's class probabilities on the same inputs: array (M, n, C), float64, rows sum to 1."""
+        z = self.logits(X, **kw).astype(np.float64)
+        z -= z.max(axis=2, keepdims=True)
+        p = np.exp(z)
+        return p / p.sum(axis=2, keepdims=True)
+
+    def state_dict(self, i: int) -> dict[str, torch.Tensor]:
+        """Model ``i``'s weights, keyed like ``build_model(spec).state_dict()``."""
+        i = check_int(i, "i", "Ensemble.state_dict", low=0, high=self.num_models - 1)
+        keys = build_model(self.spec).state_dict().keys()
+        both = {**self.params, **self.buffers}
+        return {k: both[k][i].clone() for k in keys}
+
+    def member(self, i: int) -> Classifier:
+        """Model ``i`` as a standalone :class:`Classifier` (CPU)."""
+        module = build_model(self.spec)
+        module.load_state_dict(self.state_dict(i))
+        return Classifier(self.spec, module=module)
+
+    def members(self) -> list[Classifier]:
+        return [self.member(i) for i in range(self.num_models)]
+
+
+# --------------------------------------------------------------------------------------------------
+# training
+
+
+def _validate_datasets(spec: ModelSpec, datasets) -> list[tuple[np.ndarray, np.ndarray]]:
+    if not isinstance(datasets, (list, tuple)) or len(datasets) == 0:
+        raise ParameterError("The 'datasets' parameter of train_ensemble must be a non-empty sequence of (X, y) pairs.")
+    out = []
+    for k, pair in enumerate(datasets):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ParameterError(f"datasets[{k}] of train_ensemble must be an (X, y) pair.")
+        X = np.ascontiguousarray(pair[0], dtype=np.float32)
+        y = np.ascontiguousarray(pair[1]).astype(np.int64)
+        if X.ndim >= 1 and tuple(X.shape[1:]) != spec.input_shape:
+            if X.ndim == 2 and X.shape[1] == math.prod(spec.input_shape):
+                X = X.reshape((-1,) + spec.input_shape)
+            else:
+                raise DataError(f"datasets[{k}]: X has shape {X.shape}; expected (n, {spec.input_shape}).")
+        if y.ndim != 1 or len(y) != len(X):
+            raise DataError(f"datasets[{k}]: y has shape {y.shape}, X has {len(X)} rows.")
+        if len(y) == 0:
+            raise DataError(f"datasets[{k}] is empty; every model needs at least one record.")
+        if y.min() < 0 or y.max() >= spec.num_classes:
+            raise DataError(f"datasets[{k}]: labels must lie in [0, {spec.num_classes}).")
+        out.append((X, y))
+    return out
+
+
+def _fingerprint(spec, config, seed, data, init_state) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps([spec.to_dict(), config.to_dict(), int(seed)], sort_keys=True).encode())
+    for X, y in data:
+        h.update(np.int64(len(y)).tobytes())
+        h.update(X.tobytes())
+        h.update(y.tobytes())
+    if init_state is not None:
+        for k in sorted(init_state):
+            h.update(k.encode())
+            h.update(init_state[k].detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class _Optimizer:
+    """Adam / SGD on stacked tensors with per-model step counts and an 'active' mask."""
+
+    def __init__(self, config: TrainConfig, params: dict[str, torch.Tensor]):
+        self.cfg = config
+        M = next(iter(params.values())).shape[0]
+        dev = next(iter(params.values())).device
+        self.step = torch.zeros(M, dtype=torch.float64, device=dev)
+        self.slots: dict[str, dict[str, torch.Tensor]] = {}
+        if config.optimizer == "adam":
+            self.slots["exp_avg"] = {k: torch.zeros_like(v) for k, v in params.items()}
+            self.slots["exp_avg_sq"] = {k: torch.zeros_like(v) for k, v in params.items()}
+        elif config.momentum > 0:
+            self.slots["momentum_buffer"] = {k: torch.zeros_like(v) for k, v in params.items()}
+
+    def state(self) -> dict[str, torch.Tensor]:
+        out = {"opt/step": self.step}
+        for slot, d in self.slots.items():
+            out.update({f"opt/{slot}/{k}": v for k, v in d.items()})
+        return out
+
+    def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.step.copy_(tensors["opt/step"])
+        for slot, d in self.slots.items():
+            for k in d:
+                d[k].copy_(tensors[f"opt/{slot}/{k}"])
+
+    @torch.no_grad()
+    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
+        cfg = self.cfg
+        new_step = self.step + active.to(torch.float64)
+        act = active.bool()
+        first = act & (self.step == 0)
+        if cfg.optimizer == "adam":
+            b1, b2 = _ADAM_BETAS
+            safe = new_step.clamp(min=1)
+            bc1 = 1 - b1**safe
+            bc2_sqrt = torch.sqrt(1 - b2**safe)
+            step_size = (cfg.lr / bc1).to(torch.float32)
+            bc2_sqrt = bc2_sqrt.to(torch.float32)
+        for k, p in params.items():
+            g = grads[k]
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            a = act.reshape(shape)
+            if cfg.weight_decay:
+                g = g + cfg.weight_decay * p
+            if cfg.optimizer == "adam":
+                m = self.slots["exp_avg"][k]
+                v = self.slots["exp_avg_sq"][k]
+                m_new = torch.lerp(m, g, 1 - b1)
+                v_new = v * b2 + (1 - b2) * g * g
+                denom = v_new.sqrt() / bc2_sqrt.reshape(shape) + _ADAM_EPS
+                p_new = p - step_size.reshape(shape) * (m_new / denom)
+                m.copy_(torch.where(a, m_new, m))
+                v.copy_(torch.where(a, v_new, v))
+            else:
+                if cfg.momentum > 0:
+                    buf = self.slots["momentum_buffer"][k]
+                    buf_new = torch.where(first.reshape(shape), g, buf * cfg.momentum + g)
+                    buf.copy_(torch.where(a, buf_new, buf))
+                    g = buf_new
+                p_new = p - cfg.lr * g
+            p.copy_(torch.where(a, p_new, p))
+        self.step.copy_(new_step)
+
+
+def _resolve_device(device) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ParameterError(f"The 'device' parameter of train_ensemble must name a torch device. Got {device!r} instead.") from None
+
+
+def _initial_state(spec, M, seed, init_state, device):
+    if init_state is None:
+        modules = [init_model(spec, seed, i) for i in range(M)]
+        params, buffers = stack_module_state(modules)
+        params = {k: v.detach() for k, v in params.items()}
+        buffers = {k: v.detach() for k, v in buffers.items()}
+    else:
+        ref = build_model(spec)
+        params, buffers = {}, {}
+        named_p = dict(ref.named_parameters())
+        named_b = dict(ref.named_buffers())
+        for k, v0 in {**named_p, **named_b}.items():
+            if k not in init_state:
+                raise DataError(f"init_state lacks the tensor {k!r} of {spec.name}.")
+            v = torch.as_tensor(init_state[k]).detach().to(torch.float32 if v0.is_floating_point() else v0.dtype)
+            if tuple(v.shape) == tuple(v0.shape):
+                v = v.unsqueeze(0).expand((M,) + tuple(v0.shape)).clone()
+            elif tuple(v.shape) != (M,) + tuple(v0.shape):
+                raise DataError(f"init_state[{k!r}] has shape {tuple(v.shape)}; expected {tuple(v0.shape)} or {(M,) + tuple(v0.shape)}.")
+            (params if k in named_p else buffers)[k] = v.clone()
+    params = {k: v.to(device).contiguous() for k, v in params.items()}
+    buffers = {k: v.to(device).contiguous() for k, v in buffers.items()}
+    return params, buffers
+
+
+def train_ensemble(
+    spec: ModelSpec,
+    datasets: Sequence[tuple[np.ndarray, np.ndarray]],
+    config: TrainConfig,
+    *,
+    seed: int,
+    device=None,
+    checkpoint_dir=None,
+    progress: bool = True,
+    init_state: dict | None = None,
+    checkpoint_every: int = 1,
+    eval_data: tuple[np.ndarray, np.ndarray] | None = None,
+    eval_every: int = 1,
+    stop_after_epochs: int | None = None,
+    dp_chunk_bytes: int = 1 << 29,
+) -> Ensemble:
+    """Train M models of ``spec``, model ``i`` on ``datasets[i]``, all at once.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        A torch architecture (see :mod:`dpaudit.training.models`).
+    datasets : sequence of (X_i, y_i)
+        ``X_i`` float array ``(n_i, *spec.input_shape)``, ``y_i`` int labels in ``[0, C)``; sizes may differ.
+    config : TrainConfig
+        Epochs, batch size, optimiser, and optional DP-SGD (see the module docstring for exact semantics).
+    seed : int
+        Model ``i``'s initialisation and batch order depend only on ``(seed, i)``.
+    device : str or torch.device, optional
+        Default: CUDA when available, else CPU.
+    checkpoint_dir : path, optional
+        Save every ``checkpoint_every`` rounds; if a matching checkpoint exists, resume from it.
+    progress : bool
+        Show a rich progress bar (only when stderr is a terminal).
+    init_state : dict, optional
+        Start from these weights instead of a fresh init: a ``state_dict`` of one model (copied to every
+        model) or of stacked tensors ``(M, *shape)``.
+    eval_data : (X, y), optional
+        Evaluate every model on it every ``eval_every`` rounds; results in ``Ensemble.history``.
+    stop_after_epochs : int, optional
+        Stop after this many rounds (for splitting a run across calls with ``checkpoint_dir``).
+    dp_chunk_bytes : int
+        Memory budget for per-example gradients; models are processed in chunks that fit.
+
+    Training runs ``epochs`` *rounds* of ``S = max_i steps_per_epoch_i`` global steps (a round is one
+    epoch of the largest data set). Model ``i``'s own step stream continues across rounds, so a model with
+    fewer steps per epoch completes its ``epochs`` epochs in fewer rounds and then stays frozen; checkpoints,
+    ``eval_every``, ``checkpoint_every`` and ``stop_after_epochs`` count rounds.
+    """
+    owner = "train_ensemble"
+    if not isinstance(spec, ModelSpec) or not spec.is_torch:
+        raise ParameterError(f"The 'spec' parameter of {owner} must be a torch ModelSpec. Got {spec!r} instead.")
+    if not isinstance(config, TrainConfig):
+        raise ParameterError(f"The 'config' parameter of {owner} must be a TrainConfig. Got {type(config).__name__} instead.")
+    seed = check_int(seed, "seed", owner, low=0)
+    check_bool(progress, "progress", owner)
+    checkpoint_every = check_int(checkpoint_every, "checkpoint_every", owner, low=1)
+    eval_every = check_int(eval_every, "eval_every", owner, low=1)
+    if stop_after_epochs is not None:
+        stop_after_epochs = check_int(stop_after_epochs, "stop_after_epochs", owner, low=0)
+    data = _validate_datasets(spec, datasets)
+    dev = _resolve_device(device)
+    M = len(data)
+    B = config.batch_size
+    dp = config.dp
+    sizes = np.array([len(y) for _, y in data], dtype=np.int64)
+
+    base = build_model(spec).to(dev)
+    if dp is not None and has_batch_norm(base):
+        raise ParameterError(
+            f"DP-SGD needs per-example gradients, which batch normalisation does not have; build {spec.name} with norm='group'."
+        )
+    base.train()
+
+    # flat data on the device; model i's record j is row offsets[i] + j
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    X_all = torch.from_numpy(np.concatenate([X for X, _ in data])).to(dev)
+    y_all = torch.from_numpy(np.concatenate([y for _, y in data])).to(dev)
+
+    if dp is None:
+        spe = np.array([math.ceil(n / B) for n in sizes], dtype=np.int64)
+        q = None
+    else:
+        q = np.array([dp_sampling_rate(n, config) for n in sizes])
+        spe = np.array([dp_steps_per_epoch(n, config) for n in sizes], dtype=np.int64)
+    S = int(spe.max())
+    total_steps = spe * config.epochs  # per model
+
+    params, buffers = _initial_state(spec, M, seed, init_state, dev)
+    opt = _Optimizer(config, params)
+    history: list[dict] = []
+    start_epoch = 0
+
+    ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    fp = _fingerprint(spec, config, seed, data, init_state) if ckpt is not None else None
+    if ckpt is not None:
+        start_epoch, history = _maybe_resume(ckpt, fp, params, buffers, opt)
+
+    end_epoch = config.epochs if stop_after_epochs is None else min(config.epochs, stop_after_epochs)
+    bar = _progress(progress, end_epoch - start_epoch, M, spec.name)
+    try:
+        for g in range(start_epoch, end_epoch):
+            if dp is None:
+                idx, mask = _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, config.epochs)
+            else:
+                idx, mask = _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed)
+            idx_t = torch.from_numpy(idx).to(dev)
+            mask_t = torch.from_numpy(mask).to(dev)
+            steps = np.arange(g * S, (g + 1) * S)
+            active_all = torch.from_numpy((steps[:, None] < total_steps[None, :])).to(dev)
+            for s in range(S):
+                active = active_all[s]
+                if not bool(active.any()):
+                    continue
+                xb = X_all[idx_t[s]]
+                yb = y_all[idx_t[s]]
+                mb = mask_t[s]
+                if dp is None:
+                    grads = _plain_grads(base, params, buffers, xb, yb, mb)
+                else:
+                    grads = _dp_grads(base, params, buffers, xb, yb, mb, dp, q, sizes, seed, g * S + s, dp_chunk_bytes)
+                opt.update(params, grads, active)
+            done = g + 1
+            if eval_data is not None and (done % eval_every == 0 or done == config.epochs):
+                history.append(_evaluate(spec, params, buffers, eval_data, done, dev, config, seed))
+            if ckpt is not None and (done % checkpoint_every == 0 or done == end_epoch):
+                _save_checkpoint(ckpt, fp, done, params, buffers, opt, history, spec, config, seed, sizes)
+            if bar is not None:
+                bar[0].advance(bar[1])
+    finally:
+        if bar is not None:
+            bar[0].stop()
+    return Ensemble(spec, {k: v.cpu() for k, v in params.items()}, {k: v.cpu() for k, v in buffers.items()},
+                    config=config, seed=seed, history=history, device=dev)
+
+
+def _progress(show: bool, total: int, M: int, name: str):
+    if not show or total <= 0:
+        return None
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    except ImportError:  # pragma: no cover - rich is a dependency
+        return None
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return None
+    p = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                 console=console, transient=True)
+    task = p.add_task(f"training {M} x {name}", total=total)
+    p.start()
+    return (p, task)
+
+
+def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
+    """Index and mask blocks (S, M, B) for global epoch g without DP."""
+    M = len(sizes)
+    idx = np.zeros((S, M, B), dtype=np.int64)
+    mask = np.zeros((S, M, B), dtype=np.float32)
+    t0, t1 = g * S, (g + 1) * S
+    for i in range(M):
+        s_i, n = int(spe[i]), int(sizes[i])
+        lo, hi = t0, min(t1, int(total_steps[i]))
+        if hi <= lo:
+            continue
+        e_lo, e_hi = lo // s_i, (hi - 1) // s_i
+        rows = []
+        for e in range(e_lo, e_hi + 1):
+            padded = np.full(s_i * B, -1, dtype=np.int64)
+            padded[:n] = _perm(n, seed, i, e)
+            rows.append(padded.reshape(s_i, B))
+        block = np.concatenate(rows)[lo - e_lo * s_i : hi - e_lo * s_i]
+        valid = block >= 0
+        idx[: hi - lo, i] = np.where(valid, block, 0) + offsets[i]
+        mask[: hi - lo, i] = valid
+    return idx, mask
+
+
+def _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed):
+    """Index and mask blocks (S, M, W) for global epoch g with Poisson sampling; W = largest batch."""
+    M = len(sizes)
+    t0, t1 = g * S, (g + 1) * S
+    per_model: list[list[np.ndarray]] = []
+    W = 1
+    for i in range(M):
+        s_i, n = int(spe[i]), int(sizes[i])
+        lo, hi = t0, min(t1, int(total_steps[i]))
+        batches: list[np.ndarray] = []
+        if hi > lo:
+            e_lo, e_hi = lo // s_i, (hi - 1) // s_i
+            for e in range(e_lo, e_hi + 1):
+                masks = _poisson_masks(n, float(q[i]), s_i, seed, i, e)
+                for j in range(s_i):
+                    t = e * s_i + j
+                    if lo <= t < hi:
+                        batches.append(np.flatnonzero(masks[j]))
+        per_model.append(batches)
+        W = max(W, max((len(b) for b in batches), default=0))
+    idx = np.zeros((S, M, W), dtype=np.int64)
+    mask = np.zeros((S, M, W), dtype=np.float32)
+    for i, batches in enumerate(per_model):
+        for s, b in enumerate(batches):
+            idx[s, i, : len(b)] = b + offsets[i]
+            idx[s, i, len(b) :] = offsets[i]
+            mask[s, i, : len(b)] = 1.0
+    return idx, mask
+
+
+def _plain_grads(base, params, buffers, xb, yb, mb):
+    def loss_fn(p, b, x, y, m):
+        logits = functional_call(base, (p, b), (x,), {"sample_mask": m})
+        ce = F.cross_entropy(logits, y, reduction="none")
+        return (ce * m).sum() / m.sum().clamp(min=1.0)
+
+    leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+    losses = vmap(loss_fn, in_dims=(0, 0, 0, 0, 0), randomness="different")(leaves, buffers, xb, yb, mb)
+    gs = torch.autograd.grad(losses.sum(), list(leaves.values()))
+    return dict(zip(leaves.keys(), gs))
+
+
+def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes):
+    """Clipped, noised, normalised per-model gradients (DP-SGD) for global step t."""
+    M, W = mb.shape
+    C, sigma = dp.max_grad_norm, dp.noise_multiplier
+    n_params = sum(v[0].numel() for v in params.values())
+    mc = max(1, min(M, int(chunk_bytes // max(1, W * n_params * 4))))
+
+    def ex_loss(p, b, x, y):
+        logits = functional_call(base, (p, b), (x.unsqueeze(0),))
+        return F.cross_entropy(logits, y.unsqueeze(0))
+
+    per_ex = vmap(grad(ex_loss), in_dims=(None, None, 0, 0), randomness="different")
+    per_model = vmap(per_ex, in_dims=(0, 0, 0, 0), randomness="different")
+    summed = {k: torch.empty_like(v) for k, v in params.items()}
+    for a in range(0, M, mc):
+        sl = slice(a, min(M, a + mc))
+        p = {k: v[sl].detach() for k, v in params.items()}
+        b = {k: v[sl] for k, v in buffers.items()}
+        g = per_model(p, b, xb[sl], yb[sl])  # each (mc, W, *shape)
+        sq = sum(v.reshape(v.shape[0], v.shape[1], -1).pow(2).sum(-1) for v in g.values())
+        factor = (C / (sq.sqrt() + 1e-6)).clamp(max=1.0) * mb[sl]
+        for k, v in g.items():
+            summed[k][sl] = torch.einsum("mw,mw...->m...", factor, v)
+    dev = mb.device
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(_step_seed(seed, t))
+    expected = torch.as_tensor(q * sizes, dtype=torch.float32, device=dev)
+    out = {}
+    for k, v in summed.items():
+        noise = torch.randn(v.shape, generator=gen, device=dev, dtype=v.dtype) * (sigma * C)
+        out[k] = (v + noise) / expected.reshape((-1,) + (1,) * (v.dim() - 1))
+    return out
+
+
+def _evaluate(spec, params, buffers, eval_data, epoch, dev, config, seed) -> dict:
+    X, y = eval_data
+    ens = Ensemble(spec, {k: v.detach() for k, v in params.items()}, buffers, config=config, seed=seed, device=dev)
+    z = ens.logits(np.asarray(X, dtype=np.float32)).astype(np.float64)
+    y = np.asarray(y, dtype=np.int64)
+    zmax = z.max(axis=2, keepdims=True)
+    lse = (zmax[..., 0] + np.log(np.exp(z - zmax).sum(axis=2)))
+    loss = (lse - np.take_along_axis(z, y[None, :, None], axis=2)[..., 0]).mean(axis=1)
+    acc = (z.argmax(axis=2) == y[None, :]).mean(axis=1)
+    return {"epoch": int(epoch), "accuracy": acc.tolist(), "loss": loss.tolist()}
+
+
+# --------------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def _save_checkpoint(ckpt: Path, fp, done, params, buffers, opt, history, spec, config, seed, sizes) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {f"param/{k}": v.detach().cpu().contiguous() for k, v in params.items()}
+    tensors.update({f"buffer/{k}": v.detach().cpu().contiguous() for k, v in buffers.items()})
+    tensors.update({k: v.detach().cpu().contiguous() for k, v in opt.state().items()})
+    state = {
+        "version": _CKPT_VERSION,
+        "completed_epochs": int(done),
+        "fingerprint": fp,
+        "seed": int(seed),
+        "spec": spec.to_dict(),
+        "config": config.to_dict(),
+        "sizes": sizes.tolist(),
+        "history": history,
+        "rng": "stateless: init from (seed, model); batch order and Poisson masks from (seed, model, epoch); "
+               "DP noise from (seed, global step)",
+    }
+    with atomic_dir(ckpt / "latest", overwrite=True) as tmp:
+        save_file(tensors, str(tmp / "state.safetensors"), metadata={"completed_epochs": str(done), "fingerprint": fp})
+        write_json(tmp / "state.json", state)
+
+
+def _maybe_resume(ckpt: Path, fp, params, buffers, opt) -> tuple[int, list]:
+    from safetensors.torch import load_file
+
+    cand = [ckpt / "latest", ckpt / ".latest.old"]  # the second exists only if a crash hit between two renames
+    d = next((c for c in cand if (c / "state.json").is_file() and (c / "state.safetensors").is_file()), None)
+    if d is None:
+        return 0, []
+    state = read_json(d / "state.json")
+    if state.get("version") != _CKPT_VERSION:
+        raise DataError(f"{d}: checkpoint version {state.get('version')!r} is not {_CKPT_VERSION}.")
+    if state.get("fingerprint") != fp:
+        raise DataError(
+            f"{d}: the checkpoint belongs to a different run (spec, config, seed or data differ); "
+            "use another checkpoint_dir or delete it."
+        )
+    tensors = load_file(str(d / "state.safetensors"))
+    for k, v in params.items():
+        v.copy_(tensors[f"param/{k}"])
+    for k, v in buffers.items():
+        v.copy_(tensors[f"buffer/{k}"])
+    opt.load({k: v.to(opt.step.device) for k, v in tensors.items() if k.startswith("opt/")})
+    return int(state["completed_epochs"]), list(state.get("history", []))
+
+
+# --------------------------------------------------------------------------------------------------
+# one model
+
+
+def fit_classifier(spec: ModelSpec, X, y, config: TrainConfig | None = None, seed: int = 0, **kwargs) -> Classifier:
+    """Train one model with ``config`` and ``seed``: torch specs through :func:`train_ensemble` (M = 1,
+    so the result equals member 0 of an ensemble with the same seed), tree specs with their own ``fit``.
+
+    A CatBoost spec whose training labels contain a single class falls back to a (single-leaf) decision
+    tree, since CatBoost refuses to fit one class; the output still has ``spec.num_classes`` columns.
+    """
+    if not isinstance(spec, ModelSpec):
+        raise ParameterError(f"The 'spec' parameter of fit_classifier must be a ModelSpec. Got {type(spec).__name__} instead.")
+    seed = check_int(seed, "seed", "fit_classifier", low=0)
+    config = TrainConfig() if config is None else config
+    if spec.is_torch:
+        kwargs.setdefault("progress", False)
+        return train_ensemble(spec, [(X, y)], config, seed=seed, **kwargs).member(0)
+    X = np.asarray(X, dtype=np.float32)
+    y = np.asarray(y).astype(np.int64)
+    if len(X) != len(y) or len(y) == 0:
+        raise DataError(f"fit_classifier: X has {len(X)} rows, y has {len(y)}; need equal, non-zero counts.")
+    if y.min() < 0 or y.max() >= spec.num_classes:
+        raise DataError(f"fit_classifier: labels must lie in [0, {spec.num_classes}).")
+    X2 = X.reshape(len(X), -1)
+    if spec.name == "catboost" and len(np.unique(y)) < 2:
+        est = build_estimator(ModelSpec("decision_tree", spec.input_shape, spec.num_classes, {}), seed)
+    else:
+        est = build_estimator(spec, seed)
+    est.fit(X2, y)
+    return Classifier(spec, estimator=est)
