@@ -97,13 +97,13 @@ class FREDYConfig:
     model: str = "mlp"
     model_kwargs: Mapping[str, Any] = field(default_factory=dict)
     teacher_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=10, batch_size=32, lr=3e-3, weight_decay=1e-5), metadata={"train_config": True}
+        default_factory=lambda: TrainConfig(epochs=5, batch_size=32, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
     )
     student_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=60, batch_size=32, lr=3e-3, weight_decay=1e-5), metadata={"train_config": True}
+        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
     )
     baseline_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=60, batch_size=32, lr=3e-3, weight_decay=1e-5), metadata={"train_config": True}
+        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
     )
     sensitivity: str = "worst_case"
     nonprivate_baseline: bool = True

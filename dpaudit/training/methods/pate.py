@@ -83,10 +83,10 @@ class PATEConfig:
     student_model: str | None = None
     student_model_kwargs: Mapping[str, Any] | None = None
     teacher_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=40, batch_size=16, lr=3e-3), metadata={"train_config": True}
+        default_factory=lambda: TrainConfig(epochs=30, batch_size=32, lr=1e-2), metadata={"train_config": True}
     )
     student_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=60, batch_size=32, lr=3e-3), metadata={"train_config": True}
+        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2), metadata={"train_config": True}
     )
     delta: float = 1e-5
     public_fraction: float = 0.25
@@ -303,7 +303,7 @@ def run_pate(
 
     path = write_release(
         out, method="pate", dataset=data.spec, params=config_to_dict(config), seed=seed, utility=utility,
-        classifier=student, train_config=config.student_train, ledger=ledger, statement=accounting, claim=claim,
+        classifier=student, train_config=config.student_train if s_spec.is_torch else None, ledger=ledger, statement=accounting, claim=claim,
         membership=membership, votes=votes, assumptions=accounting.statement.assumptions, overwrite=overwrite,
     )
     finish_run(ck)
