@@ -179,85 +179,99 @@ from dpaudit.training.methods.fedkt import run_fedkt  # noqa: E402
 def _tiny(**kw) -> FedKTConfig:
     base = dict(
         parties=3, partitions=2, teachers=2, partition="iid",
-        teacher_train=TrainConfig(epochs=8, batch_size=32, lr=5e-3),
-        student_train=TrainConfig(epochs=6, batch_size=64, lr=5e-3),
-        final_train=TrainConfig(epochs=8, batch_size=64, lr=5e-3),
-        teacher_model_kwargs={"hidden": [32]}, num_samples=600, baselines=(),
+        teacher_train=TrainConfig(epochs=5, batch_size=64, lr=1e-2),
+        student_train=TrainConfig(epochs=3, batch_size=128, lr=1e-2),
+        final_train=TrainConfig(epochs=4, batch_size=128, lr=1e-2),
+        teacher_model_kwargs={"hidden": [32]}, num_samples=500, baselines=(),
     )
     base.update(kw)
     return FedKTConfig(**base)
 
 
-@pytest.mark.parametrize("level", ["L0", "L1", "L2"])
-def test_release_round_trips_with_level_ledger(level: str, tmp_path: Path) -> None:
+L1_TINY = dict(level="L1", gamma=0.3, server_query_fraction=0.5)
+
+
+@pytest.fixture(scope="module")
+def l1_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fedkt") / "l1"
+    return run_fedkt(_tiny(**L1_TINY), dataset="digits", out=out, seed=3, progress=False)
+
+
+def _check_release(res, cfg, level):
     from dpaudit.training.release import load_release
 
-    cfg = _tiny(level=level, gamma=0.3, server_query_fraction=0.5, party_query_fraction=0.5)
-    res = run_fedkt(cfg, dataset="digits", out=tmp_path / "r", seed=1, progress=False)
     rel = load_release(res.release)
-    assert rel.meta["method"] == "fedkt" and rel.meta["seed"] == 1
+    assert rel.meta["method"] == "fedkt" and rel.meta["params"]["level"] == level
     assert rel.meta["utility"]["accuracy"] == pytest.approx(res.utility["accuracy"])
     X = rel.dataset().X[rel.membership["members"][:20]]
-    assert rel.model.predict_proba(X).shape == (20, 10)
+    np.testing.assert_allclose(rel.model.predict_proba(X).sum(axis=1), 1.0, rtol=1e-5)
     assert len(rel.membership["members"]) == len(rel.membership["nonmembers"]) > 0
     assert not (set(rel.membership["members"].tolist()) & set(rel.membership["nonmembers"].tolist()))
     parties = rel.meta["ledger"]["parties"]
     if level == "L0":
         assert parties == {} and res.accounting.epsilon == float("inf")
     else:
-        assert sorted(parties) == ["party0", "party1", "party2"]
+        assert sorted(parties) == [f"party{i}" for i in range(cfg.parties)]
         assert 0 < res.accounting.epsilon < float("inf")
         sens = {r["event"]["sensitivity"] for p in parties.values() for r in p}
         assert sens == ({2.0 * cfg.partitions} if level == "L1" else {2.0})
-        n_events = {len(p) for p in parties.values()}
-        assert n_events == ({1} if level == "L1" else {cfg.partitions})
+        assert {len(p) for p in parties.values()} == ({1} if level == "L1" else {cfg.partitions})
+        assert rel.meta["claim"]["granularity"] == ("party" if level == "L1" else "example")
     assert rel.votes is not None and rel.votes.shape[1] == 10
-    # checkpoints are removed once the release is complete
-    assert not (tmp_path / ".r.checkpoints").exists()
+    assert not (res.release.parent / f".{res.release.name}.checkpoints").exists()  # removed once complete
+    return rel
 
 
-def test_same_seed_same_numbers_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_l1_release_round_trips(l1_run) -> None:
+    rel = _check_release(l1_run, _tiny(**L1_TINY), "L1")
+    assert rel.votes.shape[0] == l1_run.utility["num_server_queries"]
+    labels = [s.label for s in l1_run.accounting.statements]
+    assert "party-level" in labels[0] and "example-level" in labels[2]
+
+
+def test_l2_release_round_trips(tmp_path: Path) -> None:
+    cfg = _tiny(level="L2", gamma=0.3, party_query_fraction=0.3, partitions=1)
+    res = run_fedkt(cfg, dataset="digits", out=tmp_path / "l2", seed=1, progress=False)
+    rel = _check_release(res, cfg, "L2")
+    assert rel.votes.shape[0] == cfg.parties * cfg.partitions * res.utility["num_party_queries"]
+
+
+def test_same_seed_same_numbers(l1_run, tmp_path: Path) -> None:
+    again = run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "again", seed=3, progress=False)
+    assert again.utility == l1_run.utility and again.accounting.epsilon == l1_run.accounting.epsilon
+    np.testing.assert_array_equal(np.load(again.release / "votes.npy"), np.load(l1_run.release / "votes.npy"))
+
+
+def test_existing_release_needs_overwrite(l1_run) -> None:
+    with pytest.raises(DataError, match="already exists"):
+        run_fedkt(_tiny(**L1_TINY), dataset="digits", out=l1_run.release, seed=3, progress=False)
+
+
+def test_interrupted_run_resumes_from_finished_stages(l1_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import dpaudit.training.methods.fedkt as fedkt_mod
 
-    cfg = _tiny(level="L1", gamma=0.5)
-    a = run_fedkt(cfg, dataset="digits", out=tmp_path / "a", seed=3, progress=False)
-    b = run_fedkt(cfg, dataset="digits", out=tmp_path / "b", seed=3, progress=False)
-    assert a.utility == b.utility and a.accounting.epsilon == b.accounting.epsilon
-
-    # interrupt the run while the final model trains, then resume: the teachers' and students' stages are reused
-    calls = {"n": 0}
     real = fedkt_mod.train_group
 
-    def flaky(spec, datasets, config, **kw):
-        calls["n"] += 1
-        if len(datasets) == 1:
+    def interrupted(spec, datasets, config, **kw):
+        if len(datasets) == 1:  # the final model
             raise KeyboardInterrupt
         return real(spec, datasets, config, **kw)
 
-    monkeypatch.setattr(fedkt_mod, "train_group", flaky)
+    monkeypatch.setattr(fedkt_mod, "train_group", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_fedkt(cfg, dataset="digits", out=tmp_path / "c", seed=3, progress=False)
+        run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "c", seed=3, progress=False)
     ck = tmp_path / ".c.checkpoints"
     assert (ck / "teachers.npz").exists() and (ck / "students.npz").exists() and not (tmp_path / "c").exists()
-    monkeypatch.setattr(fedkt_mod, "train_group", real)
-    counted = {"n": 0}
+    calls = []
 
     def counting(spec, datasets, config, **kw):
-        counted["n"] += 1
+        calls.append(len(datasets))
         return real(spec, datasets, config, **kw)
 
     monkeypatch.setattr(fedkt_mod, "train_group", counting)
-    c = run_fedkt(cfg, dataset="digits", out=tmp_path / "c", seed=3, progress=False)
-    assert counted["n"] == 1  # only the final model was trained again
-    assert c.utility == a.utility
-
-
-def test_existing_release_needs_overwrite(tmp_path: Path) -> None:
-    cfg = _tiny()
-    run_fedkt(cfg, dataset="digits", out=tmp_path / "r", seed=0, progress=False)
-    with pytest.raises(DataError, match="already exists"):
-        run_fedkt(cfg, dataset="digits", out=tmp_path / "r", seed=0, progress=False)
-    run_fedkt(cfg, dataset="digits", out=tmp_path / "r", seed=0, progress=False, overwrite=True)
+    resumed = run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "c", seed=3, progress=False)
+    assert calls == [1]  # teachers and students came from the checkpoints; only the final model was trained
+    assert resumed.utility == l1_run.utility
 
 
 def test_tree_models_binary_tabular(tmp_path: Path) -> None:
@@ -269,14 +283,18 @@ def test_tree_models_binary_tabular(tmp_path: Path) -> None:
     res = run_fedkt(cfg, dataset="breast_cancer", out=tmp_path / "t", seed=0, progress=False)
     assert res.utility["accuracy"] > 0.85
     rel = load_release(res.release)
+    assert rel.meta["model"]["spec"]["name"] == "random_forest" and rel.meta["model"]["train_config"] is None
     assert rel.model.predict_proba(rel.dataset().X[:5]).shape == (5, 2)
 
 
 def test_fast_l0_beats_solo(tmp_path: Path) -> None:
-    """Small, fast version of the paper's Table 1 claim (FedKT > SOLO)."""
+    """A small, fast version of the paper's Table 1 claim (FedKT-L0 above SOLO), also the L0 release check."""
     cfg = _tiny(partition="dirichlet", beta=0.5, parties=4, num_samples=None, baselines=("solo",),
-                teacher_train=TrainConfig(epochs=20, batch_size=16, lr=5e-3))
+                teacher_model_kwargs={"hidden": [64]}, teacher_train=TrainConfig(epochs=20, batch_size=32, lr=1e-2),
+                student_train=TrainConfig(epochs=8, batch_size=64, lr=1e-2),
+                final_train=TrainConfig(epochs=10, batch_size=64, lr=1e-2))
     res = run_fedkt(cfg, dataset="digits", out=tmp_path / "f", seed=0, progress=False)
+    _check_release(res, cfg, "L0")
     assert res.utility["accuracy"] > res.utility["solo_accuracy"] + 0.03
 
 

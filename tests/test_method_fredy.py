@@ -47,10 +47,10 @@ def test_fredy_end_to_end_two_releases(tmp_path) -> None:
     from dpaudit.training.methods.fredy import run_fredy
     from dpaudit.training.release import load_release
 
-    cfg = FREDYConfig(teachers=3, rounds=2, gamma=0.5, queries=60, model_kwargs={"hidden": [32]}, num_samples=600,
-                      teacher_train=TrainConfig(epochs=4, batch_size=32, lr=5e-3),
-                      student_train=TrainConfig(epochs=8, batch_size=32, lr=5e-3),
-                      baseline_train=TrainConfig(epochs=8, batch_size=32, lr=5e-3))
+    cfg = FREDYConfig(teachers=3, rounds=2, gamma=0.5, queries=60, model_kwargs={"hidden": [32]}, num_samples=500,
+                      teacher_train=TrainConfig(epochs=3, batch_size=64, lr=1e-2),
+                      student_train=TrainConfig(epochs=6, batch_size=32, lr=1e-2),
+                      baseline_train=TrainConfig(epochs=6, batch_size=64, lr=1e-2))
     res = run_fredy(cfg, dataset="digits", out=tmp_path / "f", seed=0, progress=False)
     rel = load_release(res.release)
     base = load_release(res.extra_releases["nonprivate"])
@@ -75,8 +75,8 @@ def test_fredy_resumes_after_fedavg_rounds(tmp_path, monkeypatch) -> None:
 
     cfg = FREDYConfig(teachers=2, rounds=3, gamma=1.0, queries=30, model_kwargs={"hidden": [16]}, num_samples=400,
                       nonprivate_baseline=False,
-                      teacher_train=TrainConfig(epochs=2, batch_size=32, lr=5e-3),
-                      student_train=TrainConfig(epochs=3, batch_size=32, lr=5e-3))
+                      teacher_train=TrainConfig(epochs=2, batch_size=64, lr=1e-2),
+                      student_train=TrainConfig(epochs=3, batch_size=32, lr=1e-2))
     full = fredy_mod.run_fredy(cfg, dataset="digits", out=tmp_path / "a", seed=1, progress=False)
     real = fredy_mod.train_group
     calls = {"n": 0}

@@ -251,9 +251,9 @@ def _tiny_pate(**kw):
     from dpaudit.training.ensemble import TrainConfig
     from dpaudit.training.methods.pate import PATEConfig
 
-    base = dict(teachers=5, teacher_model_kwargs={"hidden": [32]}, num_samples=600,
-                teacher_train=TrainConfig(epochs=10, batch_size=32, lr=5e-3),
-                student_train=TrainConfig(epochs=10, batch_size=64, lr=5e-3))
+    base = dict(teachers=5, teacher_model_kwargs={"hidden": [32]}, num_samples=500,
+                teacher_train=TrainConfig(epochs=6, batch_size=64, lr=1e-2),
+                student_train=TrainConfig(epochs=4, batch_size=128, lr=1e-2))
     base.update(kw)
     return PATEConfig(**base)
 
