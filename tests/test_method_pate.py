@@ -230,16 +230,15 @@ def test_load_config_overrides_and_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("method", ["pate", "fedkt", "fredy"])
-def test_cli_bad_input_is_one_line_exit_2(method: str, tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def test_cli_bad_input_is_one_line_exit_2(method: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from dpaudit.cli import main
 
-    r = subprocess.run(
-        [sys.executable, "-m", "dpaudit", "train", method, "--dataset", "digits", "--out", str(tmp_path / "o"), "--gamma", "-1"],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
-    )
-    assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and "'gamma'" in r.stderr and "Traceback" not in r.stderr
+    with pytest.raises(SystemExit) as exc:
+        main(["train", method, "--dataset", "digits", "--out", str(tmp_path / "o"), "--gamma", "-1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.count("\n") == 1 and "'gamma'" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,7 +273,9 @@ def test_pate_release_round_trip_and_ledger(tmp_path: Path) -> None:
     # data-dependent headline, data-independent beside it; 40 answers at 2*gamma = 1 each bound it from above
     dd, di = res.accounting.statements
     assert dd.data_dependent and not di.data_dependent
-    assert 0 < dd.epsilon <= di.epsilon <= 40 * 2 * 0.5 + 1e-9
+    # basic composition of 40 pure 1-DP answers gives 40 at delta = 0; the RDP route may exceed it slightly
+    # (conversion slack; over-estimating is allowed), never by much
+    assert 0 < dd.epsilon <= di.epsilon <= 40 * 2 * 0.5 * 1.001
     assert set(rel.membership) >= {"members", "nonmembers", "attacker"}
     assert res.utility["num_queries"] == 40
 
@@ -294,6 +295,9 @@ def test_pate_same_seed_same_numbers(tmp_path: Path) -> None:
 def test_pate_noiseless_claims_nothing(tmp_path: Path) -> None:
     from dpaudit.training.methods.pate import run_pate
 
-    res = run_pate(_tiny_pate(gamma=None), dataset="digits", out=tmp_path / "n", seed=0, progress=False)
+    from dpaudit.training.ensemble import TrainConfig
+
+    cfg = _tiny_pate(gamma=None, teacher_train=TrainConfig(epochs=30, batch_size=32, lr=1e-2))
+    res = run_pate(cfg, dataset="digits", out=tmp_path / "n", seed=0, progress=False)
     assert res.accounting.epsilon == float("inf")
     assert res.utility["label_accuracy"] > 0.5
