@@ -44,9 +44,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -81,6 +81,7 @@ __all__ = [
 _ADAM_BETAS = (0.9, 0.999)
 _ADAM_EPS = 1e-8
 _CKPT_VERSION = 1
+_FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # torch's fused Adam kernel (CPU and CUDA), if present
 
 
 @dataclass(frozen=True)
@@ -360,13 +361,19 @@ def _fingerprint(spec, config, seed, data, init_state) -> str:
 
 
 class _Optimizer:
-    """Adam / SGD on stacked tensors with per-model step counts and an 'active' mask."""
+    """Adam / SGD on stacked tensors, with per-model step counts.
+
+    ``update(params, grads, sel)`` steps the models ``sel`` (a device index tensor; None = all), whose
+    parameters and gradients are given stacked in that order; the other models' moments and step counts
+    stay untouched. Step counts live on the CPU; models of one ensemble start together and only drop out
+    at the end of their step streams, so the stepped models normally share one count, and the update is
+    then exactly the in-place arithmetic of ``torch.optim.Adam`` / ``SGD`` with scalar bias corrections.
+    """
 
     def __init__(self, config: TrainConfig, params: dict[str, torch.Tensor]):
         self.cfg = config
         M = next(iter(params.values())).shape[0]
-        dev = next(iter(params.values())).device
-        self.step = torch.zeros(M, dtype=torch.float64, device=dev)
+        self.step = np.zeros(M, dtype=np.float64)
         self.slots: dict[str, dict[str, torch.Tensor]] = {}
         if config.optimizer == "adam":
             self.slots["exp_avg"] = {k: torch.zeros_like(v) for k, v in params.items()}
@@ -375,54 +382,81 @@ class _Optimizer:
             self.slots["momentum_buffer"] = {k: torch.zeros_like(v) for k, v in params.items()}
 
     def state(self) -> dict[str, torch.Tensor]:
-        out = {"opt/step": self.step}
+        out = {"opt/step": torch.from_numpy(self.step.copy())}
         for slot, d in self.slots.items():
             out.update({f"opt/{slot}/{k}": v for k, v in d.items()})
         return out
 
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
-        self.step.copy_(tensors["opt/step"])
+        self.step[:] = tensors["opt/step"].cpu().numpy()
         for slot, d in self.slots.items():
             for k in d:
                 d[k].copy_(tensors[f"opt/{slot}/{k}"])
 
     @torch.no_grad()
-    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
+    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], sel: torch.Tensor | None) -> None:
         cfg = self.cfg
-        new_step = self.step + active.to(torch.float64)
-        act = active.bool()
-        first = act & (self.step == 0)
+        sel_np = slice(None) if sel is None else sel.cpu().numpy()
+        t = self.step[sel_np] + 1
+        if sel is None:
+            slots = self.slots
+        else:
+            slots = {name: {k: v.index_select(0, sel) for k, v in d.items()} for name, d in self.slots.items()}
+        uniform = bool(np.all(t == t[0]))
+        dev = next(iter(params.values())).device
+
+        def per_model(values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+            return torch.from_numpy(values).to(dev, like.dtype).reshape((-1,) + (1,) * (like.dim() - 1))
+
+        fused_ok = all(v.is_contiguous() for d in (params, *slots.values()) for v in d.values())
+        if cfg.optimizer == "adam" and uniform and _FUSED_ADAM is not None and fused_ok:
+            # one fused pass per tensor: the kernel behind torch.optim.Adam(fused=True), elementwise per model
+            keys = list(params)
+            steps = [torch.tensor(float(t[0]), dtype=torch.float32, device=dev) for _ in keys]
+            _FUSED_ADAM(
+                # the kernel assumes every tensor has the parameter's (contiguous) layout
+                [params[k] for k in keys], [grads[k].contiguous() for k in keys], [slots["exp_avg"][k] for k in keys],
+                [slots["exp_avg_sq"][k] for k in keys], [], steps, amsgrad=False, lr=cfg.lr, beta1=_ADAM_BETAS[0],
+                beta2=_ADAM_BETAS[1], weight_decay=cfg.weight_decay, eps=_ADAM_EPS, maximize=False,
+                grad_scale=None, found_inf=None,
+            )
+            params = {}  # done
         if cfg.optimizer == "adam":
             b1, b2 = _ADAM_BETAS
-            safe = new_step.clamp(min=1)
-            bc1 = 1 - b1**safe
-            bc2_sqrt = torch.sqrt(1 - b2**safe)
-            step_size = (cfg.lr / bc1).to(torch.float32)
-            bc2_sqrt = bc2_sqrt.to(torch.float32)
+            step_size_np = cfg.lr / (1 - b1**t)
+            bc2_sqrt_np = np.sqrt(1 - b2**t)
         for k, p in params.items():
             g = grads[k]
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            a = act.reshape(shape)
             if cfg.weight_decay:
-                g = g + cfg.weight_decay * p
+                g = g.add(p, alpha=cfg.weight_decay)
             if cfg.optimizer == "adam":
-                m = self.slots["exp_avg"][k]
-                v = self.slots["exp_avg_sq"][k]
-                m_new = torch.lerp(m, g, 1 - b1)
-                v_new = v * b2 + (1 - b2) * g * g
-                denom = v_new.sqrt() / bc2_sqrt.reshape(shape) + _ADAM_EPS
-                p_new = p - step_size.reshape(shape) * (m_new / denom)
-                m.copy_(torch.where(a, m_new, m))
-                v.copy_(torch.where(a, v_new, v))
+                m, v = slots["exp_avg"][k], slots["exp_avg_sq"][k]
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                if uniform:
+                    denom = (v.sqrt() / float(bc2_sqrt_np[0])).add_(_ADAM_EPS)
+                    p.addcdiv_(m, denom, value=-float(step_size_np[0]))
+                else:
+                    denom = (v.sqrt() / per_model(bc2_sqrt_np, p)).add_(_ADAM_EPS)
+                    p.sub_(per_model(step_size_np, p) * m / denom)
             else:
                 if cfg.momentum > 0:
-                    buf = self.slots["momentum_buffer"][k]
-                    buf_new = torch.where(first.reshape(shape), g, buf * cfg.momentum + g)
-                    buf.copy_(torch.where(a, buf_new, buf))
-                    g = buf_new
-                p_new = p - cfg.lr * g
-            p.copy_(torch.where(a, p_new, p))
-        self.step.copy_(new_step)
+                    buf = slots["momentum_buffer"][k]
+                    if uniform:
+                        if t[0] == 1:
+                            buf.copy_(g)
+                        else:
+                            buf.mul_(cfg.momentum).add_(g)
+                    else:
+                        first = per_model((t == 1).astype(np.float64), p).bool()
+                        buf.copy_(torch.where(first, g, buf * cfg.momentum + g))
+                    g = buf
+                p.add_(g, alpha=-cfg.lr)
+        if sel is not None:
+            for name, d in slots.items():
+                for k, v in d.items():
+                    self.slots[name][k].index_copy_(0, sel, v)
+        self.step[sel_np] = t
 
 
 def _resolve_device(device) -> torch.device:
@@ -568,19 +602,34 @@ def train_ensemble(
             idx_t = torch.from_numpy(idx).to(dev)
             mask_t = torch.from_numpy(mask).to(dev)
             steps = np.arange(g * S, (g + 1) * S)
-            active_all = torch.from_numpy((steps[:, None] < total_steps[None, :])).to(dev)
+            active_all = steps[:, None] < total_steps[None, :]
             for s in range(S):
                 active = active_all[s]
-                if not bool(active.any()):
+                n_active = int(active.sum())
+                if n_active == 0:
                     continue
-                xb = X_all[idx_t[s]]
-                yb = y_all[idx_t[s]]
-                mb = mask_t[s]
+                rows = idx_t[s]
+                if n_active == M:  # everyone steps: work on the stacked tensors in place
+                    p_step, b_step, sel = params, buffers, None
+                else:  # some streams have ended: compute only the active models, then scatter back
+                    sel_np = np.flatnonzero(active)
+                    sel = torch.from_numpy(sel_np).to(dev)
+                    p_step = {k: v.index_select(0, sel) for k, v in params.items()}
+                    b_step = {k: v.index_select(0, sel) for k, v in buffers.items()}
+                    rows = rows.index_select(0, sel)
+                xb, yb = X_all[rows], y_all[rows]
+                mb = mask_t[s] if sel is None else mask_t[s].index_select(0, sel)
                 if dp is None:
-                    grads = _plain_grads(base, params, buffers, xb, yb, mb)
+                    grads = _plain_grads(base, p_step, b_step, xb, yb, mb)
                 else:
-                    grads = _dp_grads(base, params, buffers, xb, yb, mb, dp, q, sizes, seed, g * S + s, dp_chunk_bytes)
-                opt.update(params, grads, active)
+                    qs, ns = (q, sizes) if sel is None else (q[sel_np], sizes[sel_np])
+                    grads = _dp_grads(base, p_step, b_step, xb, yb, mb, dp, qs, ns, seed, g * S + s, dp_chunk_bytes)
+                opt.update(p_step, grads, sel)
+                if sel is not None:
+                    for k, v in p_step.items():
+                        params[k].index_copy_(0, sel, v)
+                    for k, v in b_step.items():
+                        buffers[k].index_copy_(0, sel, v)
             done = g + 1
             if eval_data is not None and (done % eval_every == 0 or done == config.epochs):
                 history.append(_evaluate(spec, params, buffers, eval_data, done, dev, config, seed))
@@ -614,10 +663,11 @@ def _progress(show: bool, total: int, M: int, name: str):
 
 
 def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
-    """Index and mask blocks (S, M, B) for global epoch g without DP."""
+    """Index and mask blocks (S, M, W) for round g without DP, W = min(B, largest data set)."""
     M = len(sizes)
-    idx = np.zeros((S, M, B), dtype=np.int64)
-    mask = np.zeros((S, M, B), dtype=np.float32)
+    W = int(min(B, sizes.max()))  # no batch is wider than the largest data set
+    idx = np.zeros((S, M, W), dtype=np.int64)
+    mask = np.zeros((S, M, W), dtype=np.float32)
     t0, t1 = g * S, (g + 1) * S
     for i in range(M):
         s_i, n = int(spe[i]), int(sizes[i])
@@ -630,7 +680,7 @@ def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
             padded = np.full(s_i * B, -1, dtype=np.int64)
             padded[:n] = _perm(n, seed, i, e)
             rows.append(padded.reshape(s_i, B))
-        block = np.concatenate(rows)[lo - e_lo * s_i : hi - e_lo * s_i]
+        block = np.concatenate(rows)[lo - e_lo * s_i : hi - e_lo * s_i, :W]
         valid = block >= 0
         idx[: hi - lo, i] = np.where(valid, block, 0) + offsets[i]
         mask[: hi - lo, i] = valid
@@ -638,7 +688,7 @@ def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
 
 
 def _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed):
-    """Index and mask blocks (S, M, W) for global epoch g with Poisson sampling; W = largest batch."""
+    """Index and mask blocks (S, M, W) for round g with Poisson sampling; W = largest batch."""
     M = len(sizes)
     t0, t1 = g * S, (g + 1) * S
     per_model: list[list[np.ndarray]] = []
@@ -772,7 +822,8 @@ def _maybe_resume(ckpt: Path, fp, params, buffers, opt) -> tuple[int, list]:
         v.copy_(tensors[f"param/{k}"])
     for k, v in buffers.items():
         v.copy_(tensors[f"buffer/{k}"])
-    opt.load({k: v.to(opt.step.device) for k, v in tensors.items() if k.startswith("opt/")})
+    dev = next(iter(params.values())).device
+    opt.load({k: v.to(dev) for k, v in tensors.items() if k.startswith("opt/")})
     return int(state["completed_epochs"]), list(state.get("history", []))
 
 

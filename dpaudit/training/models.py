@@ -56,7 +56,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from torch import nn
-import torch.nn.functional as F
 
 from dpaudit._io import atomic_path, write_json
 from dpaudit.errors import DataError, ParameterError, check_choice, check_int
@@ -193,12 +192,16 @@ class MaskedBatchNorm(nn.Module):
         return xhat * self.weight.reshape(shape) + self.bias.reshape(shape)
 
 
-def _norm(kind: str | None, channels: int) -> nn.Module | None:
+def _norm(kind: str | None, channels: int, *, dense: bool = False) -> nn.Module | None:
+    """Norm layer for ``channels`` features. Group norm uses up to 8 groups (the largest of 8, 4, 2, 1
+    dividing ``channels``); after a dense layer (no spatial extent) each group keeps >= 4 features, since a
+    group of one feature would normalise it to zero."""
     if kind is None:
         return None
     if kind == "batch":
         return MaskedBatchNorm(channels)
-    groups = math.gcd(channels, 8) if channels >= 8 else 1
+    min_per_group = 4 if dense else 1
+    groups = next(g for g in (8, 4, 2, 1) if channels % g == 0 and channels // g >= min_per_group)
     return nn.GroupNorm(groups, channels)
 
 
@@ -226,7 +229,7 @@ def _mlp(spec: ModelSpec) -> _Net:
     width = math.prod(spec.input_shape)
     for h in hidden:
         layers.append(nn.Linear(width, h, bias=norm != "batch"))  # batch norm cancels a bias
-        nl = _norm(norm, h)
+        nl = _norm(norm, h, dense=True)
         if nl is not None:
             layers.append(nl)
         layers.append(nn.ReLU())
@@ -546,8 +549,17 @@ def load_classifier(path, spec: ModelSpec) -> Classifier:
         except CatBoostError as exc:
             raise DataError(f"{found}: not a readable CatBoost model ({exc}).") from None
         return Classifier(spec, estimator=est)
+    import zipfile
+
     import skops.io as sio
 
+    try:  # check the top-level class from the archive's schema before skops builds anything
+        with zipfile.ZipFile(found) as zf:
+            top = json.loads(zf.read("schema.json")).get("__class__")
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError) as exc:
+        raise DataError(f"{found}: not a readable skops file ({exc}).") from None
+    if top != _SKOPS_TOP[spec.name]:
+        raise DataError(f"{found}: holds a {top}, expected {_SKOPS_TOP[spec.name]} for spec {spec.name!r}.")
     try:
         untrusted = sio.get_untrusted_types(file=found)
     except Exception as exc:  # noqa: BLE001 - skops raises several types on malformed archives
