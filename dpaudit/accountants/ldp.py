@@ -227,10 +227,17 @@ def shuffle_closed_form(epsilon0: float, num_users: int, delta: float) -> Shuffl
     return ShuffleBound(min(e0, math.log1p(inner)), delta, e0, n, "shuffling closed form (FMT 2021, Thm 3.1)", True, cond)
 
 
-def _clone_weights(epsilon0: float, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Support c = 0..n-1 of C ~ Bin(n-1, e^{-eps0}) and its pmf."""
-    c = np.arange(n, dtype=np.float64)
-    return c, stats.binom.pmf(c, n - 1, math.exp(-epsilon0))
+def _clone_window(epsilon0: float, n: int, tail_mass: float = 1e-15) -> tuple[np.ndarray, np.ndarray, float]:
+    """Clone counts c within the central ``1 - tail_mass`` of C ~ Bin(n-1, e^{-eps0}), their pmf, and the mass
+    left out (which callers count as worst case)."""
+    p_clone = math.exp(-epsilon0)
+    if n == 1:
+        return np.zeros(1), np.ones(1), 0.0
+    lo = int(stats.binom.ppf(tail_mass / 4, n - 1, p_clone))
+    hi = int(stats.binom.isf(tail_mass / 4, n - 1, p_clone))
+    cs = np.arange(max(lo - 1, 0), min(hi + 1, n - 1) + 1, dtype=np.float64)
+    w = stats.binom.pmf(cs, n - 1, p_clone)
+    return cs, w, max(0.0, 1.0 - float(w.sum()))
 
 
 def shuffle_delta(epsilon0: float, num_users: int, epsilon: float) -> float:
@@ -251,7 +258,7 @@ def shuffle_delta(epsilon0: float, num_users: int, epsilon: float) -> float:
     eps = check_float(epsilon, "epsilon", owner, low=0.0)
     if eps >= e0:
         return 0.0
-    c, w = _clone_weights(e0, n)
+    c, w, dropped = _clone_window(e0, n)
     pd = 1.0 / (1.0 + math.exp(-e0))  # P(Delta = 1)
     ee = math.exp(eps)
     r_star = (ee * pd - (1.0 - pd)) / (pd - ee * (1.0 - pd))  # ratio b(t-1)/b(t) at which P/Q = e^eps
@@ -267,7 +274,8 @@ def shuffle_delta(epsilon0: float, num_users: int, epsilon: float) -> float:
     h = np.maximum.reduce([tail(np.clip(t0 + k, 0.0, c + 1.0)) for k in (-1.0, 0.0, 1.0)])
     h = np.maximum(h, 0.0)
     # round up: a relative 1e-12 and the float error of summing n terms
-    return float(min(1.0, np.dot(w, h) * (1.0 + 1e-12) + n * 1e-17))
+    # clone counts not enumerated contribute at most their mass; round up by a relative 1e-12 and the float error
+    return float(min(1.0, np.dot(w, h) * (1.0 + 1e-12) + dropped + c.size * 1e-17))
 
 
 def shuffle_numerical(epsilon0: float, num_users: int, delta: float, *, tol: float = 1e-4) -> ShuffleBound:
@@ -290,46 +298,62 @@ def shuffle_numerical(epsilon0: float, num_users: int, delta: float, *, tol: flo
     return ShuffleBound(hi, delta, e0, n, method, hi < e0, cond)
 
 
-def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interval: float = 1e-3,
+def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interval: float = 1e-4,
                 tail_mass: float = 1e-15):
     """dp_accounting ``PrivacyLossDistribution`` of FMT 2021's dominating pair (P, Q), pessimistic.
 
-    Outcomes (c, t) with c clones and first coordinate t. Clone counts outside the central
-    ``1 - tail_mass`` of Bin(n-1, e^{-eps0}) are dropped from both P and Q and their P-mass is put on an
-    outcome Q never has (infinite privacy loss), so divergences are over-estimated, never under-.
-    Compose with ``.self_compose(T)`` for T shuffled rounds (each round dominated by the same pair).
+    Outcomes are (c, t): c clones and first coordinate t. The privacy loss :math:`\\log P/Q` of every outcome is
+    computed vectorised, rounded UP to the grid, and its P-mass accumulated. Clone counts outside the central
+    ``1 - tail_mass`` of Bin(n-1, e^{-eps0}), and first coordinates outside the central ``1 - tail_mass`` of
+    Bin(c, 1/2) (widened by one), are not enumerated; their P-mass goes to the infinite privacy loss, so
+    divergences are over-estimated, never under-. Compose with ``.self_compose(T)`` for T shuffled rounds (each
+    round, adaptively, is a post-processing of the same pair).
     """
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     owner = "shuffle_pld"
     e0 = check_float(epsilon0, "epsilon0", owner, low=0.0, low_open=True)
     n = check_int(num_users, "num_users", owner, low=1)
-    c_all, w_all = _clone_weights(e0, n)
-    keep = np.ones_like(w_all, dtype=bool)
-    if n > 1:
-        lo = stats.binom.ppf(tail_mass / 2, n - 1, math.exp(-e0))
-        hi = stats.binom.isf(tail_mass / 2, n - 1, math.exp(-e0))
-        keep = (c_all >= lo) & (c_all <= hi)
-    dropped = float(w_all[~keep].sum())
+    vdi = check_float(value_discretization_interval, "value_discretization_interval", owner, low=0.0, high=1.0, low_open=True)
+    tail_mass = check_float(tail_mass, "tail_mass", owner, low=0.0, high=1e-3, low_open=True)
+    cs, w, _ = _clone_window(e0, n, tail_mass)
     pd = 1.0 / (1.0 + math.exp(-e0))
-    log_p: dict[Any, float] = {}
-    log_q: dict[Any, float] = {}
-    for c, w in zip(c_all[keep].astype(int), w_all[keep]):
-        t = np.arange(c + 2, dtype=np.float64)
-        b_prev = stats.binom.pmf(t - 1.0, c, 0.5)
-        b_here = stats.binom.pmf(t, c, 0.5)
-        p = w * (pd * b_prev + (1.0 - pd) * b_here)
-        q = w * ((1.0 - pd) * b_prev + pd * b_here)
+    span = int(math.ceil(e0 / vdi)) + 1
+    mass = np.zeros(2 * span + 1)
+    enumerated = 0.0
+    # first coordinate window per c: central part of Bin(c, 1/2), widened by one on each side
+    t_lo = np.maximum(stats.binom.ppf(tail_mass / 4, cs, 0.5) - 1, 0).astype(np.int64)
+    t_hi = np.minimum(stats.binom.isf(tail_mass / 4, cs, 0.5) + 2, cs + 1).astype(np.int64)
+    width = int((t_hi - t_lo).max()) + 1
+    rows = max(1, 2_000_000 // width)
+    for s0 in range(0, cs.size, rows):
+        c = cs[s0:s0 + rows, None].astype(np.float64)
+        t = t_lo[s0:s0 + rows, None] + np.arange(width)[None, :]
+        valid = t <= t_hi[s0:s0 + rows, None]
+        t = np.where(valid, t, 0).astype(np.float64)
+        # P(c, t) = w_c [pd b(t-1) + (1-pd) b(t)] with b = Bin(c, 1/2) pmf; written through b(t) (or b(t-1) at
+        # t = c+1) and the ratio r = b(t-1)/b(t) = t/(c-t+1), in log space
+        top = t > c
+        tt = np.where(top, c, t)  # pmf index used: t, or t-1 = c at the top end
+        log_b = special.gammaln(c + 1) - special.gammaln(tt + 1) - special.gammaln(c - tt + 1) - c * math.log(2.0)
         with np.errstate(divide="ignore"):
-            lp, lq = np.log(p), np.log(q)
-        for ti in range(c + 2):
-            log_p[(c, ti)] = float(lp[ti])
-            log_q[(c, ti)] = float(lq[ti])
-    if dropped > 0:
-        log_p[("tail",)] = math.log(dropped)
-    return pld_lib.from_two_probability_mass_functions(
-        log_q, log_p, pessimistic_estimate=True, value_discretization_interval=value_discretization_interval,
-        symmetric=True)
+            r = np.where(top, np.inf, t / (c - t + 1.0))
+            # weights of b(t) (or b(t-1) at the top end) in P and Q
+            p_w = np.where(top, pd, pd * r + (1.0 - pd))
+            q_w = np.where(top, 1.0 - pd, (1.0 - pd) * r + pd)
+        log_w = np.log(w[s0:s0 + rows, None])
+        p = np.exp(log_w + log_b + np.log(p_w)) * valid
+        loss = np.log(p_w) - np.log(q_w)
+        ok = valid & (p > 0)
+        loss = loss[ok]
+        idx = np.clip(np.ceil(loss / vdi).astype(np.int64), -span, span) + span
+        mass += np.bincount(idx, weights=p[ok], minlength=mass.size)
+        enumerated += float(p[ok].sum())
+    infinity_mass = min(1.0, max(0.0, 1.0 - enumerated) + 1e-15)
+    nz = np.flatnonzero(mass)
+    rounded = {int(i - span): float(mass[i]) for i in nz}
+    return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+        rounded, infinity_mass, vdi, pessimistic_estimate=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -448,7 +472,7 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                     details={"applies": b.applies}))
                 if not b.applies:
                     warnings_.append(f"{b.method}: {b.condition}; the shuffled figure falls back to eps0 = {epsilon:g}.")
-            pld = shuffle_pld(epsilon, n).self_compose(t)
+            pld = shuffle_pld(epsilon, n, value_discretization_interval=1e-3).self_compose(t)
             eps_pld = float(pld.get_epsilon_for_delta(delta))
             facts["shuffled_composed_pld_epsilon"] = eps_pld
             # the shuffled output is a post-processing of the local reports, so the local RDP figure bounds it too

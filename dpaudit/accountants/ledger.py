@@ -64,6 +64,7 @@ class PrivacyLedger:
         self._eps: dict[str, float] = {}
         self._exhausted: dict[str, None] = {}
         self._assumptions: dict[str, None] = {}
+        self._memo: tuple | None = None  # last candidate (key, base accountant, new accountant, epsilon)
 
     def _new_accountant(self) -> Accountant:
         if self.accountant == "rdp":
@@ -86,7 +87,9 @@ class PrivacyLedger:
         if self.accountant == "rdp":
             from dpaudit.accountants.rdp import rdp_to_epsilon
 
-            return rdp_to_epsilon(acc.orders, acc._rdp, self.delta, warn=False)[0]
+            if not acc._rdp.any():
+                return 0.0
+            return min(rdp_to_epsilon(acc.orders, acc._rdp, self.delta, warn=False)[0], acc._pure)
 
         from dpaudit.accountants.rdp import EdgeOrderWarning
 
@@ -100,9 +103,15 @@ class PrivacyLedger:
         if not isinstance(event, DpEvent):
             raise ParameterError(f"The 'event' parameter of PrivacyLedger.record must be a DpEvent. Got {event!r:.80} instead.")
         base = self._acc.get(party)
+        key = (party, id(base), event, count)
+        memo = self._memo
+        if memo is not None and memo[0] == key and memo[1] is base:
+            return memo[2], memo[3]  # would_exceed() just computed this very candidate
         acc = _fork(base) if base is not None else self._new_accountant()
         acc.compose(event, count)
-        return acc, self._epsilon_of(acc)
+        eps = self._epsilon_of(acc)
+        self._memo = (key, base, acc, eps) if getattr(event, "votes", None) is None else None
+        return acc, eps
 
     def would_exceed(self, party: str, event: DpEvent, count: int = 1) -> bool:
         """Whether recording ``count`` x ``event`` for ``party`` would take it above the budget (no state change)."""
@@ -123,6 +132,7 @@ class PrivacyLedger:
                 "the event was not recorded.")
         self._acc[party] = acc
         self._eps[party] = eps
+        self._memo = None
 
     def add_assumption(self, text: str) -> None:
         """Add a sentence every statement of this ledger carries (e.g. how parties were sampled)."""

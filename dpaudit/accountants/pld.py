@@ -84,7 +84,7 @@ class PldAccountant(Accountant):
         if isinstance(event, Shuffled):
             from dpaudit.accountants.ldp import shuffle_pld
 
-            one = shuffle_pld(event.local_epsilon, event.num_users, value_discretization_interval=max(vdi, 1e-3))
+            one = shuffle_pld(event.local_epsilon, event.num_users, value_discretization_interval=vdi)
             return one.self_compose(count)
         raise UnsupportedEventError(f"PldAccountant does not support events of type {type(event).__name__}.")
 

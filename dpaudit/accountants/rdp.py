@@ -138,6 +138,17 @@ def event_assumptions(event) -> tuple[str, ...]:
     return (f"{name}: neighbouring relation as documented for this event.",)
 
 
+def _pure_epsilon(event: DpEvent) -> float:
+    """Pure-DP epsilon of one leaf event, inf when it is not a pure-DP mechanism (or not known to be)."""
+    from dpaudit.accountants import events as ev
+
+    if isinstance(event, ev.RandomizedResponse):
+        return event.report_epsilon
+    if isinstance(event, ev.LaplaceNoisyMax) and event.votes is None:
+        return event.query_epsilon * event.num_queries
+    return math.inf
+
+
 def _append_event(events: list, event: DpEvent, count: int) -> None:
     """Append ``(event, count)``, merging with the last entry when it is the same data-independent event."""
     if events and getattr(event, "votes", None) is None and type(events[-1][0]) is type(event) and events[-1][0] == event:
@@ -173,6 +184,7 @@ class RdpAccountant(Accountant):
         self._rdp = np.zeros_like(self.orders)
         self._assumptions: dict[str, None] = {}
         self._data_dependent = False
+        self._pure = 0.0  # sum of pure-DP epsilons (inf once an event is not pure DP)
         self.warnings: tuple[str, ...] = ()
 
     def supports(self, event: DpEvent) -> bool:
@@ -217,7 +229,9 @@ class RdpAccountant(Accountant):
         add = self.rdp_of(event, count)
         new_assumptions = join_assumptions(*(event_assumptions(l) for l, _ in leaves))
         # all computed: now mutate
+        pure = sum(_pure_epsilon(leaf) * mult for leaf, mult in leaves) * count
         self._rdp = self._rdp + add
+        self._pure = self._pure + pure
         _append_event(self._events, event, count)
         for a in new_assumptions:
             self._assumptions.setdefault(a, None)
@@ -231,15 +245,22 @@ class RdpAccountant(Accountant):
         return out
 
     def _statement(self, target_delta: float) -> PrivacyStatement:
+        if not np.any(self._rdp > 0):  # nothing composed (or only zero-cost events): identical output distributions
+            return PrivacyStatement(0.0, target_delta, "rdp", assumptions=("No privacy-relevant events were composed.",))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", EdgeOrderWarning)
             eps, order = rdp_to_epsilon(self.orders, self._rdp, target_delta)
+        method = "rdp"
+        base = ("RDP summed over all composed events (adaptive composition), converted to (epsilon, delta) with "
+                "the Canonne-Kamath-Steinke 2020 bound; the smallest epsilon over the order grid is reported.",)
+        if self._pure <= eps:  # every event is pure DP and basic composition is tighter here
+            eps, order, method, caught = self._pure, None, "basic composition (pure DP)", []
+            base = ("Every composed event is pure DP; basic composition (sum of epsilons, delta 0) is smaller than "
+                    "the RDP figure and is reported.",)
         self.warnings = tuple(str(c.message) for c in caught if issubclass(c.category, EdgeOrderWarning))
         for msg in self.warnings:
             warnings.warn(msg, EdgeOrderWarning, stacklevel=3)
-        base = ("RDP summed over all composed events (adaptive composition), converted to (epsilon, delta) with "
-                "the Canonne-Kamath-Steinke 2020 bound; the smallest epsilon over the order grid is reported.",)
-        return PrivacyStatement(eps, target_delta, "rdp", order=order,
+        return PrivacyStatement(eps, target_delta, method, order=order,
                                 assumptions=join_assumptions(base, tuple(self._assumptions)),
                                 data_dependent=self._data_dependent,
                                 details={"orders": f"{self.orders.min():g}..{self.orders.max():g} ({self.orders.size})"})
