@@ -1,3 +1,274 @@
-"""(placeholder: to be implemented)"""
+"""PATE with Gaussian noisy max (GNMax) and Confident-GNMax: data-dependent Rényi DP.
 
-__all__: list[str] = []
+Papernot, Song, Mironov, Raghunathan, Talwar, Erlingsson, "Scalable private learning with PATE", ICLR 2018
+(arXiv:1802.08908) — "PATE 2018" below.
+
+One GNMax answer is :math:`\\arg\\max_j (n_j + \\mathcal N(0, \\sigma^2))`. One record moves one teacher's vote:
+the histogram changes by 1 in two coordinates (L2 sensitivity :math:`\\sqrt2`), so one answer is
+:math:`(\\lambda, \\lambda/\\sigma^2)`-RDP for every :math:`\\lambda > 1` (PATE 2018, Proposition 8).
+
+Data-dependent RDP (PATE 2018, Theorem 6 with the orders of Proposition 10). With
+:math:`\\tilde q \\ge \\Pr[M(D) \\ne i^*]` and two higher orders :math:`\\mu_2 = \\sigma\\sqrt{\\log(1/\\tilde q)}`,
+:math:`\\mu_1 = \\mu_2 + 1` at which the mechanism is :math:`(\\mu_i, \\epsilon_i = \\mu_i/\\sigma^2)`-RDP,
+
+.. math::
+   D_\\lambda \\le \\frac{1}{\\lambda-1}\\log\\big((1-\\tilde q) A^{\\lambda-1} + \\tilde q B^{\\lambda-1}\\big),\\quad
+   A = \\frac{1-\\tilde q}{1 - (\\tilde q e^{\\epsilon_2})^{(\\mu_2-1)/\\mu_2}},\\quad B = \\frac{e^{\\epsilon_1}}{\\tilde q^{1/(\\mu_1-1)}},
+
+which applies when :math:`\\mu_2 > 1`, :math:`\\lambda < \\mu_1`, :math:`\\tilde q e^{\\epsilon_2} < 1` and
+:math:`\\log\\tilde q \\le (\\mu_2-1)\\epsilon_2 - \\mu_2\\log\\big(\\frac{\\mu_1}{\\mu_1-1}\\cdot\\frac{\\mu_2}{\\mu_2-1}\\big)`
+(the range where the bound increases with :math:`\\tilde q`). Elsewhere the data-independent
+:math:`\\lambda/\\sigma^2` is used; the data-dependent figure is always the minimum of the two.
+
+The q bound (PATE 2018, Proposition 7): the difference of two independent :math:`\\mathcal N(0,\\sigma^2)` is
+:math:`\\mathcal N(0, 2\\sigma^2)`, so :math:`\\tilde q = \\sum_{i \\ne i^*} \\Phi(-(n_{i^*} - n_i)/(\\sqrt2\\sigma))`,
+capped at :math:`1 - 1/C`; computed with ``scipy.special.log_ndtr`` (no underflow).
+
+Confident-GNMax (PATE 2018, Algorithm 1): each query first checks :math:`\\max_j n_j + \\mathcal N(0, \\sigma_1^2) \\ge T`.
+The max count has sensitivity 1, so every query pays :math:`\\lambda/(2\\sigma_1^2)`; only answered queries pay
+the GNMax cost. (The data-dependent analysis of the threshold step in PATE 2018 is not used here: the
+threshold cost is data-independent, which is conservative.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy.special import log_ndtr
+
+from dpaudit.accountants.base import register_rdp
+from dpaudit.accountants.events import DpEvent, GaussianNoisyMax, _as_votes
+from dpaudit.accountants.pate import _check_orders, _edge_warning, _log1mexp, _validated_votes
+from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.errors import ParameterError, check_bool, check_float, check_int, check_probability
+
+__all__ = [
+    "gaussian_log_q",
+    "rdp_gnmax_data_independent",
+    "rdp_gnmax_data_dependent",
+    "gnmax_dd_applies",
+    "rdp_threshold",
+    "account_gnmax",
+]
+
+_CHUNK = 1 << 15
+
+
+def gaussian_log_q(votes: Any, sigma: float) -> np.ndarray:
+    """:math:`\\log\\tilde q` per query (PATE 2018, Proposition 7), shape (queries,).
+
+    :math:`\\tilde q = \\min(1 - 1/C, \\sum_{i \\ne i^*} \\Phi(-(n_{i^*} - n_i)/(\\sqrt2\\sigma)))` for the plurality
+    class :math:`i^*` (ties: every other class counts). Always finite.
+    """
+    sigma = check_float(sigma, "sigma", "gaussian_log_q", low=0.0, low_open=True)
+    v = _validated_votes(votes, "gaussian_log_q")
+    nq, nc = v.shape
+    out = np.empty(nq)
+    for start in range(0, nq, _CHUNK):
+        s = -np.sort(-v[start:start + _CHUNK], axis=1)  # descending
+        gaps = s[:, :1] - s[:, 1:]  # (rows, C-1) >= 0
+        lt = log_ndtr(-gaps / (math.sqrt(2.0) * sigma))
+        m = lt.max(axis=1)
+        out[start:start + s.shape[0]] = m + np.log(np.exp(lt - m[:, None]).sum(axis=1))
+    return np.minimum(out, math.log1p(-1.0 / nc))
+
+
+def rdp_gnmax_data_independent(sigma: float, orders: Any) -> np.ndarray:
+    """:math:`\\lambda/\\sigma^2` per GNMax answer (PATE 2018, Proposition 8)."""
+    sigma = check_float(sigma, "sigma", "rdp_gnmax_data_independent", low=0.0, low_open=True)
+    lam = _check_orders(orders, "orders", "rdp_gnmax_data_independent", low=1.0)
+    return lam / sigma**2
+
+
+def rdp_threshold(sigma1: float, orders: Any) -> np.ndarray:
+    """:math:`\\lambda/(2\\sigma_1^2)`: the Gaussian mechanism on the max vote count (sensitivity 1)."""
+    sigma1 = check_float(sigma1, "sigma1", "rdp_threshold", low=0.0, low_open=True)
+    lam = _check_orders(orders, "orders", "rdp_threshold", low=1.0)
+    return lam / (2.0 * sigma1**2)
+
+
+def _dd_parts(log_q: np.ndarray, sigma: float):
+    """mu1, mu2, eps1, eps2 and the order-free validity mask (per query)."""
+    var = sigma * sigma
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        mu2 = sigma * np.sqrt(np.maximum(-log_q, 0.0))
+        mu1 = mu2 + 1.0
+        eps1 = mu1 / var
+        eps2 = mu2 / var
+        ok = (mu2 > 1.0) & np.isfinite(mu2)
+        cond_mono = log_q <= (mu2 - 1.0) * eps2 - mu2 * (np.log(mu1 / (mu1 - 1.0)) + np.log(mu2 / (mu2 - 1.0)))
+        cond_a = -log_q > eps2  # q e^{eps2} < 1
+    return mu1, mu2, eps1, eps2, ok & cond_mono & cond_a
+
+
+def gnmax_dd_applies(log_q: Any, sigma: float, orders: Any) -> np.ndarray:
+    """Boolean (queries, orders): where PATE 2018 Theorem 6 (orders of Proposition 10) applies."""
+    lq = np.atleast_1d(np.asarray(log_q, dtype=np.float64)).ravel()
+    lam = _check_orders(orders, "orders", "gnmax_dd_applies", low=1.0)
+    mu1, _, _, _, ok = _dd_parts(lq, check_float(sigma, "sigma", "gnmax_dd_applies", low=0.0, low_open=True))
+    return ok[:, None] & (lam[None, :] < mu1[:, None])
+
+
+def rdp_gnmax_data_dependent(log_q: Any, sigma: float, orders: Any) -> np.ndarray:
+    """Data-dependent RDP of one GNMax answer per query, shape (queries, orders) (PATE 2018, Theorem 6).
+
+    The minimum of the Theorem 6 bound (where it applies, see :func:`gnmax_dd_applies`) and the
+    data-independent :math:`\\lambda/\\sigma^2`; never below 0, never NaN. ``log_q = -inf`` (q = 0) gives the
+    limit of the bound. Vectorised over queries and orders, in log space.
+    """
+    owner = "rdp_gnmax_data_dependent"
+    sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
+    lq = np.atleast_1d(np.asarray(log_q, dtype=np.float64)).ravel()
+    if np.any(np.isnan(lq)) or np.any(lq > 0):
+        raise ParameterError(f"The 'log_q' parameter of {owner} must hold values <= 0. Got a NaN or positive value instead.")
+    lam = _check_orders(orders, "orders", owner, low=1.0)
+    base = lam / sigma**2
+    out = np.broadcast_to(base, (lq.size, lam.size)).copy()
+    finite = np.isfinite(lq)
+    # q = 0: the answer is i* with certainty under D; the bound's limit as q -> 0 is 0 (A -> 1, q B^{l-1} -> 0).
+    out[~finite] = 0.0
+    idx = np.flatnonzero(finite)
+    if idx.size == 0:
+        return out
+    q = lq[idx]
+    mu1, mu2, eps1, eps2, ok = _dd_parts(q, sigma)
+    if not np.any(ok):
+        return out
+    sel = idx[ok]
+    q, mu1, mu2, eps1, eps2 = q[ok], mu1[ok], mu2[ok], eps1[ok], eps2[ok]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        log1q = _log1mexp(q)
+        log_a = log1q - _log1mexp((q + eps2) * (1.0 - 1.0 / mu2))
+        log_b = eps1 - q / (mu1 - 1.0)
+        lm1 = lam[None, :] - 1.0
+        log_s = np.logaddexp(log1q[:, None] + lm1 * log_a[:, None], q[:, None] + lm1 * log_b[:, None])
+        bound = np.maximum(log_s / lm1, 0.0)
+    applies = lam[None, :] < mu1[:, None]
+    bound = np.where(applies & np.isfinite(bound), bound, np.inf)
+    out[sel] = np.minimum(out[sel], bound)
+    return out
+
+
+def _dd_total(votes: np.ndarray, sigma: float, orders: np.ndarray, answered: np.ndarray | None):
+    """Sum over (answered) queries of the data-dependent GNMax RDP; also log q and per-query applicability."""
+    lq = gaussian_log_q(votes, sigma)
+    total = np.zeros(orders.size)
+    applied = np.zeros(lq.size, dtype=bool)
+    use = np.ones(lq.size, dtype=bool) if answered is None else answered
+    base = orders / sigma**2
+    for start in range(0, lq.size, _CHUNK):
+        block = lq[start:start + _CHUNK]
+        r = rdp_gnmax_data_dependent(block, sigma, orders)
+        applied[start:start + block.size] = np.any(r < base[None, :], axis=1)
+        total += r[use[start:start + block.size]].sum(axis=0)
+    return total, lq, applied
+
+
+@register_rdp(GaussianNoisyMax)
+def _rdp_gnmax_event(event: DpEvent, orders: np.ndarray) -> np.ndarray:
+    """RDP of one :class:`GaussianNoisyMax` event. With a threshold and votes, every row pays the threshold
+    check and (not knowing which were answered) the GNMax cost as well — conservative."""
+    lam = _check_orders(orders, "orders", "GaussianNoisyMax RDP", low=1.0)
+    n = int(event.num_queries)  # type: ignore[attr-defined]
+    if event.votes is None:  # type: ignore[attr-defined]
+        total = n * rdp_gnmax_data_independent(event.sigma, lam)  # type: ignore[attr-defined]
+    else:
+        total = _dd_total(event.votes, event.sigma, lam, None)[0]  # type: ignore[attr-defined]
+    if event.threshold is not None:  # type: ignore[attr-defined]
+        total = total + n * rdp_threshold(event.sigma_threshold, lam)  # type: ignore[attr-defined]
+    return total
+
+
+def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int | None = None, threshold: float | None = None,
+                  sigma1: float | None = None, data_independent: bool = False, orders: Any = None,
+                  answered: Any = None) -> AccountingResult:
+    """Epsilon of GNMax / Confident-GNMax answers (PATE 2018), RDP route.
+
+    Parameters
+    ----------
+    votes:
+        Teacher vote histograms (queries x classes), counts >= 0. Gives the data-dependent figure (headline).
+    sigma:
+        Standard deviation :math:`\\sigma` of the GNMax noise on every count.
+    delta:
+        Target :math:`\\delta \\in (0,1)`.
+    queries:
+        Number of queries for the data-independent figure (default: vote rows).
+    threshold, sigma1:
+        Confident-GNMax: threshold T and noise :math:`\\sigma_1` of the check; every query pays the check.
+    answered:
+        With a threshold: which queries passed the check (bool mask over vote rows), or their number without
+        votes. Default: all (conservative).
+    data_independent:
+        Only the data-independent figure.
+    orders:
+        Rényi orders :math:`\\lambda > 1` (default :data:`DEFAULT_ORDERS`).
+    """
+    owner = "account_gnmax"
+    sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
+    delta = check_probability(delta, "delta", owner)
+    data_independent = check_bool(data_independent, "data_independent", owner)
+    grid = np.array(DEFAULT_ORDERS) if orders is None else _check_orders(orders, "orders", owner, low=1.0)
+    if (threshold is None) != (sigma1 is None):
+        raise ParameterError(f"{owner} needs both 'threshold' and 'sigma1' for Confident-GNMax, or neither. "
+                             f"Got threshold={threshold!r}, sigma1={sigma1!r} instead.")
+    if threshold is not None:
+        threshold = check_float(threshold, "threshold", owner)
+        sigma1 = check_float(sigma1, "sigma1", owner, low=0.0, low_open=True)
+    v = None if votes is None else _as_votes(votes, owner)
+    if queries is None:
+        if v is None:
+            raise ParameterError(f"{owner} needs 'votes' or 'queries'. Got neither.")
+        queries = v.shape[0]
+    queries = check_int(queries, "queries", owner, low=1)
+    if v is not None and v.shape[0] != queries:
+        raise ParameterError(f"The 'queries' parameter of {owner} must equal the number of vote rows ({v.shape[0]}). Got {queries} instead.")
+    mask = None
+    n_answered = queries
+    warnings_: list[str] = []
+    if answered is not None:
+        if threshold is None:
+            raise ParameterError(f"The 'answered' parameter of {owner} needs a threshold (Confident-GNMax). Got threshold=None instead.")
+        if np.ndim(answered) == 0:
+            n_answered = check_int(answered, "answered", owner, low=0, high=queries)
+            if v is not None:
+                raise ParameterError(f"The 'answered' parameter of {owner} must be a bool mask over the {queries} vote rows when votes are given. Got an int instead.")
+        else:
+            mask = np.asarray(answered)
+            if mask.dtype != bool or mask.shape != (queries,):
+                raise ParameterError(f"The 'answered' parameter of {owner} must be a bool array of shape ({queries},). Got {mask.dtype} {mask.shape} instead.")
+            n_answered = int(mask.sum())
+    elif threshold is not None:
+        warnings_.append("No 'answered' mask given: every query is charged the GNMax cost as if it had passed the threshold (conservative).")
+
+    thr = queries * rdp_threshold(sigma1, grid) if threshold is not None else np.zeros(grid.size)
+    di_rdp = n_answered * rdp_gnmax_data_independent(sigma, grid) + thr
+    relation = "replace-one record (one teacher's vote changes)"
+    base_assumptions = [f"Neighbouring datasets: {relation}.",
+                        f"GNMax answers with N(0, {sigma:g}^2) noise on each vote count (PATE 2018), composed adaptively."]
+    if threshold is not None:
+        base_assumptions.append(f"Confident-GNMax: every one of the {queries} queries pays the threshold check "
+                                f"(T = {threshold:g}, sigma1 = {sigma1:g}, RDP lambda/(2 sigma1^2)); {n_answered} answered queries pay GNMax.")
+    di_eps, di_order = rdp_to_epsilon(grid, di_rdp, delta, warn=False)
+    di_stmt = PrivacyStatement(di_eps, delta, "rdp", di_order, tuple(base_assumptions), f"data-independent, {queries} queries")
+    params = {"sigma": sigma, "delta": delta, "queries": queries, "threshold": threshold, "sigma1": sigma1,
+              "answered": n_answered, "orders": grid.tolist(), "data_independent": v is None or data_independent}
+    if v is None or data_independent:
+        warnings_ += _edge_warning(grid, di_order, "Rényi order")
+        return AccountingResult("gnmax", (di_stmt,), 0, params, {"num_queries": queries, "answered": n_answered}, tuple(warnings_))
+    total, lq, applied = _dd_total(v, sigma, grid, mask)
+    dd_rdp = np.minimum(total + thr, di_rdp)
+    dd_eps, dd_order = rdp_to_epsilon(grid, dd_rdp, delta, warn=False)
+    dd_stmt = PrivacyStatement(
+        dd_eps, delta, "rdp", dd_order,
+        tuple(base_assumptions) + ("Data-dependent bound (PATE 2018, Theorem 6): the figure is a function of the private votes "
+                                   "and is not itself differentially private (see dpaudit.accountants.smooth_sensitivity).",),
+        f"data-dependent, {queries} queries", True)
+    warnings_ += _edge_warning(grid, dd_order, "Rényi order")
+    q = np.exp(lq)
+    facts = {"num_queries": queries, "answered": n_answered, "q_min": float(q.min()), "q_median": float(np.median(q)),
+             "q_mean": float(q.mean()), "q_max": float(q.max()), "data_dependent_queries": int(applied.sum())}
+    return AccountingResult("gnmax", (dd_stmt, di_stmt), 0, params, facts, tuple(warnings_))

@@ -65,6 +65,7 @@ __all__ = [
     "laplace_log_q",
     "laplace_log_moments",
     "laplace_total_log_moments",
+    "data_independent_log_moments",
     "moments_to_epsilon",
     "rdp_laplace_noisy_max",
     "MomentsAccountant",
@@ -187,23 +188,130 @@ def laplace_log_moments(log_q: Any, eps_query: float, orders: Any = MOMENT_ORDER
     return out
 
 
-def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORDERS, *, sensitivity: float = 2.0,
-                              return_details: bool = False):
-    """Sum over queries of :func:`laplace_log_moments`, processed in blocks (memory stays flat for 1e6+ queries).
+_FAST_BLOCK = 1 << 13
+_TINY_Q = 1e-280  # below this the linear q may lose digits to underflow: those rows take the log-space path
 
-    Returns the array of shape (L,); with ``return_details`` also ``(log_q, valid)`` per query, ``valid`` saying
-    where the data-dependent bound applied (q below its threshold).
+
+def _q_linear(block: np.ndarray, gamma: float) -> np.ndarray:
+    """Lemma 4's q (uncapped) in linear space for one block of rows.
+
+    Works on the transposed block (classes x rows, small enough to stay in cache) so every reduction runs over
+    the long axis. The winner's own term is removed exactly: terms with gap 0 (the winner and any class tied
+    with it) are each exactly (2 + 0)/4 = 0.5, so they are dropped from the sum and 0.5 * (ties - 1) is added back.
+    """
+    bt = np.ascontiguousarray(block.T)
+    top = bt.max(axis=0)
+    x = np.subtract(top, bt)
+    x *= gamma
+    pos = x > 0.0
+    e = np.multiply(x, -1.0)
+    np.exp(e, out=e)
+    e *= pos
+    x += 2.0
+    x *= e
+    q = x.sum(axis=0)
+    q *= 0.25
+    q += 0.5 * (bt.shape[0] - np.count_nonzero(pos, axis=0) - 1)
+    return q
+
+
+def _moments_sum_linear(q: np.ndarray, eps: float, l: np.ndarray, di: np.ndarray) -> tuple[np.ndarray, int]:
+    """Sum over queries of min(di, data-dependent) for q >= 1e-280 and eps*max(l) < 700 (no overflow possible).
+
+    Theorem 3's bound written as log1p((1-q)(r^l - 1) + q expm1(eps l)), r = (1-q)/(1-e^eps q), so that small q
+    keep full relative precision. For integer orders up to 512, r^l - 1 comes from the recurrence
+    r^{m+1} - 1 = (r^m - 1) r + (r - 1) (all terms positive: no cancellation); otherwise from expm1(l log r).
+    Returns (sum, number of queries where the bound applied)."""
+    thr = math.exp(-float(np.logaddexp(0.0, eps)))
+    valid = q < thr
+    qv = q[valid]
+    total = (q.size - qv.size) * di
+    if not qv.size:
+        return total, 0
+    log_r = np.log1p(-qv)
+    log_r -= np.log1p(-math.exp(eps) * qv)
+    omq = 1.0 - qv
+    em = np.expm1(eps * l)
+    out = np.empty(l.size)
+    integer = bool(np.all(l == np.round(l))) and float(l.max()) <= 512
+    tmp = np.empty_like(qv)
+    if integer:
+        d1 = np.expm1(log_r)  # r - 1 >= 0
+        r = d1 + 1.0
+        d = d1.copy()
+        cur = 1
+        for k in np.argsort(l, kind="stable"):
+            target = int(l[k])
+            while cur < target:
+                d *= r
+                d += d1
+                cur += 1
+            np.multiply(omq, d, out=tmp)
+            tmp += qv * em[k]
+            np.log1p(tmp, out=tmp)
+            np.minimum(tmp, di[k], out=tmp)
+            out[k] = tmp.sum()
+    else:
+        for k in range(l.size):
+            np.multiply(log_r, l[k], out=tmp)
+            np.expm1(tmp, out=tmp)
+            tmp *= omq
+            tmp += qv * em[k]
+            np.log1p(tmp, out=tmp)
+            np.minimum(tmp, di[k], out=tmp)
+            out[k] = tmp.sum()
+    return total + out, int(qv.size)
+
+
+def _block_total(block: np.ndarray, gamma: float, eps: float, l: np.ndarray, di: np.ndarray, cap: float,
+                 linear_ok: bool) -> tuple[np.ndarray, np.ndarray]:
+    q = np.minimum(_q_linear(block, gamma), cap)
+    tiny = q < _TINY_Q
+    if linear_ok:
+        if np.any(tiny):
+            total = laplace_log_moments(laplace_log_q(block[tiny], gamma), eps, l).sum(axis=0)
+            total = total + _moments_sum_linear(q[~tiny], eps, l, di)[0]
+        else:
+            total = _moments_sum_linear(q, eps, l, di)[0]
+    else:
+        lq = laplace_log_q(block, gamma) if np.any(tiny) else np.log(q)
+        total = laplace_log_moments(lq, eps, l).sum(axis=0)
+    return total, q
+
+
+def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORDERS, *, sensitivity: float = 2.0,
+                              return_details: bool = False, workers: int = 1):
+    """Sum over queries of :func:`laplace_log_moments` (shape (L,)), processed in blocks: memory stays flat for
+    1e6+ queries and the common case runs in linear space with ``expm1``/``log1p`` (rows with q < 1e-280 or
+    orders with eps*l >= 700 take the log-space path, so nothing underflows or overflows).
+
+    ``workers`` > 1 processes blocks in that many threads (numpy releases the GIL; the result is identical up to
+    the order of floating-point summation). With ``return_details`` also returns ``(log_q, valid)`` per query,
+    ``valid`` saying where the data-dependent bound applied (q below its threshold).
     """
     owner = "laplace_total_log_moments"
     gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
+    workers = check_int(workers, "workers", owner, low=1, high=64)
     l = _check_orders(orders, "orders", owner, low=0.0)
-    log_q = laplace_log_q(votes, gamma)
+    v = _validated_votes(votes, owner)
     eps = sens * gamma
-    total = np.zeros(l.size)
-    for start in range(0, log_q.size, _CHUNK):
-        total += laplace_log_moments(log_q[start:start + _CHUNK], eps, l).sum(axis=0)
+    di = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+    cap = 1.0 - 1.0 / v.shape[1]
+    linear_ok = eps * float(l.max()) < 700.0
+    starts = range(0, v.shape[0], _FAST_BLOCK)
+    work = lambda s0: _block_total(v[s0:s0 + _FAST_BLOCK], gamma, eps, l, di, cap, linear_ok)  # noqa: E731
+    if workers > 1 and len(starts) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parts = list(pool.map(work, starts))
+    else:
+        parts = [work(s0) for s0 in starts]
+    total = np.sum([p[0] for p in parts], axis=0) if parts else np.zeros(l.size)
     if return_details:
+        qs = np.concatenate([p[1] for p in parts])
+        log_q = laplace_log_q(v, gamma) if np.any(qs < _TINY_Q) else np.log(qs)
         return total, log_q, log_q < -np.logaddexp(0.0, eps)
     return total
 
@@ -345,7 +453,7 @@ def _convert(total_moments: np.ndarray, orders: np.ndarray, delta: float, conver
 
 
 def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: float, delta: float, eps_query: float,
-                     queries: int, orders: np.ndarray, conversion: str):
+                     queries: int, orders: np.ndarray, conversion: str, workers: int = 1):
     """(data-dependent (eps, order, facts) or None, data-independent (eps, order)). ``votes`` may be a list of
     arrays composed sequentially."""
     l = orders if conversion == "moments" else orders - 1.0
@@ -358,7 +466,7 @@ def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: 
     log_qs, valids = [], []
     for b in blocks:
         sens = eps_query / gamma
-        t, lq, valid = laplace_total_log_moments(b, gamma, l, sensitivity=sens, return_details=True)
+        t, lq, valid = laplace_total_log_moments(b, gamma, l, sensitivity=sens, return_details=True, workers=workers)
         total += t
         log_qs.append(lq)
         valids.append(valid)
@@ -380,7 +488,7 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
                  data_independent: bool = False, fedkt_level: str | None = None, granularity: str | None = None,
                  partitions: int | None = None, teachers: int | None = None, z: int | None = None,
                  orders: Any = None, conversion: str = "moments", num_parties: int | None = None,
-                 consistent_voting: bool = True) -> AccountingResult:
+                 consistent_voting: bool = True, workers: int = 1) -> AccountingResult:
     """Epsilon of PATE's Laplace noisy max over a set of queries.
 
     Parameters
@@ -405,6 +513,8 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
         default :data:`DEFAULT_ORDERS`); a sequence or a string like ``"1-8"``.
     conversion:
         ``"moments"`` (PATE 2017, reproduces published numbers) or ``"rdp"`` (tighter).
+    workers:
+        Threads for the sum over queries (default 1; see :func:`laplace_total_log_moments`).
 
     Returns
     -------
@@ -435,15 +545,16 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
         raise ParameterError(f"The 'queries' parameter of {owner} must equal the number of vote rows ({v.shape[0]}). Got {queries} instead.")
     eps_q = sensitivity * gamma
     return _result(v, gamma=gamma, delta=delta, eps_q=eps_q, queries=queries, grid=grid, conversion=conversion,
-                   mechanism="pate", relation="replace-one record (one teacher's vote changes)",
+                   workers=check_int(workers, "workers", owner, low=1, high=64), mechanism="pate", relation="replace-one record (one teacher's vote changes)",
                    parameters={"gamma": gamma, "delta": delta, "sensitivity": sensitivity, "queries": queries,
                                "conversion": conversion, "orders": grid.tolist(), "data_independent": v is None},
                    extra_assumptions=(), details={"eps_query": eps_q})
 
 
 def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, relation, parameters, extra_assumptions,
-            details, label_prefix: str = "", data_dependent_forced: bool = False) -> AccountingResult:
-    dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, orders=grid, conversion=conversion)
+            details, label_prefix: str = "", data_dependent_forced: bool = False, workers: int = 1) -> AccountingResult:
+    dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, orders=grid, conversion=conversion,
+                              workers=workers)
     what = "moment order" if conversion == "moments" else "Rényi order"
     di_eps, di_order, di_method = di
     di_stmt = PrivacyStatement(di_eps, delta, di_method, order=di_order,

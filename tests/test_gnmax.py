@@ -1,0 +1,138 @@
+"""GNMax / Confident-GNMax accounting (PATE 2018) — dpaudit.accountants.gnmax."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dpaudit.accountants.base import rdp_function_for
+from dpaudit.accountants.events import GaussianNoisyMax
+from dpaudit.accountants.gnmax import (
+    account_gnmax,
+    gaussian_log_q,
+    gnmax_dd_applies,
+    rdp_gnmax_data_dependent,
+    rdp_gnmax_data_independent,
+    rdp_threshold,
+)
+from dpaudit.accountants.rdp import rdp_to_epsilon
+from dpaudit.errors import ParameterError
+
+mpmath.mp.dps = 50
+
+
+def _mp_logq(row, sigma):
+    """mpmath oracle of PATE 2018 Proposition 7: sum over i != i* of P[N(0, 2 sigma^2) > n_i* - n_i], capped at 1 - 1/C."""
+    row = [mpmath.mpf(x) for x in row]
+    w = max(range(len(row)), key=lambda i: row[i])
+    s = sum(mpmath.erfc((row[w] - x) / (2 * mpmath.mpf(sigma))) / 2 for i, x in enumerate(row) if i != w)
+    return float(min(mpmath.log(s), mpmath.log(1 - mpmath.mpf(1) / len(row))))
+
+
+def _mp_rdp(logq, sigma, lam):
+    """mpmath oracle of PATE 2018 Theorem 6 with Proposition 10's orders, min with lambda/sigma^2."""
+    logq, sigma, lam = mpmath.mpf(logq), mpmath.mpf(sigma), mpmath.mpf(lam)
+    q = mpmath.e**logq
+    di = lam / sigma**2
+    mu2 = sigma * mpmath.sqrt(-logq)
+    mu1 = mu2 + 1
+    e1, e2 = mu1 / sigma**2, mu2 / sigma**2
+    if not (mu2 > 1 and lam < mu1 and -logq > e2
+            and logq <= (mu2 - 1) * e2 - mu2 * mpmath.log(mu1 / (mu1 - 1) * mu2 / (mu2 - 1))):
+        return float(di)
+    a = (1 - q) / (1 - (q * mpmath.e**e2) ** ((mu2 - 1) / mu2))
+    b = mpmath.e**e1 / q ** (1 / (mu1 - 1))
+    dd = mpmath.log((1 - q) * a ** (lam - 1) + q * b ** (lam - 1)) / (lam - 1)
+    return float(min(di, max(dd, 0)))
+
+
+@pytest.mark.parametrize("row, sigma", [([200, 40, 10, 0], 40.0), ([100, 90, 60], 40.0), ([250, 0, 0, 0, 0], 10.0),
+                                        ([5, 5, 0], 1.0), ([0, 0, 300], 20.0)])
+def test_log_q_matches_mpmath(row, sigma):
+    assert gaussian_log_q(np.array([row], float), sigma)[0] == pytest.approx(_mp_logq(row, sigma), rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize("logq, sigma, lam", [(-5.0, 40.0, 2.0), (-5.0, 40.0, 20.0), (-20.0, 40.0, 50.0),
+                                               (-50.0, 10.0, 30.0), (-200.0, 20.0, 256.0), (-3.0, 100.0, 1.5)])
+def test_rdp_matches_mpmath(logq, sigma, lam):
+    got = rdp_gnmax_data_dependent([logq], sigma, [lam])[0, 0]
+    assert got == pytest.approx(_mp_rdp(logq, sigma, lam), rel=1e-8, abs=1e-300)
+
+
+def test_data_dependent_applies_somewhere_in_oracle_cases():
+    # guard against an oracle that always falls back (the cases above must exercise Theorem 6)
+    assert gnmax_dd_applies([-20.0], 40.0, [50.0])[0, 0]
+    assert rdp_gnmax_data_dependent([-20.0], 40.0, [50.0])[0, 0] < 50 / 40**2
+
+
+def test_data_independent_and_threshold_closed_forms():
+    np.testing.assert_allclose(rdp_gnmax_data_independent(40.0, [2, 10]), [2 / 1600, 10 / 1600])
+    np.testing.assert_allclose(rdp_threshold(150.0, [2, 10]), [2 / (2 * 150**2), 10 / (2 * 150**2)])
+
+
+@pytest.mark.parametrize("logq", [0.0, -1e-300, -0.5, -np.inf, -1e-3, -1e4, -1e8])
+@pytest.mark.parametrize("sigma", [0.5, 5.0, 40.0, 500.0])
+def test_no_nan_and_never_above_independent(logq, sigma):
+    orders = np.array([1.01, 1.5, 2, 10, 64, 256])
+    r = rdp_gnmax_data_dependent([logq], sigma, orders)[0]
+    assert np.all(np.isfinite(r)) and np.all(r >= 0) and np.all(r <= orders / sigma**2 * (1 + 1e-12))
+
+
+@pytest.mark.parametrize("sigma, lam", [(40.0, 10.0), (40.0, 30.0), (100.0, 50.0), (10.0, 5.0)])
+def test_bound_non_decreasing_in_q(sigma, lam):
+    # PATE 2018 condition C5: the data-dependent RDP is non-decreasing in q (used by smooth sensitivity)
+    lq = np.linspace(-700, math.log(0.5), 20000)
+    r = rdp_gnmax_data_dependent(lq, sigma, [lam])[:, 0]
+    assert np.all(np.diff(r) >= -1e-12 * r[1:])
+
+
+def test_account_gnmax_shapes_and_ordering():
+    votes = np.tile([200.0, 40, 10] + [0] * 7, (1000, 1))
+    res = account_gnmax(votes, sigma=40.0, delta=1e-5)
+    assert res.statements[0].data_dependent and not res.statements[1].data_dependent
+    assert 0 < res.epsilon < res.statements[1].epsilon
+    # the data-independent figure is the closed form
+    grid = np.array(res.parameters["orders"])
+    assert res.statements[1].epsilon == pytest.approx(rdp_to_epsilon(grid, 1000 * grid / 1600, 1e-5, warn=False)[0])
+    assert res.facts["data_dependent_queries"] == 1000
+    # the same through the registered RDP of the event
+    ev = GaussianNoisyMax(sigma=40.0, votes=votes)
+    rdp = rdp_function_for(ev)(ev, grid)
+    assert rdp_to_epsilon(grid, rdp, 1e-5, warn=False)[0] == pytest.approx(res.epsilon)
+    # permuting classes changes nothing
+    assert account_gnmax(votes[:, ::-1], sigma=40.0, delta=1e-5).epsilon == pytest.approx(res.epsilon)
+
+
+def test_confident_gnmax():
+    votes = np.tile([200.0, 40, 10] + [0] * 7, (100, 1))
+    plain = account_gnmax(votes, sigma=40.0, delta=1e-5)
+    allpay = account_gnmax(votes, sigma=40.0, delta=1e-5, threshold=150.0, sigma1=100.0)
+    assert allpay.epsilon > plain.epsilon and allpay.warnings
+    half = account_gnmax(votes, sigma=40.0, delta=1e-5, threshold=150.0, sigma1=100.0, answered=np.arange(100) % 2 == 0)
+    assert half.epsilon < allpay.epsilon
+    none = account_gnmax(votes, sigma=40.0, delta=1e-5, threshold=150.0, sigma1=100.0, answered=np.zeros(100, bool))
+    grid = np.array(none.parameters["orders"])
+    assert none.epsilon == pytest.approx(rdp_to_epsilon(grid, 100 * grid / (2 * 100.0**2), 1e-5, warn=False)[0])
+    di = account_gnmax(sigma=40.0, delta=1e-5, queries=100, threshold=150.0, sigma1=100.0, answered=30)
+    assert di.epsilon == pytest.approx(rdp_to_epsilon(grid, 30 * grid / 1600 + 100 * grid / 20000, 1e-5, warn=False)[0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(0, 300), min_size=3, max_size=3), min_size=1, max_size=15),
+       sigma=st.floats(1.0, 200.0))
+def test_property_dd_at_most_di(rows, sigma):
+    res = account_gnmax(np.array(rows, float), sigma=sigma, delta=1e-5)
+    assert 0 <= res.epsilon <= res.statements[1].epsilon + 1e-12
+
+
+def test_errors():
+    with pytest.raises(ParameterError, match="The 'sigma' parameter of account_gnmax must be a float > 0.0"):
+        account_gnmax(np.ones((1, 3)), sigma=0.0, delta=1e-5)
+    with pytest.raises(ParameterError, match="both 'threshold' and 'sigma1'"):
+        account_gnmax(np.ones((1, 3)), sigma=1.0, delta=1e-5, threshold=3.0)
+    with pytest.raises(ParameterError, match="'answered'"):
+        account_gnmax(np.ones((2, 3)), sigma=1.0, delta=1e-5, threshold=3.0, sigma1=1.0, answered=np.ones(3, bool))
