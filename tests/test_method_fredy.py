@@ -63,7 +63,8 @@ def test_fredy_end_to_end_two_releases(tmp_path) -> None:
     assert any(FEDAVG_ASSUMPTION == a for a in rel.meta["assumptions"])
     assert FEDAVG_ASSUMPTION in res.accounting.statement.assumptions
     honest, honest_di, paper = res.accounting.statements
-    assert paper.epsilon < honest.epsilon <= honest_di.epsilon
+    assert paper.epsilon < honest.epsilon <= honest_di.epsilon * 1.001
+    assert res.accounting.epsilon == min(honest.epsilon, honest_di.epsilon) > paper.epsilon
     assert rel.meta["claim"]["epsilon"] == pytest.approx(paper.epsilon)
     assert np.array_equal(rel.membership["members"], base.membership["members"])
     assert res.utility["nonprivate_accuracy"] > 0.5 and 0 <= res.utility["accuracy"] <= 1

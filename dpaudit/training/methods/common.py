@@ -165,7 +165,11 @@ def accounting_result(
     parameters: Mapping[str, Any] | None = None,
 ) -> AccountingResult:
     """One statement per ``(label, ledger)`` (each ledger's ``overall()``: max over parties, i.e. parallel
-    composition over disjoint data), the first one the headline; ``extra_assumptions`` are added to each."""
+    composition over disjoint data); ``extra_assumptions`` are added to each.
+
+    The first two are the data-dependent and data-independent analyses of the same events: both are valid
+    upper bounds, so the headline is the smaller of them (the data-dependent one on ties).
+    """
     from dpaudit.accountants.statement import join_assumptions
 
     statements = []
@@ -176,8 +180,9 @@ def accounting_result(
             dataclasses.replace(st, label=f"{label}; {st.label}" if st.label else label,
                                 assumptions=join_assumptions(st.assumptions, extra_assumptions))
         )
+    headline = 1 if len(statements) > 1 and statements[1].epsilon < statements[0].epsilon else 0
     return AccountingResult(
-        mechanism=mechanism, statements=tuple(statements), parameters=dict(parameters or {}),
+        mechanism=mechanism, statements=tuple(statements), headline=headline, parameters=dict(parameters or {}),
         facts=dict(facts or {}), warnings=tuple(warnings),
     )
 
