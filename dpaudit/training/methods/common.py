@@ -1,0 +1,577 @@
+"""Shared pieces of the PATE-family methods (PATE, FedKT, FREDY).
+
+Pure numpy logic (vote histograms, consistent voting, Laplace noisy max vectorised over queries, query
+selection, disjoint splits, balanced membership ground truth), configuration loading from TOML with
+overrides, the typed :class:`MethodResult`, stage checkpoints that let an interrupted run resume, and a
+thin wrapper that trains a group of models of one architecture (torch models through the ensemble
+trainer, tree models one by one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import shutil
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+from dpaudit._io import dumps_json, read_json, save_npz, write_json
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.errors import DataError, ParameterError, check_float, check_int
+
+__all__ = [
+    "MethodResult",
+    "load_config",
+    "config_to_dict",
+    "vote_counts",
+    "consistent_vote_counts",
+    "noisy_argmax",
+    "top_two_gap",
+    "select_queries",
+    "disjoint_splits",
+    "balanced_membership",
+    "accuracy",
+    "derive_rng",
+    "derive_seed",
+    "StageCache",
+    "ModelGroup",
+    "train_group",
+    "no_privacy_result",
+    "checkpoint_dir_for",
+    "prepare_out",
+    "new_ledger",
+    "data_independent_ledger",
+    "accounting_result",
+    "finish_run",
+    "PATE_ASSUMPTION",
+]
+
+C = TypeVar("C")
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """What a method run returns: its utility numbers, its privacy accounting and where the release is.
+
+    Attributes
+    ----------
+    method:
+        ``"pate"``, ``"fedkt"`` or ``"fredy"``.
+    utility:
+        Named scalar metrics (accuracies in [0, 1], counts); e.g. ``{"accuracy": 0.93, "solo_accuracy": 0.71}``.
+    accounting:
+        The privacy figures of the released model (headline first), as written to ``release.json``.
+    release:
+        The release bundle directory.
+    extra_releases:
+        Further bundles written by the same run, by name (FREDY's ``"nonprivate"`` baseline).
+    """
+
+    method: str
+    utility: Mapping[str, float]
+    accounting: AccountingResult
+    release: Path
+    extra_releases: Mapping[str, Path] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "utility": dict(self.utility),
+            "accounting": self.accounting.to_dict(),
+            "release": str(self.release),
+            "extra_releases": {k: str(v) for k, v in self.extra_releases.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MethodResult":
+        return cls(
+            method=data["method"],
+            utility=dict(data["utility"]),
+            accounting=AccountingResult.from_dict(data["accounting"]),
+            release=Path(data["release"]),
+            extra_releases={k: Path(v) for k, v in dict(data.get("extra_releases", {})).items()},
+        )
+
+    def summary(self) -> str:
+        """Lines for a terminal: utility, then the headline privacy statement with its assumptions."""
+        lines = [f"{self.method}: release written to {self.release}"]
+        for name, path in self.extra_releases.items():
+            lines.append(f"  {name} release: {path}")
+        lines.append("utility:")
+        for k, v in self.utility.items():
+            lines.append(f"  {k:<28} {v:.4f}" if isinstance(v, float) else f"  {k:<28} {v}")
+        lines.append("privacy:")
+        for i, st in enumerate(self.accounting.statements):
+            mark = "*" if i == self.accounting.headline else " "
+            eps = "inf (no guarantee)" if math.isinf(st.epsilon) else f"{st.epsilon:.4g}"
+            dd = ", data-dependent" if st.data_dependent else ""
+            lines.append(f" {mark} epsilon = {eps} at delta = {st.delta:.3g}  [{st.label or st.method}{dd}]")
+        head = self.accounting.statement
+        if head.assumptions:
+            lines.append("assumptions:")
+            lines.extend(f"  - {a}" for a in head.assumptions)
+        for w in self.accounting.warnings:
+            lines.append(f"warning: {w}")
+        return "\n".join(lines)
+
+
+PATE_ASSUMPTION = (
+    "Each private record lies in exactly one teacher's training subset, so changing one record changes at most "
+    "one teacher's vote (L1 change 2 of a vote histogram); neighbouring datasets differ by replacing one record."
+)
+
+
+def new_ledger(delta: float):
+    """A :class:`~dpaudit.accountants.ledger.PrivacyLedger` at ``delta`` with the default (RDP) accountant."""
+    from dpaudit.accountants.ledger import PrivacyLedger
+
+    return PrivacyLedger(delta=delta)
+
+
+def data_independent_ledger(ledger: Any):
+    """A copy of ``ledger`` with the vote histograms dropped from every noisy-max event (the data-independent
+    analysis of the same queries: Laplace pure-DP composition)."""
+    from dpaudit.accountants.events import LaplaceNoisyMax, flatten
+
+    out = new_ledger(ledger.delta)
+    for text in ledger.assumptions:
+        out.add_assumption(text)
+    for party in ledger.parties:
+        for ev, count in flatten(ledger.events(party)):
+            if isinstance(ev, LaplaceNoisyMax) and ev.votes is not None:
+                ev = LaplaceNoisyMax(gamma=ev.gamma, sensitivity=ev.sensitivity, num_queries=ev.num_queries)
+            out.record(party, ev, count)
+    return out
+
+
+def accounting_result(
+    mechanism: str,
+    ledgers: Sequence[tuple[str, Any]],
+    *,
+    extra_assumptions: Sequence[str] = (),
+    facts: Mapping[str, Any] | None = None,
+    parameters: Mapping[str, Any] | None = None,
+) -> AccountingResult:
+    """One statement per ``(label, ledger)`` (each ledger's ``overall()``: max over parties, i.e. parallel
+    composition over disjoint data); ``extra_assumptions`` are added to each.
+
+    The first two are the data-dependent and data-independent analyses of the same events: both are valid
+    upper bounds, so the headline is the smaller of them (the data-dependent one on ties).
+    """
+    from dpaudit.accountants.statement import join_assumptions
+
+    statements = []
+    warnings: list[str] = []
+    for label, ledger in ledgers:
+        st = ledger.overall()
+        statements.append(
+            dataclasses.replace(st, label=f"{label}; {st.label}" if st.label else label,
+                                assumptions=join_assumptions(st.assumptions, extra_assumptions))
+        )
+    headline = 1 if len(statements) > 1 and statements[1].epsilon < statements[0].epsilon else 0
+    return AccountingResult(
+        mechanism=mechanism, statements=tuple(statements), headline=headline, parameters=dict(parameters or {}),
+        facts=dict(facts or {}), warnings=tuple(warnings),
+    )
+
+
+def finish_run(checkpoints: Path | None) -> None:
+    """Remove a finished run's checkpoints (the release is complete; a re-run starts fresh)."""
+    if checkpoints is not None and checkpoints.exists():
+        shutil.rmtree(checkpoints, ignore_errors=True)
+
+
+def no_privacy_result(mechanism: str, delta: float, reason: str) -> AccountingResult:
+    """An honest statement for a release that no DP mechanism protects: epsilon = inf."""
+    st = PrivacyStatement(
+        epsilon=math.inf,
+        delta=delta,
+        method="none",
+        label="no DP mechanism",
+        assumptions=(reason,),
+    )
+    return AccountingResult(mechanism=mechanism, statements=(st,))
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------
+
+
+def _train_config_cls():
+    from dpaudit.training.ensemble import TrainConfig  # local: keeps this module importable for pure logic
+
+    return TrainConfig
+
+
+def _is_train_field(f: dataclasses.Field) -> bool:
+    return bool(f.metadata.get("train_config"))
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a method config (TrainConfig fields through their ``to_dict``)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        v = getattr(config, f.name)
+        if hasattr(v, "to_dict"):
+            v = v.to_dict()
+        elif isinstance(v, tuple):
+            v = list(v)
+        elif isinstance(v, Mapping):
+            v = dict(v)
+        out[f.name] = v
+    return out
+
+
+def load_config(cls: type[C], path: str | Path | None = None, /, **overrides: Any) -> C:
+    """Build the frozen method config ``cls`` from defaults, a TOML file, then keyword overrides.
+
+    The TOML file holds the config's fields at top level (an optional ``method = "<name>"`` key is checked
+    against ``cls.method_name``); training schedules are sub-tables (``[teacher_train]``, with the keys of
+    :class:`~dpaudit.training.ensemble.TrainConfig`), merged over the defaults. Overrides whose value is
+    ``None`` are ignored, so a CLI can pass every option it has. Unknown keys raise :class:`ParameterError`.
+    """
+    owner = cls.__name__
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise DataError(f"The config file {p} does not exist.")
+        try:
+            with open(p, "rb") as fh:
+                data = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise DataError(f"The config file {p} is not valid TOML: {exc}") from None
+        method = data.pop("method", None)
+        expected = getattr(cls, "method_name", None)
+        if method is not None and expected is not None and method != expected:
+            raise ParameterError(f"The config file {p} is for method {method!r}, not {expected!r}.")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ParameterError(f"Unknown parameter(s) {unknown} for {owner}; allowed: {sorted(names)}.")
+    defaults = cls()  # type: ignore[call-arg]
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        f = names[name]
+        if _is_train_field(f) and isinstance(value, Mapping):
+            base = getattr(defaults, name).to_dict()
+            base.update(value)
+            value = _train_config_cls().from_dict(base)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return dataclasses.replace(defaults, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Votes
+# --------------------------------------------------------------------------------------------------
+
+
+def vote_counts(predictions: np.ndarray, num_classes: int) -> np.ndarray:
+    """Vote histogram of ``M`` models on ``Q`` queries.
+
+    Parameters
+    ----------
+    predictions:
+        int array (M, Q): model m's predicted class on query q, in [0, num_classes).
+    num_classes:
+        C.
+
+    Returns
+    -------
+    int64 array (Q, C) with ``votes[q, c] = |{m : predictions[m, q] = c}|``; each row sums to M.
+    """
+    owner = "vote_counts"
+    c = check_int(num_classes, "num_classes", owner, low=2)
+    p = np.asarray(predictions)
+    if p.ndim != 2:
+        raise ParameterError(f"The 'predictions' parameter of {owner} must have shape (models, queries). Got shape {p.shape} instead.")
+    if p.size and (p.min() < 0 or p.max() >= c):
+        raise ParameterError(f"The 'predictions' parameter of {owner} must hold classes in [0, {c}). Got {p.min()}..{p.max()} instead.")
+    m, q = p.shape
+    flat = (np.arange(q)[None, :] * c + p.astype(np.int64)).ravel()
+    return np.bincount(flat, minlength=q * c).reshape(q, c).astype(np.int64)
+
+
+def consistent_vote_counts(predictions: np.ndarray, num_classes: int) -> np.ndarray:
+    """FedKT's consistent voting (Li, He, Song 2021, Algorithm 1 lines 15-21).
+
+    Parameters
+    ----------
+    predictions:
+        int array (n, s, Q): the prediction of student j of party i on query q.
+
+    Returns
+    -------
+    int64 array (Q, C) with :math:`v_m(x) = s \\cdot |\\{i : \\text{all } s \\text{ students of party } i
+    \\text{ predict } m\\}|`. A party whose students disagree contributes nothing.
+    """
+    p = np.asarray(predictions)
+    if p.ndim != 3:
+        raise ParameterError(
+            f"The 'predictions' parameter of consistent_vote_counts must have shape (parties, partitions, queries). Got shape {p.shape} instead."
+        )
+    n, s, q = p.shape
+    agree = np.all(p == p[:, :1, :], axis=1)  # (n, Q)
+    counts = vote_counts(np.where(agree, p[:, 0, :], 0), num_classes)  # placeholder votes for disagreeing parties
+    # remove the placeholder votes (class 0) cast by parties that disagree
+    counts[:, 0] -= (~agree).sum(axis=0)
+    return counts * s
+
+
+def noisy_argmax(votes: np.ndarray, gamma: float | None, rng: np.random.Generator) -> np.ndarray:
+    """Report noisy max: :math:`\\arg\\max_c (v_c + \\mathrm{Lap}(1/\\gamma))` per row, vectorised.
+
+    ``gamma=None`` is the noiseless argmax (FedKT-L0, non-private baselines); no random numbers are drawn.
+    Ties go to the lowest class index (numpy's argmax), which only matters without noise.
+    """
+    v = np.asarray(votes, dtype=np.float64)
+    if v.ndim != 2:
+        raise ParameterError(f"The 'votes' parameter of noisy_argmax must have shape (queries, classes). Got shape {v.shape} instead.")
+    if gamma is None:
+        return np.argmax(v, axis=1).astype(np.int64)
+    g = check_float(gamma, "gamma", "noisy_argmax", low=0.0, low_open=True)
+    return np.argmax(v + rng.laplace(0.0, 1.0 / g, size=v.shape), axis=1).astype(np.int64)
+
+
+def top_two_gap(votes: np.ndarray) -> np.ndarray:
+    """Per query, the largest vote count minus the second largest (>= 0)."""
+    v = np.asarray(votes)
+    part = np.sort(v, axis=1)
+    return part[:, -1] - part[:, -2]
+
+
+def select_queries(
+    num_public: int, *, queries: int | None, fraction: float | None, rng: np.random.Generator, owner: str = "select_queries"
+) -> np.ndarray:
+    """Indices (sorted, without repetition) of the public records that are answered.
+
+    ``queries`` (a count) wins over ``fraction`` (of ``num_public``, rounded, at least 1).
+    """
+    n = check_int(num_public, "num_public", owner, low=1)
+    if queries is not None:
+        k = check_int(queries, "queries", owner, low=1, high=n)
+    else:
+        frac = check_float(1.0 if fraction is None else fraction, "query_fraction", owner, low=0.0, high=1.0, low_open=True)
+        k = max(1, int(round(frac * n)))
+    if k == n:
+        return np.arange(n, dtype=np.int64)
+    return np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
+
+
+def disjoint_splits(indices: np.ndarray, parts: int, rng: np.random.Generator, *, owner: str = "disjoint_splits") -> list[np.ndarray]:
+    """Shuffle ``indices`` and cut them into ``parts`` disjoint pieces of near-equal size (their union)."""
+    k = check_int(parts, "parts", owner, low=1)
+    idx = np.asarray(indices, dtype=np.int64)
+    if len(idx) < k:
+        raise DataError(f"Cannot split {len(idx)} records into {k} non-empty disjoint subsets ({owner}); use fewer teachers or more data.")
+    perm = rng.permutation(idx)
+    return [np.sort(p) for p in np.array_split(perm, k)]
+
+
+def balanced_membership(
+    members: np.ndarray, nonmembers: np.ndarray, attacker: np.ndarray, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Ground truth for the membership attack, balanced: as many members as non-members.
+
+    The larger of the two pools is subsampled (without replacement, by ``rng``) to the size of the smaller.
+    """
+    m = np.unique(np.asarray(members, dtype=np.int64))
+    n = np.unique(np.asarray(nonmembers, dtype=np.int64))
+    if np.intersect1d(m, n).size:
+        raise DataError("Membership ground truth: members and non-members overlap.")
+    k = min(len(m), len(n))
+    if len(m) > k:
+        m = np.sort(rng.choice(m, size=k, replace=False))
+    if len(n) > k:
+        n = np.sort(rng.choice(n, size=k, replace=False))
+    return {"members": m, "nonmembers": n, "attacker": np.asarray(attacker, dtype=np.int64)}
+
+
+def accuracy(proba_or_labels: np.ndarray, y: np.ndarray) -> float:
+    """Fraction of correct predictions; accepts probabilities (n, C) or labels (n,)."""
+    p = np.asarray(proba_or_labels)
+    pred = p.argmax(axis=-1) if p.ndim == 2 else p
+    return float(np.mean(pred == np.asarray(y)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Seeds
+# --------------------------------------------------------------------------------------------------
+
+_TAGS = {
+    "split": 1, "partition": 2, "teachers": 3, "queries": 4, "noise": 5, "students": 6, "final": 7,
+    "solo": 8, "pate": 9, "membership": 10, "server_queries": 11, "server_noise": 12, "nonprivate": 13, "fedavg": 14,
+}
+
+
+def derive_seed(seed: int, tag: str, *extra: int) -> int:
+    """A 31-bit seed for one stage of a run, independent across tags (so resuming reproduces each stage)."""
+    ss = np.random.SeedSequence([int(seed), _TAGS[tag], *map(int, extra)])
+    return int(ss.generate_state(1, dtype=np.uint32)[0] & 0x7FFFFFFF)
+
+
+def derive_rng(seed: int, tag: str, *extra: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(seed), _TAGS[tag], *map(int, extra)]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Output directory and stage checkpoints
+# --------------------------------------------------------------------------------------------------
+
+
+def checkpoint_dir_for(out: str | Path) -> Path:
+    """Where a run writing the release ``out`` keeps its checkpoints: a hidden sibling ``.<name>.checkpoints``.
+
+    A sibling, not ``out/.checkpoints``: the release directory is written atomically as a whole, so it must
+    not exist before the run completes.
+    """
+    out = Path(out)
+    return out.parent / f".{out.name}.checkpoints"
+
+
+def prepare_out(out: str | Path, overwrite: bool, fingerprint: Mapping[str, Any]) -> Path:
+    """Check ``out`` before any work and return the checkpoint directory to use.
+
+    Raises :class:`DataError` if ``out`` already holds a release and ``overwrite`` is false. Checkpoints of
+    an earlier run are reused when they were made with the same ``fingerprint`` (config, seed, data): every
+    stage is deterministic given the fingerprint, so a resumed run gives the numbers an uninterrupted one
+    would. Checkpoints of another fingerprint raise :class:`DataError` unless ``overwrite`` discards them.
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise DataError(f"The release directory {out} already exists; pass --overwrite (overwrite=True) to replace it.")
+    ck = checkpoint_dir_for(out)
+    text = dumps_json(fingerprint)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    meta = ck / "run.json"
+    if ck.exists():
+        old = read_json(meta).get("digest") if meta.exists() else None
+        if old != digest:
+            if old is not None and not overwrite:
+                raise DataError(
+                    f"The checkpoints in {ck} come from a run with other parameters; pass --overwrite to discard them."
+                )
+            shutil.rmtree(ck)
+    ck.mkdir(parents=True, exist_ok=True)
+    write_json(meta, {"digest": digest, "fingerprint": json.loads(text)})
+    return ck
+
+
+class StageCache:
+    """Finished stages of a run as ``.npz`` files (written atomically); a resumed run skips them.
+
+    ``cache.get_or_run("teacher_votes", fn)`` returns the arrays saved by an earlier run, or runs ``fn()``
+    (which returns a dict of numpy arrays), saves the result and returns it. ``None`` disables caching.
+    """
+
+    def __init__(self, directory: Path | None, progress: bool = False) -> None:
+        self.directory = directory
+        self.progress = progress
+        self.resumed: list[str] = []
+
+    def path(self, name: str) -> Path | None:
+        return None if self.directory is None else self.directory / f"{name}.npz"
+
+    def get_or_run(self, name: str, fn: Callable[[], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        p = self.path(name)
+        if p is not None and p.exists():
+            with np.load(p, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+            self.resumed.append(name)
+            log(self.progress, f"resumed stage '{name}' from {p}")
+            return arrays
+        arrays = {k: np.asarray(v) for k, v in fn().items()}
+        if p is not None:
+            save_npz(p, **arrays)
+        return arrays
+
+    def subdir(self, name: str) -> Path | None:
+        if self.directory is None:
+            return None
+        d = self.directory / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+def log(progress: bool, message: str) -> None:
+    if progress:
+        print(f"[dpaudit] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Training a group of models of one architecture
+# --------------------------------------------------------------------------------------------------
+
+
+class ModelGroup:
+    """``M`` trained models of one spec: torch models in one :class:`Ensemble`, tree models in a list."""
+
+    def __init__(self, spec: Any, *, ensemble: Any = None, members: Sequence[Any] | None = None) -> None:
+        self.spec = spec
+        self._ensemble = ensemble
+        self._members = None if members is None else list(members)
+        self.num_models = ensemble.num_models if ensemble is not None else len(self._members or ())
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """(M, n, C) class probabilities of every model on ``X``."""
+        if self._ensemble is not None:
+            return np.asarray(self._ensemble.predict_proba(X))
+        return np.stack([np.asarray(m.predict_proba(X)) for m in self._members])  # type: ignore[union-attr]
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """(M, n) predicted classes."""
+        return self.predict_proba(X).argmax(axis=-1).astype(np.int64)
+
+    def state_dict(self, i: int) -> dict[str, Any]:
+        """Model i's torch state dict (torch groups only)."""
+        if self._ensemble is None:
+            raise ParameterError("state_dict is only defined for torch models.")
+        return self._ensemble.state_dict(i)
+
+    def member(self, i: int) -> Any:
+        if self._ensemble is not None:
+            return self._ensemble.member(i)
+        return self._members[i]  # type: ignore[index]
+
+
+def train_group(
+    spec: Any,
+    datasets: Sequence[tuple[np.ndarray, np.ndarray]],
+    config: Any,
+    *,
+    seed: int,
+    device: str | None = None,
+    checkpoint_dir: Path | None = None,
+    progress: bool = True,
+    init_state: Mapping[str, Any] | None = None,
+) -> ModelGroup:
+    """Train model i on ``datasets[i]`` for every i: torch specs all at once with the ensemble trainer
+    (resumable through its ``checkpoint_dir``), tree specs one after another with ``fit_classifier``."""
+    if spec.is_torch:
+        from dpaudit.training.ensemble import train_ensemble
+
+        ens = train_ensemble(
+            spec, list(datasets), config, seed=seed, device=device, checkpoint_dir=checkpoint_dir,
+            progress=progress, init_state=init_state,
+        )
+        return ModelGroup(spec, ensemble=ens)
+    from dpaudit.training.models import fit_classifier
+
+    members = [fit_classifier(spec, X, y, config, (seed + i) % 2**31) for i, (X, y) in enumerate(datasets)]
+    return ModelGroup(spec, members=members)
