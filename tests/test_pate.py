@@ -287,9 +287,16 @@ def test_fedkt_l2_parallel_over_parties():
     good = _rows([300, 0, 0], 30)
     bad = _rows([14, 11, 0], 30)
     r = fedkt_privacy("L2", "example", gamma=0.05, delta=1e-5, votes=[good, [good, bad]])
+    # paper 001, Section 3.1: "Each partition handles the entire local dataset", so one example sits in one
+    # teacher of every partition of its party: the partitions' answers compose (not a max over partitions);
+    # parties hold disjoint data, so the final figure is the max over parties.
+    composed = account_pate(np.vstack([good, bad]), gamma=0.05, delta=1e-5)
     alone = account_pate(bad, gamma=0.05, delta=1e-5)
-    assert r.epsilon == pytest.approx(alone.epsilon, rel=1e-12)
+    assert r.epsilon == pytest.approx(composed.epsilon, rel=1e-12)
+    assert r.epsilon > alone.epsilon
     assert r.facts["worst_party"] == 1 and len(r.facts["epsilon_per_party"]) == 2
+    di_ex = fedkt_privacy("L2", "example", gamma=0.05, delta=1e-5, queries=30, partitions=2)
+    assert di_ex.epsilon == pytest.approx(account_pate(gamma=0.05, delta=1e-5, queries=60).epsilon)
     p = fedkt_privacy("L2", "party", gamma=0.05, delta=1e-5, votes=[good, [good, bad]], teachers=5)
     both = account_pate(np.vstack([good, bad]), gamma=0.05, delta=1e-5, sensitivity=10.0)
     assert p.epsilon == pytest.approx(both.epsilon, rel=1e-12)  # the party's partitions compose

@@ -642,8 +642,10 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
                            consistent voting                 voting a flipped student can move s votes (A.3)
     L2        party        t (teachers per partition),       Theorems 9-10 per partition; the party's s partitions
                            composed over the s partitions    all hold its data, so their answers compose
-    L2        example      1, per partition                  Theorem 3; one example is in one teacher of one
-                                                             partition (parallel composition, Theorem 4)
+    L2        example      1, composed over the s partitions Theorem 3 per partition; every partition divides
+                                                             the party's whole data (paper 001, Section 3.1), so
+                                                             one example is in one teacher of each partition and
+                                                             the s partitions' answers compose
     ========  ===========  ================================  =========================================
 
     L1 noise is added at the server on the students' votes (``votes``: queries x classes). L2 noise is added in
@@ -718,12 +720,11 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
         if queries is None:
             raise ParameterError(f"{owner} needs 'votes' or 'queries' (per partition). Got neither.")
         nq = check_int(queries, "queries", owner, low=1)
-        if granularity == "party":
-            if s is None:
-                raise ParameterError(f"The 'partitions' parameter of {owner} must be an int >= 1 for FedKT-L2 party-level. Got None instead.")
-            nq_total = nq * s  # one party's data is in all s partitions: their answers compose
-        else:
-            nq_total = nq  # one example touches one partition
+        if s is None:
+            raise ParameterError(f"The 'partitions' parameter of {owner} must be an int >= 1 for FedKT-L2. Got None instead.")
+        # every partition divides the party's whole data: one party (party-level) or one example (example-level)
+        # touches all s partitions, so their answers compose
+        nq_total = nq * s
         extra.append("Parallel composition over parties (disjoint data): the final model's epsilon is the max over parties.")
         return _result(None, gamma=gamma, delta=delta, eps_q=eps_q, queries=nq_total, grid=grid, conversion=conversion,
                        mechanism="fedkt", relation=relation, parameters={**params, "queries": nq}, extra_assumptions=extra,
@@ -731,26 +732,17 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
     parties = _split_parties(votes, owner)
     per_party: list[AccountingResult] = []
     for blocks in parties:
-        if granularity == "party":
-            nq_total = sum(b.shape[0] for b in blocks)
-            per_party.append(_result(blocks, gamma=gamma, delta=delta, eps_q=eps_q, queries=nq_total, grid=grid,
-                                     conversion=conversion, mechanism="fedkt", relation=relation, parameters=params,
-                                     extra_assumptions=extra, details=details, label_prefix=prefix))
-        else:  # example-level: parallel over partitions too
-            best = None
-            for b in blocks:
-                r = _result(b, gamma=gamma, delta=delta, eps_q=eps_q, queries=b.shape[0], grid=grid, conversion=conversion,
-                            mechanism="fedkt", relation=relation, parameters=params, extra_assumptions=extra,
-                            details=details, label_prefix=prefix)
-                if best is None or r.epsilon > best.epsilon:
-                    best = r
-            per_party.append(best)  # type: ignore[arg-type]
+        # party- and example-level alike: every partition holds the party's whole data, so all its partitions'
+        # answers compose (an example is in one teacher of each partition)
+        nq_total = sum(b.shape[0] for b in blocks)
+        per_party.append(_result(blocks, gamma=gamma, delta=delta, eps_q=eps_q, queries=nq_total, grid=grid,
+                                 conversion=conversion, mechanism="fedkt", relation=relation, parameters=params,
+                                 extra_assumptions=extra, details=details, label_prefix=prefix))
     worst_i = int(np.argmax([r.epsilon for r in per_party]))
     worst = per_party[worst_i]
     note = ("Parallel composition over parties (disjoint data): the final model's epsilon is the max over "
             f"{len(per_party)} parties (party {worst_i} attains it)."
-            + (" Within a party, partitions hold disjoint examples: max over partitions." if granularity == "example" else
-               " Within a party, the answers of all its partitions compose (the party's data is in every partition)."))
+            + " Within a party, the answers of all its partitions compose (every partition divides the party's whole data).")
     stmts = tuple(PrivacyStatement(s_.epsilon, s_.delta, s_.method, s_.order, s_.assumptions + (note,), s_.label,
                                    s_.data_dependent, s_.details) for s_ in worst.statements)
     facts = dict(worst.facts)
