@@ -62,6 +62,9 @@ def test_fredy_end_to_end_two_releases(tmp_path) -> None:
     assert ev["num_queries"] == 60 and ev["sensitivity"] == 2.0 * 3 and ev["gamma"] == 0.5
     assert any(FEDAVG_ASSUMPTION == a for a in rel.meta["assumptions"])
     assert FEDAVG_ASSUMPTION in res.accounting.statement.assumptions
+    # the machine-readable flag a report turns into a red flag (rounds >= 2); the baseline has none
+    assert rel.meta["flags"] == [{"code": "teachers_not_independent", "message": FEDAVG_ASSUMPTION}]
+    assert base.meta["flags"] == []
     honest, honest_di, paper = res.accounting.statements
     assert paper.epsilon < honest.epsilon <= honest_di.epsilon * 1.001
     assert res.accounting.epsilon == min(honest.epsilon, honest_di.epsilon) > paper.epsilon

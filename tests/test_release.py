@@ -120,3 +120,16 @@ def test_load_errors_are_clear(tmp_path, setting):
     (out / "release.json").unlink()
     with pytest.raises(DataError, match="release.json is missing"):
         load_release(out)
+
+
+def test_release_flags_are_validated_and_round_trip(tmp_path):
+    import pytest as _pytest
+
+    from dpaudit.errors import ParameterError
+    from dpaudit.training import release as R
+
+    with _pytest.raises(ParameterError, match="flag code of write_release"):
+        R._flags([("not_a_code", "x")])
+    with _pytest.raises(ParameterError, match="'flags' parameter of write_release"):
+        R._flags(["teachers_not_independent"])
+    assert R._flags([("teachers_not_independent", "why")]) == [{"code": "teachers_not_independent", "message": "why"}]

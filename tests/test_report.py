@@ -52,9 +52,14 @@ def test_data_dependent_headline_is_flagged():
     assert "data_dependent_epsilon" in codes([_model(theoretical=_theory(1.0, data_dependent=True))])
 
 
-def test_independence_assumption_is_flagged():
-    m = _model(assumptions=("Teachers are not independent: FedAvg rounds mixed every teacher's data.",))
-    assert "teachers_not_independent" in codes([m])
+def test_release_flags_keep_their_code_and_severity():
+    m = _model(release_flags=(("teachers_not_independent", "FedAvg mixed every teacher's data."),
+                              ("distillation_not_accounted", "KL term on a non-private model."),
+                              ("some_future_code", "?")))
+    got = {f.code: f.severity for f in compute_flags([m])}
+    assert got == {"teachers_not_independent": "red", "distillation_not_accounted": "warning", "some_future_code": "warning"}
+    # prose alone never raises a flag: only the method's structured flags do
+    assert codes([_model(assumptions=("Teachers are not independent.",))]) == []
 
 
 def test_claim_below_accounting_is_flagged():

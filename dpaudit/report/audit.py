@@ -206,7 +206,7 @@ def _say(progress: bool, msg: str) -> None:
 
 def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, progress: bool) -> dict[str, Path]:
     """Run the model's method (resuming from its own checkpoints) and return its release paths by name."""
-    from dpaudit.training.methods import get_method
+    from dpaudit.training.methods import run_method
 
     stage = out / "models" / run.name
     key = _hash({"method": run.method, "params": dict(run.params), "config_file": run.config_file,
@@ -218,13 +218,10 @@ def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, progr
         if info.get("key") == key and all(Path(v).is_dir() for v in info["releases"].values()):
             _say(progress, f"{run.name}: release found, skipping training")
             return {k: Path(v) for k, v in info["releases"].items()}
-    config_cls, run_fn = get_method(run.method)  # type: ignore[arg-type]
-    from dpaudit.training.methods.common import load_config
-
-    config = load_config(config_cls, run.config_file, **dict(run.params))
     _say(progress, f"{run.name}: training ({run.method})")
-    result = run_fn(config, dataset=cfg.dataset, out=stage / "release", seed=cfg.seed, data_dir=cfg.data_dir,
-                    device=device, overwrite=True, progress=progress)
+    result = run_method(run.method, dataset=cfg.dataset, out=stage / "release", seed=cfg.seed,  # type: ignore[arg-type]
+                        config_file=run.config_file, params=run.params, data_dir=cfg.data_dir, device=device,
+                        overwrite=True, progress=progress)
     releases = {run.name: Path(result.release)}
     for extra, name in zip(run.extra, run.extra_names):
         if extra not in result.extra_releases:
@@ -237,7 +234,7 @@ def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, progr
 
 def _summary(report: Any, label: str, delta: float) -> AttackSummary:
     """Adapt an :class:`dpaudit.attacks.AttackReport` to the report's :class:`AttackSummary`."""
-    res, blind = report.result, report.blind
+    res, blind = report.attack, report.blind
     m = res.metrics
     ci = m.intervals.get("auc")
     return AttackSummary(
@@ -309,6 +306,7 @@ def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequenc
         noise_label=run.noise_label if run is not None else "", claim=meta.get("claim"),
         per_party_epsilon=per_party, assumptions=tuple(meta.get("assumptions", ())),
         num_train=int(len(release.membership["members"])), params=dict(meta.get("params", {})),
+        release_flags=tuple((f["code"], f["message"]) for f in meta.get("flags", ())),
     )
 
 

@@ -11,11 +11,15 @@ from typing import Iterable
 
 from dpaudit.report.schema import Flag, ModelAudit
 
-__all__ = ["compute_flags", "INDEPENDENCE_MARKER", "COMPOSITION_MARKER"]
+__all__ = ["compute_flags", "RELEASE_FLAG_SEVERITY"]
 
-#: Substrings the methods put into release assumptions (dpaudit's own vocabulary, see the methods' docs).
-INDEPENDENCE_MARKER = "not independent"
-COMPOSITION_MARKER = "compos"
+#: Severity of the machine-readable flags a method attaches to its release (release.json "flags";
+#: codes in dpaudit.training.release.FLAG_CODES). An unknown code is shown as a warning.
+RELEASE_FLAG_SEVERITY = {
+    "teachers_not_independent": "red",
+    "composition_ignored_by_claim": "red",
+    "distillation_not_accounted": "warning",
+}
 
 
 def _statements(m: ModelAudit) -> list[dict]:
@@ -55,15 +59,9 @@ def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
                 "histograms and is not itself differentially private. Publishing it leaks information unless it is "
                 "released through smooth sensitivity; the data-independent figure is the one that can be published.",
             ))
-        # 3. assumptions the guarantee rests on that the method breaks
-        assumptions = list(m.assumptions) + [s for st in _statements(m) for s in st.get("assumptions", [])]
-        if any(INDEPENDENCE_MARKER in a.lower() for a in assumptions):
-            flags.append(Flag(
-                "red", "teachers_not_independent", m.name,
-                "The PATE-style sensitivity argument assumes one record affects one teacher's vote, but this method's "
-                "teachers are not independent (e.g. FedAvg rounds before labelling): one record can move every "
-                "teacher's vote, so the stated per-query epsilon does not bound what the release leaks.",
-            ))
+        # 3. what the method itself says its claim rests on and breaks (structured flags in the release)
+        for code, message in m.release_flags:
+            flags.append(Flag(RELEASE_FLAG_SEVERITY.get(code, "warning"), code, m.name, message))
         # 4. rounds whose composition the claim ignored
         claim = m.claim or {}
         c_eps = claim.get("epsilon")

@@ -117,6 +117,7 @@ class ModelAudit:
     assumptions: tuple[str, ...] = ()
     num_train: int = 0
     params: Mapping[str, Any] = field(default_factory=dict)
+    release_flags: tuple[tuple[str, str], ...] = ()
 
     @property
     def theoretical_epsilon(self) -> float:
@@ -148,6 +149,7 @@ class ModelAudit:
             "per_party_epsilon": {k: _f(v) for k, v in self.per_party_epsilon.items()},
             "assumptions": list(self.assumptions),
             "attacks": [a.to_dict() for a in self.attacks],
+            "release_flags": [{"code": c, "message": m} for c, m in self.release_flags],
         }
 
     @classmethod
@@ -158,6 +160,7 @@ class ModelAudit:
             noise=d.get("noise"), noise_label=d.get("noise_label", ""), claim=d.get("claim"),
             per_party_epsilon={k: _uf(v) for k, v in dict(d.get("per_party_epsilon", {})).items()},
             assumptions=tuple(d.get("assumptions", ())), num_train=d.get("num_train", 0), params=dict(d.get("params", {})),
+            release_flags=tuple((f["code"], f["message"]) for f in d.get("release_flags", ())),
         )
 
 

@@ -110,6 +110,27 @@ def _load_kwargs(d: Mapping) -> dict:
     return kw
 
 
+#: Codes of the machine-readable flags a method may attach to its release (``release.json["flags"]``): each
+#: names a way the method's privacy claim can fail that a report must show, with the method's own explanation.
+FLAG_CODES = (
+    "teachers_not_independent",      # PATE-style sensitivity assumes one record moves one teacher's vote
+    "composition_ignored_by_claim",  # the claimed epsilon leaves out the composition over rounds or queries
+    "distillation_not_accounted",    # a loss term depends on a non-private model trained on the same data
+)
+
+
+def _flags(flags: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+    out = []
+    for item in flags:
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise ParameterError(f"The 'flags' parameter of write_release must hold (code, message) pairs. Got {item!r:.80} instead.")
+        code, message = item
+        if code not in FLAG_CODES:
+            raise ParameterError(f"The flag code of write_release must be one of {', '.join(map(repr, FLAG_CODES))}. Got {code!r} instead.")
+        out.append({"code": code, "message": message})
+    return out
+
+
 def write_release(
     out_dir,
     *,
@@ -126,6 +147,7 @@ def write_release(
     membership: Mapping[str, np.ndarray],
     votes: np.ndarray | None = None,
     assumptions: Sequence[str] = (),
+    flags: Sequence[tuple[str, str]] = (),
     overwrite: bool = False,
 ) -> Path:
     """Write a release bundle to ``out_dir`` atomically (the whole directory appears at once).
@@ -191,6 +213,7 @@ def write_release(
         "statement": _as_dict(statement, "statement"),
         "claim": claim_d,
         "assumptions": [str(a) for a in assumptions],
+        "flags": _flags(flags),
         "created_by": f"dpaudit {__version__}",
     }
     try:

@@ -304,6 +304,7 @@ def run_fredy(
         out, method="fredy", dataset=data.spec, params=config_to_dict(cfg), seed=seed, utility=utility, classifier=student,
         train_config=cfg.student_train, ledger=ledger, statement=accounting, claim=claim, membership=membership,
         votes=votes, assumptions=accounting.statement.assumptions, overwrite=overwrite,
+        flags=(("teachers_not_independent", FEDAVG_ASSUMPTION),) if cfg.rounds >= 2 else (),
     )
     extra: dict[str, Path] = {}
     if baseline is not None:

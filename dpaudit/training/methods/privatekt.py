@@ -397,7 +397,7 @@ def train_privatekt(dataset: str, out: Any, *, config_path: Any = None, seed: in
                                "only randomized-response labels on public samples. train_config is the clients' local "
                                "recipe (the best available recipe for shadow models, not the global model's).",
                                "Members: every client's private records; non-members: the held-out test records."),
-                  overwrite=overwrite)
+                  flags=(("composition_ignored_by_claim", SHUFFLING_RED_FLAG),), overwrite=overwrite)
     shutil.rmtree(ckpt, ignore_errors=True)
     return TrainSummary(method=name, out=str(out), utility={"test_accuracy": res.test_accuracy},
                         epsilon=statement.epsilon, delta=statement.delta, claimed_epsilon=config.epsilon,

@@ -665,8 +665,10 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
                    "records (communication mixes all clients' models); non-members: held-out test records.",
                    "train_config approximates the recipe (DP-SGD on cross-entropy, one epoch per round) for shadow models; "
                    "the real shared model also mixes peers' models and (ProxyFL/FML) distils from a private model."]
+    flags = []
     if config.mutual and config.dp:
         assumptions.append(dml_dp_assumption())
+        flags.append(("distillation_not_accounted", dml_dp_assumption()))
     if config.communication == "replace":
         assumptions.append("DEVIATION from the paper: proxies are replaced by the received one (public reference code), "
                            "not PushSum-averaged.")
@@ -674,7 +676,7 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
                   params={"method": config.to_dict(), "data": data.partition, "model": s["model"]}, seed=seed,
                   utility=utility, classifier=make_classifier(proxy_spec, res.proxy_states[k]), train_config=recipe,
                   ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
-                  assumptions=assumptions, overwrite=overwrite)
+                  assumptions=assumptions, flags=flags, overwrite=overwrite)
     shutil.rmtree(ckpt, ignore_errors=True)
     short = {kk: v for kk, v in utility.items() if isinstance(v, float)}
     return TrainSummary(method=variant, out=str(out), utility=short, epsilon=statement.epsilon, delta=statement.delta,
