@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import click
-from rich.console import Console
+from dpaudit.cli.render import make_console
 from rich.table import Table
 
 
@@ -20,28 +20,34 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool) -> 
     """Audit released models: theoretical epsilon beside empirical attack lower bounds.
 
     With no CONFIG, runs the embedded default (FREDY-style students on scikit-learn digits at three noise
-    levels plus the non-private baseline; loss-threshold and shadow-model attacks).
+    levels plus the non-private baseline; loss-threshold, shadow-model and LiRA attacks).
     """
     from dpaudit.report.audit import default_config, load_audit_config, run_audit
 
     cfg = default_config() if config is None else load_audit_config(config)
     report = run_audit(cfg, out, device=device, progress=not quiet)
-    console = Console()
+    console = make_console()
     table = Table(title=report.title, title_justify="left")
-    for col in ("model", "test acc.", "theoretical ε", "empirical ε ≥ (attack)", "best AUC", "blind AUC"):
-        table.add_column(col)
+    table.add_column("model", no_wrap=True)
+    for col in ("test acc.", "theoretical ε", "empirical ε ≥", "by attack", "AUC", "blind AUC"):
+        table.add_column(col, no_wrap=True)
     for m in report.models:
         best = m.best_empirical
         eps = m.theoretical_epsilon
         acc = m.utility.get("test_accuracy")
         table.add_row(
             m.name, f"{acc:.3f}" if acc is not None else "–",
-            "∞ (no mechanism)" if not math.isfinite(eps) else f"{eps:.3g} (δ={m.theoretical_delta:.0e})",
-            "–" if best is None else f"{best.epsilon_lower:.3g} ({best.attack}, {best.confidence:g})",
-            "–" if not m.attacks else f"{max(a.auc for a in m.attacks):.3f}",
-            "–" if not m.attacks else f"{max(a.blind_auc for a in m.attacks):.3f}",
+            "∞" if not math.isfinite(eps) else f"{eps:.3g}",
+            "–" if best is None else f"{best.epsilon_lower:.3g}",
+            "–" if best is None else best.attack,
+            "–" if best is None else f"{best.auc:.3f}",
+            "–" if best is None else f"{best.blind_auc:.3f}",
         )
     console.print(table)
+    if report.models and report.models[0].attacks:
+        a = report.models[0].attacks[0]
+        console.print(f"empirical ε: lower bound at confidence {a.confidence:g}, δ = {a.delta:g}; "
+                      "theoretical ε: the release's accounted guarantee (∞ = no mechanism).")
     colour = {"red": "bold red", "warning": "yellow", "info": "cyan"}
     for f in report.flags:
         console.print(f"[{colour.get(f.severity, 'white')}]{f.severity.upper()}[/] {f.model}: {f.message}", soft_wrap=True)

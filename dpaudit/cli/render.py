@@ -15,8 +15,16 @@ from rich.table import Table
 
 from dpaudit.accountants.statement import AccountingResult
 
-__all__ = ["render_result", "result_json", "format_number"]
+__all__ = ["render_result", "result_json", "format_number", "make_console"]
 
+
+
+def make_console() -> Console:
+    """A rich console: the terminal's width on a terminal, 120 columns when piped or logged (rich's default
+    of 80 would fold every table)."""
+    import sys
+
+    return Console() if sys.stdout.isatty() else Console(width=120)
 
 def format_number(x: Any) -> str:
     """Numbers for people: 4 significant digits, inf as 'inf', ints as they are."""
@@ -54,7 +62,7 @@ def result_json(result: AccountingResult) -> str:
 
 def render_result(result: AccountingResult, console: Console | None = None) -> None:
     """Print ``result``: statements (headline marked), facts, numbered assumptions, warnings."""
-    console = console or Console()
+    console = console or make_console()
     numbers: dict[str, int] = {}
     for st in result.statements:
         for a in st.assumptions:

@@ -125,7 +125,7 @@ class AuditConfig:
 
 def default_config() -> AuditConfig:
     """The embedded default: FREDY-style students on digits at three noise levels, plus the non-private
-    baseline, attacked by the loss-threshold and shadow-model (CatBoost) attacks."""
+    baseline, attacked by the loss-threshold, shadow-model (CatBoost, 16 shadows) and LiRA (16 shadows) attacks."""
     gammas = (0.05, 0.3, 2.0)
     models = []
     for i, g in enumerate(gammas):
@@ -137,7 +137,8 @@ def default_config() -> AuditConfig:
     return AuditConfig(
         title="dpaudit default audit: FREDY-style knowledge transfer on scikit-learn digits",
         dataset="digits", models=tuple(models),
-        attacks=(AttackSpec("threshold", threshold_kind="loss"), AttackSpec("shadow", shadows=8)),
+        attacks=(AttackSpec("threshold", threshold_kind="loss"), AttackSpec("shadow", shadows=16),
+                 AttackSpec("lira", shadows=16)),
         seed=0,
     )
 

@@ -131,7 +131,8 @@ class ModelAudit:
 
     @property
     def best_empirical(self) -> AttackSummary | None:
-        return max(self.attacks, key=lambda a: a.epsilon_lower, default=None)
+        """The attack with the largest empirical epsilon lower bound (ties broken by AUC)."""
+        return max(self.attacks, key=lambda a: (a.epsilon_lower, a.auc), default=None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
