@@ -164,7 +164,7 @@ def load_audit_config(path: str | Path) -> AuditConfig:
         if x is None:
             return None
         q = Path(x)
-        return str(q if q.is_absolute() or q.exists() else (base / q))
+        return str(q if q.is_absolute() else (base / q))
 
     models = []
     mfields = {f.name for f in dataclasses.fields(ModelRun)}
