@@ -157,3 +157,17 @@ def test_pld_shuffled_event_below_local_epsilon():
     ev = Shuffled(RandomizedResponse(num_classes=2, epsilon=1.0), 2000)
     eps = PldAccountant().compose(ev).get_epsilon(1e-6)
     assert 0 < eps < 1.0
+
+
+def test_data_dependent_laplace_never_exceeds_basic_composition():
+    # votes where the data-dependent bound does not apply (q above its threshold): the RDP route alone lands a
+    # little above the pure-DP sum; basic composition (sum of sensitivity*gamma, delta 0) still holds and caps it
+    import numpy as np
+
+    from dpaudit.accountants.events import LaplaceNoisyMax
+    from dpaudit.accountants.rdp import RdpAccountant
+
+    votes = np.tile([5.0, 5.0, 0.0], (20, 1))  # ties: q is large
+    ev = LaplaceNoisyMax(gamma=1.0, sensitivity=2.0, votes=votes)
+    st = RdpAccountant().compose(ev).get_statement(1e-5)
+    assert st.epsilon <= 40.0 + 1e-12

@@ -61,3 +61,12 @@ def test_event_registered_and_round_trips():
 def test_validation_message():
     with pytest.raises(ParameterError, match="The 'epsilon' parameter of PureDp must be a float > 0.0. Got -1.0 instead."):
         PureDp(-1.0)
+
+
+def test_rdp_accountant_caps_pure_dp_by_basic_composition():
+    # three 5-DP releases: basic composition gives exactly 15 (delta 0); the RDP conversion alone gives more
+    from dpaudit.accountants.pure import PureDp
+    from dpaudit.accountants.rdp import RdpAccountant
+
+    st = RdpAccountant().compose(PureDp(5.0, "test"), 3).get_statement(1e-5)
+    assert st.epsilon == pytest.approx(15.0, rel=1e-12)

@@ -144,8 +144,12 @@ def _pure_epsilon(event: DpEvent) -> float:
 
     if isinstance(event, ev.RandomizedResponse):
         return event.report_epsilon
-    if isinstance(event, ev.LaplaceNoisyMax) and event.votes is None:
+    if isinstance(event, ev.LaplaceNoisyMax):  # each query is (sensitivity * gamma)-DP whatever the votes
         return event.query_epsilon * event.num_queries
+    from dpaudit.accountants.pure import PureDp
+
+    if isinstance(event, PureDp):
+        return event.epsilon
     return math.inf
 
 
