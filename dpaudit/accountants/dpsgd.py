@@ -11,6 +11,7 @@ References
 from __future__ import annotations
 
 import functools
+import logging
 import math
 
 import numpy as np
@@ -35,8 +36,16 @@ DPSGD_ASSUMPTIONS = (
 def _rdp_cached(q: float, sigma: float, orders: tuple[float, ...]) -> np.ndarray:
     from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
-    # dp_accounting's RDP of PoissonSampledDpEvent(GaussianDpEvent(sigma)) with rate q (Mironov et al. 2019)
-    out = np.asarray(rdp_lib._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders), dtype=np.float64)
+    # dp_accounting's RDP of PoissonSampledDpEvent(GaussianDpEvent(sigma)) with rate q (Mironov et al. 2019).
+    # At fractional orders near 1 with large q its series may not converge; it then returns inf for that order
+    # (conservative: the order drops out of the minimum) and logs one absl warning per order, silenced here.
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        out = np.asarray(rdp_lib._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders), dtype=np.float64)
+    finally:
+        absl.setLevel(level)
     out = np.where(np.isnan(out), np.inf, np.maximum(out, 0.0))
     out.setflags(write=False)
     return out
