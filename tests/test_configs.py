@@ -32,3 +32,13 @@ def test_config_loads(path, method):
     cls, run = get_method(method)
     cfg = load_config(cls, path)
     assert isinstance(cfg, cls) and callable(run)
+
+
+def test_every_config_file_has_a_home():
+    """Each file under configs/ is one of the three dialects, so some test validates it."""
+    for p in sorted(CONFIGS.glob("*.toml")):
+        data = tomllib.loads(p.read_text())
+        fl = any(isinstance(data.get(t), dict) for t in ("data", "model", "method"))
+        pate_family = isinstance(data.get("method"), str)
+        audit = p.name.startswith("audit_") and "models" in data
+        assert fl + pate_family + audit == 1, p.name

@@ -156,11 +156,15 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 def _fl_configs():
     """The federated-learning configs ([data]/[model]/[method] tables); PATE-family configs (top-level
-    ``method = ...``) are validated in tests/test_configs.py."""
+    ``method = ...``) are validated in tests/test_configs.py, audit configs in tests/test_audit.py."""
     import tomllib
 
-    return [p for p in sorted(CONFIGS.glob("*.toml")) if "method" not in tomllib.loads(p.read_text()) or
-            isinstance(tomllib.loads(p.read_text())["method"], dict)]
+    out = []
+    for p in sorted(CONFIGS.glob("*.toml")):
+        data = tomllib.loads(p.read_text())
+        if any(isinstance(data.get(t), dict) for t in ("data", "model", "method")):
+            out.append(p)
+    return out
 
 
 @pytest.mark.parametrize("path", _fl_configs(), ids=lambda p: p.name)

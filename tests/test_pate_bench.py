@@ -28,3 +28,13 @@ def test_baseline_matches_reference_value():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert abs(mod.baseline_epsilon([[150, 60, 40] + [0] * 7] * 100, 0.05, 1e-5) - 2.31594) < 1e-5
+
+
+def test_script_style_baseline_matches_reference_value():
+    spec = importlib.util.spec_from_file_location("bench_pate", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    import numpy as np
+
+    votes = np.array([[150, 60, 40] + [0] * 7] * 100, dtype=float)
+    assert abs(mod.script_style_epsilon(votes, 0.05, 1e-5) - 2.31594) < 1e-5
