@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -16,7 +17,28 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-__all__ = ["atomic_path", "write_bytes", "write_text", "write_json", "read_json", "save_npz", "save_npy", "atomic_dir"]
+__all__ = ["json_number", "parse_json_number", "atomic_path", "write_bytes", "write_text", "write_json", "read_json", "save_npz", "save_npy", "atomic_dir"]
+
+
+def json_number(x: Any) -> Any:
+    """A number as strict JSON can hold it: ``inf``/``-inf``/``nan`` become the strings "inf"/"-inf"/"nan",
+    numpy scalars become Python numbers, anything else is returned unchanged (``None`` included)."""
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+    return x
+
+
+def parse_json_number(x: Any) -> Any:
+    """Inverse of :func:`json_number`: the strings "inf"/"-inf"/"nan" become floats; anything else unchanged."""
+    if isinstance(x, str) and x in ("inf", "-inf", "nan"):
+        return float(x)
+    return x
 
 
 @contextlib.contextmanager

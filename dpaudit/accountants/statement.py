@@ -3,26 +3,12 @@ puts several figures side by side (e.g. per report, composed over rounds, shuffl
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from dpaudit._io import json_number as _num, parse_json_number as _unnum
+
 __all__ = ["PrivacyStatement", "AccountingResult"]
-
-
-def _num(x: float | None) -> Any:
-    """JSON-safe number: inf is written as the string "inf" so strict JSON readers accept it."""
-    if x is None:
-        return None
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return x
-
-
-def _unnum(x: Any) -> Any:
-    if isinstance(x, str) and x in ("inf", "-inf"):
-        return float(x)
-    return x
 
 
 @dataclass(frozen=True, slots=True)

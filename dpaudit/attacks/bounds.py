@@ -44,6 +44,7 @@ from dpaudit.errors import DataError, ParameterError, check_choice, check_float,
 
 __all__ = [
     "clopper_pearson",
+    "clopper_pearson_lower",
     "clopper_pearson_upper",
     "epsilon_from_rates",
     "epsilon_lower_bound",
@@ -52,6 +53,18 @@ __all__ = [
     "one_run_guesses",
     "one_run_audit",
 ]
+
+
+def clopper_pearson_lower(k, n, alpha):
+    """One-sided lower limit p_lo with P[p >= p_lo] >= 1 - alpha for k successes in n trials (vectorised).
+
+    p_lo = Beta.ppf(alpha; k, n - k + 1), and 0 when k == 0 (Clopper & Pearson 1934).
+    """
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):
+        lo = stats.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1.0)
+    return np.where(k <= 0, 0.0, lo)
 
 
 def clopper_pearson_upper(k, n, alpha):
@@ -71,11 +84,7 @@ def clopper_pearson(k, n, confidence: float = 0.95):
     """Two-sided exact binomial interval (low, high) at level ``confidence`` (vectorised over k, n)."""
     conf = check_probability(confidence, "confidence", "clopper_pearson")
     a = (1.0 - conf) / 2.0
-    k = np.asarray(k, dtype=float)
-    n = np.asarray(n, dtype=float)
-    with np.errstate(invalid="ignore"):
-        lo = np.where(k <= 0, 0.0, stats.beta.ppf(a, np.maximum(k, 1e-300), n - k + 1.0))
-    return lo, clopper_pearson_upper(k, n, a)
+    return clopper_pearson_lower(k, n, a), clopper_pearson_upper(k, n, a)
 
 
 def epsilon_from_rates(fpr, fnr, delta: float = 0.0):

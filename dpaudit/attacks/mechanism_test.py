@@ -48,6 +48,8 @@ import numpy as np
 from scipy import optimize, stats
 
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
+from dpaudit.attacks.bounds import clopper_pearson_lower, clopper_pearson_upper
+from dpaudit._io import json_number as _num, parse_json_number as _unnum
 
 __all__ = [
     "TesterOutcome",
@@ -68,26 +70,7 @@ _OWNER = "mechanism_test"
 # --------------------------------------------------------------------------------------------------
 
 
-def clopper_pearson_lower(k: np.ndarray | int, n: np.ndarray | int, alpha: float) -> np.ndarray:
-    """One-sided exact lower bound on a binomial proportion: :math:`P(p \\ge \\text{bound}) \\ge 1-\\alpha`.
-
-    ``k`` successes out of ``n`` trials; ``Beta(alpha; k, n-k+1)`` quantile, 0 when ``k = 0``
-    (Clopper & Pearson, Biometrika 1934).
-    """
-    k = np.asarray(k, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        out = stats.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1.0)
-    return np.where(k <= 0, 0.0, out)
-
-
-def clopper_pearson_upper(k: np.ndarray | int, n: np.ndarray | int, alpha: float) -> np.ndarray:
-    """One-sided exact upper bound on a binomial proportion: ``Beta(1-alpha; k+1, n-k)``, 1 when ``k = n``."""
-    k = np.asarray(k, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        out = stats.beta.ppf(1.0 - alpha, k + 1.0, np.maximum(n - k, 1e-300))
-    return np.where(k >= n, 1.0, out)
+# clopper_pearson_lower / clopper_pearson_upper: one implementation, in dpaudit.attacks.bounds (imported above)
 
 
 def histogram_divergence_bound(p_lower: np.ndarray, q_upper: np.ndarray, epsilon: float) -> float:
@@ -122,14 +105,6 @@ def _event_epsilon_bound(p_lower: float, q_upper: float, delta: float) -> float:
 # --------------------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------------------
-
-
-def _num(x: float) -> Any:
-    return ("inf" if x > 0 else "-inf") if isinstance(x, float) and math.isinf(x) else x
-
-
-def _unnum(x: Any) -> Any:
-    return float(x) if isinstance(x, str) and x in ("inf", "-inf") else x
 
 
 @dataclass(frozen=True, slots=True)

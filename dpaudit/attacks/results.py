@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from dpaudit._io import json_number as _num, parse_json_number as _unnum
+
 __all__ = [
     "Interval",
     "RocCurve",
@@ -21,23 +23,6 @@ __all__ = [
     "AttackResult",
     "AttackReport",
 ]
-
-
-def _num(x: float | None) -> Any:
-    if x is None:
-        return None
-    x = float(x)
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if math.isnan(x):
-        return "nan"
-    return x
-
-
-def _unnum(x: Any) -> Any:
-    if isinstance(x, str) and x in ("inf", "-inf", "nan"):
-        return float(x)
-    return x
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from dpaudit.claims.claims import (
     load_claims,
 )
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
+from dpaudit._io import json_number as _num, parse_json_number as _unnum
 
 __all__ = [
     "EmpiricalBound",
@@ -61,14 +62,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------------------
-
-
-def _num(x: Any) -> Any:
-    return ("inf" if x > 0 else "-inf") if isinstance(x, float) and math.isinf(x) else x
-
-
-def _unnum(x: Any) -> Any:
-    return float(x) if isinstance(x, str) and x in ("inf", "-inf") else x
 
 
 @dataclass(frozen=True, slots=True)

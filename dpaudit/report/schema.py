@@ -11,23 +11,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from dpaudit._io import json_number as _f, parse_json_number as _uf
+
 __all__ = ["SCHEMA", "AttackSummary", "ModelAudit", "Flag", "AuditReport"]
 
 SCHEMA = "dpaudit.report/1"
-
-
-def _f(x: Any) -> Any:
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    return x
-
-
-def _uf(x: Any) -> Any:
-    if x in ("inf", "-inf"):
-        return float(x)
-    return x
 
 
 @dataclass(frozen=True)

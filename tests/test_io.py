@@ -1,0 +1,58 @@
+"""Atomic output and JSON numbers (dpaudit._io)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dpaudit._io import atomic_dir, json_number, parse_json_number, save_npy, save_npz, write_json
+
+
+def test_json_numbers_round_trip_through_strict_json():
+    values = [math.inf, -math.inf, 1.5, 3, None, np.float64(2.5), np.int64(7)]
+    text = json.dumps([json_number(v) for v in values], allow_nan=False)  # strict JSON: no Infinity/NaN tokens
+    back = [parse_json_number(v) for v in json.loads(text)]
+    assert back == [math.inf, -math.inf, 1.5, 3, None, 2.5, 7]
+    assert isinstance(back[6], int)
+    assert math.isnan(parse_json_number(json.loads(json.dumps(json_number(float("nan"))))))
+
+
+def test_npz_and_npy_land_complete_at_the_target(tmp_path):
+    # numpy appends .npz/.npy to a path without the suffix; the atomic writer must still fill the target
+    save_npz(tmp_path / "m.npz", members=np.arange(5))
+    save_npy(tmp_path / "v.npy", np.ones((2, 3)))
+    with np.load(tmp_path / "m.npz", allow_pickle=False) as z:
+        assert z["members"].tolist() == [0, 1, 2, 3, 4]
+    assert np.load(tmp_path / "v.npy", allow_pickle=False).shape == (2, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz", "v.npy"]
+
+
+def test_failed_write_leaves_old_file_and_no_temporaries(tmp_path):
+    target = tmp_path / "r.json"
+    write_json(target, {"a": 1})
+
+    class Boom:
+        def to_dict(self):
+            raise RuntimeError("half-way")
+
+    with pytest.raises(RuntimeError):
+        write_json(target, {"b": Boom()})
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_atomic_dir_appears_whole_or_not_at_all(tmp_path):
+    with pytest.raises(RuntimeError):
+        with atomic_dir(tmp_path / "rel") as d:
+            (d / "x").write_text("partial")
+            raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []
+    with atomic_dir(tmp_path / "rel") as d:
+        (d / "x").write_text("complete")
+    assert (tmp_path / "rel" / "x").read_text() == "complete"
+    with pytest.raises(FileExistsError):
+        with atomic_dir(tmp_path / "rel"):
+            pass
