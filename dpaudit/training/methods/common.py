@@ -473,6 +473,33 @@ def prepare_out(out: str | Path, overwrite: bool, fingerprint: Mapping[str, Any]
     return ck
 
 
+@dataclass(frozen=True)
+class RunStart:
+    """What every PATE-family run starts from: the validated seed, the stage cache of its checkpoints beside
+    ``out``, and its data (see :func:`start_run`)."""
+
+    seed: int
+    cache: "StageCache"
+    data: Any
+    checkpoints: Path
+
+
+def start_run(method: str, config: Any, config_cls: type, *, dataset: str, out: str | Path, seed: int,
+              data_dir: str | Path | None, overwrite: bool, progress: bool) -> RunStart:
+    """Check ``config`` and ``seed``, prepare the output (refusing a finished run unless ``overwrite``; resuming
+    the checkpoints of an interrupted run with the same fingerprint) and load the data."""
+    owner = f"run_{method}"
+    if not isinstance(config, config_cls):
+        raise ParameterError(f"The 'config' parameter of {owner} must be a {config_cls.__name__}. Got {type(config).__name__} instead.")
+    seed = check_int(seed, "seed", owner, low=0)
+    fingerprint = {"method": method, "config": config_to_dict(config), "dataset": dataset, "seed": seed,
+                   "data_dir": None if data_dir is None else str(data_dir)}
+    ck = prepare_out(out, overwrite, fingerprint)
+    from dpaudit.training.methods.pate import load_data  # the family's data loader (pate.py imports this module)
+
+    return RunStart(seed, StageCache(ck, progress), load_data(dataset, config, seed=seed, data_dir=data_dir), ck)
+
+
 class StageCache:
     """Finished stages of a run as ``.npz`` files (written atomically); a resumed run skips them.
 

@@ -29,7 +29,6 @@ from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, 
 from dpaudit.training.ensemble import TrainConfig
 from dpaudit.training.methods.common import (
     MethodResult,
-    StageCache,
     accounting_result,
     accuracy,
     balanced_membership,
@@ -44,13 +43,13 @@ from dpaudit.training.methods.common import (
     new_ledger,
     no_privacy_result,
     noisy_argmax,
-    prepare_out,
     select_queries,
+    start_run,
     top_two_gap,
     train_group,
     vote_counts,
 )
-from dpaudit.training.methods.pate import _check_split, load_data, model_spec, pate_student, teacher_predictions
+from dpaudit.training.methods.pate import _check_split, model_spec, pate_student, teacher_predictions
 
 __all__ = [
     "FedKTConfig",
@@ -314,15 +313,10 @@ def run_fedkt(
     (n*s*k_p, C) (rows ordered party, partition, query) at L2. Stages are checkpointed beside ``out`` so an
     interrupted run resumes.
     """
-    if not isinstance(config, FedKTConfig):
-        raise ParameterError(f"The 'config' parameter of run_fedkt must be a FedKTConfig. Got {type(config).__name__} instead.")
-    seed = check_int(seed, "seed", "run_fedkt", low=0)
+    run = start_run("fedkt", config, FedKTConfig, dataset=dataset, out=out, seed=seed, data_dir=data_dir,
+                    overwrite=overwrite, progress=progress)
+    seed, cache, data, ck = run.seed, run.cache, run.data, run.checkpoints
     cfg = config
-    fingerprint = {"method": "fedkt", "config": config_to_dict(cfg), "dataset": dataset, "seed": seed,
-                   "data_dir": None if data_dir is None else str(data_dir)}
-    ck = prepare_out(out, overwrite, fingerprint)
-    cache = StageCache(ck, progress)
-    data = load_data(dataset, cfg, seed=seed, data_dir=data_dir)
     ds = data.dataset
     C = int(ds.num_classes)
     n, s, t = cfg.parties, cfg.partitions, cfg.teachers

@@ -30,7 +30,6 @@ from dpaudit.errors import ParameterError, check_bool, check_choice, check_float
 from dpaudit.training.ensemble import TrainConfig
 from dpaudit.training.methods.common import (
     MethodResult,
-    StageCache,
     accounting_result,
     accuracy,
     balanced_membership,
@@ -43,12 +42,12 @@ from dpaudit.training.methods.common import (
     new_ledger,
     no_privacy_result,
     noisy_argmax,
-    prepare_out,
     select_queries,
+    start_run,
     train_group,
     vote_counts,
 )
-from dpaudit.training.methods.pate import _check_split, load_data, model_spec
+from dpaudit.training.methods.pate import _check_split, model_spec
 
 __all__ = ["FREDYConfig", "run_fredy", "fedavg", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
 
@@ -201,15 +200,10 @@ def run_fredy(
 ) -> MethodResult:
     """Run FREDY (Algorithm 1) and write the student's release to ``out`` and, with ``nonprivate_baseline``,
     the non-private baseline's to ``out/nonprivate``. Each FedAvg round is checkpointed beside ``out``."""
-    if not isinstance(config, FREDYConfig):
-        raise ParameterError(f"The 'config' parameter of run_fredy must be a FREDYConfig. Got {type(config).__name__} instead.")
-    seed = check_int(seed, "seed", "run_fredy", low=0)
+    run = start_run("fredy", config, FREDYConfig, dataset=dataset, out=out, seed=seed, data_dir=data_dir,
+                    overwrite=overwrite, progress=progress)
+    seed, cache, data, ck = run.seed, run.cache, run.data, run.checkpoints
     cfg = config
-    fingerprint = {"method": "fredy", "config": config_to_dict(cfg), "dataset": dataset, "seed": seed,
-                   "data_dir": None if data_dir is None else str(data_dir)}
-    ck = prepare_out(out, overwrite, fingerprint)
-    cache = StageCache(ck, progress)
-    data = load_data(dataset, cfg, seed=seed, data_dir=data_dir)
     ds = data.dataset
     C = int(ds.num_classes)
     spec = model_spec(cfg.model, cfg.model_kwargs, ds)

@@ -34,8 +34,8 @@ from dpaudit.training.methods.common import (
     disjoint_splits,
     log,
     noisy_argmax,
-    prepare_out,
     select_queries,
+    start_run,
     train_group,
     vote_counts,
     PATE_ASSUMPTION,
@@ -247,14 +247,9 @@ def run_pate(
     the chosen public queries -> student on the answered queries -> ledger (party ``"central"``) -> release.
     Interrupted runs resume from the checkpoints beside ``out`` (see :func:`~.common.checkpoint_dir_for`).
     """
-    if not isinstance(config, PATEConfig):
-        raise ParameterError(f"The 'config' parameter of run_pate must be a PATEConfig. Got {type(config).__name__} instead.")
-    seed = check_int(seed, "seed", "run_pate", low=0)
-    fingerprint = {"method": "pate", "config": config_to_dict(config), "dataset": dataset, "seed": seed,
-                   "data_dir": None if data_dir is None else str(data_dir)}
-    ck = prepare_out(out, overwrite, fingerprint)
-    cache = StageCache(ck, progress)
-    data = load_data(dataset, config, seed=seed, data_dir=data_dir)
+    run = start_run("pate", config, PATEConfig, dataset=dataset, out=out, seed=seed, data_dir=data_dir,
+                    overwrite=overwrite, progress=progress)
+    seed, cache, data, ck = run.seed, run.cache, run.data, run.checkpoints
     ds = data.dataset
     t_spec = model_spec(config.teacher_model, config.teacher_model_kwargs, ds)
     s_spec = model_spec(config.student_model or config.teacher_model,
