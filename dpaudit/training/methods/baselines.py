@@ -16,9 +16,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import ClassVar, Any, Mapping
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from dpaudit.accountants.pure import PureDp
 from dpaudit.errors import ParameterError, check_choice, check_float, check_int
 from dpaudit.training.engine import RoundEngine, party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
+    ConfigDict,
     FederatedData,
     accuracy,
     flatten_state,
@@ -48,13 +49,15 @@ def laplace_mechanism_text(bound: float, epsilon: float) -> str:
 
 
 @dataclass(frozen=True)
-class LdpUpdateConfig:
+class LdpUpdateConfig(ConfigDict):
     """FedAvg/FedSGD with Laplace LDP on L1-clipped updates.
 
     ``mode``: "fedavg" (local epochs, update = local - global) or "fedsgd" (one full-batch gradient).
     ``epsilon``: per-round LDP budget of one client's release. ``clip``: L1 bound C of the update.
     ``server_lr``: FedAvg multiplies the mean update by it (1 = plain averaging); FedSGD steps by it.
     """
+
+    label: ClassVar[str] = "FedAvg/FedSGD-LDP"
 
     mode: str = "fedavg"
     epsilon: float = 5.0
@@ -82,16 +85,6 @@ class LdpUpdateConfig:
         check_int(self.eval_every, "eval_every", o, low=0)
         check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LdpUpdateConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ParameterError(f"Unknown FedAvg/FedSGD-LDP parameter(s) {sorted(unknown)}; allowed: {sorted(names)}.")
-        return cls(**dict(d))
 
 
 class LdpUpdateMethod:

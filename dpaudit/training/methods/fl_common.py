@@ -12,7 +12,8 @@ from ``(seed, round, party)`` (see :func:`dpaudit.training.engine.party_rng`).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from dataclasses import asdict, fields
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -367,6 +368,24 @@ def unflatten_state(vector: np.ndarray, like: Mapping[str, torch.Tensor]) -> dic
 
 from dataclasses import dataclass, field  # noqa: E402
 
+
+
+class ConfigDict:
+    """``to_dict``/``from_dict`` for a method's frozen config dataclass; ``from_dict`` names unknown keys.
+    Subclasses set ``label`` (the method's name in messages)."""
+
+    label: ClassVar[str] = "method"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Any:
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = set(d) - names
+        if unknown:
+            raise ParameterError(f"Unknown {cls.label} parameter(s) {sorted(unknown)}; allowed: {sorted(names)}.")
+        return cls(**dict(d))
 
 @dataclass(frozen=True)
 class FederatedData:

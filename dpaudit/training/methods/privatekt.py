@@ -39,17 +39,18 @@ self-training: every client's predictions on the whole public set, epsilon split
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import ClassVar, Any, Mapping
 
 import numpy as np
 import torch
 
 from dpaudit.accountants.events import RandomizedResponse, rr_keep_probability
-from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
-from dpaudit.training.engine import PerClient, RoundEngine, party_rng, party_seed
+from dpaudit.errors import check_bool, check_choice, check_float, check_int
+from dpaudit.training.engine import RoundEngine, party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
+    ConfigDict,
     FederatedData,
     accuracy,
     adam_train,
@@ -67,7 +68,7 @@ __all__ = ["PrivateKTConfig", "PrivateKTMethod", "PrivateKTResult", "run_private
 
 
 @dataclass(frozen=True)
-class PrivateKTConfig:
+class PrivateKTConfig(ConfigDict):
     """Parameters of PrivateKT. Defaults: small and fast; ``configs/privatekt.toml`` holds the paper's.
 
     Attributes
@@ -83,6 +84,8 @@ class PrivateKTConfig:
     eval_every: evaluate test accuracy every this many rounds (0 = only at the end).
     delta: delta of the (epsilon, delta) figures (RDP composition, shuffling).
     """
+
+    label: ClassVar[str] = "PrivateKT"
 
     epsilon: float = 5.0
     samples_per_round: int = 2
@@ -123,16 +126,6 @@ class PrivateKTConfig:
         check_int(self.eval_every, "eval_every", o, low=0)
         check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PrivateKTConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ParameterError(f"Unknown PrivateKT parameter(s) {sorted(unknown)}; allowed: {sorted(names)}.")
-        return cls(**dict(d))
 
 
 class PrivateKTMethod:

@@ -50,9 +50,9 @@ does not cover the distillation term; the statement says so.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import ClassVar, Any, Mapping
 
 import numpy as np
 import torch
@@ -61,7 +61,7 @@ from torch.func import functional_call, grad, vmap
 from dpaudit.accountants.events import SubsampledGaussian
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
 from dpaudit.training.engine import PerClient, RoundEngine, party_seed
-from dpaudit.training.methods.fl_common import FederatedData, exponential_peer, init_model_state, make_classifier
+from dpaudit.training.methods.fl_common import ConfigDict, FederatedData, exponential_peer, init_model_state, make_classifier
 
 __all__ = ["ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run_proxyfl", "train_proxyfl", "PROXYFL_VARIANTS",
            "dml_dp_assumption", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
@@ -87,7 +87,7 @@ def dml_dp_assumption() -> str:
 
 
 @dataclass(frozen=True)
-class ProxyFLConfig:
+class ProxyFLConfig(ConfigDict):
     """Parameters of ProxyFL and its family. Defaults: small and fast; ``configs/proxyfl.toml`` holds the paper's.
 
     Attributes
@@ -101,6 +101,8 @@ class ProxyFLConfig:
     delta: None -> 1/n_k per client. budget: epsilon at which a client drops out (None: never).
     eval_every: evaluate every this many rounds (0 = at the end only).
     """
+
+    label: ClassVar[str] = "ProxyFL"
 
     rounds: int = 15
     batch_size: int = 32
@@ -140,16 +142,6 @@ class ProxyFLConfig:
             check_float(self.budget, "budget", o, low=0.0, low_open=True)
         check_int(self.eval_every, "eval_every", o, low=0)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ProxyFLConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ParameterError(f"Unknown ProxyFL parameter(s) {sorted(unknown)}; allowed: {sorted(names)}.")
-        return cls(**dict(d))
 
 
 # --------------------------------------------------------------------------------------------------
