@@ -130,6 +130,10 @@ def per_party_figure(model: ModelAudit) -> Figure:
     ax.bar(range(len(items)), vals, color="#4c72b0")
     ax.set_xticks(range(len(items)))
     ax.set_xticklabels([k for k, _ in items], rotation=60, fontsize=6)
+    claimed = (model.claim or {}).get("epsilon")
+    if isinstance(claimed, (int, float)) and math.isfinite(claimed):
+        ax.axhline(float(claimed), color="#c44e52", ls="--", lw=1.2, label=f"claimed epsilon = {float(claimed):.3g}")
+        ax.legend(fontsize=7)
     ax.set_ylabel("epsilon")
     ax.set_title(f"{model.name}: epsilon per party")
     fig.tight_layout()
