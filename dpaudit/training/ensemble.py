@@ -717,14 +717,25 @@ def _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed):
     return idx, mask
 
 
+def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-row ``F.cross_entropy(logits, y, reduction="none")``, written as log-softmax + gather.
+
+    Under ``vmap`` torch runs ``F.cross_entropy`` through a Python decomposition of ``nll_loss`` (which
+    also imports sympy on first use, ~0.5 s); this form has the same value and gradient without it.
+    """
+    return -F.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+
 def _plain_grads(base, params, buffers, xb, yb, mb):
-    def loss_fn(p, b, x, y, m):
-        logits = functional_call(base, (p, b), (x,), {"sample_mask": m})
-        ce = F.cross_entropy(logits, y, reduction="none")
-        return (ce * m).sum() / m.sum().clamp(min=1.0)
+    """Gradients of every model's masked mean cross-entropy on its batch (rows of ``xb``: (M, W, ...))."""
+
+    def forward(p, b, x, m):
+        return functional_call(base, (p, b), (x,), {"sample_mask": m})
 
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-    losses = vmap(loss_fn, in_dims=(0, 0, 0, 0, 0), randomness="different")(leaves, buffers, xb, yb, mb)
+    logits = vmap(forward, in_dims=(0, 0, 0, 0), randomness="different")(leaves, buffers, xb, mb)  # (M, W, C)
+    ce = _cross_entropy(logits, yb)  # (M, W); the loss needs no vmap
+    losses = (ce * mb).sum(1) / mb.sum(1).clamp(min=1.0)
     gs = torch.autograd.grad(losses.sum(), list(leaves.values()))
     return dict(zip(leaves.keys(), gs))
 
@@ -738,7 +749,7 @@ def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed
 
     def ex_loss(p, b, x, y):
         logits = functional_call(base, (p, b), (x.unsqueeze(0),))
-        return F.cross_entropy(logits, y.unsqueeze(0))
+        return _cross_entropy(logits, y.unsqueeze(0)).sum()
 
     per_ex = vmap(grad(ex_loss), in_dims=(None, None, 0, 0), randomness="different")
     per_model = vmap(per_ex, in_dims=(0, 0, 0, 0), randomness="different")
