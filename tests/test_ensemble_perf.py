@@ -46,3 +46,14 @@ def test_fresh_state_falls_back_when_an_architecture_draws_outside_reset_paramet
     P, _ = _stacked_plain(spec, 3, 5)
     for k in P:
         assert torch.equal(params[k], P[k]), k
+
+
+def test_schedules_use_default_rng_streams():
+    # batch order and Poisson masks are documented as draws of default_rng(SeedSequence([seed, i, epoch, tag]))
+    import numpy as np
+
+    for seed, i, e, n in [(0, 0, 0, 1), (3, 7, 2, 13), (11, 99, 19, 300)]:
+        ref = np.random.default_rng(np.random.SeedSequence([seed, i, e, 0xBA7C])).permutation(n)
+        assert np.array_equal(ens._perm(n, seed, i, e), ref)
+        ref_m = np.random.default_rng(np.random.SeedSequence([seed, i, e, 0x9015])).random((3, n)) < 0.3
+        assert np.array_equal(ens._poisson_masks(n, 0.3, 3, seed, i, e), ref_m)

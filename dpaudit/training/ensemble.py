@@ -701,25 +701,19 @@ def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
     """Index and mask blocks (S, M, W) for round g without DP, W = min(B, largest data set)."""
     M = len(sizes)
     W = int(min(B, sizes.max()))  # no batch is wider than the largest data set
-    idx = np.zeros((S, M, W), dtype=np.int64)
-    mask = np.zeros((S, M, W), dtype=np.float32)
+    local = np.full((S, M, W), -1, dtype=np.int64)  # model i's record index per slot, -1 = padding
     t0, t1 = g * S, (g + 1) * S
     for i in range(M):
         s_i, n = int(spe[i]), int(sizes[i])
         lo, hi = t0, min(t1, int(total_steps[i]))
-        if hi <= lo:
-            continue
-        e_lo, e_hi = lo // s_i, (hi - 1) // s_i
-        rows = []
-        for e in range(e_lo, e_hi + 1):
+        for e in range(lo // s_i, (hi - 1) // s_i + 1) if hi > lo else ():
             padded = np.full(s_i * B, -1, dtype=np.int64)
             padded[:n] = _perm(n, seed, i, e)
-            rows.append(padded.reshape(s_i, B))
-        block = np.concatenate(rows)[lo - e_lo * s_i : hi - e_lo * s_i, :W]
-        valid = block >= 0
-        idx[: hi - lo, i] = np.where(valid, block, 0) + offsets[i]
-        mask[: hi - lo, i] = valid
-    return idx, mask
+            a, b = max(lo, e * s_i), min(hi, (e + 1) * s_i)  # this epoch's steps within the round
+            local[a - t0 : b - t0, i] = padded.reshape(s_i, B)[a - e * s_i : b - e * s_i, :W]
+    valid = local >= 0
+    idx = np.where(valid, local, 0) + offsets[None, :, None]
+    return idx, valid.astype(np.float32)
 
 
 def _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed):
