@@ -8,8 +8,8 @@ Python overhead.
 
 Semantics -- identical to training each model separately:
 
-* Model ``i`` is initialised by ``build_model(spec)`` under ``torch.manual_seed(model_seed(seed, i))`` (the CPU generator;
-  :func:`init_model` seeds only that one).
+* Model ``i`` is initialised by ``build_model(spec)`` under ``torch.manual_seed(model_seed(seed, i))``
+  (only the CPU generator matters; :func:`init_model` seeds only that one).
 * Its batch order depends only on ``(seed, i)``: in epoch ``e`` it visits a permutation of its own
   ``n_i`` records drawn from ``SeedSequence([seed, i, e])`` in consecutive batches of ``batch_size``
   (the last batch of an epoch may be smaller, as with ``DataLoader(drop_last=False)``);
