@@ -8,7 +8,8 @@ Python overhead.
 
 Semantics -- identical to training each model separately:
 
-* Model ``i`` is initialised by ``build_model(spec)`` under ``torch.manual_seed(model_seed(seed, i))``.
+* Model ``i`` is initialised by ``build_model(spec)`` under ``torch.manual_seed(model_seed(seed, i))``
+  (only the CPU generator matters; :func:`init_model` seeds only that one).
 * Its batch order depends only on ``(seed, i)``: in epoch ``e`` it visits a permutation of its own
   ``n_i`` records drawn from ``SeedSequence([seed, i, e])`` in consecutive batches of ``batch_size``
   (the last batch of an epoch may be smaller, as with ``DataLoader(drop_last=False)``);
@@ -181,7 +182,9 @@ def model_seed(seed: int, i: int) -> int:
 def init_model(spec: ModelSpec, seed: int, i: int = 0) -> torch.nn.Module:
     """Model ``i``'s initial weights, exactly as :func:`train_ensemble` starts it (global RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(model_seed(seed, i))
+        # the CPU generator is all build_model draws from; torch.manual_seed would also queue a lazy
+        # CUDA seeding (with a stack trace) on every call, ~0.5 ms each
+        torch.default_generator.manual_seed(model_seed(seed, i))
         return build_model(spec)
 
 
@@ -468,12 +471,44 @@ def _resolve_device(device) -> torch.device:
         raise ParameterError(f"The 'device' parameter of train_ensemble must name a torch device. Got {device!r} instead.") from None
 
 
+def _fresh_state(spec: ModelSpec, M: int, seed: int) -> tuple[dict, dict]:
+    """``init_model(spec, seed, i)`` for ``i < M``, stacked, without building M modules.
+
+    Building a module costs about a millisecond of Python; re-initialising one module in place is far
+    cheaper. ``build_model`` draws from the RNG only in the submodules' ``reset_parameters`` (in
+    registration order), so calling those under model ``i``'s seed reproduces its weights. Model 0 is
+    also built the plain way and compared (weights and the generator state after the draws); an
+    architecture that draws otherwise falls back to building every module.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(model_seed(seed, 0))
+        first = build_model(spec)
+        rng_after_first = torch.default_generator.get_state()
+    template = init_model(spec, seed, 0)  # re-initialised in place for every model
+    resettable = [m for m in template.modules() if hasattr(m, "reset_parameters")]
+    named_p, named_b = dict(template.named_parameters()), dict(template.named_buffers())
+    params = {k: torch.empty((M,) + v.shape, dtype=v.dtype) for k, v in named_p.items()}
+    buffers = {k: torch.empty((M,) + v.shape, dtype=v.dtype) for k, v in named_b.items()}
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        for i in range(M):
+            torch.default_generator.manual_seed(model_seed(seed, i))
+            for m in resettable:
+                m.reset_parameters()
+            if i == 0 and not (
+                torch.equal(torch.default_generator.get_state(), rng_after_first)
+                and all(torch.equal(v, first.state_dict()[k]) for k, v in template.state_dict().items())
+            ):
+                params, buffers = stack_module_state([init_model(spec, seed, j) for j in range(M)])
+                return {k: v.detach() for k, v in params.items()}, {k: v.detach() for k, v in buffers.items()}
+            for d, named in ((params, named_p), (buffers, named_b)):
+                for k, v in named.items():
+                    d[k][i] = v
+    return params, buffers
+
+
 def _initial_state(spec, M, seed, init_state, device):
     if init_state is None:
-        modules = [init_model(spec, seed, i) for i in range(M)]
-        params, buffers = stack_module_state(modules)
-        params = {k: v.detach() for k, v in params.items()}
-        buffers = {k: v.detach() for k, v in buffers.items()}
+        params, buffers = _fresh_state(spec, M, seed)
     else:
         ref = build_model(spec)
         params, buffers = {}, {}
@@ -666,25 +701,19 @@ def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
     """Index and mask blocks (S, M, W) for round g without DP, W = min(B, largest data set)."""
     M = len(sizes)
     W = int(min(B, sizes.max()))  # no batch is wider than the largest data set
-    idx = np.zeros((S, M, W), dtype=np.int64)
-    mask = np.zeros((S, M, W), dtype=np.float32)
+    local = np.full((S, M, W), -1, dtype=np.int64)  # model i's record index per slot, -1 = padding
     t0, t1 = g * S, (g + 1) * S
     for i in range(M):
         s_i, n = int(spe[i]), int(sizes[i])
         lo, hi = t0, min(t1, int(total_steps[i]))
-        if hi <= lo:
-            continue
-        e_lo, e_hi = lo // s_i, (hi - 1) // s_i
-        rows = []
-        for e in range(e_lo, e_hi + 1):
+        for e in range(lo // s_i, (hi - 1) // s_i + 1) if hi > lo else ():
             padded = np.full(s_i * B, -1, dtype=np.int64)
             padded[:n] = _perm(n, seed, i, e)
-            rows.append(padded.reshape(s_i, B))
-        block = np.concatenate(rows)[lo - e_lo * s_i : hi - e_lo * s_i, :W]
-        valid = block >= 0
-        idx[: hi - lo, i] = np.where(valid, block, 0) + offsets[i]
-        mask[: hi - lo, i] = valid
-    return idx, mask
+            a, b = max(lo, e * s_i), min(hi, (e + 1) * s_i)  # this epoch's steps within the round
+            local[a - t0 : b - t0, i] = padded.reshape(s_i, B)[a - e * s_i : b - e * s_i, :W]
+    valid = local >= 0
+    idx = np.where(valid, local, 0) + offsets[None, :, None]
+    return idx, valid.astype(np.float32)
 
 
 def _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed):
@@ -717,14 +746,25 @@ def _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed):
     return idx, mask
 
 
+def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-row ``F.cross_entropy(logits, y, reduction="none")``, written as log-softmax + gather.
+
+    Under ``vmap`` torch runs ``F.cross_entropy`` through a Python decomposition of ``nll_loss`` (which
+    also imports sympy on first use, ~0.5 s); this form has the same value and gradient without it.
+    """
+    return -F.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+
 def _plain_grads(base, params, buffers, xb, yb, mb):
-    def loss_fn(p, b, x, y, m):
-        logits = functional_call(base, (p, b), (x,), {"sample_mask": m})
-        ce = F.cross_entropy(logits, y, reduction="none")
-        return (ce * m).sum() / m.sum().clamp(min=1.0)
+    """Gradients of every model's masked mean cross-entropy on its batch (rows of ``xb``: (M, W, ...))."""
+
+    def forward(p, b, x, m):
+        return functional_call(base, (p, b), (x,), {"sample_mask": m})
 
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-    losses = vmap(loss_fn, in_dims=(0, 0, 0, 0, 0), randomness="different")(leaves, buffers, xb, yb, mb)
+    logits = vmap(forward, in_dims=(0, 0, 0, 0), randomness="different")(leaves, buffers, xb, mb)  # (M, W, C)
+    ce = _cross_entropy(logits, yb)  # (M, W); the loss needs no vmap
+    losses = (ce * mb).sum(1) / mb.sum(1).clamp(min=1.0)
     gs = torch.autograd.grad(losses.sum(), list(leaves.values()))
     return dict(zip(leaves.keys(), gs))
 
@@ -738,7 +778,7 @@ def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed
 
     def ex_loss(p, b, x, y):
         logits = functional_call(base, (p, b), (x.unsqueeze(0),))
-        return F.cross_entropy(logits, y.unsqueeze(0))
+        return _cross_entropy(logits, y.unsqueeze(0)).sum()
 
     per_ex = vmap(grad(ex_loss), in_dims=(None, None, 0, 0), randomness="different")
     per_model = vmap(per_ex, in_dims=(0, 0, 0, 0), randomness="different")
