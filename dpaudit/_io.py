@@ -41,6 +41,12 @@ def parse_json_number(x: Any) -> Any:
     return x
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it replaces ``target``, on error it is removed.
@@ -52,6 +58,7 @@ def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the mode open() would
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
@@ -127,6 +134,7 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
         raise FileExistsError(f"{target} already exists")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
         if target.exists():

@@ -56,3 +56,18 @@ def test_atomic_dir_appears_whole_or_not_at_all(tmp_path):
     with pytest.raises(FileExistsError):
         with atomic_dir(tmp_path / "rel"):
             pass
+
+
+def test_atomic_outputs_get_the_mode_open_would_give(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "a.json", {})
+        with atomic_dir(tmp_path / "d") as d:
+            (d / "x").write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
