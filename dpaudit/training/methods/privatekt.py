@@ -282,13 +282,14 @@ def run_privatekt(data: FederatedData, spec: Any, config: PrivateKTConfig, *, se
 # statement, claim and release
 # --------------------------------------------------------------------------------------------------
 
-SHUFFLING_RED_FLAG = (
-    "RED FLAG (PrivateKT's privacy claim): the paper states that 'model shuffling' stops the privacy budget from "
+SHUFFLING_EXPLANATION = (
+    "The paper states that 'model shuffling' stops the privacy budget from "
     "accumulating over rounds, so the whole process would be eps-LDP. Algorithm 1 contains no shuffler, and a "
     "client that reports in T rounds releases T randomized responses computed from the same local data: under "
     "local DP they compose (T * eps by basic composition; the RDP figure is shown). Even with a trusted shuffler "
     "the guarantee becomes a central (eps, delta) per round that still composes over rounds. The headline figure "
     "is the composition over the rounds each client actually took part in (maximum over clients).")
+SHUFFLING_RED_FLAG = "RED FLAG (PrivateKT's privacy claim): t" + SHUFFLING_EXPLANATION[1:]
 
 
 def privatekt_statement(ledger: Any, *, epsilon: float, samples: int, classes: int, rounds: int,
@@ -390,7 +391,7 @@ def train_privatekt(dataset: str, out: Any, *, config_path: Any = None, seed: in
                                "only randomized-response labels on public samples. train_config is the clients' local "
                                "recipe (the best available recipe for shadow models, not the global model's).",
                                "Members: every client's private records; non-members: the held-out test records."),
-                  flags=(("composition_ignored_by_claim", SHUFFLING_RED_FLAG),), overwrite=overwrite)
+                  flags=(("composition_ignored_by_claim", SHUFFLING_EXPLANATION),), overwrite=overwrite)
     shutil.rmtree(ckpt, ignore_errors=True)
     return TrainSummary(method=name, out=str(out), utility={"test_accuracy": res.test_accuracy},
                         epsilon=statement.epsilon, delta=statement.delta, claimed_epsilon=config.epsilon,
