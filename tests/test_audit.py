@@ -50,14 +50,14 @@ def test_report_files_and_content(audited):
 
 def test_rerun_resumes_without_training_or_attacking(audited, monkeypatch):
     cfg, out, report = audited
-    import dpaudit.attacks
+    import dpaudit.report.attack_release as attack_release
     import dpaudit.training.methods as methods
 
     def boom(*a, **k):
         raise AssertionError("a complete stage was recomputed")
 
     monkeypatch.setattr(methods, "run_method", boom)
-    monkeypatch.setattr(dpaudit.attacks, "run_attack", boom)
+    monkeypatch.setattr(attack_release, "run_attack", boom)
     again = run_audit(cfg, out, progress=False)
     assert [m.to_dict()["attacks"] for m in again.models] == [m.to_dict()["attacks"] for m in report.models]
 

@@ -400,34 +400,10 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     release's own recipe). The bound is the attack's Clopper-Pearson epsilon lower bound at
     ``budget.confidence`` and the claim's ``delta``; the attacks layer's caveats travel in ``details["notes"]``.
     """
-    try:
-        from dpaudit.training.release import load_release  # the one place claims touches the training layer
-    except ImportError:
-        raise DPAuditError(
-            "Attack budgets need dpaudit.training.release.load_release, which is not available in this build of "
-            "dpaudit; remove the 'attack' key or pass an attack runner."
-        ) from None
-    from dpaudit.attacks import run_attack
+    from dpaudit.report.attack_release import attack_release
 
-    rel = load_release(release)
-    ds = rel.dataset()
-    m = rel.membership
-    for key in ("members", "nonmembers", "attacker"):
-        if key not in m:
-            raise DataError(f"Release {str(release)!r} has no {key!r} indices in membership.npz.")
-    X, y = ds.X, ds.y
-    mem, non, pool = (np.asarray(m[k], dtype=np.int64) for k in ("members", "nonmembers", "attacker"))
-    train_fn = batch_fn = None
-    if budget.kind in ("shadow", "lira"):
-        train_fn = rel.train_fn()
-        spec = getattr(rel.model, "spec", None)
-        if spec is not None and getattr(spec, "is_torch", False):
-            batch_fn = rel.train_many()
-    report = run_attack(
-        rel.model, X[mem], y[mem], X[non], y[non], X[pool], y[pool], attack=budget.kind, train_fn=train_fn,
-        batch_train_fn=batch_fn, num_shadows=budget.shadows, confidence=budget.confidence, delta=delta,
-        n_bootstrap=0, blind=False, seed=budget.seed,
-    )
+    report = attack_release(release, attack=budget.kind, num_shadows=budget.shadows, confidence=budget.confidence,
+                            delta=delta, n_bootstrap=0, blind=False, seed=budget.seed)
     res = report.attack
     return EmpiricalBound(
         attack=budget.kind, epsilon_lower_bound=float(res.bound.epsilon), confidence=budget.confidence, delta=delta,

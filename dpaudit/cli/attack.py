@@ -1,7 +1,7 @@
 """``dpaudit attack RELEASE``: attack a release bundle and print / write what leaks.
 
 Loads the release (never unpickling), hands its model, member / non-member / attacker records and training
-recipe to :func:`dpaudit.attacks.run_attack`, prints a table and writes ``attack.json`` (and ``roc.png``).
+recipe to :func:`dpaudit.report.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from dpaudit._io import atomic_path, write_json
-from dpaudit.attacks import ATTACKS, AttackReport, AttackResult, run_attack
+from dpaudit.attacks import ATTACKS, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
 from dpaudit.attacks.threshold import THRESHOLD_KINDS
 
@@ -63,21 +63,11 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
             offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon lower bound and the blind baseline; write attack.json."""
-    from dpaudit.training.release import load_release
+    from dpaudit.report.attack_release import attack_release
 
-    rel = load_release(release)
-    ds = rel.dataset()
-    mem = rel.membership
-    if delta is None:
-        delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
-    needs_shadows = attack in ("shadow", "lira")
-    report = run_attack(
-        rel.model, ds.X[mem["members"]], ds.y[mem["members"]], ds.X[mem["nonmembers"]], ds.y[mem["nonmembers"]],
-        ds.X[mem["attacker"]], ds.y[mem["attacker"]], attack=attack,
-        train_fn=rel.train_fn() if needs_shadows else None,
-        batch_train_fn=rel.train_many() if needs_shadows else None,
-        num_shadows=shadows, classifier=classifier, per_class=not global_model, threshold_kind=threshold_kind,
-        lira_online=not offline, confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed)
+    report = attack_release(release, attack=attack, num_shadows=shadows, classifier=classifier, per_class=not global_model,
+                            threshold_kind=threshold_kind, lira_online=not offline, confidence=confidence, delta=delta,
+                            n_bootstrap=bootstrap, seed=seed)
     out = Path(release) / "attack" if out is None else out
     path = write_json(out / "attack.json", {"release": str(release), **report.to_dict()})
     from dpaudit.attacks.plots import roc_figure

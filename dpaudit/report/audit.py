@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -261,7 +260,6 @@ def _thin(a: np.ndarray, n: int = 400) -> np.ndarray:
 
 
 def _attack(release: Any, spec: AttackSpec, cfg: AuditConfig, cache: Path, progress: bool) -> AttackSummary:
-    from dpaudit.attacks import run_attack
 
     key = _hash({"attack": dataclasses.asdict(spec), "seed": cfg.seed, "confidence": cfg.confidence,
                  "delta": cfg.delta, "n_bootstrap": cfg.n_bootstrap,
@@ -273,16 +271,11 @@ def _attack(release: Any, spec: AttackSpec, cfg: AuditConfig, cache: Path, progr
             _say(progress, f"  {spec.label}: cached")
             return AttackSummary.from_dict(data["summary"])
     _say(progress, f"  {spec.label}: attacking")
-    ds = release.dataset()
-    mem = release.membership
-    X, y = ds.X, ds.y
-    report = run_attack(
-        release.model, X[mem["members"]], y[mem["members"]], X[mem["nonmembers"]], y[mem["nonmembers"]],
-        X[mem["attacker"]], y[mem["attacker"]], attack=spec.kind, train_fn=release.train_fn(),
-        batch_train_fn=release.train_many(), num_shadows=spec.shadows, classifier=spec.classifier,
-        threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
-        n_bootstrap=cfg.n_bootstrap, seed=cfg.seed,
-    )
+    from dpaudit.report.attack_release import attack_release
+
+    report = attack_release(release, attack=spec.kind, num_shadows=spec.shadows, classifier=spec.classifier,
+                            threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
+                            n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
     summary = _summary(report, spec.label, cfg.delta)
     write_json(path, {"key": key, "summary": summary.to_dict()})
     return summary

@@ -1,0 +1,48 @@
+"""Attack a release bundle: the one place that joins a release (training layer) to the attacks layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit.attacks import AttackReport, run_attack
+from dpaudit.errors import DataError
+from dpaudit.training.release import Release, load_release
+
+__all__ = ["attack_release"]
+
+
+def attack_release(release: Release | str | Path, *, attack: str, num_shadows: int = 16, classifier: Any = "catboost",
+                   per_class: bool = True, threshold_kind: str = "loss", lira_online: bool = True,
+                   confidence: float = 0.95, delta: float | None = None, n_bootstrap: int = 1000, blind: bool = True,
+                   seed: int = 0) -> AttackReport:
+    """Run :func:`dpaudit.attacks.run_attack` on a release's model.
+
+    Members, non-members and the attacker's pool are the release's ``membership.npz`` indices into its data set
+    (rebuilt from ``release.json``); shadow models (``shadow``, ``lira``) use the release's own recipe
+    (``Release.train_fn``, and ``Release.train_many`` — the ensemble trainer — for torch models). ``delta`` defaults
+    to the release's claimed delta (0 when it claims none). Other arguments: see ``run_attack``.
+    """
+    rel = release if isinstance(release, Release) else load_release(release)
+    ds = rel.dataset()
+    m = rel.membership
+    for key in ("members", "nonmembers", "attacker"):
+        if key not in m:
+            raise DataError(f"Release {str(rel.path)!r} has no {key!r} indices in membership.npz.")
+    mem, non, pool = (np.asarray(m[k], dtype=np.int64) for k in ("members", "nonmembers", "attacker"))
+    if delta is None:
+        delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
+    train_fn = batch_fn = None
+    if attack in ("shadow", "lira"):
+        train_fn = rel.train_fn()
+        if getattr(rel.spec, "is_torch", False):
+            batch_fn = rel.train_many()
+    X, y = ds.X, ds.y
+    return run_attack(
+        rel.model, X[mem], y[mem], X[non], y[non], X[pool], y[pool], attack=attack, train_fn=train_fn,
+        batch_train_fn=batch_fn, num_shadows=num_shadows, classifier=classifier, per_class=per_class,
+        threshold_kind=threshold_kind, lira_online=lira_online, confidence=confidence, delta=delta,
+        n_bootstrap=n_bootstrap, blind=blind, seed=seed,
+    )
