@@ -171,3 +171,20 @@ def test_data_dependent_laplace_never_exceeds_basic_composition():
     ev = LaplaceNoisyMax(gamma=1.0, sensitivity=2.0, votes=votes)
     st = RdpAccountant().compose(ev).get_statement(1e-5)
     assert st.epsilon <= 40.0 + 1e-12
+
+
+def test_basic_composition_figure_is_not_data_dependent():
+    # when the pure-DP sum wins, the figure does not depend on the votes: not flagged as data-dependent
+    import numpy as np
+
+    from dpaudit.accountants.events import LaplaceNoisyMax
+    from dpaudit.accountants.rdp import RdpAccountant
+
+    tied = LaplaceNoisyMax(gamma=1.0, sensitivity=2.0, votes=np.tile([5.0, 5.0, 0.0], (20, 1)))
+    st = RdpAccountant().compose(tied).get_statement(1e-5)
+    assert st.method.startswith("basic composition") and not st.data_dependent
+    assert not any("DATA-DEPENDENT" in a for a in st.assumptions)
+    clear = LaplaceNoisyMax(gamma=0.05, votes=np.tile([250.0, 0.0, 0.0], (100, 1)))  # data-dependent bound wins
+    st2 = RdpAccountant().compose(clear).get_statement(1e-5)
+    assert st2.method == "rdp" and st2.data_dependent
+    assert any("DATA-DEPENDENT" in a for a in st2.assumptions)

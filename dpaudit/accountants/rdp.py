@@ -131,11 +131,19 @@ def event_assumptions(event) -> tuple[str, ...]:
     if isinstance(event, (ev.LaplaceNoisyMax, ev.GaussianNoisyMax)):
         out = [f"{name}: replace-one neighbours at the granularity its sensitivity was derived for "
                "(one record, or one party's data for party-level DP)."]
-        if event.votes is not None:
-            out.append(f"{name}: DATA-DEPENDENT analysis from the private vote histograms; the epsilon itself is "
-                       "not differentially private unless released with noise (smooth sensitivity).")
+        note = data_dependence_note(event)
+        if note is not None:
+            out.append(note)
         return tuple(out)
     return (f"{name}: neighbouring relation as documented for this event.",)
+
+
+def data_dependence_note(event) -> str | None:
+    """The sentence saying that an event's analysis uses private data (vote histograms), or None."""
+    if getattr(event, "votes", None) is None:
+        return None
+    return (f"{type(event).__name__}: DATA-DEPENDENT analysis from the private vote histograms; the epsilon itself "
+            "is not differentially private unless released with noise (smooth sensitivity).")
 
 
 def _pure_epsilon(event: DpEvent) -> float:
@@ -188,6 +196,7 @@ class RdpAccountant(Accountant):
         self._rdp = np.zeros_like(self.orders)
         self._assumptions: dict[str, None] = {}
         self._data_dependent = False
+        self._data_dependence_notes: set[str] = set()
         self._pure = 0.0  # sum of pure-DP epsilons (inf once an event is not pure DP)
         self.warnings: tuple[str, ...] = ()
 
@@ -240,6 +249,7 @@ class RdpAccountant(Accountant):
         for a in new_assumptions:
             self._assumptions.setdefault(a, None)
         self._data_dependent |= any(getattr(l, "data_dependent", False) for l, _ in leaves)
+        self._data_dependence_notes.update(n for n in (data_dependence_note(l) for l, _ in leaves) if n is not None)
         return self
 
     @property
@@ -257,15 +267,20 @@ class RdpAccountant(Accountant):
         method = "rdp"
         base = ("RDP summed over all composed events (adaptive composition), converted to (epsilon, delta) with "
                 "the Canonne-Kamath-Steinke 2020 bound; the smallest epsilon over the order grid is reported.",)
+        data_dependent = self._data_dependent
+        assumptions = tuple(self._assumptions)
         if self._pure <= eps:  # every event is pure DP and basic composition is tighter here
             eps, order, method, caught = self._pure, None, "basic composition (pure DP)", []
             base = ("Every composed event is pure DP; basic composition (sum of epsilons, delta 0) is smaller than "
                     "the RDP figure and is reported.",)
+            # the sum of the events' pure epsilons does not look at the data, whatever the events carry
+            data_dependent = False
+            assumptions = tuple(a for a in assumptions if a not in self._data_dependence_notes)
         self.warnings = tuple(str(c.message) for c in caught if issubclass(c.category, EdgeOrderWarning))
         for msg in self.warnings:
             warnings.warn(msg, EdgeOrderWarning, stacklevel=3)
         return PrivacyStatement(eps, target_delta, method, order=order,
-                                assumptions=join_assumptions(base, tuple(self._assumptions)),
-                                data_dependent=self._data_dependent,
+                                assumptions=join_assumptions(base, assumptions),
+                                data_dependent=data_dependent,
                                 details={"orders": f"{self.orders.min():g}..{self.orders.max():g} ({self.orders.size})"})
 

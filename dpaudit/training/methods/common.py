@@ -168,7 +168,8 @@ def accounting_result(
     composition over disjoint data); ``extra_assumptions`` are added to each.
 
     The first two are the data-dependent and data-independent analyses of the same events: both are valid
-    upper bounds, so the headline is the smaller of them (the data-dependent one on ties).
+    upper bounds, so the headline is the smaller of them; on a tie the data-independent one, which can be
+    published (a data-dependent figure is not itself private).
     """
     from dpaudit.accountants.statement import join_assumptions
 
@@ -180,7 +181,7 @@ def accounting_result(
             dataclasses.replace(st, label=f"{label}; {st.label}" if st.label else label,
                                 assumptions=join_assumptions(st.assumptions, extra_assumptions))
         )
-    headline = 1 if len(statements) > 1 and statements[1].epsilon < statements[0].epsilon else 0
+    headline = 1 if len(statements) > 1 and statements[1].epsilon <= statements[0].epsilon else 0
     return AccountingResult(
         mechanism=mechanism, statements=tuple(statements), headline=headline, parameters=dict(parameters or {}),
         facts=dict(facts or {}), warnings=tuple(warnings),
