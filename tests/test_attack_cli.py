@@ -24,7 +24,7 @@ def release(tmp_path_factory):
     clf = fit_classifier(spec, ds.X[mem], ds.y[mem], None, 0)
     out = tmp_path_factory.mktemp("rel") / "forest"
     write_release(out, method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None}, params={},
-                  seed=0, utility={}, classifier=clf, train_config=None, ledger=None, statement=None,
+                  seed=0, utility={"test_accuracy": 0.5}, classifier=clf, train_config=None, ledger=None, statement=None,
                   claim={"epsilon": float("inf"), "delta": 1e-5, "granularity": "record", "text": "no DP"},
                   membership={"members": mem, "nonmembers": non, "attacker": att})
     return out
@@ -85,7 +85,7 @@ def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, c
     clf = fit_classifier(spec, ds.X[mem], ds.y[mem], config, 0)
     rel = tmp_path / "mlp"
     write_release(rel, method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None}, params={},
-                  seed=0, utility={}, classifier=clf, train_config=config, ledger=None, statement=None,
+                  seed=0, utility={"test_accuracy": 0.5}, classifier=clf, train_config=config, ledger=None, statement=None,
                   claim={"epsilon": float("inf"), "delta": 0.0, "granularity": "record", "text": "no DP"},
                   membership={"members": mem, "nonmembers": non, "attacker": att})
     code, stdout, err = _run(["attack", str(rel), "--attack", "lira", "--shadows", "4", "--classifier", "logreg",

@@ -199,7 +199,7 @@ def _fake_release(path: Path, *, epsilon=2.0, delta=1e-5, granularity="example",
                           assumptions=("replace-one record",), data_dependent=data_dependent)
     meta = {
         "schema": 1, "method": "fredy", "dataset": {"name": "digits", "seed": 0, "num_samples": None},
-        "params": {"gamma": 0.05}, "seed": 0, "utility": {"accuracy": 0.9},
+        "params": {"gamma": 0.05}, "seed": 0, "utility": {"test_accuracy": 0.9},
         "model": {"spec": {"name": "mlp"}, "file": "model.safetensors", "train_config": {}},
         "ledger": (ledger or _ledger(delta)).to_dict(),
         "statement": AccountingResult(mechanism="pate", statements=(st,)).to_dict(),
@@ -344,7 +344,7 @@ def test_end_to_end_real_release_and_threshold_attack(tmp_path):
     clf = fit_classifier(spec, ds.X[sp.train], ds.y[sp.train], None, seed=0)
     st = AccountingResult(mechanism="none", statements=(PrivacyStatement(epsilon=1.0, delta=1e-5, method="as claimed"),))
     write_release(tmp_path / "rel", method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None},
-                  params={}, seed=0, utility={}, classifier=clf, train_config=None, ledger=None, statement=st,
+                  params={}, seed=0, utility={"test_accuracy": 0.5}, classifier=clf, train_config=None, ledger=None, statement=st,
                   claim={"epsilon": 1.0, "delta": 1e-5, "granularity": "example", "text": "false on purpose"},
                   membership={"members": sp.train, "nonmembers": sp.test, "attacker": sp.attacker})
     (tmp_path / "claims.toml").write_text(

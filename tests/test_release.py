@@ -33,7 +33,7 @@ def _write(path, ds, sp, mem, spec, cfg, **kw):
     train = sp.train[:100]
     clf = fit_classifier(spec, ds.X[train], ds.y[train], cfg, seed=0)
     args = dict(method="pate", dataset={"name": "breast_cancer", "seed": 0, "num_samples": None}, params={"teachers": 5},
-                seed=0, utility={"accuracy": 0.9}, classifier=clf, train_config=cfg, ledger=_Ledger(),
+                seed=0, utility={"test_accuracy": 0.9}, classifier=clf, train_config=cfg, ledger=_Ledger(),
                 statement={"epsilon": 1.0}, claim=CLAIM, membership=mem, votes=np.ones((4, 2)),
                 assumptions=["teachers see disjoint data"])
     args.update(kw)
@@ -75,8 +75,8 @@ def test_write_is_atomic_and_refuses_overwrite(tmp_path, setting):
         _write(tmp_path / "rel2", ds, sp, bad, spec, None)
     assert not (tmp_path / "rel2").exists()  # nothing half-written
     assert [p.name for p in tmp_path.iterdir()] == ["rel"]
-    _write(tmp_path / "rel", ds, sp, mem, spec, None, overwrite=True, utility={"accuracy": 0.5})
-    assert load_release(tmp_path / "rel").meta["utility"]["accuracy"] == 0.5
+    _write(tmp_path / "rel", ds, sp, mem, spec, None, overwrite=True, utility={"test_accuracy": 0.5})
+    assert load_release(tmp_path / "rel").meta["utility"]["test_accuracy"] == 0.5
     with pytest.raises(ParameterError, match="'claim' parameter"):
         _write(tmp_path / "rel3", ds, sp, mem, spec, None, claim={"epsilon": 1.0})
     with pytest.raises(DataError, match="overlap"):
@@ -133,3 +133,13 @@ def test_release_flags_are_validated_and_round_trip(tmp_path):
     with _pytest.raises(ParameterError, match="'flags' parameter of write_release"):
         R._flags(["teachers_not_independent"])
     assert R._flags([("teachers_not_independent", "why")]) == [{"code": "teachers_not_independent", "message": "why"}]
+
+
+
+@pytest.mark.parametrize("utility", [{}, {"accuracy": 0.5}, {"test_accuracy": 1.5}, {"test_accuracy": "high"}])
+def test_release_requires_the_released_models_test_accuracy(tmp_path, setting, utility):
+    ds, sp, mem = setting
+    spec = ModelSpec("decision_tree", (30,), 2, {"max_depth": 2})
+    with pytest.raises(ParameterError, match="'test_accuracy'"):
+        _write(tmp_path / "rel", ds, sp, mem, spec, None, utility=utility)
+    assert not (tmp_path / "rel").exists()

@@ -291,8 +291,6 @@ def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequenc
     ledger = meta.get("ledger") or {}
     per_party = _per_party(ledger)
     utility = dict(meta.get("utility", {}))
-    if "test_accuracy" not in utility and "accuracy" in utility:
-        utility["test_accuracy"] = utility["accuracy"]
     return ModelAudit(
         name=name, method=str(meta.get("method", run.method if run else "release")), release=str(release.path),
         utility={k: v for k, v in utility.items() if isinstance(v, (int, float))}, theoretical=theoretical,

@@ -201,13 +201,18 @@ def write_release(
             raise DataError(f"{owner}: votes must be a numeric (queries x classes) array; got shape {votes.shape}.")
     from dpaudit import __version__
 
+    util = _as_dict(utility, "utility") or {}
+    acc = util.get("test_accuracy")
+    if isinstance(acc, bool) or not isinstance(acc, (int, float)) or not 0.0 <= float(acc) <= 1.0:
+        raise ParameterError("The 'utility' parameter of write_release must hold 'test_accuracy' (the released model's "
+                             f"accuracy on the test split) as a float in [0, 1]. Got {acc!r} instead.")
     meta: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "method": method,
         "dataset": ds,
         "params": _as_dict(params, "params") or {},
         "seed": seed,
-        "utility": _as_dict(utility, "utility") or {},
+        "utility": util,
         "model": {"spec": classifier.spec.to_dict(), "file": None, "train_config": tc},
         "ledger": _as_dict(ledger, "ledger"),
         "statement": _as_dict(statement, "statement"),

@@ -70,7 +70,8 @@ class MethodResult:
     method:
         ``"pate"``, ``"fedkt"`` or ``"fredy"``.
     utility:
-        Named scalar metrics (accuracies in [0, 1], counts); e.g. ``{"accuracy": 0.93, "solo_accuracy": 0.71}``.
+        Named scalar metrics (accuracies in [0, 1], counts); e.g. ``{"test_accuracy": 0.93, "solo_accuracy": 0.71}``;
+        ``test_accuracy`` (the released model on the test split) is required by :func:`write_release`.
     accounting:
         The privacy figures of the released model (headline first), as written to ``release.json``.
     release:

@@ -368,7 +368,7 @@ def run_fedkt(
                         device=device, checkpoint_dir=cache.subdir("final.ckpt"), progress=progress).member(0)
 
     utility: dict[str, Any] = {
-        "accuracy": accuracy(final.predict_proba(X_te), y_te),
+        "test_accuracy": accuracy(final.predict_proba(X_te), y_te),
         "teacher_accuracy_mean": float(np.mean(tp["test_acc"])),
         "student_accuracy_mean": float(np.mean(st["test_acc"])),
         "party_label_accuracy": accuracy(plabels.reshape(-1), np.tile(y_pub[q_party], n * s)),

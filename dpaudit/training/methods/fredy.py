@@ -243,7 +243,7 @@ def run_fredy(
     student = train_group(spec, [(X_pub[q], labels)], cfg.student_train, seed=derive_seed(seed, "students"), device=device,
                           checkpoint_dir=cache.subdir("student.ckpt"), progress=progress, init_state=w0).member(0)
     utility: dict[str, Any] = {
-        "accuracy": accuracy(student.predict_proba(X_te), y_te),
+        "test_accuracy": accuracy(student.predict_proba(X_te), y_te),
         "teacher_accuracy_mean": float(np.mean(tp["test_acc"])),
         "label_accuracy": accuracy(labels, y_pub[q]),
         "num_queries": int(len(q)),
@@ -307,7 +307,7 @@ def run_fredy(
         nledger.add_assumption(reason)
         extra["nonprivate"] = Path(write_release(
             Path(out) / "nonprivate", method="fredy_nonprivate", dataset=data.spec, params=config_to_dict(cfg), seed=seed,
-            utility={"accuracy": utility["nonprivate_accuracy"]}, classifier=baseline, train_config=cfg.baseline_train,
+            utility={"test_accuracy": utility["nonprivate_accuracy"]}, classifier=baseline, train_config=cfg.baseline_train,
             ledger=nledger, statement=no_privacy_result("none (non-private baseline)", cfg.delta, reason),
             claim={"epsilon": float("inf"), "delta": cfg.delta, "granularity": "none", "text": reason},
             membership=membership, votes=None, assumptions=(reason,), overwrite=True,

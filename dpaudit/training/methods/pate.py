@@ -266,7 +266,7 @@ def run_pate(
     X_te, y_te = data.xy(data.splits.test)
     _, y_pub = data.xy(data.splits.public)
     utility = {
-        "accuracy": accuracy(student.predict_proba(X_te), y_te),
+        "test_accuracy": accuracy(student.predict_proba(X_te), y_te),
         "teacher_accuracy_mean": float(np.mean(tp["test_acc"])),
         "label_accuracy": accuracy(labels, y_pub[q]),
         "num_queries": int(len(q)),

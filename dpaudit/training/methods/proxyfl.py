@@ -641,7 +641,7 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     statement = proxyfl_statement(res, config, variant=variant)
     utility: dict[str, Any] = {"proxy_accuracy_mean": float(res.proxy_accuracy.mean()),
                                "proxy_accuracy": [float(a) for a in res.proxy_accuracy],
-                               "released_client": k, "released_accuracy": float(res.proxy_accuracy[k])}
+                               "released_client": k, "test_accuracy": float(res.proxy_accuracy[k])}
     if res.private_accuracy is not None:
         utility["private_accuracy_mean"] = float(res.private_accuracy.mean())
         utility["private_accuracy"] = [float(a) for a in res.private_accuracy]
