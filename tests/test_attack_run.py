@@ -8,25 +8,10 @@ import json
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
-from sklearn.ensemble import RandomForestClassifier
 
 from dpaudit.attacks import AttackReport, run_attack
 from dpaudit.errors import DataError, ParameterError
-
-
-class Forest:
-    def __init__(self, X, y, seed, C=10):
-        self.clf = RandomForestClassifier(n_estimators=20, random_state=seed, n_jobs=1).fit(X, y)
-        self.C = C
-
-    def predict_proba(self, X):
-        out = np.zeros((len(X), self.C))
-        out[:, self.clf.classes_] = self.clf.predict_proba(X)
-        return out
-
-
-def forest_fn(X, y, seed):
-    return Forest(X, y, seed)
+from attack_models import Forest, forest_fn
 
 
 @pytest.fixture(scope="module")

@@ -8,27 +8,12 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
-from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 
 from dpaudit.attacks.metrics import auc
 from dpaudit.attacks.shadow import AttackModel, make_classifier, shadow_attack, shadow_features, train_shadow_models
 from dpaudit.errors import DataError, ParameterError
-
-
-class Forest:
-    def __init__(self, X, y, seed, C=10):
-        self.clf = RandomForestClassifier(n_estimators=20, random_state=seed, n_jobs=1).fit(X, y)
-        self.C = C
-
-    def predict_proba(self, X):
-        out = np.zeros((len(X), self.C))
-        out[:, self.clf.classes_] = self.clf.predict_proba(X)
-        return out
-
-
-def forest_fn(X, y, seed):
-    return Forest(X, y, seed)
+from attack_models import Forest, forest_fn
 
 
 @pytest.fixture(scope="module")

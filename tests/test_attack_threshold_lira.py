@@ -7,25 +7,16 @@ import numpy as np
 import pytest
 from scipy import stats
 from sklearn.datasets import load_digits
-from sklearn.ensemble import RandomForestClassifier
 
 from dpaudit.attacks.lira import lira_attack, lira_inclusion, lira_scores, logit_confidence
 from dpaudit.attacks.metrics import auc
 from dpaudit.attacks.threshold import confidence_scores, loss_scores, threshold_scores
 from dpaudit.errors import DataError, ParameterError
+from attack_models import Forest as _Forest
 
 
-class Forest:
-    """A leaky target recipe: a random forest, probabilities over all C classes (missing classes get 0)."""
-
-    def __init__(self, X, y, seed, C=10):
-        self.clf = RandomForestClassifier(n_estimators=30, random_state=seed, n_jobs=1).fit(X, y)
-        self.C = C
-
-    def predict_proba(self, X):
-        out = np.zeros((len(X), self.C))
-        out[:, self.clf.classes_] = self.clf.predict_proba(X)
-        return out
+def Forest(X, y, seed, C=10):  # noqa: N802 - this file's forests use 30 trees
+    return _Forest(X, y, seed, C=C, n_estimators=30)
 
 
 def test_threshold_scores_orientation_and_values():

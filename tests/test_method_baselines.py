@@ -42,7 +42,6 @@ def test_laplace_ldp_likelihood_ratio_is_bounded_by_eps():
 # --------------------------------------------------------------------------------------------------
 
 import json
-import logging
 
 import torch
 
@@ -60,15 +59,8 @@ from dpaudit.training.methods.fl_common import DataSettings, flatten_state
 from dpaudit.training.methods.privatekt import PrivateKTConfig, PrivateKTMethod
 from dpaudit.training.models import ModelSpec
 
-logging.getLogger("absl").setLevel(logging.ERROR)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: intra-op threads only add contention (restored afterwards)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -107,7 +107,6 @@ def test_importance_weights_follow_eq4_and_eq5():
 # --------------------------------------------------------------------------------------------------
 
 import json
-import logging
 
 import torch
 
@@ -116,15 +115,8 @@ from dpaudit.training.methods.fl_common import DataSettings
 from dpaudit.training.methods.privatekt import PrivateKTConfig, PrivateKTMethod, run_privatekt, train_privatekt
 from dpaudit.training.models import ModelSpec
 
-logging.getLogger("absl").setLevel(logging.ERROR)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: intra-op threads only add contention (restored afterwards)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -57,7 +57,6 @@ def test_pushsum_rejects_non_stochastic_matrices():
 # --------------------------------------------------------------------------------------------------
 
 import json
-import logging
 import math
 
 import torch
@@ -74,16 +73,8 @@ from dpaudit.training.methods.proxyfl import (
 )
 from dpaudit.training.models import ModelSpec
 
-logging.getLogger("absl").setLevel(logging.ERROR)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny models: intra-op threads only add contention on a shared machine (restored afterwards)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
