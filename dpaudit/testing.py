@@ -6,7 +6,7 @@ Two kinds of claim:
   :class:`~dpaudit.accountants.statement.AccountingResult`, a
   :class:`~dpaudit.accountants.statement.PrivacyStatement` or a ``PrivacyLedger``) against a budget;
 - **implemented** — :func:`assert_mechanism_private` runs a mechanism implementation many times on two
-  neighbouring inputs and tests the claim statistically (:func:`dpaudit.attacks.mechanism_test.mechanism_test`);
+  neighbouring inputs and tests the claim statistically (:func:`dpaudit.attacks.mechanism_audit.audit_mechanism`);
   a correct implementation fails with probability at most ``alpha``, and a fixed ``seed`` makes the
   outcome deterministic.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.attacks.mechanism_test import MechanismTestResult, mechanism_test
+from dpaudit.attacks.mechanism_audit import MechanismAuditResult, audit_mechanism
 from dpaudit.errors import ParameterError, check_float, check_probability
 
 __all__ = ["assert_epsilon_at_most", "assert_mechanism_private", "statement_of"]
@@ -128,18 +128,18 @@ def assert_mechanism_private(
     alpha: float = 1e-3,
     seed: int = 0,
     **options: Any,
-) -> MechanismTestResult:
+) -> MechanismAuditResult:
     """Fail (``AssertionError`` carrying the witness event) when a statistical test refutes that ``mechanism``
     is (epsilon, delta)-DP on the pair ``neighbouring_inputs``.
 
     ``mechanism(input, rng) -> output`` or the vectorised ``mechanism(input, rng, size) -> outputs``
     (faster; detected from the signature). A mechanism satisfying the claim fails with probability at most
     ``alpha`` (Bonferroni over everything the test tries); ``seed`` makes the outcome deterministic.
-    ``options`` go to :func:`~dpaudit.attacks.mechanism_test.mechanism_test` (``statistic``, ``testers``,
+    ``options`` go to :func:`~dpaudit.attacks.mechanism_audit.audit_mechanism` (``statistic``, ``testers``,
     ``bins``, ``vectorized``...). Passing does not prove privacy: it means these samples found no
-    violation. Returns the :class:`MechanismTestResult`.
+    violation. Returns the :class:`MechanismAuditResult`.
     """
-    result = mechanism_test(
+    result = audit_mechanism(
         mechanism, neighbouring_inputs, epsilon, delta, samples=samples, alpha=alpha, seed=seed, **options
     )
     if not result.passed:

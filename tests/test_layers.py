@@ -12,11 +12,12 @@ PKG = Path(__file__).resolve().parents[1] / "dpaudit"
 # package -> top-level modules / dpaudit subpackages it must not import
 FORBIDDEN = {
     "accountants": {"torch", "sklearn", "catboost", "opacus", "matplotlib",
-                    "dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.claims", "dpaudit.cli"},
-    "training": {"dpaudit.attacks", "dpaudit.report", "dpaudit.claims", "dpaudit.cli"},
-    "attacks": {"dpaudit.training", "dpaudit.report", "dpaudit.claims", "dpaudit.cli"},
-    "report": {"dpaudit.cli", "dpaudit.claims"},
-    "claims": {"dpaudit.cli"},
+                    "dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.audit", "dpaudit.cli",
+                    "dpaudit.integrations", "dpaudit.executors"},
+    "training": {"dpaudit.attacks", "dpaudit.report", "dpaudit.audit", "dpaudit.cli"},
+    "attacks": {"dpaudit.training", "dpaudit.report", "dpaudit.audit", "dpaudit.cli"},
+    "report": {"dpaudit.cli", "dpaudit.audit"},
+    "audit": {"dpaudit.cli"},
 }
 
 

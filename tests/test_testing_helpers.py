@@ -160,10 +160,10 @@ def test_zoo_correct_twin_passes(case: Case) -> None:
 @pytest.mark.parametrize("case", ZOO, ids=IDS)
 def test_zoo_detection_margin_across_seeds(case: Case) -> None:
     """The broken twin is caught at seeds 0-4, with the epsilon lower bound at least min_margin x the claim."""
-    from dpaudit.attacks.mechanism_test import mechanism_test
+    from dpaudit.attacks.mechanism_audit import audit_mechanism
 
     for seed in range(5):
-        res = mechanism_test(case.broken, case.inputs, case.epsilon, case.delta, samples=SAMPLES, alpha=ALPHA, seed=seed)
+        res = audit_mechanism(case.broken, case.inputs, case.epsilon, case.delta, samples=SAMPLES, alpha=ALPHA, seed=seed)
         assert not res.passed, seed
         assert res.epsilon_lower_bound >= case.min_margin * case.epsilon, (seed, res.epsilon_lower_bound)
 
@@ -171,13 +171,13 @@ def test_zoo_detection_margin_across_seeds(case: Case) -> None:
 def test_correct_twins_false_alarm_rate() -> None:
     """Correct mechanisms at a loose alpha = 0.2 over 30 seeds: rejections stay within what alpha allows
     (P[Binomial(30, 0.2) >= 13] < 0.01; measured rate is far lower, the union bound is conservative)."""
-    from dpaudit.attacks.mechanism_test import mechanism_test
+    from dpaudit.attacks.mechanism_audit import audit_mechanism
 
     case_rr, case_lap = ZOO[0], ZOO[1]
     rejections = 0
     for seed in range(30):
         for case in (case_rr, case_lap):
-            res = mechanism_test(case.correct, case.inputs, case.epsilon, case.delta, samples=5_000, alpha=0.2, seed=seed)
+            res = audit_mechanism(case.correct, case.inputs, case.epsilon, case.delta, samples=5_000, alpha=0.2, seed=seed)
             rejections += not res.passed
     assert rejections <= 12
 
@@ -186,11 +186,11 @@ def test_correct_twins_false_alarm_rate() -> None:
 @pytest.mark.parametrize("case", ZOO, ids=IDS)
 def test_zoo_sweep_seeds_slow(case: Case) -> None:
     """Longer sweep: 20 seeds, the broken twin always caught, the correct twin never rejected at alpha 1e-3."""
-    from dpaudit.attacks.mechanism_test import mechanism_test
+    from dpaudit.attacks.mechanism_audit import audit_mechanism
 
     for seed in range(20):
-        bad = mechanism_test(case.broken, case.inputs, case.epsilon, case.delta, samples=SAMPLES, alpha=ALPHA, seed=seed)
-        good = mechanism_test(case.correct, case.inputs, case.epsilon, case.delta, samples=SAMPLES, alpha=ALPHA, seed=seed)
+        bad = audit_mechanism(case.broken, case.inputs, case.epsilon, case.delta, samples=SAMPLES, alpha=ALPHA, seed=seed)
+        good = audit_mechanism(case.correct, case.inputs, case.epsilon, case.delta, samples=SAMPLES, alpha=ALPHA, seed=seed)
         assert not bad.passed and good.passed, seed
 
 
@@ -198,10 +198,10 @@ def test_zoo_sweep_seeds_slow(case: Case) -> None:
 def test_false_alarm_rate_slow() -> None:
     """Tight correct mechanisms (randomized response whose claim is exactly its epsilon), alpha = 0.1,
     300 seeds: the rejection rate must be below alpha (binomial upper tail: <= 45 rejections)."""
-    from dpaudit.attacks.mechanism_test import mechanism_test
+    from dpaudit.attacks.mechanism_audit import audit_mechanism
 
     case = ZOO[0]
-    rej = sum(not mechanism_test(case.correct, case.inputs, case.epsilon, 0.0, samples=5_000, alpha=0.1, seed=s).passed
+    rej = sum(not audit_mechanism(case.correct, case.inputs, case.epsilon, 0.0, samples=5_000, alpha=0.1, seed=s).passed
               for s in range(300))
     assert rej <= 45
 

@@ -1,7 +1,7 @@
 """``dpaudit attack RELEASE``: attack a release bundle and print / write what leaks.
 
 Loads the release (never unpickling), hands its model, member / non-member / attacker records and training
-recipe to :func:`dpaudit.report.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``).
+recipe to :func:`dpaudit.audit.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
             offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon lower bound and the blind baseline; write attack.json."""
-    from dpaudit.report.attack_release import attack_release
+    from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=attack, num_shadows=shadows, classifier=classifier, per_class=not global_model,
                             threshold_kind=threshold_kind, lira_online=not offline, confidence=confidence, delta=delta,

@@ -22,7 +22,7 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool) -> 
     With no CONFIG, runs the embedded default (FREDY-style students on scikit-learn digits at three noise
     levels plus the non-private baseline; loss-threshold, shadow-model and LiRA attacks).
     """
-    from dpaudit.report.audit import default_config, load_audit_config, run_audit
+    from dpaudit.audit.runner import default_config, load_audit_config, run_audit
 
     cfg = default_config() if config is None else load_audit_config(config)
     report = run_audit(cfg, out, device=device, progress=not quiet)

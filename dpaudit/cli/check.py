@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dpaudit.claims import check_claims, write_junit
+from dpaudit.audit import check_claims, write_junit
 
 
 @click.command("check")

@@ -9,7 +9,7 @@ import pytest
 
 from dpaudit.cli import main
 from dpaudit.errors import DataError, ParameterError
-from dpaudit.report.audit import AttackSpec, AuditConfig, ModelRun, default_config, load_audit_config, run_audit
+from dpaudit.audit.runner import AttackSpec, AuditConfig, ModelRun, default_config, load_audit_config, run_audit
 
 TINY_FREDY = {"teachers": 2, "rounds": 2, "queries": 40, "num_samples": 500,
               "model_kwargs": {"hidden": [16]}, "teacher_train": {"epochs": 2}, "student_train": {"epochs": 5},
@@ -50,7 +50,7 @@ def test_report_files_and_content(audited):
 
 def test_rerun_resumes_without_training_or_attacking(audited, monkeypatch):
     cfg, out, report = audited
-    import dpaudit.report.attack_release as attack_release
+    import dpaudit.audit.attack_release as attack_release
     import dpaudit.training.methods as methods
 
     def boom(*a, **k):
@@ -89,7 +89,7 @@ def test_config_file_errors(tmp_path):
 
 
 def test_shipped_audit_configs_load():
-    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("audit_*.toml"))
+    configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("audit_*.toml"))
     assert configs, "configs/audit_*.toml"
     for p in configs:
         cfg = load_audit_config(p)

@@ -10,7 +10,7 @@ import pytest
 from dpaudit.training.methods import METHODS, get_method
 from dpaudit.training.methods.common import load_config
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _method_configs():

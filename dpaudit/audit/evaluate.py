@@ -32,7 +32,7 @@ from scipy import optimize, special
 
 from dpaudit._io import read_json, write_text
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.claims.claims import (
+from dpaudit.audit.claims import (
     AttackBudget,
     Claim,
     ClaimsFile,
@@ -400,7 +400,7 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     release's own recipe). The bound is the attack's Clopper-Pearson epsilon lower bound at
     ``budget.confidence`` and the claim's ``delta``; the attacks layer's caveats travel in ``details["notes"]``.
     """
-    from dpaudit.report.attack_release import attack_release
+    from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=budget.kind, num_shadows=budget.shadows, confidence=budget.confidence,
                             delta=delta, n_bootstrap=0, blind=False, seed=budget.seed)

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_pate.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_pate.py"
 
 
 def test_bench_smoke(tmp_path, capsys):

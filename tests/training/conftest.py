@@ -1,4 +1,4 @@
-"""Fixtures shared across test modules."""
+"""Fixtures shared by the training tests."""
 
 from __future__ import annotations
 

@@ -195,7 +195,7 @@ def test_prepare_out_refuses_existing_release_and_foreign_checkpoints(tmp_path: 
 # configs and CLI
 # --------------------------------------------------------------------------------------------------
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 # Every shipped PATE-family config is loaded in tests/test_configs.py.

@@ -53,8 +53,8 @@ from dpaudit._io import json_number as _num, parse_json_number as _unnum
 
 __all__ = [
     "TesterOutcome",
-    "MechanismTestResult",
-    "mechanism_test",
+    "MechanismAuditResult",
+    "audit_mechanism",
     "clopper_pearson_lower",
     "clopper_pearson_upper",
     "histogram_divergence_bound",
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 TESTERS: tuple[str, ...] = ("histogram", "event")
-_OWNER = "mechanism_test"
+_OWNER = "audit_mechanism"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -141,8 +141,8 @@ class TesterOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class MechanismTestResult:
-    """The verdict of :func:`mechanism_test`.
+class MechanismAuditResult:
+    """The verdict of :func:`audit_mechanism`.
 
     ``passed`` is False when some lower bound on the hockey-stick divergence exceeds ``delta``; a mechanism
     that satisfies the claim gets ``passed=False`` with probability at most ``alpha``.
@@ -198,7 +198,7 @@ class MechanismTestResult:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MechanismTestResult":
+    def from_dict(cls, data: Mapping[str, Any]) -> "MechanismAuditResult":
         w = data.get("witness")
         return cls(
             passed=bool(data["passed"]),
@@ -448,7 +448,7 @@ def _event_tester(cells: _Cells, n_sel: int, n_test: int, epsilon: float, delta:
 # --------------------------------------------------------------------------------------------------
 
 
-def mechanism_test(
+def audit_mechanism(
     mechanism: Callable[..., Any],
     neighbouring_inputs: Sequence[Any],
     epsilon: float,
@@ -464,7 +464,7 @@ def mechanism_test(
     event_cells: int = 64,
     max_categories: int = 256,
     selection_fraction: float = 0.3,
-) -> MechanismTestResult:
+) -> MechanismAuditResult:
     """Test statistically whether ``mechanism`` can be (epsilon, delta)-DP on one pair of neighbouring inputs.
 
     Parameters
@@ -502,7 +502,7 @@ def mechanism_test(
 
     Returns
     -------
-    MechanismTestResult
+    MechanismAuditResult
     """
     owner = _OWNER
     if not callable(mechanism):
@@ -566,7 +566,7 @@ def mechanism_test(
     best = max(outcomes, key=lambda o: (o.divergence_lower_bound, o.epsilon_lower_bound))
     div = best.divergence_lower_bound
     passed = not div > delta
-    return MechanismTestResult(
+    return MechanismAuditResult(
         passed=passed,
         epsilon=epsilon,
         delta=delta,

@@ -1,4 +1,4 @@
-"""attacks/mechanism_test.py: Clopper-Pearson bounds, the divergence bound, the testers, validation, results."""
+"""attacks/audit_mechanism.py: Clopper-Pearson bounds, the divergence bound, the testers, validation, results."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpaudit.attacks.mechanism_test import (
-    MechanismTestResult,
+from dpaudit.attacks.mechanism_audit import (
+    MechanismAuditResult,
     clopper_pearson_lower,
     clopper_pearson_upper,
     histogram_divergence_bound,
-    mechanism_test,
+    audit_mechanism,
 )
 from dpaudit.errors import ParameterError
 
@@ -66,7 +66,7 @@ def test_histogram_divergence_bound_closed_form():
 
 
 def test_laplace_correct_passes_and_lower_bound_below_truth():
-    res = mechanism_test(laplace(1.0), (0.0, 1.0), 1.0, samples=40_000, seed=0)
+    res = audit_mechanism(laplace(1.0), (0.0, 1.0), 1.0, samples=40_000, seed=0)
     assert res.passed and res.witness is None
     assert 0.5 < res.epsilon_lower_bound <= 1.0  # true epsilon of Laplace(1) on a sensitivity-1 shift is 1
     assert res.output_kind == "continuous" and res.samples == 80_000
@@ -74,14 +74,14 @@ def test_laplace_correct_passes_and_lower_bound_below_truth():
 
 def test_laplace_slightly_overclaimed_is_caught_with_enough_samples():
     # true epsilon 1, claim 0.8: the half-line {y >= 1} has ratio e^1 > e^0.8
-    res = mechanism_test(laplace(1.0), (0.0, 1.0), 0.8, samples=200_000, seed=0)
+    res = audit_mechanism(laplace(1.0), (0.0, 1.0), 0.8, samples=200_000, seed=0)
     assert not res.passed
     assert 0.8 < res.epsilon_lower_bound <= 1.0
 
 
 def test_each_tester_alone_catches_a_gross_violation():
-    hist = mechanism_test(laplace(0.5), (0.0, 1.0), 1.0, samples=40_000, seed=0, testers=("histogram",))
-    event = mechanism_test(laplace(0.5), (0.0, 1.0), 1.0, samples=40_000, seed=0, testers=("event",))
+    hist = audit_mechanism(laplace(0.5), (0.0, 1.0), 1.0, samples=40_000, seed=0, testers=("histogram",))
+    event = audit_mechanism(laplace(0.5), (0.0, 1.0), 1.0, samples=40_000, seed=0, testers=("event",))
     assert not hist.passed and not event.passed
     assert hist.witness.tester == "histogram" and event.witness.tester == "event"
     assert {o.tester for o in hist.outcomes} == {"histogram"}
@@ -95,10 +95,10 @@ def test_both_directions_are_tested():
     def leak_one(x, rng, size):
         return np.where((x == 1) & (rng.random(size) < 0.02), 1, 2)
 
-    res = mechanism_test(leak_one, (0, 1), 1.0, 0.0, samples=20_000, seed=0)
+    res = audit_mechanism(leak_one, (0, 1), 1.0, 0.0, samples=20_000, seed=0)
     assert not res.passed and res.witness.direction == "x'||x" and res.witness.event == "{output = 1}"
     assert {o.direction for o in res.outcomes} == {"x||x'", "x'||x"}
-    swapped = mechanism_test(leak_one, (1, 0), 1.0, 0.0, samples=20_000, seed=0)
+    swapped = audit_mechanism(leak_one, (1, 0), 1.0, 0.0, samples=20_000, seed=0)
     assert not swapped.passed and swapped.witness.direction == "x||x'"
 
 
@@ -108,8 +108,8 @@ def test_delta_absorbs_a_small_violation():
         leak = rng.random(size) < 0.01
         return np.where(leak, x, 2)
 
-    strict = mechanism_test(leaky, (0, 1), 1.0, 0.0, samples=50_000, seed=0)
-    loose = mechanism_test(leaky, (0, 1), 1.0, 0.05, samples=50_000, seed=0)
+    strict = audit_mechanism(leaky, (0, 1), 1.0, 0.0, samples=50_000, seed=0)
+    loose = audit_mechanism(leaky, (0, 1), 1.0, 0.05, samples=50_000, seed=0)
     assert not strict.passed and strict.output_kind == "discrete"
     assert strict.witness.event in ("{output = 0}", "{output = 1}")  # the leaked input itself
     assert loose.passed
@@ -119,7 +119,7 @@ def test_vector_outputs_are_projected():
     def gauss(x, rng, size):
         return np.asarray(x) + rng.normal(0.0, 0.3, (size, 3))
 
-    res = mechanism_test(gauss, (np.zeros(3), np.array([1.0, 0.0, 0.0])), 1.0, 1e-5, samples=20_000, seed=0)
+    res = audit_mechanism(gauss, (np.zeros(3), np.array([1.0, 0.0, 0.0])), 1.0, 1e-5, samples=20_000, seed=0)
     assert not res.passed and "w . output" in res.witness.event
 
 
@@ -127,22 +127,22 @@ def test_statistic_post_processing():
     def gauss(x, rng, size):
         return np.asarray(x) + rng.normal(0.0, 0.3, (size, 3))
 
-    res = mechanism_test(gauss, (np.zeros(3), np.array([1.0, 0.0, 0.0])), 1.0, 1e-5, samples=20_000, seed=0,
+    res = audit_mechanism(gauss, (np.zeros(3), np.array([1.0, 0.0, 0.0])), 1.0, 1e-5, samples=20_000, seed=0,
                          statistic=lambda out: out[:, 1])  # a coordinate that carries no signal
     assert res.passed
 
 
 def test_determinism_and_round_trip():
-    a = mechanism_test(laplace(0.5), (0.0, 1.0), 1.0, samples=5_000, seed=3)
-    b = mechanism_test(laplace(0.5), (0.0, 1.0), 1.0, samples=5_000, seed=3)
-    c = mechanism_test(laplace(0.5), (0.0, 1.0), 1.0, samples=5_000, seed=4)
+    a = audit_mechanism(laplace(0.5), (0.0, 1.0), 1.0, samples=5_000, seed=3)
+    b = audit_mechanism(laplace(0.5), (0.0, 1.0), 1.0, samples=5_000, seed=3)
+    c = audit_mechanism(laplace(0.5), (0.0, 1.0), 1.0, samples=5_000, seed=4)
     assert a == b and a.to_dict() == b.to_dict()
     assert a.to_dict() != c.to_dict()
-    assert MechanismTestResult.from_dict(a.to_dict()) == a
+    assert MechanismAuditResult.from_dict(a.to_dict()) == a
 
 
 def test_alpha_split_shows_in_outcomes():
-    res = mechanism_test(laplace(1.0), (0.0, 1.0), 1.0, samples=5_000, alpha=0.01, seed=0, bins=10)
+    res = audit_mechanism(laplace(1.0), (0.0, 1.0), 1.0, samples=5_000, alpha=0.01, seed=0, bins=10)
     hist = [o for o in res.outcomes if o.tester == "histogram"]
     event = [o for o in res.outcomes if o.tester == "event"]
     assert hist[0].bounds == 40 and hist[0].level == pytest.approx(0.005 / 40)  # alpha/2 over 4 x 10 bins
@@ -165,11 +165,11 @@ def test_validation(kwargs, match):
     args = dict(mechanism=laplace(1.0), neighbouring_inputs=(0.0, 1.0), epsilon=1.0, delta=0.0, samples=1000)
     args.update(kwargs)
     with pytest.raises(ParameterError, match=match):
-        mechanism_test(**args)
+        audit_mechanism(**args)
 
 
 def test_wrong_output_count_and_non_finite_outputs_are_reported():
     with pytest.raises(ParameterError, match="must return 1000 outputs|must return 700 outputs|must return 300 outputs"):
-        mechanism_test(lambda x, rng, size: np.zeros(size + 1), (0, 1), 1.0, samples=1000)
+        audit_mechanism(lambda x, rng, size: np.zeros(size + 1), (0, 1), 1.0, samples=1000)
     with pytest.raises(ParameterError, match="non-finite"):
-        mechanism_test(lambda x, rng, size: np.full(size, np.nan), (0, 1), 1.0, samples=1000)
+        audit_mechanism(lambda x, rng, size: np.full(size, np.nan), (0, 1), 1.0, samples=1000)

@@ -143,7 +143,7 @@ from pathlib import Path
 from dpaudit.training.methods.fl_common import load_settings
 from dpaudit.training.methods.proxyfl import ProxyFLConfig
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _fl_configs():

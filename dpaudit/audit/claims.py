@@ -24,7 +24,7 @@ checked here and raises :class:`~dpaudit.errors.ParameterError` (malformed TOML:
 :class:`~dpaudit.errors.DataError`) naming the claim and the key: unknown keys, wrong types, out-of-range
 values, a granularity the mechanism's accounting does not cover (usage errors, exit 2 in ``dpaudit check``).
 Facts about the subject that contradict the claim (a release accounted at another granularity or a larger
-delta) make the claim *fail* instead; see :mod:`dpaudit.claims.evaluate`.
+delta) make the claim *fail* instead; see :mod:`dpaudit.audit.evaluate`.
 """
 
 from __future__ import annotations

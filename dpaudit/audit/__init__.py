@@ -1,7 +1,10 @@
-"""Privacy claims for CI: claims files (:mod:`~dpaudit.claims.claims`) and their evaluation
-(:mod:`~dpaudit.claims.evaluate`), behind ``dpaudit check``. The pytest helpers are in :mod:`dpaudit.testing`."""
+"""Audit orchestration: the audit runner and its stages, the release->attack join, claims files and their
+evaluation (``dpaudit check``). Everything above the attack, training and report layers lives here.
 
-from dpaudit.claims.claims import (  # noqa: F401
+The package namespace holds the claims API, which imports no torch (``dpaudit check`` starts fast); the audit
+runner is :mod:`dpaudit.audit.runner` and the release->attack join :mod:`dpaudit.audit.attack_release`."""
+
+from dpaudit.audit.claims import (
     ATTACK_KINDS,
     GRANULARITIES,
     MECHANISMS,
@@ -14,7 +17,7 @@ from dpaudit.claims.claims import (  # noqa: F401
     load_claims,
     parse_claims,
 )
-from dpaudit.claims.evaluate import (  # noqa: F401
+from dpaudit.audit.evaluate import (
     AttackRunner,
     ClaimResult,
     ClaimsReport,

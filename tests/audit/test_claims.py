@@ -15,7 +15,7 @@ from dpaudit.accountants.dpsgd import account_dpsgd
 from dpaudit.accountants.events import SubsampledGaussian
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.claims import (
+from dpaudit.audit import (
     AttackBudget,
     ClaimsReport,
     EmpiricalBound,
@@ -29,7 +29,7 @@ from dpaudit.claims import (
 )
 from dpaudit.errors import DataError, ParameterError
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "claims"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "claims"
 
 
 def claim(**kw):
@@ -297,7 +297,7 @@ def test_default_attack_runner_through_the_release_contract(tmp_path, monkeypatc
         def dataset(self):
             return types.SimpleNamespace(X=X, y=y, num_classes=2)
 
-    import dpaudit.report.attack_release as attack_release
+    import dpaudit.audit.attack_release as attack_release
 
     monkeypatch.setattr(attack_release, "load_release", lambda path: Release())
     _fake_release(tmp_path / "rel", epsilon=0.5)

@@ -271,7 +271,7 @@ def _attack(release: Any, spec: AttackSpec, cfg: AuditConfig, cache: Path, progr
             _say(progress, f"  {spec.label}: cached")
             return AttackSummary.from_dict(data["summary"])
     _say(progress, f"  {spec.label}: attacking")
-    from dpaudit.report.attack_release import attack_release
+    from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=spec.kind, num_shadows=spec.shadows, classifier=spec.classifier,
                             threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
