@@ -21,6 +21,7 @@ __all__ = [
     "DPAuditError",
     "ParameterError",
     "DataError",
+    "OutputError",
     "check_float",
     "check_int",
     "check_probability",
@@ -39,6 +40,11 @@ class ParameterError(DPAuditError, ValueError):
 
 class DataError(DPAuditError, ValueError):
     """A file or array given by the user is missing, malformed or inconsistent."""
+
+
+class OutputError(DPAuditError, OSError):
+    """An output could not be written (read-only file system, a file where a directory should be, no
+    permission, disk full); the message names the target, never a temporary file."""
 
 
 def _fmt(value: Any) -> str:

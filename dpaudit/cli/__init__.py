@@ -8,6 +8,7 @@ code 2 — never a traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -57,14 +58,25 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"{where}{exc.format_message()}".replace("\n", " "))
     except click.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "), exc.exit_code or 1)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__context__, EOFError):  # click turns an EOFError anywhere into Abort
+            _fail(f"unexpected end of input ({exc.__context__})")
         _fail("aborted", 130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except DPAuditError as exc:
         _fail(str(exc).replace("\n", " "))
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        _fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
+    except OSError as exc:  # disk errors: read-only file system, no permission, a file where a directory should be
+        _fail(f"{exc.strerror}: {exc.filename}" if exc.filename and exc.strerror else (str(exc) or type(exc).__name__))
+    except RecursionError:
+        _fail("the input is nested too deeply")
+    except MemoryError:
+        _fail("out of memory (an input asks for more than this machine has)")
     except KeyboardInterrupt:
         _fail("interrupted", 130)
+    except Exception as exc:  # a bug: one line by default, the traceback with DPAUDIT_TRACEBACK=1
+        if os.environ.get("DPAUDIT_TRACEBACK"):
+            raise
+        _fail(f"internal error ({type(exc).__name__}: {str(exc)[:300]}); please report it, and set "
+              "DPAUDIT_TRACEBACK=1 to see the traceback".replace("\n", " "), 1)
     sys.exit(rv if isinstance(rv, int) else 0)
