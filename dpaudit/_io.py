@@ -308,8 +308,8 @@ def _npy_header(fh: Any, what: str, where: str) -> tuple[tuple[int, ...], np.dty
     except (ValueError, OSError, EOFError, SyntaxError, TypeError, RecursionError, MemoryError) as exc:
         raise DataError(f"{_cap(what)} {where} is not a readable .npy array ({str(exc)[:200]}).") from None
     if dtype.hasobject:
-        raise DataError(f"{_cap(what)} {where} holds Python objects (dtype {dtype}); loading them would need pickle, "
-                        "which dpaudit never uses on user files.")
+        raise DataError(f"{_cap(what)} {where} is not a plain numeric array: it holds Python objects (dtype {dtype}); "
+                        "loading them would need pickle, which dpaudit never uses on user files.")
     count = math.prod(int(s) for s in shape)
     return tuple(int(s) for s in shape), dtype, count * dtype.itemsize
 

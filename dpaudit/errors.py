@@ -48,11 +48,14 @@ class OutputError(DPAuditError, OSError):
 
 
 def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        return repr(value)
-    return str(value)
+    """The value as the user would write it, cut to 80 characters (an error line stays one readable line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    try:
+        text = repr(value) if isinstance(value, (float, str)) else str(value)
+    except Exception:  # noqa: BLE001 - a value whose str() fails still gets a one-line message
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _range_text(kind: str, low, high, low_open: bool, high_open: bool) -> str:
@@ -87,7 +90,12 @@ def check_float(
     expected = _range_text("float", low, high, low_open, high_open)
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(value)} instead.")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond the float range (e.g. a 400-digit literal)
+        v = math.inf if value > 0 else -math.inf
+        if not allow_inf:
+            raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(value)} instead.") from None
     bad = math.isnan(v) or (math.isinf(v) and not allow_inf)
     if not bad and low is not None:
         bad = v <= low if low_open else v < low
@@ -115,7 +123,7 @@ def check_int(
         raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(value)} instead.")
     v = int(value)
     if (low is not None and v < low) or (high is not None and v > high):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {v} instead.")
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(v)} instead.")
     return v
 
 

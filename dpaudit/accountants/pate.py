@@ -763,21 +763,18 @@ def load_votes(path: str | os.PathLike) -> np.ndarray:
     Raises :class:`~dpaudit.errors.DataError` for a missing or empty file, a wrong shape, fewer than 2 classes,
     or negative / non-finite counts. Rows may have different totals (consistent voting drops parties).
     """
+    from dpaudit._io import check_input_file, load_npy_file, read_input_text
+
     p = Path(path)
-    if not p.is_file():
-        raise DataError(f"The votes file {str(p)!r} does not exist.")
-    if p.stat().st_size == 0:
-        raise DataError(f"The votes file {str(p)!r} is empty.")
     suffix = p.suffix.lower()
+    if suffix not in (".npy", ".csv"):
+        raise DataError(f"The votes file {str(p)!r} must end in .npy or .csv. Got {suffix or 'no suffix'!r} instead.")
+    what = "the votes file"
+    check_input_file(p, what)  # stat first: missing, empty, FIFO or device files never get opened
     if suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except ValueError as exc:
-            raise DataError(f"The votes file {str(p)!r} is not a plain numeric .npy array ({exc}).") from None
-        except OSError as exc:
-            raise DataError(f"The votes file {str(p)!r} could not be read as .npy ({exc}).") from None
-    elif suffix == ".csv":
-        text = p.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        arr = load_npy_file(p, what, kinds="biuf")
+    else:
+        text = read_input_text(p, what).strip().splitlines()
         rows = [r for r in (line.strip() for line in text) if r]
         if rows:
             try:
@@ -794,8 +791,6 @@ def load_votes(path: str | os.PathLike) -> np.ndarray:
         if len(widths) != 1:
             raise DataError(f"The votes file {str(p)!r} has rows of different lengths {sorted(widths)}; every row needs one count per class.")
         arr = np.array(parsed, dtype=np.float64)
-    else:
-        raise DataError(f"The votes file {str(p)!r} must end in .npy or .csv. Got {suffix or 'no suffix'!r} instead.")
     if arr.dtype.kind not in "biuf":
         raise DataError(f"The votes file {str(p)!r} must hold numbers. Got dtype {arr.dtype} instead.")
     if arr.ndim != 2 or arr.shape[0] < 1:

@@ -29,7 +29,6 @@ delta) make the claim *fail* instead; see :mod:`dpaudit.audit.evaluate`.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -286,14 +285,8 @@ def parse_claims(data: Mapping[str, Any], *, base_dir: str | Path = ".", path: s
 
 def load_claims(path: str | Path) -> ClaimsFile:
     """Read and validate a claims TOML file (paths inside it are relative to its directory)."""
+    from dpaudit._io import load_toml_file
+
     p = Path(path)
-    if not p.is_file():
-        raise DataError(f"Claims file {str(p)!r} does not exist or is not a file.")
-    try:
-        with open(p, "rb") as fh:
-            data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise DataError(f"Claims file {str(p)!r} is not valid TOML: {exc}".replace("\n", " ")) from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"Claims file {str(p)!r} is not UTF-8 text: {exc}") from None
+    data = load_toml_file(p, f"the claims file {str(p)!r}")
     return parse_claims(data, base_dir=p.parent, path=p)

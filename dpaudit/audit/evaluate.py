@@ -336,10 +336,9 @@ def account_mechanism(kind: str, params: Mapping[str, Any], delta: float, *, bas
     if isinstance(kwargs.get("votes"), str):
         vp = Path(kwargs["votes"])
         vp = vp if vp.is_absolute() else Path(base_dir) / vp
-        try:
-            kwargs["votes"] = np.load(vp, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise DataError(f"Cannot read the votes file {str(vp)!r}: {exc}") from None
+        from dpaudit.accountants.pate import load_votes  # the one votes-file reader (numeric arrays only)
+
+        kwargs["votes"] = load_votes(vp)
     sig = inspect.signature(fn)
     if "delta" in sig.parameters:
         # delta = 0 means "pure DP": functions whose delta is optional get None (their pure figure)

@@ -17,14 +17,16 @@ method code.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import atomic_dir, read_json, save_npy, save_npz, write_json
-from dpaudit.errors import DataError, ParameterError, check_int
+from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, save_npy, save_npz,
+                         write_json)
+from dpaudit.errors import DataError, ParameterError, _fmt, check_int
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
@@ -32,6 +34,11 @@ from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save
 __all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release"]
 
 SCHEMA_VERSION = 1
+#: Largest data set a release may point into, and largest class count / input size of its model spec:
+#: beyond these a bundle would make dpaudit allocate without bound, so it is refused as malformed.
+MAX_RECORDS = 100_000_000
+MAX_CLASSES = 100_000
+MAX_INPUT_SIZE = 100_000_000
 MEMBERSHIP_KEYS = ("members", "nonmembers", "attacker")
 _CLAIM_KEYS = ("epsilon", "delta", "granularity", "text")
 
@@ -94,11 +101,21 @@ def _check_dataset_spec(d: Any, where: str) -> dict:
     if not isinstance(d, Mapping) or "name" not in d:
         raise DataError(f"{where}: dataset must be a dict with at least 'name' (and 'seed', 'num_samples', 'data_dir').")
     d = dict(d)
-    if d["name"] not in DATASETS:
-        raise DataError(f"{where}: unknown data set {d['name']!r}; known: {', '.join(DATASETS)}.")
+    if not isinstance(d["name"], str) or d["name"] not in DATASETS:
+        raise DataError(f"{where}: unknown data set {_fmt(d['name'])}; known: {', '.join(DATASETS)}.")
     d.setdefault("seed", 0)
     d.setdefault("num_samples", None)
+    try:
+        d["seed"] = check_int(d["seed"], "dataset.seed", where, low=0, high=2**63 - 1)
+        if d["num_samples"] is not None:
+            d["num_samples"] = check_int(d["num_samples"], "dataset.num_samples", where, low=1, high=MAX_RECORDS)
+        if d.get("num_records") is not None:
+            d["num_records"] = check_int(d["num_records"], "dataset.num_records", where, low=1, high=MAX_RECORDS)
+    except ParameterError as exc:
+        raise DataError(str(exc)) from None
     if d.get("data_dir") is not None:
+        if not isinstance(d["data_dir"], (str, Path)) or not str(d["data_dir"]).strip():
+            raise DataError(f"{where}: dataset.data_dir must be a directory path. Got {_fmt(d['data_dir'])} instead.")
         d["data_dir"] = str(d["data_dir"])
     return d
 
@@ -291,66 +308,187 @@ class Release:
         return train
 
 
-def load_release(path) -> Release:
-    """Load and check a release bundle; any missing or inconsistent file gives a :class:`DataError`."""
+def _bundle_file(root: Path, real_root: Path, name: str, meta_path: Any = None) -> Path:
+    """``root/name`` if it is a regular file inside the bundle; a symlink (or anything resolving outside the
+    bundle) is refused, so a bundle can never make dpaudit read files elsewhere."""
+    f = root / name
+    if f.is_symlink() or (f.exists() and f.resolve().parent != real_root):
+        raise DataError(f"{root}: {name} is a symbolic link (to {_link_target(f)}); a release bundle must hold its "
+                        "files itself, so dpaudit refuses to follow links out of it.")
+    return f
+
+
+def _link_target(f: Path) -> str:
+    try:
+        return str(f.readlink())
+    except OSError:
+        return "elsewhere"
+
+
+def _resolve_data_dir(meta_dir: Any, root: Path, real_root: Path, data_dir: Any, trust: bool) -> str | None:
+    """Where the release's data set is read from (see :func:`load_release`)."""
+    if data_dir is not None:
+        return str(data_dir)
+    if meta_dir is None or trust:
+        return meta_dir
+    q = Path(meta_dir)
+    inside = (real_root / q).resolve() if not q.is_absolute() else q.resolve()
+    if inside == real_root or real_root in inside.parents:
+        return str(inside)
+    raise DataError(
+        f"{root}: release.json asks to read its data from {meta_dir}, outside the bundle; a bundle does not choose "
+        "where dpaudit reads files. Pass --data-dir DIR (data_dir=) to name the data directory yourself, or "
+        "--trust-data-dir (trust_data_dir=True) to use the one the bundle names."
+    )
+
+
+def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bool = False) -> Release:
+    """Load and check a release bundle; any missing or inconsistent file gives a :class:`DataError`.
+
+    Every file must lie in the bundle directory itself (symbolic links, and a bundle directory that is itself a
+    link, are refused). ``release.json``'s ``dataset.data_dir`` is followed only inside the bundle, unless
+    ``data_dir`` overrides it or ``trust_data_dir`` accepts it as written.
+    """
     root = Path(path)
+    if root.is_symlink():
+        raise DataError(f"The release directory {root} is a symbolic link (to {_link_target(root)}); pass the "
+                        "directory itself, dpaudit does not follow links into or out of release bundles.")
     if not root.is_dir():
         raise DataError(f"Release directory not found: {root}.")
-    meta_path = root / "release.json"
-    if not meta_path.is_file():
+    real_root = root.resolve()
+    meta_path = _bundle_file(root, real_root, "release.json")
+    if not meta_path.exists():
         raise DataError(f"{root}: release.json is missing; not a release bundle.")
-    try:
-        meta = read_json(meta_path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{meta_path}: not valid JSON ({exc}).") from None
+    meta = load_json_file(meta_path, "the release file")
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: expected a JSON object.")
     if meta.get("schema") != SCHEMA_VERSION:
-        raise DataError(f"{meta_path}: schema version {meta.get('schema')!r} is unknown; this dpaudit reads schema {SCHEMA_VERSION}.")
+        raise DataError(f"{meta_path}: schema version {_fmt(meta.get('schema'))} is unknown; this dpaudit reads schema {SCHEMA_VERSION}.")
     for key in ("method", "dataset", "seed", "model", "claim"):
         if key not in meta:
             raise DataError(f"{meta_path}: the field {key!r} is missing.")
-    _check_dataset_spec(meta["dataset"], str(meta_path))
+    meta["dataset"] = _check_dataset_spec(meta["dataset"], str(meta_path))
+    _check_meta_fields(meta, str(meta_path))
     m = meta["model"]
     if not isinstance(m, dict) or "spec" not in m or "file" not in m:
         raise DataError(f"{meta_path}: 'model' must hold 'spec' and 'file'.")
+    _check_spec_size(m["spec"], str(meta_path))
     try:
         spec = ModelSpec.from_dict(m["spec"])
-    except (ParameterError, TypeError, ValueError) as exc:
-        raise DataError(f"{meta_path}: invalid model spec ({exc}).") from None
+    except (ParameterError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise DataError(f"{meta_path}: invalid model spec ({str(exc)[:300]}).") from None
     if m.get("train_config") is not None:
+        if not isinstance(m["train_config"], dict):
+            raise DataError(f"{meta_path}: model.train_config must be an object or null. Got {_fmt(m['train_config'])} instead.")
         try:
             TrainConfig.from_dict(m["train_config"])
-        except (ParameterError, TypeError, KeyError) as exc:
-            raise DataError(f"{meta_path}: invalid train_config ({exc}).") from None
+        except (ParameterError, TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise DataError(f"{meta_path}: invalid train_config ({str(exc)[:300]}).") from None
     fname = m["file"]
-    if not isinstance(fname, str) or Path(fname).name != fname:
-        raise DataError(f"{meta_path}: model file {fname!r} must be a plain file name inside the bundle.")
-    model_file = root / fname
-    if not model_file.is_file():
-        raise DataError(f"{root}: the model file {fname} named in release.json is missing.")
+    if not isinstance(fname, str) or not fname or Path(fname).name != fname or fname in (".", ".."):
+        raise DataError(f"{meta_path}: model file {_fmt(fname)} must be a plain file name inside the bundle.")
+    model_file = _bundle_file(root, real_root, fname)
+    check_input_file(model_file, "the model file named in release.json", max_bytes=None)
+    _check_weights_fit_file(spec, model_file)
     model = load_classifier(model_file, spec)
 
-    mem_path = root / "membership.npz"
-    if not mem_path.is_file():
-        raise DataError(f"{root}: membership.npz is missing.")
-    try:
-        with np.load(mem_path, allow_pickle=False) as z:
-            raw = {k: z[k] for k in z.files}
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{mem_path}: not a readable npz of index arrays ({exc}).") from None
+    mem_path = _bundle_file(root, real_root, "membership.npz")
     n = meta["dataset"].get("num_records")
+    # index arrays: at most 3 x num_records int64 entries, plus headers
+    limit = 3 * 8 * (MAX_RECORDS if n is None else int(n)) + 64 * 1024
+    raw = load_npz_file(mem_path, "the membership file", kinds="iu", max_bytes=limit)
     membership = _check_membership(raw, None if n is None else int(n), str(mem_path))
 
     votes = None
-    votes_path = root / "votes.npy"
-    if votes_path.is_file():
-        try:
-            votes = np.load(votes_path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise DataError(f"{votes_path}: not a readable npy array ({exc}).") from None
+    votes_path = _bundle_file(root, real_root, "votes.npy")
+    if votes_path.exists():
+        votes = load_npy_file(votes_path, "the votes file", kinds="biuf")
         if votes.ndim != 2:
             raise DataError(f"{votes_path}: expected a (queries x classes) array; got shape {votes.shape}.")
         if votes.shape[1] != spec.num_classes:
             raise DataError(f"{votes_path}: {votes.shape[1]} vote columns but the model has {spec.num_classes} classes.")
+    meta["dataset"]["data_dir"] = _resolve_data_dir(meta["dataset"].get("data_dir"), root, real_root, data_dir, trust_data_dir)
     return Release(path=root, meta=meta, model=model, votes=votes, membership=membership)
+
+
+def _check_meta_fields(meta: dict, where: str) -> None:
+    """Types of the release.json fields the attacks and reports read (values the bundle could get wrong)."""
+    if not isinstance(meta["method"], str) or not meta["method"]:
+        raise DataError(f"{where}: 'method' must be a non-empty string. Got {_fmt(meta['method'])} instead.")
+    try:
+        check_int(meta["seed"], "seed", where, low=0, high=2**63 - 1)
+    except ParameterError as exc:
+        raise DataError(str(exc)) from None
+    claim = meta["claim"]
+    if not isinstance(claim, dict):
+        raise DataError(f"{where}: 'claim' must be an object with {list(_CLAIM_KEYS)}. Got {_fmt(claim)} instead.")
+    for key in ("delta", "epsilon"):
+        v = claim.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, str))):
+            raise DataError(f"{where}: claim.{key} must be a number. Got {_fmt(v)} instead.")
+    if claim.get("delta") is not None:
+        try:
+            float(claim["delta"])
+        except (TypeError, ValueError, OverflowError):
+            raise DataError(f"{where}: claim.delta must be a number. Got {_fmt(claim['delta'])} instead.") from None
+    for key, kind in (("params", dict), ("utility", dict), ("assumptions", list), ("flags", list)):
+        if meta.get(key) is not None and not isinstance(meta[key], kind):
+            raise DataError(f"{where}: '{key}' must be a{'n object' if kind is dict else ' list'}. Got {_fmt(meta[key])} instead.")
+    for f in meta.get("flags") or ():
+        if not (isinstance(f, dict) and isinstance(f.get("code"), str) and isinstance(f.get("message"), str)):
+            raise DataError(f"{where}: every entry of 'flags' must be an object with string 'code' and 'message'. Got {_fmt(f)} instead.")
+    for key in ("statement", "ledger"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            raise DataError(f"{where}: '{key}' must be an object or null. Got {_fmt(meta[key])} instead.")
+
+
+def _check_spec_size(spec: Any, where: str) -> None:
+    """Refuse a model spec whose sizes would allocate without bound before any model is built."""
+    if not isinstance(spec, dict):
+        raise DataError(f"{where}: model.spec must be an object. Got {_fmt(spec)} instead.")
+    k = spec.get("num_classes")
+    if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_CLASSES:
+        raise DataError(f"{where}: model.spec.num_classes must be an int in [2, {MAX_CLASSES}]. Got {_fmt(k)} instead.")
+    shape = spec.get("input_shape")
+    if (not isinstance(shape, list) or not shape or len(shape) > 4
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_INPUT_SIZE for x in shape)
+            or math.prod(shape) > MAX_INPUT_SIZE):
+        raise DataError(f"{where}: model.spec.input_shape must be a list of 1-4 positive ints of product <= "
+                        f"{MAX_INPUT_SIZE}. Got {_fmt(shape)} instead.")
+    kw = spec.get("kwargs") or {}
+    if not isinstance(kw, dict):
+        raise DataError(f"{where}: model.spec.kwargs must be an object. Got {_fmt(kw)} instead.")
+
+    def sizes(v: Any):
+        if isinstance(v, bool):
+            return
+        if isinstance(v, int):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                yield from sizes(x)
+
+    for key, v in kw.items():
+        for x in sizes(v):
+            if abs(x) > MAX_INPUT_SIZE:
+                raise DataError(f"{where}: model.spec.kwargs.{key} holds {_fmt(x)}, beyond the supported {MAX_INPUT_SIZE}.")
+
+
+def _check_weights_fit_file(spec: ModelSpec, model_file: Path) -> None:
+    """A torch spec whose weights could not be in the file (more parameters than the file has bytes) is refused
+    before the model is built: the spec is counted on torch's ``meta`` device, which allocates nothing."""
+    if not spec.is_torch:
+        return
+    import torch
+
+    from dpaudit.training.models import build_model
+
+    try:
+        with torch.device("meta"):
+            count = sum(t.numel() for t in build_model(spec).state_dict().values())
+    except (RuntimeError, ValueError, TypeError, NotImplementedError):
+        return  # a spec the meta device cannot build is checked by the real load below
+    size = model_file.stat().st_size
+    if count > size:
+        raise DataError(f"{model_file}: the model spec has {count} weights but the file holds only {size} bytes; "
+                        "the spec does not describe this file.")
