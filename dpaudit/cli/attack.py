@@ -45,7 +45,7 @@ def render(report: AttackReport) -> str:
 @click.command("attack")
 @click.argument("release", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--attack", "attack", type=click.Choice(ATTACKS), default="shadow", show_default=True)
-@click.option("--shadows", type=int, default=16, show_default=True, help="Number of shadow models.")
+@click.option("--shadows", type=click.IntRange(2, 10_000), default=16, show_default=True, help="Number of shadow models.")
 @click.option("--classifier", type=click.Choice(CLASSIFIERS), default="catboost", show_default=True,
               help="Attack classifier (shadow attack and blind baseline).")
 @click.option("--global-model", is_flag=True, help="Shadow attack: one global attack model instead of one per class.")
@@ -55,17 +55,24 @@ def render(report: AttackReport) -> str:
               help="Confidence of the epsilon lower bound and the bootstrap intervals.")
 @click.option("--delta", type=float, default=None,
               help="delta of the epsilon lower bound (default: the release's claimed delta, else 0).")
-@click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap replicates.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--bootstrap", type=click.IntRange(0, 100_000), default=1000, show_default=True, help="Bootstrap replicates.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output directory (default: RELEASE/attack).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory of the release's data files (instead of the dataset.data_dir its release.json names).")
+@click.option("--trust-data-dir", is_flag=True,
+              help="Read the data from the dataset.data_dir named in release.json even when it lies outside the bundle.")
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
-            offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None) -> None:
+            offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
+            data_dir: Path | None, trust_data_dir: bool) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon lower bound and the blind baseline; write attack.json."""
     from dpaudit.audit.attack_release import attack_release
+    from dpaudit.training.release import load_release
 
-    report = attack_release(release, attack=attack, num_shadows=shadows, classifier=classifier, per_class=not global_model,
+    release_obj = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir)
+    report = attack_release(release_obj, attack=attack, num_shadows=shadows, classifier=classifier, per_class=not global_model,
                             threshold_kind=threshold_kind, lira_online=not offline, confidence=confidence, delta=delta,
                             n_bootstrap=bootstrap, seed=seed)
     out = Path(release) / "attack" if out is None else out

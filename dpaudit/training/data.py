@@ -25,14 +25,17 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import math
 import pickletools
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dpaudit._io import check_input_file, read_input_bytes
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int
 
 __all__ = ["Dataset", "Splits", "DATASETS", "load_dataset", "split_dataset"]
@@ -140,9 +143,9 @@ def load_dataset(name: str, *, data_dir=None, seed: int = 0, num_samples: int | 
         for the others, a seeded random subset of this size (``None`` keeps everything).
     """
     check_choice(name, "name", "load_dataset", DATASETS)
-    seed = check_int(seed, "seed", "load_dataset", low=0)
+    seed = check_int(seed, "seed", "load_dataset", low=0, high=2**63 - 1)
     if num_samples is not None:
-        num_samples = check_int(num_samples, "num_samples", "load_dataset", low=1)
+        num_samples = check_int(num_samples, "num_samples", "load_dataset", low=1, high=100_000_000)
     if name == "mnist1d":
         ds = _load_mnist1d(seed, num_samples or 5000)
     elif name == "synthetic":
@@ -311,13 +314,21 @@ def _find(data_dir: Path, name: str, filename: str, *, gz: bool = False, require
     return None
 
 
+#: The largest decompressed data file the loaders accept (a gzip bomb is refused, not unpacked).
+MAX_DATA_FILE_BYTES = 4 << 30
+
+
 def _read_maybe_gz(path: Path) -> bytes:
-    raw = path.read_bytes()
+    raw = read_input_bytes(path, "the data file", max_bytes=MAX_DATA_FILE_BYTES)
     if raw[:2] == b"\x1f\x8b":
         try:
-            return gzip.decompress(raw)
-        except OSError as exc:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
+                out = gz.read(MAX_DATA_FILE_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
             raise DataError(f"{path}: corrupt gzip data ({exc}).") from None
+        if len(out) > MAX_DATA_FILE_BYTES:
+            raise DataError(f"{path}: unpacks to more than {MAX_DATA_FILE_BYTES} bytes; refusing it.")
+        return out
     return raw
 
 
@@ -330,10 +341,12 @@ def _read_idx(path: Path, expect_ndim: int) -> np.ndarray:
     dtypes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
     if code not in dtypes or ndim != expect_ndim:
         raise DataError(f"{path}: IDX type 0x{code:02x} with {ndim} dimensions; expected {expect_ndim} dimensions.")
+    if len(raw) < 4 + 4 * ndim:
+        raise DataError(f"{path}: IDX header is truncated.")
     dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     dt = np.dtype(dtypes[code])
     body = raw[4 + 4 * ndim :]
-    need = int(np.prod(dims)) * dt.itemsize
+    need = math.prod(dims) * dt.itemsize  # Python ints: no overflow for a header that lies
     if len(body) != need:
         raise DataError(f"{path}: IDX header promises {need} bytes of data, file has {len(body)}.")
     return np.frombuffer(body, dtype=dt).reshape(dims)
@@ -545,7 +558,7 @@ def _ndarray_from_reduce(node: Any, where: str) -> np.ndarray:
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One CIFAR-10 python batch -> (uint8 array (n, 3, 32, 32), int64 labels (n,)), parsed without unpickling."""
     where = str(path)
-    obj = _parse_restricted_pickle(path.read_bytes(), where)
+    obj = _parse_restricted_pickle(read_input_bytes(path, "the CIFAR-10 batch file"), where)
     if not isinstance(obj, dict):
         raise DataError(f"{where}: expected a dict at the top of the batch.")
     d = {(k.decode("latin-1") if isinstance(k, bytes) else k): v for k, v in obj.items()}
@@ -578,7 +591,7 @@ def _load_svhn(data_dir: Path) -> Dataset:
 
     Xs, ys = [], []
     for f in _SVHN_FILES:
-        path = _find(data_dir, "svhn", f)
+        path = check_input_file(_find(data_dir, "svhn", f), "the SVHN data file", max_bytes=MAX_DATA_FILE_BYTES)
         try:
             m = loadmat(path)  # MATLAB v5 container: numeric arrays only, nothing is executed
         except Exception as exc:  # noqa: BLE001 - scipy raises several types for malformed files
@@ -605,7 +618,7 @@ def _load_adult(data_dir: Path) -> Dataset:
     rows: list[list[str]] = []
     for f in _ADULT_FILES:
         path = _find(data_dir, "adult", f)
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_input_bytes(path, "the Adult data file").decode("utf-8", errors="replace")
         for rec in csv.reader(io.StringIO(text)):
             rec = [c.strip() for c in rec]
             if len(rec) == 1 and rec[0].startswith("|") or not any(rec):
