@@ -84,7 +84,7 @@ def _fork_and_kill(out: Path, when: str, n_models: int, timeout: float = 120.0) 
 
 
 FAST_POINT = "models/m0/stage.json"  # after the first model's release, before its attack
-SLOW_POINTS = [".dpaudit.lock", "models/.m0.release.checkpoints/*", "models/m0/release/*", "models/m0/attacks/*",
+SLOW_POINTS = [".dpaudit.lock", "models/m0/.release.checkpoints/*", "models/m0/release/*", "models/m0/attacks/*",
                "models/m1/stage.json", "models/m1/attacks/*", "report.json"]
 
 
@@ -181,17 +181,17 @@ def test_cli_audit_sigkill_after_seconds_or_stage_then_resume(tmp_path, referenc
 
 
 @pytest.mark.slow
-def test_cli_two_audits_into_one_out_the_second_refuses(tmp_path):
+def test_cli_two_audits_into_one_out_the_second_refuses(tmp_path, reference):
+    # started together: whichever takes the lock first runs, the other stops at once naming it
     cfg = _toml(tmp_path / "audit.toml")
     out = tmp_path / "run"
-    first = _cli(["audit", str(cfg), "--out", str(out), "--quiet"])
-    while not (out / ".dpaudit.lock").exists() or not (out / ".dpaudit.lock").read_text():
-        assert first.poll() is None
-        time.sleep(0.01)
-    second = _cli(["audit", str(cfg), "--out", str(out), "--quiet"])
-    err = second.stderr.read()
-    assert second.wait() == 2 and f"in use by dpaudit audit (pid {first.pid})" in err and err.count("\n") == 1
-    assert first.wait(timeout=300) == 0
+    procs = [_cli(["audit", str(cfg), "--out", str(out), "--quiet"]) for _ in range(2)]
+    codes = [p.wait(timeout=300) for p in procs]
+    errs = [p.stderr.read() for p in procs]
+    assert sorted(codes) == [0, 2], (codes, errs)
+    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+    assert f"in use by dpaudit audit (pid {procs[winner].pid})" in errs[loser] and errs[loser].count("\n") == 1
+    assert _numbers(out) == reference
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from dpaudit._io import dumps_json, read_json, save_npz, write_json
+from dpaudit._io import dumps_json, load_toml_file, read_json, save_npz, write_json
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError, check_float, check_int
 
@@ -249,13 +249,7 @@ def load_config(cls: type[C], path: str | Path | None = None, /, **overrides: An
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
-        if not p.is_file():
-            raise DataError(f"The config file {p} does not exist.")
-        try:
-            with open(p, "rb") as fh:
-                data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise DataError(f"The config file {p} is not valid TOML: {exc}") from None
+        data = load_toml_file(p, "the config file")  # stat first (a FIFO never blocks), binary/deep/huge-int safe
         method = data.pop("method", None)
         expected = getattr(cls, "method_name", None)
         if method is not None and expected is not None and method != expected:
