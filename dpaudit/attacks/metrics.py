@@ -202,7 +202,9 @@ def roc_band(member_scores, nonmember_scores, *, n_bootstrap: int = 200, confide
     conf = check_probability(confidence, "confidence", owner)
     k = check_int(num_points, "num_points", owner, low=2, high=10_000)
     rng = np.random.default_rng(check_int(seed, "seed", owner, low=0))
-    grid = np.unique(np.concatenate([np.logspace(np.log10(1.0 / neg.size), 0.0, k), [1.0 / neg.size]]))
+    grid = np.logspace(np.log10(1.0 / neg.size), 0.0, k)
+    grid[0], grid[-1] = 1.0 / neg.size, 1.0          # exact ends (logspace rounds)
+    grid = np.unique(grid)
     bp = pos[rng.integers(0, pos.size, (B, pos.size))]
     bn = neg[rng.integers(0, neg.size, (B, neg.size))]
     a = (1.0 - conf) / 2.0

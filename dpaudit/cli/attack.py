@@ -81,10 +81,12 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json."""
     from dpaudit.audit.attack_release import attack_release
+    from dpaudit.training.release import load_release
 
     rep = as_reporter(not quiet, prefix="dpaudit attack")
+    bundle = load_release(release)
     with rep.stage(f"{attack} attack on {release}"):
-        report = attack_release(release, attack=attack, num_shadows=shadows, classifier=classifier,
+        report = attack_release(bundle, attack=attack, num_shadows=shadows, classifier=classifier,
                                 per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
                                 confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed)
     out = Path(release) / "attack" if out is None else out
