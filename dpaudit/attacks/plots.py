@@ -43,7 +43,7 @@ def draw_roc(ax: Any, fpr, tpr, *, num_nonmembers: int, label: str, band: Any = 
         lo = np.asarray(band["low"] if isinstance(band, dict) else band.low, dtype=float)
         hi = np.asarray(band["high"] if isinstance(band, dict) else band.high, dtype=float)
         if bf.size:
-            ax.fill_between(bf, lo, hi, step="post", alpha=0.18, color=line.get_color(), lw=0)
+            ax.fill_between(bf, lo, hi, step="post", alpha=0.12, color=line.get_color(), lw=0)
     return floor
 
 

@@ -58,7 +58,7 @@ def roc_figure(models: Sequence[ModelAudit]) -> Figure:
 def _offscale(ax: Any, x: float, top: float, label: str, color: str) -> None:
     """An upward marker at the top edge of the axis with its label: a value off the scale (infinity)."""
     ax.plot([x], [top], marker="^", ms=10, color=color, clip_on=False, zorder=5)
-    ax.annotate(label, (x, top), xytext=(0, 7), textcoords="offset points", ha="center", va="bottom",
+    ax.annotate(label, (x, top), xytext=(8, -4), textcoords="offset points", ha="left", va="top",
                 fontsize=7, color=color, annotation_clip=False)
 
 
@@ -98,14 +98,14 @@ def epsilon_figure(models: Sequence[ModelAudit]) -> Figure:
             lo, hi = b.epsilon_range
             ax.errorbar([xe], [b.epsilon_lower], yerr=[[b.epsilon_lower - lo], [hi - b.epsilon_lower]], fmt="none",
                         ecolor=_GREY, capsize=3, lw=1)
-        ax.annotate(f"{b.epsilon_lower:.2g}", (xe, b.epsilon_lower), xytext=(6, 2), textcoords="offset points",
+        ax.annotate(f"{b.epsilon_lower:.3g}", (xe, b.epsilon_lower), xytext=(6, 2), textcoords="offset points",
                     ha="left", va="bottom", fontsize=7)
     ax.set_xticks(x)
     ax.set_xticklabels([m.name for m in models], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("epsilon (symlog scale)")
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylim(0, top)
-    ax.set_title("accounted vs measured privacy loss", pad=22)
+    ax.set_title("accounted vs measured privacy loss")
     ax.legend(handles=[Patch(color=_BLUE, label="accounted epsilon (upper bound)"),
                        Patch(facecolor="white", edgecolor=_ORANGE, hatch="///",
                              label="empirical estimate (not certified; bar: range over split seeds)"),
@@ -176,7 +176,7 @@ def per_party_figure(model: ModelAudit) -> Figure:
     ax.set_xticklabels([k for k, _ in items], rotation=60, fontsize=6)
     ax.set_xlabel("party")
     ax.set_ylabel("epsilon")
-    ax.set_title(f"{model.name}: epsilon per party", pad=16)
+    ax.set_title(f"{model.name}: epsilon per party")
     return fig
 
 

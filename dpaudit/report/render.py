@@ -194,7 +194,8 @@ th{background:#f2f2f2}.red{background:#fde2e1;border-left:5px solid #c0392b;padd
 .warning{background:#fff4d6;border-left:5px solid #e0a100;padding:.4em .8em;margin:.4em 0}
 .info{background:#eef3fb;border-left:5px solid #4c72b0;padding:.4em .8em;margin:.4em 0}figure{margin:1em 0}
 img{max-width:100%}figcaption{font-size:.85em;color:#555}.verdicts li{margin:.2em 0}
-.figs{display:flex;flex-wrap:wrap;gap:1em}.figs figure{flex:1 1 480px;margin:0}details{margin:.4em 0}"""
+.figs{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}.figs figure{flex:0 1 calc(50% - .5em);margin:0}
+.figs figure.wide{flex-basis:100%}details{margin:.4em 0}"""
 
 
 def _html_table(head: list[str], rows: list[list[str]]) -> str:
@@ -217,9 +218,9 @@ def to_html(report: AuditReport, figures_png: list[tuple[str, str, bytes]] | Non
                "<p>No non-private reference in this audit: the attacks' power is unknown.</p>")
     if figures_png:
         out.append("<h2 id='figures'>Figures</h2><div class='figs'>")
-        for _, caption, data in figures_png:
+        for i, (_, caption, data) in enumerate(figures_png):
             b64 = base64.b64encode(data).decode("ascii")
-            out.append(f"<figure><img alt='{e(caption)}' src='data:image/png;base64,{b64}'>"
+            out.append(f"<figure{' class=wide' if i == 0 else ''}><img alt='{e(caption)}' src='data:image/png;base64,{b64}'>"
                        f"<figcaption>{e(caption)}</figcaption></figure>")
         out.append("</div>")
     if report.flags:
