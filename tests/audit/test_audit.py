@@ -243,3 +243,21 @@ def test_cli_bad_config_is_one_line_exit_2(tmp_path, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("dpaudit: error:") and "not valid TOML" in err and "Traceback" not in err
+
+
+def test_cli_audit_results_on_stdout_progress_on_stderr(audited, tmp_path, capsys):
+    cfg, src, _ = audited
+    rel = src / "models" / "fredy-0.5" / "release"
+    p = tmp_path / "a.toml"
+    p.write_text(f'title = "cli"\nn_bootstrap = 0\n[[models]]\nname = "given"\nrelease = "{rel}"\n'
+                 '[[attacks]]\nkind = "threshold"\nclassifier = "logreg"\n')
+    with pytest.raises(SystemExit) as exc:
+        main(["audit", str(p), "--out", str(tmp_path / "o")])
+    cap = capsys.readouterr()
+    assert exc.value.code == 0 and "given" in cap.out and "verdicts" in cap.out
+    assert "no leakage demonstrated" in cap.out or "leakage indicated by an estimate" in cap.out
+    assert "[dpaudit audit]" not in cap.out and "[dpaudit audit]" in cap.err and "attack(s)" in cap.err
+    with pytest.raises(SystemExit):
+        main(["audit", str(p), "--out", str(tmp_path / "o"), "--quiet"])
+    cap = capsys.readouterr()
+    assert cap.err == "" and "verdicts" in cap.out
