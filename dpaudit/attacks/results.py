@@ -33,6 +33,20 @@ def check_bound_kind(kind: str, owner: str) -> str:
     return check_choice(kind, "kind", owner, BOUND_KINDS)
 
 
+class HasBoundKind:
+    """Mixin of every bound type that carries a ``kind`` field: validates it and answers :attr:`certified`."""
+
+    __slots__ = ()
+    kind: str
+
+    def __post_init__(self) -> None:
+        check_bound_kind(self.kind, type(self).__name__)
+
+    @property
+    def certified(self) -> bool:
+        return self.kind == CERTIFIED
+
+
 def _fields_from(cls: Any, d: Mapping[str, Any]) -> dict[str, Any]:
     """Constructor arguments of a flat bound dataclass from its dict; absent optional fields keep defaults."""
     return {k: _unnum(d[k]) for k in cls.__dataclass_fields__ if k in d}
@@ -46,6 +60,7 @@ __all__ = [
     "ESTIMATE",
     "ESTIMATE_CAVEAT",
     "check_bound_kind",
+    "HasBoundKind",
     "EpsilonBound",
     "OneRunBound",
     "RocBand",
@@ -160,7 +175,7 @@ class AttackMetrics:
 
 
 @dataclass(frozen=True, slots=True)
-class EpsilonBound:
+class EpsilonBound(HasBoundKind):
     """Empirical epsilon from a membership test: a lower bound valid with probability >= ``confidence`` when
     ``kind == "certified"`` (independent trials), an estimate when ``kind == "estimate"`` (see
     :data:`BOUND_KINDS`).
@@ -194,15 +209,11 @@ class EpsilonBound:
     num_splits: int = 1
 
     def __post_init__(self) -> None:
-        check_bound_kind(self.kind, "EpsilonBound")
+        HasBoundKind.__post_init__(self)
         if math.isnan(self.split_low):
             object.__setattr__(self, "split_low", self.epsilon)
         if math.isnan(self.split_high):
             object.__setattr__(self, "split_high", self.epsilon)
-
-    @property
-    def certified(self) -> bool:
-        return self.kind == CERTIFIED
 
     @property
     def split_range(self) -> tuple[float, float]:
@@ -218,7 +229,7 @@ class EpsilonBound:
 
 
 @dataclass(frozen=True, slots=True)
-class OneRunBound:
+class OneRunBound(HasBoundKind):
     """One-run audit (Steinke, Nasr, Jagielski 2023): ``m`` canaries, ``k_plus``/``k_minus`` guesses,
     ``correct`` of the ``guesses = k_plus + k_minus`` right; ``epsilon`` is the largest value rejected
     at level ``1 - confidence`` for the stated ``delta``. ``kind`` is ``"certified"``: the theorem needs only the
@@ -232,13 +243,6 @@ class OneRunBound:
     k_minus: int
     correct: int
     kind: str = CERTIFIED
-
-    def __post_init__(self) -> None:
-        check_bound_kind(self.kind, "OneRunBound")
-
-    @property
-    def certified(self) -> bool:
-        return self.kind == CERTIFIED
 
     @property
     def guesses(self) -> int:

@@ -45,7 +45,7 @@ from dpaudit.audit.claims import (
 )
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
-from dpaudit.attacks.results import CERTIFIED, ESTIMATE, ESTIMATE_CAVEAT, check_bound_kind
+from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, HasBoundKind
 
 __all__ = [
     "EmpiricalBound",
@@ -68,7 +68,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class EmpiricalBound:
+class EmpiricalBound(HasBoundKind):
     """An attack's empirical epsilon. ``kind == "certified"``: with probability >= ``confidence`` the release is
     not (eps', ``delta``)-DP for any eps' < ``epsilon_lower_bound``, and a claim below it fails.
     ``kind == "estimate"`` (the default; see :data:`dpaudit.attacks.results.BOUND_KINDS`): the same formula where
@@ -80,13 +80,6 @@ class EmpiricalBound:
     delta: float
     details: Mapping[str, Any] = field(default_factory=dict)
     kind: str = ESTIMATE
-
-    def __post_init__(self) -> None:
-        check_bound_kind(self.kind, "EmpiricalBound")
-
-    @property
-    def certified(self) -> bool:
-        return self.kind == CERTIFIED
 
     def describe(self) -> str:
         """``epsilon >= 1.2 (certified, threshold, confidence 0.95)`` or ``epsilon ~ 1.2 (estimate, ...)``."""

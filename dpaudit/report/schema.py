@@ -1,4 +1,4 @@
-"""The typed content of an audit report (``report.json``, schema ``dpaudit.report/1``).
+"""The typed content of an audit report (``report.json``, schema ``dpaudit.report/2``).
 
 A report is a list of audited models; each holds its utility, its theoretical epsilon (the accountant's
 statement, with assumptions), each attack's metrics with an empirical epsilon that says whether it is a
