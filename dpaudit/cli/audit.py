@@ -25,7 +25,8 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool) -> 
     stderr; the summary, the verdicts and the flags to stdout.
     """
     from dpaudit.audit.runner import default_config, load_audit_config, run_audit
-    from dpaudit.report.render import INTRO, SUMMARY_HEAD, grouped_flags, summary_rows, verdict_lines
+    from dpaudit.report.render import (INTRO, POWER_HEAD, SUMMARY_HEAD, grouped_flags, power_rows, summary_rows,
+                                       verdict_lines)
 
     cfg = default_config() if config is None else load_audit_config(config)
     report = run_audit(cfg, out, device=device, progress=not quiet)
@@ -36,6 +37,16 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool) -> 
     for row in summary_rows(report):
         table.add_row(*(escape(c) for c in row))
     console.print(table)
+    power = power_rows(report)
+    if power:
+        ptable = Table(title="attack power (on the non-private reference)", title_justify="left")
+        for col in POWER_HEAD:
+            ptable.add_column(col, no_wrap=True)
+        for row in power:
+            ptable.add_row(*(escape(c) for c in row))
+        console.print(ptable)
+    else:
+        console.print("attack power: unknown (no non-private reference in this audit)")
     console.print(escape(INTRO), soft_wrap=True)
     console.print("[bold]verdicts[/]")
     for name, text in verdict_lines(report):
