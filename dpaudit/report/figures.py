@@ -132,10 +132,12 @@ def privacy_utility_figure(models: Sequence[ModelAudit], utility_key: str = "tes
         if all(s is not None for s in strongest):
             handles += ax2.plot(xs, [s.auc for s in strongest], "s--", color=_ORANGE,  # type: ignore[union-attr]
                                 label="strongest attack AUC (right axis)")
-        for m in pts:
+        for i, m in enumerate(pts):
             e = m.theoretical_epsilon
+            last = i == len(pts) - 1          # the rightmost label goes left of its point, inside the axes
             ax.annotate("ε=∞" if not math.isfinite(e) else f"ε={e:.3g}", (m.noise, m.utility[utility_key]),
-                        textcoords="offset points", xytext=(4, 6), fontsize=7)
+                        textcoords="offset points", xytext=(-4 if last else 4, 6), ha="right" if last else "left",
+                        fontsize=7)
         ax.set_xscale("log")
         ax.set_xlabel(pts[0].noise_label or "privacy parameter")
     else:
