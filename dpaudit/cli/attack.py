@@ -67,9 +67,9 @@ def render(report: AttackReport) -> str:
 @click.option("--threshold-kind", type=click.Choice(THRESHOLD_KINDS), default="loss", show_default=True)
 @click.option("--offline", is_flag=True, help="LiRA: the offline variant (OUT shadows only).")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
-              help="Confidence of the epsilon lower bound and the bootstrap intervals.")
+              help="Confidence of the empirical epsilon (an estimate on one model) and the bootstrap intervals.")
 @click.option("--delta", type=float, default=None,
-              help="delta of the epsilon lower bound (default: the release's claimed delta, else 0).")
+              help="delta of the empirical epsilon (default: the release's claimed delta, else 0).")
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
