@@ -181,11 +181,14 @@ def test_epsilon_figure_marks_infinity_off_scale_and_zero_visibly():
     from dpaudit.report.figures import epsilon_figure
 
     models = (_model("ref", theoretical=None, attacks=(_attack(1.2, 0.7),)), _model("private"),
-              _model("big", theoretical=_theory(500.0)))
+              _model("big", theoretical=_theory(500.0)), _model("leaky", attacks=(_attack(0.7, 0.6, kind="certified"),)))
     fig = epsilon_figure(models)
     ax = fig.axes[0]
     texts = _texts(fig)
-    assert "∞ (no\nguarantee)" in texts and "0" in texts and "500" in texts
+    assert "∞ (no\nguarantee)" in texts and "0" in texts and "500" in texts and "0.7" in texts
+    # estimates are hatched bars with their split-seed range, certified bounds solid
+    bars = {round(p.get_height(), 3): p for p in ax.patches}
+    assert bars[1.2].get_hatch() == "///" and bars[0.7].get_hatch() is None
     top = ax.get_ylim()[1]
     # no bar reaches the top (infinity is a marker, not a bar about twice the next one)
     assert all(p.get_height() < top for p in ax.patches)
