@@ -214,14 +214,18 @@ def _hash(obj: Any) -> str:
 def release_digest(path: str | Path) -> str:
     """SHA-256 of a release bundle's content: the name and bytes of every file at its top level (model weights,
     ``release.json``, ``membership.npz``, ``votes.npy``, ...), in name order. Sub-directories (e.g. the
-    ``attack/`` output of ``dpaudit attack``) are not part of the bundle and are not hashed."""
+    ``attack/`` output of ``dpaudit attack``) are not part of the bundle and are not hashed; a symbolic link is
+    hashed by its target path, never read through."""
     h = hashlib.sha256()
     root = Path(path)
-    for f in sorted(p for p in root.iterdir() if p.is_file()):
+    for f in sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file()):
         h.update(f.name.encode() + b"\0")
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        if f.is_symlink():      # hashed by where it points, never followed (loading refuses links anyway)
+            h.update(b"link:" + str(f.readlink()).encode())
+        else:
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
         h.update(b"\0")
     return h.hexdigest()
 
