@@ -181,9 +181,10 @@ class Executor:
     #: True when units run in this process (they may print their own progress then).
     in_process = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, progress: "bool | Reporter" = False) -> None:
         self.checkpoint_dir: Path | None = None
         self.salt = ""
+        self.progress = progress
 
     @property
     def slots(self) -> int:
@@ -198,8 +199,11 @@ class Executor:
         other.salt = str(salt)
         return other
 
-    def map(self, units: Sequence[Unit], *, label: str = "units", progress: "bool | Reporter" = False) -> list[Any]:
+    def map(self, units: Sequence[Unit], *, label: str = "units", progress: "bool | Reporter | None" = None) -> list[Any]:
         """Run ``units`` (resuming from checkpoints when a folder is set) and return their results in order.
+
+        ``progress`` (default: the executor's own) draws one display across the units on stderr: done /
+        running / failed and an ETA.
 
         A unit that raises makes the whole call raise (its own :class:`~dpaudit.errors.DPAuditError` as is,
         anything else as :class:`UnitFailed` naming the unit) after the units already running have finished
@@ -210,7 +214,7 @@ class Executor:
         if len(set(keys)) != len(keys):
             dup = sorted({k for k in keys if keys.count(k) > 1})
             raise ParameterError(f"Unit keys must be distinct within one map call. Got duplicates {dup} instead.")
-        rep = as_reporter(progress)
+        rep = as_reporter(self.progress if progress is None else progress)
         results: list[Any] = [None] * len(units)
         pending: list[int] = []
         ckpt = self.checkpoint_dir

@@ -11,7 +11,8 @@ __all__ = ["LocalExecutor"]
 
 
 class LocalExecutor(Executor):
-    """Runs units in this process, in order. Imports nothing beyond dpaudit's own error and I/O helpers."""
+    """Runs units in this process, in order (``progress``: the default display of :meth:`map`).
+    Imports nothing beyond dpaudit's own error, I/O and progress helpers."""
 
     name = "local"
     in_process = True

@@ -40,14 +40,15 @@ def _call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
 class RayExecutor(Executor):
     """Units as Ray tasks. ``address``: join that cluster; else start a local instance with ``num_cpus``
     CPUs (default and maximum: this machine's). ``max_retries``: re-runs of a unit whose worker died.
-    ``gpus_per_unit``: GPUs each task requests when the cluster has any (default 1)."""
+    ``gpus_per_unit``: GPUs each task requests when the cluster has any (default 1). ``progress``: the
+    default display of :meth:`map`."""
 
     name = "ray"
     in_process = False
 
     def __init__(self, *, address: str | None = None, num_cpus: int | None = None, max_retries: int = 3,
-                 gpus_per_unit: float | None = None) -> None:
-        super().__init__()
+                 gpus_per_unit: float | None = None, progress: Any = False) -> None:
+        super().__init__(progress=progress)
         owner = "RayExecutor"
         try:
             import ray  # noqa: F401
