@@ -100,7 +100,9 @@ class RayExecutor(Executor):
                 old = os.environ.get("PYTHONPATH")
                 os.environ["PYTHONPATH"] = root if not old else (old if root in old.split(os.pathsep) else root + os.pathsep + old)
                 try:
-                    ray.init(num_cpus=self.num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+                    # "local": always a new instance of our own, never someone else's cluster on this machine
+                    ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False,
+                             logging_level=logging.WARNING)
                 finally:
                     if old is None:
                         os.environ.pop("PYTHONPATH", None)

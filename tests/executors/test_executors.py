@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import io
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import unit_fns
+from unit_fns import run_and_kill_driver
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.executors import (LocalExecutor, Unit, UnitFailed, derive_seed, fingerprint_arrays, load_checkpoint,
                                make_executor, save_checkpoint)
 from dpaudit.progress import Reporter
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 
 
 def _units(n: int, seed: int = 0, **extra) -> list[Unit]:
@@ -151,44 +149,6 @@ def test_executor_imports_only_errors_io_progress():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dpaudit"):
                 assert node.module in allowed or node.module.startswith("dpaudit.executors"), (path, node.module)
-
-
-_DRIVER = """
-import sys
-sys.path[:0] = [{root!r}, {here!r}]
-import unit_fns
-from dpaudit.executors import Unit, derive_seed, make_executor
-units = [Unit(f"u{{k}}", unit_fns.logged_draw, (derive_seed(7, f"u{{k}}"),),
-              {{"log": {log!r}, "key": f"u{{k}}", "sleep": {sleep}}}) for k in range(6)]
-with make_executor({name!r}, **{opts}) as ex:
-    ex.with_checkpoints({ck!r}).map(units)
-"""
-
-
-def run_and_kill_driver(tmp_path: Path, name: str = "local", opts: str = "{}", sleep: float = 0.3,
-                        timeout: float = 60.0) -> tuple[list[str], list[str]]:
-    """Start a driver over 6 units, SIGKILL it once two units are checkpointed, re-run it; return the units
-    run before the kill and the units run by the re-run."""
-    log, ck = tmp_path / "ran.log", tmp_path / "ck"
-    script = tmp_path / "driver.py"
-    script.write_text(_DRIVER.format(root=str(ROOT), here=str(HERE), log=str(log), sleep=sleep, name=name,
-                                     opts=opts, ck=str(ck)))
-    proc = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.DEVNULL)
-    t0 = time.monotonic()
-    while len(list(ck.glob("u*.npz"))) < 2:
-        if time.monotonic() - t0 > timeout or proc.poll() is not None:
-            proc.kill()
-            raise AssertionError("the driver did not checkpoint two units in time")
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    done_before = sorted(p.stem for p in ck.glob("u*.npz"))
-    ran_before = log.read_text().split()
-    assert len(done_before) < 6 and set(done_before) <= set(ran_before)
-    n_before = len(ran_before)
-    subprocess.run([sys.executable, str(script)], check=True, stderr=subprocess.DEVNULL, timeout=timeout)
-    rerun = log.read_text().split()[n_before:]
-    return done_before, rerun
 
 
 def test_driver_killed_with_sigkill_resumes_without_rerunning_finished_units(tmp_path):

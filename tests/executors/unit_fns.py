@@ -1,8 +1,12 @@
-"""Module-level unit functions for the executor tests (a Ray worker or a subprocess must import them)."""
+"""Module-level unit functions for the executor tests (a Ray worker or a subprocess must import them), and
+the kill-the-driver scenario both the local and the Ray tests run."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -37,3 +41,49 @@ def fail(message: str) -> dict:
 
 def ran_in() -> dict:
     return {"pid": np.array(os.getpid())}
+
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+_DRIVER = """
+import os, sys
+sys.path[:0] = [{root!r}, {here!r}]
+os.environ["PYTHONPATH"] = os.pathsep.join([{root!r}, {here!r}])  # Ray workers import unit_fns too
+import unit_fns
+from dpaudit.executors import Unit, derive_seed, make_executor
+units = [Unit(f"u{{k}}", unit_fns.logged_draw, (derive_seed(7, f"u{{k}}"),),
+              {{"log": {log!r}, "key": f"u{{k}}", "sleep": {sleep}}}) for k in range(6)]
+with make_executor({name!r}, **{opts}) as ex:
+    ex.with_checkpoints({ck!r}).map(units)
+"""
+
+
+def run_and_kill_driver(tmp_path: Path, name: str = "local", opts: str = "{}", sleep: float = 0.3,
+                        timeout: float = 60.0) -> tuple[list[str], list[str]]:
+    """Start a driver over 6 units, SIGKILL it once two units are checkpointed, re-run it; return the units
+    run before the kill and the units run by the re-run."""
+    log, ck = tmp_path / "ran.log", tmp_path / "ck"
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER.format(root=str(ROOT), here=str(HERE), log=str(log), sleep=sleep, name=name,
+                                     opts=opts, ck=str(ck)))
+    proc = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.DEVNULL, start_new_session=True)
+    t0 = time.monotonic()
+    while len(list(ck.glob("u*.npz"))) < 2:
+        if time.monotonic() - t0 > timeout or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError("the driver did not checkpoint two units in time")
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    try:  # what the dead driver left behind (Ray's agents) goes too; the driver had its own process group
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    done_before = sorted(p.stem for p in ck.glob("u*.npz"))
+    ran_before = log.read_text().split()
+    assert len(done_before) < 6 and set(done_before) <= set(ran_before)
+    n_before = len(ran_before)
+    subprocess.run([sys.executable, str(script)], check=True, stderr=subprocess.DEVNULL, timeout=timeout)
+    rerun = log.read_text().split()[n_before:]
+    return done_before, rerun
