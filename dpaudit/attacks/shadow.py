@@ -101,6 +101,9 @@ def train_shadow_models(datasets: Sequence[tuple[np.ndarray, np.ndarray]], *, tr
 
 def _shadow_unit(datasets, queries, train_fn, batch_train_fn, seed: int) -> dict[str, np.ndarray]:
     """One executor unit: train a group of shadow models, return their probabilities on their queries."""
+    # arrays a remote executor hands over may be read-only views of its object store; recipes get their own
+    datasets = [(np.require(X, requirements="W"), np.require(y, requirements="W")) for X, y in datasets]
+    queries = [np.require(q, requirements="W") for q in queries]
     models = train_shadow_models(datasets, train_fn=train_fn, batch_train_fn=batch_train_fn, seed=seed)
     probs = [np.asarray(m.predict_proba(q), dtype=np.float64) for m, q in zip(models, queries)]
     return {"proba": np.concatenate(probs), "sizes": np.array([len(p) for p in probs], dtype=np.int64)}
