@@ -15,7 +15,6 @@ fingerprint of its inputs, salted with the folder's context) matches, so a chang
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 import time
@@ -26,10 +25,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from dpaudit._io import save_npz
-from dpaudit.errors import DataError, ParameterError, check_int
+from dpaudit.errors import DPAuditError, ParameterError, check_int
 from dpaudit.progress import Reporter, as_reporter
 
-__all__ = ["Unit", "UnitFailed", "Executor", "derive_seed", "fingerprint_arrays", "load_checkpoint", "save_checkpoint"]
+__all__ = ["Unit", "UnitFailed", "Executor", "derive_seed", "fingerprint_arrays", "load_checkpoint", "save_checkpoint",
+           "note_unit"]
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
 _FP = "__fingerprint__"
@@ -91,8 +91,15 @@ class Unit:
         return self.fn(*self.args, **self.kwargs)
 
 
-class UnitFailed(DataError):
-    """A unit raised, or its worker died more often than the executor retries."""
+def note_unit(exc: BaseException, key: str) -> BaseException:
+    """Add "(in executor unit KEY)" to an exception's notes (Python >= 3.11; a no-op before) and return it."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"(in executor unit {key!r})")
+    return exc
+
+
+class UnitFailed(DPAuditError, RuntimeError):
+    """A unit's worker died more often than the executor retries (or the cluster went away)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -205,9 +212,9 @@ class Executor:
         ``progress`` (default: the executor's own) draws one display across the units on stderr: done /
         running / failed and an ETA.
 
-        A unit that raises makes the whole call raise (its own :class:`~dpaudit.errors.DPAuditError` as is,
-        anything else as :class:`UnitFailed` naming the unit) after the units already running have finished
-        and been checkpointed.
+        A unit that raises makes the whole call raise the unit's own exception (with a note naming the unit),
+        after the units already running have finished and been checkpointed; a unit whose worker keeps dying
+        raises :class:`UnitFailed`.
         """
         units = list(units)
         keys = [u.key for u in units]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dpaudit.errors import DPAuditError
-from dpaudit.executors.base import Executor, Unit, UnitFailed
+from dpaudit.executors.base import Executor, Unit, note_unit
 
 __all__ = ["LocalExecutor"]
 
@@ -22,12 +21,9 @@ class LocalExecutor(Executor):
             tally.running = 1
             try:
                 result = unit()
-            except DPAuditError:
+            except Exception as exc:  # as is, traceback and all (today's behaviour), with the unit named
                 tally.failed += 1
-                raise
-            except Exception as exc:
-                tally.failed += 1
-                raise UnitFailed(f"Unit {unit.key!r} failed: {type(exc).__name__}: {exc}") from exc
+                raise note_unit(exc, unit.key)
             finally:
                 tally.running = 0
             on_done(i, result)

@@ -2,8 +2,9 @@
 sized to this machine, or on an existing cluster (``address``).
 
 * Each unit is one task of 1 CPU (and ``gpus_per_unit`` GPUs when the cluster has GPUs, 1 by default).
-* A task whose worker dies (killed, out of memory, node lost) is retried by Ray up to ``max_retries`` times;
-  an exception raised by the unit itself is not retried (it would raise again) and stops the run.
+* A task whose worker dies (killed, out of memory, node lost) is retried by Ray up to ``max_retries`` times
+  (then :class:`~dpaudit.executors.UnitFailed`); an exception raised by the unit itself is not retried (it
+  would raise again) and stops the run once the units in flight have finished.
 * Results come back in the order of the units, whatever the order of completion; units carry their own
   seeds (:func:`dpaudit.executors.derive_seed`), so the numbers are those of the local executor.
 * On a cluster, the run's output folder must be on storage every node sees (units that read releases or
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_int
-from dpaudit.executors.base import Executor, Unit, UnitFailed
+from dpaudit.executors.base import Executor, Unit, UnitFailed, note_unit
 
 __all__ = ["RayExecutor", "ray_available"]
 
@@ -139,12 +140,11 @@ class RayExecutor(Executor):
                 tally.running = min(len(inflight), self.slots)
                 try:
                     result = ray.get(ref)
-                except RayTaskError as exc:
+                except RayTaskError as exc:  # the unit raised: its own error (a dpaudit one as is, for one line)
                     tally.failed += 1
-                    cause = getattr(exc, "cause", None)
                     if error is None:
-                        error = cause if isinstance(cause, DPAuditError) else UnitFailed(
-                            f"Unit {u.key!r} failed: {type(cause).__name__ if cause else 'error'}: {cause or exc}")
+                        cause = getattr(exc, "cause", None)
+                        error = note_unit(cause if isinstance(cause, DPAuditError) else exc.as_instanceof_cause(), u.key)
                     continue
                 except Exception as exc:  # the worker died more than max_retries times, or the cluster went away
                     tally.failed += 1

@@ -7,7 +7,6 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ ray = pytest.importorskip("ray")
 
 import unit_fns  # noqa: E402
 from unit_fns import run_and_kill_driver  # noqa: E402
+from dpaudit.errors import ParameterError  # noqa: E402
 from dpaudit.executors import LocalExecutor, Unit, UnitFailed, derive_seed  # noqa: E402
 from dpaudit.executors.ray_executor import RayExecutor  # noqa: E402
 
@@ -99,8 +99,19 @@ def test_a_worker_killed_mid_run_is_retried_with_identical_results(ray2, tmp_pat
 
 
 def test_a_unit_that_raises_is_not_retried_and_names_itself(ray2):
-    with pytest.raises(UnitFailed, match="'bad'.*boom"):
+    with pytest.raises(RuntimeError, match="boom") as info:
         ray2.map([Unit("ok", unit_fns.draw, (1,)), Unit("bad", unit_fns.fail, ("boom",))])
+    assert not isinstance(info.value, UnitFailed)
+    with pytest.raises(ParameterError, match="'run_seed'"):  # dpaudit's own errors arrive as themselves
+        ray2.map([Unit("neg", derive_seed, (-1, "x"))])
+
+
+def test_a_worker_that_always_dies_fails_after_the_retries(ray2):
+    no_retry = RayExecutor(num_cpus=2, max_retries=0)  # joins the running instance, does not own it
+    with pytest.raises(UnitFailed, match="'dies' failed after 0 retries"):
+        no_retry.map([Unit("dies", unit_fns.die)])
+    no_retry.shutdown()
+    assert ray.is_initialized()  # the instance belongs to ray2
 
 
 def test_ray_driver_killed_with_sigkill_resumes_without_rerunning_finished_units(tmp_path):
