@@ -390,14 +390,14 @@ def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None
     inline = rep if ex.in_process else QUIET  # units elsewhere report through the executor's display only
     trained = [r for r in config.models if r.method is not None]
     done = ex.map([Unit(_unit_key("train", j, r.name), _train, (r, config, out, device, inline))
-                   for j, r in enumerate(trained)], label="audit: models", progress=rep)
+                   for j, r in enumerate(trained)], label="models to train", progress=rep)
     releases_of = {r.name: rel for r, rel in zip(trained, done)}
     targets = [(run, i, name, Path(path)) for run in config.models
                for i, (name, path) in enumerate(releases_of.get(run.name, {run.name: run.release}).items())]
     summaries = ex.map([Unit(_unit_key("attack", j, name, spec.label), _attack_unit,
                              (path, spec, config, out / "models" / name / "attacks", inline))
                         for j, (_, _, name, path) in enumerate(targets) for spec in config.attacks],
-                       label="audit: attacks", progress=rep)
+                       label=f"{len(config.attacks)} attack(s) on each of {len(targets)} release(s)", progress=rep)
     audits: list[ModelAudit] = []
     per = len(config.attacks)
     for j, (run, i, name, path) in enumerate(targets):

@@ -217,6 +217,8 @@ class Executor:
         raises :class:`UnitFailed`.
         """
         units = list(units)
+        if not units:
+            return []
         keys = [u.key for u in units]
         if len(set(keys)) != len(keys):
             dup = sorted({k for k in keys if keys.count(k) > 1})
