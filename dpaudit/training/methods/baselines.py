@@ -10,7 +10,7 @@
 - **FedMD + LDP**: prediction sharing over the *whole* public pool with randomized response, the epsilon split
   over every shared label (K = |public pool|): :func:`fedmd_config` builds the PrivateKT configuration that
   is exactly this protocol (uniform, no buffer, no self-training).
-- **CenTrain**: one model on the pooled client data, no privacy (the reference).
+- **CenTrain** (the non-private reference) lives in :mod:`.centrain`.
 """
 
 from __future__ import annotations
@@ -28,18 +28,22 @@ from dpaudit.errors import ParameterError, check_choice, check_float, check_int
 from dpaudit.training.engine import RoundEngine, party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
     ConfigDict,
+    DataSettings,
     FederatedData,
-    accuracy,
     flatten_state,
     full_batch_gradient,
     init_model_state,
     laplace_ldp,
     laplace_scale_for_ldp,
+    make_classifier,
+    model_spec_from,
     unflatten_state,
 )
+from dpaudit.training.methods.scaffold import (MethodConfig, Outcome, Release, RunContext, RunResult, build_dataclass,
+                                               execute)
 
-__all__ = ["LdpUpdateConfig", "LdpUpdateMethod", "LdpUpdateResult", "run_ldp_updates", "fedmd_config",
-           "run_centrain", "laplace_mechanism_text"]
+__all__ = ["Config", "LdpUpdateConfig", "LdpUpdateMethod", "LdpUpdateResult", "run", "run_ldp_updates", "fedmd_config",
+           "laplace_mechanism_text", "ldp_update_statement"]
 
 
 def laplace_mechanism_text(bound: float, epsilon: float) -> str:
@@ -141,7 +145,7 @@ class LdpUpdateMethod:
         t = state["round"]
         history = list(state["history"])
         if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
-            history.append([t + 1, accuracy(self.spec, params, self.data.X[self.data.test], self.data.y[self.data.test])])
+            history.append([t + 1, self.data.test_accuracy(self.spec, params)])
         new = {**state, "round": t + 1, "params": params, "ledger": ledger, "history": history, "reports": reports}
         return new, {"round": t + 1, "seed": state["seed"], "params": params}
 
@@ -172,7 +176,7 @@ def run_ldp_updates(data: FederatedData, spec: Any, config: LdpUpdateConfig, *, 
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
                       stop_after=stop_after).run()
     st = out.result
-    return LdpUpdateResult(params=st["params"], test_accuracy=accuracy(spec, st["params"], data.X[data.test], data.y[data.test]),
+    return LdpUpdateResult(params=st["params"], test_accuracy=data.test_accuracy(spec, st["params"]),
                            history=tuple(tuple(h) for h in st["history"]), ledger=st["ledger"],
                            reports_per_client=st["reports"], rounds_run=len(out.participants))
 
@@ -185,20 +189,6 @@ def fedmd_config(base: Any, public_size: int) -> Any:
                    self_training=False)
 
 
-def run_centrain(data: FederatedData, spec: Any, *, epochs: int, batch_size: int, lr: float, seed: int,
-                 device: str | None = None) -> tuple[Any, float, Any]:
-    """CenTrain: one model on the pooled records of all clients (no privacy). Returns
-    ``(classifier, test_accuracy, train_config)``."""
-    from dpaudit.training.ensemble import TrainConfig, train_ensemble
-
-    cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr)
-    members = data.members
-    ens = train_ensemble(spec, [(data.X[members], data.y[members])], cfg, seed=seed, device=device, progress=False)
-    clf = ens.member(0)
-    acc = float((clf.predict(data.X[data.test]) == data.y[data.test]).mean())
-    return clf, acc, cfg
-
-
 # --------------------------------------------------------------------------------------------------
 # releases
 # --------------------------------------------------------------------------------------------------
@@ -209,14 +199,6 @@ LDP_UPDATE_DEFAULTS: dict[str, dict[str, Any]] = {
     "method": {"rounds": 100},
     "run": {"checkpoint_every": 10, "num_threads": 1},
 }
-
-CENTRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
-    "data": {"num_clients": 10, "partition": "dirichlet", "alpha": 0.5},
-    "model": {"name": "mlp", "hidden": [100]},
-    "method": {"epochs": 30, "batch_size": 32, "lr": 1e-3},
-    "run": {"num_threads": 1},
-}
-
 
 def ldp_update_statement(ledger: Any, config: LdpUpdateConfig, reports: np.ndarray) -> Any:
     """Per-release pure epsilon and the ledger's composition over each client's releases (headline: max)."""
@@ -237,95 +219,47 @@ def ldp_update_statement(ledger: Any, config: LdpUpdateConfig, reports: np.ndarr
                                    "reports_per_client_max": worst, "reports_per_client_mean": float(np.mean(reports))})
 
 
-def train_ldp_updates(dataset: str, out: Any, *, mode: str = "fedavg", config_path: Any = None, seed: int = 0,
-                      data_dir: Any = None, device: str | None = None, overwrite: bool = False, progress: Any = True,
-                      overrides: Mapping[str, Mapping[str, Any]] | None = None, stop_after: int | None = None) -> Any:
-    """Run FedAvg + LDP (``mode="fedavg"``) or FedSGD + LDP and write its release bundle to ``out``."""
-    import shutil
-    import time
+class Config(MethodConfig):
+    """A FedAvg + LDP or FedSGD + LDP run (``fedavg-ldp``, ``fedsgd-ldp``): ``[data]``, ``[model]``, ``[method]``
+    (:class:`LdpUpdateConfig`; ``mode`` follows the method's name) and ``[run]``."""
 
-    from dpaudit.errors import DataError
+    method_cls = LdpUpdateConfig
+    data_cls = DataSettings
+    defaults = LDP_UPDATE_DEFAULTS
+
+    @classmethod
+    def method_table(cls, name: str, table: Mapping[str, Any]) -> LdpUpdateConfig:
+        return build_dataclass(LdpUpdateConfig, {**table, "mode": name.split("-")[0]}, f"[method] of {name}")
+
+
+def run(config: Config, out: Any, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult | None:
+    """Run FedAvg + LDP or FedSGD + LDP and write its release bundle to ``out`` (None when ``[run] stop_after``
+    stopped it early; the same call again resumes)."""
+    return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
+
+
+def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
     from dpaudit.training.ensemble import TrainConfig
-    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
-                                                    merge_settings, model_spec_from, run_options, torch_threads)
-    from dpaudit.training.release import write_release
 
-    t0 = time.perf_counter()
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
-    s = merge_settings(LDP_UPDATE_DEFAULTS, config_path, overrides)
-    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
-    spec = model_spec_from(s["model"], data)
-    config = LdpUpdateConfig.from_dict({**s["method"], "mode": mode})
-    ckpt = checkpoint_dir_for(out)
-    every, threads = run_options(s["run"], default_checkpoint_every=10)
-    with torch_threads(threads):
-        res = run_ldp_updates(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt, checkpoint_every=every,
-                              progress=progress, stop_after=stop_after)
-    if stop_after is not None and res.rounds_run < config.rounds:
+    data = cfg.prepare_data(ctx.seed)
+    spec = model_spec_from(cfg.model, data)
+    config = cfg.method
+    res = run_ldp_updates(data, spec, config, seed=ctx.seed, device=cfg.run.device, checkpoint_dir=ctx.checkpoints,
+                          checkpoint_every=cfg.run.checkpoint_every, progress=ctx.reporter, stop_after=cfg.run.stop_after)
+    if cfg.run.stop_after is not None and res.rounds_run < config.rounds:
         return None
     statement = ldp_update_statement(res.ledger, config, res.reports_per_client)
-    name = f"{mode}_ldp"
+    name = f"{config.mode}_ldp"
     claim = {"epsilon": config.epsilon, "delta": 0.0, "granularity": "client (local DP), per round",
              "text": f"{name} as PrivateKT's baseline (Qi et al. 2023, Fig. 2): every released update is eps-LDP."}
-    write_release(out, method=name, dataset=data.dataset_spec,
-                  params={"method": config.to_dict(), "data": data.partition, "model": s["model"]}, seed=seed,
-                  utility={"test_accuracy": res.test_accuracy, "history": [list(h) for h in res.history]},
-                  classifier=make_classifier(spec, res.params),
-                  train_config=TrainConfig(epochs=config.local_epochs, batch_size=config.local_batch_size, lr=config.local_lr),
-                  ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
-                  assumptions=("The per-round figure is what the baseline claims; the headline composes every "
-                               "release a client made over the run.",
-                               "Members: every client's private records; non-members: the held-out test records."),
-                  overwrite=overwrite)
-    shutil.rmtree(ckpt, ignore_errors=True)
-    return TrainSummary(method=name, out=str(out), utility={"test_accuracy": res.test_accuracy},
-                        epsilon=statement.epsilon, delta=statement.delta, claimed_epsilon=config.epsilon,
-                        statement_label=statement.statement.label, rounds_run=res.rounds_run,
-                        seconds=time.perf_counter() - t0)
-
-
-def train_centrain(dataset: str, out: Any, *, config_path: Any = None, seed: int = 0, data_dir: Any = None,
-                   device: str | None = None, overwrite: bool = False, progress: Any = True,
-                   overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
-    """CenTrain: one model on the pooled client records, no privacy; written as a release (epsilon = inf)."""
-    import time
-
-    from dpaudit.accountants.ledger import PrivacyLedger
-    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-    from dpaudit.errors import DataError
-    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, merge_settings, model_spec_from,
-                                                    run_options, torch_threads)
-    from dpaudit.training.release import write_release
-
-    t0 = time.perf_counter()
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
-    s = merge_settings(CENTRAIN_DEFAULTS, config_path, overrides)
-    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
-    spec = model_spec_from(s["model"], data)
-    m = s["method"]
-    unknown = set(m) - {"epochs", "batch_size", "lr"}
-    if unknown:
-        raise ParameterError(f"Unknown CenTrain parameter(s) {sorted(unknown)}; allowed: ['batch_size', 'epochs', 'lr'].")
-    _, threads = run_options(s["run"], default_checkpoint_every=0)
-    with torch_threads(threads):
-        clf, acc, cfg = run_centrain(data, spec, epochs=int(m["epochs"]), batch_size=int(m["batch_size"]),
-                                     lr=float(m["lr"]), seed=seed, device=device)
-    st = PrivacyStatement(math.inf, 0.0, "none", label="no privacy (centralised training)",
-                          assumptions=("The records of every client are pooled and trained on without any DP mechanism.",))
-    statement = AccountingResult("CenTrain (no DP)", (st,))
-    ledger = PrivacyLedger(delta=1e-5)
-    ledger.add_assumption("No DP mechanism was applied; no events were recorded.")
-    write_release(out, method="centrain", dataset=data.dataset_spec,
-                  params={"method": dict(m), "data": data.partition, "model": s["model"]}, seed=seed,
-                  utility={"test_accuracy": acc}, classifier=clf, train_config=cfg, ledger=ledger, statement=statement,
-                  claim={"epsilon": math.inf, "delta": 0.0, "granularity": "none",
-                         "text": "CenTrain is the non-private reference of PrivateKT's comparison (no guarantee)."},
-                  membership=data.membership(), assumptions=("No privacy: the reference for utility.",),
-                  overwrite=overwrite)
-    return TrainSummary(method="centrain", out=str(out), utility={"test_accuracy": acc}, epsilon=math.inf, delta=0.0,
-                        claimed_epsilon=math.inf, statement_label=st.label, rounds_run=int(m["epochs"]),
-                        seconds=time.perf_counter() - t0)
+    return Outcome(Release(
+        method=name, dataset=data.dataset_spec,
+        params={"method": config.to_dict(), "data": data.partition, "model": dict(cfg.model)},
+        utility={"test_accuracy": res.test_accuracy, "history": [list(h) for h in res.history]},
+        classifier=make_classifier(spec, res.params),
+        train_config=TrainConfig(epochs=config.local_epochs, batch_size=config.local_batch_size, lr=config.local_lr),
+        ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
+        assumptions=("The per-round figure is what the baseline claims; the headline composes every "
+                     "release a client made over the run.",
+                     "Members: every client's private records; non-members: the held-out test records.")),
+        rounds_run=res.rounds_run)

@@ -262,13 +262,6 @@ def make_classifier(spec: Any, state: Mapping[str, torch.Tensor]) -> Any:
     return Classifier(spec, module=module)
 
 
-def accuracy(spec: Any, state: Mapping[str, torch.Tensor], X: np.ndarray, y: np.ndarray) -> float:
-    """Top-1 accuracy of the model ``state`` on ``(X, y)``."""
-    if len(y) == 0:
-        return float("nan")
-    return float((make_classifier(spec, state).predict(X) == np.asarray(y)).mean())
-
-
 def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean over rows of :math:`-\\sum_j t_j \\log\\mathrm{softmax}(z)_j` (targets are distributions)."""
     return -(targets * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
@@ -381,11 +374,9 @@ class ConfigDict:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Any:
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = set(d) - names
-        if unknown:
-            raise ParameterError(f"Unknown {cls.label} parameter(s) {sorted(unknown)}; allowed: {sorted(names)}.")
-        return cls(**dict(d))
+        from dpaudit.training.methods.scaffold import build_dataclass
+
+        return build_dataclass(cls, d, f"the {cls.label} parameters")
 
 @dataclass(frozen=True)
 class FederatedData:
@@ -418,6 +409,12 @@ class FederatedData:
     def client_tuples(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """``[(client_id, X_i, y_i), ...]``: what each client's steps receive as ``data``."""
         return [(i, self.X[idx], self.y[idx]) for i, idx in enumerate(self.clients)]
+
+    def test_accuracy(self, spec: Any, state: Mapping[str, torch.Tensor]) -> float:
+        """Accuracy of the model ``state`` (architecture ``spec``) on the test records."""
+        from dpaudit.training.methods.common import accuracy
+
+        return accuracy(make_classifier(spec, state).predict(self.X[self.test]), self.y[self.test])
 
     def membership(self) -> dict[str, np.ndarray]:
         return {"members": self.members, "nonmembers": np.asarray(self.test, dtype=np.int64),
@@ -495,10 +492,8 @@ def full_batch_gradient(spec: Any, state: Mapping[str, torch.Tensor], X: np.ndar
 
 
 # --------------------------------------------------------------------------------------------------
-# Run settings (TOML), summaries and release writing shared by the federated methods
+# The [data] and [model] tables of the federated methods
 # --------------------------------------------------------------------------------------------------
-
-_SECTIONS = ("data", "model", "method", "run")
 
 
 @dataclass(frozen=True)
@@ -531,119 +526,10 @@ class DataSettings:
         return asdict(self)
 
 
-def load_settings(path: Any) -> dict[str, dict[str, Any]]:
-    """Read a TOML run file with optional tables ``[data]`` (:class:`DataSettings` fields), ``[model]``
-    (``name`` and architecture kwargs), ``[method]`` (the method's config fields) and ``[run]``
-    (``checkpoint_every``). Unknown tables are an error; fields are validated by their owners."""
-    from pathlib import Path
-
-    from dpaudit.errors import DataError
-
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"Config file {p} does not exist.")
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise DataError(f"Config file {p} is not valid TOML: {exc}") from None
-    unknown = set(raw) - set(_SECTIONS)
-    if unknown:
-        raise DataError(f"Config file {p} has unknown table(s) {sorted(unknown)}; allowed: {list(_SECTIONS)}.")
-    return {s: dict(raw.get(s, {})) for s in _SECTIONS}
-
-
-def merge_settings(defaults: Mapping[str, Mapping[str, Any]], config_path: Any = None,
-                   overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
-    """``defaults`` updated by the TOML file, then by ``overrides`` (table by table)."""
-    out = {s: dict(defaults.get(s, {})) for s in _SECTIONS}
-    for layer in (load_settings(config_path) if config_path is not None else {}, overrides or {}):
-        for s, vals in layer.items():
-            if s not in _SECTIONS:
-                raise ParameterError(f"Unknown settings table {s!r}; allowed: {list(_SECTIONS)}.")
-            out[s].update(vals)
-    return out
-
-
 def model_spec_from(settings: Mapping[str, Any], data: FederatedData) -> Any:
+    """The ``[model]`` table (``name`` and architecture keyword arguments) as a ModelSpec for ``data``."""
     from dpaudit.training.models import ModelSpec
 
     kw = dict(settings)
     name = kw.pop("name", "mlp")
     return ModelSpec(name, data.input_shape, data.num_classes, kw)
-
-
-@dataclass(frozen=True)
-class TrainSummary:
-    """What a ``dpaudit train`` run reports: where the release is, utility, headline and claimed epsilon."""
-
-    method: str
-    out: str
-    utility: dict
-    epsilon: float
-    delta: float
-    claimed_epsilon: float
-    statement_label: str
-    rounds_run: int
-    seconds: float
-    warnings: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-    def lines(self) -> list[str]:
-        util = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in self.utility.items())
-        out = [f"{self.method}: release written to {self.out} ({self.rounds_run} rounds, {self.seconds:.1f}s)",
-               f"  utility: {util}",
-               f"  accounted epsilon: {self.epsilon:.4g} (delta {self.delta:g}) [{self.statement_label}]",
-               f"  claimed epsilon:   {self.claimed_epsilon:.4g}"]
-        out += [f"  warning: {w}" for w in self.warnings]
-        return out
-
-
-def checkpoint_dir_for(out: Any) -> Any:
-    """Where a run writing the release ``out`` keeps its engine checkpoints (beside it, hidden)."""
-    from pathlib import Path
-
-    p = Path(out)
-    return p.parent / f".{p.name}.ckpt"
-
-
-RUN_KEYS = ("checkpoint_every", "num_threads")
-
-
-def run_options(run: Mapping[str, Any], *, default_checkpoint_every: int) -> tuple[int, int | None]:
-    """``(checkpoint_every, num_threads)`` from a ``[run]`` table (unknown keys are an error)."""
-    unknown = set(run) - set(RUN_KEYS)
-    if unknown:
-        raise ParameterError(f"Unknown [run] setting(s) {sorted(unknown)}; allowed: {list(RUN_KEYS)}.")
-    every = check_int(run.get("checkpoint_every", default_checkpoint_every), "checkpoint_every", "[run]", low=0)
-    threads = run.get("num_threads")
-    return every, None if threads is None else check_int(threads, "num_threads", "[run]", low=1)
-
-
-class torch_threads:
-    """Context manager: torch's intra-op thread count set to ``n`` inside, restored on exit (None: unchanged).
-
-    The small default runs use 1 thread: their models are tiny, and more threads only add contention on a
-    shared machine (measured here: 100 PrivateKT rounds took ~160 s with torch's default threads, ~20 s with 1).
-    """
-
-    def __init__(self, n: int | None) -> None:
-        self.n = n
-        self.before: int | None = None
-
-    def __enter__(self) -> "torch_threads":
-        if self.n is not None:
-            self.before = torch.get_num_threads()
-            torch.set_num_threads(self.n)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.before is not None:
-            torch.set_num_threads(self.before)

@@ -61,10 +61,13 @@ from torch.func import functional_call, grad, vmap
 from dpaudit.accountants.events import SubsampledGaussian
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
 from dpaudit.training.engine import PerClient, RoundEngine, party_seed
-from dpaudit.training.methods.fl_common import ConfigDict, FederatedData, exponential_peer, init_model_state, make_classifier
+from dpaudit.training.methods.fl_common import (ConfigDict, DataSettings, FederatedData, exponential_peer,
+                                                init_model_state, make_classifier, model_spec_from)
+from dpaudit.training.methods.scaffold import (MethodConfig, Outcome, Release, RunContext, RunResult, build_dataclass,
+                                               execute, merge_tables)
 
-__all__ = ["ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run_proxyfl", "train_proxyfl", "PROXYFL_VARIANTS",
-           "dml_dp_assumption", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
+__all__ = ["Config", "ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run", "run_proxyfl", "PROXYFL_VARIANTS",
+           "VARIANT_OF", "dml_dp_assumption", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
 
 COMMUNICATIONS = ("pushsum", "replace", "average", "cycle", "none")
 PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
@@ -76,6 +79,9 @@ PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
     "regular": {"mutual": False, "communication": "none"},
     "joint": {"mutual": False, "communication": "none"},
 }
+#: registry name -> variant (the method name in the release)
+VARIANT_OF: dict[str, str] = {"proxyfl": "proxyfl", "fml": "fml", "fedavg-dpsgd": "fedavg", "avgpush": "avgpush",
+                              "cwt": "cwt", "regular": "regular", "joint": "joint"}
 
 
 def dml_dp_assumption() -> str:
@@ -531,17 +537,14 @@ def run_proxyfl(data: FederatedData, private_spec: Any, proxy_spec: Any, config:
                 checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
                 stop_after: int | None = None) -> ProxyFLResult:
     """Run ProxyFL (or a family member, by ``config``) and evaluate every client's models on the test set."""
-    from dpaudit.training.methods.fl_common import accuracy
-
     method = ProxyFLMethod(config, data, private_spec, proxy_spec, device=device)
     engine = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=None,
                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
                          stop_after=stop_after)
     out = engine.run()
     clients = out.result["clients"]
-    Xt, yt = data.X[data.test], data.y[data.test]
-    proxy_acc = np.array([accuracy(proxy_spec, c["proxy"], Xt, yt) for c in clients])
-    priv_acc = np.array([accuracy(private_spec, c["private"], Xt, yt) for c in clients]) if config.mutual else None
+    proxy_acc = np.array([data.test_accuracy(proxy_spec, c["proxy"]) for c in clients])
+    priv_acc = np.array([data.test_accuracy(private_spec, c["private"]) for c in clients]) if config.mutual else None
     eps = np.array([method.epsilon_after(k, c["dp_steps"]) if config.dp else math.inf for k, c in enumerate(clients)])
     return ProxyFLResult(
         private_states=tuple(c["private"] for c in clients) if config.mutual else None,
@@ -590,54 +593,66 @@ def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: 
                                         "batch_size": config.batch_size, "rounds": config.rounds, "budget": config.budget})
 
 
-def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_path: Any = None, seed: int = 0,
-                  data_dir: Any = None, device: str | None = None, overwrite: bool = False, progress: Any = True,
-                  overrides: Mapping[str, Mapping[str, Any]] | None = None, release_client: int = 0,
-                  stop_after: int | None = None) -> Any:
-    """Run ProxyFL or one of its baselines (``variant`` in :data:`PROXYFL_VARIANTS`) and write a release.
+@dataclass(frozen=True)
+class Config(MethodConfig):
+    """A ProxyFL-family run (``proxyfl``, ``fml``, ``fedavg-dpsgd``, ``avgpush``, ``cwt``, ``regular``, ``joint``):
+    ``[data]``, ``[model]`` (the proxy; the private model is ``[method] private_model``/``private_kwargs``,
+    default the proxy's architecture), ``[method]`` (:class:`ProxyFLConfig`, whose ``mutual`` and
+    ``communication`` follow the method's name, plus ``release_client``: whose shared model is released) and
+    ``[run]``."""
+
+    release_client: int = 0
+
+    method_cls = ProxyFLConfig
+    data_cls = DataSettings
+    defaults = PROXYFL_DEFAULTS
+
+    @classmethod
+    def method_table(cls, name: str, table: Mapping[str, Any]) -> ProxyFLConfig:
+        settings = {**table, **PROXYFL_VARIANTS[VARIANT_OF[name]]}
+        if name == "proxyfl" and table.get("communication") == "replace":
+            settings["communication"] = "replace"  # the reference code's deviation, asked for explicitly
+        return build_dataclass(ProxyFLConfig, settings, f"[method] of {name}")
+
+    @classmethod
+    def from_tables(cls, name: str, tables: Mapping[str, Mapping[str, Any]]) -> "Config":
+        t = merge_tables(cls.defaults, tables)
+        method = dict(t.get("method", {}))
+        client = method.pop("release_client", 0)
+        proxy = t.get("model", {}).get("name", "mlp")
+        method.update({"private_model": method.get("private_model") or proxy, "proxy_model": proxy})
+        base = super().from_tables(name, {**t, "method": method})
+        return replace(base, release_client=check_int(client, "release_client", f"[method] of {name}", low=0))
+
+
+def run(config: Config, out: Any, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult | None:
+    """Run ProxyFL or one of its baselines and write a release.
 
     The released model is client ``release_client``'s shared model (its proxy; for single-model variants its
-    model), which is what an outsider can obtain; private-model accuracy is reported as utility. Settings:
-    :data:`PROXYFL_DEFAULTS`, then ``config_path`` (TOML), then ``overrides``; ``[model]`` is the proxy and
-    ``[method] private_model``/``private_kwargs`` the private model (default: the proxy's architecture).
+    model), which is what an outsider can obtain; private-model accuracy is reported as utility.
     """
-    import shutil
-    import time
+    return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
 
-    from dpaudit.errors import DataError
+
+def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
     from dpaudit.training.ensemble import DPSGDConfig, TrainConfig
-    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
-                                                    merge_settings, model_spec_from, run_options, torch_threads)
     from dpaudit.training.models import ModelSpec
-    from dpaudit.training.release import write_release
 
-    check_choice(variant, "variant", "train_proxyfl", tuple(PROXYFL_VARIANTS))
-    t0 = time.perf_counter()
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
-    s = merge_settings(PROXYFL_DEFAULTS, config_path, overrides)
-    method_s = {**s["method"], **PROXYFL_VARIANTS[variant]}
-    if variant == "proxyfl" and s["method"].get("communication") == "replace":
-        method_s["communication"] = "replace"  # the reference code's deviation, asked for explicitly
-    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
+    variant, seed = VARIANT_OF[cfg.name], ctx.seed
+    data = cfg.prepare_data(seed)
     if variant == "joint":  # one client holding every client's records
         data = replace(data, clients=(data.members,))
-    proxy_spec = model_spec_from(s["model"], data)
-    priv_name = method_s.get("private_model") or proxy_spec.name
-    priv_kw = method_s.get("private_kwargs") if method_s.get("private_kwargs") is not None else (
-        proxy_spec.kwargs if priv_name == proxy_spec.name else {})
-    private_spec = ModelSpec(priv_name, data.input_shape, data.num_classes, dict(priv_kw))
-    method_s.update({"private_model": private_spec.name, "proxy_model": proxy_spec.name})
-    config = ProxyFLConfig.from_dict(method_s)
-    ckpt = checkpoint_dir_for(out)
-    every, threads = run_options(s["run"], default_checkpoint_every=5)
-    with torch_threads(threads):
-        res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, device=device, checkpoint_dir=ckpt,
-                          checkpoint_every=every, progress=progress, stop_after=stop_after)
-    if stop_after is not None and res.rounds_run < config.rounds:
+    proxy_spec = model_spec_from(cfg.model, data)
+    config = cfg.method
+    priv_kw = config.private_kwargs if config.private_kwargs is not None else (
+        proxy_spec.kwargs if config.private_model == proxy_spec.name else {})
+    private_spec = ModelSpec(config.private_model, data.input_shape, data.num_classes, dict(priv_kw))
+    res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, device=cfg.run.device,
+                      checkpoint_dir=ctx.checkpoints, checkpoint_every=cfg.run.checkpoint_every, progress=ctx.reporter,
+                      stop_after=cfg.run.stop_after)
+    if cfg.run.stop_after is not None and res.rounds_run < config.rounds:
         return None
-    k = check_int(release_client, "release_client", "train_proxyfl", low=0, high=data.num_clients - 1)
+    k = check_int(cfg.release_client, "release_client", f"[method] of {cfg.name}", low=0, high=data.num_clients - 1)
     statement = proxyfl_statement(res, config, variant=variant)
     utility: dict[str, Any] = {"proxy_accuracy_mean": float(res.proxy_accuracy.mean()),
                                "proxy_accuracy": [float(a) for a in res.proxy_accuracy],
@@ -649,8 +664,8 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     recipe = TrainConfig(epochs=config.rounds, batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
                          dp=DPSGDConfig(noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
                                         sampling_rate=q) if config.dp else None)
-    eps_claim = float(statement.epsilon)
-    claim = {"epsilon": eps_claim, "delta": float(statement.delta), "granularity": "record, per client (add/remove one)",
+    claim = {"epsilon": float(statement.epsilon), "delta": float(statement.delta),
+             "granularity": "record, per client (add/remove one)",
              "text": (f"{variant} (Kalra et al. 2023): each client's shared model is (eps, delta)-DP by DP-SGD RDP "
                       "accounting; clients drop out at their budget.")}
     assumptions = [f"Released: client {k}'s shared model (after the last round's communication). Members: every client's "
@@ -664,23 +679,9 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     if config.communication == "replace":
         assumptions.append("DEVIATION from the paper: proxies are replaced by the received one (public reference code), "
                            "not PushSum-averaged.")
-    write_release(out, method=variant, dataset=data.dataset_spec,
-                  params={"method": config.to_dict(), "data": data.partition, "model": s["model"]}, seed=seed,
-                  utility=utility, classifier=make_classifier(proxy_spec, res.proxy_states[k]), train_config=recipe,
-                  ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
-                  assumptions=assumptions, flags=flags, overwrite=overwrite)
-    shutil.rmtree(ckpt, ignore_errors=True)
-    short = {kk: v for kk, v in utility.items() if isinstance(v, float)}
-    return TrainSummary(method=variant, out=str(out), utility=short, epsilon=statement.epsilon, delta=statement.delta,
-                        claimed_epsilon=eps_claim, statement_label=statement.statement.label, rounds_run=res.rounds_run,
-                        seconds=time.perf_counter() - t0, warnings=statement.warnings)
-
-
-def method_overrides(*, rounds: int | None = None, budget: float | None = None) -> dict[str, dict[str, Any]]:
-    """``[method]`` overrides from command-line options (None leaves the setting alone)."""
-    m: dict[str, Any] = {}
-    if rounds is not None:
-        m["rounds"] = rounds
-    if budget is not None:
-        m["budget"] = budget
-    return {"method": m}
+    return Outcome(Release(
+        method=variant, dataset=data.dataset_spec,
+        params={"method": config.to_dict(), "data": data.partition, "model": dict(cfg.model)},
+        utility=utility, classifier=make_classifier(proxy_spec, res.proxy_states[k]), train_config=recipe,
+        ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
+        assumptions=assumptions, flags=flags), rounds_run=res.rounds_run)
