@@ -437,7 +437,7 @@ def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples
     from dpaudit.training import partition as part
     from dpaudit.training.data import load_dataset, split_dataset
 
-    owner = "prepare_federated_data"
+    owner = "[data]"  # the table the user writes these settings in
     n_clients = check_int(num_clients, "num_clients", owner, low=1)
     check_choice(partition, "partition", owner, PARTITIONS)
     ds = load_dataset(dataset, data_dir=data_dir, seed=seed, num_samples=num_samples)

@@ -558,7 +558,9 @@ def run_proxyfl(data: FederatedData, private_spec: Any, proxy_spec: Any, config:
 # --------------------------------------------------------------------------------------------------
 
 PROXYFL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "data": {"num_clients": 8, "partition": "major_class", "p_major": 0.8, "samples_per_client": 100,
+    # 90 records per client: with 100, digits' ~108 training records of a class do not always cover a party's
+    # 80 major-class records after the other parties' draws (seeds 1, 6, 9 failed); 90 fits seeds 0..29
+    "data": {"num_clients": 8, "partition": "major_class", "p_major": 0.8, "samples_per_client": 90,
              "public_fraction": 0.0},
     "model": {"name": "mlp", "hidden": [100]},
     "method": {"rounds": 30, "batch_size": 16, "lr": 5e-3},
