@@ -15,19 +15,18 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import ClassVar, Any, Mapping
 
 import numpy as np
-import torch
 
 from dpaudit.accountants.pure import PureDp
-from dpaudit.errors import ParameterError, check_choice, check_float, check_int
-from dpaudit.training.engine import RoundEngine, party_rng, party_seed
+from dpaudit.errors import check_choice, check_float, check_int
+from dpaudit.training.engine import party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
-    ConfigDict,
+    GlobalModelResult,
+    GlobalModelSteps,
+    RoundSettings,
     DataSettings,
     FederatedData,
     flatten_state,
@@ -37,6 +36,7 @@ from dpaudit.training.methods.fl_common import (
     laplace_scale_for_ldp,
     make_classifier,
     model_spec_from,
+    run_global_model,
     unflatten_state,
 )
 from dpaudit.training.methods.scaffold import (MethodConfig, Outcome, Release, RunContext, RunResult, build_dataclass,
@@ -53,7 +53,7 @@ def laplace_mechanism_text(bound: float, epsilon: float) -> str:
 
 
 @dataclass(frozen=True)
-class LdpUpdateConfig(ConfigDict):
+class LdpUpdateConfig(RoundSettings):
     """FedAvg/FedSGD with Laplace LDP on L1-clipped updates.
 
     ``mode``: "fedavg" (local epochs, update = local - global) or "fedsgd" (one full-batch gradient).
@@ -64,34 +64,17 @@ class LdpUpdateConfig(ConfigDict):
     label: ClassVar[str] = "FedAvg/FedSGD-LDP"
 
     mode: str = "fedavg"
-    epsilon: float = 5.0
     clip: float = 1.0
-    rounds: int = 60
-    client_fraction: float = 0.5
-    local_epochs: int = 5
-    local_batch_size: int = 32
-    local_lr: float = 1e-2
-    server_lr: float = 1.0
-    eval_every: int = 0
-    delta: float = 1e-5
 
     def __post_init__(self) -> None:
         o = "LdpUpdateConfig"
         check_choice(self.mode, "mode", o, ("fedavg", "fedsgd"))
-        check_float(self.epsilon, "epsilon", o, low=0.0, low_open=True)
+        self.check_rounds(o, min_local_epochs=1)
         check_float(self.clip, "clip", o, low=0.0, low_open=True)
-        check_int(self.rounds, "rounds", o, low=1)
-        check_float(self.client_fraction, "client_fraction", o, low=0.0, high=1.0, low_open=True)
-        check_int(self.local_epochs, "local_epochs", o, low=1)
-        check_int(self.local_batch_size, "local_batch_size", o, low=1)
-        check_float(self.local_lr, "local_lr", o, low=0.0, low_open=True)
-        check_float(self.server_lr, "server_lr", o, low=0.0, low_open=True)
-        check_int(self.eval_every, "eval_every", o, low=0)
-        check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 
-class LdpUpdateMethod:
+class LdpUpdateMethod(GlobalModelSteps):
     """FedAvg/FedSGD + Laplace LDP as engine step functions."""
 
     def __init__(self, config: LdpUpdateConfig, data: FederatedData, spec: Any, *, device: str | None = None) -> None:
@@ -105,13 +88,6 @@ class LdpUpdateMethod:
         st = {"round": 0, "seed": int(seed), "params": params, "ledger": PrivacyLedger(delta=self.config.delta),
               "history": [], "reports": np.zeros(self.data.num_clients, dtype=np.int64)}
         return st, {"round": 0, "seed": int(seed), "params": params}
-
-    def init_client(self, client_id: int, data: Any, seed: int) -> dict:
-        return {}
-
-    def client_step(self, state: dict, data: tuple, message: dict) -> tuple[dict, dict]:
-        s, r = self.client_steps([state], [data], [message])
-        return s[0], r[0]
 
     def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
         cfg, msg = self.config, messages[0]
@@ -143,42 +119,21 @@ class LdpUpdateMethod:
         sign = 1.0 if cfg.mode == "fedavg" else -1.0
         params = unflatten_state(flatten_state(state["params"]) + sign * cfg.server_lr * mean, state["params"])
         t = state["round"]
-        history = list(state["history"])
-        if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
-            history.append([t + 1, self.data.test_accuracy(self.spec, params)])
+        history = self.history_after(state, params)
         new = {**state, "round": t + 1, "params": params, "ledger": ledger, "history": history, "reports": reports}
         return new, {"round": t + 1, "seed": state["seed"], "params": params}
 
-    def progress_info(self, state: dict) -> dict:
-        return {"acc": state["history"][-1][1]} if state["history"] else {}
-
-    def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
-        return server_state
 
 
-@dataclass(frozen=True)
-class LdpUpdateResult:
-    params: dict
-    test_accuracy: float
-    history: tuple
-    ledger: Any
-    reports_per_client: np.ndarray
-    rounds_run: int
+#: What :func:`run_ldp_updates` returns.
+LdpUpdateResult = GlobalModelResult
 
 
 def run_ldp_updates(data: FederatedData, spec: Any, config: LdpUpdateConfig, *, seed: int, device: str | None = None,
-                    checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
-                    stop_after: int | None = None) -> LdpUpdateResult:
-    """Run FedAvg/FedSGD + Laplace LDP and return the global model with its ledger."""
-    method = LdpUpdateMethod(config, data, spec, device=device)
-    per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
-    out = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=per_round,
-                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
-                      stop_after=stop_after).run()
-    st = out.result
-    return LdpUpdateResult(params=st["params"], test_accuracy=data.test_accuracy(spec, st["params"]),
-                           history=tuple(tuple(h) for h in st["history"]), ledger=st["ledger"],
-                           reports_per_client=st["reports"], rounds_run=len(out.participants))
+                    **engine: Any) -> GlobalModelResult:
+    """Run FedAvg/FedSGD + Laplace LDP and return the global model with its ledger (``engine``: checkpoint_dir,
+    checkpoint_every, progress, stop_after of :func:`~.fl_common.run_global_model`)."""
+    return run_global_model(LdpUpdateMethod(config, data, spec, device=device), data, config, seed=seed, **engine)
 
 
 def fedmd_config(base: Any, public_size: int) -> Any:

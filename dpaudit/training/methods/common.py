@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,6 +47,11 @@ __all__ = [
     "release_dataset_spec",
     "model_spec",
     "check_split",
+    "FamilySettings",
+    "schedule",
+    "teacher_parts",
+    "noiseless_accounting",
+    "student_utility",
 ]
 
 
@@ -121,6 +126,16 @@ def no_privacy_result(mechanism: str, delta: float, reason: str) -> AccountingRe
         assumptions=(reason,),
     )
     return AccountingResult(mechanism=mechanism, statements=(st,))
+
+
+def noiseless_accounting(mechanism: str, delta: float, reason: str, *, claim_text: str,
+                         granularity: str = "example") -> tuple[Any, AccountingResult, dict[str, Any]]:
+    """``(ledger, accounting, claim)`` of a run that added no noise: an empty ledger stating ``reason``,
+    epsilon = inf, and a claim of no guarantee."""
+    ledger = new_ledger(delta)
+    ledger.add_assumption(reason)
+    claim = {"epsilon": float("inf"), "delta": delta, "granularity": granularity, "text": claim_text}
+    return ledger, no_privacy_result(mechanism, delta, reason), claim
 
 
 # --------------------------------------------------------------------------------------------------
@@ -421,6 +436,42 @@ def check_split(cfg: Any, owner: str) -> None:
         check_int(cfg.num_samples, "num_samples", owner, low=10)
 
 
+def schedule(**kwargs: Any) -> Any:
+    """A training-schedule field of a PATE-family config: a ``TrainConfig(**kwargs)`` default, written in TOML as
+    a ``[method.<field>]`` table merged over it."""
+
+    def make() -> Any:
+        from dpaudit.training.ensemble import TrainConfig
+
+        return TrainConfig(**kwargs)
+
+    return field(default_factory=make, metadata={"train_config": True})
+
+
+@dataclass(frozen=True)
+class FamilySettings:
+    """What every PATE-family config has: the target ``delta`` of its (epsilon, delta) statement and the data
+    split (``public_fraction``, ``test_fraction``, ``attacker_fraction`` of the data set, and ``num_samples``
+    for the generated data sets), passed to ``split_dataset`` / ``load_dataset``."""
+
+    delta: float = 1e-5
+    public_fraction: float = 0.25
+    test_fraction: float = 0.2
+    attacker_fraction: float = 0.15
+    num_samples: int | None = None
+
+    def check_family(self, owner: str) -> None:
+        """Check the shared fields and that every training schedule (see :func:`schedule`) is a TrainConfig."""
+        from dpaudit.training.ensemble import TrainConfig
+
+        check_probability(self.delta, "delta", owner)
+        check_split(self, owner)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("train_config") and not isinstance(value, TrainConfig):
+                raise ParameterError(f"The '{f.name}' parameter of {owner} must be a TrainConfig. Got {value!r} instead.")
+
+
 @dataclass(frozen=True)
 class DataBundle:
     """A loaded data set with its splits, as every PATE-family run uses them."""
@@ -443,6 +494,28 @@ def load_data(name: str, cfg: Any, *, seed: int, data_dir: str | Path | None) ->
         attacker_fraction=cfg.attacker_fraction,
     )
     return DataBundle(ds, splits, release_dataset_spec(name, seed, cfg.num_samples, data_dir))
+
+
+def teacher_parts(name: str, cfg: Any, *, seed: int, data_dir: str | Path | None,
+                  owner: str) -> tuple[DataBundle, list[np.ndarray]]:
+    """The data split with ``cfg``'s fractions and its private part cut into ``cfg.teachers`` disjoint subsets."""
+    data = load_data(name, cfg, seed=seed, data_dir=data_dir)
+    return data, disjoint_splits(data.splits.train, cfg.teachers, derive_rng(seed, "partition"), owner=owner)
+
+
+def student_utility(student: Any, data: DataBundle, *, teacher_acc: np.ndarray, labels: np.ndarray,
+                    queries: np.ndarray, teachers: int) -> dict[str, Any]:
+    """The utility of a student trained on noisy teacher labels: its test accuracy, the teachers' mean test
+    accuracy, the labels' accuracy on the answered public ``queries`` and the counts."""
+    X_te, y_te = data.xy(data.splits.test)
+    _, y_pub = data.xy(data.splits.public)
+    return {
+        "test_accuracy": accuracy(student.predict_proba(X_te), y_te),
+        "teacher_accuracy_mean": float(np.mean(teacher_acc)),
+        "label_accuracy": accuracy(labels, y_pub[queries]),
+        "num_queries": int(len(queries)),
+        "num_teachers": int(teachers),
+    }
 
 
 def release_dataset_spec(name: str, seed: int, num_samples: int | None, data_dir: str | Path | None) -> dict[str, Any]:

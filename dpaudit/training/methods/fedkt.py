@@ -25,31 +25,12 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from dpaudit.accountants.events import LaplaceNoisyMax
-from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
 from dpaudit.training.ensemble import TrainConfig
-from dpaudit.training.methods.common import (
-    DataBundle,
-    StageCache,
-    accounting_result,
-    accuracy,
-    balanced_membership,
-    check_split,
-    config_to_dict,
-    consistent_vote_counts,
-    data_independent_ledger,
-    derive_rng,
-    derive_seed,
-    disjoint_splits,
-    load_data,
-    model_spec,
-    new_ledger,
-    no_privacy_result,
-    noisy_argmax,
-    select_queries,
-    top_two_gap,
-    train_group,
-    vote_counts,
-)
+from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, config_to_dict,
+    consistent_vote_counts, data_independent_ledger, DataBundle, derive_rng, derive_seed, disjoint_splits,
+    FamilySettings, load_data, model_spec, new_ledger, noiseless_accounting, noisy_argmax, schedule,
+    select_queries, StageCache, top_two_gap, train_group, vote_counts)
 from dpaudit.training.methods.pate import pate_student, teacher_predictions
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
@@ -71,7 +52,7 @@ PARTITIONS = ("iid", "dirichlet")
 
 
 @dataclass(frozen=True)
-class FedKTConfig:
+class FedKTConfig(FamilySettings):
     """Parameters of a FedKT run (defaults: small enough for a CPU in well under a minute on ``digits``).
 
     Attributes
@@ -122,23 +103,12 @@ class FedKTConfig:
     student_model_kwargs: Mapping[str, Any] | None = None
     final_model: str | None = None
     final_model_kwargs: Mapping[str, Any] | None = None
-    teacher_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=30, batch_size=32, lr=1e-2), metadata={"train_config": True}
-    )
-    student_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=15, batch_size=64, lr=1e-2), metadata={"train_config": True}
-    )
-    final_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2), metadata={"train_config": True}
-    )
+    teacher_train: TrainConfig = schedule(epochs=30, batch_size=32, lr=1e-2)
+    student_train: TrainConfig = schedule(epochs=15, batch_size=64, lr=1e-2)
+    final_train: TrainConfig = schedule(epochs=20, batch_size=64, lr=1e-2)
     baselines: tuple[str, ...] = ("solo", "pate")
     pate_teachers: int | None = None
     pate_gamma: float | None = None
-    delta: float = 1e-5
-    public_fraction: float = 0.25
-    test_fraction: float = 0.2
-    attacker_fraction: float = 0.15
-    num_samples: int | None = None
 
     def __post_init__(self) -> None:
         o = "FedKTConfig"
@@ -160,11 +130,7 @@ class FedKTConfig:
         object.__setattr__(self, "baselines", tuple(self.baselines))
         for b in self.baselines:
             check_choice(b, "baselines", o, ("solo", "pate"))
-        check_probability(self.delta, "delta", o)
-        check_split(self, o)
-        for name in ("teacher_train", "student_train", "final_train"):
-            if not isinstance(getattr(self, name), TrainConfig):
-                raise ParameterError(f"The '{name}' parameter of {o} must be a TrainConfig. Got {getattr(self, name)!r} instead.")
+        self.check_family(o)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -454,11 +420,9 @@ def _accounting(cfg: FedKTConfig, party: _PartySide, sv: np.ndarray, q_server: n
                                   server_votes_answered=sv, z=z, consistent=cfg.consistent_voting, delta=cfg.delta)
     facts = {"z": [int(v) for v in z], "z_max": int(z.max()) if len(z) else 0}
     if cfg.level == "L0":
-        reason = "FedKT-L0 adds no noise anywhere: the final model carries no differential-privacy guarantee."
-        ledger = new_ledger(cfg.delta)
-        ledger.add_assumption(reason)
-        accounting = no_privacy_result("FedKT-L0", cfg.delta, reason)
-        claim = {"epsilon": float("inf"), "delta": cfg.delta, "granularity": "none", "text": "FedKT-L0: no privacy mechanism"}
+        ledger, accounting, claim = noiseless_accounting(
+            "FedKT-L0", cfg.delta, "FedKT-L0 adds no noise anywhere: the final model carries no differential-privacy guarantee.",
+            claim_text="FedKT-L0: no privacy mechanism", granularity="none")
         return ledger, accounting, claim, sv
     if cfg.level == "L1":
         ledger = ledgers["party"]

@@ -12,7 +12,7 @@ from ``(seed, round, party)`` (see :func:`dpaudit.training.engine.party_rng`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -363,6 +363,68 @@ from dataclasses import dataclass, field  # noqa: E402
 
 
 
+class GlobalModelSteps:
+    """Engine hooks shared by the methods whose server holds one global model (PrivateKT, FedAvg/FedSGD + LDP):
+    clients keep no state between rounds, one client's step is the batched step of one, the test accuracy is
+    recorded every ``config.eval_every`` rounds, and the run's result is the server state. A subclass sets
+    ``config``, ``data`` and ``spec`` and defines ``client_steps``."""
+
+    config: Any
+    data: "FederatedData"
+    spec: Any
+
+    def init_client(self, client_id: int, data: Any, seed: int) -> dict:
+        return {}
+
+    def client_step(self, state: dict, data: tuple, message: dict) -> tuple[dict, dict]:
+        states, replies = self.client_steps([state], [data], [message])  # type: ignore[attr-defined]
+        return states[0], replies[0]
+
+    def history_after(self, state: Mapping[str, Any], params: Mapping[str, torch.Tensor]) -> list:
+        """The server's accuracy history after round ``state["round"]`` trained ``params``."""
+        t = state["round"]
+        history = list(state["history"])
+        if self.config.eval_every and (t + 1) % self.config.eval_every == 0:
+            history.append([t + 1, self.data.test_accuracy(self.spec, params)])
+        return history
+
+    def progress_info(self, state: dict) -> dict:
+        return {"acc": state["history"][-1][1]} if state["history"] else {}
+
+    def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
+        return server_state
+
+
+@dataclass(frozen=True)
+class GlobalModelResult:
+    """The global model after a run of a :class:`GlobalModelSteps` method, and what the run recorded."""
+
+    params: dict
+    test_accuracy: float
+    history: tuple[tuple[int, float], ...]
+    ledger: Any
+    reports_per_client: np.ndarray
+    rounds_run: int
+
+
+def run_global_model(method: GlobalModelSteps, data: "FederatedData", config: Any, *, seed: int,
+                     result: type = GlobalModelResult, checkpoint_dir: Any = None, checkpoint_every: int = 0,
+                     progress: Any = False, stop_after: int | None = None, **extra: Any) -> Any:
+    """Run ``config.rounds`` rounds of ``method`` with ``floor(config.client_fraction * clients)`` (at least 1)
+    clients a round (see :class:`~dpaudit.training.engine.RoundEngine` for checkpoints, progress and
+    ``stop_after``) and return ``result(...)``: the global model evaluated on the test records, and ``extra``."""
+    from dpaudit.training.engine import RoundEngine
+
+    per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
+    out = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=per_round,
+                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
+                      stop_after=stop_after).run()
+    st = out.result
+    return result(params=st["params"], test_accuracy=data.test_accuracy(method.spec, st["params"]),
+                  history=tuple(tuple(h) for h in st["history"]), ledger=st["ledger"],
+                  reports_per_client=st["reports"], rounds_run=len(out.participants), **extra)
+
+
 class ConfigDict:
     """``to_dict``/``from_dict`` for a method's frozen config dataclass; ``from_dict`` names unknown keys.
     Subclasses set ``label`` (the method's name in messages)."""
@@ -377,6 +439,35 @@ class ConfigDict:
         from dpaudit.training.methods.scaffold import build_dataclass
 
         return build_dataclass(cls, d, f"the {cls.label} parameters")
+
+@dataclass(frozen=True)
+class RoundSettings(ConfigDict):
+    """The fields every global-model method's config has (PrivateKT, FedAvg/FedSGD + LDP): ``epsilon`` (LDP
+    budget of one client's report per round), ``rounds``, ``client_fraction`` (clients sampled per round),
+    ``local_epochs``/``local_batch_size``/``local_lr`` (client training), ``server_lr``, ``eval_every`` (0: only
+    at the end) and ``delta`` of the (epsilon, delta) figures."""
+
+    epsilon: float = 5.0
+    rounds: int = 60
+    client_fraction: float = 0.5
+    local_epochs: int = 5
+    local_batch_size: int = 32
+    local_lr: float = 1e-2
+    server_lr: float = 1.0
+    eval_every: int = 0
+    delta: float = 1e-5
+
+    def check_rounds(self, owner: str, *, min_local_epochs: int) -> None:
+        check_float(self.epsilon, "epsilon", owner, low=0.0, low_open=True)
+        check_int(self.rounds, "rounds", owner, low=1)
+        check_float(self.client_fraction, "client_fraction", owner, low=0.0, high=1.0, low_open=True)
+        check_int(self.local_epochs, "local_epochs", owner, low=min_local_epochs)
+        check_int(self.local_batch_size, "local_batch_size", owner, low=1)
+        check_float(self.local_lr, "local_lr", owner, low=0.0, low_open=True)
+        check_float(self.server_lr, "server_lr", owner, low=0.0, low_open=True)
+        check_int(self.eval_every, "eval_every", owner, low=0)
+        check_float(self.delta, "delta", owner, low=0.0, high=1.0, low_open=True, high_open=True)
+
 
 @dataclass(frozen=True)
 class FederatedData:

@@ -18,7 +18,6 @@ assumption is stated plainly in the statement and in ``release.json``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -28,24 +27,9 @@ import numpy as np
 from dpaudit.accountants.events import LaplaceNoisyMax
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 from dpaudit.training.ensemble import TrainConfig
-from dpaudit.training.methods.common import (
-    accounting_result,
-    accuracy,
-    balanced_membership,
-    check_split,
-    config_to_dict,
-    derive_rng,
-    derive_seed,
-    disjoint_splits,
-    load_data,
-    model_spec,
-    new_ledger,
-    no_privacy_result,
-    noisy_argmax,
-    select_queries,
-    train_group,
-    vote_counts,
-)
+from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, config_to_dict,
+    derive_rng, derive_seed, FamilySettings, model_spec, new_ledger, no_privacy_result, noiseless_accounting,
+    noisy_argmax, schedule, select_queries, student_utility, teacher_parts, train_group, vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
 __all__ = ["Config", "FREDYConfig", "run", "fedavg", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
@@ -59,7 +43,7 @@ FEDAVG_ASSUMPTION = (
 
 
 @dataclass(frozen=True)
-class FREDYConfig:
+class FREDYConfig(FamilySettings):
     """Parameters of a FREDY run.
 
     Attributes
@@ -94,22 +78,11 @@ class FREDYConfig:
     query_fraction: float = 1.0
     model: str = "mlp"
     model_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    teacher_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=5, batch_size=32, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
-    )
-    student_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
-    )
-    baseline_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
-    )
+    teacher_train: TrainConfig = schedule(epochs=5, batch_size=32, lr=1e-2, weight_decay=1e-5)
+    student_train: TrainConfig = schedule(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5)
+    baseline_train: TrainConfig = schedule(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5)
     sensitivity: str = "worst_case"
     nonprivate_baseline: bool = True
-    delta: float = 1e-5
-    public_fraction: float = 0.25
-    test_fraction: float = 0.2
-    attacker_fraction: float = 0.15
-    num_samples: int | None = None
 
     def __post_init__(self) -> None:
         o = "FREDYConfig"
@@ -122,11 +95,7 @@ class FREDYConfig:
         check_probability(self.query_fraction, "query_fraction", o, allow_one=True)
         check_choice(self.sensitivity, "sensitivity", o, ("worst_case", "pate"))
         check_bool(self.nonprivate_baseline, "nonprivate_baseline", o)
-        check_probability(self.delta, "delta", o)
-        check_split(self, o)
-        for name in ("teacher_train", "student_train", "baseline_train"):
-            if not isinstance(getattr(self, name), TrainConfig):
-                raise ParameterError(f"The '{name}' parameter of {o} must be a TrainConfig. Got {getattr(self, name)!r} instead.")
+        self.check_family(o)
 
 
 def fredy_sensitivity(teachers: int, rounds: int, mode: str = "worst_case") -> float:
@@ -195,9 +164,7 @@ class Config(MethodConfig):
 
     def prepare_data(self, seed: int) -> tuple[Any, list[np.ndarray]]:
         """The split data and the teachers' (clients') disjoint shares of its private part."""
-        data = load_data(self.dataset, self.method, seed=seed, data_dir=self.data_dir)
-        parts = disjoint_splits(data.splits.train, self.method.teachers, derive_rng(seed, "partition"), owner="FREDY teachers")
-        return data, parts
+        return teacher_parts(self.dataset, self.method, seed=seed, data_dir=self.data_dir, owner="FREDY teachers")
 
 
 def run(config: Config, out: str | Path, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult:
@@ -248,13 +215,7 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
     log(f"student: training on {len(q)} labelled queries")
     student = train_group(spec, [(X_pub[q], labels)], cfg.student_train, seed=derive_seed(seed, "students"), device=device,
                           checkpoint_dir=cache.subdir("student.ckpt"), progress=progress, init_state=w0).member(0)
-    utility: dict[str, Any] = {
-        "test_accuracy": accuracy(student.predict_proba(X_te), y_te),
-        "teacher_accuracy_mean": float(np.mean(tp["test_acc"])),
-        "label_accuracy": accuracy(labels, y_pub[q]),
-        "num_queries": int(len(q)),
-        "num_teachers": int(cfg.teachers),
-    }
+    utility = student_utility(student, data, teacher_acc=tp["test_acc"], labels=labels, queries=q, teachers=cfg.teachers)
 
     # -- the non-private baseline --------------------------------------------------------------------------
     baseline = None
@@ -269,11 +230,10 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
     sens = fredy_sensitivity(cfg.teachers, cfg.rounds, cfg.sensitivity)
     assumptions = (FEDAVG_ASSUMPTION,) if cfg.rounds >= 2 else ()
     if cfg.gamma is None:
-        ledger = new_ledger(cfg.delta)
-        reason = "gamma = None: the teachers' votes were answered without noise; no differential-privacy guarantee holds."
-        ledger.add_assumption(reason)
-        accounting = no_privacy_result("FREDY (noiseless)", cfg.delta, reason)
-        claim = {"epsilon": float("inf"), "delta": cfg.delta, "granularity": "example", "text": "FREDY without noise"}
+        ledger, accounting, claim = noiseless_accounting(
+            "FREDY (noiseless)", cfg.delta,
+            "gamma = None: the teachers' votes were answered without noise; no differential-privacy guarantee holds.",
+            claim_text="FREDY without noise")
     else:
         ledger = new_ledger(cfg.delta)
         for a in assumptions:

@@ -13,7 +13,6 @@ Theorem 3) under party ``"central"``, and the data-independent figure is reporte
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -21,37 +20,19 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from dpaudit.accountants.events import LaplaceNoisyMax
-from dpaudit.errors import ParameterError, check_float, check_int, check_probability
+from dpaudit.errors import check_float, check_int, check_probability
 from dpaudit.training.ensemble import TrainConfig
-from dpaudit.training.methods.common import (
-    PATE_ASSUMPTION,
-    DataBundle,
-    StageCache,
-    accounting_result,
-    accuracy,
-    balanced_membership,
-    check_split,
-    config_to_dict,
-    data_independent_ledger,
-    derive_rng,
-    derive_seed,
-    disjoint_splits,
-    load_data,
-    model_spec,
-    new_ledger,
-    no_privacy_result,
-    noisy_argmax,
-    select_queries,
-    train_group,
-    vote_counts,
-)
+from dpaudit.training.methods.common import (accounting_result, balanced_membership, config_to_dict,
+    data_independent_ledger, DataBundle, derive_rng, derive_seed, FamilySettings, model_spec, new_ledger,
+    noiseless_accounting, noisy_argmax, PATE_ASSUMPTION, schedule, select_queries, StageCache, student_utility,
+    teacher_parts, train_group, vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
 __all__ = ["Config", "PATEConfig", "run", "teacher_predictions", "pate_student"]
 
 
 @dataclass(frozen=True)
-class PATEConfig:
+class PATEConfig(FamilySettings):
     """Parameters of a PATE run.
 
     Attributes
@@ -83,17 +64,8 @@ class PATEConfig:
     teacher_model_kwargs: Mapping[str, Any] = field(default_factory=dict)
     student_model: str | None = None
     student_model_kwargs: Mapping[str, Any] | None = None
-    teacher_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=30, batch_size=32, lr=1e-2), metadata={"train_config": True}
-    )
-    student_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2), metadata={"train_config": True}
-    )
-    delta: float = 1e-5
-    public_fraction: float = 0.25
-    test_fraction: float = 0.2
-    attacker_fraction: float = 0.15
-    num_samples: int | None = None
+    teacher_train: TrainConfig = schedule(epochs=30, batch_size=32, lr=1e-2)
+    student_train: TrainConfig = schedule(epochs=20, batch_size=64, lr=1e-2)
 
     def __post_init__(self) -> None:
         o = "PATEConfig"
@@ -103,11 +75,7 @@ class PATEConfig:
         if self.queries is not None:
             check_int(self.queries, "queries", o, low=1)
         check_probability(self.query_fraction, "query_fraction", o, allow_one=True)
-        check_probability(self.delta, "delta", o)
-        check_split(self, o)
-        for name in ("teacher_train", "student_train"):
-            if not isinstance(getattr(self, name), TrainConfig):
-                raise ParameterError(f"The '{name}' parameter of {o} must be a TrainConfig. Got {getattr(self, name)!r} instead.")
+        self.check_family(o)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -190,9 +158,7 @@ class Config(MethodConfig):
 
     def prepare_data(self, seed: int) -> tuple[DataBundle, list[np.ndarray]]:
         """The split data and the teachers' disjoint subsets of its private part."""
-        data = load_data(self.dataset, self.method, seed=seed, data_dir=self.data_dir)
-        parts = disjoint_splits(data.splits.train, self.method.teachers, derive_rng(seed, "partition"), owner="PATE teachers")
-        return data, parts
+        return teacher_parts(self.dataset, self.method, seed=seed, data_dir=self.data_dir, owner="PATE teachers")
 
 
 def run(config: Config, out: str | Path, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult:
@@ -220,22 +186,13 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome:
         query_fraction=config.query_fraction, student_spec=s_spec, student_train=config.student_train,
         seed=seed, device=device, cache=cache, stage="student",
     )
-    X_te, y_te = data.xy(data.splits.test)
-    _, y_pub = data.xy(data.splits.public)
-    utility = {
-        "test_accuracy": accuracy(student.predict_proba(X_te), y_te),
-        "teacher_accuracy_mean": float(np.mean(tp["test_acc"])),
-        "label_accuracy": accuracy(labels, y_pub[q]),
-        "num_queries": int(len(q)),
-        "num_teachers": int(config.teachers),
-    }
-
+    utility = student_utility(student, data, teacher_acc=tp["test_acc"], labels=labels, queries=q,
+                              teachers=config.teachers)
     if config.gamma is None:
-        ledger = new_ledger(config.delta)
-        reason = "gamma = None: the queries were answered without noise, so no differential-privacy guarantee holds."
-        ledger.add_assumption(reason)
-        accounting = no_privacy_result("PATE (noiseless)", config.delta, reason)
-        claim = {"epsilon": float("inf"), "delta": config.delta, "granularity": "example", "text": "non-private PATE baseline"}
+        ledger, accounting, claim = noiseless_accounting(
+            "PATE (noiseless)", config.delta,
+            "gamma = None: the queries were answered without noise, so no differential-privacy guarantee holds.",
+            claim_text="non-private PATE baseline")
     else:
         ledger = new_ledger(config.delta)
         ledger.add_assumption(PATE_ASSUMPTION)

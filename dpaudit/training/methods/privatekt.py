@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar, Any, Mapping
 
 import numpy as np
@@ -48,9 +47,11 @@ import torch
 
 from dpaudit.accountants.events import RandomizedResponse, rr_keep_probability
 from dpaudit.errors import check_bool, check_choice, check_float, check_int
-from dpaudit.training.engine import RoundEngine, party_rng, party_seed
+from dpaudit.training.engine import party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
-    ConfigDict,
+    GlobalModelResult,
+    GlobalModelSteps,
+    RoundSettings,
     DataSettings,
     FederatedData,
     adam_train,
@@ -60,6 +61,7 @@ from dpaudit.training.methods.fl_common import (
     init_model_state,
     make_classifier,
     model_spec_from,
+    run_global_model,
     rr_debias,
     rr_perturb,
     to_distribution,
@@ -72,7 +74,7 @@ __all__ = ["Config", "PrivateKTConfig", "PrivateKTMethod", "PrivateKTResult", "r
 
 
 @dataclass(frozen=True)
-class PrivateKTConfig(ConfigDict):
+class PrivateKTConfig(RoundSettings):
     """Parameters of PrivateKT. Defaults: small and fast; ``configs/privatekt.toml`` holds the paper's.
 
     Attributes
@@ -91,48 +93,34 @@ class PrivateKTConfig(ConfigDict):
 
     label: ClassVar[str] = "PrivateKT"
 
-    epsilon: float = 5.0
+    local_epochs: int = 2
+    local_lr: float = 1e-3
+    server_lr: float = 1e-3
     samples_per_round: int = 2
     buffer_rounds: int = 25
-    rounds: int = 60
-    client_fraction: float = 0.5
-    local_epochs: int = 2
-    local_batch_size: int = 32
-    local_lr: float = 1e-3
     server_steps: int = 4
-    server_lr: float = 1e-3
     self_train_fraction: float = 0.1
     label_mode: str = "hard"
     self_train_targets: str = "hard"
     use_buffer: bool = True
     importance_sampling: bool = True
     self_training: bool = True
-    eval_every: int = 0
-    delta: float = 1e-5
 
     def __post_init__(self) -> None:
         o = "PrivateKTConfig"
-        check_float(self.epsilon, "epsilon", o, low=0.0, low_open=True)
+        self.check_rounds(o, min_local_epochs=0)
         check_int(self.samples_per_round, "samples_per_round", o, low=1)
         check_int(self.buffer_rounds, "buffer_rounds", o, low=1)
-        check_int(self.rounds, "rounds", o, low=1)
-        check_float(self.client_fraction, "client_fraction", o, low=0.0, high=1.0, low_open=True)
-        check_int(self.local_epochs, "local_epochs", o, low=0)
-        check_int(self.local_batch_size, "local_batch_size", o, low=1)
-        check_float(self.local_lr, "local_lr", o, low=0.0, low_open=True)
         check_int(self.server_steps, "server_steps", o, low=0)
-        check_float(self.server_lr, "server_lr", o, low=0.0, low_open=True)
         check_float(self.self_train_fraction, "self_train_fraction", o, low=0.0, high=1.0)
         check_choice(self.label_mode, "label_mode", o, ("hard", "soft"))
         check_choice(self.self_train_targets, "self_train_targets", o, ("hard", "soft"))
         for name in ("use_buffer", "importance_sampling", "self_training"):
             check_bool(getattr(self, name), name, o)
-        check_int(self.eval_every, "eval_every", o, low=0)
-        check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 
-class PrivateKTMethod:
+class PrivateKTMethod(GlobalModelSteps):
     """PrivateKT as engine step functions (see the module docstring)."""
 
     def __init__(self, config: PrivateKTConfig, data: FederatedData, spec: Any, *, device: str | None = None) -> None:
@@ -169,13 +157,6 @@ class PrivateKTMethod:
                  "ledger": PrivacyLedger(delta=self.config.delta), "history": [],
                  "reports": np.zeros(self.data.num_clients, dtype=np.int64)}
         return state, self._message(state)
-
-    def init_client(self, client_id: int, data: Any, seed: int) -> dict:
-        return {}
-
-    def client_step(self, state: dict, data: tuple, message: dict) -> tuple[dict, dict]:
-        states, replies = self.client_steps([state], [data], [message])
-        return states[0], replies[0]
 
     def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
         """All sampled clients at once: the ensemble trainer trains every client's copy of the global model
@@ -231,49 +212,27 @@ class PrivateKTMethod:
             params, opt = adam_train(self.spec, params, opt, self.X_public[pick], st_targets, epochs=1,
                                      batch_size=cfg.local_batch_size, lr=cfg.server_lr,
                                      seed=party_seed(seed, t, -1, stream=6))
-        history = list(state["history"])
-        if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
-            history.append([t + 1, self.data.test_accuracy(self.spec, params)])
+        history = self.history_after(state, params)
         new = {**state, "round": t + 1, "params": params, "opt": opt, "buffer": buffer, "ledger": ledger,
                "history": history, "reports": reports}
         new["kt"] = self._kt_indices(params, seed, t + 1)
         return new, self._message(new)
 
-    def progress_info(self, state: dict) -> dict:
-        return {"acc": state["history"][-1][1]} if state["history"] else {}
-
-    def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
-        return server_state
 
 
 @dataclass(frozen=True)
-class PrivateKTResult:
-    """The global model and what the run recorded."""
+class PrivateKTResult(GlobalModelResult):
+    """The global model and what the run recorded, with the randomized response's keep probability."""
 
-    params: dict
-    test_accuracy: float
-    history: tuple[tuple[int, float], ...]
-    ledger: Any
-    reports_per_client: np.ndarray
-    beta: float
-    rounds_run: int
+    beta: float = 0.0
 
 
 def run_privatekt(data: FederatedData, spec: Any, config: PrivateKTConfig, *, seed: int, device: str | None = None,
-                  checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
-                  stop_after: int | None = None) -> PrivateKTResult:
-    """Run PrivateKT on prepared federated data and return the global model with its ledger."""
+                  **engine: Any) -> PrivateKTResult:
+    """Run PrivateKT on prepared federated data and return the global model with its ledger (``engine``:
+    checkpoint_dir, checkpoint_every, progress, stop_after of :func:`~.fl_common.run_global_model`)."""
     method = PrivateKTMethod(config, data, spec, device=device)
-    per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
-    engine = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=per_round,
-                         checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
-                         stop_after=stop_after)
-    out = engine.run()
-    st = out.result
-    acc = data.test_accuracy(spec, st["params"])
-    return PrivateKTResult(params=st["params"], test_accuracy=acc, history=tuple(tuple(h) for h in st["history"]),
-                           ledger=st["ledger"], reports_per_client=st["reports"], beta=method.beta,
-                           rounds_run=len(out.participants))
+    return run_global_model(method, data, config, seed=seed, result=PrivateKTResult, beta=method.beta, **engine)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -356,11 +356,9 @@ class ProxyFLMethod:
                 replies[i] = reply
         return out_states, replies
 
-    def _train(self, states: list, datas: list, seed: int, t: int) -> list:
-        """One round (an epoch of steps) of DML / DP-SGD for the given clients at once."""
-        cfg = self.config
-        M = len(states)
-        ids = [int(d[0]) for d in datas]
+    def _padded_data(self, datas: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The clients' records stacked and zero-padded to the largest client: ``(X, Y, sizes, max size)``."""
+        M = len(datas)
         n = torch.tensor([len(d[2]) for d in datas])
         nmax = int(n.max())
         shape = datas[0][1].shape[1:]
@@ -371,6 +369,15 @@ class ProxyFLMethod:
             X[i, : len(d[2])] = torch.as_tensor(d[1], dtype=torch.float32)
             Y[i, : len(d[2])] = torch.as_tensor(d[2], dtype=torch.long)
         X, Y = X.to(dev), Y.to(dev)  # randomness (masks, noise) is drawn on the CPU and moved: same on any device
+        return X, Y, n, nmax
+
+    def _train(self, states: list, datas: list, seed: int, t: int) -> list:
+        """One round (an epoch of steps) of DML / DP-SGD for the given clients at once."""
+        cfg = self.config
+        M = len(states)
+        ids = [int(d[0]) for d in datas]
+        dev = self.device
+        X, Y, n, nmax = self._padded_data(datas)
         q = torch.tensor([float(self.q[k]) for k in ids])
         steps = torch.tensor([int(self.steps[k]) for k in ids])
         gens = [torch.Generator().manual_seed(party_seed(seed, t, k, stream=13)) for k in ids]
@@ -464,44 +471,55 @@ class ProxyFLMethod:
             if live[k].get("event") is not None:
                 ledger.record(f"client{k}", live[k]["event"])
         nxt = {"round": t + 1, "seed": seed}
-        K = self.data.num_clients
-        comm = cfg.communication
-        if comm == "pushsum":
-            recv: dict[int, tuple[dict, float]] = {}
-            for k in sorted(live):
-                peer = exponential_peer(k, t, K) if K > 1 else k
-                dest = k if (peer == k or not active[peer]) else peer  # a share for an inactive peer stays home
-                z, w = live[k]["z"], live[k]["w"]
-                if dest in recv:
-                    z0, w0 = recv[dest]
-                    z, w = {n: z0[n] + z[n] for n in z0}, w0 + w
-                recv[dest] = (z, w)
-            messages: Any = PerClient({k: ({**nxt, "kind": "pushsum", "z": recv[k][0], "w": recv[k][1]} if k in recv
-                                           else {**nxt, "kind": "pushsum"}) for k in range(K)})
-        elif comm == "replace":
-            msgs = PerClient({k: dict(nxt) for k in range(K)})  # every client learns the round and seed
-            for k in sorted(live):
-                peer = exponential_peer(k, t, K) if K > 1 else k
-                if active[peer]:
-                    msgs[peer] = {**nxt, "kind": "replace", "params": live[k]["params"]}
-            messages = msgs
-        elif comm == "average":
-            if live:
-                names = next(iter(live.values()))["params"].keys()
-                avg = {n: torch.stack([live[k]["params"][n] for k in sorted(live)]).mean(0) for n in names}
-                messages = {**nxt, "kind": "average", "params": avg}
-            else:
-                messages = nxt
-        elif comm == "cycle":
-            msgs = PerClient({k: dict(nxt) for k in range(K)})
-            order = [k for k in range(K) if active[k]]
-            for pos, k in enumerate(order):
-                if k in live:
-                    msgs[order[(pos + 1) % len(order)]] = {**nxt, "kind": "cycle", "params": live[k]["params"]}
-            messages = msgs
-        else:
-            messages = nxt
+        route = {"pushsum": self._route_pushsum, "replace": self._route_replace, "average": self._route_average,
+                 "cycle": self._route_cycle}.get(cfg.communication)
+        messages = route(live, active, nxt, t) if route is not None else nxt
         return {**state, "round": t + 1, "ledger": ledger, "active": active}, messages
+
+    # -- communication: one stage per scheme; each returns the messages of the next round ----------------
+    def _route_pushsum(self, live: Mapping[int, dict], active: np.ndarray, nxt: dict, t: int) -> Any:
+        """PushSum: each live client's half share goes to its peer on the exponential graph; a share for an
+        inactive peer stays home; receivers get the summed shares."""
+        K = self.data.num_clients
+        recv: dict[int, tuple[dict, float]] = {}
+        for k in sorted(live):
+            peer = exponential_peer(k, t, K) if K > 1 else k
+            dest = k if (peer == k or not active[peer]) else peer  # a share for an inactive peer stays home
+            z, w = live[k]["z"], live[k]["w"]
+            if dest in recv:
+                z0, w0 = recv[dest]
+                z, w = {n: z0[n] + z[n] for n in z0}, w0 + w
+            recv[dest] = (z, w)
+        return PerClient({k: ({**nxt, "kind": "pushsum", "z": recv[k][0], "w": recv[k][1]} if k in recv
+                              else {**nxt, "kind": "pushsum"}) for k in range(K)})
+
+    def _route_replace(self, live: Mapping[int, dict], active: np.ndarray, nxt: dict, t: int) -> Any:
+        """The reference code's deviation: a client's peer receives its proxy, which replaces the peer's own."""
+        K = self.data.num_clients
+        msgs = PerClient({k: dict(nxt) for k in range(K)})  # every client learns the round and seed
+        for k in sorted(live):
+            peer = exponential_peer(k, t, K) if K > 1 else k
+            if active[peer]:
+                msgs[peer] = {**nxt, "kind": "replace", "params": live[k]["params"]}
+        return msgs
+
+    def _route_average(self, live: Mapping[int, dict], active: np.ndarray, nxt: dict, t: int) -> Any:
+        """FML / FedAvg: a server averages the live clients' proxies and sends the average to every client."""
+        if not live:
+            return nxt
+        names = next(iter(live.values()))["params"].keys()
+        avg = {n: torch.stack([live[k]["params"][n] for k in sorted(live)]).mean(0) for n in names}
+        return {**nxt, "kind": "average", "params": avg}
+
+    def _route_cycle(self, live: Mapping[int, dict], active: np.ndarray, nxt: dict, t: int) -> Any:
+        """CWT: each active client takes the model of the previous active client."""
+        K = self.data.num_clients
+        msgs = PerClient({k: dict(nxt) for k in range(K)})
+        order = [k for k in range(K) if active[k]]
+        for pos, k in enumerate(order):
+            if k in live:
+                msgs[order[(pos + 1) % len(order)]] = {**nxt, "kind": "cycle", "params": live[k]["params"]}
+        return msgs
 
     def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
         """Deliver the last round's communication (post-processing of released proxies) and return everything."""
