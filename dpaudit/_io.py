@@ -170,7 +170,7 @@ def read_toml(path: str | os.PathLike, what: str = "config file") -> dict:
 
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"The {what} {p} does not exist.")
+        raise DataError(f"The {what} {p} does not exist or is not a regular file.")
     try:
         return tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

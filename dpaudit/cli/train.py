@@ -7,6 +7,7 @@ disguise. Each command is one call of :func:`dpaudit.training.methods.run_method
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,12 @@ def _command(name: str, entry: MethodEntry) -> click.Command:
                 params[sh.key] = sh.value
             elif sh.value is None and value is not None:
                 params[sh.key] = value
-        result = run_method(name, out=out or Path("runs") / name, dataset=dataset, seed=seed, config_file=config_path,
-                            sets=sets, params=params, data_dir=data_dir, device=device, overwrite=overwrite,
-                            progress=not quiet)
+        with warnings.catch_warnings():  # deprecations: one line each on stderr, when they happen
+            warnings.simplefilter("always", FutureWarning)
+            warnings.showwarning = lambda message, *_, **__: click.echo(f"dpaudit: warning: {message}", err=True)
+            result = run_method(name, out=out or Path("runs") / name, dataset=dataset, seed=seed,
+                                config_file=config_path, sets=sets, params=params, data_dir=data_dir, device=device,
+                                overwrite=overwrite, progress=not quiet)
         if result is None:
             click.echo(f"{name}: stopped early ([run] stop_after); run the same command again to resume.")
         else:

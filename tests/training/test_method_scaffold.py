@@ -137,3 +137,22 @@ def test_cli_progress_on_stderr_only_and_quiet(tmp_path: Path, capsys) -> None:
         main(args + ["--out", str(tmp_path / "b"), "--quiet"])
     cap = capsys.readouterr()
     assert cap.err == "" and "fedavg-ldp: release written" in cap.out
+
+
+def test_cli_old_flat_config_warns_in_one_line_first(tmp_path: Path, capsys, monkeypatch) -> None:
+    import dpaudit.training.methods as methods
+    from dpaudit.cli import main
+
+    monkeypatch.setattr(methods, "method_module", lambda name: type("M", (), {
+        "Config": __import__("dpaudit.training.methods.pate", fromlist=["Config"]).Config,
+        "run": staticmethod(lambda *a, **k: None)}))
+    old = tmp_path / "old.toml"
+    old.write_text('method = "pate"\nteachers = 3\n')
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "pate", "--config", str(old), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 0
+    assert err.startswith("dpaudit: warning: The config file") and "[method]" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "pate", "--config", "/dev/null", "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2 and "is not a regular file" in capsys.readouterr().err
