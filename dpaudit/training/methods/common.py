@@ -51,6 +51,7 @@ __all__ = [
     "schedule",
     "teacher_parts",
     "noiseless_accounting",
+    "central_ledger",
     "student_utility",
 ]
 
@@ -126,6 +127,17 @@ def no_privacy_result(mechanism: str, delta: float, reason: str) -> AccountingRe
         assumptions=(reason,),
     )
     return AccountingResult(mechanism=mechanism, statements=(st,))
+
+
+def central_ledger(delta: float, *events: Any, assumptions: Sequence[str] = ()) -> Any:
+    """A ledger at ``delta`` holding ``events`` under the one party ``"central"`` (a curator answering queries
+    about the whole private split), with ``assumptions`` stated."""
+    ledger = new_ledger(delta)
+    for text in assumptions:
+        ledger.add_assumption(text)
+    for ev in events:
+        ledger.record("central", ev)
+    return ledger
 
 
 def noiseless_accounting(mechanism: str, delta: float, reason: str, *, claim_text: str,

@@ -424,42 +424,38 @@ def _accounting(cfg: FedKTConfig, party: _PartySide, sv: np.ndarray, q_server: n
             "FedKT-L0", cfg.delta, "FedKT-L0 adds no noise anywhere: the final model carries no differential-privacy guarantee.",
             claim_text="FedKT-L0: no privacy mechanism", granularity="none")
         return ledger, accounting, claim, sv
-    if cfg.level == "L1":
-        ledger = ledgers["party"]
-        a_party = (f"Party-level: neighbouring data sets differ in one party's whole data, which moves at most its s={s} "
-                   f"students' votes (sensitivity 2s = {2 * s}); FedKT Theorems 1-2.")
-        a_example = (f"Example-level: sensitivity from z (Theorem 8) with consistent voting={cfg.consistent_voting}; "
-                     "z is computed from the parties' private vote histograms, so this figure is data-dependent "
-                     "beyond the votes and is itself not differentially private.")
-        ledger.add_assumption(a_party)
-        accounting = accounting_result(
-            "FedKT-L1 (Laplace noisy max at the server)",
-            [("party-level, data-dependent (Theorem 2)", ledger),
-             ("party-level, data-independent (Theorem 1)", data_independent_ledger(ledger)),
-             ("example-level, data-dependent (Theorem 8)", ledgers["example"])],
-            extra_assumptions=(a_party,), facts=facts,
-        )
-        accounting = _add_assumption_to(accounting, 2, a_example)
-        claim = {"epsilon": accounting.epsilon, "delta": cfg.delta, "granularity": "party",
-                 "text": f"FedKT-L1 (Li, He, Song 2021, Theorem 2): {len(q_server)} server answers, gamma={cfg.gamma}, s={s}"}
-        return ledger, accounting, claim, sv
-    ledger = ledgers["example"]
-    a_example = ("Example-level: one record lies in one teacher of each of its party's s partitions (sensitivity 2 per "
-                 "partition query, composed over the s partitions); parties hold disjoint data, so the final model's "
-                 "epsilon is the max over parties (FedKT Theorems 3-4).")
-    a_party = f"Party-level: one party's data moves all t={t} teachers of each of its partitions (sensitivity 2t = {2 * t}; Theorems 9-10)."
-    ledger.add_assumption(a_example)
+    if cfg.level == "L1":  # headline party-level (Theorems 1-2), example-level (Theorem 8) beside it
+        primary, secondary, votes = "party", "example", sv
+        mechanism = "FedKT-L1 (Laplace noisy max at the server)"
+        labels = ("party-level, data-dependent (Theorem 2)", "party-level, data-independent (Theorem 1)",
+                  "example-level, data-dependent (Theorem 8)")
+        a_primary = (f"Party-level: neighbouring data sets differ in one party's whole data, which moves at most its s={s} "
+                     f"students' votes (sensitivity 2s = {2 * s}); FedKT Theorems 1-2.")
+        a_secondary = (f"Example-level: sensitivity from z (Theorem 8) with consistent voting={cfg.consistent_voting}; "
+                       "z is computed from the parties' private vote histograms, so this figure is data-dependent "
+                       "beyond the votes and is itself not differentially private.")
+        claim_text = f"FedKT-L1 (Li, He, Song 2021, Theorem 2): {len(q_server)} server answers, gamma={cfg.gamma}, s={s}"
+    else:  # L2: headline example-level (Theorems 3-4), party-level (Theorems 9-10) beside it
+        primary, secondary, votes = "example", "party", party.votes.reshape(-1, C)
+        mechanism = "FedKT-L2 (Laplace noisy max in every partition)"
+        labels = ("example-level, data-dependent (Theorems 3-4)", "example-level, data-independent",
+                  "party-level, data-dependent (Theorem 10)")
+        a_primary = ("Example-level: one record lies in one teacher of each of its party's s partitions (sensitivity 2 per "
+                     "partition query, composed over the s partitions); parties hold disjoint data, so the final model's "
+                     "epsilon is the max over parties (FedKT Theorems 3-4).")
+        a_secondary = (f"Party-level: one party's data moves all t={t} teachers of each of its partitions "
+                       f"(sensitivity 2t = {2 * t}; Theorems 9-10).")
+        claim_text = (f"FedKT-L2 (Li, He, Song 2021, Theorems 3-4): {len(party.queries)} queries per partition, "
+                      f"gamma={cfg.gamma}")
+    ledger = ledgers[primary]
+    ledger.add_assumption(a_primary)
     accounting = accounting_result(
-        "FedKT-L2 (Laplace noisy max in every partition)",
-        [("example-level, data-dependent (Theorems 3-4)", ledger),
-         ("example-level, data-independent", data_independent_ledger(ledger)),
-         ("party-level, data-dependent (Theorem 10)", ledgers["party"])],
-        extra_assumptions=(a_example,), facts=facts,
+        mechanism, [(labels[0], ledger), (labels[1], data_independent_ledger(ledger)), (labels[2], ledgers[secondary])],
+        extra_assumptions=(a_primary,), facts=facts,
     )
-    accounting = _add_assumption_to(accounting, 2, a_party)
-    claim = {"epsilon": accounting.epsilon, "delta": cfg.delta, "granularity": "example",
-             "text": f"FedKT-L2 (Li, He, Song 2021, Theorems 3-4): {len(party.queries)} queries per partition, gamma={cfg.gamma}"}
-    return ledger, accounting, claim, party.votes.reshape(-1, C)
+    accounting = _add_assumption_to(accounting, 2, a_secondary)
+    claim = {"epsilon": accounting.epsilon, "delta": cfg.delta, "granularity": primary, "text": claim_text}
+    return ledger, accounting, claim, votes
 
 
 def _train(config: Config, ctx: RunContext) -> Outcome:

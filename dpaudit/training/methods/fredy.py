@@ -27,9 +27,10 @@ import numpy as np
 from dpaudit.accountants.events import LaplaceNoisyMax
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 from dpaudit.training.ensemble import TrainConfig
-from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, config_to_dict,
-    derive_rng, derive_seed, FamilySettings, model_spec, new_ledger, no_privacy_result, noiseless_accounting,
-    noisy_argmax, schedule, select_queries, student_utility, teacher_parts, train_group, vote_counts)
+from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, central_ledger,
+    config_to_dict, derive_rng, derive_seed, FamilySettings, model_spec, new_ledger, no_privacy_result,
+    noiseless_accounting, noisy_argmax, schedule, select_queries, student_utility, teacher_parts, train_group,
+    vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
 __all__ = ["Config", "FREDYConfig", "run", "fedavg", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
@@ -235,14 +236,10 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
             "gamma = None: the teachers' votes were answered without noise; no differential-privacy guarantee holds.",
             claim_text="FREDY without noise")
     else:
-        ledger = new_ledger(cfg.delta)
-        for a in assumptions:
-            ledger.add_assumption(a)
-        ledger.record("central", LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=sens, votes=votes))
-        di = new_ledger(cfg.delta)
-        di.record("central", LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=sens, num_queries=len(q)))
-        paper = new_ledger(cfg.delta)
-        paper.record("central", LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=2.0, votes=votes))
+        ledger = central_ledger(cfg.delta, LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=sens, votes=votes),
+                                assumptions=assumptions)
+        di = central_ledger(cfg.delta, LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=sens, num_queries=len(q)))
+        paper = central_ledger(cfg.delta, LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=2.0, votes=votes))
         what = "worst case after FedAvg" if sens > 2 else "PATE's assumption"
         accounting = accounting_result(
             "FREDY (Laplace noisy max over FedAvg-trained teachers)",

@@ -22,8 +22,8 @@ import numpy as np
 from dpaudit.accountants.events import LaplaceNoisyMax
 from dpaudit.errors import check_float, check_int, check_probability
 from dpaudit.training.ensemble import TrainConfig
-from dpaudit.training.methods.common import (accounting_result, balanced_membership, config_to_dict,
-    data_independent_ledger, DataBundle, derive_rng, derive_seed, FamilySettings, model_spec, new_ledger,
+from dpaudit.training.methods.common import (accounting_result, balanced_membership, central_ledger,
+    config_to_dict, data_independent_ledger, DataBundle, derive_rng, derive_seed, FamilySettings, model_spec,
     noiseless_accounting, noisy_argmax, PATE_ASSUMPTION, schedule, select_queries, StageCache, student_utility,
     teacher_parts, train_group, vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
@@ -194,9 +194,8 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome:
             "gamma = None: the queries were answered without noise, so no differential-privacy guarantee holds.",
             claim_text="non-private PATE baseline")
     else:
-        ledger = new_ledger(config.delta)
-        ledger.add_assumption(PATE_ASSUMPTION)
-        ledger.record("central", LaplaceNoisyMax(gamma=config.gamma, sensitivity=2.0, votes=votes))
+        ledger = central_ledger(config.delta, LaplaceNoisyMax(gamma=config.gamma, sensitivity=2.0, votes=votes),
+                                assumptions=(PATE_ASSUMPTION,))
         accounting = accounting_result(
             "PATE (Laplace noisy max)",
             [("data-dependent (PATE 2017, Thm 3)", ledger),
