@@ -14,7 +14,8 @@ from dpaudit.cli import main
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     from dpaudit.training.data import load_dataset
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
+    from dpaudit.training.models import ModelSpec
     from dpaudit.training.release import write_release
 
     ds = load_dataset("digits", seed=0)
@@ -86,7 +87,8 @@ def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, c
     # a torch MLP release: shadow models come from Release.train_many (the ensemble trainer)
     from dpaudit.training.data import load_dataset
     from dpaudit.training.ensemble import TrainConfig
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
+    from dpaudit.training.models import ModelSpec
     from dpaudit.training.release import write_release
 
     ds = load_dataset("digits", seed=0)

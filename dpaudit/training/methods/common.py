@@ -424,7 +424,7 @@ def train_group(
             progress=progress, init_state=init_state,
         )
         return ModelGroup(spec, ensemble=ens)
-    from dpaudit.training.models import fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
 
     members = [fit_classifier(spec, X, y, config, (seed + i) % 2**31) for i, (X, y) in enumerate(datasets)]
     return ModelGroup(spec, members=members)
