@@ -169,6 +169,7 @@ class DPSGDStep:
             raise ParameterError(f"The 'method' parameter of DPSGDStep is 'ghost', but {type(module).__name__} has a "
                                  "layer, buffer or structure the ghost-norm path does not support; use 'auto'.")
         self.method = "ghost" if self.program is not None else "per_example"
+        self.strict = method == "ghost"  # no silent fallback when the ghost path was asked for
         self._act_numel: dict[tuple, int] = {}  # per-example activation size by input shape (for chunking)
         self._per_model: dict[bool, Callable] = {}
 
@@ -210,8 +211,9 @@ class DPSGDStep:
         if self.method == "ghost" and not buffers:
             try:
                 return self._ghost_sum(params, x, y, mask, float(max_grad_norm), extra, chunk_bytes)
-            except _Unsupported:
-                pass
+            except _Unsupported as exc:
+                if self.strict:
+                    raise ParameterError(f"DPSGDStep(method='ghost') cannot run this input: {exc}; use 'auto'.") from None
         return self._per_example_sum(params, buffers, x, y, mask, float(max_grad_norm), extra, chunk_bytes)
 
     # -- canaries ---------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 _CKPT_VERSION = 1
-DP_DEFAULT_METHOD = "per_example"
+DP_DEFAULT_METHOD = "auto"
 
 
 @dataclass(frozen=True)

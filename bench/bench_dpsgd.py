@@ -1,0 +1,229 @@
+"""Benchmark: DP-SGD for many models, dpaudit's ensemble trainer vs Opacus's PrivacyEngine one model at a time.
+
+Same models (``init_model(spec, 0, i)`` for model i in both arms), same data (model i: its own random
+``records`` rows of ``load_digits``), same hyperparameters (SGD, lr, batch 32, noise multiplier 1.0, clipping
+norm 1.0, Poisson sampling at rate q = 1 / ceil(n / batch) with ceil(n / batch) steps per epoch, which is what
+Opacus's DPDataLoader does for a DataLoader of that batch size). Only the execution differs (the Poisson masks
+and the noise are drawn from different generators, so the weights are not compared).
+
+Each arm runs in its own freshly spawned process (one after the other): *cold* is the first training call in
+that process (after imports), *warm* the fastest of ``--warm`` further identical calls; the peak resident memory
+(``ru_maxrss``) is that process's. Ratios are ``Opacus loop / ensemble`` of the same run. The non-DP case
+compares the ensemble with a plain per-model torch loop (same batch order and init).
+
+    python bench/bench_dpsgd.py                                  # the issue's table + a CNN case, CPU
+    python bench/bench_dpsgd.py --cases dp-mlp-64 --warm 3 --out runs/bench/dpsgd.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import os
+import platform
+import resource
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+MLP = {"name": "mlp", "kwargs": {"hidden": [100, 100]}}
+CNN = {"name": "cnn_fedkt", "kwargs": {"norm": "group"}}
+CASES = {
+    "dp-mlp-16": {"model": MLP, "models": 16, "records": 200, "epochs": 5, "dp": True},
+    "dp-mlp-64": {"model": MLP, "models": 64, "records": 200, "epochs": 5, "dp": True},
+    "dp-mlp-256": {"model": MLP, "models": 256, "records": 100, "epochs": 3, "dp": True},
+    "dp-cnn-64": {"model": CNN, "models": 64, "records": 200, "epochs": 3, "dp": True},
+    "nodp-mlp-64": {"model": MLP, "models": 64, "records": 200, "epochs": 5, "dp": False},
+}
+BATCH, LR, SIGMA, CLIP = 32, 0.1, 1.0, 1.0
+
+
+def _setup(case: dict):
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig
+    from dpaudit.training.models import ModelSpec
+
+    ds = load_dataset("digits")
+    rng = np.random.default_rng(0)
+    n = case["records"]
+    datasets = [(ds.X[p], ds.y[p]) for p in (rng.choice(len(ds), n, replace=False) for _ in range(case["models"]))]
+    spec = ModelSpec(case["model"]["name"], (1, 8, 8), 10, case["model"]["kwargs"])
+    q = 1.0 / math.ceil(n / BATCH)  # Opacus: sample_rate = 1 / len(data_loader)
+    dp = DPSGDConfig(SIGMA, CLIP, q) if case["dp"] else None
+    cfg = TrainConfig(epochs=case["epochs"], batch_size=BATCH, optimizer="sgd", lr=LR, dp=dp)
+    return datasets, spec, cfg
+
+
+def _train_ensemble(datasets, spec, cfg, dev, method):
+    from dpaudit.training.ensemble import train_ensemble
+
+    train_ensemble(spec, datasets, cfg, seed=0, device=dev, progress=False, dp_method=method)
+
+
+def _train_opacus(datasets, spec, cfg, dev):
+    import torch
+    import torch.nn.functional as F
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dpaudit.training.ensemble import init_model
+
+    for i, (X, y) in enumerate(datasets):
+        model = init_model(spec, 0, i).to(dev).train()
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        loader = DataLoader(TensorDataset(torch.from_numpy(X), torch.from_numpy(y)), batch_size=cfg.batch_size)
+        engine = PrivacyEngine(accountant="rdp")
+        model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader,
+                                                 noise_multiplier=cfg.dp.noise_multiplier,
+                                                 max_grad_norm=cfg.dp.max_grad_norm, poisson_sampling=True)
+        for _ in range(cfg.epochs):
+            for xb, yb in loader:
+                xb, yb = xb.to(dev), yb.to(dev)
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(model(xb), yb).backward()
+                opt.step()
+
+
+def _train_loop(datasets, spec, cfg, dev):
+    import torch
+    import torch.nn.functional as F
+
+    from dpaudit.training.ensemble import batch_schedule, init_model
+
+    for i, (X, y) in enumerate(datasets):
+        m = init_model(spec, 0, i).to(dev).train()
+        opt = torch.optim.SGD(m.parameters(), lr=cfg.lr)
+        Xt, yt = torch.from_numpy(X).to(dev), torch.from_numpy(y).to(dev)
+        for b in batch_schedule(len(y), cfg.batch_size, cfg.epochs, 0, i):
+            bt = torch.from_numpy(b).to(dev)
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(m(Xt[bt]), yt[bt]).backward()
+            opt.step()
+
+
+def _arm(case_name: str, arm: str, warm: int, device: str, threads: int, queue) -> None:
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(threads)
+    if arm == "opacus":
+        import opacus  # noqa: F401  (imports are not part of the cold call)
+    from dpaudit.training import ensemble  # noqa: F401
+
+    datasets, spec, cfg = _setup(CASES[case_name])
+    dev = torch.device(device)
+
+    def once() -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if arm == "ensemble":
+            _train_ensemble(datasets, spec, cfg, dev, "auto")
+        elif arm == "ensemble_per_example":
+            _train_ensemble(datasets, spec, cfg, dev, "per_example")
+        elif arm == "opacus":
+            _train_opacus(datasets, spec, cfg, dev)
+        else:
+            _train_loop(datasets, spec, cfg, dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    cold = once()
+    warm_s = min(once() for _ in range(warm)) if warm > 0 else None
+    queue.put({"cold_s": cold, "warm_s": warm_s,
+               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,  # KiB on Linux
+               "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else None})
+
+
+def _run(case_name, arm, args) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_arm, args=(case_name, arm, args.warm, args.device, args.threads, q))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def _device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or platform.machine()
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--warm", type=int, default=2, help="warm calls per arm after the cold one (fastest is kept)")
+    ap.add_argument("--per-example", action="store_true", help="also time the ensemble's vmap(grad) reference path")
+    ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "0")) or (os.cpu_count() or 1))
+    ap.add_argument("--out", default="runs/bench/dpsgd.json")
+    args = ap.parse_args(argv)
+    import torch
+
+    rows = []
+    load_before = list(os.getloadavg())
+    for name in args.cases:
+        case = CASES[name]
+        baseline = "opacus" if case["dp"] else "loop"
+        arms = [baseline, "ensemble"] + (["ensemble_per_example"] if args.per_example and case["dp"] else [])
+        res = {arm: _run(name, arm, args) for arm in arms}
+        row = {"case": name, **{k: v for k, v in case.items() if k != "model"}, "model": case["model"],
+               "baseline": baseline, "arms": res}
+        for mode in ("cold_s", "warm_s"):
+            if res["ensemble"][mode]:
+                row[f"speedup_{mode[:-2]}"] = res[baseline][mode] / res["ensemble"][mode]
+        rows.append(row)
+        e, b = res["ensemble"], res[baseline]
+        print(f"{name:<12} {baseline:>7} warm {b['warm_s'] or float('nan'):7.2f} s cold {b['cold_s']:7.2f} s "
+              f"({b['peak_rss_mb']:.0f} MB) | ensemble warm {e['warm_s'] or float('nan'):6.2f} s cold {e['cold_s']:6.2f} s "
+              f"({e['peak_rss_mb']:.0f} MB) | x{row.get('speedup_warm', float('nan')):.1f} warm, "
+              f"x{row['speedup_cold']:.1f} cold", flush=True)
+    result = {
+        "command": "python bench/bench_dpsgd.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "settings": {"dataset": "digits (load_digits), each model its own random records", "batch_size": BATCH,
+                     "optimizer": "sgd", "lr": LR, "noise_multiplier": SIGMA, "max_grad_norm": CLIP,
+                     "sampling": "Poisson, q = 1/ceil(n/batch), ceil(n/batch) steps per epoch"},
+        "device": args.device, "device_name": _device_name(args.device), "torch": torch.__version__,
+        "opacus": _version("opacus"), "cpu_count": os.cpu_count(), "torch_threads": args.threads,
+        "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
+        "platform": platform.platform(), "cases": rows,
+    }
+    from dpaudit._io import write_json
+
+    write_json(Path(args.out), result)
+    print(f"wrote {args.out} (load average {load_before[0]:.1f} -> {result['load_average_after'][0]:.1f} "
+          f"on {os.cpu_count()} cores)")
+    return result
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(pkg)
+    except Exception:  # noqa: BLE001 - not installed
+        return None
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return False
+
+
+if __name__ == "__main__":
+    main()
