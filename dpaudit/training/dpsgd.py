@@ -74,8 +74,12 @@ def clip_factors(sq_norms: torch.Tensor, max_grad_norm: float, mask: torch.Tenso
 def noised_mean(summed: torch.Tensor, noise: torch.Tensor, noise_multiplier: float, max_grad_norm: float,
                 expected_batch: torch.Tensor) -> torch.Tensor:
     """``(summed + sigma C xi) / (q n)`` for stacked tensors (M, ...); ``expected_batch`` (M,)."""
-    return (summed + noise * (noise_multiplier * max_grad_norm)) / expected_batch.reshape(
-        (-1,) + (1,) * (summed.dim() - 1))
+    return (summed + noise * (noise_multiplier * max_grad_norm)) / _per_model(expected_batch, summed)
+
+
+def _per_model(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """(M,) values shaped to broadcast against ``like`` (M, *shape)."""
+    return values.reshape((-1,) + (1,) * (like.dim() - 1))
 
 
 def clip_and_noise(per_example: torch.Tensor, mask: torch.Tensor, clip: float, noise_multiplier: float,
@@ -198,10 +202,12 @@ class DPSGDStep:
         expected = torch.as_tensor(expected_batch).to(mask.device, mask.dtype)
         for k, v in summed.items():
             if isinstance(noise, torch.Generator):
+                # drawn here, so worked on in place: the same numbers as noised_mean (addition commutes)
+                # without three more parameter-sized allocations per step
                 xi = torch.randn(v.shape, generator=noise, device=noise.device, dtype=v.dtype)
+                out[k] = xi.mul_(noise_multiplier * C).add_(v).div_(_per_model(expected, v))
             else:
-                xi = noise[k]
-            out[k] = noised_mean(v, xi, noise_multiplier, C, expected)
+                out[k] = noised_mean(v, noise[k], noise_multiplier, C, expected)
         return out
 
     def clipped_sum(self, params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor], x: torch.Tensor,

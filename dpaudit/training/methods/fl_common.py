@@ -241,6 +241,7 @@ def pushsum_mix(values: np.ndarray, weights: np.ndarray, P: np.ndarray) -> tuple
 # --------------------------------------------------------------------------------------------------
 
 import torch  # noqa: E402  (kept below the numpy-only helpers on purpose)
+from dpaudit.training.optim import StackedOptimizer  # noqa: E402
 
 
 def init_model_state(spec: Any, seed: int) -> dict[str, torch.Tensor]:
@@ -300,10 +301,14 @@ def adam_train(spec: Any, state: Mapping[str, torch.Tensor], opt_state: Mapping 
     module = build_model(spec)
     module.load_state_dict(dict(state))
     module.train()
-    opt = torch.optim.Adam(module.parameters(), lr=check_float(lr, "lr", owner, low=0.0, low_open=True),
-                           weight_decay=check_float(weight_decay, "weight_decay", owner, low=0.0))
+    named = dict(module.named_parameters())
+    # the stacked optimizer with M = 1 on views of the module's parameters; fused=False is torch.optim.Adam's
+    # arithmetic bit for bit
+    views = {k: p.detach().unsqueeze(0) for k, p in named.items()}
+    opt = StackedOptimizer(views, kind="adam", lr=check_float(lr, "lr", owner, low=0.0, low_open=True),
+                           weight_decay=check_float(weight_decay, "weight_decay", owner, low=0.0), fused=False)
     if opt_state:
-        opt.load_state_dict(_clone_tree(opt_state))
+        opt.load(opt_state)
     Xt = torch.as_tensor(np.asarray(X, dtype=np.float32))
     Tt = torch.as_tensor(np.asarray(targets, dtype=np.float32))
     n = len(Xt)
@@ -319,12 +324,10 @@ def adam_train(spec: Any, state: Mapping[str, torch.Tensor], opt_state: Mapping 
             perm = torch.randperm(n, generator=gen)
             batches += [perm[s : s + bs] for s in range(0, n, bs)]
     for idx in batches if n else []:
-        opt.zero_grad(set_to_none=True)
-        loss = soft_cross_entropy(module(Xt[idx]), Tt[idx])
-        loss.backward()
-        opt.step()
+        grads = torch.autograd.grad(soft_cross_entropy(module(Xt[idx]), Tt[idx]), list(named.values()))
+        opt.update(views, {k: g.unsqueeze(0) for k, g in zip(named, grads)}, None)
     new_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    return new_state, _clone_tree(opt.state_dict())
+    return new_state, _clone_tree(opt.state())
 
 
 def _clone_tree(obj: Any) -> Any:

@@ -59,12 +59,14 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from dpaudit.accountants.events import SubsampledGaussian
+from dpaudit.training.dpsgd import DPSGDStep, clip_and_noise, poisson_masks
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
 from dpaudit.training.engine import PerClient, RoundEngine, party_seed
 from dpaudit.training.methods.fl_common import (ConfigDict, DataSettings, FederatedData, exponential_peer,
                                                 init_model_state, make_classifier, model_spec_from)
 from dpaudit.training.methods.scaffold import (MethodConfig, Outcome, Release, RunContext, RunResult, build_dataclass,
                                                execute, merge_tables)
+from dpaudit.training.optim import StackedOptimizer
 
 __all__ = ["Config", "ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run", "run_proxyfl", "PROXYFL_VARIANTS",
            "VARIANT_OF", "dml_dp_assumption", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
@@ -165,46 +167,6 @@ def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return -torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
 
-@torch.no_grad()
-def _adam(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: torch.Tensor, gate: torch.Tensor,
-          *, lr: float, wd: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
-    """Adam (coupled L2 weight decay, as ``torch.optim.Adam``) on flat stacked params (M, P); rows with
-    gate 0 are left unchanged (a client that has no step left this round)."""
-    gt = gate.unsqueeze(1) > 0
-    step_new = step + gate
-    g = g + wd * p
-    m_new = torch.where(gt, b1 * m + (1 - b1) * g, m)
-    v_new = torch.where(gt, b2 * v + (1 - b2) * g * g, v)
-    s = step_new.clamp_min(1).unsqueeze(1)
-    upd = lr * (m_new / (1 - b1**s)) / (torch.sqrt(v_new / (1 - b2**s)) + eps)
-    return torch.where(gt, p - upd, p), m_new, v_new, step_new
-
-
-def poisson_masks(generators: list, rates: torch.Tensor, sizes: torch.Tensor, width: int,
-                  gate: torch.Tensor | None = None) -> torch.Tensor:
-    """Poisson sampling for one DP-SGD step of each client: (M, width) booleans, record i of client k included
-    independently with probability ``rates[k]`` (only real records, i < sizes[k]; none when ``gate[k]`` is 0)."""
-    sel = torch.stack([torch.rand(width, generator=g) < rates[i] for i, g in enumerate(generators)])
-    sel &= torch.arange(width).unsqueeze(0) < sizes.unsqueeze(1)
-    if gate is not None:
-        sel &= gate.bool().unsqueeze(1)
-    return sel
-
-
-def clip_and_noise(per_example: torch.Tensor, mask: torch.Tensor, clip: float, noise_multiplier: float,
-                   expected_batch: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """DP-SGD's private gradient for each client (Abadi et al. 2016; ProxyFL Eq. 7):
-    :math:`\\frac{1}{qn}\\left(\\sum_{i \\in B} g_i \\min(1, C/\\|g_i\\|_2) + \\sigma C\\,\\xi\\right)`.
-
-    ``per_example``: (M, L, P) gradients; ``mask``: (M, L) 1 for sampled records; ``expected_batch``: (M,)
-    :math:`q_k n_k` (a fixed denominator, as Opacus does for Poisson sampling); ``noise``: (M, P) standard normal.
-    """
-    norms = per_example.norm(dim=-1)
-    factor = torch.clamp(clip / (norms + 1e-12), max=1.0) * mask
-    summed = (per_example * factor.unsqueeze(-1)).sum(1)
-    return (summed + noise_multiplier * clip * noise) / expected_batch.reshape(-1, 1)
-
-
 class _Models:
     """A torch module per architecture, used only as a function of a flat parameter vector."""
 
@@ -229,6 +191,24 @@ class _Models:
 
     def __call__(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, self.unflatten(flat), (x,))
+
+    def unflatten_stacked(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """(M, P) -> {name: (M, *shape)}."""
+        M = flat.shape[0]
+        return {n: t.reshape((M,) + sh) for n, t, sh in zip(self.names, torch.split(flat, self.sizes, dim=-1), self.shapes)}
+
+    def flatten_stacked(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """{name: (M, *shape)} -> (M, P)."""
+        return torch.cat([tensors[n].reshape(tensors[n].shape[0], -1) for n in self.names], dim=1)
+
+
+def _stacked_adam(cfg: ProxyFLConfig, flat: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+                  step: torch.Tensor) -> StackedOptimizer:
+    """Adam (coupled L2 weight decay, as ``torch.optim.Adam``) for the flat stacked models (M, P), resumed from
+    the clients' moments and step counts."""
+    opt = StackedOptimizer({"flat": flat}, kind="adam", lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt.load({"opt/step": step, "opt/exp_avg/flat": m, "opt/exp_avg_sq/flat": v})
+    return opt
 
 
 # --------------------------------------------------------------------------------------------------
@@ -387,12 +367,14 @@ class ProxyFLMethod:
         proxy = torch.stack([proxy_f.flatten(s["proxy"]) for s in states]).to(dev)
         pm = torch.stack([s["proxy_m"] for s in states]).to(dev)
         pv = torch.stack([s["proxy_v"] for s in states]).to(dev)
-        pstep = torch.tensor([float(s["proxy_step"]) for s in states], device=dev)
+        pstep = torch.tensor([float(s["proxy_step"]) for s in states])
+        proxy_opt = _stacked_adam(cfg, proxy, pm, pv, pstep)
         if mutual:
             priv = torch.stack([private_f.flatten(s["private"]) for s in states]).to(dev)
             qm = torch.stack([s["private_m"] for s in states]).to(dev)
             qv = torch.stack([s["private_v"] for s in states]).to(dev)
-            qstep = torch.tensor([float(s["private_step"]) for s in states], device=dev)
+            qstep = torch.tensor([float(s["private_step"]) for s in states])
+            private_opt = _stacked_adam(cfg, priv, qm, qv, qstep)
         alpha, beta, C, sigma = cfg.alpha, cfg.beta, cfg.max_grad_norm, cfg.noise_multiplier
         b = beta if mutual else 0.0
 
@@ -401,23 +383,20 @@ class ProxyFLMethod:
             per = (1 - alpha) * _ce(logits, yp) + alpha * _kl(teacher, logits)
             return (per * mask).sum() / mask.sum().clamp_min(1.0)
 
-        def proxy_loss_one(pp, x1, y1, teacher1):
-            logits = proxy_f(pp, x1.unsqueeze(0))
-            return ((1 - b) * _ce(logits, y1.unsqueeze(0)) + b * _kl(teacher1.unsqueeze(0), logits)).sum()
+        def proxy_rows(logits, y, teacher):
+            return (1 - b) * _ce(logits, y) + b * _kl(teacher, logits)
 
         def proxy_loss_batch(pp, xp, yp, mask, teacher):
-            logits = proxy_f(pp, xp)
-            per = (1 - b) * _ce(logits, yp) + b * _kl(teacher, logits)
+            per = proxy_rows(proxy_f(pp, xp), yp, teacher)
             return (per * mask).sum() / mask.sum().clamp_min(1.0)
 
-        per_example = vmap(vmap(grad(proxy_loss_one), in_dims=(None, 0, 0, 0)), in_dims=(0, 0, 0, 0))
+        dp_step = DPSGDStep(proxy_f.module, loss=proxy_rows)
         private_grad = vmap(grad(private_loss))
         proxy_grad_nodp = vmap(grad(proxy_loss_batch))
         expected = (q * n.float()).clamp_min(1.0).unsqueeze(1).to(dev)  # q_k n_k: DP-SGD's fixed denominator
         rows = torch.arange(M, device=dev).unsqueeze(1)
         for j in range(int(steps.max())):
             gate_cpu = (steps > j).float()
-            gate = gate_cpu.to(dev)
             # Poisson sampling: each real record independently with probability q_k (own generator per client)
             sel = poisson_masks(gens, q, n, nmax, gate_cpu)
             L = max(1, int(sel.sum(1).max()))
@@ -430,24 +409,26 @@ class ProxyFLMethod:
                 with torch.no_grad():
                     teacher_proxy = torch.softmax(vmap(proxy_f)(proxy, xb), -1)
                 g = private_grad(priv, xb, yb, mask, teacher_proxy)
-                priv, qm, qv, qstep = _adam(priv, g, qm, qv, qstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
+                private_opt.update_where({"flat": priv}, {"flat": g}, gate_cpu.numpy() > 0)
                 with torch.no_grad():
                     teacher_priv = torch.softmax(vmap(private_f)(priv, xb), -1)
             else:
                 teacher_priv = torch.full(tuple(yb.shape) + (self.data.num_classes,), 1.0 / self.data.num_classes,
                                           device=dev)
             if cfg.dp:
-                with torch.no_grad():
-                    ge = per_example(proxy, xb, yb, teacher_priv)  # (M, L, P)
-                    noise = torch.stack([torch.randn(ge.shape[-1], generator=gens[i]) for i in range(M)]).to(dev)
-                    g = clip_and_noise(ge, mask, C, sigma, expected.reshape(-1), noise)
+                noise = torch.stack([torch.randn(proxy.shape[-1], generator=gens[i]) for i in range(M)]).to(dev)
+                g = proxy_f.flatten_stacked(dp_step.private_grads(
+                    proxy_f.unflatten_stacked(proxy), {}, xb, yb, mask, max_grad_norm=C, noise_multiplier=sigma,
+                    expected_batch=expected.reshape(-1), noise=proxy_f.unflatten_stacked(noise), extra=teacher_priv))
             else:
                 g = proxy_grad_nodp(proxy, xb, yb, mask, teacher_priv)
-            proxy, pm, pv, pstep = _adam(proxy, g, pm, pv, pstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
+            proxy_opt.update_where({"flat": proxy}, {"flat": g}, gate_cpu.numpy() > 0)
         out = []
-        proxy, pm, pv, pstep = proxy.cpu(), pm.cpu(), pv.cpu(), pstep.cpu()
+        proxy, pm, pv, pstep = (proxy.cpu(), proxy_opt.slots["exp_avg"]["flat"].cpu(),
+                                proxy_opt.slots["exp_avg_sq"]["flat"].cpu(), proxy_opt.step)
         if mutual:
-            priv, qm, qv, qstep = priv.cpu(), qm.cpu(), qv.cpu(), qstep.cpu()
+            priv, qm, qv, qstep = (priv.cpu(), private_opt.slots["exp_avg"]["flat"].cpu(),
+                                   private_opt.slots["exp_avg_sq"]["flat"].cpu(), private_opt.step)
         for i, s in enumerate(states):
             ns = {**s, "proxy": {k: v.clone() for k, v in proxy_f.unflatten(proxy[i]).items()},
                   "proxy_m": pm[i].clone(), "proxy_v": pv[i].clone(), "proxy_step": int(pstep[i])}
