@@ -20,14 +20,18 @@ Semantics -- identical to training each model separately:
   the mean over the real rows only, :class:`~dpaudit.training.models.MaskedBatchNorm` uses only the
   real rows, and a model whose stream has ended is not updated at all (parameters, optimiser moments,
   step counts and running statistics stay as they were).
-* Adam and SGD (momentum, weight decay) are implemented on the stacked tensors with per-model step
-  counts; each is elementwise the update ``torch.optim.Adam`` / ``torch.optim.SGD`` applies to one model.
+* Adam and SGD (momentum, weight decay) run on the stacked tensors with per-model step counts
+  (:class:`dpaudit.training.optim.StackedOptimizer`); each is elementwise the update ``torch.optim.Adam`` /
+  ``torch.optim.SGD`` applies to one model.
 
 DP-SGD (Abadi et al. 2016, with Poisson sampling as in Opacus): in every step model ``i`` includes each
 of its records independently with probability ``q_i`` (``DPSGDConfig.sampling_rate`` or ``B / n_i``);
-per-example gradients come from ``vmap(grad(...))``; each is clipped to L2 norm ``C``
-(factor ``min(1, C / (||g|| + 1e-6))``); the sum gets Gaussian noise ``N(0, sigma^2 C^2 I)`` and is divided
-by the *expected* batch size ``q_i n_i`` (Opacus' normalisation). An epoch is ``round(1 / q_i)`` steps
+each per-example gradient is clipped to L2 norm ``C`` (factor ``min(1, C / (||g|| + 1e-6))``); the sum
+gets Gaussian noise ``N(0, sigma^2 C^2 I)`` and is divided by the *expected* batch size ``q_i n_i`` (Opacus'
+normalisation). The step is :class:`dpaudit.training.dpsgd.DPSGDStep`: ghost norms and one weighted matmul
+per layer for the papers' architectures (no per-example gradient is materialised), ``vmap(grad)`` for
+anything else (``dp_method``). Optional white-box gradient canaries (``canary_grads``, ``canary_mask``) are
+added to model ``i``'s clipped sum, before the noise, in the steps its mask selects. An epoch is ``round(1 / q_i)`` steps
 (:func:`dp_steps_per_epoch`), so the accountant's ``steps`` is ``epochs * round(1 / q_i)``. The Poisson
 masks of model ``i`` depend only on ``(seed, i, epoch)``; the noise of global step ``t`` is drawn for all
 models at once from a generator seeded by ``(seed, t)`` -- reproducible, but, unlike initialisation and
@@ -348,7 +352,7 @@ def _validate_datasets(spec: ModelSpec, datasets) -> list[tuple[np.ndarray, np.n
     return out
 
 
-def _fingerprint(spec, config, seed, data, init_state) -> str:
+def _fingerprint(spec, config, seed, data, init_state, canary_grads=None) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(json.dumps([spec.to_dict(), config.to_dict(), int(seed)], sort_keys=True).encode())
     for X, y in data:
@@ -359,6 +363,9 @@ def _fingerprint(spec, config, seed, data, init_state) -> str:
         for k in sorted(init_state):
             h.update(k.encode())
             h.update(init_state[k].detach().cpu().contiguous().numpy().tobytes())
+    for k in sorted(canary_grads or {}):  # the canaries (their inclusion masks are the caller's to keep fixed)
+        h.update(b"canary:" + k.encode())
+        h.update(canary_grads[k].detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -444,6 +451,8 @@ def train_ensemble(
     stop_after_epochs: int | None = None,
     dp_chunk_bytes: int = 1 << 29,
     dp_method: str = DP_DEFAULT_METHOD,
+    canary_grads: dict | None = None,
+    canary_mask=None,
 ) -> Ensemble:
     """Train M models of ``spec``, model ``i`` on ``datasets[i]``, all at once.
 
@@ -475,6 +484,12 @@ def train_ensemble(
     dp_method : {"auto", "ghost", "per_example"}
         How DP-SGD gets its clipped sums (:class:`dpaudit.training.dpsgd.DPSGDStep`): ghost norms without
         per-example gradients where the architecture allows (``"auto"``), or ``vmap(grad)`` per example.
+    canary_grads : dict, optional
+        DP only: white-box gradient canaries, ``{name: (M, *shape)}`` over every parameter, each model's of L2
+        norm <= ``max_grad_norm``; added to the clipped sum before the noise, not clipped again.
+    canary_mask : array (epochs * S, M) of bool, or callable ``t -> (M,) bool``, optional
+        Whether model ``i`` includes its canary in global step ``t`` (default: every step). A model's
+        steps after its stream has ended are not run, whatever the mask says.
 
     Training runs ``epochs`` *rounds* of ``S = max_i steps_per_epoch_i`` global steps (a round is one
     epoch of the largest data set). Model ``i``'s own step stream continues across rounds, so a model with
@@ -493,6 +508,8 @@ def train_ensemble(
     if stop_after_epochs is not None:
         stop_after_epochs = check_int(stop_after_epochs, "stop_after_epochs", owner, low=0)
     check_choice(dp_method, "dp_method", owner, DP_METHODS)
+    if canary_grads is not None and config.dp is None:
+        raise ParameterError("The 'canary_grads' parameter of train_ensemble needs DP-SGD (config.dp); got config.dp = None.")
     data = _validate_datasets(spec, datasets)
     dev = _resolve_device(device)
 
@@ -501,10 +518,11 @@ def train_ensemble(
     params, buffers = _initial_state(spec, plan.M, seed, init_state, dev)
     opt = StackedOptimizer(params, kind=config.optimizer, lr=config.lr, momentum=config.momentum,
                            weight_decay=config.weight_decay)
+    canaries = _Canaries.build(canary_grads, canary_mask, params, dev)
     history: list[dict] = []
     start_epoch = 0
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    fp = _fingerprint(spec, config, seed, data, init_state) if ckpt is not None else None
+    fp = _fingerprint(spec, config, seed, data, init_state, canaries and canaries.grads) if ckpt is not None else None
     if ckpt is not None:
         start_epoch, history = _maybe_resume(ckpt, fp, params, buffers, opt)
 
@@ -512,7 +530,7 @@ def train_ensemble(
     bar = _progress(progress, end_epoch - start_epoch, plan.M, spec.name)
     try:
         for g in range(start_epoch, end_epoch):
-            _train_round(g, plan, model, params, buffers, opt, config, seed, dp_chunk_bytes)
+            _train_round(g, plan, model, params, buffers, opt, config, seed, dp_chunk_bytes, canaries)
             done = g + 1
             if eval_data is not None and (done % eval_every == 0 or done == config.epochs):
                 history.append(_evaluate(spec, params, buffers, eval_data, done, dev, config, seed))
@@ -580,8 +598,41 @@ def _build_step_model(spec: ModelSpec, config: TrainConfig, dev, dp_method: str)
     return _StepModel(base, DPSGDStep(base, method=dp_method) if config.dp is not None else None)
 
 
+@dataclass
+class _Canaries:
+    """White-box gradient canaries on the device and their per-step inclusion (see :func:`train_ensemble`)."""
+
+    grads: dict
+    mask: object
+
+    @classmethod
+    def build(cls, grads, mask, params, dev) -> "_Canaries | None":
+        if grads is None:
+            return None
+        if not isinstance(grads, dict) or set(grads) != set(params):
+            raise ParameterError(f"The 'canary_grads' parameter of train_ensemble must be a dict over every parameter "
+                                 f"({sorted(params)}).")
+        out = {}
+        for k, v in params.items():
+            t = torch.as_tensor(grads[k]).to(dev, v.dtype)
+            if tuple(t.shape) != tuple(v.shape):
+                raise DataError(f"canary_grads[{k!r}] has shape {tuple(t.shape)}; expected {tuple(v.shape)}.")
+            out[k] = t
+        return cls(out, mask)
+
+    def at(self, t: int, sel_np, dev):
+        """(grads, (M_active,) float mask) for global step ``t`` and the stepped models ``sel_np``."""
+        m = np.ones(next(iter(self.grads.values())).shape[0], dtype=bool) if self.mask is None else (
+            self.mask(t) if callable(self.mask) else np.asarray(self.mask)[t])
+        m = torch.from_numpy(np.asarray(m, dtype=np.float32)[sel_np]).to(dev)
+        if isinstance(sel_np, slice):
+            return self.grads, m
+        sel = torch.from_numpy(sel_np).to(dev)
+        return {k: v.index_select(0, sel) for k, v in self.grads.items()}, m
+
+
 def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: StackedOptimizer,
-                 config: TrainConfig, seed: int, chunk_bytes: int) -> None:
+                 config: TrainConfig, seed: int, chunk_bytes: int, canaries: _Canaries | None = None) -> None:
     """Round ``g``: its ``S`` global steps, each stepping the models whose streams are still going."""
     S, M, dev = plan.S, plan.M, plan.X.device
     if config.dp is None:
@@ -612,8 +663,9 @@ def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: S
         if model.dp_step is None:
             grads = _plain_grads(model.base, p_step, b_step, xb, yb, mb)
         else:
+            cg, cm = canaries.at(g * S + s, sel_np, dev) if canaries is not None else (None, None)
             grads = _private_grads(model.dp_step, p_step, b_step, xb, yb, mb, config.dp, plan.q[sel_np],
-                                   plan.sizes[sel_np], seed, g * S + s, chunk_bytes)
+                                   plan.sizes[sel_np], seed, g * S + s, chunk_bytes, cg, cm)
         opt.update(p_step, grads, sel)
         if sel is not None:
             for k, v in p_step.items():
@@ -703,7 +755,8 @@ def _plain_grads(base, params, buffers, xb, yb, mb):
     return dict(zip(leaves.keys(), gs))
 
 
-def _private_grads(step: DPSGDStep, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes):
+def _private_grads(step: DPSGDStep, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,
+                   canary_grads=None, canary_mask=None):
     """Clipped, noised, normalised per-model gradients (DP-SGD) for global step t; the noise of step t is
     drawn for all stepped models at once from a generator seeded by ``(seed, t)``."""
     dev = mb.device
@@ -712,7 +765,7 @@ def _private_grads(step: DPSGDStep, params, buffers, xb, yb, mb, dp: DPSGDConfig
     expected = torch.as_tensor(q * sizes, dtype=torch.float32, device=dev)
     return step.private_grads(params, buffers, xb, yb, mb, max_grad_norm=dp.max_grad_norm,
                               noise_multiplier=dp.noise_multiplier, expected_batch=expected, noise=gen,
-                              chunk_bytes=chunk_bytes)
+                              chunk_bytes=chunk_bytes, canary_grads=canary_grads, canary_mask=canary_mask)
 
 
 def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,

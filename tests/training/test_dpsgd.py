@@ -149,3 +149,26 @@ def test_sequential_ghost_equals_reference_and_flat_clip_and_noise():
     f = torch.clamp(0.5 / (pe.norm(dim=-1) + 1e-6), max=1.0) * m
     torch.testing.assert_close(clip_and_noise(pe, m, 0.5, 0.0, torch.tensor([2.0], dtype=torch.float64), torch.zeros(1, 3)),
                                (pe * f.unsqueeze(-1)).sum(1) / 2)
+
+
+def test_train_ensemble_adds_canaries_in_the_steps_their_mask_selects():
+    """One full-batch step (q = 1), SGD, no noise: the canary moves model i by -lr * c_i * include_i / n_i."""
+    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, train_ensemble
+
+    spec = ModelSpec("mlp", (4,), 3, {"hidden": [5]})
+    rng = np.random.default_rng(0)
+    data = [(rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n)) for n in (6, 9, 4)]
+    cfg = TrainConfig(epochs=1, optimizer="sgd", lr=0.5, dp=DPSGDConfig(0.0, 1.0, 1.0))
+    shapes = {k: v.shape for k, v in build_model(spec).named_parameters()}
+    raw = {k: torch.randn((3,) + tuple(sh), generator=torch.Generator().manual_seed(2)) for k, sh in shapes.items()}
+    norm = torch.sqrt(sum(v.reshape(3, -1).pow(2).sum(1) for v in raw.values()))
+    canary = {k: v * (0.9 / norm).reshape((-1,) + (1,) * (v.dim() - 1)) for k, v in raw.items()}
+    include = np.array([[True, False, True]])  # (steps, M): one global step
+    plain = train_ensemble(spec, data, cfg, seed=1, progress=False)
+    marked = train_ensemble(spec, data, cfg, seed=1, progress=False, canary_grads=canary, canary_mask=include)
+    for i, (_, y) in enumerate(data):
+        for k in shapes:
+            expect = -0.5 * canary[k][i] * float(include[0, i]) / len(y)
+            torch.testing.assert_close(marked.params[k][i] - plain.params[k][i], expect, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ParameterError, match="canary_grads"):
+        train_ensemble(spec, data, TrainConfig(epochs=1), seed=1, progress=False, canary_grads=canary)
