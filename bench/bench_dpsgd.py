@@ -165,11 +165,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--warm", type=int, default=2, help="warm calls per arm after the cold one (fastest is kept)")
     ap.add_argument("--per-example", action="store_true", help="also time the ensemble's vmap(grad) reference path")
-    ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "0")) or (os.cpu_count() or 1))
     ap.add_argument("--out", default="runs/bench/dpsgd.json")
     args = ap.parse_args(argv)
+    import opacus
     import torch
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     rows = []
     load_before = list(os.getloadavg())
@@ -195,7 +198,7 @@ def main(argv=None) -> dict:
                      "optimizer": "sgd", "lr": LR, "noise_multiplier": SIGMA, "max_grad_norm": CLIP,
                      "sampling": "Poisson, q = 1/ceil(n/batch), ceil(n/batch) steps per epoch"},
         "device": args.device, "device_name": _device_name(args.device), "torch": torch.__version__,
-        "opacus": _version("opacus"), "cpu_count": os.cpu_count(), "torch_threads": args.threads,
+        "opacus": opacus.__version__, "cpu_count": os.cpu_count(), "torch_threads": args.threads,
         "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
         "platform": platform.platform(), "cases": rows,
     }
@@ -205,24 +208,6 @@ def main(argv=None) -> dict:
     print(f"wrote {args.out} (load average {load_before[0]:.1f} -> {result['load_average_after'][0]:.1f} "
           f"on {os.cpu_count()} cores)")
     return result
-
-
-def _version(pkg: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(pkg)
-    except Exception:  # noqa: BLE001 - not installed
-        return None
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:  # pragma: no cover
-        return False
 
 
 if __name__ == "__main__":
