@@ -29,8 +29,10 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from bench_ensemble import plain_loop  # noqa: E402  (the same plain torch loop as the non-DP ensemble benchmark)
 
 MLP = {"name": "mlp", "kwargs": {"hidden": [100, 100]}}
 CNN = {"name": "cnn_fedkt", "kwargs": {"norm": "group"}}
@@ -90,23 +92,6 @@ def _train_opacus(datasets, spec, cfg, dev):
                 opt.step()
 
 
-def _train_loop(datasets, spec, cfg, dev):
-    import torch
-    import torch.nn.functional as F
-
-    from dpaudit.training.ensemble import batch_schedule, init_model
-
-    for i, (X, y) in enumerate(datasets):
-        m = init_model(spec, 0, i).to(dev).train()
-        opt = torch.optim.SGD(m.parameters(), lr=cfg.lr)
-        Xt, yt = torch.from_numpy(X).to(dev), torch.from_numpy(y).to(dev)
-        for b in batch_schedule(len(y), cfg.batch_size, cfg.epochs, 0, i):
-            bt = torch.from_numpy(b).to(dev)
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(m(Xt[bt]), yt[bt]).backward()
-            opt.step()
-
-
 def _arm(case_name: str, arm: str, warm: int, device: str, threads: int, queue) -> None:
     warnings.filterwarnings("ignore")
     import torch
@@ -130,7 +115,7 @@ def _arm(case_name: str, arm: str, warm: int, device: str, threads: int, queue) 
         elif arm == "opacus":
             _train_opacus(datasets, spec, cfg, dev)
         else:
-            _train_loop(datasets, spec, cfg, dev)
+            plain_loop(datasets, spec, cfg, dev)
         if dev.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t0

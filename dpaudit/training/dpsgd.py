@@ -49,6 +49,8 @@ __all__ = ["DPSGDStep", "cross_entropy_rows", "clip_factors", "noised_mean", "cl
 
 DP_METHODS = ("auto", "ghost", "per_example")
 CLIP_STABILISER = 1e-6  # f = min(1, C / (||g|| + 1e-6)), as Opacus
+_MAX_WIDTH_GROUPS = 4  # the ghost path splits the models into at most this many groups of similar batch width,
+_MODELS_PER_WIDTH_GROUP = 48  # each of at least this many models (a group costs a few ms of Python per step)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
@@ -213,7 +215,8 @@ class DPSGDStep:
     def clipped_sum(self, params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor], x: torch.Tensor,
                     y: torch.Tensor, mask: torch.Tensor, max_grad_norm: float, *, extra: torch.Tensor | None = None,
                     chunk_bytes: int = 1 << 29) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """``(sum_i mask_i f_i g_i per parameter (M, *shape), squared per-example norms (M, W))``."""
+        """``(sum_i mask_i f_i g_i per parameter (M, *shape), squared per-example norms (M, W))``; the norms
+        are those of the sampled rows (the ghost path may skip rows after a model's last sampled one: 0 there)."""
         if self.method == "ghost" and not buffers:
             try:
                 return self._ghost_sum(params, x, y, mask, float(max_grad_norm), extra, chunk_bytes)
@@ -275,6 +278,9 @@ class DPSGDStep:
     # -- ghost norms and book-keeping ---------------------------------------------------------------
 
     def _ghost_sum(self, params, x, y, mask, C, extra, chunk_bytes):
+        """Models in groups of similar batch width: each group runs at the width its rows need (the last
+        sampled row of its widest member), so Poisson batches padded to the widest of M models cost less;
+        groups also keep the activations within ``chunk_bytes``."""
         M, W = mask.shape
         key = (tuple(x.shape[2:]), x.dtype)
         if key not in self._act_numel:
@@ -284,17 +290,23 @@ class DPSGDStep:
             self._act_numel[key] = sum(r["a"].numel() + r["z"].numel() for r in records)
         per_model = W * self._act_numel[key] * x.element_size() * 4  # activations, output grads, temporaries
         mc = max(1, min(M, int(chunk_bytes // max(1, per_model))))
-        if mc >= M:
-            return self._ghost_chunk(params, x, y, mask, C, extra)
+        used = ((mask != 0) * torch.arange(1, W + 1, device=mask.device)).amax(1)  # rows each model needs
+        groups = max(-(-M // mc), min(_MAX_WIDTH_GROUPS, M // _MODELS_PER_WIDTH_GROUP))
+        if groups <= 1:
+            w = max(1, int(used.max()))
+            s, sq = self._ghost_chunk(params, x[:, :w], y[:, :w], mask[:, :w], C, None if extra is None else extra[:, :w])
+            return s, sq if w == W else F.pad(sq, (0, W - w))
         summed = {k: torch.empty_like(v) for k, v in params.items()}
-        sq_all = torch.empty((M, W), dtype=mask.dtype, device=mask.device)
-        for a in range(0, M, mc):
-            sl = slice(a, min(M, a + mc))
-            s, sq = self._ghost_chunk({k: v[sl] for k, v in params.items()}, x[sl], y[sl], mask[sl], C,
-                                      None if extra is None else extra[sl])
+        sq_all = torch.zeros((M, W), dtype=mask.dtype, device=mask.device)
+        order = torch.argsort(used, stable=True)
+        for idx in order.chunk(groups):
+            w = max(1, int(used[idx].max()))
+            sub = None if extra is None else extra[idx, :w]
+            s, sq = self._ghost_chunk({k: v[idx] for k, v in params.items()}, x[idx, :w], y[idx, :w], mask[idx, :w],
+                                      C, sub)
             for k, v in s.items():
-                summed[k][sl] = v
-            sq_all[sl] = sq
+                summed[k].index_copy_(0, idx, v)
+            sq_all[idx, :w] = sq
         return summed, sq_all
 
     def _ghost_chunk(self, params, x, y, mask, C, extra):

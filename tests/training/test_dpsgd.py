@@ -57,7 +57,7 @@ def test_ghost_clipped_sums_and_norms_equal_per_example(name, C):
     x, y, mask = _batch(spec)
     s_g, sq_g = ghost.clipped_sum(params, {}, x, y, mask, C)
     s_r, sq_r = ref.clipped_sum(params, {}, x, y, mask, C)
-    torch.testing.assert_close(sq_g, sq_r, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(sq_g * mask, sq_r * mask, rtol=1e-10, atol=1e-12)  # norms of the sampled rows
     assert s_g.keys() == s_r.keys() == params.keys()
     for k in s_r:
         torch.testing.assert_close(s_g[k], s_r[k], rtol=1e-10, atol=1e-12, msg=k)
@@ -172,3 +172,21 @@ def test_train_ensemble_adds_canaries_in_the_steps_their_mask_selects():
             torch.testing.assert_close(marked.params[k][i] - plain.params[k][i], expect, rtol=1e-4, atol=1e-6)
     with pytest.raises(ParameterError, match="canary_grads"):
         train_ensemble(spec, data, TrainConfig(epochs=1), seed=1, progress=False, canary_grads=canary)
+
+
+def test_many_models_in_width_groups_equal_per_example():
+    """Enough models that the ghost path groups them by batch width (and gathers/scatters): same sums."""
+    spec = ModelSpec("mlp", (5,), 3, {"hidden": [6]})
+    ghost, ref = _steps(spec)
+    n_models, width = 100, 9
+    params, _ = stack_module_state([init_model(spec, 1, i) for i in range(n_models)])
+    params = {k: v.detach().double() for k, v in params.items()}
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(n_models, width, 5, generator=g, dtype=torch.float64) * 3
+    y = torch.randint(0, 3, (n_models, width), generator=g)
+    mask = (torch.rand(n_models, width, generator=g) < torch.rand(n_models, 1, generator=g)).double()
+    s_g, sq_g = ghost.clipped_sum(params, {}, x, y, mask, 0.3)
+    s_r, sq_r = ref.clipped_sum(params, {}, x, y, mask, 0.3)
+    torch.testing.assert_close(sq_g * mask, sq_r * mask, rtol=1e-10, atol=1e-12)
+    for k in s_r:
+        torch.testing.assert_close(s_g[k], s_r[k], rtol=1e-10, atol=1e-12, msg=k)
