@@ -6,10 +6,14 @@ norm 1.0, Poisson sampling at rate q = 1 / ceil(n / batch) with ceil(n / batch) 
 Opacus's DPDataLoader does for a DataLoader of that batch size). Only the execution differs (the Poisson masks
 and the noise are drawn from different generators, so the weights are not compared).
 
-Each arm runs in its own freshly spawned process (one after the other): *cold* is the first training call in
-that process (after imports), *warm* the fastest of ``--warm`` further identical calls; the peak resident memory
-(``ru_maxrss``) is that process's. Ratios are ``Opacus loop / ensemble`` of the same run. The non-DP case
-compares the ensemble with a plain per-model torch loop (same batch order and init).
+By default each case runs in one freshly spawned process: the ensemble's *cold* call first (the first training
+call of the process, after imports, so it also pays the process's first-use costs), then the baseline's first
+call, then ``--warm`` rounds alternating the arms (*warm*: the fastest call per arm), so that both arms see the
+same machine load; ratios are ``baseline / ensemble`` within that process. The peak resident memory
+(``ru_maxrss``) is taken after each arm's cold call: the ensemble's own, and the process's peak so far for the
+baseline. ``--separate`` runs every arm in its own process instead (per-arm peak memory and cold starts, but the
+load may change between arms). The non-DP case compares the ensemble with a plain per-model torch loop (same
+batch order and init).
 
     python bench/bench_dpsgd.py                                  # the issue's table + a CNN case, CPU
     python bench/bench_dpsgd.py --cases dp-mlp-64 --warm 3 --out runs/bench/dpsgd.json
@@ -92,19 +96,21 @@ def _train_opacus(datasets, spec, cfg, dev):
                 opt.step()
 
 
-def _arm(case_name: str, arm: str, warm: int, device: str, threads: int, queue) -> None:
+def _arms(case_name: str, arms: list, warm: int, device: str, threads: int, queue) -> None:
+    """Run ``arms`` in this process: each arm's cold call in order, then ``warm`` rounds that alternate the
+    arms (so the arms share the machine's load); the fastest warm call per arm is kept."""
     warnings.filterwarnings("ignore")
     import torch
 
     torch.set_num_threads(threads)
-    if arm == "opacus":
-        import opacus  # noqa: F401  (imports are not part of the cold call)
+    import opacus  # noqa: F401  (imports are not part of the cold call)
+
     from dpaudit.training import ensemble  # noqa: F401
 
     datasets, spec, cfg = _setup(CASES[case_name])
     dev = torch.device(device)
 
-    def once() -> float:
+    def once(arm: str) -> float:
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -120,17 +126,25 @@ def _arm(case_name: str, arm: str, warm: int, device: str, threads: int, queue) 
             torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    cold = once()
-    warm_s = min(once() for _ in range(warm)) if warm > 0 else None
-    queue.put({"cold_s": cold, "warm_s": warm_s,
-               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,  # KiB on Linux
-               "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else None})
+    out = {}
+    for arm in arms:
+        out[arm] = {"cold_s": once(arm), "warm_s": None,
+                    # KiB on Linux; after this arm's cold call: its own peak for the first arm of a process,
+                    # the largest so far for later ones
+                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    for _ in range(warm):
+        for arm in arms:
+            t = once(arm)
+            out[arm]["warm_s"] = t if out[arm]["warm_s"] is None else min(out[arm]["warm_s"], t)
+    for arm in arms:
+        out[arm]["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else None
+    queue.put(out)
 
 
-def _run(case_name, arm, args) -> dict:
+def _run(case_name, arms, args) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_arm, args=(case_name, arm, args.warm, args.device, args.threads, q))
+    p = ctx.Process(target=_arms, args=(case_name, arms, args.warm, args.device, args.threads, q))
     p.start()
     out = q.get()
     p.join()
@@ -150,6 +164,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--warm", type=int, default=2, help="warm calls per arm after the cold one (fastest is kept)")
     ap.add_argument("--per-example", action="store_true", help="also time the ensemble's vmap(grad) reference path")
+    ap.add_argument("--separate", action="store_true",
+                    help="one fresh process per arm (clean cold starts and per-arm peak memory) instead of one "
+                         "process per case with the arms' warm calls alternating (ratios under the same load)")
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "0")) or (os.cpu_count() or 1))
     ap.add_argument("--out", default="runs/bench/dpsgd.json")
@@ -165,7 +182,10 @@ def main(argv=None) -> dict:
         case = CASES[name]
         baseline = "opacus" if case["dp"] else "loop"
         arms = [baseline, "ensemble"] + (["ensemble_per_example"] if args.per_example and case["dp"] else [])
-        res = {arm: _run(name, arm, args) for arm in arms}
+        if args.separate:
+            res = {arm: _run(name, [arm], args)[arm] for arm in arms}
+        else:  # the ensemble first: the peak memory after its cold call is its own
+            res = _run(name, arms[1:] + arms[:1], args)
         row = {"case": name, **{k: v for k, v in case.items() if k != "model"}, "model": case["model"],
                "baseline": baseline, "arms": res}
         for mode in ("cold_s", "warm_s"):
@@ -185,7 +205,8 @@ def main(argv=None) -> dict:
         "device": args.device, "device_name": _device_name(args.device), "torch": torch.__version__,
         "opacus": opacus.__version__, "cpu_count": os.cpu_count(), "torch_threads": args.threads,
         "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
-        "platform": platform.platform(), "cases": rows,
+        "platform": platform.platform(), "processes": "one per arm" if args.separate else
+        "one per case, arms alternating; peak_rss_mb of a later arm is the process's peak so far", "cases": rows,
     }
     from dpaudit._io import write_json
 
