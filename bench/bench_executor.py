@@ -54,8 +54,8 @@ def bench_lira(workers: int, num_models: int, epochs: int) -> dict:
     from dpaudit.attacks.lira import lira_attack
     from dpaudit.executors import LocalExecutor
     from dpaudit.training.data import load_dataset
-    from dpaudit.training.ensemble import TrainConfig, train_ensemble
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import TrainConfig, fit_classifier, train_ensemble
+    from dpaudit.training.models import ModelSpec
 
     torch.set_num_threads(1)
     ds = load_dataset("digits", seed=0)

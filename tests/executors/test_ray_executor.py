@@ -51,8 +51,8 @@ def test_lira_reference_models_on_ray_equal_local(ray2, tmp_path):
     torch = pytest.importorskip("torch")
     from dpaudit.attacks.lira import lira_attack
     from dpaudit.training.data import load_dataset
-    from dpaudit.training.ensemble import TrainConfig, train_ensemble
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import TrainConfig, fit_classifier, train_ensemble
+    from dpaudit.training.models import ModelSpec
 
     torch.set_num_threads(1)
     ds = load_dataset("digits", seed=0)
