@@ -15,6 +15,8 @@ import click
 from dpaudit import __version__
 from dpaudit.errors import DPAuditError
 
+__all__ = ["cli", "main"]
+
 # Each module below defines a click command named ``command``; a module that is absent is skipped.
 _COMMAND_MODULES = ("account", "train", "attack", "audit", "check")
 
