@@ -31,7 +31,7 @@ else:  # pragma: no cover
 
 __all__ = ["json_number", "parse_json_number", "atomic_path", "write_bytes", "write_text", "write_json", "read_json",
            "save_npz", "save_npy", "atomic_dir", "check_input_file", "read_input_bytes", "read_input_text",
-           "load_toml_file", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES"]
+           "load_toml_file", "read_toml", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES"]
 
 #: The largest input file dpaudit reads whole (TOML/JSON/CSV/votes/membership): 1 GiB. Larger inputs are refused
 #: with a :class:`DataError` before anything is allocated.
@@ -422,3 +422,8 @@ def exclusive_lock(directory: str | os.PathLike, what: str = "dpaudit") -> Itera
         yield lock
     finally:
         os.close(fd)  # releases the lock
+
+
+def read_toml(path: str | os.PathLike, what: str = "config file") -> dict:
+    """Parse the TOML file ``path``: :func:`load_toml_file` with ``what`` the kind of file ("config file")."""
+    return load_toml_file(path, f"the {what}")

@@ -5,8 +5,17 @@ on scikit-learn's digits). Each model entry either runs a method (``method = "fr
 config file and/or inline overrides) or audits an existing release directory (``release = "runs/x"``).
 
 Stages are resumable: a run directory keeps each model's release and each attack's result; an interrupted
-audit started again with the same configuration skips what is complete (results are keyed by a hash of the
-settings they came from, so a changed setting recomputes).
+audit started again with the same configuration skips what is complete. Every stage is keyed by a hash of
+everything its result depends on (:func:`release_digest` for the content of a release):
+
+- training: method, inline params, the method config file's text, data set, seed, data_dir, dpaudit version
+  (and the stored release must still have the content it was written with);
+- each attack: the attack's settings, the audit's seed / confidence / delta / n_bootstrap, the content of the
+  release it attacks (every file of the bundle: model weights, release.json, membership, votes), the number of
+  split seeds and the dpaudit version.
+
+So a changed model parameter retrains that model and re-attacks it, a changed attack setting re-runs that
+attack only, and an edited release re-runs its attacks; everything else stays cached.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,17 +35,15 @@ import numpy as np
 from dpaudit import __version__
 from dpaudit._io import read_json, write_json
 from dpaudit.errors import DPAuditError, DataError, ParameterError, _fmt, check_choice, check_float, check_int, check_probability
+from dpaudit.executors import Executor, LocalExecutor, Unit
+from dpaudit.progress import QUIET, Reporter, as_reporter
 from dpaudit.report.flags import compute_flags
 from dpaudit.report.render import write_report
 from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from dpaudit.report.verdict import compute_verdicts
 
 __all__ = ["AttackSpec", "ModelRun", "AuditConfig", "default_config", "load_audit_config", "check_audit_config",
-           "check_device", "run_audit"]
+           "run_audit", "release_digest"]
 
 ATTACK_KINDS = ("threshold", "shadow", "lira")
 #: Supported ranges of an audit's settings (beyond them a run would take days or exhaust memory).
@@ -238,82 +246,12 @@ def load_audit_config(path: str | Path) -> AuditConfig:
     )
 
 
-def check_device(device: str | None, option: str = "--device") -> str | None:
-    """Check that ``device`` names a torch device this machine has (``None``: the default, always fine)."""
-    if device is None:
-        return None
-    import torch
+def _load_release(path: str | Path, cfg: AuditConfig) -> Any:
+    """A release of the audit: the config's ``data_dir`` (the user's choice) overrides the one a release names; a
+    release naming a data directory outside itself needs it (see :func:`~dpaudit.training.release.load_release`)."""
+    from dpaudit.training.release import load_release
 
-    try:
-        dev = torch.device(device) if isinstance(device, str) else None
-    except (RuntimeError, TypeError, ValueError):
-        dev = None
-    if dev is None:
-        raise ParameterError(f"The '{option}' option must name a torch device such as 'cpu', 'cuda' or 'cuda:1'. Got {_fmt(device)} instead.")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ParameterError(f"The '{option}' option asks for {device!r}, but this machine has no usable CUDA device "
-                                 "(or this torch build has no CUDA support); use 'cpu'.")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ParameterError(f"The '{option}' option asks for {device!r}, but this machine has "
-                                 f"{torch.cuda.device_count()} CUDA device(s).")
-    elif dev.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise ParameterError(f"The '{option}' option asks for 'mps', which this machine does not have; use 'cpu'.")
-    elif dev.type != "cpu":
-        raise ParameterError(f"The '{option}' option must be 'cpu', 'cuda[:N]' or 'mps'. Got {device!r} instead.")
-    return device
-
-
-def _check_method_run(run: ModelRun, cfg: AuditConfig) -> None:
-    """Build the method config of ``run`` (no data, no training) so that a bad method name or parameter is
-    reported before the first model trains."""
-    from dpaudit._io import load_toml_file
-    from dpaudit.training.methods import FEDERATED_METHODS, METHODS, method_names
-
-    check_choice(run.method, "method", f"model {run.name!r}", method_names())
-    if run.config_file is not None:
-        load_toml_file(run.config_file, f"the config file of model {run.name!r}")  # stat first: no FIFO blocks
-    params = dict(run.params)
-    if run.method in METHODS:
-        from dpaudit.training.methods import get_method
-        from dpaudit.training.methods.common import load_config
-
-        cls, _ = get_method(run.method)
-        load_config(cls, run.config_file, **params)
-        return
-    bad = [k for k, v in params.items() if not isinstance(v, Mapping)]
-    if bad:
-        raise ParameterError(f"The 'params' of federated method {run.method!r} must be tables of overrides "
-                             f"(e.g. {{method = {{rounds = 20}}}}). Got non-table key(s) {bad} instead.")
-    import importlib
-
-    from dpaudit.training.methods.fl_common import DataSettings, merge_settings, run_options
-    from dpaudit.training.models import MODELS
-
-    module_name, _fn, fixed = FEDERATED_METHODS[run.method]
-    module = importlib.import_module(module_name)
-    defaults = {"privatekt": "PRIVATEKT_DEFAULTS", "baselines": "LDP_UPDATE_DEFAULTS", "proxyfl": "PROXYFL_DEFAULTS"}
-    key = "CENTRAIN_DEFAULTS" if run.method == "centrain" else defaults[module_name.rsplit(".", 1)[1]]
-    s = merge_settings(getattr(module, key), run.config_file, params)
-    DataSettings(**s["data"])
-    run_options(s["run"], default_checkpoint_every=1)
-    model_name = s["model"].get("name", "mlp")
-    check_choice(model_name, "name", f"the [model] table of model {run.name!r}", MODELS)
-    m = s["method"]
-    if run.method == "centrain":
-        unknown = set(m) - {"epochs", "batch_size", "lr"}
-        if unknown:
-            raise ParameterError(f"Unknown CenTrain parameter(s) {sorted(unknown)}; allowed: ['batch_size', 'epochs', 'lr'].")
-    elif "variant" in fixed:
-        variant = {**m, **module.PROXYFL_VARIANTS[fixed["variant"]]}
-        variant.update({"private_model": m.get("private_model") or model_name, "proxy_model": model_name})
-        module.ProxyFLConfig.from_dict(variant)
-    elif "mode" in fixed:
-        module.LdpUpdateConfig.from_dict({**m, "mode": fixed["mode"]})
-    else:
-        module.PrivateKTConfig.from_dict(m)
+    return load_release(path, data_dir=cfg.data_dir)
 
 
 def check_audit_config(config: AuditConfig, *, device: str | None = None) -> None:
@@ -324,7 +262,10 @@ def check_audit_config(config: AuditConfig, *, device: str | None = None) -> Non
 
     if not isinstance(config, AuditConfig):
         raise ParameterError(f"The 'config' parameter of run_audit must be an AuditConfig. Got {type(config).__name__} instead.")
-    check_device(device)
+    from dpaudit.training.methods import load_method_config
+    from dpaudit.training.methods.scaffold import check_device
+
+    check_device(device, "--device")
     if config.data_dir is not None and not Path(config.data_dir).is_dir():
         raise DataError(f"The data_dir {config.data_dir} of the audit config is not a directory.")
     for run in config.models:
@@ -332,8 +273,13 @@ def check_audit_config(config: AuditConfig, *, device: str | None = None) -> Non
             if not Path(run.release).is_dir():  # type: ignore[arg-type]
                 raise DataError(f"Model {run.name!r}: the release directory {run.release} does not exist.")
             continue
-        try:
-            _check_method_run(run, config)
+        try:  # the method's typed Config, built as the run will build it: no data, no training
+            mc = load_method_config(run.method, run.config_file, params=run.params, dataset=config.dataset,
+                                    data_dir=config.data_dir, device=device)
+            if mc.model:  # federated methods name their architecture in [model]; checked at training otherwise
+                from dpaudit.training.models import MODELS
+
+                check_choice(mc.model.get("name", "mlp"), "name", f"the [model] table of model {run.name!r}", MODELS)
         except DPAuditError as exc:
             text = str(exc)
             raise type(exc)(text if run.name in text else f"Model {run.name!r}: {text}") from None
@@ -350,36 +296,56 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _say(progress: bool, msg: str) -> None:
-    if progress:
-        print(f"[dpaudit audit] {msg}", file=sys.stderr, flush=True)
+def release_digest(path: str | Path) -> str:
+    """SHA-256 of a release bundle's content: the name and bytes of every file at its top level (model weights,
+    ``release.json``, ``membership.npz``, ``votes.npy``, ...), in name order. Sub-directories (e.g. the
+    ``attack/`` output of ``dpaudit attack``) are not part of the bundle and are not hashed; a symbolic link is
+    hashed by its target path, never read through."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for f in sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file()):
+        h.update(f.name.encode() + b"\0")
+        if f.is_symlink():      # hashed by where it points, never followed (loading refuses links anyway)
+            h.update(b"link:" + str(f.readlink()).encode())
+        else:
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
 
 
-def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, progress: bool) -> dict[str, Path]:
+def _digests(releases: Mapping[str, Path]) -> dict[str, str]:
+    return {k: release_digest(v) for k, v in releases.items()}
+
+
+def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, rep: Reporter) -> dict[str, Path]:
     """Run the model's method (resuming from its own checkpoints) and return its release paths by name."""
     from dpaudit.training.methods import run_method
 
     stage = out / "models" / run.name
     key = _hash({"method": run.method, "params": dict(run.params), "config_file": run.config_file,
                  "config_text": Path(run.config_file).read_text() if run.config_file else None,
-                 "dataset": cfg.dataset, "seed": cfg.seed, "data_dir": cfg.data_dir})
+                 "dataset": cfg.dataset, "seed": cfg.seed, "data_dir": cfg.data_dir, "version": __version__})
     done = stage / "stage.json"
     if done.is_file():
         info = read_json(done)
-        if info.get("key") == key and all(Path(v).is_dir() for v in info["releases"].values()):
-            _say(progress, f"{run.name}: release found, skipping training")
-            return {k: Path(v) for k, v in info["releases"].items()}
-    _say(progress, f"{run.name}: training ({run.method})")
+        found = {k: Path(v) for k, v in info.get("releases", {}).items()}
+        if (info.get("key") == key and found and all(p.is_dir() for p in found.values())
+                and info.get("digests") == _digests(found)):
+            rep.log(f"{run.name}: release found (same settings, same content), skipping training")
+            return found
+    rep.log(f"{run.name}: training ({run.method})")
     result = run_method(run.method, dataset=cfg.dataset, out=stage / "release", seed=cfg.seed,  # type: ignore[arg-type]
                         config_file=run.config_file, params=run.params, data_dir=cfg.data_dir, device=device,
-                        overwrite=True, progress=progress)
+                        overwrite=True, progress=rep.enabled)
     releases = {run.name: Path(result.release)}
     for extra, name in zip(run.extra, run.extra_names):
         if extra not in result.extra_releases:
             raise DataError(f"Model {run.name!r}: the {run.method} run wrote no extra release {extra!r} "
                             f"(it wrote {sorted(result.extra_releases)}).")
         releases[name] = Path(result.extra_releases[extra])
-    write_json(done, {"key": key, "releases": {k: str(v) for k, v in releases.items()}})
+    write_json(done, {"key": key, "releases": {k: str(v) for k, v in releases.items()}, "digests": _digests(releases)})
     return releases
 
 
@@ -388,6 +354,8 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
     res, blind = report.attack, report.blind
     m = res.metrics
     ci = m.intervals.get("auc")
+    b = res.bound
+    band = res.roc_band
     return AttackSummary(
         attack=label, auc=float(m.auc), tpr_at_fpr={f"{f:g}": float(t) for f, t in m.tpr_at_fpr},
         accuracy=float(m.accuracy), precision=float(m.precision), recall=float(m.recall), f1=float(m.f1),
@@ -399,6 +367,10 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
         num_members=int(m.num_members), num_nonmembers=int(m.num_nonmembers),
         details={"description": res.description, "threshold_rule": m.threshold_rule,
                  "bound_selection": res.bound.selection, "notes": list(report.notes)},
+        epsilon_kind=b.kind, epsilon_range=(float(b.split_low), float(b.split_high)), num_splits=int(b.num_splits),
+        roc_band=None if band is None else {"fpr": tuple(float(x) for x in band.fpr),
+                                            "low": tuple(float(x) for x in band.low),
+                                            "high": tuple(float(x) for x in band.high)},
     )
 
 
@@ -410,26 +382,36 @@ def _thin(a: np.ndarray, n: int = 400) -> np.ndarray:
     return a[idx]
 
 
-def _attack(release: Any, spec: AttackSpec, cfg: AuditConfig, cache: Path, progress: bool) -> AttackSummary:
+def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache: Path, rep: Reporter) -> AttackSummary:
+    from dpaudit.attacks.run import NUM_SPLITS
 
     key = _hash({"attack": dataclasses.asdict(spec), "seed": cfg.seed, "confidence": cfg.confidence,
-                 "delta": cfg.delta, "n_bootstrap": cfg.n_bootstrap,
-                 "release": release.meta.get("created_at", release.meta.get("seed")), "path": str(release.path)})
+                 "delta": cfg.delta, "n_bootstrap": cfg.n_bootstrap, "release": digest, "num_splits": NUM_SPLITS,
+                 "version": __version__})
     path = cache / f"{spec.label}.json"
     if path.is_file():
         data = read_json(path)
         if data.get("key") == key:
-            _say(progress, f"  {spec.label}: cached")
+            rep.log(f"  {spec.label}: cached (same settings, same release content)")
             return AttackSummary.from_dict(data["summary"])
-    _say(progress, f"  {spec.label}: attacking")
+    rep.log(f"  {spec.label}: attacking")
     from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=spec.kind, num_shadows=spec.shadows, classifier=spec.classifier,
                             threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
-                            n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
+                            n_bootstrap=cfg.n_bootstrap, seed=cfg.seed, checkpoint_dir=cache / f"{spec.label}.units")
     summary = _summary(report, spec.label, cfg.delta)
     write_json(path, {"key": key, "summary": summary.to_dict()})
     return summary
+
+
+def _attack_unit(path: Path, spec: AttackSpec, cfg: AuditConfig, cache: Path, rep: Reporter) -> AttackSummary:
+    """One executor unit: one attack on one release (loaded and digested where the unit runs)."""
+    return _attack(_load_release(path, cfg), release_digest(path), spec, cfg, cache, rep)
+
+
+def _unit_key(*parts: Any) -> str:
+    return "-".join(re.sub(r"[^A-Za-z0-9._=+-]", "_", str(p)) for p in parts)
 
 
 def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequence[AttackSummary], is_primary: bool) -> ModelAudit:
@@ -450,6 +432,7 @@ def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequenc
         per_party_epsilon=per_party, assumptions=tuple(meta.get("assumptions", ())),
         num_train=int(len(release.membership["members"])), params=dict(meta.get("params", {})),
         release_flags=tuple((f["code"], f["message"]) for f in meta.get("flags", ())),
+        num_classes=int(getattr(getattr(release, "spec", None), "num_classes", 0) or 0),
     )
 
 
@@ -463,45 +446,54 @@ def _per_party(ledger: Mapping[str, Any]) -> dict[str, float]:
         led = PrivacyLedger.from_dict(ledger)
         return {p: float(s.epsilon) for p, s in led.statements().items()}
     except Exception as exc:  # a stored ledger we cannot re-account is reported, not hidden
-        _say(True, f"warning: could not re-account the stored ledger ({exc})")
+        as_reporter(True, prefix="dpaudit audit").log(f"warning: could not re-account the stored ledger ({exc})")
         return {}
 
 
-def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None, progress: bool = True) -> AuditReport:
-    """Run every stage of ``config`` into the run directory ``out`` and write the report there."""
+def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None,
+              progress: bool | Reporter = True, executor: Executor | None = None) -> AuditReport:
+    """Run every stage of ``config`` into the run directory ``out`` and write the report there.
+
+    ``progress``: True (stderr), False (silent) or a :class:`~dpaudit.progress.Reporter`: one line per
+    training stage, and one display over the attack units (a bar with ETA on a terminal).
+    ``executor`` (default: this process) runs the independent units: the models (one unit each), then every
+    attack on every release (one unit each; their shadow models are checkpointed in groups under the run
+    directory). The report's numbers do not depend on it."""
     from dpaudit.training.release import load_release
 
     from dpaudit._io import exclusive_lock
 
     check_audit_config(config, device=device)  # the whole config, before anything trains
+    rep = as_reporter(progress, prefix="dpaudit audit")
     out = Path(out)
     with exclusive_lock(out, "dpaudit audit"):  # a second audit into the same --out stops here, naming this one
-        return _run_audit(config, out, device, progress)
+        return _run_audit(config, out, device, rep, executor)
 
 
-def _run_audit(config: AuditConfig, out: Path, device: str | None, progress: bool) -> AuditReport:
-    from dpaudit.training.release import load_release
-
+def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter, executor: Executor | None) -> AuditReport:
     t0 = time.perf_counter()
+    ex = executor if executor is not None else LocalExecutor()
+    inline = rep if ex.in_process else QUIET  # units elsewhere report through the executor's display only
+    trained = [r for r in config.models if r.method is not None]
+    done = ex.map([Unit(_unit_key("train", j, r.name), _train, (r, config, out, device, inline))
+                   for j, r in enumerate(trained)], label="models to train", progress=rep)
+    releases_of = {r.name: rel for r, rel in zip(trained, done)}
+    targets = [(run, i, name, Path(path)) for run in config.models
+               for i, (name, path) in enumerate(releases_of.get(run.name, {run.name: run.release}).items())]
+    summaries = ex.map([Unit(_unit_key("attack", j, name, spec.label), _attack_unit,
+                             (path, spec, config, out / "models" / name / "attacks", inline))
+                        for j, (_, _, name, path) in enumerate(targets) for spec in config.attacks],
+                       label=f"{len(config.attacks)} attack(s) on each of {len(targets)} release(s)", progress=rep)
     audits: list[ModelAudit] = []
-    for run in config.models:
-        if run.method is not None:
-            releases = _train(run, config, out, device, progress)
-        else:
-            releases = {run.name: Path(run.release)}  # type: ignore[arg-type]
-        for i, (name, path) in enumerate(releases.items()):
-            # releases this audit trained read the audit's own data_dir; for others, the config's data_dir
-            # (when set) overrides what their release.json names
-            release = (load_release(path, trust_data_dir=True) if run.method is not None
-                       else load_release(path, data_dir=config.data_dir))
-            _say(progress, f"{name}: attacks")
-            summaries = [_attack(release, spec, config, out / "models" / name / "attacks", progress) for spec in config.attacks]
-            audits.append(_model_audit(name, run, release, summaries, is_primary=(i == 0)))
+    per = len(config.attacks)
+    for j, (run, i, name, path) in enumerate(targets):
+        audits.append(_model_audit(name, run, _load_release(path, config), summaries[j * per:(j + 1) * per], is_primary=(i == 0)))
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
         models=tuple(audits), flags=tuple(compute_flags(audits)), config=config.to_dict(),
         created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
+        verdicts=tuple(compute_verdicts(audits)),
     )
     write_report(report, out)
-    _say(progress, f"report written to {out}/report.html (and report.md, report.json)")
+    rep.log(f"report written to {out}/report.html (and report.md, report.json)")
     return report

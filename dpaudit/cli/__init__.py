@@ -16,6 +16,8 @@ import click
 from dpaudit import __version__
 from dpaudit.errors import DPAuditError
 
+__all__ = ["cli", "main"]
+
 # Each module below defines a click command named ``command``; a module that is absent is skipped.
 _COMMAND_MODULES = ("account", "train", "attack", "audit", "check")
 
@@ -25,7 +27,8 @@ _COMMAND_MODULES = ("account", "train", "attack", "audit", "check")
 def cli() -> None:
     """dpaudit: what privacy does a released model really have?
 
-    Accounted (theoretical) epsilon beside empirical lower bounds from attacks.
+    Accounted (theoretical) epsilon beside empirical figures from attacks (each a certified lower bound or an
+    estimate, and said to be which).
     """
 
 

@@ -22,7 +22,8 @@ def pytest_terminal_summary(terminalreporter):
 def tiny_bundle(tmp_path_factory) -> Path:
     """A valid release bundle (a 3-tree forest on digits) that the bundle fuzzer copies and mutates."""
     from dpaudit.training.data import load_dataset
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
+    from dpaudit.training.models import ModelSpec
     from dpaudit.training.release import write_release
 
     ds = load_dataset("digits", seed=0)

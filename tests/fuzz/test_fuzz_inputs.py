@@ -440,8 +440,9 @@ def _train(opts):
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         tiny = root / "tiny.toml"
-        tiny.write_text("num_samples = 300\nteachers = 2\nrounds = 1\nqueries = 20\n[model_kwargs]\nhidden = [4]\n"
-                        "[teacher_train]\nepochs = 1\n[student_train]\nepochs = 1\n")
+        tiny.write_text("[data]\nnum_samples = 300\n[method]\nteachers = 2\nrounds = 1\nqueries = 20\n"
+                        "[method.model_kwargs]\nhidden = [4]\n[method.teacher_train]\nepochs = 1\n"
+                        "[method.student_train]\nepochs = 1\n")
         argv = ["train", "fredy", "--out", root / "rel", "--quiet"]
         cfg = opts.pop("--config", None)
         if cfg == "bad":

@@ -17,7 +17,8 @@ import pytest
 
 from dpaudit.errors import DataError
 from dpaudit.training.data import load_dataset
-from dpaudit.training.models import ModelSpec, fit_classifier
+from dpaudit.training.ensemble import fit_classifier
+from dpaudit.training.models import ModelSpec
 from dpaudit.training.release import load_release, write_release
 
 
