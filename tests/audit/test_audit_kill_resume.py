@@ -143,20 +143,18 @@ def _cli(args, **kw):
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
-def _inline(v) -> str:
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_inline(x)}" for k, x in v.items()) + " }"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_inline(x) for x in v) + "]"
-    return json.dumps(v)
-
-
 def _toml(path: Path) -> Path:
+    """The config of :func:`_config` as an audit TOML file (params as [models.params] sub-tables)."""
     lines = ['title = "kill"', 'dataset = "digits"', "seed = 1", "n_bootstrap = 20"]
     for m in _config().models:
-        lines += ["[[models]]", f'name = "{m.name}"', 'method = "fredy"', f"params = {_inline(dict(m.params))}"]
+        lines += ["[[models]]", f'name = "{m.name}"', 'method = "fredy"', "[models.params]"]
+        subtables = []
+        for key, value in m.params.items():
+            if isinstance(value, dict):
+                subtables += [f"[models.params.{key}]"] + [f"{k} = {json.dumps(v)}" for k, v in value.items()]
+            else:
+                lines.append(f"{key} = {json.dumps(value)}")
+        lines += subtables
     lines += ["[[attacks]]", 'kind = "threshold"', 'classifier = "logreg"']
     path.write_text("\n".join(lines) + "\n")
     return path
