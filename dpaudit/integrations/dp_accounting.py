@@ -42,7 +42,7 @@ from dpaudit.accountants.events import (Composed, DpEvent, GaussianNoisyMax, Ran
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.errors import ParameterError
 
-__all__ = ["to_dp_accounting", "from_dp_accounting", "ledger_from_dp_accounting"]
+__all__ = ["to_dp_accounting", "from_dp_accounting", "ledger_from_dp_accounting", "dp_event_to_json", "dp_event_from_json"]
 
 
 def _no_counterpart(what: str, why: str) -> ParameterError:
@@ -133,3 +133,49 @@ def ledger_from_dp_accounting(events: "dp_accounting.DpEvent | Mapping[str, dp_a
     for party, ev in converted.items():
         ledger.record(party, ev)
     return ledger
+
+
+def dp_event_to_json(event: "dp_accounting.DpEvent") -> dict[str, Any]:
+    """A JSON-ready dict of a dp_accounting event: ``{"type": "<class name>", <attrs field>: value, ...}``, nested."""
+    import attr
+
+    if not isinstance(event, dp_accounting.DpEvent):
+        raise ParameterError(f"The 'event' parameter of dp_event_to_json must be a dp_accounting DpEvent. Got {type(event).__name__} instead.")
+    out: dict[str, Any] = {"type": type(event).__name__}
+    for f in attr.fields(type(event)):
+        v = getattr(event, f.name)
+        if isinstance(v, dp_accounting.DpEvent):
+            v = dp_event_to_json(v)
+        elif isinstance(v, (list, tuple)):
+            v = [dp_event_to_json(x) if isinstance(x, dp_accounting.DpEvent) else x for x in v]
+        out[f.name] = v
+    return out
+
+
+def dp_event_from_json(data: Any, *, where: str = "dp_event") -> "dp_accounting.DpEvent":
+    """Rebuild a dp_accounting event from :func:`dp_event_to_json` output. Only dp_accounting's own ``*DpEvent``
+    classes are constructed, with their declared fields (nothing else is looked up or called)."""
+    import attr
+
+    if not isinstance(data, Mapping) or not isinstance(data.get("type"), str):
+        raise ParameterError(f"{where} must be a JSON object with a 'type' naming a dp_accounting event. Got {data!r:.80} instead.")
+    name = data["type"]
+    cls = getattr(dp_accounting, name, None) if name.endswith("DpEvent") else None
+    if not (isinstance(cls, type) and issubclass(cls, dp_accounting.DpEvent)):
+        raise ParameterError(f"{where}: {name!r} is not a dp_accounting event type.")
+    names = {f.name for f in attr.fields(cls)}
+    unknown = sorted(set(data) - names - {"type"})
+    if unknown:
+        raise ParameterError(f"{where}: {name} has no field(s) {unknown}; its fields are {sorted(names)}.")
+    kwargs = {}
+    for k in names & set(data):
+        v = data[k]
+        if isinstance(v, Mapping):
+            v = dp_event_from_json(v, where=f"{where}.{k}")
+        elif isinstance(v, list):
+            v = [dp_event_from_json(x, where=f"{where}.{k}[{i}]") if isinstance(x, Mapping) else x for i, x in enumerate(v)]
+        kwargs[k] = v
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"{where}: cannot build {name} ({exc}).") from None

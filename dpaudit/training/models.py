@@ -69,6 +69,7 @@ __all__ = [
     "build_estimator",
     "Classifier",
     "MaskedBatchNorm",
+    "SKOPS_TRUSTED_TYPES",
     "save_classifier",
     "load_classifier",
 ]
@@ -458,6 +459,10 @@ _SKOPS_TRUSTED = {
     "numpy.random.bit_generator.__pyx_unpickle_SeedSequence",
     "builtins.getattr",
 }
+#: Types beyond skops' defaults that dpaudit loads from a user's .skops file (``dpaudit release make``): the tree
+#: internals above and the state of scikit-learn's MLP optimizers -- plain array holders, no code.
+SKOPS_TRUSTED_TYPES = frozenset(_SKOPS_TRUSTED | {"sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+                                                  "sklearn.neural_network._stochastic_optimizers.SGDOptimizer"})
 _SKOPS_TOP = {
     "decision_tree": "DecisionTreeClassifier",
     "random_forest": "RandomForestClassifier",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import dp_accounting
@@ -116,3 +117,15 @@ def test_ledger_from_dp_accounting() -> None:
     ref = RdpAccountant().compose(SubsampledGaussian(0.01, 1.1, 500)).get_epsilon(1e-5)
     assert led.epsilon("a") == pytest.approx(ref, rel=1e-12)
     assert math.isclose(led.overall().epsilon, ref, rel_tol=1e-12)
+
+
+def test_dp_event_json_round_trip_and_refusals() -> None:
+    from dpaudit.integrations.dp_accounting import dp_event_from_json, dp_event_to_json
+
+    ev = dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.1)), 5),
+        dp_accounting.RandomizedResponseDpEvent(0.5, 4)])
+    assert dp_event_from_json(json.loads(json.dumps(dp_event_to_json(ev)))) == ev
+    for bad in ({"type": "os.system"}, {"type": "GaussianDpEvent", "noise_multiplier": 1, "evil": 2}, [1]):
+        with pytest.raises(ParameterError):
+            dp_event_from_json(bad)
