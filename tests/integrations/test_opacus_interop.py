@@ -97,3 +97,11 @@ def test_recorder_needs_a_dp_optimizer() -> None:
     with pytest.raises(ParameterError, match="DPOptimizer"):
         OpacusRecorder.attach(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), sample_rate=0.1)
     assert np.isfinite(OpacusRun(()).account(1e-5).epsilon)
+
+
+def test_orders_are_opacus_defaults() -> None:
+    from opacus.accountants import RDPAccountant
+
+    from dpaudit.integrations.opacus import OPACUS_ORDERS
+
+    assert list(OPACUS_ORDERS) == [float(a) for a in RDPAccountant.DEFAULT_ALPHAS]
