@@ -2,7 +2,8 @@
 attack``, ``dpaudit audit`` and ``dpaudit check`` work on it unchanged.
 
 Model (one of)
-    * a PyTorch module: ``factory="pkg.module:build"`` (called with ``factory_kwargs``) + ``model=weights.safetensors``
+    * a PyTorch module: ``factory="pkg.module:build"`` or ``"path/to/file.py:build"`` (called with
+      ``factory_kwargs``; a file path is stored absolute) + ``model=weights.safetensors``
       (``.pt`` / ``.pth`` are refused: convert with ``safetensors.torch.save_file(model.state_dict(), path)``);
     * a scikit-learn classifier in ``.skops``; a CatBoost ``.cbm``;
     * no model: ``scores=file.npz`` with the model's outputs only (see :data:`SCORES_FORMAT`).
@@ -443,9 +444,11 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
                  recipe_kwargs: Mapping[str, Any] | None = None, recipe_config: Any = None, ledger: Any = None,
                  dp_events: Any = None, opacus: Any = None, seed: int = 0, overwrite: bool = False) -> Path:
     """Check every input, then write the release bundle ``out`` atomically (see the module docstring)."""
+    from dpaudit.training.external import absolute_import_path
     from dpaudit.training.release import write_release
 
     seed = check_int(seed, "seed", "make_release", low=0)
+    factory, train_fn = absolute_import_path(factory), absolute_import_path(train_fn)
     claim_d = parse_claim(claim)
     if (model is None) == (scores is None):
         raise ParameterError("Give exactly one of a model (--model) or the model's scores (--scores). Got "

@@ -36,7 +36,7 @@ def command() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Bundle directory to write.")
 @click.option("--model", type=_PATH, default=None,
               help="Model file: .safetensors (with --factory), .skops (scikit-learn) or .cbm (CatBoost). Never a pickle.")
-@click.option("--factory", default=None, help="Import path pkg.module:build of the function building the torch module "
+@click.option("--factory", default=None, help="pkg.module:build or path/to/file.py:build, the function building the torch module "
               "(its code runs).")
 @click.option("--factory-kwargs", default=None, help="JSON object of keyword arguments for --factory.")
 @click.option("--scores", type=_PATH, default=None, help="Scores-only release: an .npz of the model's outputs "
@@ -51,7 +51,7 @@ def command() -> None:
 @click.option("--nonmembers", type=_PATH, default=None, help="Non-members: .npy/.txt indices or a boolean mask.")
 @click.option("--attacker", type=_PATH, default=None,
               help="The attacker's records for shadow models (default: every record neither member nor non-member).")
-@click.option("--train-fn", default=None, help="Import path pkg.module:train of train(X, y, seed) -> model, the recipe "
+@click.option("--train-fn", default=None, help="pkg.module:train or file.py:train, train(X, y, seed) -> model, the recipe "
               "for shadow / reference models (THIS RUNS YOUR CODE, now and when the release is attacked).")
 @click.option("--recipe-model", default=None, help="Instead of --train-fn: a dpaudit architecture (mlp, cnn_fedkt, "
               "random_forest, ...) trained with --recipe-config.")

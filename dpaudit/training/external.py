@@ -34,7 +34,7 @@ import numpy as np
 from dpaudit.errors import DataError, ParameterError, check_int
 
 __all__ = ["EXTERNAL_KINDS", "ExternalSpec", "import_object", "refuse_pickle", "load_torch_factory", "load_external_model",
-           "load_bundle_npz", "load_bundled_dataset", "recipe_train_fn", "recipe_train_many",
+           "load_bundle_npz", "load_bundled_dataset", "recipe_train_fn", "recipe_train_many", "absolute_import_path",
            "load_sklearn_model", "load_catboost_model", "external_train_fn", "PICKLE_SUFFIXES"]
 
 EXTERNAL_KINDS = ("torch_factory", "sklearn", "catboost", "scores")
@@ -82,19 +82,24 @@ class ExternalSpec:
 
 
 def import_object(path: str, what: str) -> Callable:
-    """Resolve ``"pkg.module:name"`` to a callable (importing the module runs its code -- see the module docstring).
-    ``what`` names the parameter in the messages (e.g. ``"--factory"``)."""
+    """Resolve ``"pkg.module:name"`` or ``"path/to/file.py:name"`` to a callable (importing the module runs its code
+    -- see the module docstring). ``what`` names the parameter in the messages (e.g. ``"--factory"``)."""
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
-        raise ParameterError(f"The '{what}' parameter must be an import path 'pkg.module:function'. Got {path!r} instead.")
+        raise ParameterError(f"The '{what}' parameter must be an import path 'pkg.module:function' or "
+                             f"'path/to/file.py:function'. Got {path!r} instead.")
     mod_name, attr = path.split(":")
-    if "" not in sys.path and "." not in sys.path:       # a user's own module beside the command, as `python -m` does
-        sys.path.insert(0, "")
-    try:
-        module = importlib.import_module(mod_name)
-    except ModuleNotFoundError as exc:
-        raise DataError(f"{what} {path!r}: no module named {exc.name!r} (is it on PYTHONPATH / in the current directory?).") from None
-    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing: one line, not their traceback
-        raise DataError(f"{what} {path!r}: importing {mod_name!r} failed: {type(exc).__name__}: {exc}") from None
+    if mod_name.endswith(".py"):
+        module = _import_file(Path(mod_name), path, what)
+    else:
+        if "" not in sys.path and "." not in sys.path:   # a user's own module beside the command, as `python -m` does
+            sys.path.insert(0, "")
+        try:
+            module = importlib.import_module(mod_name)
+        except ModuleNotFoundError as exc:
+            raise DataError(f"{what} {path!r}: no module named {exc.name!r} (is it on PYTHONPATH / in the current "
+                            "directory?).") from None
+        except Exception as exc:  # noqa: BLE001 - the user's module failed while importing: one line, not their traceback
+            raise DataError(f"{what} {path!r}: importing {mod_name!r} failed: {type(exc).__name__}: {exc}") from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -103,6 +108,35 @@ def import_object(path: str, what: str) -> Callable:
     if not callable(obj):
         raise DataError(f"{what} {path!r}: {attr!r} is a {type(obj).__name__}, not a function.")
     return obj
+
+
+def _import_file(file: Path, path: str, what: str):
+    import hashlib
+    import importlib.util
+
+    file = file.resolve()
+    if not file.is_file():
+        raise DataError(f"{what} {path!r}: the file {str(file)!r} does not exist.")
+    name = f"_dpaudit_user_{file.stem}_{hashlib.sha256(str(file).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)      # type: ignore[arg-type]
+    try:
+        spec.loader.exec_module(module)                 # type: ignore[union-attr]
+    except Exception as exc:  # noqa: BLE001 - the user's file failed while importing: one line
+        raise DataError(f"{what} {path!r}: running {str(file)!r} failed: {type(exc).__name__}: {exc}") from None
+    sys.modules[name] = module
+    return module
+
+
+def absolute_import_path(path: str | None) -> str | None:
+    """``file.py:name`` with the file made absolute (so a release keeps working from another directory);
+    module paths unchanged."""
+    if not path or path.count(":") != 1 or not path.split(":")[0].endswith(".py"):
+        return path
+    file, attr = path.split(":")
+    return f"{Path(file).resolve()}:{attr}"
 
 
 def refuse_pickle(path: Path, what: str) -> None:

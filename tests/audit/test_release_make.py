@@ -49,11 +49,12 @@ def test_torch_factory_release_with_recipe_and_masks(digits, tmp_path) -> None:
     mem_mask = np.zeros(n, bool)
     mem_mask[np.load(digits["members"])] = True
     np.save(tmp_path / "mask.npy", mem_mask)
-    out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory="byomnet:build",
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=f"{t['factory_module']}:build",
                        factory_kwargs={"hidden": 16}, data=digits["data"], members=tmp_path / "mask.npy",
                        nonmembers=digits["nonmembers"], train_fn="byomtrain:train")
     rel = load_release(out)
     assert rel.kind == "torch_factory" and rel.spec.is_torch
+    assert rel.spec.kwargs["factory"] == f"{t['factory_module'].resolve()}:build"     # file form, stored absolute
     assert np.array_equal(rel.membership["members"], np.flatnonzero(mem_mask))
     import byomnet
     import torch

@@ -94,6 +94,7 @@ def test_import_paths_that_do_not_exist(art, tmp_path, capsys):
     _fail(_model_args(f, **w, **{"--factory": "byomnet:nothing"}), tmp_path, capsys, "has no attribute 'nothing'")
     _fail(_model_args(f, **w, **{"--factory": "byomnet"}), tmp_path, capsys, "import path 'pkg.module:function'")
     _fail(_model_args(f, **{"--train-fn": "byomtrain:missing"}), tmp_path, capsys, "has no attribute 'missing'")
+    _fail(_model_args(f, **w, **{"--factory": str(tmp_path / "gone.py") + ":build"}), tmp_path, capsys, "does not exist")
 
 
 def test_pickle_based_files_are_refused(art, tmp_path, capsys):
