@@ -26,24 +26,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dpaudit._io import write_json  # noqa: E402
-from dpaudit.attacks.scores import scores_attack, scores_audit  # noqa: E402
+from dpaudit.attacks.scores import scores_attack, scores_audit, synthetic_scores  # noqa: E402
 
 
 def make_inputs(n: int, K: int, C: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, C, 2 * n)
-    member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
-    inc = rng.random((2 * n, K)) < 0.5
-    base = rng.normal(0, 1, (2 * n, 1))                                  # per-record difficulty
-
-    def logits(in_mask):                                                 # (rows, C) float32
-        z = rng.normal(0, 1, (len(y), C)).astype(np.float32)
-        z[np.arange(len(y)), y] += (1.5 + base[:, 0] + 0.8 * in_mask).astype(np.float32)
-        return z
-
-    target = logits(member)
-    ref = np.stack([logits(inc[:, k]) for k in range(K)], axis=1)       # (2n, K, C)
-    return target[:n], y[:n], target[n:], y[n:], ref, inc
+    a = synthetic_scores(n, num_classes=C, num_references=K, kind="logits", leak=0.8, seed=seed)
+    ref = np.concatenate([a["reference_logits_train"], a["reference_logits_test"]])
+    inc = np.concatenate([a["reference_in_train"], a["reference_in_test"]])
+    return a["logits_train"], a["labels_train"], a["logits_test"], a["labels_test"], ref, inc
 
 
 def main() -> None:

@@ -34,11 +34,15 @@ from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, attack_result
 from dpaudit.attacks.threshold import loss_scores
 from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
 
-__all__ = ["SCORE_KINDS", "SCORES_ATTACKS", "PROBABILITY_TOLERANCE", "check_model_scores", "true_label_log_odds",
+__all__ = ["SCORE_KINDS", "SCORE_PREFIXES", "SCORES_ATTACKS", "synthetic_scores", "PROBABILITY_TOLERANCE", "check_model_scores", "true_label_log_odds",
            "scores_attack", "ScoresAudit", "scores_audit"]
 
 SCORE_KINDS = ("logits", "probabilities", "losses")
 SCORES_ATTACKS = ("threshold", "lira")
+#: Array-name prefixes of a scores file, TensorFlow Privacy ``AttackInputData``'s: ``<prefix>_train`` (members) and
+#: ``<prefix>_test`` (non-members), ``labels_train`` / ``labels_test``; reference models ``reference_<prefix>_train``
+#: / ``_test`` (n, K[, C]) with ``reference_in_train`` / ``_test`` (n, K).
+SCORE_PREFIXES = {"logits": "logits", "probabilities": "probs", "losses": "loss"}
 #: Rows of a probability matrix must sum to 1 within this tolerance (float32 softmax outputs are within ~1e-6).
 PROBABILITY_TOLERANCE = 1e-3
 _FLOOR = np.log(1e-12)   # as lira._FLOOR: probabilities below 1e-12 count as 1e-12
@@ -281,3 +285,38 @@ def scores_audit(member_scores, nonmember_scores, *, kind: str, member_labels=No
         reports["lira"] = scores_attack(member_scores, nonmember_scores, attack="lira", reference_scores=reference_scores,
                                         reference_in=reference_in, **kw)
     return ScoresAudit(reports, skipped)
+
+
+def synthetic_scores(n: int, *, num_classes: int = 10, num_references: int = 0, kind: str = "logits",
+                     leak: float = 1.5, seed: int = 0) -> dict[str, np.ndarray]:
+    """A leaky model's outputs on ``n`` members and ``n`` non-members, for examples, tests and benchmarks, in the
+    scores-file layout (:data:`SCORE_PREFIXES`): float32 logits (or probabilities) whose true-label margin is
+    ``1.5 + d_i + leak * [record in the model's training set]`` with a per-record difficulty ``d_i ~ N(0, 1)``, plus
+    ``num_references`` reference models' outputs (each record in each with probability 1/2) and their masks."""
+    owner = "synthetic_scores"
+    n = check_int(n, "n", owner, low=1)
+    C = check_int(num_classes, "num_classes", owner, low=2)
+    K = check_int(num_references, "num_references", owner, low=0)
+    check_choice(kind, "kind", owner, ("logits", "probabilities"))
+    rng = np.random.default_rng(check_int(seed, "seed", owner, low=0))
+    y = rng.integers(0, C, 2 * n)
+    member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    inc = rng.random((2 * n, K)) < 0.5
+    base = rng.normal(0.0, 1.0, 2 * n)
+
+    def outputs(in_mask: np.ndarray) -> np.ndarray:
+        z = rng.normal(0.0, 1.0, (2 * n, C)).astype(np.float32)
+        z[np.arange(2 * n), y] += (1.5 + base + leak * in_mask).astype(np.float32)
+        if kind == "probabilities":
+            z = np.exp(z - z.max(axis=1, keepdims=True))
+            z /= z.sum(axis=1, keepdims=True)
+        return z
+
+    pre = SCORE_PREFIXES[kind]
+    out = outputs(member)
+    arrays = {f"{pre}_train": out[:n], f"{pre}_test": out[n:], "labels_train": y[:n], "labels_test": y[n:]}
+    if K:
+        ref = np.stack([outputs(inc[:, k]) for k in range(K)], axis=1)
+        arrays.update({f"reference_{pre}_train": ref[:n], f"reference_{pre}_test": ref[n:],
+                       "reference_in_train": inc[:n], "reference_in_test": inc[n:]})
+    return arrays

@@ -46,7 +46,7 @@ import numpy as np
 from dpaudit._io import read_json
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
-from dpaudit.attacks.scores import SCORE_KINDS, check_model_scores
+from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
 from dpaudit.audit.claims import GRANULARITIES
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
 
@@ -55,10 +55,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["make_release", "parse_claim", "SCORES_FORMAT", "SCORE_PREFIXES"]
+__all__ = ["make_release", "parse_claim", "SCORES_FORMAT"]
 
-#: TensorFlow Privacy ``AttackInputData`` names: ``<prefix>_train`` (members) / ``<prefix>_test`` (non-members).
-SCORE_PREFIXES = {"logits": "logits", "probabilities": "probs", "losses": "loss"}
 SCORES_FORMAT = """\
 scores .npz (allow_pickle=False), TensorFlow Privacy AttackInputData names; "train" = members, "test" = non-members:
   exactly one kind:  logits_train/logits_test (n, C) | probs_train/probs_test (n, C) | loss_train/loss_test (n,)

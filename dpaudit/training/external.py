@@ -208,9 +208,7 @@ def load_torch_factory(factory: str, weights: Path, *, factory_kwargs: Mapping[s
 def load_sklearn_model(path: Path):
     """A scikit-learn classifier from a ``.skops`` file, loading only types skops trusts by default or in
     :data:`~dpaudit.training.models.SKOPS_TRUSTED_TYPES`."""
-    import skops.io as sio
-
-    from dpaudit.training.models import SKOPS_TRUSTED_TYPES
+    from dpaudit.training.models import SKOPS_TRUSTED_TYPES, load_skops
 
     p = Path(path)
     refuse_pickle(p, "The model file")
@@ -219,18 +217,11 @@ def load_sklearn_model(path: Path):
     try:
         with zipfile.ZipFile(p) as zf:
             top = json.loads(zf.read("schema.json")).get("__module__", "")
-        untrusted = sio.get_untrusted_types(file=p)
-    except Exception as exc:  # noqa: BLE001 - skops / zipfile raise several types on malformed archives
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError) as exc:
         raise DataError(f"{p}: not a readable skops file ({exc}).") from None
     if not str(top).startswith("sklearn."):
         raise DataError(f"{p}: holds an object of module {top!r}; only scikit-learn estimators are accepted.")
-    refused = sorted(set(untrusted) - set(SKOPS_TRUSTED_TYPES))
-    if refused:
-        raise DataError(f"{p}: refusing to load; the file contains types outside dpaudit's allow-list: {refused}.")
-    try:
-        est = sio.load(p, trusted=list(untrusted))
-    except Exception as exc:  # noqa: BLE001
-        raise DataError(f"{p}: could not load the skops file ({exc}).") from None
+    est = load_skops(p, SKOPS_TRUSTED_TYPES)
     if not callable(getattr(est, "predict_proba", None)) or not hasattr(est, "classes_"):
         raise DataError(f"{p}: holds a {type(est).__name__}, not a fitted classifier with predict_proba.")
     return est

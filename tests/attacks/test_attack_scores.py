@@ -8,7 +8,7 @@ from scipy.special import log_softmax, softmax
 
 from dpaudit.attacks.lira import lira_scores, logit_confidence
 from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, run_attack
-from dpaudit.attacks.scores import scores_attack, scores_audit, true_label_log_odds
+from dpaudit.attacks.scores import scores_attack, scores_audit, synthetic_scores, true_label_log_odds
 from dpaudit.attacks.threshold import loss_scores
 from dpaudit.errors import DataError
 
@@ -24,17 +24,12 @@ class _Fixed:
 
 
 def _leaky(n=300, C=4, K=16, seed=0):
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, C, 2 * n)
+    """labels, member flags, target logits (2n, C), reference logits (2n, K, C), inclusion (2n, K)."""
+    a = synthetic_scores(n, num_classes=C, num_references=K, kind="logits", seed=seed)
+    cat = lambda key: np.concatenate([a[f"{key}_train"], a[f"{key}_test"]]).astype(np.float64)  # noqa: E731
     member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
-    inc = rng.random((2 * n, K)) < 0.5
-
-    def logits(in_mask):
-        z = rng.normal(0, 1, (2 * n, C))
-        z[np.arange(2 * n), y] += 1.0 + 1.5 * in_mask
-        return z
-
-    return y, member, logits(member), np.stack([logits(inc[:, k]) for k in range(K)], axis=1), inc
+    return (np.concatenate([a["labels_train"], a["labels_test"]]), member, cat("logits"), cat("reference_logits"),
+            np.concatenate([a["reference_in_train"], a["reference_in_test"]]))
 
 
 def test_kinds_agree_on_loss_and_phi() -> None:

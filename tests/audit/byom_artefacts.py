@@ -65,24 +65,10 @@ def torch_files(root: Path, hidden: int = 16) -> dict[str, Path]:
 
 def scores_file(root: Path, n: int = 200, C: int = 4, K: int = 8, *, references: bool = True, seed: int = 0) -> Path:
     """scores.npz in TF Privacy AttackInputData names: probs_train/test, labels_train/test (+ reference models)."""
-    from scipy.special import softmax
+    from dpaudit.attacks.scores import synthetic_scores
 
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, C, 2 * n)
-    member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
-    inc = rng.random((2 * n, K)) < 0.5
-
-    def probs(in_mask):
-        z = rng.normal(0, 1, (2 * n, C))
-        z[np.arange(2 * n), y] += 1.0 + 2.0 * in_mask
-        return softmax(z, axis=1)
-
-    p = probs(member)
-    arrays = {"probs_train": p[:n], "probs_test": p[n:], "labels_train": y[:n], "labels_test": y[n:]}
-    if references:
-        ref = np.stack([probs(inc[:, k]) for k in range(K)], axis=1)
-        arrays.update(reference_probs_train=ref[:n], reference_probs_test=ref[n:], reference_in_train=inc[:n],
-                      reference_in_test=inc[n:])
+    arrays = synthetic_scores(n, num_classes=C, num_references=K if references else 0, kind="probabilities",
+                              leak=2.0, seed=seed)
     path = root / "scores.npz"
-    np.savez(path, **arrays)
+    np.savez(path, **{k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in arrays.items()})
     return path
