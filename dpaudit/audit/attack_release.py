@@ -35,10 +35,11 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
     rel = release if isinstance(release, Release) else load_release(release)
     if delta is None:
         delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
-    if rel.kind == "scores":
+    kind = getattr(rel, "kind", "dpaudit")        # duck-typed releases (the contract) are dpaudit's own
+    if kind == "scores":
         return _attack_scores(rel, attack=attack, lira_online=lira_online, confidence=confidence, delta=delta,
                               n_bootstrap=n_bootstrap, seed=seed)
-    if attack in ("shadow", "lira") and not rel.has_recipe:
+    if attack in ("shadow", "lira") and not getattr(rel, "has_recipe", True):
         raise DataError(f"The {attack} attack needs a training recipe for shadow models; release {str(rel.path)!r} has "
                         "none (make it with --train-fn or --recipe-model). Possible here: threshold.")
     ds = rel.dataset()
@@ -50,7 +51,7 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
     train_fn = batch_fn = None
     if attack in ("shadow", "lira"):
         train_fn = rel.train_fn()
-        if getattr(rel.spec, "is_torch", False) or rel.kind != "dpaudit":
+        if getattr(rel.spec, "is_torch", False) or kind != "dpaudit":
             batch_fn = rel.train_many()
     if checkpoint_dir is not None:
         salt = hashlib.sha256(json.dumps(
