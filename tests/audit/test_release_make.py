@@ -134,3 +134,18 @@ def test_opacus_run_accounting_and_flags(digits, tmp_path) -> None:
     assert meta["statement"]["epsilon"] == pytest.approx(run.opacus_epsilon(1e-5), rel=1e-6)
     assert {f["code"] for f in meta["flags"]} == {"sampling_not_poisson", "granularity_not_covered"}
     assert meta["ledger"]["parties"]["all"]
+
+
+def test_ledger_accounting_and_check(digits, tmp_path) -> None:
+    from dpaudit.audit import check_claims
+    from dpaudit.integrations.opacus import OpacusRun, write_opacus_ledger
+
+    write_opacus_ledger(OpacusRun(((1.1, 0.05, 20),)), tmp_path / "ledger.json", delta=1e-5)
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=digits["skops"], data=digits["data"],
+                       members=digits["members"], nonmembers=digits["nonmembers"], ledger=tmp_path / "ledger.json")
+    eps = load_release(out).meta["statement"]["epsilon"]
+    assert 0 < eps < 8
+    (tmp_path / "claims.toml").write_text('[[claim]]\nname = "lr"\nrelease = "rel"\nepsilon = 8.0\ndelta = 1e-5\n'
+                                          'granularity = "example"\n')
+    report = check_claims(tmp_path / "claims.toml")
+    assert report.passed and report.results[0].accounted.epsilon == pytest.approx(eps)
