@@ -306,8 +306,8 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
 
 
 def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None, X: np.ndarray, num_classes: int):
-    from dpaudit.training.external import (ExternalSpec, load_catboost_model, load_sklearn_model, load_torch_factory,
-                                           refuse_pickle)
+    from dpaudit.training.external import (ExternalSpec, code_digest, load_catboost_model, load_sklearn_model,
+                                           load_torch_factory, refuse_pickle)
     from dpaudit.training.models import Classifier
 
     p = Path(model)
@@ -319,8 +319,9 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
         if not factory:
             raise ParameterError("A .safetensors weights file needs --factory pkg.module:build (the function that builds "
                                  "the torch.nn.Module). Got nothing instead.")
-        module = load_torch_factory(factory, p, factory_kwargs=factory_kwargs)
-        spec = ExternalSpec("torch_factory", shape, num_classes, {"factory": factory,
+        digest = code_digest(factory, "--factory")
+        module = load_torch_factory(factory, p, factory_kwargs=factory_kwargs, factory_sha256=digest)
+        spec = ExternalSpec("torch_factory", shape, num_classes, {"factory": factory, "factory_sha256": digest,
                                                                   "factory_kwargs": dict(factory_kwargs or {})})
         clf = Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
     elif p.suffix in (".skops", ".cbm"):
@@ -351,10 +352,11 @@ def _recipe(train_fn: str | None, recipe_model: str | None, recipe_kwargs: Mappi
     if train_fn and recipe_model:
         raise ParameterError(f"Give one training recipe: --train-fn or --recipe-model. Got both ({train_fn!r}, {recipe_model!r}) instead.")
     if train_fn:
-        from dpaudit.training.external import import_object
+        from dpaudit.training.external import code_digest, import_object
 
-        import_object(train_fn, "--train-fn")     # fails now, not at attack time
-        return {"train_fn": train_fn}
+        digest = code_digest(train_fn, "--train-fn")
+        import_object(train_fn, "--train-fn", sha256=digest)     # fails now, not at attack time
+        return {"train_fn": train_fn, "train_fn_sha256": digest}
     if recipe_model:
         from dpaudit.training.ensemble import TrainConfig
         from dpaudit.training.models import ModelSpec

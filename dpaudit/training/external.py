@@ -15,7 +15,10 @@ kind               what the release holds / how it is loaded
 **Import paths run code.** A factory (``pkg.module:build``) or a training function (``pkg.module:train``)
 named in a release is imported -- its module's top-level code runs -- and called, when the release is made
 and again when it is loaded or attacked. Only make and load releases whose import paths point at code you trust
-(your own). Files are never unpickled: ``.pt`` / ``.pth`` / ``.pkl`` / ``.joblib`` files and pickled numpy
+(your own). Two guards: the sha256 of the code's source file is recorded when the release is made and checked
+before the code runs again (a release runs the code it was made with, or nothing), and standard-library or
+dpaudit functions are refused (a hand-edited ``release.json`` cannot name ``os:system``). A release handed to you
+with a factory is code handed to you: read it first. Files are never unpickled: ``.pt`` / ``.pth`` / ``.pkl`` / ``.joblib`` files and pickled numpy
 arrays are refused with a message on how to convert them.
 """
 
@@ -34,7 +37,7 @@ import numpy as np
 from dpaudit.errors import DataError, ParameterError, check_int
 
 __all__ = ["EXTERNAL_KINDS", "ExternalSpec", "import_object", "refuse_pickle", "load_torch_factory", "load_external_model",
-           "load_bundle_npz", "load_bundled_dataset", "recipe_train_fn", "recipe_train_many", "absolute_import_path",
+           "load_bundle_npz", "load_bundled_dataset", "recipe_train_fn", "recipe_train_many", "absolute_import_path", "code_digest",
            "load_sklearn_model", "load_catboost_model", "external_train_fn", "PICKLE_SUFFIXES"]
 
 EXTERNAL_KINDS = ("torch_factory", "sklearn", "catboost", "scores")
@@ -81,13 +84,59 @@ class ExternalSpec:
             raise DataError(f"An external model spec needs 'name', 'input_shape', 'num_classes' ({exc!r}).") from None
 
 
-def import_object(path: str, what: str) -> Callable:
-    """Resolve ``"pkg.module:name"`` or ``"path/to/file.py:name"`` to a callable (importing the module runs its code
-    -- see the module docstring). ``what`` names the parameter in the messages (e.g. ``"--factory"``)."""
+def _split_import_path(path: Any, what: str) -> tuple[str, str]:
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
         raise ParameterError(f"The '{what}' parameter must be an import path 'pkg.module:function' or "
                              f"'path/to/file.py:function'. Got {path!r} instead.")
     mod_name, attr = path.split(":")
+    top = mod_name.split(".")[0]
+    if not mod_name.endswith(".py") and (top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names
+                                         or top == "dpaudit"):
+        raise DataError(f"{what} {path!r}: dpaudit runs factories and training functions from your own code only, "
+                        f"not from {'dpaudit' if top == 'dpaudit' else 'the standard library'}.")
+    return mod_name, attr
+
+
+def code_digest(path: str, what: str) -> str:
+    """sha256 of the source file an import path points into (recorded when a release is made and checked before the
+    code runs again when it is loaded, so a release runs the code it was made with or nothing)."""
+    import hashlib
+    import importlib.util
+
+    mod_name, _ = _split_import_path(path, what)
+    if mod_name.endswith(".py"):
+        origin = Path(mod_name).resolve()
+    else:
+        if "" not in sys.path and "." not in sys.path:
+            sys.path.insert(0, "")
+        try:
+            spec = importlib.util.find_spec(mod_name)
+        except ModuleNotFoundError as exc:
+            raise DataError(f"{what} {path!r}: no module named {exc.name!r} (is it on PYTHONPATH / in the current "
+                            "directory?).") from None
+        except (ImportError, ValueError) as exc:
+            raise DataError(f"{what} {path!r}: cannot locate module {mod_name!r} ({exc}).") from None
+        if spec is None:
+            raise DataError(f"{what} {path!r}: no module named {mod_name!r} (is it on PYTHONPATH / in the current directory?).")
+        if not spec.origin or not Path(spec.origin).is_file():
+            raise DataError(f"{what} {path!r}: module {mod_name!r} has no source file to pin (built-in or namespace).")
+        origin = Path(spec.origin)
+    if not origin.is_file():
+        raise DataError(f"{what} {path!r}: the file {str(origin)!r} does not exist.")
+    return hashlib.sha256(origin.read_bytes()).hexdigest()
+
+
+def import_object(path: str, what: str, *, sha256: str | None = None) -> Callable:
+    """Resolve ``"pkg.module:name"`` or ``"path/to/file.py:name"`` to a callable (importing the module runs its code
+    -- see the module docstring). ``what`` names the parameter in the messages (e.g. ``"--factory"``). With
+    ``sha256``, the module's source file must have that digest (:func:`code_digest`) before anything of it runs."""
+    mod_name, attr = _split_import_path(path, what)
+    if sha256 is not None:
+        now = code_digest(path, what)
+        if now != sha256:
+            raise DataError(f"{what} {path!r}: the code changed since the release was made (sha256 {now[:12]}... is "
+                            f"not the recorded {str(sha256)[:12]}...); dpaudit runs only the code a release was made "
+                            "with. Re-make the release if the change is yours.")
     if mod_name.endswith(".py"):
         module = _import_file(Path(mod_name), path, what)
     else:
@@ -152,7 +201,8 @@ def refuse_pickle(path: Path, what: str) -> None:
             head = fh.read(4)
     except OSError:
         return
-    if head[:1] == b"\x80" and len(head) > 1 and head[1] in range(2, 6):
+    # (a .safetensors file starts with its header length, which may begin with 0x80: its own parser refuses pickles)
+    if suffix != ".safetensors" and head[:1] == b"\x80" and len(head) > 1 and head[1] in range(2, 6):
         raise DataError(f"{what} {str(p)!r} is a pickle (starts with a pickle protocol header); dpaudit never "
                         f"unpickles files. Convert it: {_CONVERT['.pkl']}.")
     if head[:2] == b"PK" and suffix not in (".skops", ".npz"):
@@ -165,7 +215,8 @@ def refuse_pickle(path: Path, what: str) -> None:
             return
 
 
-def load_torch_factory(factory: str, weights: Path, *, factory_kwargs: Mapping[str, Any] | None = None):
+def load_torch_factory(factory: str, weights: Path, *, factory_kwargs: Mapping[str, Any] | None = None,
+                       factory_sha256: str | None = None):
     """Build the module with ``factory(**factory_kwargs)`` and load ``weights`` (.safetensors) into it, strictly.
 
     Every missing, unexpected or mis-shaped tensor is named in one :class:`DataError` line.
@@ -180,7 +231,7 @@ def load_torch_factory(factory: str, weights: Path, *, factory_kwargs: Mapping[s
         raise DataError(f"The weights file {str(weights)!r} must be a .safetensors file (got {weights.suffix or 'no suffix'}).")
     if not weights.is_file():
         raise DataError(f"The weights file {str(weights)!r} does not exist.")
-    build = import_object(factory, "--factory")
+    build = import_object(factory, "--factory", sha256=factory_sha256)
     try:
         module = build(**dict(factory_kwargs or {}))
     except Exception as exc:  # noqa: BLE001 - the user's factory failed: one line
@@ -243,10 +294,10 @@ def load_catboost_model(path: Path):
     return est
 
 
-def external_train_fn(path: str, num_classes: int):
+def external_train_fn(path: str, num_classes: int, *, sha256: str | None = None):
     """``(X, y, seed) -> model`` from the user's ``pkg.module:train`` (their code runs), checked to return something
     with ``predict_proba``; its outputs are padded to ``num_classes`` columns through ``classes_`` when present."""
-    train = import_object(path, "--train-fn")
+    train = import_object(path, "--train-fn", sha256=sha256)
 
     def fn(X: np.ndarray, y: np.ndarray, seed: int):
         try:
@@ -314,7 +365,11 @@ def load_external_model(root: Path, m: Mapping[str, Any]):
     spec = ExternalSpec.from_dict(m["spec"] or {})
     path = _bundle_file(root, m["file"], "model")
     if kind == "torch_factory":
-        module = load_torch_factory(spec.kwargs.get("factory"), path, factory_kwargs=spec.kwargs.get("factory_kwargs"))
+        if not spec.kwargs.get("factory_sha256"):
+            raise DataError(f"{root}/release.json: the torch factory has no recorded code digest (factory_sha256); "
+                            "dpaudit runs only code pinned by the release. Re-make it with dpaudit release make.")
+        module = load_torch_factory(spec.kwargs.get("factory"), path, factory_kwargs=spec.kwargs.get("factory_kwargs"),
+                                    factory_sha256=spec.kwargs["factory_sha256"])
         return Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
     est = load_sklearn_model(path) if kind == "sklearn" else load_catboost_model(path)
     return Classifier(spec, estimator=est)              # type: ignore[arg-type]
@@ -343,7 +398,10 @@ def recipe_train_fn(meta: Mapping[str, Any]):
     recipe = meta["model"].get("recipe") or {}
     num_classes = int((meta["model"].get("spec") or {}).get("num_classes") or meta["dataset"].get("num_classes") or 2)
     if recipe.get("train_fn"):
-        return external_train_fn(recipe["train_fn"], num_classes)
+        if not recipe.get("train_fn_sha256"):
+            raise DataError("The release's training function has no recorded code digest (train_fn_sha256); dpaudit "
+                            "runs only code pinned by the release. Re-make it with dpaudit release make.")
+        return external_train_fn(recipe["train_fn"], num_classes, sha256=recipe["train_fn_sha256"])
     if recipe.get("model"):
         from dpaudit.training.ensemble import TrainConfig, fit_classifier
         from dpaudit.training.models import ModelSpec

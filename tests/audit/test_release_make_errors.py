@@ -95,6 +95,34 @@ def test_import_paths_that_do_not_exist(art, tmp_path, capsys):
     _fail(_model_args(f, **w, **{"--factory": "byomnet"}), tmp_path, capsys, "import path 'pkg.module:function'")
     _fail(_model_args(f, **{"--train-fn": "byomtrain:missing"}), tmp_path, capsys, "has no attribute 'missing'")
     _fail(_model_args(f, **w, **{"--factory": str(tmp_path / "gone.py") + ":build"}), tmp_path, capsys, "does not exist")
+    _fail(_model_args(f, **w, **{"--factory": "os:system"}), tmp_path, capsys, "not from the standard library")
+
+
+def test_changed_or_injected_code_does_not_run_at_load(art, tmp_path, capsys):
+    """A release runs the code it was made with or nothing: an edited factory file or a release.json naming
+    another function is refused in one line when the release is attacked."""
+    import json
+    import shutil
+
+    root, f = art
+    shutil.copy(root / "byomnet.py", tmp_path / "net2.py")
+    rel = tmp_path / "made"
+    with pytest.raises(SystemExit) as exc:
+        main(["release", "make", "--out", str(rel), *CLAIM, *_model_args(f, **{"--model": f["weights"],
+              "--factory": f"{tmp_path / 'net2.py'}:build"})])
+    assert exc.value.code == 0
+    capsys.readouterr()
+    (tmp_path / "net2.py").write_text((tmp_path / "net2.py").read_text() + "\nprint('changed')\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["attack", str(rel), "--attack", "threshold"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "the code changed since the release was made" in err
+    meta = json.loads((rel / "release.json").read_text())
+    meta["model"]["spec"]["kwargs"]["factory"] = "subprocess:getoutput"
+    (rel / "release.json").write_text(json.dumps(meta))
+    with pytest.raises(SystemExit) as exc:
+        main(["attack", str(rel), "--attack", "threshold"])
+    assert exc.value.code == 2 and "not from the standard library" in capsys.readouterr().err
 
 
 def test_pickle_based_files_are_refused(art, tmp_path, capsys):
@@ -104,6 +132,9 @@ def test_pickle_based_files_are_refused(art, tmp_path, capsys):
     assert "safetensors.torch.save_file" in line
     (tmp_path / "model.skops").write_bytes(pickle.dumps([1]))
     _fail(_model_args(f, **{"--model": tmp_path / "model.skops"}), tmp_path, capsys, "is a pickle")
+    (tmp_path / "w.safetensors").write_bytes(pickle.dumps({"w": [1, 2]}))
+    _fail(_model_args(f, **{"--model": tmp_path / "w.safetensors", "--factory": "byomnet:build"}), tmp_path, capsys,
+          "not a readable safetensors file")
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     _fail(_model_args(f, **{"--members": tmp_path / "obj.npy"}), tmp_path, capsys, "never unpickles")
 
