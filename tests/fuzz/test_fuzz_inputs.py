@@ -303,7 +303,12 @@ def _mutate(bundle: Path, mutation) -> Path:
 
     kind, where, value = mutation
     if kind in ("json", "delete-key"):
-        meta = json.loads((bundle / "release.json").read_text())
+        if not (bundle / "release.json").is_file() or (bundle / "release.json").is_symlink():
+            return bundle  # an earlier mutation made it a FIFO or a link: reading it here would block
+        try:
+            meta = json.loads((bundle / "release.json").read_text())
+        except ValueError:
+            return bundle
         *path, last = where.split(".")
         d = meta
         for k in path:
@@ -320,10 +325,11 @@ def _mutate(bundle: Path, mutation) -> Path:
             text = json.dumps(meta, default=str)
         (bundle / "release.json").write_text(text)
     elif kind == "bytes":
+        (bundle / where).unlink(missing_ok=True)  # it may be a FIFO from an earlier mutation
         (bundle / where).write_bytes(value)
     elif kind == "truncate":
         f = bundle / where
-        if f.exists():
+        if f.is_file() and not f.is_symlink():
             raw = f.read_bytes()
             f.write_bytes(raw[: int(len(raw) * value)])
     elif kind == "remove":
@@ -337,7 +343,7 @@ def _mutate(bundle: Path, mutation) -> Path:
             link.symlink_to(bundle, target_is_directory=True)
             return link
         outside = bundle.parent / ("outside-" + where)
-        if (bundle / where).exists():
+        if (bundle / where).is_file() and not outside.exists():
             shutil.move(bundle / where, outside)
             (bundle / where).symlink_to(outside)
     return bundle
