@@ -543,6 +543,7 @@ def train_ensemble(
     eval_every: int = 1,
     stop_after_epochs: int | None = None,
     dp_chunk_bytes: int = 1 << 29,
+    canary_hook=None,
 ) -> Ensemble:
     """Train M models of ``spec``, model ``i`` on ``datasets[i]``, all at once.
 
@@ -571,6 +572,13 @@ def train_ensemble(
         Stop after this many rounds (for splitting a run across calls with ``checkpoint_dir``).
     dp_chunk_bytes : int
         Memory budget for per-example gradients; models are processed in chunks that fit.
+    canary_hook : object, optional
+        White-box canary audits only (DP-SGD): an object with ``extra_gradient(t, models, q)`` returning
+        ``None`` or a dict of tensors ``(len(models), *shape)`` added to the clipped per-example sum of global
+        step ``t`` before the noise (each canary's contribution has norm <= ``max_grad_norm``; see
+        :mod:`dpaudit.training.canaries`), and ``observe(t, models, noisy_sum)`` called with the noised sum
+        (before normalisation) of that step. ``models`` is the array of model indices stepping at ``t``.
+        ``None`` leaves training unchanged.
 
     Training runs ``epochs`` *rounds* of ``S = max_i steps_per_epoch_i`` global steps (a round is one
     epoch of the largest data set). Model ``i``'s own step stream continues across rounds, so a model with
@@ -595,6 +603,9 @@ def train_ensemble(
     dp = config.dp
     sizes = np.array([len(y) for _, y in data], dtype=np.int64)
 
+    if canary_hook is not None and (dp is None or checkpoint_dir is not None):
+        raise ParameterError(f"The 'canary_hook' parameter of {owner} needs DP-SGD (config.dp set) and no "
+                             f"checkpoint_dir. Got dp={dp!r}, checkpoint_dir={checkpoint_dir!r} instead.")
     base = build_model(spec).to(dev)
     if dp is not None and has_batch_norm(base):
         raise ParameterError(
@@ -658,7 +669,8 @@ def train_ensemble(
                     grads = _plain_grads(base, p_step, b_step, xb, yb, mb)
                 else:
                     qs, ns = (q, sizes) if sel is None else (q[sel_np], sizes[sel_np])
-                    grads = _dp_grads(base, p_step, b_step, xb, yb, mb, dp, qs, ns, seed, g * S + s, dp_chunk_bytes)
+                    grads = _dp_grads(base, p_step, b_step, xb, yb, mb, dp, qs, ns, seed, g * S + s, dp_chunk_bytes,
+                                      canary_hook, np.arange(M) if sel is None else sel_np)
                 opt.update(p_step, grads, sel)
                 if sel is not None:
                     for k, v in p_step.items():
@@ -769,7 +781,8 @@ def _plain_grads(base, params, buffers, xb, yb, mb):
     return dict(zip(leaves.keys(), gs))
 
 
-def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes):
+def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,
+              canary_hook=None, models=None):
     """Clipped, noised, normalised per-model gradients (DP-SGD) for global step t."""
     M, W = mb.shape
     C, sigma = dp.max_grad_norm, dp.noise_multiplier
@@ -792,14 +805,22 @@ def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed
         factor = (C / (sq.sqrt() + 1e-6)).clamp(max=1.0) * mb[sl]
         for k, v in g.items():
             summed[k][sl] = torch.einsum("mw,mw...->m...", factor, v)
+    if canary_hook is not None:  # white-box canaries: extra gradients of norm <= C, before the noise
+        extra = canary_hook.extra_gradient(t, models, q)
+        if extra is not None:
+            for k, v in extra.items():
+                summed[k] += v.to(summed[k].device, summed[k].dtype)
     dev = mb.device
     gen = torch.Generator(device=dev)
     gen.manual_seed(_step_seed(seed, t))
     expected = torch.as_tensor(q * sizes, dtype=torch.float32, device=dev)
-    out = {}
+    out, noisy = {}, {}
     for k, v in summed.items():
         noise = torch.randn(v.shape, generator=gen, device=dev, dtype=v.dtype) * (sigma * C)
-        out[k] = (v + noise) / expected.reshape((-1,) + (1,) * (v.dim() - 1))
+        noisy[k] = v + noise
+        out[k] = noisy[k] / expected.reshape((-1,) + (1,) * (v.dim() - 1))
+    if canary_hook is not None:
+        canary_hook.observe(t, models, noisy)
     return out
 
 

@@ -1,0 +1,136 @@
+"""Certified canary bounds: soundness over many seeds of mechanisms with known epsilon, power, the ideal reference."""
+
+import numpy as np
+import pytest
+from scipy import special
+
+from dpaudit.attacks.bounds import clopper_pearson_upper, epsilon_from_rates
+from dpaudit.attacks.canary import (
+    CanaryBound,
+    dirac_scores,
+    ideal_multi_run_epsilon,
+    ideal_one_run_epsilon,
+    ideal_roc,
+    lira_scores,
+    loss_scores,
+    multi_run_certified,
+    one_run_certified,
+    one_run_k_grid,
+)
+from dpaudit.errors import DataError, ParameterError
+
+
+def _rr_one_run(eps, m, seeds, k_grid=None, seed=0):
+    """One-run audits of eps-DP randomized response on each canary's coin (pure DP, delta = 0): the bound
+    must exceed eps in at most 5% of the runs."""
+    rng = np.random.default_rng(seed)
+    p = np.exp(eps) / (1 + np.exp(eps))
+    out = []
+    for _ in range(seeds):
+        inc = rng.random(m) < 0.5
+        o = np.where(rng.random(m) < p, inc, ~inc) + 1e-6 * rng.random(m)
+        out.append(one_run_certified(o, inc, k_grid=k_grid).epsilon)
+    return np.array(out)
+
+
+def test_one_run_soundness_200_seeds_randomized_response():
+    # the single-k rule is the sharpest: W is then close to Binomial(m, e^eps / (1 + e^eps)) exactly
+    eps = _rr_one_run(2.0, 1000, 200, k_grid=[500])
+    rate = float(np.mean(eps > 2.0))
+    assert rate <= 0.05 + 1e-12
+    # ... and the audit has power: it certifies most of the true epsilon
+    assert np.median(eps) > 1.5
+
+
+def test_multi_run_soundness_200_seeds_gaussian():
+    """Gaussian mechanism mu = 3 on one bit; the bound must exceed the epsilon of the chosen threshold's exact
+    (FPR, FNR) -- which is <= the mechanism's epsilon -- in at most 5% of the runs."""
+    mu, n = 3.0, 400
+    rng = np.random.default_rng(1)
+    fails, vals = 0, []
+    for s in range(200):
+        inc = rng.random(n) < 0.5
+        x = inc * mu + rng.standard_normal(n)
+        b = multi_run_certified(x, inc, seed=s)
+        t = b.details["threshold"]
+        fails += b.epsilon > float(epsilon_from_rates(special.ndtr(-t), special.ndtr(t - mu)))
+        vals.append(b.epsilon)
+    assert fails / 200 <= 0.05
+    assert np.median(vals) > 1.0
+
+
+def test_bounds_are_certified_and_round_trip():
+    rng = np.random.default_rng(0)
+    inc = rng.random(200) < 0.5
+    b = one_run_certified(inc + rng.standard_normal(200), inc, delta=1e-5)
+    assert b.kind == "certified" and b.audit == "one-run" and b.trials == 200
+    assert CanaryBound.from_dict(b.to_dict()) == b
+    b2 = multi_run_certified(inc + rng.standard_normal(200), inc, delta=1e-5)
+    assert b2.kind == "certified" and b2.audit == "multi-run" and b2.trials == 100
+    assert b2.with_ideal(1.5).ideal_epsilon == 1.5
+
+
+def test_no_signal_gives_small_bounds():
+    rng = np.random.default_rng(3)
+    inc = rng.random(1000) < 0.5
+    assert one_run_certified(rng.standard_normal(1000), inc).epsilon < 0.3
+    assert multi_run_certified(rng.standard_normal(1000), inc).epsilon < 0.3
+
+
+def test_ideal_reference_matches_empirical_ideal_attack():
+    """The empirical bound of the exact LR test on the Gaussian mechanism is close to the ideal reference."""
+    mu, n = 2.0, 1000
+    roc = ideal_roc({"kind": "gaussian", "mu": mu})
+    ideal_m = ideal_multi_run_epsilon(roc, n // 2, n // 2)
+    ideal_o = ideal_one_run_epsilon(roc, n)
+    rng = np.random.default_rng(5)
+    em, eo = [], []
+    for s in range(20):
+        inc = rng.random(n) < 0.5
+        x = inc * mu + rng.standard_normal(n)
+        em.append(multi_run_certified(x, inc, seed=s).epsilon)
+        eo.append(one_run_certified(x, inc).epsilon)
+    assert abs(np.median(em) - ideal_m) < 0.3 * ideal_m
+    assert abs(np.median(eo) - ideal_o) < 0.3 * ideal_o
+    # more trials, larger reference; a stronger mechanism, smaller
+    assert ideal_multi_run_epsilon(roc, 5000, 5000) > ideal_m
+    assert ideal_multi_run_epsilon(ideal_roc({"kind": "gaussian", "mu": 0.5}), n // 2, n // 2) < ideal_m
+
+
+def test_ideal_laplace_and_subsampled_gaussian():
+    lap = ideal_roc({"kind": "laplace", "epsilon": 1.0})
+    e = ideal_multi_run_epsilon(lap, 100_000, 100_000)
+    assert 0.8 < e <= 1.0 + 1e-9  # never above the mechanism's epsilon, and close with many trials
+    sg = ideal_roc({"kind": "subsampled_gaussian", "sampling_rate": 1.0, "noise_multiplier": 1.0, "steps": 4},
+                   samples=20000)
+    g = ideal_roc({"kind": "gaussian", "mu": 2.0})  # q = 1: T steps of mu = 1/sigma compose to mu sqrt(T)
+    assert abs(ideal_multi_run_epsilon(sg, 500, 500) - ideal_multi_run_epsilon(g, 500, 500)) < 0.3
+
+
+def test_scores():
+    p = np.array([[0.9, 0.1], [0.2, 0.8]])
+    assert np.allclose(loss_scores(p, [0, 0]), np.log([0.9, 0.2]))
+    rng = np.random.default_rng(0)
+    ref_out, ref_in = rng.normal(0, 1, (8, 3)), rng.normal(3, 1, (8, 3))
+    s = lira_scores(np.array([[3.0, 3.0, 3.0], [0.0, 0.0, 0.0]]), ref_out, ref_in)
+    assert np.all(s[0] > s[1])
+    assert np.all(np.diff(lira_scores(np.array([[-1.0] * 3, [1.0] * 3]), ref_out), axis=0) > 0)
+    obs = rng.standard_normal((50, 4, 2))
+    obs[:, :2, 0] += 1.0
+    for method in ("lr", "sum"):
+        sc = dirac_scores(obs, sampling_rate=1.0, noise_multiplier=1.0, method=method)
+        assert sc.shape == (4, 2) and sc[:2, 0].min() > sc[2:, 0].max()
+
+
+def test_bad_input():
+    with pytest.raises(ParameterError, match="models"):
+        multi_run_certified([1.0], [True])
+    with pytest.raises(DataError, match="too few models"):
+        multi_run_certified([1.0, 2.0, 3.0], [True, False, False])
+    with pytest.raises(DataError):
+        one_run_certified([1.0, np.nan], [True, False])
+    with pytest.raises(ParameterError, match="k_grid"):
+        one_run_certified([1.0, 2.0], [True, False], k_grid=[5])
+    with pytest.raises(ParameterError, match="kind"):
+        ideal_roc({"kind": "cauchy"})
+    assert one_run_k_grid(1000) == (10, 25, 50, 125, 250, 500)
