@@ -1,0 +1,259 @@
+"""Certified canary audits of a DP-SGD training recipe, end to end: plant canaries, train, score, bound.
+
+:func:`run_canary_audit` takes a recipe (architecture, :class:`~dpaudit.training.ensemble.TrainConfig` with
+DP-SGD), the base training set and a pool of records the models are not trained on, and runs
+
+- ``audit="one-run"``: one model trained on the base data plus the canaries its fair coins include
+  (Steinke, Nasr, Jagielski 2023), ``canaries = m``;
+- ``audit="multi-run"``: ``models = N`` models trained at once by the ensemble trainer, model ``i`` on the base
+  data plus the canary iff its coin says so (Jagielski et al. 2020; Nasr et al. 2021, 2023); one canary.
+
+Canaries: ``"mislabeled"`` / ``"ood"`` (black-box; scored by ``"loss"`` or ``"lira"``) or ``"dirac"`` (white-box:
+gradient canaries observed in every step's noised gradient sum; scored by ``"dirac-lr"`` or ``"dirac-sum"``).
+The result is a :class:`~dpaudit.attacks.canary.CanaryBound` (``kind = "certified"``) beside the accounted epsilon
+of the recipe and the ideal-attack reference at the same number of trials.
+
+What is audited is the *training recipe* (the release's ``train_config`` run by dpaudit's ensemble trainer), not
+the released weights themselves; the sampling rate is fixed to ``B / n`` of the base data for every model so the
+accounting is exact.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from dpaudit._io import write_json
+from dpaudit.attacks.canary import (
+    SCORE_KINDS,
+    CanaryBound,
+    dirac_scores,
+    ideal_multi_run_epsilon,
+    ideal_one_run_epsilon,
+    ideal_roc,
+    lira_scores,
+    logit_confidence,
+    loss_scores,
+    multi_run_certified,
+    one_run_certified,
+)
+from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.progress import as_reporter
+
+__all__ = ["CanaryAuditResult", "run_canary_audit", "canary_audit_release", "dpsgd_noise_for_epsilon",
+           "default_score"]
+
+
+def default_score(canary: str) -> str:
+    return "dirac-lr" if canary == "dirac" else "loss"
+
+
+@dataclass(frozen=True)
+class CanaryAuditResult:
+    """A certified canary audit: the bound (with its ideal reference), the recipe's accounted epsilon, settings."""
+
+    bound: CanaryBound
+    accounted_epsilon: float | None
+    mechanism: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    elapsed_seconds: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def kind(self) -> str:
+        return self.bound.kind
+
+    @property
+    def refutes_claim(self) -> bool:
+        """True when the certified bound exceeds the accounted (claimed) epsilon."""
+        return self.accounted_epsilon is not None and self.bound.epsilon > self.accounted_epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": 1, "kind": self.kind, "bound": self.bound.to_dict(),
+                "accounted_epsilon": self.accounted_epsilon, "mechanism": dict(self.mechanism),
+                "settings": dict(self.settings), "elapsed_seconds": self.elapsed_seconds, "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CanaryAuditResult":
+        return cls(CanaryBound.from_dict(d["bound"]), d.get("accounted_epsilon"), dict(d.get("mechanism", {})),
+                   dict(d.get("settings", {})), float(d.get("elapsed_seconds", 0.0)), tuple(d.get("notes", ())))
+
+    def summary(self) -> str:
+        b = self.bound
+        ideal = "–" if b.ideal_epsilon is None else f"{b.ideal_epsilon:.3f}"
+        acc = "–" if self.accounted_epsilon is None else f"{self.accounted_epsilon:.3f}"
+        return (f"{b.audit} canary audit ({self.settings.get('canary')}, score {b.score}): certified epsilon >= "
+                f"{b.epsilon:.3f} at confidence {b.confidence:g}, delta {b.delta:g}, over {b.trials} trials; "
+                f"ideal attack at the same trials: {ideal}; accounted epsilon: {acc}.")
+
+
+def dpsgd_noise_for_epsilon(epsilon: float, *, sampling_rate: float, steps: int, delta: float, tol: float = 1e-3) -> float:
+    """Smallest noise multiplier (to ``tol``, rounded up) whose RDP-accounted epsilon is <= ``epsilon``."""
+    from dpaudit.accountants.events import SubsampledGaussian
+    from dpaudit.accountants.rdp import RdpAccountant
+
+    eps = check_float(epsilon, "epsilon", "dpsgd_noise_for_epsilon", low=0.0, low_open=True)
+
+    def acc(sigma: float) -> float:
+        ev = SubsampledGaussian(sampling_rate=sampling_rate, noise_multiplier=sigma, steps=steps)
+        return RdpAccountant().compose(ev).get_statement(delta).epsilon
+
+    lo, hi = 0.05, 1.0
+    while acc(hi) > eps:
+        lo, hi = hi, hi * 2
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if acc(mid) > eps:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _account(q: float, sigma: float, steps: int, delta: float) -> float:
+    """The recipe's accounted epsilon (RDP: an over-estimate, so a bound above it refutes every tighter figure)."""
+    from dpaudit.accountants.events import SubsampledGaussian
+    from dpaudit.accountants.rdp import RdpAccountant
+
+    ev = SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=steps)
+    return float(RdpAccountant().compose(ev).get_statement(delta).epsilon)
+
+
+def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str, canary: str, canaries: int = 1,
+                     models: int = 2, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
+                     reference_models: int = 8, seed: int = 0, device: str | None = None, out: str | Path | None = None,
+                     progress: Any = False, ideal_samples: int = 50_000) -> CanaryAuditResult:
+    """Run one certified canary audit of the DP-SGD recipe ``(spec, config)`` (see the module docstring).
+
+    ``canaries`` (one-run) is m; ``models`` (multi-run) is N >= 2. ``reference_models``: LiRA's reference models
+    (one-run: trained without canaries, offline LiRA; multi-run: the first ones of the N, left out of the trials).
+    ``out``: when given, ``canaries.npz`` and ``canary_audit.json`` are written there (atomically, after training).
+    """
+    from dpaudit.training.canaries import DiracHook, canary_datasets, make_canaries
+    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, dp_steps_per_epoch, train_ensemble
+
+    owner = "canary audit"
+    check_choice(audit, "audit", owner, ("one-run", "multi-run"))
+    check_choice(canary, "canary", owner, ("mislabeled", "ood", "dirac"))
+    score = default_score(canary) if score is None else score
+    check_choice(score, "score", owner, SCORE_KINDS)
+    if (canary == "dirac") != score.startswith("dirac"):
+        raise ParameterError(f"The 'score' parameter of the {owner} must be dirac-lr|dirac-sum for Dirac canaries and "
+                             f"loss|lira for input canaries. Got score={score!r} with canary={canary!r} instead.")
+    delta = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    confidence = check_probability(confidence, "confidence", owner)
+    seed = check_int(seed, "seed", owner, low=0)
+    if audit == "one-run":
+        m = check_int(canaries, "canaries", owner, low=2)
+        N = 1
+    else:
+        m = 1
+        N = check_int(models, "models", owner, low=2)
+    R = check_int(reference_models, "reference_models", owner, low=0)
+    if score == "lira" and R < 2:
+        raise ParameterError(f"The 'reference_models' parameter of the {owner} must be an int >= 2 for LiRA scores. Got {R} instead.")
+    if score == "lira" and audit == "multi-run" and N - R < 4:
+        raise ParameterError(f"The 'models' parameter of the {owner} must exceed reference_models + 3 for LiRA. Got {N} instead.")
+    if not getattr(spec, "is_torch", False) or not isinstance(config, TrainConfig) or config.dp is None:
+        what = "white-box (Dirac) canaries need" if canary == "dirac" else "a certified canary audit needs"
+        raise ParameterError(f"The {owner}: {what} a torch model trained by DP-SGD (a recipe with dp set); this "
+                             "recipe exposes no DP-SGD iterates.")
+    X_base = np.asarray(X_base, dtype=np.float32)
+    y_base = np.asarray(y_base).astype(np.int64)
+    n = len(y_base)
+    if n == 0:
+        raise DataError(f"The {owner} needs a non-empty base training set.")
+    if canary == "mislabeled" and m > len(X_pool):
+        raise ParameterError(f"The 'canaries' parameter of the {owner} must be an int <= {len(X_pool)} (the records "
+                             f"outside the training set available as mislabeled canaries). Got {m} instead.")
+    rep = as_reporter(progress)
+    t0 = time.perf_counter()
+
+    q = min(1.0, config.batch_size / n)
+    cfg = replace(config, dp=DPSGDConfig(config.dp.noise_multiplier, config.dp.max_grad_norm, q))
+    steps = config.epochs * dp_steps_per_epoch(n, cfg)
+    sigma, C = cfg.dp.noise_multiplier, cfg.dp.max_grad_norm
+    mechanism = {"kind": "subsampled_gaussian", "sampling_rate": q, "noise_multiplier": sigma, "steps": int(steps)}
+    can = make_canaries(canary, audit, num_canaries=m, num_models=N, seed=seed, spec=spec, X_pool=X_pool,
+                        y_pool=y_pool, X_train=X_base)
+    hook = None
+    if canary == "dirac":
+        hook = DiracHook(spec, can, max_grad_norm=C, noise_multiplier=sigma, seed=seed)
+        datasets = [(X_base, y_base)] * N
+    else:
+        datasets = canary_datasets(X_base, y_base, can)
+    rep.log(f"{owner}: {audit}, {canary} canaries (m = {m}), training {N} model(s) x {spec.name}, "
+            f"{steps} DP-SGD steps (q = {q:.4g}, sigma = {sigma:g})")
+    ens = train_ensemble(spec, datasets, cfg, seed=seed, device=device, progress=False, canary_hook=hook)
+    inc = can.included
+    notes: list[str] = []
+    if canary == "dirac":
+        s = dirac_scores(hook.observations(), sampling_rate=q, noise_multiplier=sigma, method=score.split("-")[1])
+        notes.append("white-box: the observation is every step's noised gradient sum at the canary coordinates "
+                     "(what the iterates reveal under plain SGD).")
+    else:
+        probs = ens.predict_proba(can.X)  # (N, m, C)
+        if score == "loss":
+            s = loss_scores(probs, can.y)
+        elif audit == "one-run":
+            rep.log(f"{owner}: training {R} LiRA reference models without canaries")
+            ref = train_ensemble(spec, [(X_base, y_base)] * R, cfg, seed=seed + 1, device=device, progress=False)
+            s = lira_scores(logit_confidence(probs, can.y), logit_confidence(ref.predict_proba(can.X), can.y))
+            notes.append(f"offline LiRA with {R} reference models trained without canaries.")
+        else:
+            lc = logit_confidence(probs, can.y)[:, 0]
+            ri, ro = lc[:R][inc[:R, 0]], lc[:R][~inc[:R, 0]]
+            if ri.size < 2 or ro.size < 2:
+                raise DataError(f"The {owner}: the {R} LiRA reference models hold fewer than 2 models with or "
+                                "without the canary; use more reference_models.")
+            s = lira_scores(lc[R:, None], ro[:, None], ri[:, None])
+            inc = inc[R:]
+            notes.append(f"online LiRA fitted on the first {R} models, which are not counted as trials.")
+    if audit == "one-run":
+        bound = one_run_certified(s[0], inc[0], delta=delta, confidence=confidence, score=score)
+        roc = ideal_roc(mechanism, samples=ideal_samples, seed=seed)
+        ideal = ideal_one_run_epsilon(roc, m, delta=delta, confidence=confidence)
+    else:
+        sc = np.asarray(s).reshape(len(inc), -1)[:, 0]
+        bound = multi_run_certified(sc, inc[:, 0], delta=delta, confidence=confidence, seed=seed, score=score)
+        roc = ideal_roc(mechanism, samples=ideal_samples, seed=seed)
+        ideal = ideal_multi_run_epsilon(roc, int(inc[:, 0].sum()), int((~inc[:, 0]).sum()), delta=delta,
+                                        confidence=confidence)
+    bound = bound.with_ideal(ideal)
+    accounted = _account(q, sigma, int(steps), delta) if delta > 0 else None
+    settings = {"audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
+                "confidence": confidence, "seed": seed, "reference_models": R, "model": spec.to_dict(),
+                "train_config": cfg.to_dict(), "num_train": n, "ideal_samples": ideal_samples}
+    notes.append("ideal reference: the exact likelihood-ratio test of the Poisson-subsampled Gaussian at the accounted "
+                 f"parameters (Monte Carlo, {ideal_samples} draws per hypothesis), same trials and confidence rule.")
+    result = CanaryAuditResult(bound, accounted, mechanism, settings, round(time.perf_counter() - t0, 2), tuple(notes))
+    if out is not None:
+        from dpaudit.training.canaries import write_canaries
+
+        out = Path(out)
+        write_canaries(out / "canaries.npz", can)
+        write_json(out / "canary_audit.json", result.to_dict())
+    rep.log(result.summary())
+    return result
+
+
+def canary_audit_release(release, **kwargs) -> CanaryAuditResult:
+    """:func:`run_canary_audit` of a release's recipe: its architecture and ``train_config``, base data = its
+    members, canary pool = its non-members and attacker records."""
+    from dpaudit.training.release import Release, load_release
+
+    rel = release if isinstance(release, Release) else load_release(release)
+    config = rel.train_config
+    if config is None or config.dp is None or not rel.spec.is_torch:
+        kind = kwargs.get("canary", "mislabeled")
+        what = "white-box (Dirac) canaries need" if kind == "dirac" else "a certified canary audit needs"
+        raise ParameterError(f"Release {rel.path}: {what} a torch model trained by DP-SGD; method "
+                             f"{rel.meta.get('method')!r} exposes no DP-SGD iterates (no dp in its train_config).")
+    ds = rel.dataset()
+    mem = np.asarray(rel.membership["members"])
+    pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
+    return run_canary_audit(rel.spec, config, ds.X[mem], ds.y[mem], ds.X[pool], ds.y[pool], **kwargs)

@@ -1,0 +1,84 @@
+"""Certified canary audits end to end on small DP-SGD recipes (fast); the digits figures are in bench/."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpaudit.audit.canary_audit import CanaryAuditResult, canary_audit_release, run_canary_audit
+from dpaudit.errors import DataError, ParameterError
+from dpaudit.training.data import load_dataset, split_dataset
+from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, fit_classifier
+from dpaudit.training.models import ModelSpec
+from dpaudit.training.release import write_release
+
+
+SPEC = ModelSpec("mlp", (30,), 2, {"hidden": [8]})
+
+
+@pytest.fixture(scope="module")
+def data():
+    ds = load_dataset("breast_cancer")
+    sp = split_dataset(ds, seed=0)
+    return ds, sp
+
+
+def _cfg(sigma, epochs=2):
+    return TrainConfig(epochs=epochs, batch_size=20, optimizer="sgd", lr=0.2, dp=DPSGDConfig(sigma, 1.0))
+
+
+def test_one_run_white_box_weak_noise_is_caught_strong_noise_is_not(data, tmp_path):
+    ds, sp = data
+    tr, pool = sp.train[:100], sp.attacker
+    weak = run_canary_audit(SPEC, _cfg(0.3), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="one-run",
+                            canary="dirac", canaries=200, seed=0, device="cpu", out=tmp_path)
+    assert weak.kind == "certified" and weak.bound.score == "dirac-lr"
+    assert 0.5 < weak.bound.epsilon <= weak.accounted_epsilon
+    assert weak.bound.ideal_epsilon >= weak.bound.epsilon
+    assert {p.name for p in tmp_path.iterdir()} == {"canaries.npz", "canary_audit.json"}
+    assert CanaryAuditResult.from_dict(weak.to_dict()).bound == weak.bound
+    strong = run_canary_audit(SPEC, _cfg(20.0), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="one-run",
+                              canary="dirac", canaries=200, seed=0, device="cpu")
+    assert strong.bound.epsilon <= strong.accounted_epsilon and strong.bound.epsilon < 0.3
+    assert not strong.refutes_claim
+
+
+def test_multi_run_black_box_and_lira(data):
+    ds, sp = data
+    tr, pool = sp.train[:60], sp.attacker
+    r = run_canary_audit(SPEC, _cfg(0.5), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="multi-run",
+                         canary="mislabeled", models=24, seed=1, device="cpu")
+    assert r.bound.audit == "multi-run" and r.settings["models"] == 24
+    assert r.bound.trials == r.bound.details["num_in"] + r.bound.details["num_out"] in (12, 13)  # evaluation halves
+    assert 0.0 <= r.bound.epsilon <= r.accounted_epsilon
+    lira = run_canary_audit(SPEC, _cfg(0.5), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="multi-run",
+                            canary="ood", score="lira", models=24, reference_models=8, seed=1, device="cpu")
+    assert lira.bound.score == "lira" and lira.bound.trials in (8, 9)  # 8 reference models left out
+
+
+def _release(path, ds, sp, cfg):
+    mem = {"members": sp.train[:80], "nonmembers": sp.test, "attacker": sp.attacker}
+    clf = fit_classifier(SPEC if cfg is not None else ModelSpec("random_forest", (30,), 2, {"n_estimators": 3}),
+                         ds.X[sp.train[:80]], ds.y[sp.train[:80]], cfg, seed=0)
+    return write_release(path, method="baseline", dataset={"name": "breast_cancer", "seed": 0, "num_samples": None},
+                         params={}, seed=0, utility={"test_accuracy": 0.9}, classifier=clf, train_config=cfg,
+                         ledger=None, statement=None, claim={"epsilon": 1.0, "delta": 1e-5, "granularity": "example",
+                                                             "text": "t"}, membership=mem)
+
+
+def test_release_audit_and_bad_input(data, tmp_path):
+    ds, sp = data
+    rel = _release(tmp_path / "dp", ds, sp, _cfg(1.0, epochs=1))
+    r = canary_audit_release(rel, audit="one-run", canary="dirac", canaries=50, seed=0, device="cpu")
+    assert r.settings["num_train"] == 80 and r.bound.trials == 50
+    trees = _release(tmp_path / "rf", ds, sp, None)
+    with pytest.raises(ParameterError, match="exposes no DP-SGD iterates"):
+        canary_audit_release(trees, audit="one-run", canary="dirac", canaries=50)
+    with pytest.raises(ParameterError, match="'canaries'.*<="):
+        canary_audit_release(rel, audit="one-run", canary="mislabeled", canaries=10_000)
+    with pytest.raises(ParameterError, match="'models'.*>= 2"):
+        canary_audit_release(rel, audit="multi-run", canary="dirac", models=1)
+    with pytest.raises(ParameterError, match="'canary'"):
+        canary_audit_release(rel, audit="one-run", canary="poison", canaries=5)
+    with pytest.raises(ParameterError, match="'score'"):
+        canary_audit_release(rel, audit="one-run", canary="dirac", score="loss", canaries=5)
