@@ -59,11 +59,30 @@ def render(report: AttackReport) -> str:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output directory (default: RELEASE/attack).")
+@click.option("--audit", "audit", type=click.Choice(("one-run", "multi-run")), default=None,
+              help="Certified canary audit of the release's DP-SGD recipe instead of a membership attack "
+                   "(writes canary_audit.json and canaries.npz).")
+@click.option("--canary", type=click.Choice(("mislabeled", "ood", "dirac")), default="dirac", show_default=True,
+              help="Canary audit: input canaries (black-box) or Dirac gradient canaries (white-box).")
+@click.option("--canaries", type=int, default=1000, show_default=True, help="One-run audit: number of canaries m.")
+@click.option("--models", type=int, default=200, show_default=True, help="Multi-run audit: number of models N.")
+@click.option("--score", type=click.Choice(("loss", "lira", "dirac-lr", "dirac-sum")), default=None,
+              help="Canary score (default: dirac-lr for Dirac canaries, loss otherwise).")
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
-            offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None) -> None:
+            offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
+            audit: str | None, canary: str, canaries: int, models: int, score: str | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
-    epsilon lower bound and the blind baseline; write attack.json."""
+    epsilon lower bound and the blind baseline; write attack.json. With --audit, run a certified canary audit."""
     from dpaudit.audit.attack_release import attack_release
+
+    if audit is not None:
+        from dpaudit.audit.canary_audit import canary_audit_release
+
+        result = canary_audit_release(release, audit=audit, canary=canary, canaries=canaries, models=models,
+                                      score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
+                                      seed=seed, out=Path(release) / "attack" if out is None else out)
+        click.echo(result.summary())
+        return
 
     report = attack_release(release, attack=attack, num_shadows=shadows, classifier=classifier, per_class=not global_model,
                             threshold_kind=threshold_kind, lira_online=not offline, confidence=confidence, delta=delta,

@@ -82,3 +82,31 @@ def test_release_audit_and_bad_input(data, tmp_path):
         canary_audit_release(rel, audit="one-run", canary="poison", canaries=5)
     with pytest.raises(ParameterError, match="'score'"):
         canary_audit_release(rel, audit="one-run", canary="dirac", score="loss", canaries=5)
+
+
+def _cli(args, capsys):
+    from dpaudit.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    cap = capsys.readouterr()
+    return exc.value.code, cap.out, cap.err
+
+
+def test_attack_cli_canary_audit(data, tmp_path, capsys):
+    ds, sp = data
+    rel = _release(tmp_path / "dp", ds, sp, _cfg(1.0, epochs=1))
+    out = tmp_path / "out"
+    code, stdout, _ = _cli(["attack", str(rel), "--audit", "one-run", "--canaries", "40", "--out", str(out)], capsys)
+    assert code in (0, None) and "certified epsilon >=" in stdout
+    data_ = CanaryAuditResult.from_dict(__import__("json").loads((out / "canary_audit.json").read_text()))
+    assert data_.kind == "certified" and data_.bound.trials == 40
+    trees = _release(tmp_path / "rf", ds, sp, None)
+    for args, what in ((["attack", str(rel), "--audit", "multi-run", "--models", "1"], "'models'"),
+                       (["attack", str(rel), "--audit", "one-run", "--canary", "poison"], "--canary"),
+                       (["attack", str(trees), "--audit", "one-run", "--canary", "dirac"], "exposes no"),
+                       (["attack", str(rel), "--audit", "one-run", "--canary", "mislabeled", "--canaries", "99999"], "'canaries'")):
+        bad = tmp_path / "bad"
+        code, stdout, err = _cli(args + ["--out", str(bad)], capsys)
+        assert code == 2 and what in err and len(err.strip().splitlines()) == 1 and stdout == ""
+        assert not bad.exists()
