@@ -44,8 +44,8 @@ from dpaudit.attacks.canary import (
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
 from dpaudit.progress import as_reporter
 
-__all__ = ["CanaryAuditResult", "run_canary_audit", "canary_audit_release", "dpsgd_noise_for_epsilon",
-           "default_score"]
+__all__ = ["CanaryAuditResult", "CanaryAuditSpec", "run_canary_audit", "run_canary_spec", "canary_audit_release",
+           "dpsgd_noise_for_epsilon", "default_score"]
 
 
 def default_score(canary: str) -> str:
@@ -126,7 +126,8 @@ def _account(q: float, sigma: float, steps: int, delta: float) -> float:
 def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str, canary: str, canaries: int = 1,
                      models: int = 2, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
                      reference_models: int = 8, seed: int = 0, device: str | None = None, out: str | Path | None = None,
-                     progress: Any = False, ideal_samples: int = 50_000) -> CanaryAuditResult:
+                     progress: Any = False, ideal_samples: int = 50_000,
+                     extra_settings: Mapping[str, Any] | None = None) -> CanaryAuditResult:
     """Run one certified canary audit of the DP-SGD recipe ``(spec, config)`` (see the module docstring).
 
     ``canaries`` (one-run) is m; ``models`` (multi-run) is N >= 2. ``reference_models``: LiRA's reference models
@@ -225,7 +226,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
                                         confidence=confidence)
     bound = bound.with_ideal(ideal)
     accounted = _account(q, sigma, int(steps), delta) if delta > 0 else None
-    settings = {"audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
+    settings = {**dict(extra_settings or {}), "audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
                 "confidence": confidence, "seed": seed, "reference_models": R, "model": spec.to_dict(),
                 "train_config": cfg.to_dict(), "num_train": n, "ideal_samples": ideal_samples}
     notes.append("ideal reference: the exact likelihood-ratio test of the Poisson-subsampled Gaussian at the accounted "
@@ -257,3 +258,87 @@ def canary_audit_release(release, **kwargs) -> CanaryAuditResult:
     mem = np.asarray(rel.membership["members"])
     pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
     return run_canary_audit(rel.spec, config, ds.X[mem], ds.y[mem], ds.X[pool], ds.y[pool], **kwargs)
+
+
+@dataclass(frozen=True)
+class CanaryAuditSpec:
+    """One ``[[canary_audits]]`` entry of an audit config: a certified audit of a DP-SGD recipe on the audit's
+    data set (an MLP with ``hidden`` widths trained on ``num_train`` records by DP-SGD with sampling rate
+    ``batch_size / num_train``; the noise multiplier is ``noise_multiplier``, or calibrated by the RDP accountant
+    so that the recipe is (``epsilon``, delta)-DP). The other records form the canary pool."""
+
+    name: str
+    audit: str = "one-run"
+    canary: str = "dirac"
+    canaries: int = 1000
+    models: int = 200
+    score: str | None = None
+    epsilon: float | None = 8.0
+    noise_multiplier: float | None = None
+    epochs: int = 5
+    batch_size: int = 50
+    lr: float = 0.5
+    hidden: tuple[int, ...] = (32,)
+    num_train: int = 1000
+    reference_models: int = 8
+
+    def __post_init__(self) -> None:
+        o = "canary_audits"
+        if not isinstance(self.name, str) or not self.name or "/" in self.name:
+            raise ParameterError(f"The 'name' parameter of {o} must be a non-empty string without '/'. Got {self.name!r} instead.")
+        check_choice(self.audit, "audit", o, ("one-run", "multi-run"))
+        check_choice(self.canary, "canary", o, ("mislabeled", "ood", "dirac"))
+        if self.score is not None:
+            check_choice(self.score, "score", o, SCORE_KINDS)
+        if self.audit == "one-run":
+            check_int(self.canaries, "canaries", o, low=2)
+        else:
+            check_int(self.models, "models", o, low=2)
+        if (self.epsilon is None) == (self.noise_multiplier is None):
+            raise ParameterError(f"Canary audit {self.name!r} needs exactly one of 'epsilon' or 'noise_multiplier'. "
+                                 f"Got epsilon={self.epsilon!r}, noise_multiplier={self.noise_multiplier!r} instead.")
+        if self.epsilon is not None:
+            check_float(self.epsilon, "epsilon", o, low=0.0, low_open=True)
+        else:
+            check_float(self.noise_multiplier, "noise_multiplier", o, low=0.0, low_open=True)
+        check_int(self.epochs, "epochs", o, low=1)
+        check_int(self.num_train, "num_train", o, low=2)
+        check_int(self.batch_size, "batch_size", o, low=1, high=self.num_train)
+        check_float(self.lr, "lr", o, low=0.0, low_open=True)
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def run_canary_spec(spec: CanaryAuditSpec, *, dataset: str, seed: int, delta: float, confidence: float,
+                    data_dir: str | None = None, device: str | None = None, out: str | Path | None = None,
+                    progress: Any = False) -> CanaryAuditResult:
+    """Run one :class:`CanaryAuditSpec` on ``dataset`` (the base/pool split is a seeded permutation)."""
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, dp_steps_per_epoch
+    from dpaudit.training.models import ModelSpec
+
+    ds = load_dataset(dataset, data_dir=data_dir, seed=seed)
+    n = spec.num_train
+    if n >= len(ds):
+        raise ParameterError(f"The 'num_train' parameter of canary audit {spec.name!r} must be an int < {len(ds)} (the "
+                             f"records of {dataset}). Got {n} instead.")
+    perm = np.random.default_rng(np.random.SeedSequence([seed, 0xCA4E])).permutation(len(ds))
+    base, pool = perm[:n], perm[n:]
+    X = ds.X.reshape(len(ds), -1)
+    model = ModelSpec("mlp", (X.shape[1],), ds.num_classes, {"hidden": list(spec.hidden)})
+    sigma = spec.noise_multiplier
+    if sigma is None:
+        probe = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, dp=DPSGDConfig(1.0, 1.0))
+        steps = spec.epochs * dp_steps_per_epoch(n, probe)
+        sigma = dpsgd_noise_for_epsilon(spec.epsilon, sampling_rate=min(1.0, spec.batch_size / n), steps=steps,
+                                        delta=delta)
+    cfg = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, optimizer="sgd", lr=spec.lr,
+                      dp=DPSGDConfig(sigma, 1.0))
+    result = run_canary_audit(model, cfg, X[base], ds.y[base], X[pool], ds.y[pool], audit=spec.audit,
+                              canary=spec.canary, canaries=spec.canaries, models=spec.models, score=spec.score,
+                              delta=delta, confidence=confidence, reference_models=spec.reference_models, seed=seed,
+                              device=device, out=out, progress=progress,
+                              extra_settings={"name": spec.name, "dataset": dataset})
+    return result

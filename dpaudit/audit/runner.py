@@ -103,13 +103,19 @@ class AuditConfig:
     delta: float = 1e-5
     n_bootstrap: int = 200
     data_dir: str | None = None
+    canary_audits: tuple = ()  # CanaryAuditSpec entries: certified audits of DP-SGD recipes ([[canary_audits]])
 
     def __post_init__(self) -> None:
         owner = "AuditConfig"
         object.__setattr__(self, "models", tuple(self.models))
         object.__setattr__(self, "attacks", tuple(self.attacks))
-        if not self.models:
-            raise ParameterError("An audit config needs at least one model ([[models]]). Got none instead.")
+        cnames = [c.name for c in self.canary_audits]
+        if len(set(cnames)) != len(cnames):
+            raise ParameterError(f"Canary audit names of an audit must be distinct. Got {cnames} instead.")
+        object.__setattr__(self, "canary_audits", tuple(self.canary_audits))
+        if not self.models and not self.canary_audits:
+            raise ParameterError("An audit config needs at least one model ([[models]]) or canary audit "
+                                 "([[canary_audits]]). Got none instead.")
         names = [n for m in self.models for n in (m.name, *m.extra_names)]
         if len(set(names)) != len(names):
             raise ParameterError(f"Model names of an audit must be distinct. Got {names} instead.")
@@ -124,7 +130,10 @@ class AuditConfig:
 
 def default_config() -> AuditConfig:
     """The embedded default: FREDY-style students on digits at three noise levels, plus the non-private
-    baseline, attacked by the loss-threshold, shadow-model (CatBoost, 16 shadows) and LiRA (16 shadows) attacks."""
+    baseline, attacked by the loss-threshold, shadow-model (CatBoost, 16 shadows) and LiRA (16 shadows) attacks;
+    and one certified audit: a one-run white-box audit (1000 Dirac canaries) of DP-SGD at epsilon 8 on digits."""
+    from dpaudit.audit.canary_audit import CanaryAuditSpec
+
     gammas = (0.05, 0.3, 2.0)
     models = []
     for i, g in enumerate(gammas):
@@ -139,10 +148,13 @@ def default_config() -> AuditConfig:
         attacks=(AttackSpec("threshold", threshold_kind="loss"), AttackSpec("shadow", shadows=16),
                  AttackSpec("lira", shadows=16)),
         seed=0,
+        canary_audits=(CanaryAuditSpec("dpsgd-eps8-one-run-whitebox", audit="one-run", canary="dirac", canaries=1000,
+                                       epsilon=8.0),),
     )
 
 
-_TOP_KEYS = {"title", "dataset", "seed", "confidence", "delta", "n_bootstrap", "data_dir", "models", "attacks"}
+_TOP_KEYS = {"title", "dataset", "seed", "confidence", "delta", "n_bootstrap", "data_dir", "models", "attacks",
+             "canary_audits"}
 
 
 def load_audit_config(path: str | Path) -> AuditConfig:
@@ -182,11 +194,20 @@ def load_audit_config(path: str | Path) -> AuditConfig:
         if bad:
             raise ParameterError(f"Unknown key(s) {bad} in an [[attacks]] entry of {p}; allowed: {sorted(afields)}.")
         attacks.append(AttackSpec(**a))
+    from dpaudit.audit.canary_audit import CanaryAuditSpec
+
+    cfields = {f.name for f in dataclasses.fields(CanaryAuditSpec)}
+    canary_audits = []
+    for c in data.get("canary_audits", []):
+        bad = sorted(set(c) - cfields)
+        if bad:
+            raise ParameterError(f"Unknown key(s) {bad} in a [[canary_audits]] entry of {p}; allowed: {sorted(cfields)}.")
+        canary_audits.append(CanaryAuditSpec(**c))
     return AuditConfig(
         title=data.get("title", f"dpaudit audit: {p.stem}"), dataset=data.get("dataset", "digits"),
         models=tuple(models), attacks=tuple(attacks), seed=data.get("seed", 0),
         confidence=data.get("confidence", 0.95), delta=data.get("delta", 1e-5),
-        n_bootstrap=data.get("n_bootstrap", 200), data_dir=data.get("data_dir"),
+        n_bootstrap=data.get("n_bootstrap", 200), data_dir=data.get("data_dir"), canary_audits=tuple(canary_audits),
     )
 
 
@@ -281,6 +302,24 @@ def _attack(release: Any, spec: AttackSpec, cfg: AuditConfig, cache: Path, progr
     return summary
 
 
+def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, progress: bool) -> dict:
+    """Run (or reuse) one certified canary audit; its result dict (``kind: "certified"``)."""
+    from dpaudit.audit.canary_audit import run_canary_spec
+
+    stage = out / "canary_audits" / spec.name
+    key = _hash({"spec": spec.to_dict(), "dataset": cfg.dataset, "seed": cfg.seed, "delta": cfg.delta,
+                 "confidence": cfg.confidence, "data_dir": cfg.data_dir})
+    done = stage / "stage.json"
+    if done.is_file() and (stage / "canary_audit.json").is_file() and read_json(done).get("key") == key:
+        _say(progress, f"canary audit {spec.name}: cached")
+        return read_json(stage / "canary_audit.json")
+    _say(progress, f"canary audit {spec.name}: {spec.audit}, {spec.canary} canaries")
+    res = run_canary_spec(spec, dataset=cfg.dataset, seed=cfg.seed, delta=cfg.delta, confidence=cfg.confidence,
+                          data_dir=cfg.data_dir, device=device, out=stage, progress=progress)
+    write_json(done, {"key": key})
+    return res.to_dict()
+
+
 def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequence[AttackSummary], is_primary: bool) -> ModelAudit:
     meta = release.meta
     statement = meta.get("statement")
@@ -336,10 +375,11 @@ def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None
             _say(progress, f"{name}: attacks")
             summaries = [_attack(release, spec, config, out / "models" / name / "attacks", progress) for spec in config.attacks]
             audits.append(_model_audit(name, run, release, summaries, is_primary=(i == 0)))
+    certified = tuple(_canary_audit(c, config, out, device, progress) for c in config.canary_audits)
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
         models=tuple(audits), flags=tuple(compute_flags(audits)), config=config.to_dict(),
-        created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
+        created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1), certified=certified,
     )
     write_report(report, out)
     _say(progress, f"report written to {out}/report.html (and report.md, report.json)")

@@ -88,6 +88,28 @@ def _summary_rows(report: AuditReport) -> list[list[str]]:
 _SUMMARY_HEAD = ["model", "method", "test accuracy", "theoretical ε", "empirical ε ≥ (best attack)", "best AUC"]
 
 
+_CERTIFIED_HEAD = ["canary audit", "audit", "canaries / models", "score", "certified ε ≥", "ideal attack ε ≥",
+                   "accounted ε", "kind"]
+
+
+def _certified_rows(report: AuditReport) -> list[list[str]]:
+    rows = []
+    for c in report.certified:
+        b, st = c.get("bound", {}), c.get("settings", {})
+        num = lambda v: "–" if v is None else _eps(float(v))  # noqa: E731
+        size = f"m = {st.get('canaries')}" if b.get("audit") == "one-run" else f"N = {st.get('models')}"
+        rows.append([str(st.get("name", "–")), f"{b.get('audit')} ({st.get('canary')})", f"{size}, {b.get('trials')} trials",
+                     str(b.get("score")), f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ={float(b.get('delta', 0)):.0e})",
+                     num(b.get("ideal_epsilon")), num(c.get("accounted_epsilon")), str(c.get("kind", b.get("kind")))])
+    return rows
+
+
+_CERTIFIED_TEXT = ("Certified canary audits of DP-SGD recipes: canaries are included by independent fair coins, so the "
+                   "bound holds with the stated confidence (one-run: Steinke, Nasr, Jagielski 2023, Thm 3; multi-run: "
+                   "Clopper-Pearson over independently trained models). The ideal-attack column is what the exact "
+                   "likelihood-ratio test would certify with the same trials and rule.")
+
+
 def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None = None) -> str:
     parts = [f"# {report.title}", ""]
     ds = report.dataset
@@ -97,6 +119,8 @@ def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None 
               "assumptions). Empirical ε is what an attack demonstrates (a lower bound holding with the stated "
               "confidence). A sound release has empirical ≤ theoretical; the gap is what the attacks could not show.", ""]
     parts += ["## Summary", "", _md_table(_SUMMARY_HEAD, _summary_rows(report)), ""]
+    if report.certified:
+        parts += ["## Certified canary audits", "", _CERTIFIED_TEXT, "", _md_table(_CERTIFIED_HEAD, _certified_rows(report)), ""]
     if report.flags:
         parts += ["## Red flags and warnings", ""]
         for f in report.flags:
@@ -154,6 +178,9 @@ def to_html(report: AuditReport, figures_png: list[tuple[str, str, bytes]] | Non
            "<p>Theoretical ε: what the accountant proves (upper bound, under the stated assumptions). Empirical ε: what an "
            "attack demonstrates (lower bound at the stated confidence). Sound: empirical ≤ theoretical.</p>",
            "<h2>Summary</h2>", _html_table(_SUMMARY_HEAD, _summary_rows(report))]
+    if report.certified:
+        out += ["<h2>Certified canary audits</h2>", f"<p>{e(_CERTIFIED_TEXT)}</p>",
+                _html_table(_CERTIFIED_HEAD, _certified_rows(report))]
     if report.flags:
         out.append("<h2>Red flags and warnings</h2>")
         for f in report.flags:

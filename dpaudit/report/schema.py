@@ -182,8 +182,10 @@ class AuditReport:
     created_by: str = ""
     elapsed_seconds: float | None = None
     schema: str = SCHEMA
+    certified: tuple[Mapping[str, Any], ...] = ()  # certified canary audits (CanaryAuditResult.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"certified_audits": [dict(c) for c in self.certified]} if self.certified else {}
         return {
             "schema": self.schema,
             "title": self.title,
@@ -194,6 +196,7 @@ class AuditReport:
             "config": dict(self.config),
             "flags": [f.to_dict() for f in self.flags],
             "models": [m.to_dict() for m in self.models],
+            **extra,
         }
 
     @classmethod
@@ -207,4 +210,5 @@ class AuditReport:
             models=tuple(ModelAudit.from_dict(m) for m in d["models"]),
             flags=tuple(Flag.from_dict(f) for f in d.get("flags", ())), config=dict(d.get("config", {})),
             created_by=d.get("created_by", ""), elapsed_seconds=d.get("elapsed_seconds"), schema=d["schema"],
+            certified=tuple(dict(c) for c in d.get("certified_audits", ())),
         )

@@ -110,3 +110,28 @@ def test_attack_cli_canary_audit(data, tmp_path, capsys):
         code, stdout, err = _cli(args + ["--out", str(bad)], capsys)
         assert code == 2 and what in err and len(err.strip().splitlines()) == 1 and stdout == ""
         assert not bad.exists()
+
+
+def test_audit_config_canary_audits(tmp_path):
+    from dpaudit.audit.runner import load_audit_config, run_audit
+
+    p = tmp_path / "a.toml"
+    p.write_text('dataset = "breast_cancer"\nseed = 0\n[[canary_audits]]\nname = "wb"\naudit = "one-run"\n'
+                 'canary = "dirac"\ncanaries = 60\nepsilon = 50.0\nepochs = 2\nbatch_size = 20\nnum_train = 100\n'
+                 'hidden = [8]\n')
+    cfg = load_audit_config(p)
+    rep = run_audit(cfg, tmp_path / "run", progress=False)
+    (c,) = rep.certified
+    assert c["kind"] == "certified" and c["settings"]["name"] == "wb" and c["bound"]["trials"] == 60
+    assert 0 <= float(c["bound"]["epsilon"]) <= c["accounted_epsilon"] <= 50.0
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "## Certified canary audits" in md and "| wb |" in md
+    assert "certified_audits" in __import__("json").loads((tmp_path / "run" / "report.json").read_text())
+    again = run_audit(cfg, tmp_path / "run", progress=False)  # cached
+    assert again.certified == rep.certified
+    p.write_text('[[canary_audits]]\nname = "x"\naudit = "multi-run"\nmodels = 1\n')
+    with pytest.raises(ParameterError, match="'models'.*>= 2"):
+        load_audit_config(p)
+    p.write_text('[[canary_audits]]\nname = "x"\nkind = "dirac"\n')
+    with pytest.raises(ParameterError, match="Unknown key"):
+        load_audit_config(p)
