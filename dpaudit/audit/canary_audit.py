@@ -44,7 +44,7 @@ from dpaudit.attacks.canary import (
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
 from dpaudit.progress import as_reporter
 
-__all__ = ["CanaryAuditResult", "CanaryAuditSpec", "run_canary_audit", "run_canary_spec", "canary_audit_release",
+__all__ = ["CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "canary_audit_release",
            "dpsgd_noise_for_epsilon", "default_score"]
 
 
@@ -342,3 +342,32 @@ def run_canary_spec(spec: CanaryAuditSpec, *, dataset: str, seed: int, delta: fl
                               device=device, out=out, progress=progress,
                               extra_settings={"name": spec.name, "dataset": dataset})
     return result
+
+
+@dataclass(frozen=True)
+class ZooAudit:
+    """A certified multi-run audit of one zoo pipeline: ``caught`` iff the certified bound exceeds the claim."""
+
+    name: str
+    bound: CanaryBound
+    claimed_epsilon: float
+    broken: bool
+
+    @property
+    def caught(self) -> bool:
+        return self.bound.epsilon > self.claimed_epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.bound.kind, "bound": self.bound.to_dict(),
+                "claimed_epsilon": self.claimed_epsilon, "broken": self.broken, "caught": self.caught}
+
+
+def run_zoo_audit(name: str, *, trials: int = 2000, seed: int = 0, confidence: float = 0.95) -> ZooAudit:
+    """Run zoo pipeline ``name`` (:mod:`dpaudit.training.zoo`) ``trials`` times and certify a lower bound on its
+    epsilon (multi-run: each run is an independent trial; score = the sum of the observations)."""
+    from dpaudit.training.zoo import run_zoo
+
+    run = run_zoo(name, trials=trials, seed=seed)
+    b = multi_run_certified(run.observations.sum(axis=1), run.included, delta=run.delta, confidence=confidence,
+                            seed=seed, score="sum")
+    return ZooAudit(name, b, run.claimed_epsilon, run.broken)
