@@ -44,7 +44,7 @@ from dpaudit.attacks.canary import (
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
 from dpaudit.progress import as_reporter
 
-__all__ = ["CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "canary_audit_release",
+__all__ = ["CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "audit_method_step", "MethodStepAudit", "METHOD_STEPS", "canary_audit_release",
            "dpsgd_noise_for_epsilon", "default_score"]
 
 
@@ -371,3 +371,77 @@ def run_zoo_audit(name: str, *, trials: int = 2000, seed: int = 0, confidence: f
     b = multi_run_certified(run.observations.sum(axis=1), run.included, delta=run.delta, confidence=confidence,
                             seed=seed, score="sum")
     return ZooAudit(name, b, run.claimed_epsilon, run.broken)
+
+
+METHOD_STEPS = ("privatekt-rr", "fredy-noisy-max")
+
+
+@dataclass(frozen=True)
+class MethodStepAudit:
+    """A certified audit of one method's own privatization function against its paper's claim."""
+
+    name: str
+    bound: CanaryBound
+    claimed_epsilon: float
+    accounted_epsilon: float
+    params: Mapping[str, Any]
+
+    @property
+    def refutes_claim(self) -> bool:
+        return self.bound.epsilon > self.claimed_epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.bound.kind, "bound": self.bound.to_dict(),
+                "claimed_epsilon": self.claimed_epsilon, "accounted_epsilon": self.accounted_epsilon,
+                "refutes_claim": self.refutes_claim, "params": dict(self.params)}
+
+
+def audit_method_step(name: str, *, trials: int = 20000, seed: int = 0, confidence: float = 0.95,
+                      rounds: int = 30, samples: int = 10, classes: int = 10, epsilon: float = 5.0,
+                      teachers: int = 10, gamma: float = 0.1) -> MethodStepAudit:
+    """Run a method's real privatization function ``trials`` times on a worst-case canary (fair coin per trial) and
+    certify a lower bound on its epsilon (multi-run, threshold on a split half; pure DP, delta = 0).
+
+    ``"privatekt-rr"``: PrivateKT's randomized response (``fl_common.rr_perturb`` with PrivateKT's keep probability
+    for ``epsilon`` split over ``samples`` labels per round) of a client whose predictions are deterministic (all
+    labels class 0 with the canary, class 1 without), over ``rounds`` rounds it takes part in; the observation is all
+    its uploads (default 30 rounds: PrivateKT's 60 rounds at client fraction 0.5). Claim: the paper's ``epsilon``;
+    accounted: ``rounds * epsilon`` (basic composition over the rounds the client reports in).
+    ``"fredy-noisy-max"``: the PATE/FedKT/FREDY report-noisy-max (``common.noisy_argmax``, Laplace 1/gamma) on one
+    auditor-chosen query whose ``teachers`` votes the canary controls (FedAvg makes every teacher depend on every
+    record): (v + T, v) with the canary, (v, v + T) without. Claim: the paper's per-query figure ``gamma``;
+    accounted: ``2 T gamma`` (sensitivity 2T).
+    """
+    from dpaudit.accountants.events import rr_keep_probability
+    from dpaudit.training.methods.common import noisy_argmax
+    from dpaudit.training.methods.fl_common import rr_perturb
+
+    owner = "audit_method_step"
+    check_choice(name, "step", owner, METHOD_STEPS)
+    N = check_int(trials, "trials", owner, low=4)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0x3E7]))
+    inc = rng.random(N) < 0.5
+    if name == "privatekt-rr":
+        R = check_int(rounds, "rounds", owner, low=1)
+        K = check_int(samples, "samples", owner, low=1)
+        C = check_int(classes, "classes", owner, low=2)
+        eps = check_float(epsilon, "epsilon", owner, low=0.0, low_open=True)
+        beta = rr_keep_probability(eps, K, C)
+        labels = np.repeat(np.where(inc, 0, 1)[:, None], K, axis=1)
+        score = np.zeros(N)
+        for _ in range(R):  # one call per round, every trial's K labels at once (elementwise, so equal in law)
+            score += (rr_perturb(labels, beta, C, rng) == 0).sum(axis=1)
+        claimed, accounted = eps, R * eps
+        params = {"rounds": R, "samples": K, "classes": C, "epsilon": eps, "keep_probability": beta}
+    else:
+        T = check_int(teachers, "teachers", owner, low=1)
+        g = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
+        v = 2 * T
+        votes = np.zeros((N, 3))
+        votes[:, 0] = v + T * inc
+        votes[:, 1] = v + T * ~inc
+        score = (noisy_argmax(votes, g, rng) == 0).astype(float)
+        claimed, accounted = g, 2 * T * g
+        params = {"teachers": T, "gamma": g}
+    b = multi_run_certified(score, inc, delta=0.0, confidence=confidence, seed=seed, score="count")
+    return MethodStepAudit(name, b, float(claimed), float(accounted), params)

@@ -135,3 +135,15 @@ def test_audit_config_canary_audits(tmp_path):
     p.write_text('[[canary_audits]]\nname = "x"\nkind = "dirac"\n')
     with pytest.raises(ParameterError, match="Unknown key"):
         load_audit_config(p)
+
+
+def test_method_steps_refute_paper_claims():
+    from dpaudit.audit.canary_audit import audit_method_step
+
+    fredy = audit_method_step("fredy-noisy-max", trials=2000, seed=0)
+    assert fredy.refutes_claim and fredy.claimed_epsilon < fredy.bound.epsilon <= fredy.accounted_epsilon
+    rr = audit_method_step("privatekt-rr", trials=20000, seed=0)  # PrivateKT's "eps = 5" over 30 rounds
+    assert rr.refutes_claim and 5.0 < rr.bound.epsilon <= rr.accounted_epsilon
+    assert rr.to_dict()["kind"] == "certified"
+    with pytest.raises(ParameterError, match="'step'"):
+        audit_method_step("proxyfl", trials=10)
