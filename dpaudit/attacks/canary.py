@@ -29,12 +29,13 @@ training noise), a correct (epsilon, delta)-DP training pipeline gives a bound <
 
 Ideal-attack reference
 ----------------------
-:func:`ideal_roc` gives the ROC of the exact likelihood-ratio test of the mechanism at its accounted parameters
-(Gaussian: ``(Phi_bar(t), Phi_bar(t - mu))``; Laplace with epsilon = sensitivity / scale: closed form;
-Poisson-subsampled Gaussian over T steps: Monte Carlo of the per-step mixture likelihood ratio, seeded).
-:func:`ideal_one_run_epsilon` / :func:`ideal_multi_run_epsilon` then apply the *same* confidence rule to the
-outcome that ideal test gives in expectation with the same number of trials, so a reader sees whether a small
-empirical bound means "private" or "too few trials". The reference is a figure of merit, not a bound.
+:func:`ideal_scores` draws the exact likelihood-ratio statistic of the mechanism at its accounted parameters
+(Gaussian: the output itself; Laplace with epsilon = sensitivity / scale: the output; Poisson-subsampled Gaussian over
+T steps: the sum of per-step mixture log likelihood ratios of a dead-coordinate Dirac canary).
+:func:`ideal_one_run_epsilon` / :func:`ideal_multi_run_epsilon` simulate the *same* audit (same trials, same
+confidence rule, same threshold / guess-count selection) with those scores and report the median bound over
+replicates, so a reader sees whether a small empirical bound means "private" or "too few trials". The reference is
+a figure of merit (a median; a single audit may land above it), not a bound. :func:`ideal_roc` gives the test's ROC.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ __all__ = [
     "one_run_certified",
     "multi_run_certified",
     "ideal_roc",
+    "ideal_scores",
     "ideal_one_run_epsilon",
     "ideal_multi_run_epsilon",
 ]
@@ -294,42 +296,59 @@ def ideal_roc(mechanism: Mapping[str, Any], *, grid: int = 4001, samples: int = 
     return fpr, tpr
 
 
-def ideal_multi_run_epsilon(roc, num_in: int, num_out: int, *, delta: float = 0.0, confidence: float = 0.95) -> float:
-    """The multi-run bound (split rule: evaluated on the second halves) of the ideal test at its expected counts,
-    with the threshold known in advance: ``max_t epsilon_from_rates(CP_hi(FP_t), CP_hi(FN_t))``."""
-    owner = "ideal_multi_run_epsilon"
-    fpr, tpr = (np.asarray(a, dtype=float) for a in roc)
-    conf = check_probability(confidence, "confidence", owner)
-    n1 = check_int(num_in, "num_in", owner, low=2)
-    n0 = check_int(num_out, "num_out", owner, low=2)
-    e1, e0 = n1 - n1 // 2, n0 - n0 // 2
-    fp = np.round(fpr * e0)
-    fn = np.round((1.0 - tpr) * e1)
-    a = (1.0 - conf) / 2.0
-    eps = epsilon_from_rates(clopper_pearson_upper(fp, e0, a), clopper_pearson_upper(fn, e1, a), delta)
-    return float(np.max(eps))
+def ideal_scores(mechanism: Mapping[str, Any], num_out: int, num_in: int, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of the exact likelihood-ratio test (any increasing transform of it) for ``num_out`` trials without
+    and ``num_in`` trials with the record, drawn from the mechanism (see :func:`ideal_roc` for ``mechanism``)."""
+    owner = "ideal_scores"
+    kind = check_choice(mechanism.get("kind"), "kind", owner, ("gaussian", "laplace", "subsampled_gaussian"))
+    if kind == "gaussian":
+        mu = check_float(mechanism.get("mu"), "mu", owner, low=0.0)
+        return rng.standard_normal(num_out), rng.standard_normal(num_in) + mu
+    if kind == "laplace":
+        eps = check_float(mechanism.get("epsilon"), "epsilon", owner, low=0.0)
+        return rng.laplace(size=num_out), rng.laplace(size=num_in) + eps
+    q = check_float(mechanism.get("sampling_rate"), "sampling_rate", owner, low=0.0, high=1.0, low_open=True)
+    sigma = check_float(mechanism.get("noise_multiplier"), "noise_multiplier", owner, low=0.0, low_open=True)
+    T = check_int(mechanism.get("steps"), "steps", owner, low=1)
+    x0 = rng.standard_normal((T, 1, num_out))
+    x1 = rng.standard_normal((T, 1, num_in)) + (rng.random((T, 1, num_in)) < q) / sigma
+    f = lambda x: dirac_scores(x, sampling_rate=q, noise_multiplier=sigma)[0]  # noqa: E731
+    return f(x0), f(x1)
 
 
-def ideal_one_run_epsilon(roc, num_canaries: int, *, delta: float = 0.0, confidence: float = 0.95,
-                          k_grid: Sequence[int] | None = None) -> float:
-    """The one-run bound of the ideal test at its expected outcome: with m/2 canaries in and m/2 out, the k highest
-    scores are above the threshold t with (m/2)(FPR(t) + TPR(t)) = k, of which (m/2) TPR(t) are right; the same for
-    the k lowest; the same k grid and Bonferroni split as :func:`one_run_certified`."""
-    owner = "ideal_one_run_epsilon"
-    fpr, tpr = (np.asarray(a, dtype=float) for a in roc)
-    m = check_int(num_canaries, "canaries", owner, low=2)
-    conf = check_probability(confidence, "confidence", owner)
-    grid = _one_run_grid(m, k_grid)
-    each = 1.0 - (1.0 - conf) / len(grid)
-    half = m / 2.0
-    above = half * (fpr + tpr)  # expected number of canaries scoring above each threshold, increasing
-    best = 0.0
-    for k in grid:
-        if k == 0:
-            continue
-        top = float(np.interp(k, above, half * tpr))                     # right "in" guesses among the top k
-        below = half * ((1.0 - fpr) + (1.0 - tpr))                       # decreasing along the arrays
-        bot = float(np.interp(k, below[::-1], (half * (1.0 - fpr))[::-1]))  # right "out" guesses among the bottom k
-        v = int(min(2 * k, round(top + bot)))
-        best = max(best, one_run_epsilon(m, 2 * k, v, delta=delta, confidence=each))
-    return best
+def _replicate(fn, replicates: int, seed: int) -> float:
+    r = check_int(replicates, "replicates", "ideal reference", low=1)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", "ideal reference", low=0), 0x1DEB]))
+    return float(np.median([fn(rng) for _ in range(r)]))
+
+
+def ideal_multi_run_epsilon(mechanism: Mapping[str, Any], num_in: int, num_out: int, *, delta: float = 0.0,
+                            confidence: float = 0.95, replicates: int = 21, seed: int = 0) -> float:
+    """Median, over ``replicates`` simulated audits, of the multi-run bound (split rule) that the exact
+    likelihood-ratio test of ``mechanism`` certifies with ``num_in`` / ``num_out`` trials."""
+    n1 = check_int(num_in, "num_in", "ideal_multi_run_epsilon", low=2)
+    n0 = check_int(num_out, "num_out", "ideal_multi_run_epsilon", low=2)
+
+    def one(rng):
+        s0, s1 = ideal_scores(mechanism, n0, n1, rng)
+        return epsilon_lower_bound(s1, s0, delta=delta, confidence=confidence, seed=int(rng.integers(2**31))).epsilon
+
+    return _replicate(one, replicates, seed)
+
+
+def ideal_one_run_epsilon(mechanism: Mapping[str, Any], num_canaries: int, *, delta: float = 0.0,
+                          confidence: float = 0.95, k_grid: Sequence[int] | None = None, replicates: int = 21,
+                          seed: int = 0) -> float:
+    """Median, over ``replicates`` simulated one-run audits with ``num_canaries`` fair-coin canaries, of the bound
+    that the exact likelihood-ratio test of ``mechanism`` certifies with the rule of :func:`one_run_certified`."""
+    m = check_int(num_canaries, "canaries", "ideal_one_run_epsilon", low=2)
+
+    def one(rng):
+        inc = rng.random(m) < 0.5
+        s0, s1 = ideal_scores(mechanism, int((~inc).sum()), int(inc.sum()), rng)
+        s = np.empty(m)
+        s[~inc], s[inc] = s0, s1
+        return one_run_certified(s, inc, delta=delta, confidence=confidence, k_grid=k_grid).epsilon
+
+    return _replicate(one, replicates, seed)

@@ -34,7 +34,6 @@ from dpaudit.attacks.canary import (
     dirac_scores,
     ideal_multi_run_epsilon,
     ideal_one_run_epsilon,
-    ideal_roc,
     lira_scores,
     logit_confidence,
     loss_scores,
@@ -126,7 +125,7 @@ def _account(q: float, sigma: float, steps: int, delta: float) -> float:
 def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str, canary: str, canaries: int = 1,
                      models: int = 2, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
                      reference_models: int = 8, seed: int = 0, device: str | None = None, out: str | Path | None = None,
-                     progress: Any = False, ideal_samples: int = 50_000,
+                     progress: Any = False, ideal_replicates: int = 21,
                      extra_settings: Mapping[str, Any] | None = None) -> CanaryAuditResult:
     """Run one certified canary audit of the DP-SGD recipe ``(spec, config)`` (see the module docstring).
 
@@ -216,21 +215,21 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
             notes.append(f"online LiRA fitted on the first {R} models, which are not counted as trials.")
     if audit == "one-run":
         bound = one_run_certified(s[0], inc[0], delta=delta, confidence=confidence, score=score)
-        roc = ideal_roc(mechanism, samples=ideal_samples, seed=seed)
-        ideal = ideal_one_run_epsilon(roc, m, delta=delta, confidence=confidence)
+        ideal = ideal_one_run_epsilon(mechanism, m, delta=delta, confidence=confidence, replicates=ideal_replicates,
+                                      seed=seed)
     else:
         sc = np.asarray(s).reshape(len(inc), -1)[:, 0]
         bound = multi_run_certified(sc, inc[:, 0], delta=delta, confidence=confidence, seed=seed, score=score)
-        roc = ideal_roc(mechanism, samples=ideal_samples, seed=seed)
-        ideal = ideal_multi_run_epsilon(roc, int(inc[:, 0].sum()), int((~inc[:, 0]).sum()), delta=delta,
-                                        confidence=confidence)
+        ideal = ideal_multi_run_epsilon(mechanism, int(inc[:, 0].sum()), int((~inc[:, 0]).sum()), delta=delta,
+                                        confidence=confidence, replicates=ideal_replicates, seed=seed)
     bound = bound.with_ideal(ideal)
     accounted = _account(q, sigma, int(steps), delta) if delta > 0 else None
     settings = {**dict(extra_settings or {}), "audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
                 "confidence": confidence, "seed": seed, "reference_models": R, "model": spec.to_dict(),
-                "train_config": cfg.to_dict(), "num_train": n, "ideal_samples": ideal_samples}
-    notes.append("ideal reference: the exact likelihood-ratio test of the Poisson-subsampled Gaussian at the accounted "
-                 f"parameters (Monte Carlo, {ideal_samples} draws per hypothesis), same trials and confidence rule.")
+                "train_config": cfg.to_dict(), "num_train": n, "ideal_replicates": ideal_replicates}
+    notes.append("ideal reference: median over {ideal_replicates} simulated audits of the exact likelihood-ratio test of the "
+                 "Poisson-subsampled Gaussian at the accounted parameters, same trials and confidence rule.".format(
+                     ideal_replicates=ideal_replicates))
     result = CanaryAuditResult(bound, accounted, mechanism, settings, round(time.perf_counter() - t0, 2), tuple(notes))
     if out is not None:
         from dpaudit.training.canaries import write_canaries
