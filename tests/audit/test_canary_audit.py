@@ -147,3 +147,24 @@ def test_method_steps_refute_paper_claims():
     assert rr.to_dict()["kind"] == "certified"
     with pytest.raises(ParameterError, match="'step'"):
         audit_method_step("proxyfl", trials=10)
+
+
+def test_check_fails_a_claim_on_a_certified_canary_bound(data, tmp_path):
+    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+    from dpaudit.audit.evaluate import check_claims
+
+    ds, sp = data
+    cfg = _cfg(0.3)
+    mem = {"members": sp.train[:100], "nonmembers": sp.test, "attacker": sp.attacker}
+    clf = fit_classifier(SPEC, ds.X[sp.train[:100]], ds.y[sp.train[:100]], cfg, seed=0)
+    st = AccountingResult(mechanism="dpsgd", statements=(PrivacyStatement(epsilon=0.1, delta=1e-5, method="false claim"),))
+    write_release(tmp_path / "rel", method="baseline", dataset={"name": "breast_cancer", "seed": 0, "num_samples": None},
+                  params={}, seed=0, utility={"test_accuracy": 0.9}, classifier=clf, train_config=cfg, ledger=None,
+                  statement=st, claim={"epsilon": 0.1, "delta": 1e-5, "granularity": "example", "text": "false"},
+                  membership=mem)
+    (tmp_path / "claims.toml").write_text(
+        '[[claim]]\nname = "dpsgd"\nrelease = "rel"\nepsilon = 0.1\ndelta = 1e-5\ngranularity = "example"\n'
+        'attack = { kind = "canary", audit = "one-run", canary = "dirac", canaries = 200 }\n')
+    res = check_claims(tmp_path / "claims.toml").results[0]
+    assert res.empirical.details["kind"] == "certified" and res.empirical.attack == "canary-one-run"
+    assert not res.held and "certified empirical lower bound" in res.reason
