@@ -33,37 +33,20 @@ def soundness(args, rows):
     """One-run: eps-DP randomized response on each canary's coin (pure DP): certified bound > eps counts as a
     failure. Multi-run: Gaussian mechanism (mu = 3) on one bit, failure = bound > the epsilon of the chosen
     threshold's exact (FPR, FNR) (which is <= the mechanism's epsilon)."""
-    from scipy import special
+    from dpaudit.attacks.bounds import clopper_pearson
+    from dpaudit.attacks.canary import soundness_multi_run, soundness_one_run
 
-    from dpaudit.attacks.bounds import clopper_pearson, epsilon_from_rates
-    from dpaudit.attacks.canary import multi_run_certified, one_run_certified
-
-    rng = np.random.default_rng(args.seed)
     for eps, m, grid in ((2.0, 1000, [500]), (2.0, 1000, None), (4.0, 2000, None)):
-        p = np.exp(eps) / (1 + np.exp(eps))
-        vals = []
-        for _ in range(args.seeds):
-            inc = rng.random(m) < 0.5
-            o = np.where(rng.random(m) < p, inc, ~inc) + 1e-6 * rng.random(m)
-            vals.append(one_run_certified(o, inc, k_grid=grid).epsilon)
-        vals = np.array(vals)
+        vals = soundness_one_run(eps, m, args.seeds, k_grid=grid, seed=args.seed)
         k = int(np.sum(vals > eps))
         lo, hi = clopper_pearson(k, args.seeds, 0.95)
         _emit(rows, {"bench": "soundness", "audit": "one-run", "mechanism": f"randomized response eps={eps}",
                      "canaries": m, "k_grid": grid or "default", "seeds": args.seeds, "failures": k,
                      "rate": k / args.seeds, "rate_ci95": [float(lo), float(hi)], "stated": 0.05,
                      "median_bound": float(np.median(vals))})
-    mu, n = 3.0, 1000
-    fails, vals = 0, []
-    for s in range(args.seeds):
-        inc = rng.random(n) < 0.5
-        x = inc * mu + rng.standard_normal(n)
-        b = multi_run_certified(x, inc, seed=s)
-        t = b.details["threshold"]
-        fails += b.epsilon > float(epsilon_from_rates(special.ndtr(-t), special.ndtr(t - mu)))
-        vals.append(b.epsilon)
+    fails, vals = soundness_multi_run(3.0, 1000, args.seeds, seed=args.seed)
     lo, hi = clopper_pearson(fails, args.seeds, 0.95)
-    _emit(rows, {"bench": "soundness", "audit": "multi-run", "mechanism": "gaussian mu=3", "models": n,
+    _emit(rows, {"bench": "soundness", "audit": "multi-run", "mechanism": "gaussian mu=3", "models": 1000,
                  "seeds": args.seeds, "failures": fails, "rate": fails / args.seeds, "rate_ci95": [float(lo), float(hi)],
                  "stated": 0.05, "median_bound": float(np.median(vals))})
 

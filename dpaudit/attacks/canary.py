@@ -65,6 +65,8 @@ __all__ = [
     "ideal_scores",
     "ideal_one_run_epsilon",
     "ideal_multi_run_epsilon",
+    "soundness_one_run",
+    "soundness_multi_run",
 ]
 
 SCORE_KINDS = ("loss", "lira", "dirac-lr", "dirac-sum")
@@ -352,3 +354,40 @@ def ideal_one_run_epsilon(mechanism: Mapping[str, Any], num_canaries: int, *, de
         return one_run_certified(s, inc, delta=delta, confidence=confidence, k_grid=k_grid).epsilon
 
     return _replicate(one, replicates, seed)
+
+
+# --------------------------------------------------------------------------------------------------
+# soundness checks on mechanisms with known epsilon (used by the tests and bench/bench_canary.py)
+
+
+def soundness_one_run(epsilon: float, num_canaries: int, runs: int, *, k_grid: Sequence[int] | None = None,
+                      seed: int = 0) -> np.ndarray:
+    """One-run bounds of ``runs`` audits of epsilon-DP randomized response on each canary's coin (pure DP, exact
+    epsilon): a correct certified bound exceeds ``epsilon`` in at most 1 - confidence of the runs."""
+    eps = check_float(epsilon, "epsilon", "soundness_one_run", low=0.0)
+    m = check_int(num_canaries, "canaries", "soundness_one_run", low=2)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", "soundness_one_run", low=0), 0x5011]))
+    p = math.exp(eps) / (1.0 + math.exp(eps))
+    out = np.empty(check_int(runs, "runs", "soundness_one_run", low=1))
+    for r in range(out.size):
+        inc = rng.random(m) < 0.5
+        o = np.where(rng.random(m) < p, inc, ~inc) + 1e-6 * rng.random(m)
+        out[r] = one_run_certified(o, inc, k_grid=k_grid).epsilon
+    return out
+
+
+def soundness_multi_run(mu: float, num_models: int, runs: int, *, seed: int = 0) -> tuple[int, np.ndarray]:
+    """``(failures, bounds)`` of ``runs`` multi-run audits of the Gaussian mechanism (``mu`` = sensitivity / sigma)
+    on one bit; a failure is a bound above the epsilon of the chosen threshold's exact (FPR, FNR), which is <= the
+    mechanism's epsilon: a correct certified bound fails in at most 1 - confidence of the runs."""
+    n = check_int(num_models, "models", "soundness_multi_run", low=4)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", "soundness_multi_run", low=0), 0x5012]))
+    fails, vals = 0, np.empty(check_int(runs, "runs", "soundness_multi_run", low=1))
+    for r in range(vals.size):
+        inc = rng.random(n) < 0.5
+        x = inc * mu + rng.standard_normal(n)
+        b = multi_run_certified(x, inc, seed=r)
+        t = b.details["threshold"]
+        fails += int(b.epsilon > float(epsilon_from_rates(special.ndtr(-t), special.ndtr(t - mu))))
+        vals[r] = b.epsilon
+    return fails, vals
