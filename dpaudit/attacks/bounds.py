@@ -20,6 +20,10 @@ What the Clopper-Pearson bound assumes: each member / non-member trial is an ind
 true when every trial comes from its own run of the mechanism (mechanism tests, one model per trial). On a single
 trained model the records' outcomes are coupled through the model; then the bound is an estimate, and the
 one-run audit below (which needs independent inclusion of each canary with probability 1/2) is the rigorous one.
+Every bound therefore carries ``kind`` (:data:`~dpaudit.attacks.results.BOUND_KINDS`): callers say
+``kind="certified"`` only when each trial is an independent run; the default is ``"estimate"``. For estimates,
+:func:`epsilon_bound_over_splits` reports the spread over several split seeds of the same scores, so a reader
+sees how much of the figure is the draw of the split.
 
 One-run audit (Steinke, Nasr, Jagielski 2023, "Privacy auditing with one (1) training run", Theorem 3):
 m canaries, canary i included iff S_i = +1 with S uniform on {-1, +1}^m; the auditor guesses T_i in {-1, 0, +1}
@@ -34,12 +38,13 @@ The bound at confidence 1 - beta is the largest eps this inequality rejects at l
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
 from scipy import stats
 
-from dpaudit.attacks.results import EpsilonBound, OneRunBound
+from dpaudit.attacks.results import ESTIMATE, EpsilonBound, OneRunBound, check_bound_kind
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "clopper_pearson_upper",
     "epsilon_from_rates",
     "epsilon_lower_bound",
+    "epsilon_bound_over_splits",
     "one_run_p_value",
     "one_run_epsilon",
     "one_run_guesses",
@@ -115,7 +121,7 @@ def _bound_at(pos: np.ndarray, neg: np.ndarray, thr: np.ndarray, alpha_each: flo
 
 def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, confidence: float = 0.95,
                         selection: str = "split", thresholds: Sequence[float] | None = None,
-                        seed: int = 0) -> EpsilonBound:
+                        seed: int = 0, kind: str = ESTIMATE) -> EpsilonBound:
     """Lower bound on epsilon, valid with probability >= ``confidence``, from member / non-member scores.
 
     Parameters
@@ -136,8 +142,13 @@ def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, 
         Candidate thresholds; required for ``"bonferroni"``.
     seed : int >= 0
         Seeds the split.
+    kind : "estimate" or "certified"
+        What the caller vouches for: ``"certified"`` only when every member / non-member trial is an
+        independent run of the mechanism (then the result is a lower bound at ``confidence``); ``"estimate"``
+        (default) otherwise, e.g. the records of one trained model.
     """
     owner = "epsilon_lower_bound"
+    kind = check_bound_kind(kind, owner)
     d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
     conf = check_probability(confidence, "confidence", owner)
     check_choice(selection, "selection", owner, ("split", "bonferroni"))
@@ -162,7 +173,7 @@ def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, 
         eps, fnr, fpr, fnr_hi, fpr_hi = _bound_at(pos, neg, thr, alpha / (2 * thr.size), d)
         i = int(np.argmax(eps))
         return EpsilonBound(float(eps[i]), d, conf, float(thr[i]), float(fpr[i]), float(fnr[i]), float(fpr_hi[i]),
-                            float(fnr_hi[i]), "bonferroni", int(thr.size), int(pos.size), int(neg.size))
+                            float(fnr_hi[i]), "bonferroni", int(thr.size), int(pos.size), int(neg.size), kind)
 
     if pos.size < 2 or neg.size < 2:
         raise DataError(f"{owner} with selection='split' needs at least 2 members and 2 non-members.")
@@ -174,7 +185,27 @@ def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, 
     t = float(cand[int(np.argmax(sel_eps))])
     eps, fnr, fpr, fnr_hi, fpr_hi = _bound_at(pe, ne, np.array([t]), alpha / 2, d)
     return EpsilonBound(float(eps[0]), d, conf, t, float(fpr[0]), float(fnr[0]), float(fpr_hi[0]), float(fnr_hi[0]),
-                        "split", int(cand.size), int(pe.size), int(ne.size))
+                        "split", int(cand.size), int(pe.size), int(ne.size), kind)
+
+
+def epsilon_bound_over_splits(member_scores, nonmember_scores, *, delta: float = 0.0, confidence: float = 0.95,
+                              seed: int = 0, num_splits: int = 5, kind: str = ESTIMATE) -> EpsilonBound:
+    """:func:`epsilon_lower_bound` (``selection="split"``) at split seeds ``seed .. seed + num_splits - 1`` of the
+    same scores: the draw with the median epsilon (the lower median for an even count), with the smallest and
+    largest figure as ``split_low`` / ``split_high``.
+
+    Cheap (the scores are reused; only the halving changes). The median is no more a certified bound than
+    one draw is (choosing among draws is itself a selection); the point is the range, which shows how much of
+    a single figure is the luck of the split. ``kind`` as in :func:`epsilon_lower_bound`.
+    """
+    owner = "epsilon_bound_over_splits"
+    k = check_int(num_splits, "num_splits", owner, low=1, high=1000)
+    s0 = check_int(seed, "seed", owner, low=0)
+    draws = [epsilon_lower_bound(member_scores, nonmember_scores, delta=delta, confidence=confidence,
+                                 selection="split", seed=s0 + i, kind=kind) for i in range(k)]
+    eps = np.array([b.epsilon for b in draws])
+    mid = draws[int(np.argsort(eps, kind="stable")[(k - 1) // 2])]
+    return dataclasses.replace(mid, split_low=float(eps.min()), split_high=float(eps.max()), num_splits=k)
 
 
 def one_run_p_value(num_canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:

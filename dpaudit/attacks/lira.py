@@ -30,7 +30,7 @@ from scipy.special import log_ndtr
 
 from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
 from dpaudit.attacks.shadow import train_shadow_models
-from dpaudit.attacks.threshold import _check_proba
+from dpaudit.attacks.threshold import check_proba
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int, check_probability
 
 __all__ = ["logit_confidence", "lira_scores", "lira_inclusion", "lira_attack"]
@@ -41,7 +41,7 @@ _LOG_2PI = np.log(2.0 * np.pi)
 
 def logit_confidence(proba, labels) -> np.ndarray:
     """phi = log p_y - log sum_{j != y} p_j for each row of ``proba`` (n, C); (n,) float64."""
-    p, y = _check_proba(proba, labels, "logit_confidence")
+    p, y = check_proba(proba, labels, "logit_confidence")
     # (n, C) -> (n,); see the module docstring for the floor
     onehot = np.zeros(p.shape, dtype=bool)
     onehot[np.arange(y.size), y] = True

@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from dpaudit.attacks.results import AttackMetrics, Interval, RocCurve
+from dpaudit.attacks.results import AttackMetrics, Interval, RocBand, RocCurve
 from dpaudit.errors import DataError, check_choice, check_float, check_int, check_probability
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "balanced_subsample",
     "attack_metrics",
     "bootstrap_auc",
+    "roc_band",
 ]
 
 DEFAULT_FPRS: tuple[float, ...] = (0.001, 0.01, 0.1)
@@ -184,6 +185,34 @@ def bootstrap_auc(member_scores, nonmember_scores, *, n_bootstrap: int = 1000, c
     neg = _scores(nonmember_scores, "nonmember_scores", owner)
     reps = _auc_rows(pos[rng.integers(0, pos.size, (B, pos.size))], neg[rng.integers(0, neg.size, (B, neg.size))])
     return _percentile_interval(auc(pos, neg), reps, conf)
+
+
+def roc_band(member_scores, nonmember_scores, *, n_bootstrap: int = 200, confidence: float = 0.95,
+             num_points: int = 40, seed: int = 0) -> RocBand:
+    """Pointwise stratified-bootstrap band of the conservative ROC (TPR at FPR, see the module docstring) on a
+    log grid of ``num_points`` FPRs from the smallest resolvable FPR, ``1 / n_0``, up to 1.
+
+    Below ``1 / n_0`` the only rule with fewer false positives flags nothing: the data say nothing there, so
+    the band (and a plot of it) stops at ``1 / n_0`` instead of extrapolating.
+    """
+    owner = "roc_band"
+    pos = _scores(member_scores, "member_scores", owner)
+    neg = _scores(nonmember_scores, "nonmember_scores", owner)
+    B = check_int(n_bootstrap, "n_bootstrap", owner, low=1)
+    conf = check_probability(confidence, "confidence", owner)
+    k = check_int(num_points, "num_points", owner, low=2, high=10_000)
+    rng = np.random.default_rng(check_int(seed, "seed", owner, low=0))
+    grid = np.logspace(np.log10(1.0 / neg.size), 0.0, k)
+    grid[0], grid[-1] = 1.0 / neg.size, 1.0          # exact ends (logspace rounds)
+    grid = np.unique(grid)
+    bp = pos[rng.integers(0, pos.size, (B, pos.size))]
+    bn = neg[rng.integers(0, neg.size, (B, neg.size))]
+    a = (1.0 - conf) / 2.0
+    tpr, low, high = (np.empty(grid.size) for _ in range(3))
+    for i, f in enumerate(grid):
+        tpr[i] = _tpr_at_fpr_rows(pos[None, :], neg[None, :], float(f))[0]
+        low[i], high[i] = np.quantile(_tpr_at_fpr_rows(bp, bn, float(f)), [a, 1.0 - a])
+    return RocBand(grid, tpr, low, high, conf)
 
 
 def attack_metrics(member_scores, nonmember_scores, *, threshold: float | str = "held_out",

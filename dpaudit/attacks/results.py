@@ -13,13 +13,57 @@ from typing import Any, Mapping
 import numpy as np
 
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
+from dpaudit.errors import check_choice
+
+#: What an empirical epsilon bound is. ``"certified"``: a lower bound that holds with the stated confidence
+#: because every trial is an independent run of the mechanism (mechanism tests, one model per trial, multi-run
+#: canary audits) or because the canaries were included by independent fair coin flips (one-run audits,
+#: Steinke et al. 2023). ``"estimate"``: the same formula applied where its independence assumption fails
+#: (records of one trained model are coupled through that model): an estimate of the leakage, not a bound.
+CERTIFIED = "certified"
+ESTIMATE = "estimate"
+BOUND_KINDS = (CERTIFIED, ESTIMATE)
+
+#: The words every output uses for an estimate (reports, console, claims, JUnit).
+ESTIMATE_CAVEAT = "estimate, not certified: records are coupled through one model"
+
+
+def check_bound_kind(kind: str, owner: str) -> str:
+    """``kind`` if it is one of :data:`BOUND_KINDS`, else a :class:`~dpaudit.errors.ParameterError`."""
+    return check_choice(kind, "kind", owner, BOUND_KINDS)
+
+
+class HasBoundKind:
+    """Mixin of every bound type that carries a ``kind`` field: validates it and answers :attr:`certified`."""
+
+    __slots__ = ()
+    kind: str
+
+    def __post_init__(self) -> None:
+        check_bound_kind(self.kind, type(self).__name__)
+
+    @property
+    def certified(self) -> bool:
+        return self.kind == CERTIFIED
+
+
+def _fields_from(cls: Any, d: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor arguments of a flat bound dataclass from its dict; absent optional fields keep defaults."""
+    return {k: _unnum(d[k]) for k in cls.__dataclass_fields__ if k in d}
 
 __all__ = [
     "Interval",
     "RocCurve",
     "AttackMetrics",
+    "BOUND_KINDS",
+    "CERTIFIED",
+    "ESTIMATE",
+    "ESTIMATE_CAVEAT",
+    "check_bound_kind",
+    "HasBoundKind",
     "EpsilonBound",
     "OneRunBound",
+    "RocBand",
     "AttackResult",
     "AttackReport",
 ]
@@ -131,14 +175,20 @@ class AttackMetrics:
 
 
 @dataclass(frozen=True, slots=True)
-class EpsilonBound:
-    """Empirical lower bound on epsilon from a membership test, valid with probability >= ``confidence``.
+class EpsilonBound(HasBoundKind):
+    """Empirical epsilon from a membership test: a lower bound valid with probability >= ``confidence`` when
+    ``kind == "certified"`` (independent trials), an estimate when ``kind == "estimate"`` (see
+    :data:`BOUND_KINDS`).
 
     At ``threshold`` (rule "member iff score >= threshold") the evaluation half gave ``fpr``/``fnr`` with
     Clopper-Pearson upper limits ``fpr_high``/``fnr_high``; ``epsilon`` is
     ``max(0, log((1 - delta - fnr_high) / fpr_high), log((1 - delta - fpr_high) / fnr_high))``.
     ``selection`` is ``"split"`` (threshold chosen on a disjoint half) or ``"bonferroni"`` (over
     ``num_thresholds`` fixed thresholds, evaluated on all the data).
+
+    ``split_range`` = (``split_low``, ``split_high``): the smallest and largest figure over ``num_splits``
+    split seeds of the same scores (``selection == "split"``; for one draw both equal ``epsilon``). A wide range
+    says the figure depends on the split, not only on the model; ``epsilon`` is then their median.
     """
 
     epsilon: float
@@ -153,6 +203,21 @@ class EpsilonBound:
     num_thresholds: int
     num_members: int
     num_nonmembers: int
+    kind: str = ESTIMATE
+    split_low: float = math.nan
+    split_high: float = math.nan
+    num_splits: int = 1
+
+    def __post_init__(self) -> None:
+        HasBoundKind.__post_init__(self)
+        if math.isnan(self.split_low):
+            object.__setattr__(self, "split_low", self.epsilon)
+        if math.isnan(self.split_high):
+            object.__setattr__(self, "split_high", self.epsilon)
+
+    @property
+    def split_range(self) -> tuple[float, float]:
+        return (self.split_low, self.split_high)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _num(getattr(self, k)) if isinstance(getattr(self, k), float) else getattr(self, k)
@@ -160,14 +225,15 @@ class EpsilonBound:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EpsilonBound":
-        return cls(**{k: _unnum(d[k]) for k in cls.__dataclass_fields__})
+        return cls(**_fields_from(cls, d))
 
 
 @dataclass(frozen=True, slots=True)
-class OneRunBound:
+class OneRunBound(HasBoundKind):
     """One-run audit (Steinke, Nasr, Jagielski 2023): ``m`` canaries, ``k_plus``/``k_minus`` guesses,
     ``correct`` of the ``guesses = k_plus + k_minus`` right; ``epsilon`` is the largest value rejected
-    at level ``1 - confidence`` for the stated ``delta``."""
+    at level ``1 - confidence`` for the stated ``delta``. ``kind`` is ``"certified"``: the theorem needs only the
+    canaries' independent fair-coin inclusion, which the caller vouches for by calling it."""
 
     epsilon: float
     delta: float
@@ -176,6 +242,7 @@ class OneRunBound:
     k_plus: int
     k_minus: int
     correct: int
+    kind: str = CERTIFIED
 
     @property
     def guesses(self) -> int:
@@ -187,27 +254,59 @@ class OneRunBound:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OneRunBound":
-        return cls(**{k: _unnum(d[k]) for k in cls.__dataclass_fields__})
+        return cls(**_fields_from(cls, d))
+
+
+@dataclass(frozen=True, eq=False)
+class RocBand:
+    """Pointwise bootstrap band of an ROC curve: at each ``fpr`` (from the smallest resolvable FPR, 1/n of the
+    non-members, up to 1) the conservative TPR (``tpr``) and its percentile interval ``[low, high]`` at level
+    ``confidence`` over bootstrap replicates of members and non-members."""
+
+    fpr: np.ndarray
+    tpr: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    confidence: float
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RocBand):
+            return NotImplemented
+        return all(np.array_equal(getattr(self, k), getattr(other, k)) for k in ("fpr", "tpr", "low", "high")) \
+            and self.confidence == other.confidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: [float(v) for v in getattr(self, k)] for k in ("fpr", "tpr", "low", "high")} | \
+            {"confidence": self.confidence}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RocBand":
+        return cls(*(np.asarray(d[k], dtype=float) for k in ("fpr", "tpr", "low", "high")), float(d["confidence"]))
 
 
 @dataclass(frozen=True, slots=True)
 class AttackResult:
-    """One attack (or the blind baseline) on one target: metrics, ROC and the empirical epsilon bound."""
+    """One attack (or the blind baseline) on one target: metrics, ROC (with its bootstrap band when computed)
+    and the empirical epsilon bound (which says whether it is certified or an estimate)."""
 
     name: str
     metrics: AttackMetrics
     bound: EpsilonBound
     roc: RocCurve
     description: str = ""
+    roc_band: RocBand | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "metrics": self.metrics.to_dict(),
-                "bound": self.bound.to_dict(), "roc": self.roc.to_dict()}
+                "bound": self.bound.to_dict(), "roc": self.roc.to_dict(),
+                "roc_band": None if self.roc_band is None else self.roc_band.to_dict()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AttackResult":
+        band = d.get("roc_band")
         return cls(d["name"], AttackMetrics.from_dict(d["metrics"]), EpsilonBound.from_dict(d["bound"]),
-                   RocCurve.from_dict(d["roc"]), d.get("description", ""))
+                   RocCurve.from_dict(d["roc"]), d.get("description", ""),
+                   None if band is None else RocBand.from_dict(band))
 
 
 @dataclass(frozen=True, slots=True)

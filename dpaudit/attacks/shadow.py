@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
-from dpaudit.attacks.threshold import _check_proba
+from dpaudit.attacks.threshold import check_proba
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_int
 
 __all__ = ["CLASSIFIERS", "FEATURES", "make_classifier", "train_shadow_models", "shadow_features", "AttackModel",
@@ -100,7 +100,7 @@ def shadow_features(proba, labels, *, features: str = "both", num_classes: int |
     """Attack features of records with predicted probabilities ``proba`` (n, C) and labels (n,); see the module
     docstring. ``with_label`` appends the one-hot label (for a global attack model)."""
     check_choice(features, "features", "shadow_features", FEATURES)
-    p, y = _check_proba(proba, labels, "shadow_features")
+    p, y = check_proba(proba, labels, "shadow_features")
     py = p[np.arange(y.size), y]
     parts = []
     if features in ("sorted", "both"):
@@ -128,7 +128,7 @@ class AttackModel:
         m = np.asarray(membership).astype(int)
         if set(np.unique(m)) != {0, 1}:
             raise DataError("The attack model needs shadow records of both kinds (in and out).")
-        p, y = _check_proba(proba, labels, "AttackModel.fit")
+        p, y = check_proba(proba, labels, "AttackModel.fit")
         self.num_classes_ = p.shape[1]
         self.global_ = make_classifier(self.classifier, seed=self.seed)
         self.global_.fit(shadow_features(p, y, features=self.features, with_label=True), m)
@@ -144,7 +144,7 @@ class AttackModel:
 
     def predict_proba(self, proba: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """P[member] for each record: (n,)."""
-        p, y = _check_proba(proba, labels, "AttackModel.predict_proba")
+        p, y = check_proba(proba, labels, "AttackModel.predict_proba")
         out = self.global_.predict_proba(
             shadow_features(p, y, features=self.features, num_classes=self.num_classes_, with_label=True))[:, 1]
         for c, clf in self.per_class_.items():

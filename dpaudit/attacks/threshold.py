@@ -18,13 +18,14 @@ import numpy as np
 from dpaudit.attacks.protocols import Model
 from dpaudit.errors import DataError, check_choice
 
-__all__ = ["true_label_probability", "loss_scores", "confidence_scores", "threshold_scores", "THRESHOLD_KINDS"]
+__all__ = ["check_proba", "true_label_probability", "loss_scores", "confidence_scores", "threshold_scores", "THRESHOLD_KINDS"]
 
 THRESHOLD_KINDS = ("loss", "confidence")
 _CLIP = 1e-12
 
 
-def _check_proba(proba, labels, owner: str) -> tuple[np.ndarray, np.ndarray]:
+def check_proba(proba, labels, owner: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(proba, labels)``: an (n, C) float array of probabilities and n integer labels in [0, C)."""
     p = np.asarray(proba, dtype=np.float64)
     y = np.asarray(labels)
     if p.ndim != 2 or y.ndim != 1 or p.shape[0] != y.shape[0]:
@@ -40,7 +41,7 @@ def _check_proba(proba, labels, owner: str) -> tuple[np.ndarray, np.ndarray]:
 
 def true_label_probability(proba, labels) -> np.ndarray:
     """``p[i, y_i]`` for each row: (n,)."""
-    p, y = _check_proba(proba, labels, "true_label_probability")
+    p, y = check_proba(proba, labels, "true_label_probability")
     return p[np.arange(y.size), y]
 
 

@@ -9,7 +9,9 @@ A claim **fails** when any of these holds (all reasons are collected, not just t
    are about different neighbouring relations, so the claim is unsupported;
 4. ``allow_data_dependent = false`` and the figure is data-dependent (a function of the private data, not
    itself DP);
-5. an attack's empirical epsilon lower bound, at the stated confidence, exceeds the claimed epsilon.
+5. a **certified** empirical epsilon lower bound, at the stated confidence, exceeds the claimed epsilon.
+   Estimates (``kind = "estimate"``: the single-model Clopper-Pearson figure, whose records are coupled through
+   one model) never fail a claim; one above the claim is reported as a warning.
 
 Problems that can be seen in the claims file alone (unknown keys, bad values, a granularity the mechanism's
 accounting cannot cover, unknown mechanism parameters) are usage errors (:class:`~dpaudit.errors.ParameterError`),
@@ -43,6 +45,7 @@ from dpaudit.audit.claims import (
 )
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
+from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, HasBoundKind
 
 __all__ = [
     "EmpiricalBound",
@@ -65,24 +68,36 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class EmpiricalBound:
-    """An attack's empirical lower bound on epsilon: with probability >= ``confidence`` the release is not
-    (eps', ``delta``)-DP for any eps' < ``epsilon_lower_bound``."""
+class EmpiricalBound(HasBoundKind):
+    """An attack's empirical epsilon. ``kind == "certified"``: with probability >= ``confidence`` the release is
+    not (eps', ``delta``)-DP for any eps' < ``epsilon_lower_bound``, and a claim below it fails.
+    ``kind == "estimate"`` (the default; see :data:`dpaudit.attacks.results.BOUND_KINDS`): the same formula where
+    its independence assumption fails; it is reported, as a warning when above the claim, and never fails one."""
 
     attack: str
     epsilon_lower_bound: float
     confidence: float
     delta: float
     details: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = ESTIMATE
+
+    def describe(self) -> str:
+        """``epsilon >= 1.2 (certified, threshold, confidence 0.95)`` or ``epsilon ~ 1.2 (estimate, ...)``."""
+        rel = ">=" if self.certified else "~"
+        rng = self.details.get("split_range")
+        spread = f", range {rng[0]:.3g}-{rng[1]:.3g} over split seeds" if rng and not self.certified else ""
+        return (f"epsilon {rel} {_fmt_eps(self.epsilon_lower_bound)} ({self.kind}, {self.attack}, confidence "
+                f"{self.confidence:g}{spread})")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"attack": self.attack, "epsilon_lower_bound": _num(self.epsilon_lower_bound),
+        return {"attack": self.attack, "kind": self.kind, "epsilon_lower_bound": _num(self.epsilon_lower_bound),
                 "confidence": self.confidence, "delta": self.delta, "details": dict(self.details)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EmpiricalBound":
         return cls(attack=d["attack"], epsilon_lower_bound=float(_unnum(d["epsilon_lower_bound"])),
-                   confidence=float(d["confidence"]), delta=float(d["delta"]), details=dict(d.get("details", {})))
+                   confidence=float(d["confidence"]), delta=float(d["delta"]), details=dict(d.get("details", {})),
+                   kind=d.get("kind", ESTIMATE))
 
 
 #: ``runner(release_dir, budget, delta) -> EmpiricalBound``: runs ``budget.kind`` against the release.
@@ -123,8 +138,7 @@ class ClaimResult:
             f"{', DATA-DEPENDENT' if a.data_dependent else ''})"
         )
         if self.empirical is not None:
-            e = self.empirical
-            text += f"; empirical lower bound ({e.attack}) epsilon >= {e.epsilon_lower_bound:.4g} at confidence {e.confidence:g}"
+            text += f"; empirical {self.empirical.describe()}"
         text += f". Verdict: {self.verdict}: {self.reason}."
         if a.assumptions:
             text += " Assumptions: " + " ".join(a.assumptions)
@@ -179,7 +193,8 @@ class ClaimsReport:
 
     def table(self) -> str:
         """A plain-text table: claim, claimed eps/delta, accounted eps, empirical lower bound, verdict, reason."""
-        head = ("claim", "claimed eps / delta", "granularity", "accounted eps (delta)", "empirical LB", "verdict", "reason")
+        head = ("claim", "claimed eps / delta", "granularity", "accounted eps (delta)", "empirical eps (kind)", "verdict",
+                "reason")
         rows = [head]
         for r in self.results:
             rows.append((
@@ -187,7 +202,8 @@ class ClaimsReport:
                 f"{r.claimed_epsilon:g} / {r.claimed_delta:g}",
                 r.granularity,
                 f"{_fmt_eps(r.accounted.epsilon)} ({r.accounted.delta:g})",
-                "-" if r.empirical is None else f"{_fmt_eps(r.empirical.epsilon_lower_bound)} @{r.empirical.confidence:g}",
+                "-" if r.empirical is None else (f"{'>=' if r.empirical.certified else '~'} "
+                                                 f"{_fmt_eps(r.empirical.epsilon_lower_bound)} ({r.empirical.kind})"),
                 r.verdict,
                 r.reason,
             ))
@@ -215,6 +231,14 @@ class ClaimsReport:
         classname = "dpaudit.claims" + (f".{Path(self.path).stem}" if self.path else "")
         for r in self.results:
             case = ET.SubElement(suite, "testcase", {"classname": classname, "name": r.name, "time": f"{r.seconds:.3f}"})
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", {"name": "accounted_epsilon", "value": _fmt_eps(r.accounted.epsilon)})
+            if r.empirical is not None:
+                ET.SubElement(props, "property", {"name": "empirical_kind", "value": r.empirical.kind})
+                ET.SubElement(props, "property", {"name": "empirical_epsilon",
+                                                  "value": _fmt_eps(r.empirical.epsilon_lower_bound)})
+            for w in r.warnings:
+                ET.SubElement(props, "property", {"name": "warning", "value": w})
             if not r.held:
                 fail = ET.SubElement(case, "failure", {"message": r.reason, "type": "PrivacyClaimFailed"})
                 fail.text = r.message()
@@ -397,8 +421,9 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     ``dpaudit/training/CONTRACTS.md``: model, ``dataset()``, ``membership`` with ``members``/``nonmembers``/
     ``attacker`` indices, ``train_fn()``/``train_many()`` for shadow models) and attacked with
     :func:`dpaudit.attacks.run_attack` (members vs non-members; shadows trained on the attacker's pool with the
-    release's own recipe). The bound is the attack's Clopper-Pearson epsilon lower bound at
-    ``budget.confidence`` and the claim's ``delta``; the attacks layer's caveats travel in ``details["notes"]``.
+    release's own recipe). The figure is the attack's Clopper-Pearson epsilon at ``budget.confidence`` and the
+    claim's ``delta``, with the kind the attacks layer gives it (on one model: an estimate, with its split-seed
+    range in ``details["split_range"]``); the attacks layer's caveats travel in ``details["notes"]``.
     """
     if budget.kind == "canary":
         from dpaudit.audit.canary_audit import canary_audit_release
@@ -408,8 +433,8 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
         b = res.bound
         return EmpiricalBound(
             attack=f"canary-{b.audit}", epsilon_lower_bound=float(b.epsilon), confidence=budget.confidence,
-            delta=delta, details={"kind": "certified", "ideal_epsilon": b.ideal_epsilon, "trials": b.trials,
-                                  "score": b.score, "notes": list(res.notes)})
+            delta=delta, details={"ideal_epsilon": b.ideal_epsilon, "trials": b.trials, "score": b.score,
+                                  "notes": list(res.notes)}, kind="certified")
     from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=budget.kind, num_shadows=budget.shadows, confidence=budget.confidence,
@@ -417,8 +442,10 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     res = report.attack
     return EmpiricalBound(
         attack=budget.kind, epsilon_lower_bound=float(res.bound.epsilon), confidence=budget.confidence, delta=delta,
-        details={"kind": "estimate", "auc": float(res.metrics.auc), "shadows": budget.shadows, "seed": budget.seed,
-                 "notes": list(report.notes)},
+        details={"auc": float(res.metrics.auc), "shadows": budget.shadows, "seed": budget.seed,
+                 "split_range": [float(res.bound.split_low), float(res.bound.split_high)],
+                 "num_splits": int(res.bound.num_splits), "notes": list(report.notes)},
+        kind=res.bound.kind,
     )
 
 
@@ -482,20 +509,26 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
         runner = attack_runner or default_attack_runner
         empirical = runner(subject.path, claim.attack, claim.delta)
         notes += [str(n) for n in empirical.details.get("notes", ())]
-        certified = empirical.details.get("kind", "estimate") == "certified"
         if empirical.epsilon_lower_bound > claim.epsilon:
-            text = (f"empirical lower bound {_fmt_eps(empirical.epsilon_lower_bound)} ({empirical.attack}, confidence "
-                    f"{empirical.confidence:g}) > claimed {claim.epsilon:g}")
-            if certified:  # only certified evidence fails a claim; a single-model estimate is a warning
-                reasons.append(f"certified {text}")
+            if empirical.certified:
+                reasons.append(f"certified empirical lower bound {_fmt_eps(empirical.epsilon_lower_bound)} "
+                               f"({empirical.attack}, confidence {empirical.confidence:g}) > claimed {claim.epsilon:g}")
             else:
-                notes.append(f"{text}, but the bound is an estimate, not certified: a warning, not a failure")
+                notes.append(f"the empirical {empirical.describe()} is above the claimed epsilon {claim.epsilon:g}; "
+                             f"it is an {ESTIMATE_CAVEAT}, so it does not fail the claim (a certified canary audit "
+                             "would settle it).")
         if empirical.epsilon_lower_bound > st.epsilon:
-            notes.append(
-                f"the empirical lower bound ({_fmt_eps(empirical.epsilon_lower_bound)}) is above the accounted epsilon "
-                f"({_fmt_eps(st.epsilon)}): the accounting does not describe the released model (an accounting or "
-                "implementation bug, or the bound's assumptions are violated)."
-            )
+            if empirical.certified:
+                notes.append(
+                    f"the certified empirical lower bound ({_fmt_eps(empirical.epsilon_lower_bound)}) is above the "
+                    f"accounted epsilon ({_fmt_eps(st.epsilon)}): the accounting does not describe the released model "
+                    "(an accounting or implementation bug)."
+                )
+            else:
+                notes.append(
+                    f"the empirical estimate ({_fmt_eps(empirical.epsilon_lower_bound)}, not certified) is above the "
+                    f"accounted epsilon ({_fmt_eps(st.epsilon)})."
+                )
     return ClaimResult(
         name=claim.name, subject=subject.describe(), claimed_epsilon=claim.epsilon, claimed_delta=claim.delta,
         granularity=claim.granularity, held=not reasons, reasons=tuple(reasons), accounted=st, empirical=empirical,

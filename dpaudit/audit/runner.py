@@ -5,8 +5,17 @@ on scikit-learn's digits). Each model entry either runs a method (``method = "fr
 config file and/or inline overrides) or audits an existing release directory (``release = "runs/x"``).
 
 Stages are resumable: a run directory keeps each model's release and each attack's result; an interrupted
-audit started again with the same configuration skips what is complete (results are keyed by a hash of the
-settings they came from, so a changed setting recomputes).
+audit started again with the same configuration skips what is complete. Every stage is keyed by a hash of
+everything its result depends on (:func:`release_digest` for the content of a release):
+
+- training: method, inline params, the method config file's text, data set, seed, data_dir, dpaudit version
+  (and the stored release must still have the content it was written with);
+- each attack: the attack's settings, the audit's seed / confidence / delta / n_bootstrap, the content of the
+  release it attacks (every file of the bundle: model weights, release.json, membership, votes), the number of
+  split seeds and the dpaudit version.
+
+So a changed model parameter retrains that model and re-attacks it, a changed attack setting re-runs that
+attack only, and an edited release re-runs its attacks; everything else stays cached.
 """
 
 from __future__ import annotations
@@ -25,16 +34,19 @@ import numpy as np
 from dpaudit import __version__
 from dpaudit._io import read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.progress import Reporter, as_reporter
 from dpaudit.report.flags import compute_flags
 from dpaudit.report.render import write_report
 from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit
+from dpaudit.report.verdict import compute_verdicts
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["AttackSpec", "ModelRun", "AuditConfig", "default_config", "load_audit_config", "run_audit"]
+__all__ = ["AttackSpec", "ModelRun", "AuditConfig", "default_config", "load_audit_config", "run_audit",
+           "release_digest"]
 
 ATTACK_KINDS = ("threshold", "shadow", "lira")
 
@@ -220,36 +232,56 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _say(progress: bool, msg: str) -> None:
-    if progress:
-        print(f"[dpaudit audit] {msg}", file=sys.stderr, flush=True)
+def release_digest(path: str | Path) -> str:
+    """SHA-256 of a release bundle's content: the name and bytes of every file at its top level (model weights,
+    ``release.json``, ``membership.npz``, ``votes.npy``, ...), in name order. Sub-directories (e.g. the
+    ``attack/`` output of ``dpaudit attack``) are not part of the bundle and are not hashed; a symbolic link is
+    hashed by its target path, never read through."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for f in sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file()):
+        h.update(f.name.encode() + b"\0")
+        if f.is_symlink():      # hashed by where it points, never followed (loading refuses links anyway)
+            h.update(b"link:" + str(f.readlink()).encode())
+        else:
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
 
 
-def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, progress: bool) -> dict[str, Path]:
+def _digests(releases: Mapping[str, Path]) -> dict[str, str]:
+    return {k: release_digest(v) for k, v in releases.items()}
+
+
+def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, rep: Reporter) -> dict[str, Path]:
     """Run the model's method (resuming from its own checkpoints) and return its release paths by name."""
     from dpaudit.training.methods import run_method
 
     stage = out / "models" / run.name
     key = _hash({"method": run.method, "params": dict(run.params), "config_file": run.config_file,
                  "config_text": Path(run.config_file).read_text() if run.config_file else None,
-                 "dataset": cfg.dataset, "seed": cfg.seed, "data_dir": cfg.data_dir})
+                 "dataset": cfg.dataset, "seed": cfg.seed, "data_dir": cfg.data_dir, "version": __version__})
     done = stage / "stage.json"
     if done.is_file():
         info = read_json(done)
-        if info.get("key") == key and all(Path(v).is_dir() for v in info["releases"].values()):
-            _say(progress, f"{run.name}: release found, skipping training")
-            return {k: Path(v) for k, v in info["releases"].items()}
-    _say(progress, f"{run.name}: training ({run.method})")
+        found = {k: Path(v) for k, v in info.get("releases", {}).items()}
+        if (info.get("key") == key and found and all(p.is_dir() for p in found.values())
+                and info.get("digests") == _digests(found)):
+            rep.log(f"{run.name}: release found (same settings, same content), skipping training")
+            return found
+    rep.log(f"{run.name}: training ({run.method})")
     result = run_method(run.method, dataset=cfg.dataset, out=stage / "release", seed=cfg.seed,  # type: ignore[arg-type]
                         config_file=run.config_file, params=run.params, data_dir=cfg.data_dir, device=device,
-                        overwrite=True, progress=progress)
+                        overwrite=True, progress=rep.enabled)
     releases = {run.name: Path(result.release)}
     for extra, name in zip(run.extra, run.extra_names):
         if extra not in result.extra_releases:
             raise DataError(f"Model {run.name!r}: the {run.method} run wrote no extra release {extra!r} "
                             f"(it wrote {sorted(result.extra_releases)}).")
         releases[name] = Path(result.extra_releases[extra])
-    write_json(done, {"key": key, "releases": {k: str(v) for k, v in releases.items()}})
+    write_json(done, {"key": key, "releases": {k: str(v) for k, v in releases.items()}, "digests": _digests(releases)})
     return releases
 
 
@@ -258,6 +290,8 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
     res, blind = report.attack, report.blind
     m = res.metrics
     ci = m.intervals.get("auc")
+    b = res.bound
+    band = res.roc_band
     return AttackSummary(
         attack=label, auc=float(m.auc), tpr_at_fpr={f"{f:g}": float(t) for f, t in m.tpr_at_fpr},
         accuracy=float(m.accuracy), precision=float(m.precision), recall=float(m.recall), f1=float(m.f1),
@@ -269,6 +303,10 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
         num_members=int(m.num_members), num_nonmembers=int(m.num_nonmembers),
         details={"description": res.description, "threshold_rule": m.threshold_rule,
                  "bound_selection": res.bound.selection, "notes": list(report.notes)},
+        epsilon_kind=b.kind, epsilon_range=(float(b.split_low), float(b.split_high)), num_splits=int(b.num_splits),
+        roc_band=None if band is None else {"fpr": tuple(float(x) for x in band.fpr),
+                                            "low": tuple(float(x) for x in band.low),
+                                            "high": tuple(float(x) for x in band.high)},
     )
 
 
@@ -280,18 +318,19 @@ def _thin(a: np.ndarray, n: int = 400) -> np.ndarray:
     return a[idx]
 
 
-def _attack(release: Any, spec: AttackSpec, cfg: AuditConfig, cache: Path, progress: bool) -> AttackSummary:
+def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache: Path, rep: Reporter) -> AttackSummary:
+    from dpaudit.attacks.run import NUM_SPLITS
 
     key = _hash({"attack": dataclasses.asdict(spec), "seed": cfg.seed, "confidence": cfg.confidence,
-                 "delta": cfg.delta, "n_bootstrap": cfg.n_bootstrap,
-                 "release": release.meta.get("created_at", release.meta.get("seed")), "path": str(release.path)})
+                 "delta": cfg.delta, "n_bootstrap": cfg.n_bootstrap, "release": digest, "num_splits": NUM_SPLITS,
+                 "version": __version__})
     path = cache / f"{spec.label}.json"
     if path.is_file():
         data = read_json(path)
         if data.get("key") == key:
-            _say(progress, f"  {spec.label}: cached")
+            rep.log(f"  {spec.label}: cached (same settings, same release content)")
             return AttackSummary.from_dict(data["summary"])
-    _say(progress, f"  {spec.label}: attacking")
+    rep.log(f"  {spec.label}: attacking")
     from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=spec.kind, num_shadows=spec.shadows, classifier=spec.classifier,
@@ -302,20 +341,20 @@ def _attack(release: Any, spec: AttackSpec, cfg: AuditConfig, cache: Path, progr
     return summary
 
 
-def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, progress: bool) -> dict:
+def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, rep: Reporter) -> dict:
     """Run (or reuse) one certified canary audit; its result dict (``kind: "certified"``)."""
     from dpaudit.audit.canary_audit import run_canary_spec
 
     stage = out / "canary_audits" / spec.name
     key = _hash({"spec": spec.to_dict(), "dataset": cfg.dataset, "seed": cfg.seed, "delta": cfg.delta,
-                 "confidence": cfg.confidence, "data_dir": cfg.data_dir})
+                 "confidence": cfg.confidence, "data_dir": cfg.data_dir, "version": __version__})
     done = stage / "stage.json"
     if done.is_file() and (stage / "canary_audit.json").is_file() and read_json(done).get("key") == key:
-        _say(progress, f"canary audit {spec.name}: cached")
+        rep.log(f"canary audit {spec.name}: cached (same settings)")
         return read_json(stage / "canary_audit.json")
-    _say(progress, f"canary audit {spec.name}: {spec.audit}, {spec.canary} canaries")
+    rep.log(f"canary audit {spec.name}: {spec.audit}, {spec.canary} canaries")
     res = run_canary_spec(spec, dataset=cfg.dataset, seed=cfg.seed, delta=cfg.delta, confidence=cfg.confidence,
-                          data_dir=cfg.data_dir, device=device, out=stage, progress=progress)
+                          data_dir=cfg.data_dir, device=device, out=stage, progress=rep)
     write_json(done, {"key": key})
     return res.to_dict()
 
@@ -338,6 +377,7 @@ def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequenc
         per_party_epsilon=per_party, assumptions=tuple(meta.get("assumptions", ())),
         num_train=int(len(release.membership["members"])), params=dict(meta.get("params", {})),
         release_flags=tuple((f["code"], f["message"]) for f in meta.get("flags", ())),
+        num_classes=int(getattr(getattr(release, "spec", None), "num_classes", 0) or 0),
     )
 
 
@@ -351,36 +391,46 @@ def _per_party(ledger: Mapping[str, Any]) -> dict[str, float]:
         led = PrivacyLedger.from_dict(ledger)
         return {p: float(s.epsilon) for p, s in led.statements().items()}
     except Exception as exc:  # a stored ledger we cannot re-account is reported, not hidden
-        _say(True, f"warning: could not re-account the stored ledger ({exc})")
+        as_reporter(True, prefix="dpaudit audit").log(f"warning: could not re-account the stored ledger ({exc})")
         return {}
 
 
-def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None, progress: bool = True) -> AuditReport:
-    """Run every stage of ``config`` into the run directory ``out`` and write the report there."""
+def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None,
+              progress: bool | Reporter = True) -> AuditReport:
+    """Run every stage of ``config`` into the run directory ``out`` and write the report there.
+
+    ``progress``: True (stderr), False (silent) or a :class:`~dpaudit.progress.Reporter`: one line per
+    training stage, and a stage per model over its attacks (a bar with ETA on a terminal)."""
     from dpaudit.training.release import load_release
 
     if not isinstance(config, AuditConfig):
         raise ParameterError(f"The 'config' parameter of run_audit must be an AuditConfig. Got {type(config).__name__} instead.")
+    rep = as_reporter(progress, prefix="dpaudit audit")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     audits: list[ModelAudit] = []
     for run in config.models:
         if run.method is not None:
-            releases = _train(run, config, out, device, progress)
+            releases = _train(run, config, out, device, rep)
         else:
             releases = {run.name: Path(run.release)}  # type: ignore[arg-type]
         for i, (name, path) in enumerate(releases.items()):
             release = load_release(path)
-            _say(progress, f"{name}: attacks")
-            summaries = [_attack(release, spec, config, out / "models" / name / "attacks", progress) for spec in config.attacks]
+            digest = release_digest(path)
+            summaries = []
+            with rep.stage(f"{name}: {len(config.attacks)} attack(s)", total=len(config.attacks)) as stage:
+                for spec in config.attacks:
+                    summaries.append(_attack(release, digest, spec, config, out / "models" / name / "attacks", rep))
+                    stage.advance()
             audits.append(_model_audit(name, run, release, summaries, is_primary=(i == 0)))
-    certified = tuple(_canary_audit(c, config, out, device, progress) for c in config.canary_audits)
+    certified = tuple(_canary_audit(c, config, out, device, rep) for c in config.canary_audits)
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
         models=tuple(audits), flags=tuple(compute_flags(audits)), config=config.to_dict(),
-        created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1), certified=certified,
+        created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
+        verdicts=tuple(compute_verdicts(audits)), certified=certified,
     )
     write_report(report, out)
-    _say(progress, f"report written to {out}/report.html (and report.md, report.json)")
+    rep.log(f"report written to {out}/report.html (and report.md, report.json)")
     return report

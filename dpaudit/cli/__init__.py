@@ -24,7 +24,8 @@ _COMMAND_MODULES = ("account", "train", "attack", "audit", "check")
 def cli() -> None:
     """dpaudit: what privacy does a released model really have?
 
-    Accounted (theoretical) epsilon beside empirical lower bounds from attacks.
+    Accounted (theoretical) epsilon beside empirical figures from attacks (each a certified lower bound or an
+    estimate, and said to be which).
     """
 
 

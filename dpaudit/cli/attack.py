@@ -2,6 +2,7 @@
 
 Loads the release (never unpickling), hands its model, member / non-member / attacker records and training
 recipe to :func:`dpaudit.audit.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``).
+Results go to stdout; progress and the paths written to stderr (``--quiet``: nothing on stderr).
 """
 
 from __future__ import annotations
@@ -11,33 +12,47 @@ from pathlib import Path
 import click
 
 from dpaudit._io import atomic_path, write_json
-from dpaudit.attacks import ATTACKS, AttackReport, AttackResult
+from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
 from dpaudit.attacks.threshold import THRESHOLD_KINDS
+from dpaudit.progress import as_reporter
+
+
+def _empirical(r: AttackResult) -> str:
+    b = r.bound
+    if b.certified:
+        return f">= {b.epsilon:.3f} (certified)"
+    rng = f" [{b.split_low:.3f}, {b.split_high:.3f}]" if b.num_splits > 1 else ""
+    return f"~ {b.epsilon:.3f}{rng} (estimate)"
 
 
 def _row(r: AttackResult) -> list[str]:
-    m, b = r.metrics, r.bound
+    m = r.metrics
     auc_iv = m.intervals.get("auc")
     auc = f"{m.auc:.3f}" + (f" [{auc_iv.low:.3f}, {auc_iv.high:.3f}]" if auc_iv else "")
     tprs = " / ".join(f"{t:.3f}" for _, t in m.tpr_at_fpr)
     return [r.name, auc, tprs, f"{m.accuracy:.3f}", f"{m.macro_precision:.3f}", f"{m.macro_recall:.3f}",
-            f"{m.macro_f1:.3f}", f"{b.epsilon:.3f}"]
+            f"{m.macro_f1:.3f}", _empirical(r)]
 
 
 def render(report: AttackReport) -> str:
     """The table ``dpaudit attack`` prints."""
     m, b = report.attack.metrics, report.attack.bound
     fprs = "/".join(f"{f:g}" for f, _ in m.tpr_at_fpr)
-    head = ["attack", "AUC [CI]", f"TPR@FPR {fprs}", "acc", "prec", "rec", "F1", "eps >="]
+    head = ["attack", "AUC [CI]", f"TPR@FPR {fprs}", "acc", "prec", "rec", "F1", "empirical eps (kind)"]
     rows = [_row(report.attack)] + ([_row(report.blind)] if report.blind is not None else [])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     out = [report.attack.description, line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
     out.append(f"members / non-members evaluated: {m.num_members} / {m.num_nonmembers} (balanced); "
                f"precision/recall/F1 are macro averages at threshold {m.threshold:.4g} ({m.threshold_rule}).")
-    out.append(f"empirical epsilon lower bound: {b.epsilon:.3f} at confidence {b.confidence:g}, delta {b.delta:g} "
-               f"(Clopper-Pearson, threshold chosen on a disjoint half: FPR {b.fpr:.3f}, FNR {b.fnr:.3f}).")
+    if b.certified:
+        out.append(f"empirical epsilon: certified lower bound {b.epsilon:.3f} at confidence {b.confidence:g}, "
+                   f"delta {b.delta:g} (Clopper-Pearson over independent trials).")
+    else:
+        out.append(f"empirical epsilon: {ESTIMATE_CAVEAT}. Median {b.epsilon:.3f} over {b.num_splits} split seeds, "
+                   f"range [{b.split_low:.3f}, {b.split_high:.3f}], at confidence {b.confidence:g}, delta {b.delta:g} "
+                   f"(Clopper-Pearson formula, threshold chosen on a disjoint half: FPR {b.fpr:.3f}, FNR {b.fnr:.3f}).")
     out.extend(f"note: {n}" for n in report.notes)
     return "\n".join(out)
 
@@ -52,13 +67,14 @@ def render(report: AttackReport) -> str:
 @click.option("--threshold-kind", type=click.Choice(THRESHOLD_KINDS), default="loss", show_default=True)
 @click.option("--offline", is_flag=True, help="LiRA: the offline variant (OUT shadows only).")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
-              help="Confidence of the epsilon lower bound and the bootstrap intervals.")
+              help="Confidence of the empirical epsilon (an estimate on one model) and the bootstrap intervals.")
 @click.option("--delta", type=float, default=None,
-              help="delta of the epsilon lower bound (default: the release's claimed delta, else 0).")
+              help="delta of the empirical epsilon (default: the release's claimed delta, else 0).")
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output directory (default: RELEASE/attack).")
+@click.option("--quiet", is_flag=True, help="No progress on stderr (results still go to stdout).")
 @click.option("--audit", "audit", type=click.Choice(("one-run", "multi-run")), default=None,
               help="Certified canary audit of the release's DP-SGD recipe instead of a membership attack "
                    "(writes canary_audit.json and canaries.npz).")
@@ -70,23 +86,27 @@ def render(report: AttackReport) -> str:
               help="Canary score (default: dirac-lr for Dirac canaries, loss otherwise).")
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
             offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
-            audit: str | None, canary: str, canaries: int, models: int, score: str | None) -> None:
+            quiet: bool, audit: str | None, canary: str, canaries: int, models: int, score: str | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
-    epsilon lower bound and the blind baseline; write attack.json. With --audit, run a certified canary audit."""
+    epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
+    With --audit, run a certified canary audit of the release's DP-SGD recipe instead."""
     from dpaudit.audit.attack_release import attack_release
+    from dpaudit.training.release import load_release
 
+    rep = as_reporter(not quiet, prefix="dpaudit attack")
     if audit is not None:
         from dpaudit.audit.canary_audit import canary_audit_release
 
         result = canary_audit_release(release, audit=audit, canary=canary, canaries=canaries, models=models,
                                       score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
-                                      seed=seed, out=Path(release) / "attack" if out is None else out)
+                                      seed=seed, out=Path(release) / "attack" if out is None else out, progress=rep)
         click.echo(result.summary())
         return
-
-    report = attack_release(release, attack=attack, num_shadows=shadows, classifier=classifier, per_class=not global_model,
-                            threshold_kind=threshold_kind, lira_online=not offline, confidence=confidence, delta=delta,
-                            n_bootstrap=bootstrap, seed=seed)
+    bundle = load_release(release)
+    with rep.stage(f"{attack} attack on {release}"):
+        report = attack_release(bundle, attack=attack, num_shadows=shadows, classifier=classifier,
+                                per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
+                                confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed)
     out = Path(release) / "attack" if out is None else out
     path = write_json(out / "attack.json", {"release": str(release), **report.to_dict()})
     from dpaudit.attacks.plots import roc_figure
@@ -94,4 +114,4 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     with atomic_path(out / "roc.png", suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     click.echo(render(report))
-    click.echo(f"wrote {path}")
+    rep.log(f"wrote {path} and {out / 'roc.png'}")

@@ -1,23 +1,33 @@
-"""Report figures. Each function returns a matplotlib Figure; saving is separate (:func:`save_png`)."""
+"""Report figures. Each function returns a matplotlib ``Figure`` (no pyplot state); saving is separate
+(:func:`save_png`, :func:`png_bytes`).
+
+What a reader must be able to trust: infinite epsilons are drawn as an off-scale marker with their label (never
+as a finite bar), a zero bound is a visible marker with its value, every axis is labelled (accuracy and AUC on
+separate axes), legends sit outside the plotted data, and ROC curves come from the one ROC routine
+(:func:`dpaudit.attacks.plots.draw_roc`: stopped at FPR = 1/n, with the bootstrap band).
+"""
 
 from __future__ import annotations
 
 import io
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless: reports are written to files
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from dpaudit._io import write_bytes  # noqa: E402
+from dpaudit.attacks.plots import roc_panels  # noqa: E402
 from dpaudit.report.schema import ModelAudit  # noqa: E402
 
 __all__ = ["roc_figure", "epsilon_figure", "privacy_utility_figure", "per_party_figure", "save_png", "png_bytes"]
+
+_BLUE, _RED, _ORANGE, _GREY = "#4c72b0", "#c44e52", "#dd8452", "#555555"
 
 
 def _attack_names(models: Sequence[ModelAudit]) -> list[str]:
@@ -30,123 +40,154 @@ def _attack_names(models: Sequence[ModelAudit]) -> list[str]:
 
 
 def roc_figure(models: Sequence[ModelAudit]) -> Figure:
-    """Log-log ROC curves: one panel per attack, one curve per model, the chance diagonal dotted.
-
-    Log scales show the low-FPR regime that matters for membership inference (Carlini et al. 2022).
-    """
-    names = _attack_names(models)
-    n = max(1, len(names))
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
-    floor = 1e-4
-    for ax, attack in zip(axes[0], names or ["(no attack)"]):
+    """Log-log ROC curves: one panel per attack, one curve per model (bootstrap band shaded), each stopped at
+    its smallest resolvable FPR; chance dotted. Log scales show the low-FPR regime that matters for
+    membership inference (Carlini et al. 2022)."""
+    panels = []
+    for attack in _attack_names(models):
+        curves = []
         for m in models:
             for a in m.attacks:
-                if a.attack != attack or not a.roc_fpr:
-                    continue
-                fpr = np.clip(np.asarray(a.roc_fpr, dtype=float), floor, 1.0)
-                tpr = np.clip(np.asarray(a.roc_tpr, dtype=float), floor, 1.0)
-                ax.plot(fpr, tpr, label=f"{m.name} (AUC {a.auc:.2f})", lw=1.4)
-        grid = np.logspace(math.log10(floor), 0, 50)
-        ax.plot(grid, grid, ls=":", color="grey", lw=1, label="chance")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(floor, 1)
-        ax.set_ylim(floor, 1)
-        ax.set_xlabel("false positive rate")
-        ax.set_ylabel("true positive rate")
-        ax.set_title(f"{attack} attack")
-        ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return fig
+                if a.attack == attack and a.roc_fpr:
+                    curves.append({"fpr": a.roc_fpr, "tpr": a.roc_tpr, "num_nonmembers": a.num_nonmembers or 1,
+                                   "label": f"{m.name} (AUC {a.auc:.3f})", "band": a.roc_band})
+        panels.append((f"{attack} attack", curves))
+    return roc_panels(panels)
+
+
+def _offscale(ax: Any, x: float, top: float, label: str, color: str) -> None:
+    """An upward marker at the top edge of the axis with its label: a value off the scale (infinity)."""
+    ax.plot([x], [top], marker="^", ms=10, color=color, clip_on=False, zorder=5)
+    ax.annotate(label, (x, top), xytext=(8, -4), textcoords="offset points", ha="left", va="top",
+                fontsize=7, color=color, annotation_clip=False)
 
 
 def epsilon_figure(models: Sequence[ModelAudit]) -> Figure:
-    """Theoretical epsilon (accounted upper bound) beside the best empirical lower bound, per model.
+    """Accounted epsilon (upper bound) beside the strongest empirical figure, per model (symlog scale).
 
-    Infinite theoretical epsilons (no mechanism) are drawn as an arrow at the top of the axis.
+    Infinite accounted epsilons (no mechanism) are an off-scale marker labelled "∞ (no guarantee)"; empirical
+    figures of 0 are a visible marker labelled 0; certified bounds are solid, estimates hatched with their
+    split-seed range as an error bar.
     """
-    from matplotlib.patches import Patch
-
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(models) + 2), 3.8))
+    fig = Figure(figsize=(max(5.5, 1.5 * len(models) + 2.5), 4.6), layout="constrained")
+    ax = fig.add_subplot()
     x = np.arange(len(models))
     theo = np.array([m.theoretical_epsilon for m in models], dtype=float)
-    emp = np.array([(m.best_empirical.epsilon_lower if m.best_empirical else 0.0) for m in models], dtype=float)
-    finite = theo[np.isfinite(theo)]
-    top = max([1.0, *(finite * 2.0), *(emp * 2.0)])
+    best = [m.best_empirical for m in models]
+    emp = np.array([b.epsilon_lower if b else 0.0 for b in best], dtype=float)
+    finite = [float(t) for t in theo if math.isfinite(t)]
+    highs = [b.epsilon_range[1] for b in best if b is not None and b.epsilon_range is not None]
+    top = max([2.0, *(f * 3.0 for f in finite), *(e * 3.0 for e in emp), *(h * 3.0 for h in highs)])
     w = 0.38
-    colours = {"theory": "#4c72b0", "inf": "#c44e52", "emp": "#dd8452"}
-    ax.bar(x - w / 2, np.where(np.isfinite(theo), theo, top), w,
-           color=[colours["theory"] if np.isfinite(t) else colours["inf"] for t in theo])
-    ax.bar(x + w / 2, emp, w, color=colours["emp"])
     for i, t in enumerate(theo):
-        ax.text(x[i] - w / 2, t if np.isfinite(t) else top, "∞" if not np.isfinite(t) else f"{t:.3g}",
-                ha="center", va="bottom", fontsize=7)
-        ax.text(x[i] + w / 2, emp[i], f"{emp[i]:.2g}", ha="center", va="bottom", fontsize=7)
+        if math.isfinite(t):
+            ax.bar(x[i] - w / 2, t, w, color=_BLUE)
+            ax.annotate(f"{t:.3g}", (x[i] - w / 2, t), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=7)
+        else:
+            _offscale(ax, x[i] - w / 2, top, "∞ (no\nguarantee)", _RED)
+    for i, b in enumerate(best):
+        xe = x[i] + w / 2
+        if b is None:
+            ax.plot([xe], [0.0], marker="o", ms=6, color=_ORANGE, clip_on=False, zorder=5)
+            ax.annotate("0", (xe, 0.0), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7)
+            continue
+        ax.bar(xe, b.epsilon_lower, w, color=_ORANGE if b.certified else "white", edgecolor=_ORANGE,
+               hatch=None if b.certified else "///")
+        if not b.certified and b.epsilon_range is not None:
+            lo, hi = b.epsilon_range
+            ax.errorbar([xe], [b.epsilon_lower], yerr=[[b.epsilon_lower - lo], [hi - b.epsilon_lower]], fmt="none",
+                        ecolor=_GREY, capsize=3, lw=1)
+        ax.annotate(f"{b.epsilon_lower:.3g}", (xe, b.epsilon_lower), xytext=(6, 2), textcoords="offset points",
+                    ha="left", va="bottom", fontsize=7)
     ax.set_xticks(x)
     ax.set_xticklabels([m.name for m in models], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("epsilon (symlog scale)")
     ax.set_yscale("symlog", linthresh=1.0)
-    ax.set_ylim(0, top * 1.5)
+    ax.set_ylim(0, top)
     ax.set_title("accounted vs measured privacy loss")
-    ax.legend(handles=[Patch(color=colours["theory"], label="theoretical epsilon (upper bound)"),
-                       Patch(color=colours["inf"], label="no guarantee (epsilon = ∞)"),
-                       Patch(color=colours["emp"], label="empirical epsilon (lower bound)")], fontsize=7)
-    fig.tight_layout()
+    ax.legend(handles=[Patch(color=_BLUE, label="accounted epsilon (upper bound)"),
+                       Patch(facecolor="white", edgecolor=_ORANGE, hatch="///",
+                             label="empirical estimate (not certified; bar: range over split seeds)"),
+                       Patch(color=_ORANGE, label="empirical certified lower bound"),
+                       Patch(color=_RED, label="▲ off scale: epsilon = ∞ (no mechanism)")],
+              fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
     return fig
 
 
 def privacy_utility_figure(models: Sequence[ModelAudit], utility_key: str = "test_accuracy") -> Figure:
-    """Utility and attack AUC against the privacy knob (``ModelAudit.noise``) across noise levels."""
-    pts = [m for m in models if m.noise is not None and utility_key in m.utility]
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    """Test accuracy (left axis) and the strongest attack's AUC (right axis) against the privacy knob
+    (``ModelAudit.noise``); the non-private reference's accuracy as a dotted line."""
+    pts = sorted((m for m in models if m.noise is not None and utility_key in m.utility),
+                 key=lambda m: m.noise)  # type: ignore[arg-type,return-value]
+    fig = Figure(figsize=(6.0, 4.6), layout="constrained")
+    ax = fig.add_subplot()
+    ax2 = ax.twinx()
+    handles = []
     if pts:
-        pts = sorted(pts, key=lambda m: m.noise)  # type: ignore[arg-type,return-value]
         xs = [m.noise for m in pts]
-        ax.plot(xs, [m.utility[utility_key] for m in pts], "o-", label=utility_key.replace("_", " "))
-        best = [m.best_empirical for m in pts]
-        if all(b is not None for b in best):
-            ax.plot(xs, [b.auc for b in best], "s--", label="best attack AUC")  # type: ignore[union-attr]
-        for m in pts:
+        handles += ax.plot(xs, [m.utility[utility_key] for m in pts], "o-", color=_BLUE,
+                           label=utility_key.replace("_", " ") + " (left axis)")
+        strongest = [m.strongest_attack for m in pts]
+        if all(s is not None for s in strongest):
+            handles += ax2.plot(xs, [s.auc for s in strongest], "s--", color=_ORANGE,  # type: ignore[union-attr]
+                                label="strongest attack AUC (right axis)")
+        for i, m in enumerate(pts):
             e = m.theoretical_epsilon
-            ax.annotate("eps=inf" if not math.isfinite(e) else f"eps={e:.3g}", (m.noise, m.utility[utility_key]),
-                        textcoords="offset points", xytext=(4, 6), fontsize=7)
+            last = i == len(pts) - 1          # the rightmost label goes left of its point, inside the axes
+            ax.annotate("ε=∞" if not math.isfinite(e) else f"ε={e:.3g}", (m.noise, m.utility[utility_key]),
+                        textcoords="offset points", xytext=(-4 if last else 4, 6), ha="right" if last else "left",
+                        fontsize=7)
         ax.set_xscale("log")
         ax.set_xlabel(pts[0].noise_label or "privacy parameter")
-        ax.legend(fontsize=8)
+    else:
+        ax.set_xlabel("privacy parameter")
     ax.set_ylim(0, 1.02)
+    ax.set_ylabel(utility_key.replace("_", " "), color=_BLUE)
+    ax2.set_ylim(0.4, 1.02)
+    ax2.set_ylabel("attack AUC (0.5 = chance)", color=_ORANGE)
+    ax2.axhline(0.5, color=_ORANGE, ls=":", lw=0.8)
     ax.set_title("privacy-utility trade-off")
-    for nonpriv in [m for m in models if m.theoretical is None and utility_key in m.utility]:
-        ax.axhline(nonpriv.utility[utility_key], color="grey", ls=":", lw=1)
-        ax.text(ax.get_xlim()[0], nonpriv.utility[utility_key], f" {nonpriv.name}", fontsize=7, va="bottom", color="grey")
-    fig.tight_layout()
+    for ref in [m for m in models if m.is_reference and utility_key in m.utility]:
+        handles.append(ax.axhline(ref.utility[utility_key], color="grey", ls=":", lw=1,
+                                  label=f"{ref.name}: {utility_key.replace('_', ' ')} (no mechanism)"))
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     return fig
 
 
 def per_party_figure(model: ModelAudit) -> Figure:
-    """Epsilon per client/party of one model's ledger."""
+    """Epsilon per client/party of one model's ledger (infinite ones as off-scale markers)."""
     items = sorted(model.per_party_epsilon.items(), key=lambda kv: kv[0])
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.35 * len(items) + 2), 3.4))
-    vals = [v if math.isfinite(v) else np.nan for _, v in items]
-    ax.bar(range(len(items)), vals, color="#4c72b0")
-    ax.set_xticks(range(len(items)))
-    ax.set_xticklabels([k for k, _ in items], rotation=60, fontsize=6)
+    fig = Figure(figsize=(max(4.5, 0.35 * len(items) + 2), 3.8), layout="constrained")
+    ax = fig.add_subplot()
+    vals = np.array([v for _, v in items], dtype=float)
+    fin = vals[np.isfinite(vals)]
+    ax.bar(range(len(items)), np.where(np.isfinite(vals), vals, 0.0), color=_BLUE)
+    top = float(fin.max()) * 1.3 if fin.size and fin.max() > 0 else 1.0
     claimed = (model.claim or {}).get("epsilon")
     if isinstance(claimed, (int, float)) and math.isfinite(claimed):
-        ax.axhline(float(claimed), color="#c44e52", ls="--", lw=1.2, label=f"claimed epsilon = {float(claimed):.3g}")
-        ax.legend(fontsize=7)
+        top = max(top, float(claimed) * 1.3)
+        ax.axhline(float(claimed), color=_RED, ls="--", lw=1.2, label=f"claimed epsilon = {float(claimed):.3g}")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), frameon=False)
+    ax.set_ylim(0, top)
+    for i, v in enumerate(vals):
+        if not math.isfinite(v):
+            _offscale(ax, i, top, "∞", _RED)
+    ax.set_xticks(range(len(items)))
+    ax.set_xticklabels([k for k, _ in items], rotation=60, fontsize=6)
+    ax.set_xlabel("party")
     ax.set_ylabel("epsilon")
     ax.set_title(f"{model.name}: epsilon per party")
-    fig.tight_layout()
     return fig
 
 
 def png_bytes(fig: Figure, dpi: int = 110) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    plt.close(fig)
     return buf.getvalue()
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
-    """Write ``fig`` as PNG atomically and close it."""
+    """Write ``fig`` as PNG atomically."""
     return write_bytes(path, png_bytes(fig, dpi))

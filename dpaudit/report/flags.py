@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from dpaudit.attacks.results import ESTIMATE_CAVEAT
 from dpaudit.report.schema import Flag, ModelAudit
+from dpaudit.report.verdict import CHANCE_MARGIN, near_chance
 
 __all__ = ["compute_flags", "RELEASE_FLAG_SEVERITY"]
 
@@ -33,17 +35,26 @@ def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
     for m in models:
         eps_theory = m.theoretical_epsilon
         head = (m.theoretical or {}).get("headline", {}) if m.theoretical else {}
-        # 1. empirical lower bound above the theoretical epsilon: a bug in the accountant, the mechanism or the attack
+        # 1. empirical epsilon above the theoretical epsilon: a bug in the accountant, the mechanism or the attack
+        #    (red only on certified evidence; an estimate above the accounting is a warning)
         for a in m.attacks:
             if math.isfinite(eps_theory) and a.epsilon_lower > eps_theory + 1e-9:
-                flags.append(Flag(
-                    "red", "empirical_exceeds_theory", m.name,
-                    f"The {a.attack} attack proves epsilon >= {a.epsilon_lower:.3g} (confidence {a.confidence:g}) but the "
-                    f"accountant claims epsilon = {eps_theory:.3g}. One of them is wrong: either the mechanism as "
-                    "implemented is not the one that was accounted (noise too small, clipping missing, sensitivity "
-                    "underestimated), or the accounting assumptions do not hold for this release, or the attack's "
-                    "evaluation split is not a fair member/non-member split (compare with the blind baseline).",
-                ))
+                if a.certified:
+                    flags.append(Flag(
+                        "red", "empirical_exceeds_theory", m.name,
+                        f"The {a.attack} attack certifies epsilon >= {a.epsilon_lower:.3g} (confidence {a.confidence:g}) "
+                        f"but the accountant claims epsilon = {eps_theory:.3g}. One of them is wrong: either the mechanism "
+                        "as implemented is not the one that was accounted (noise too small, clipping missing, sensitivity "
+                        "underestimated), or the accounting assumptions do not hold for this release, or the attack's "
+                        "evaluation split is not a fair member/non-member split (compare with the blind baseline).",
+                    ))
+                else:
+                    flags.append(Flag(
+                        "warning", "estimate_exceeds_theory", m.name,
+                        f"The {a.attack} attack's estimate, epsilon ~ {a.epsilon_lower:.3g}, is above the accounted "
+                        f"epsilon = {eps_theory:.3g} ({ESTIMATE_CAVEAT}). Not proof of a bug; a certified canary audit "
+                        "of this release would settle it.",
+                    ))
             if a.blind_epsilon_lower > 0 or a.blind_auc > 0.55:
                 flags.append(Flag(
                     "warning", "blind_baseline_leaks", m.name,
@@ -80,7 +91,15 @@ def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
                 f"delta = {d:.3g} exceeds 1/n = {1.0 / m.num_train:.3g} (n = {m.num_train} training records): a mechanism "
                 "that publishes a random record in full satisfies such a guarantee.",
             ))
-        # 6. a model with no guarantee at all
+        # 6. a model whose utility is near chance (a private model that learned nothing is trivially private)
+        nc = near_chance(m)
+        if nc is not None:
+            flags.append(Flag(
+                "warning", "utility_near_chance", m.name,
+                f"Test accuracy {nc[0]:.3f} is within {CHANCE_MARGIN:g} of chance (1/{m.num_classes} = {nc[1]:.3f}): the "
+                "model learned little, so its privacy says little about the method at a useful operating point.",
+            ))
+        # 7. a model with no guarantee at all
         if m.theoretical is None:
             flags.append(Flag(
                 "info", "no_guarantee", m.name,

@@ -1,26 +1,37 @@
 """Render an :class:`~dpaudit.report.schema.AuditReport` as Markdown and self-contained HTML, and write a
-report directory (``report.json``, ``report.md``, ``report.html``, PNG figures), every file atomically."""
+report directory (``report.json``, ``report.md``, ``report.html``, PNG figures), every file atomically.
+
+Order of both documents: summary (one row per model, one AUC figure per model: the strongest attack's), the
+verdicts, the attacks' power, the figures, then red flags grouped by code (each distinct text once), then the
+per-model details. Every empirical epsilon says whether it is certified or an estimate.
+"""
 
 from __future__ import annotations
 
 import base64
 import html
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from dpaudit._io import dumps_json, write_bytes, write_text
+from dpaudit.attacks.results import ESTIMATE_CAVEAT
 from dpaudit.report import figures as F
-from dpaudit.report.schema import AuditReport, ModelAudit
+from dpaudit.report.schema import AuditReport, Flag, ModelAudit
+from dpaudit.report.verdict import POWER_FPR, attack_power, compute_verdicts, fmt_empirical, fmt_epsilon
 
-__all__ = ["to_markdown", "to_html", "write_report", "figure_set"]
+__all__ = ["to_markdown", "to_html", "write_report", "figure_set", "summary_rows", "SUMMARY_HEAD",
+           "power_rows", "POWER_HEAD", "grouped_flags", "verdict_lines", "INTRO"]
 
 _SEV = {"red": "RED FLAG", "warning": "WARNING", "info": "note"}
+_SEV_ORDER = {"red": 0, "warning": 1, "info": 2}
 
-
-def _eps(x: float) -> str:
-    return "∞" if not math.isfinite(x) else f"{x:.3g}"
+INTRO = ("Theoretical ε is what the accountant proves: an upper bound on the privacy loss, under the stated "
+         "assumptions. Empirical ε is what an attack shows, and each figure says which kind it is: certified "
+         "(a lower bound holding with the stated confidence: independent trials or coin-flip canaries) or estimate "
+         f"({ESTIMATE_CAVEAT}; shown as ≈ median [range over split seeds]). A sound release has certified "
+         "empirical ≤ theoretical; \"no leakage demonstrated\" means only as much as the attacks' power on the "
+         "non-private reference.")
 
 
 @dataclass(frozen=True)
@@ -34,18 +45,67 @@ def figure_set(report: AuditReport) -> list[_Figure]:
     """The figures of a report (file name, caption, factory)."""
     ms = list(report.models)
     out = [
-        _Figure("roc.png", "ROC of each attack (log-log; chance dotted).", lambda: F.roc_figure(ms)),
-        _Figure("epsilon.png", "Theoretical epsilon (upper bound) vs best empirical lower bound per model.",
+        _Figure("roc.png", "ROC of each attack (log-log; shaded: bootstrap band; curves stop at the smallest "
+                "resolvable FPR, 1/n; chance dotted).", lambda: F.roc_figure(ms)),
+        _Figure("epsilon.png", "Accounted epsilon (upper bound) vs the strongest empirical figure per model "
+                "(hatched: estimate with its split-seed range; ▲: infinite, off scale; ●: zero).",
                 lambda: F.epsilon_figure(ms)),
     ]
     if sum(m.noise is not None for m in ms) >= 2:
-        out.append(_Figure("privacy_utility.png", "Utility and attack AUC across noise levels.",
-                           lambda: F.privacy_utility_figure(ms)))
+        out.append(_Figure("privacy_utility.png", "Test accuracy (left axis) and strongest attack AUC (right axis) "
+                           "across noise levels.", lambda: F.privacy_utility_figure(ms)))
     for i, m in enumerate(ms):
         if len(m.per_party_epsilon) >= 2:
             out.append(_Figure(f"per_party_{i}.png", f"Epsilon per party: {m.name}.",
                                (lambda mm=m: F.per_party_figure(mm))))
     return out
+
+
+SUMMARY_HEAD = ["model", "method", "test accuracy", "theoretical ε", "empirical ε (kind)", "AUC (strongest attack)"]
+
+
+def summary_rows(report: AuditReport) -> list[list[str]]:
+    """One row per model; the console (``dpaudit audit``) prints these same rows. No attack is named when
+    none found anything."""
+    rows = []
+    for m in report.models:
+        best, strongest = m.best_empirical, m.strongest_attack
+        util = m.utility.get("test_accuracy")
+        if best is not None:
+            emp = f"{fmt_empirical(best)}, {best.attack}"
+        else:
+            emp = "0 (none found)" if m.attacks else "–"
+        rows.append([
+            m.name, m.method, f"{util:.3f}" if isinstance(util, (int, float)) else "–",
+            fmt_epsilon(m.theoretical_epsilon) + (f" (δ={m.theoretical_delta:.0e})" if m.theoretical_delta else ""),
+            emp, "–" if strongest is None else f"{strongest.auc:.3f} ({strongest.attack})",
+        ])
+    return rows
+
+
+POWER_HEAD = ["attack", "reference model", "AUC", f"TPR @ FPR {POWER_FPR:g}"]
+
+
+def power_rows(report: AuditReport) -> list[list[str]]:
+    """Each attack's power: its AUC and TPR at low FPR on the non-private reference (empty without one)."""
+    return [[p.attack, p.model, f"{p.auc:.3f}", "–" if p.tpr is None else f"{p.tpr:.3g}"]
+            for p in attack_power(report.models).values()]
+
+
+def verdict_lines(report: AuditReport) -> list[tuple[str, str]]:
+    """(model, verdict text) for every model (the stored verdicts, else computed now)."""
+    verdicts = report.verdicts or tuple(compute_verdicts(report.models))
+    return [(v.model, v.text) for v in verdicts]
+
+
+def grouped_flags(flags: tuple[Flag, ...]) -> list[tuple[str, str, list[tuple[str, list[str]]]]]:
+    """Flags grouped by code, most severe first: (severity, code, [(distinct message, models)])."""
+    groups: dict[str, tuple[str, dict[str, list[str]]]] = {}
+    for f in flags:
+        sev, msgs = groups.setdefault(f.code, (f.severity, {}))
+        msgs.setdefault(f.message, []).append(f.model)
+    order = sorted(groups.items(), key=lambda kv: _SEV_ORDER.get(kv[1][0], 3))
+    return [(sev, code, [(msg, models) for msg, models in msgs.items()]) for code, (sev, msgs) in order]
 
 
 def _model_rows(m: ModelAudit) -> list[list[str]]:
@@ -55,14 +115,28 @@ def _model_rows(m: ModelAudit) -> list[list[str]]:
             a.attack, f"{a.auc:.3f}" + (f" [{a.auc_ci[0]:.3f}, {a.auc_ci[1]:.3f}]" if a.auc_ci else ""),
             " / ".join(f"{float(v):.3g}" for v in a.tpr_at_fpr.values()),
             f"{a.accuracy:.3f}", f"{a.precision:.3f}", f"{a.recall:.3f}", f"{a.f1:.3f}",
-            f"{_eps(a.epsilon_lower)} ({a.confidence:g}, δ={a.delta:.0e})",
-            f"{a.blind_auc:.3f} / {_eps(a.blind_epsilon_lower)}",
+            f"{fmt_empirical(a)} (conf. {a.confidence:g}, δ={a.delta:.0e})",
+            f"{a.blind_auc:.3f} / {fmt_epsilon(a.blind_epsilon_lower)}",
         ])
     return rows
 
 
 _ATTACK_HEAD = ["attack", "AUC [95% CI]", "TPR @ FPR 0.1% / 1% / 10%", "acc", "prec", "rec", "F1",
-                "empirical ε ≥ (conf., δ)", "blind AUC / ε ≥"]
+                "empirical ε (kind) [split-seed range]", "blind AUC / ε"]
+
+
+def _assumptions(m: ModelAudit) -> list[str]:
+    stated = [a for s in (m.theoretical or {}).get("statements", []) for a in s.get("assumptions", [])]
+    return list(dict.fromkeys(list(m.assumptions) + stated))
+
+
+def _statement_rows(m: ModelAudit) -> list[list[str]]:
+    rows = []
+    for s in (m.theoretical or {}).get("statements", []):
+        e = s["epsilon"]
+        e = float(e) if isinstance(e, str) else e
+        rows.append([s.get("label") or "–", fmt_epsilon(e), f"{s['delta']:.0e}", s["method"], str(s.get("order") or "–")])
+    return rows
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
@@ -71,21 +145,10 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _summary_rows(report: AuditReport) -> list[list[str]]:
-    rows = []
-    for m in report.models:
-        best = m.best_empirical
-        util = m.utility.get("test_accuracy")
-        rows.append([
-            m.name, m.method, f"{util:.3f}" if isinstance(util, (int, float)) else "–",
-            _eps(m.theoretical_epsilon) + (f" (δ={m.theoretical_delta:.0e})" if m.theoretical_delta else ""),
-            "–" if best is None else f"{_eps(best.epsilon_lower)} ({best.attack})",
-            "–" if best is None else f"{max(a.auc for a in m.attacks):.3f}",
-        ])
-    return rows
-
-
-_SUMMARY_HEAD = ["model", "method", "test accuracy", "theoretical ε", "empirical ε ≥ (best attack)", "best AUC"]
+def _byline(report: AuditReport) -> str:
+    ds = report.dataset
+    return (f"Data set: {ds.get('name', '?')}, seed {report.seed}. {report.created_by}"
+            + (f", {report.elapsed_seconds:.0f} s." if report.elapsed_seconds else "."))
 
 
 _CERTIFIED_HEAD = ["canary audit", "audit", "canaries / models", "score", "certified ε ≥", "ideal attack ε ≥",
@@ -96,7 +159,7 @@ def _certified_rows(report: AuditReport) -> list[list[str]]:
     rows = []
     for c in report.certified:
         b, st = c.get("bound", {}), c.get("settings", {})
-        num = lambda v: "–" if v is None else _eps(float(v))  # noqa: E731
+        num = lambda v: "–" if v is None else fmt_epsilon(float(v))  # noqa: E731
         size = f"m = {st.get('canaries')}" if b.get("audit") == "one-run" else f"N = {st.get('models')}"
         rows.append([str(st.get("name", "–")), f"{b.get('audit')} ({st.get('canary')})", f"{size}, {b.get('trials')} trials",
                      str(b.get("score")), f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ={float(b.get('delta', 0)):.0e})",
@@ -111,47 +174,41 @@ _CERTIFIED_TEXT = ("Certified canary audits of DP-SGD recipes: canaries are incl
 
 
 def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None = None) -> str:
-    parts = [f"# {report.title}", ""]
-    ds = report.dataset
-    parts.append(f"Data set: **{ds.get('name', '?')}**, seed {report.seed}. {report.created_by}"
-                 + (f", {report.elapsed_seconds:.0f} s." if report.elapsed_seconds else "."))
-    parts += ["", "Theoretical ε is what the accountant proves (an upper bound on the privacy loss, under the stated "
-              "assumptions). Empirical ε is what an attack demonstrates (a lower bound holding with the stated "
-              "confidence). A sound release has empirical ≤ theoretical; the gap is what the attacks could not show.", ""]
-    parts += ["## Summary", "", _md_table(_SUMMARY_HEAD, _summary_rows(report)), ""]
+    parts = [f"# {report.title}", "", _byline(report), "", INTRO, ""]
+    parts += ["## Summary", "", _md_table(SUMMARY_HEAD, summary_rows(report)), ""]
+    parts += ["Verdicts:", ""] + [f"- **{name}**: {text}" for name, text in verdict_lines(report)] + [""]
     if report.certified:
         parts += ["## Certified canary audits", "", _CERTIFIED_TEXT, "", _md_table(_CERTIFIED_HEAD, _certified_rows(report)), ""]
+    power = power_rows(report)
+    parts += ["## Attack power", ""]
+    parts += ([_md_table(POWER_HEAD, power), ""] if power else
+              ["No non-private reference in this audit: the attacks' power is unknown.", ""])
+    if figure_files:
+        parts += ["## Figures", ""]
+        for file, caption in figure_files:
+            parts += [f"![{caption}]({file})", "", f"*{caption}*", ""]
     if report.flags:
         parts += ["## Red flags and warnings", ""]
-        for f in report.flags:
-            parts.append(f"- **{_SEV.get(f.severity, f.severity)}** ({f.model}, `{f.code}`): {f.message}")
-        parts.append("")
+        for sev, code, msgs in grouped_flags(report.flags):
+            parts.append(f"### {_SEV.get(sev, sev)}: `{code}`")
+            parts.append("")
+            parts += [f"- ({', '.join(models)}) {msg}" for msg, models in msgs]
+            parts.append("")
     for m in report.models:
         parts += [f"## {m.name}", ""]
         parts.append(f"Method `{m.method}`, release `{m.release}`; utility: "
                      + ", ".join(f"{k} = {v:.4g}" if isinstance(v, (int, float)) else f"{k} = {v}" for k, v in m.utility.items()))
         parts.append("")
         if m.theoretical is not None:
-            parts.append("| figure | ε | δ | method | order |")
-            parts.append("|---|---|---|---|---|")
-            for s in m.theoretical.get("statements", []):
-                e = s["epsilon"]
-                e = float(e) if isinstance(e, str) else e
-                parts.append(f"| {s.get('label') or '–'} | {_eps(e)} | {s['delta']:.0e} | {s['method']} | {s.get('order') or '–'} |")
-            parts.append("")
+            parts += [_md_table(["figure", "ε", "δ", "method", "order"], _statement_rows(m)), ""]
         else:
             parts += ["No privacy mechanism: theoretical ε = ∞.", ""]
-        assumptions = list(dict.fromkeys(list(m.assumptions) + [a for s in (m.theoretical or {}).get("statements", []) for a in s.get("assumptions", [])]))
-        if assumptions:
+        if _assumptions(m):
             parts.append("Assumptions:")
-            parts += [f"- {a}" for a in assumptions]
+            parts += [f"- {a}" for a in _assumptions(m)]
             parts.append("")
         if m.attacks:
             parts += [_md_table(_ATTACK_HEAD, _model_rows(m)), ""]
-    if figure_files:
-        parts += ["## Figures", ""]
-        for file, caption in figure_files:
-            parts += [f"![{caption}]({file})", "", f"*{caption}*", ""]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -160,7 +217,9 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px sol
 th{background:#f2f2f2}.red{background:#fde2e1;border-left:5px solid #c0392b;padding:.4em .8em;margin:.4em 0}
 .warning{background:#fff4d6;border-left:5px solid #e0a100;padding:.4em .8em;margin:.4em 0}
 .info{background:#eef3fb;border-left:5px solid #4c72b0;padding:.4em .8em;margin:.4em 0}figure{margin:1em 0}
-img{max-width:100%}figcaption{font-size:.85em;color:#555}"""
+img{max-width:100%}figcaption{font-size:.85em;color:#555}.verdicts li{margin:.2em 0}
+.figs{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}.figs figure{flex:0 1 calc(50% - .5em);margin:0}
+.figs figure.wide{flex-basis:100%}details{margin:.4em 0}"""
 
 
 def _html_table(head: list[str], rows: list[list[str]]) -> str:
@@ -170,44 +229,43 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def to_html(report: AuditReport, figures_png: list[tuple[str, str, bytes]] | None = None) -> str:
-    """Self-contained HTML: figures embedded as base64 PNG."""
+    """Self-contained HTML (figures embedded as base64 PNG, no script, no external resource)."""
     e = html.escape
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(report.title)}</title><style>{_CSS}</style></head><body>",
-           f"<h1>{e(report.title)}</h1>",
-           f"<p>Data set <b>{e(str(report.dataset.get('name', '?')))}</b>, seed {report.seed}. {e(report.created_by)}</p>",
-           "<p>Theoretical ε: what the accountant proves (upper bound, under the stated assumptions). Empirical ε: what an "
-           "attack demonstrates (lower bound at the stated confidence). Sound: empirical ≤ theoretical.</p>",
-           "<h2>Summary</h2>", _html_table(_SUMMARY_HEAD, _summary_rows(report))]
+    out = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(report.title)}</title>"
+           f"<style>{_CSS}</style></head><body>",
+           f"<h1>{e(report.title)}</h1>", f"<p>{e(_byline(report))}</p>", f"<p>{e(INTRO)}</p>",
+           "<h2 id='summary'>Summary</h2>", _html_table(SUMMARY_HEAD, summary_rows(report)),
+           "<ul class='verdicts'>" + "".join(f"<li><b>{e(n)}</b>: {e(t)}</li>" for n, t in verdict_lines(report)) + "</ul>"]
     if report.certified:
-        out += ["<h2>Certified canary audits</h2>", f"<p>{e(_CERTIFIED_TEXT)}</p>",
+        out += ["<h2 id='certified'>Certified canary audits</h2>", f"<p>{e(_CERTIFIED_TEXT)}</p>",
                 _html_table(_CERTIFIED_HEAD, _certified_rows(report))]
+    power = power_rows(report)
+    out.append("<h2 id='power'>Attack power</h2>")
+    out.append(_html_table(POWER_HEAD, power) if power else
+               "<p>No non-private reference in this audit: the attacks' power is unknown.</p>")
+    if figures_png:
+        out.append("<h2 id='figures'>Figures</h2><div class='figs'>")
+        for i, (_, caption, data) in enumerate(figures_png):
+            b64 = base64.b64encode(data).decode("ascii")
+            out.append(f"<figure{' class=wide' if i == 0 else ''}><img alt='{e(caption)}' src='data:image/png;base64,{b64}'>"
+                       f"<figcaption>{e(caption)}</figcaption></figure>")
+        out.append("</div>")
     if report.flags:
-        out.append("<h2>Red flags and warnings</h2>")
-        for f in report.flags:
-            out.append(f"<div class='{e(f.severity)}'><b>{e(_SEV.get(f.severity, f.severity))}</b> "
-                       f"({e(f.model)}, <code>{e(f.code)}</code>): {e(f.message)}</div>")
+        out.append("<h2 id='flags'>Red flags and warnings</h2>")
+        for sev, code, msgs in grouped_flags(report.flags):
+            items = "".join(f"<li>{e(msg)} <i>({e(', '.join(models))})</i></li>" for msg, models in msgs)
+            out.append(f"<div class='{e(sev)}'><b>{e(_SEV.get(sev, sev))}</b> <code>{e(code)}</code><ul>{items}</ul></div>")
     for m in report.models:
         out.append(f"<h2>{e(m.name)}</h2><p>Method <code>{e(m.method)}</code>, release <code>{e(m.release)}</code></p>")
         if m.theoretical is not None:
-            rows = []
-            for s in m.theoretical.get("statements", []):
-                ev = s["epsilon"]
-                ev = float(ev) if isinstance(ev, str) else ev
-                rows.append([s.get("label") or "–", _eps(ev), f"{s['delta']:.0e}", s["method"], str(s.get("order") or "–")])
-            out.append(_html_table(["figure", "ε", "δ", "method", "order"], rows))
-            assumptions = list(dict.fromkeys(list(m.assumptions) + [a for s in m.theoretical.get("statements", []) for a in s.get("assumptions", [])]))
+            out.append(_html_table(["figure", "ε", "δ", "method", "order"], _statement_rows(m)))
         else:
             out.append("<p>No privacy mechanism: theoretical ε = ∞.</p>")
-            assumptions = list(m.assumptions)
-        if assumptions:
-            out.append("<ul>" + "".join(f"<li>{e(a)}</li>" for a in assumptions) + "</ul>")
+        if _assumptions(m):
+            out.append("<details><summary>Assumptions</summary><ul>"
+                       + "".join(f"<li>{e(a)}</li>" for a in _assumptions(m)) + "</ul></details>")
         if m.attacks:
             out.append(_html_table(_ATTACK_HEAD, _model_rows(m)))
-    if figures_png:
-        out.append("<h2>Figures</h2>")
-        for _, caption, data in figures_png:
-            b64 = base64.b64encode(data).decode("ascii")
-            out.append(f"<figure><img alt='{e(caption)}' src='data:image/png;base64,{b64}'><figcaption>{e(caption)}</figcaption></figure>")
     out.append("</body></html>")
     return "\n".join(out)
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpaudit.attacks.bounds import (clopper_pearson, clopper_pearson_upper, epsilon_from_rates, epsilon_lower_bound,
-                                    one_run_audit, one_run_epsilon, one_run_guesses, one_run_p_value)
+from dpaudit.attacks.bounds import (clopper_pearson, clopper_pearson_upper, epsilon_bound_over_splits,
+                                    epsilon_from_rates, epsilon_lower_bound, one_run_audit, one_run_epsilon, one_run_guesses, one_run_p_value)
 from dpaudit.attacks.bounds import _bound_at  # the per-threshold bound, uncorrected
 from dpaudit.attacks.results import EpsilonBound, OneRunBound
 from dpaudit.errors import ParameterError
@@ -181,3 +181,38 @@ def test_one_run_bound_approaches_true_epsilon_and_delta_costs():
 
 def test_one_run_epsilon_zero_when_guessing_at_chance():
     assert one_run_epsilon(1000, 100, 50) == 0.0
+
+
+# ---------------------------------------------------------------- certified vs estimate
+
+
+def test_every_bound_says_what_it_is():
+    rng = np.random.default_rng(3)
+    pos, neg = laplace_trials(1.0, 400, rng)
+    # the caller vouches for independence; the default is the honest "estimate"
+    assert epsilon_lower_bound(pos, neg).kind == "estimate"
+    assert epsilon_lower_bound(pos, neg, kind="certified").certified
+    assert epsilon_lower_bound(pos, neg, selection="bonferroni", thresholds=[0.5], kind="certified").kind == "certified"
+    assert one_run_audit(rng.normal(size=50), rng.random(50) < 0.5, k_plus=5, k_minus=5).kind == "certified"
+    with pytest.raises(ParameterError, match="'kind' parameter of epsilon_lower_bound must be one of"):
+        epsilon_lower_bound(pos, neg, kind="proven")
+    # old JSON without the new fields still reads (as an estimate)
+    old = {k: v for k, v in epsilon_lower_bound(pos, neg).to_dict().items()
+           if k not in ("kind", "split_low", "split_high", "num_splits")}
+    b = EpsilonBound.from_dict(old)
+    assert b.kind == "estimate" and b.split_range == (b.epsilon, b.epsilon) and b.num_splits == 1
+
+
+def test_split_seed_spread_brackets_the_single_draws_and_round_trips():
+    rng = np.random.default_rng(4)
+    pos, neg = laplace_trials(1.5, 300, rng)
+    spread = epsilon_bound_over_splits(pos, neg, seed=7, num_splits=5)
+    draws = sorted(epsilon_lower_bound(pos, neg, seed=s).epsilon for s in range(7, 12))
+    assert spread.split_low == draws[0] and spread.split_high == draws[-1] and spread.epsilon == draws[2]
+    assert spread.num_splits == 5 and spread.kind == "estimate"
+    assert spread.split_high > spread.split_low          # the figure depends on the split: that is the point
+    assert EpsilonBound.from_dict(json.loads(json.dumps(spread.to_dict()))) == spread
+    one = epsilon_bound_over_splits(pos, neg, seed=7, num_splits=1)
+    assert one.epsilon == one.split_low == one.split_high == epsilon_lower_bound(pos, neg, seed=7).epsilon
+    with pytest.raises(ParameterError, match="'num_splits' parameter"):
+        epsilon_bound_over_splits(pos, neg, num_splits=0)

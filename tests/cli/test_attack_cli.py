@@ -42,15 +42,27 @@ def test_attack_cli_threshold_writes_report(release, tmp_path, capsys):
     code, stdout, err = _run([ "attack", str(release), "--attack", "threshold", "--classifier", "logreg",
                               "--bootstrap", "50", "--out", str(out)], capsys)
     assert code == 0, err
-    assert "AUC" in stdout and "blind" in stdout and "eps >=" in stdout and "delta 1e-05" in stdout
+    assert "AUC" in stdout and "blind" in stdout and "(estimate)" in stdout and "delta 1e-05" in stdout
+    assert "estimate, not certified: records are coupled through one model" in stdout
+    assert "over 5 split seeds, range [" in stdout
+    # stdout carries results only: progress and the paths written go to stderr
+    assert "[dpaudit attack]" not in stdout and "wrote" in err and "threshold attack on" in err
     report = AttackReport.from_dict(json.loads((out / "attack.json").read_text()))
     assert report.attack.metrics.auc > 0.7 and report.attack.bound.delta == 1e-5
+    b = report.attack.bound
+    assert b.kind == "estimate" and b.num_splits == 5 and b.split_low <= b.epsilon <= b.split_high
     assert report.blind is not None and (out / "roc.png").stat().st_size > 1000
     # same seed, same numbers
     code, _, _ = _run(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
                        "--bootstrap", "50", "--out", str(tmp_path / "b")], capsys)
     again = json.loads((tmp_path / "b" / "attack.json").read_text())
     assert again["attack"] == json.loads((out / "attack.json").read_text())["attack"]
+
+
+def test_attack_cli_quiet_prints_nothing_on_stderr(release, tmp_path, capsys):
+    code, stdout, err = _run(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
+                              "--bootstrap", "0", "--out", str(tmp_path / "q"), "--quiet"], capsys)
+    assert code == 0 and err == "" and "AUC" in stdout
 
 
 def test_attack_cli_shadow(release, tmp_path, capsys):

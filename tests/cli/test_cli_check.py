@@ -38,8 +38,11 @@ def test_a_failing_claim_exits_1_and_junit_is_written(tmp_path, capsys):
     f = tmp_path / "c.toml"
     f.write_text(LAPLACE_OK + "\n" + LAPLACE_BAD)
     junit = tmp_path / "out" / "claims.xml"
-    code, out, _ = run(["check", str(f), "--junit", str(junit)], capsys)
+    code, out, err = run(["check", str(f), "--junit", str(junit)], capsys)
     assert code == 1 and "FAIL" in out and "accounted epsilon 1 > claimed 0.5" in out
+    assert "JUnit XML written" in err and "JUnit" not in out          # stdout: results only
+    code, out, err = run(["check", str(f), "--junit", str(junit), "--quiet"], capsys)
+    assert code == 1 and err == "" and "FAIL" in out
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
     assert [p.name for p in junit.parent.iterdir()] == ["claims.xml"]  # atomic write left no temp file

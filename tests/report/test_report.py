@@ -8,17 +8,21 @@ import math
 
 import pytest
 
+from dpaudit.errors import ParameterError
 from dpaudit.report.flags import compute_flags
-from dpaudit.report.render import to_markdown, write_report
-from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit
+from dpaudit.report.render import grouped_flags, summary_rows, to_html, to_markdown, write_report
+from dpaudit.report.schema import AttackSummary, AuditReport, Flag, ModelAudit
+from dpaudit.report.verdict import attack_power, compute_verdicts
 
 
-def _attack(eps_lower=0.0, auc=0.52, blind_auc=0.5, blind_eps=0.0, name="threshold"):
+def _attack(eps_lower=0.0, auc=0.52, blind_auc=0.5, blind_eps=0.0, name="threshold", kind="estimate", tpr01=0.012):
     return AttackSummary(
-        attack=name, auc=auc, tpr_at_fpr={"0.001": 0.0, "0.01": 0.012, "0.1": 0.11}, accuracy=0.51,
+        attack=name, auc=auc, tpr_at_fpr={"0.001": 0.0, "0.01": tpr01, "0.1": 0.11}, accuracy=0.51,
         precision=0.5, recall=0.6, f1=0.55, epsilon_lower=eps_lower, confidence=0.95, delta=1e-5,
         blind_auc=blind_auc, blind_epsilon_lower=blind_eps, auc_ci=(0.49, 0.55),
         roc_fpr=(0.0, 0.01, 0.5, 1.0), roc_tpr=(0.0, 0.02, 0.55, 1.0), num_members=200, num_nonmembers=200,
+        epsilon_kind=kind, epsilon_range=(eps_lower * 0.5, eps_lower * 1.5), num_splits=5,
+        roc_band={"fpr": (0.005, 0.1, 1.0), "low": (0.0, 0.05, 1.0), "high": (0.02, 0.2, 1.0)},
     )
 
 
@@ -43,9 +47,67 @@ def test_clean_model_raises_no_flag():
     assert codes([_model()]) == []
 
 
-def test_empirical_above_theory_is_a_red_flag_and_equal_is_not():
-    assert "empirical_exceeds_theory" in codes([_model(attacks=(_attack(eps_lower=2.5),))])
-    assert "empirical_exceeds_theory" not in codes([_model(attacks=(_attack(eps_lower=2.0),))])
+def test_empirical_above_theory_is_a_red_flag_only_when_certified():
+    assert "empirical_exceeds_theory" in codes([_model(attacks=(_attack(eps_lower=2.5, kind="certified"),))])
+    assert "empirical_exceeds_theory" not in codes([_model(attacks=(_attack(eps_lower=2.0, kind="certified"),))])
+    # the same figure as a single-model estimate is a warning, never a red flag
+    got = compute_flags([_model(attacks=(_attack(eps_lower=2.5),))])
+    assert [(f.severity, f.code) for f in got] == [("warning", "estimate_exceeds_theory")]
+    with pytest.raises(ParameterError, match="'kind' parameter of AttackSummary"):
+        _attack(kind="proven")
+
+
+def test_utility_near_chance_is_flagged_and_in_the_verdict():
+    near = _model(utility={"test_accuracy": 0.15}, num_classes=10)
+    assert "utility_near_chance" in codes([near])
+    assert "utility_near_chance" not in codes([_model(utility={"test_accuracy": 0.9}, num_classes=10)])
+    assert "utility_near_chance" not in codes([_model(utility={"test_accuracy": 0.15})])  # classes unknown
+    assert "utility near chance (test accuracy 0.150, chance 1/10 = 0.100)" in compute_verdicts([near])[0].text
+
+
+def test_verdicts_from_structured_data():
+    ref = _model("ref", theoretical=None, noise=None, attacks=(_attack(0.9, 0.8, tpr01=0.2), _attack(0.0, 0.6, name="lira")))
+    private = _model("private", attacks=(_attack(), _attack(name="lira")))
+    loose = _model("loose", theoretical=_theory(8.98e3))
+    leaky = _model("leaky", attacks=(_attack(0.7, 0.6, kind="certified"),))
+    v = {x.model: x for x in compute_verdicts([ref, private, loose, leaky])}
+    assert v["private"].codes == ("no_leakage_demonstrated", "accounted")
+    assert v["private"].text.startswith("no leakage demonstrated; the same attacks reach AUC 0.800 (threshold) "
+                                        "on the non-private reference ref")
+    assert v["loose"].codes[-1] == "guarantee_not_meaningful" and "(ε = 8.98e+03 > 10)" in v["loose"].text
+    assert v["leaky"].codes[0] == "leakage_certified" and "leakage demonstrated (certified)" in v["leaky"].text
+    assert v["ref"].codes == ("leakage_estimated", "no_guarantee")
+    assert "estimate, not certified: records are coupled through one model" in v["ref"].text
+    # without a reference, "no leakage" comes with the warning that the attacks' power is unknown
+    alone = compute_verdicts([private])[0]
+    assert "attacks' power is unknown" in alone.text
+    power = attack_power([ref, private])
+    assert power["threshold"].auc == 0.8 and power["threshold"].tpr == 0.2 and power["lira"].model == "ref"
+
+
+def test_summary_names_no_best_attack_when_nothing_was_found_and_quotes_one_auc():
+    nothing = _model("quiet", attacks=(_attack(0.0, 0.55), _attack(0.0, 0.61, name="lira")))
+    found = _model("found", attacks=(_attack(0.3, 0.7), _attack(1.1, 0.65, name="lira")))
+    rep = AuditReport(title="t", seed=0, dataset={"name": "digits"}, models=(nothing, found))
+    rows = {r[0]: r for r in summary_rows(rep)}
+    assert rows["quiet"][4] == "0 (none found)" and "lira" not in rows["quiet"][4]
+    assert rows["found"][4] == "≈ 1.1 [0.55–1.65] (estimate), lira"
+    # one AUC per model: the strongest attack's, the same figure in the Markdown, HTML and console rows
+    assert rows["quiet"][5] == "0.610 (lira)" and rows["found"][5] == "0.700 (threshold)"
+    md, html = to_markdown(rep), to_html(rep)
+    assert "| quiet | pate | 0.900 | 2 (δ=1e-05) | 0 (none found) | 0.610 (lira) |" in md
+    assert "<td>0.610 (lira)</td>" in html
+
+
+def test_flags_grouped_by_code_each_text_once():
+    same = "The same paragraph."
+    flags = (Flag("warning", "b", "m1", same), Flag("red", "a", "m1", "x"), Flag("warning", "b", "m2", same),
+             Flag("warning", "b", "m3", "other"))
+    assert grouped_flags(flags) == [("red", "a", [("x", ["m1"])]),
+                                    ("warning", "b", [(same, ["m1", "m2"]), ("other", ["m3"])])]
+    rep = AuditReport(title="t", seed=0, dataset={}, models=(_model(),), flags=flags)
+    html = to_html(rep)
+    assert html.count(same) == 1 and html.index("id='summary'") < html.index("id='flags'")
 
 
 def test_data_dependent_headline_is_flagged():
@@ -84,9 +146,17 @@ def test_report_round_trip_and_files(tmp_path):
         _model("gamma=0.1", noise=0.1, per_party_epsilon={"a": 1.0, "b": 2.0}),
         _model("gamma=0.5", noise=0.5, theoretical=_theory(math.inf)),
     )
-    rep = AuditReport(title="t", seed=3, dataset={"name": "digits"}, models=models, flags=tuple(compute_flags(models)))
+    rep = AuditReport(title="t", seed=3, dataset={"name": "digits"}, models=models, flags=tuple(compute_flags(models)),
+                      verdicts=tuple(compute_verdicts(models)))
     back = AuditReport.from_dict(json.loads(json.dumps(rep.to_dict())))
     assert back == rep
+    # a schema-1 report (before bounds had a kind) still reads, its figures as estimates
+    old = rep.to_dict()
+    old["schema"] = "dpaudit.report/1"
+    for m in old["models"]:
+        for a in m["attacks"]:
+            del a["epsilon_kind"], a["epsilon_range"], a["num_splits"], a["roc_band"]
+    assert AuditReport.from_dict(old).models[0].attacks[0].epsilon_kind == "estimate"
     out = write_report(rep, tmp_path / "r")
     names = sorted(p.name for p in out.iterdir())
     assert names == ["epsilon.png", "per_party_1.png", "privacy_utility.png", "report.html", "report.json", "report.md", "roc.png"]
@@ -94,5 +164,59 @@ def test_report_round_trip_and_files(tmp_path):
     assert "data:image/png;base64," in html and "src='http" not in html
     md = to_markdown(rep)
     assert "| baseline | pate | 0.900 | ∞" in md
-    assert json.loads((out / "report.json").read_text())["schema"] == "dpaudit.report/1"
+    assert json.loads((out / "report.json").read_text())["schema"] == "dpaudit.report/2"
+    # summary, verdicts and figures come before the flags and the per-model details
+    assert html.index("id='summary'") < html.index("id='figures'") < html.index("id='flags'") < html.index("<h2>baseline")
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary leftovers
+
+
+# ---------------------------------------------------------------- figures a reader can trust
+
+
+def _texts(fig):
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def test_epsilon_figure_marks_infinity_off_scale_and_zero_visibly():
+    from dpaudit.report.figures import epsilon_figure
+
+    models = (_model("ref", theoretical=None, attacks=(_attack(1.2, 0.7),)), _model("private"),
+              _model("big", theoretical=_theory(500.0)), _model("leaky", attacks=(_attack(0.7, 0.6, kind="certified"),)))
+    fig = epsilon_figure(models)
+    ax = fig.axes[0]
+    texts = _texts(fig)
+    assert "∞ (no\nguarantee)" in texts and "0" in texts and "500" in texts and "0.7" in texts
+    # estimates are hatched bars with their split-seed range, certified bounds solid
+    bars = {round(p.get_height(), 3): p for p in ax.patches}
+    assert bars[1.2].get_hatch() == "///" and bars[0.7].get_hatch() is None
+    top = ax.get_ylim()[1]
+    # no bar reaches the top (infinity is a marker, not a bar about twice the next one)
+    assert all(p.get_height() < top for p in ax.patches)
+    inf_marker = [ln for ln in ax.lines if ln.get_marker() == "^"]
+    zero_marker = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    assert len(inf_marker) == 1 and inf_marker[0].get_ydata()[0] == top and not inf_marker[0].get_clip_on()
+    assert len(zero_marker) == 2 and all(z.get_ydata()[0] == 0.0 for z in zero_marker)  # private, big
+    assert ax.get_ylabel() and ax.get_legend() is not None
+    # the legend sits below the axes, off the bars and labels
+    fig.canvas.draw()
+    assert ax.get_legend().get_window_extent().y1 <= ax.get_window_extent().y0
+
+
+def test_privacy_utility_figure_has_separate_labelled_axes():
+    from dpaudit.report.figures import privacy_utility_figure
+
+    models = (_model("a", noise=0.1, attacks=(_attack(0, 0.55),)), _model("b", noise=1.0, attacks=(_attack(0, 0.6),)),
+              _model("ref", theoretical=None, noise=None))
+    fig = privacy_utility_figure(models)
+    acc, auc = fig.axes
+    assert acc.get_ylabel() == "test accuracy" and auc.get_ylabel().startswith("attack AUC")
+    assert [round(y, 3) for y in auc.lines[0].get_ydata()] == [0.55, 0.6]
+
+
+def test_report_roc_panels_use_the_one_roc_routine():
+    from dpaudit.report.figures import roc_figure
+
+    fig = roc_figure([_model("a"), _model("b", attacks=(_attack(name="lira"),))])
+    assert [ax.get_title() for ax in fig.axes] == ["threshold attack", "lira attack"]
+    ax = fig.axes[0]
+    assert ax.get_xlim()[0] == 1 / 200 and len(ax.collections) == 1  # stopped at 1/n, band shaded
