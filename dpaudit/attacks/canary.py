@@ -48,7 +48,8 @@ import numpy as np
 from scipy import special, stats
 
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
-from dpaudit.attacks.bounds import clopper_pearson_upper, epsilon_from_rates, epsilon_lower_bound, one_run_audit, one_run_epsilon
+from dpaudit.attacks.bounds import epsilon_from_rates, epsilon_lower_bound, one_run_audit
+from dpaudit.attacks.results import CERTIFIED, HasBoundKind
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
 
 __all__ = [
@@ -73,7 +74,7 @@ SCORE_KINDS = ("loss", "lira", "dirac-lr", "dirac-sum")
 
 
 @dataclass(frozen=True)
-class CanaryBound:
+class CanaryBound(HasBoundKind):
     """A certified epsilon lower bound from a canary audit.
 
     Attributes
@@ -95,7 +96,7 @@ class CanaryBound:
     trials: int
     score: str
     ideal_epsilon: float | None = None
-    kind: str = "certified"
+    kind: str = CERTIFIED
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def with_ideal(self, ideal: float | None) -> "CanaryBound":
@@ -112,7 +113,7 @@ class CanaryBound:
     def from_dict(cls, d: Mapping[str, Any]) -> "CanaryBound":
         ideal = d.get("ideal_epsilon")
         return cls(d["audit"], _unnum(d["epsilon"]), d["delta"], d["confidence"], d["trials"], d["score"],
-                   None if ideal is None else _unnum(ideal), d.get("kind", "certified"),
+                   None if ideal is None else _unnum(ideal), d.get("kind", CERTIFIED),
                    {k: _unnum(v) for k, v in d.get("details", {}).items()})
 
 

@@ -151,11 +151,11 @@ def _byline(report: AuditReport) -> str:
             + (f", {report.elapsed_seconds:.0f} s." if report.elapsed_seconds else "."))
 
 
-_CERTIFIED_HEAD = ["canary audit", "audit", "canaries / models", "score", "certified ε ≥", "ideal attack ε ≥",
+CERTIFIED_HEAD = ["canary audit", "audit", "canaries / models", "score", "certified ε ≥", "ideal attack (median)",
                    "accounted ε", "kind"]
 
 
-def _certified_rows(report: AuditReport) -> list[list[str]]:
+def certified_rows(report: AuditReport) -> list[list[str]]:
     rows = []
     for c in report.certified:
         b, st = c.get("bound", {}), c.get("settings", {})
@@ -167,10 +167,12 @@ def _certified_rows(report: AuditReport) -> list[list[str]]:
     return rows
 
 
-_CERTIFIED_TEXT = ("Certified canary audits of DP-SGD recipes: canaries are included by independent fair coins, so the "
+CERTIFIED_TEXT = ("Certified canary audits of DP-SGD recipes: canaries are included by independent fair coins, so the "
                    "bound holds with the stated confidence (one-run: Steinke, Nasr, Jagielski 2023, Thm 3; multi-run: "
-                   "Clopper-Pearson over independently trained models). The ideal-attack column is what the exact "
-                   "likelihood-ratio test would certify with the same trials and rule.")
+                   "Clopper-Pearson over independently trained models). The ideal-attack column is the median bound the "
+                   "exact likelihood-ratio test of the accounted mechanism certifies in simulated audits with the same "
+                   "trials and rule: far above the certified figure means a weak attack, close to it means too few "
+                   "trials (or a tight accounting).")
 
 
 def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None = None) -> str:
@@ -178,7 +180,7 @@ def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None 
     parts += ["## Summary", "", _md_table(SUMMARY_HEAD, summary_rows(report)), ""]
     parts += ["Verdicts:", ""] + [f"- **{name}**: {text}" for name, text in verdict_lines(report)] + [""]
     if report.certified:
-        parts += ["## Certified canary audits", "", _CERTIFIED_TEXT, "", _md_table(_CERTIFIED_HEAD, _certified_rows(report)), ""]
+        parts += ["## Certified canary audits", "", CERTIFIED_TEXT, "", _md_table(CERTIFIED_HEAD, certified_rows(report)), ""]
     power = power_rows(report)
     parts += ["## Attack power", ""]
     parts += ([_md_table(POWER_HEAD, power), ""] if power else
@@ -237,8 +239,8 @@ def to_html(report: AuditReport, figures_png: list[tuple[str, str, bytes]] | Non
            "<h2 id='summary'>Summary</h2>", _html_table(SUMMARY_HEAD, summary_rows(report)),
            "<ul class='verdicts'>" + "".join(f"<li><b>{e(n)}</b>: {e(t)}</li>" for n, t in verdict_lines(report)) + "</ul>"]
     if report.certified:
-        out += ["<h2 id='certified'>Certified canary audits</h2>", f"<p>{e(_CERTIFIED_TEXT)}</p>",
-                _html_table(_CERTIFIED_HEAD, _certified_rows(report))]
+        out += ["<h2 id='certified'>Certified canary audits</h2>", f"<p>{e(CERTIFIED_TEXT)}</p>",
+                _html_table(CERTIFIED_HEAD, certified_rows(report))]
     power = power_rows(report)
     out.append("<h2 id='power'>Attack power</h2>")
     out.append(_html_table(POWER_HEAD, power) if power else

@@ -113,7 +113,10 @@ def test_attack_cli_canary_audit(data, tmp_path, capsys):
 
 
 def test_audit_config_canary_audits(tmp_path):
-    from dpaudit.audit.runner import load_audit_config, run_audit
+    from dpaudit.audit.runner import default_config, load_audit_config, run_audit
+
+    (c0,) = default_config().canary_audits  # the default audit includes one certified audit
+    assert (c0.audit, c0.canary, c0.canaries, c0.epsilon) == ("one-run", "dirac", 1000, 8.0)
 
     p = tmp_path / "a.toml"
     p.write_text('dataset = "breast_cancer"\nseed = 0\n[[canary_audits]]\nname = "wb"\naudit = "one-run"\n'
@@ -166,7 +169,7 @@ def test_check_fails_a_claim_on_a_certified_canary_bound(data, tmp_path):
         '[[claim]]\nname = "dpsgd"\nrelease = "rel"\nepsilon = 0.1\ndelta = 1e-5\ngranularity = "example"\n'
         'attack = { kind = "canary", audit = "one-run", canary = "dirac", canaries = 200 }\n')
     res = check_claims(tmp_path / "claims.toml").results[0]
-    assert res.empirical.details["kind"] == "certified" and res.empirical.attack == "canary-one-run"
+    assert res.empirical.kind == "certified" and res.empirical.attack == "canary-one-run"
     assert not res.held and "certified empirical lower bound" in res.reason
 
 
