@@ -372,7 +372,7 @@ def run_zoo_audit(name: str, *, trials: int = 2000, seed: int = 0, confidence: f
     return ZooAudit(name, b, run.claimed_epsilon, run.broken)
 
 
-METHOD_STEPS = ("privatekt-rr", "fredy-noisy-max")
+METHOD_STEPS = ("privatekt-rr", "fredy-noisy-max", "proxyfl-dpsgd")
 
 
 @dataclass(frozen=True)
@@ -397,7 +397,8 @@ class MethodStepAudit:
 
 def audit_method_step(name: str, *, trials: int = 20000, seed: int = 0, confidence: float = 0.95,
                       rounds: int = 30, samples: int = 10, classes: int = 10, epsilon: float = 5.0,
-                      teachers: int = 10, gamma: float = 0.1) -> MethodStepAudit:
+                      teachers: int = 10, gamma: float = 0.1, noise_multiplier: float = 1.0,
+                      sampling_rate: float = 0.1, steps: int = 50, delta: float = 1e-5) -> MethodStepAudit:
     """Run a method's real privatization function ``trials`` times on a worst-case canary (fair coin per trial) and
     certify a lower bound on its epsilon (multi-run, threshold on a split half; pure DP, delta = 0).
 
@@ -410,6 +411,12 @@ def audit_method_step(name: str, *, trials: int = 20000, seed: int = 0, confiden
     auditor-chosen query whose ``teachers`` votes the canary controls (FedAvg makes every teacher depend on every
     record): (v + T, v) with the canary, (v, v + T) without. Claim: the paper's per-query figure ``gamma``;
     accounted: ``2 T gamma`` (sensitivity 2T).
+    ``"proxyfl-dpsgd"``: ProxyFL's private gradient (``proxyfl.clip_and_noise``, one "client" per trial) over
+    ``steps`` steps with Poisson rate ``sampling_rate`` and ``noise_multiplier`` (paper: sigma = C = 1), a Dirac canary
+    of norm 100 C on a coordinate no other record's gradient touches, Poisson-sampled like a record; the observation is
+    every step's private gradient at that coordinate (scored by the mixture likelihood ratio). Claim = accounted: the
+    RDP epsilon of the subsampled Gaussian at ``delta`` -- a correct step, which the audit must not refute; the
+    ideal-attack reference is reported beside it.
     """
     from dpaudit.accountants.events import rr_keep_probability
     from dpaudit.training.methods.common import noisy_argmax
@@ -432,6 +439,39 @@ def audit_method_step(name: str, *, trials: int = 20000, seed: int = 0, confiden
             score += (rr_perturb(labels, beta, C, rng) == 0).sum(axis=1)
         claimed, accounted = eps, R * eps
         params = {"rounds": R, "samples": K, "classes": C, "epsilon": eps, "keep_probability": beta}
+    elif name == "proxyfl-dpsgd":
+        import torch
+
+        from dpaudit.accountants.events import SubsampledGaussian
+        from dpaudit.accountants.rdp import RdpAccountant
+        from dpaudit.training.methods.proxyfl import clip_and_noise
+
+        q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, high=1.0, low_open=True)
+        sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
+        T = check_int(steps, "steps", owner, low=1)
+        n, P, C = 20, 4, 1.0
+        gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        obs = np.empty((T, 1, N))
+        for t in range(T):
+            g = torch.randn((N, n + 1, P), generator=gen, dtype=torch.float64)
+            g[:, :, 0] = 0.0
+            g[:, n] = 0.0
+            g[:, n, 0] = 100.0 * C                              # the canary's gradient, in the last slot
+            mask = torch.from_numpy(np.concatenate([rng.random((N, n)) < q, (inc & (rng.random(N) < q))[:, None]],
+                                                   axis=1).astype(np.float64))
+            noise = torch.randn((N, P), generator=gen, dtype=torch.float64)
+            expected = torch.full((N,), q * n, dtype=torch.float64)
+            out = clip_and_noise(g, mask, C, sigma, expected, noise)
+            obs[t, 0] = (out[:, 0] * q * n / (sigma * C)).numpy()
+        score = dirac_scores(obs, sampling_rate=q, noise_multiplier=sigma)[0]
+        ev = SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=T)
+        claimed = accounted = float(RdpAccountant().compose(ev).get_statement(delta).epsilon)
+        params = {"sampling_rate": q, "noise_multiplier": sigma, "steps": T, "delta": delta}
+        mech = {"kind": "subsampled_gaussian", "sampling_rate": q, "noise_multiplier": sigma, "steps": T}
+        b = multi_run_certified(score, inc, delta=delta, confidence=confidence, seed=seed, score="dirac-lr")
+        b = b.with_ideal(ideal_multi_run_epsilon(mech, int(inc.sum()), int((~inc).sum()), delta=delta,
+                                                 confidence=confidence, replicates=5, seed=seed))
+        return MethodStepAudit(name, b, claimed, accounted, params)
     else:
         T = check_int(teachers, "teachers", owner, low=1)
         g = check_float(gamma, "gamma", owner, low=0.0, low_open=True)

@@ -148,6 +148,9 @@ def test_method_steps_refute_paper_claims():
     rr = audit_method_step("privatekt-rr", trials=20000, seed=0)  # PrivateKT's "eps = 5" over 30 rounds
     assert rr.refutes_claim and 5.0 < rr.bound.epsilon <= rr.accounted_epsilon
     assert rr.to_dict()["kind"] == "certified"
+    proxy = audit_method_step("proxyfl-dpsgd", trials=1000, seed=0)  # a correct DP-SGD step: not refuted
+    assert not proxy.refutes_claim and proxy.bound.epsilon <= proxy.accounted_epsilon
+    assert proxy.bound.ideal_epsilon is not None and proxy.bound.score == "dirac-lr"
     with pytest.raises(ParameterError, match="'step'"):
         audit_method_step("proxyfl", trials=10)
 
