@@ -40,7 +40,8 @@ def bench_shadow_training(num_shadows: int, epochs: int, train_size: int) -> dic
 
     from dpaudit.training.data import load_dataset
     from dpaudit.training.ensemble import TrainConfig, train_ensemble
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
+    from dpaudit.training.models import ModelSpec
 
     ds = load_dataset("digits", seed=0)
     spec = ModelSpec("mlp", ds.input_shape, ds.num_classes, {"hidden": [128, 64]})

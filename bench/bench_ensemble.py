@@ -41,11 +41,32 @@ def _setup(args):
     return ds, pool, datasets, spec, cfg
 
 
-def _arm(kind: str, args, queue) -> None:
+def plain_loop(datasets, spec, cfg, dev) -> list[dict]:
+    """The baseline: each model alone, a plain torch loop with the ensemble's init and batch order
+    (``torch.optim.Adam`` or ``SGD`` as ``cfg.optimizer`` says; no momentum or weight decay)."""
     import torch
     import torch.nn.functional as F
 
-    from dpaudit.training.ensemble import batch_schedule, init_model, train_ensemble
+    from dpaudit.training.ensemble import batch_schedule, init_model
+
+    states = []
+    for i, (X, y) in enumerate(datasets):
+        m = init_model(spec, 0, i).to(dev).train()
+        opt = (torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.SGD)(m.parameters(), lr=cfg.lr)
+        Xt, yt = torch.from_numpy(X).to(dev), torch.from_numpy(y).to(dev)
+        for b in batch_schedule(len(y), cfg.batch_size, cfg.epochs, 0, i):
+            bt = torch.from_numpy(b).to(dev)
+            opt.zero_grad()
+            F.cross_entropy(m(Xt[bt]), yt[bt]).backward()
+            opt.step()
+        states.append({k: v.detach().cpu() for k, v in m.state_dict().items()})
+    return states
+
+
+def _arm(kind: str, args, queue) -> None:
+    import torch
+
+    from dpaudit.training.ensemble import train_ensemble
 
     _, _, datasets, spec, cfg = _setup(args)
     dev = torch.device(args.device)
@@ -59,17 +80,7 @@ def _arm(kind: str, args, queue) -> None:
         secs = time.perf_counter() - t0
         states = [ens.state_dict(i) for i in range(len(datasets))]
     else:
-        states = []
-        for i, (X, y) in enumerate(datasets):
-            m = init_model(spec, 0, i).to(dev).train()
-            opt = torch.optim.Adam(m.parameters(), lr=cfg.lr)
-            Xt, yt = torch.from_numpy(X).to(dev), torch.from_numpy(y).to(dev)
-            for b in batch_schedule(len(y), cfg.batch_size, cfg.epochs, 0, i):
-                bt = torch.from_numpy(b).to(dev)
-                opt.zero_grad()
-                F.cross_entropy(m(Xt[bt]), yt[bt]).backward()
-                opt.step()
-            states.append({k: v.detach().cpu() for k, v in m.state_dict().items()})
+        states = plain_loop(datasets, spec, cfg, dev)
         if dev.type == "cuda":
             torch.cuda.synchronize()
         secs = time.perf_counter() - t0

@@ -156,3 +156,22 @@ def call_atomic(target: str | os.PathLike, writer: Callable[[Path], None], suffi
     with atomic_path(target, suffix=suffix) as tmp:
         writer(tmp)
     return Path(target)
+
+
+def read_toml(path: str | os.PathLike, what: str = "config file") -> dict:
+    """Parse the TOML file ``path`` (``tomllib``; ``tomli`` on Python 3.10). A missing file or invalid TOML is a
+    :class:`~dpaudit.errors.DataError` naming the file (``what`` says what kind of file it is)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    from dpaudit.errors import DataError
+
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"The {what} {p} does not exist or is not a regular file.")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"The {what} {p} is not valid TOML: {exc}") from None

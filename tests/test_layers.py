@@ -18,6 +18,10 @@ FORBIDDEN = {
     "attacks": {"dpaudit.training", "dpaudit.report", "dpaudit.audit", "dpaudit.cli"},
     "report": {"dpaudit.cli", "dpaudit.audit"},
     "audit": {"dpaudit.cli"},
+    # executors run anything and know nothing: only dpaudit.errors, dpaudit._io and dpaudit.progress
+    "executors": {"torch", "sklearn", "catboost", "opacus", "matplotlib", "dpaudit.accountants",
+                  "dpaudit.integrations", "dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.audit",
+                  "dpaudit.cli", "dpaudit.testing"},
 }
 
 

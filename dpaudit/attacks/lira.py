@@ -29,9 +29,10 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
-from dpaudit.attacks.shadow import train_shadow_models
+from dpaudit.attacks.shadow import shadow_probabilities
 from dpaudit.attacks.threshold import check_proba
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int, check_probability
+from dpaudit.executors import Executor
 
 __all__ = ["logit_confidence", "lira_scores", "lira_inclusion", "lira_attack"]
 
@@ -137,7 +138,8 @@ def lira_inclusion(num_records: int, num_shadows: int, *, seed: int, fraction: f
 
 def lira_attack(target: Model, X_eval, y_eval, X_pool, y_pool, *, num_shadows: int = 16,
                 train_fn: TrainFn | None = None, batch_train_fn: BatchTrainFn | None = None, online: bool = True,
-                fixed_variance: bool = True, train_size: int | None = None, seed: int = 0) -> np.ndarray:
+                fixed_variance: bool = True, train_size: int | None = None, seed: int = 0,
+                executor: Executor | None = None) -> np.ndarray:
     """LiRA scores (larger = more likely member) of the evaluation records against ``target``.
 
     Shadow models are trained with the target's recipe (``batch_train_fn`` for all at once, else ``train_fn`` one
@@ -148,6 +150,7 @@ def lira_attack(target: Model, X_eval, y_eval, X_pool, y_pool, *, num_shadows: i
     given (each record is then IN for a fraction ``train_size / records drawn from`` of the shadows; online, at
     least 2 and at most K - 2 of them, so IN and OUT variances exist): shadows should match the target's
     training-set size, since the size changes how much a model memorises.
+    The shadow models are trained in units on ``executor`` (see :func:`~dpaudit.attacks.shadow.shadow_probabilities`).
     """
     owner = "lira_attack"
     K = check_int(num_shadows, "num_shadows", owner, low=2)
@@ -167,8 +170,9 @@ def lira_attack(target: Model, X_eval, y_eval, X_pool, y_pool, *, num_shadows: i
         frac = min(max(frac, 2.0 / K), 1.0 - 2.0 / K)      # >= 2 IN and >= 2 OUT shadows per record
     inc = lira_inclusion(len(X_all), K, seed=seed, fraction=frac)
     datasets = [(X_all[inc[:, k]], y_all[inc[:, k]]) for k in range(K)]
-    models = train_shadow_models(datasets, train_fn=train_fn, batch_train_fn=batch_train_fn, seed=seed + 1)
-    shadow_phi = np.stack([logit_confidence(m.predict_proba(X_eval), y_eval) for m in models], axis=1)
+    probs = shadow_probabilities(datasets, [X_eval] * K, train_fn=train_fn, batch_train_fn=batch_train_fn,
+                                 seed=seed + 1, executor=executor, label="LiRA reference models")
+    shadow_phi = np.stack([logit_confidence(p, y_eval) for p in probs], axis=1)
     in_eval = inc[len(X_pool):] if online else np.zeros((len(X_eval), K), dtype=bool)
     target_phi = logit_confidence(target.predict_proba(X_eval), y_eval)
     return lira_scores(target_phi, shadow_phi, in_eval, online=online, fixed_variance=fixed_variance)

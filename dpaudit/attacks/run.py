@@ -17,6 +17,7 @@ from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, AttackReport, Att
 from dpaudit.attacks.shadow import CLASSIFIERS, shadow_attack
 from dpaudit.attacks.threshold import THRESHOLD_KINDS, threshold_scores
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.executors import Executor
 
 __all__ = ["ATTACKS", "run_attack"]
 
@@ -46,7 +47,7 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
                train_size: int | None = None, num_shadows: int = 16, classifier: Any = "catboost",
                per_class: bool = True, threshold_kind: str = "loss", lira_online: bool = True,
                confidence: float = 0.95, delta: float = 0.0, n_bootstrap: int = 1000, blind: bool = True,
-               seed: int = 0) -> AttackReport:
+               seed: int = 0, executor: Executor | None = None) -> AttackReport:
     """Attack ``target`` on a balanced member / non-member set and report metrics, an epsilon lower bound and the
     blind baseline.
 
@@ -85,6 +86,9 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
         Compute the blind baseline (always do, except in tests that time one part).
     seed : int >= 0
         Seeds everything: balancing, shadows, classifiers, splits, bootstrap.
+    executor : Executor, optional
+        Where shadow / reference models are trained, in units (default: this process); the numbers do not
+        depend on it (see :func:`~dpaudit.attacks.shadow.shadow_probabilities`).
 
     Notes
     -----
@@ -127,7 +131,7 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
             warnings.simplefilter("always")
             scores = shadow_attack(target, X_eval, y_eval, X_pool, y_pool, train_size=size, num_shadows=num_shadows,
                                    train_fn=train_fn, batch_train_fn=batch_train_fn, classifier=classifier,
-                                   per_class=per_class, seed=seed)
+                                   per_class=per_class, seed=seed, executor=executor)
         notes.extend(str(w.message) for w in caught)
         settings.update(classifier=classifier if isinstance(classifier, str) else type(classifier).__name__,
                         per_class=bool(per_class), train_size=int(min(size, len(X_pool) // 2)),
@@ -145,7 +149,8 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
         fixed = K < 64
         scores = lira_attack(target, X_eval, y_eval, X_pool, y_pool, num_shadows=K, train_fn=train_fn,
                              batch_train_fn=batch_train_fn, online=online, fixed_variance=fixed,
-                             train_size=min(size, len(X_pool) + (len(X_eval) if online else 0) - 1), seed=seed)
+                             train_size=min(size, len(X_pool) + (len(X_eval) if online else 0) - 1), seed=seed,
+                             executor=executor)
         settings.update(online=online, fixed_variance=fixed, train_size=int(size))
         threshold, desc = "held_out", (f"LiRA (Carlini et al. 2022), {'online' if online else 'offline'}, "
                                        f"{K} shadows, {'fixed' if fixed else 'per-record'} variance.")

@@ -34,13 +34,17 @@ import numpy as np
 from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
 from dpaudit.attacks.threshold import check_proba
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_int
+from dpaudit.executors import Executor, LocalExecutor, Unit, derive_seed, fingerprint_arrays
 
-__all__ = ["CLASSIFIERS", "FEATURES", "make_classifier", "train_shadow_models", "shadow_features", "AttackModel",
-           "shadow_attack"]
+__all__ = ["CLASSIFIERS", "FEATURES", "SHADOWS_PER_UNIT", "make_classifier", "train_shadow_models",
+           "shadow_probabilities", "shadow_features", "AttackModel", "shadow_attack"]
 
 CLASSIFIERS = ("catboost", "logreg", "gbdt", "rf")
 FEATURES = ("sorted", "true_label", "both")
 _MIN_PER_CLASS = 20
+#: Shadow / reference models trained together in one executor unit (one ensemble-trainer call). Part of the
+#: seed derivation, so it is fixed here and never follows the number of workers.
+SHADOWS_PER_UNIT = 8
 
 
 def make_classifier(classifier: Any = "catboost", *, seed: int = 0) -> Any:
@@ -93,6 +97,47 @@ def train_shadow_models(datasets: Sequence[tuple[np.ndarray, np.ndarray]], *, tr
         raise DataError(f"The shadow recipe returned {len(models)} objects for {len(datasets)} data sets, "
                         "or some lack predict_proba.")
     return models
+
+
+def _shadow_unit(datasets, queries, train_fn, batch_train_fn, seed: int) -> dict[str, np.ndarray]:
+    """One executor unit: train a group of shadow models, return their probabilities on their queries."""
+    # arrays a remote executor hands over may be read-only views of its object store; recipes get their own
+    datasets = [(np.require(X, requirements="W"), np.require(y, requirements="W")) for X, y in datasets]
+    queries = [np.require(q, requirements="W") for q in queries]
+    models = train_shadow_models(datasets, train_fn=train_fn, batch_train_fn=batch_train_fn, seed=seed)
+    probs = [np.asarray(m.predict_proba(q), dtype=np.float64) for m, q in zip(models, queries)]
+    return {"proba": np.concatenate(probs), "sizes": np.array([len(p) for p in probs], dtype=np.int64)}
+
+
+def shadow_probabilities(datasets: Sequence[tuple[np.ndarray, np.ndarray]], queries: Sequence[np.ndarray], *,
+                         train_fn: TrainFn | None = None, batch_train_fn: BatchTrainFn | None = None, seed: int = 0,
+                         executor: Executor | None = None, label: str = "shadow models") -> list[np.ndarray]:
+    """Train shadow model ``j`` on ``datasets[j]`` and return its ``predict_proba(queries[j])`` (float64).
+
+    The models are trained in units of :data:`SHADOWS_PER_UNIT` (one :func:`train_shadow_models` call each)
+    submitted to ``executor`` (default: in this process). Unit ``models-A-B`` (models A..B-1) is seeded with
+    :func:`dpaudit.executors.derive_seed` ``(seed, "models-A-B")``, so the numbers do not depend on the
+    executor, its workers or the order units finish in; with a checkpoint folder on the executor, a re-run
+    trains only the units that are missing.
+    """
+    if batch_train_fn is None and train_fn is None:
+        raise ParameterError("Shadow models need the target's recipe: give 'train_fn' or 'batch_train_fn'. "
+                             "Got neither.")
+    if len(queries) != len(datasets):
+        raise DataError(f"shadow_probabilities: {len(queries)} query sets for {len(datasets)} data sets.")
+    units = []
+    for a in range(0, len(datasets), SHADOWS_PER_UNIT):
+        b = min(a + SHADOWS_PER_UNIT, len(datasets))
+        key = f"models-{a}-{b}"
+        unit_seed = derive_seed(seed, key)
+        ds, qs = list(datasets[a:b]), list(queries[a:b])
+        units.append(Unit(key, _shadow_unit, (ds, qs, train_fn, batch_train_fn, unit_seed),
+                          fingerprint=fingerprint_arrays(ds, qs, unit_seed, train_fn is None)))
+    results = (executor or LocalExecutor()).map(units, label=label)
+    out: list[np.ndarray] = []
+    for r in results:
+        out.extend(np.split(np.asarray(r["proba"]), np.cumsum(r["sizes"])[:-1]))
+    return out
 
 
 def shadow_features(proba, labels, *, features: str = "both", num_classes: int | None = None,
@@ -157,7 +202,7 @@ class AttackModel:
 def shadow_attack(target: Model, X_eval, y_eval, X_pool, y_pool, *, train_size: int, num_shadows: int = 16,
                   train_fn: TrainFn | None = None, batch_train_fn: BatchTrainFn | None = None,
                   classifier: Any = "catboost", per_class: bool = True, features: str = "both",
-                  seed: int = 0) -> np.ndarray:
+                  seed: int = 0, executor: Executor | None = None) -> np.ndarray:
     """Shadow-model attack scores P[member] (larger = more likely member) for the evaluation records.
 
     Parameters
@@ -177,6 +222,8 @@ def shadow_attack(target: Model, X_eval, y_eval, X_pool, y_pool, *, train_size: 
     classifier, per_class, features : the attack model (see :class:`AttackModel`).
     seed : int >= 0
         Seeds the shadow splits, the shadow training and the attack classifier.
+    executor : Executor, optional
+        Where the shadow models are trained (see :func:`shadow_probabilities`); default: this process.
     """
     owner = "shadow_attack"
     N = check_int(num_shadows, "num_shadows", owner, low=1)
@@ -192,10 +239,10 @@ def shadow_attack(target: Model, X_eval, y_eval, X_pool, y_pool, *, train_size: 
     rng = np.random.default_rng(seed)
     draws = [rng.permutation(len(X_pool))[: 2 * size] for _ in range(N)]
     datasets = [(X_pool[d[:size]], y_pool[d[:size]]) for d in draws]
-    models = train_shadow_models(datasets, train_fn=train_fn, batch_train_fn=batch_train_fn, seed=seed + 1)
-    probs, labels, member = [], [], []
-    for model, d in zip(models, draws):
-        probs.append(np.asarray(model.predict_proba(X_pool[d]), dtype=np.float64))
+    probs = shadow_probabilities(datasets, [X_pool[d] for d in draws], train_fn=train_fn,
+                                 batch_train_fn=batch_train_fn, seed=seed + 1, executor=executor)
+    labels, member = [], []
+    for d in draws:
         labels.append(y_pool[d])
         member.append(np.r_[np.ones(size, dtype=int), np.zeros(size, dtype=int)])
     attack = AttackModel(classifier, per_class=per_class, features=features, seed=seed)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +11,7 @@ import numpy as np
 
 from dpaudit.attacks import AttackReport, run_attack
 from dpaudit.errors import DataError
+from dpaudit.executors import Executor, LocalExecutor
 from dpaudit.training.release import Release, load_release
 
 __all__ = ["attack_release"]
@@ -17,13 +20,16 @@ __all__ = ["attack_release"]
 def attack_release(release: Release | str | Path, *, attack: str, num_shadows: int = 16, classifier: Any = "catboost",
                    per_class: bool = True, threshold_kind: str = "loss", lira_online: bool = True,
                    confidence: float = 0.95, delta: float | None = None, n_bootstrap: int = 1000, blind: bool = True,
-                   seed: int = 0) -> AttackReport:
+                   seed: int = 0, executor: Executor | None = None, checkpoint_dir: str | Path | None = None) -> AttackReport:
     """Run :func:`dpaudit.attacks.run_attack` on a release's model.
 
     Members, non-members and the attacker's pool are the release's ``membership.npz`` indices into its data set
     (rebuilt from ``release.json``); shadow models (``shadow``, ``lira``) use the release's own recipe
     (``Release.train_fn``, and ``Release.train_many`` — the ensemble trainer — for torch models). ``delta`` defaults
-    to the release's claimed delta (0 when it claims none). Other arguments: see ``run_attack``.
+    to the release's claimed delta (0 when it claims none). ``executor`` trains the shadow models (default: this
+    process); with ``checkpoint_dir``, finished groups of shadow models are kept there, so a re-run (after a
+    crash) trains only the missing ones -- keyed by the release's recipe and the settings, so a changed
+    setting retrains. Other arguments: see ``run_attack``.
     """
     rel = release if isinstance(release, Release) else load_release(release)
     ds = rel.dataset()
@@ -39,10 +45,15 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
         train_fn = rel.train_fn()
         if getattr(rel.spec, "is_torch", False):
             batch_fn = rel.train_many()
+    if checkpoint_dir is not None:
+        salt = hashlib.sha256(json.dumps(
+            {"model": rel.meta.get("model"), "created_at": rel.meta.get("created_at"), "dataset": rel.meta.get("dataset"),
+             "attack": attack, "num_shadows": num_shadows, "seed": seed}, sort_keys=True, default=str).encode()).hexdigest()
+        executor = (executor or LocalExecutor()).with_checkpoints(checkpoint_dir, salt=salt)
     X, y = ds.X, ds.y
     return run_attack(
         rel.model, X[mem], y[mem], X[non], y[non], X[pool], y[pool], attack=attack, train_fn=train_fn,
         batch_train_fn=batch_fn, num_shadows=num_shadows, classifier=classifier, per_class=per_class,
         threshold_kind=threshold_kind, lira_online=lira_online, confidence=confidence, delta=delta,
-        n_bootstrap=n_bootstrap, blind=blind, seed=seed,
+        n_bootstrap=n_bootstrap, blind=blind, seed=seed, executor=executor,
     )

@@ -29,10 +29,14 @@ delta) make the claim *fail* instead; see :mod:`dpaudit.audit.evaluate`.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 

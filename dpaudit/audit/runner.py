@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,7 +35,8 @@ import numpy as np
 from dpaudit import __version__
 from dpaudit._io import read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
-from dpaudit.progress import Reporter, as_reporter
+from dpaudit.executors import Executor, LocalExecutor, Unit
+from dpaudit.progress import QUIET, Reporter, as_reporter
 from dpaudit.report.flags import compute_flags
 from dpaudit.report.render import write_report
 from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit
@@ -335,7 +337,7 @@ def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache
 
     report = attack_release(release, attack=spec.kind, num_shadows=spec.shadows, classifier=spec.classifier,
                             threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
-                            n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
+                            n_bootstrap=cfg.n_bootstrap, seed=cfg.seed, checkpoint_dir=cache / f"{spec.label}.units")
     summary = _summary(report, spec.label, cfg.delta)
     write_json(path, {"key": key, "summary": summary.to_dict()})
     return summary
@@ -357,6 +359,17 @@ def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, re
                           data_dir=cfg.data_dir, device=device, out=stage, progress=rep)
     write_json(done, {"key": key})
     return res.to_dict()
+
+
+def _attack_unit(path: Path, spec: AttackSpec, cfg: AuditConfig, cache: Path, rep: Reporter) -> AttackSummary:
+    """One executor unit: one attack on one release (loaded and digested where the unit runs)."""
+    from dpaudit.training.release import load_release
+
+    return _attack(load_release(path), release_digest(path), spec, cfg, cache, rep)
+
+
+def _unit_key(*parts: Any) -> str:
+    return "-".join(re.sub(r"[^A-Za-z0-9._=+-]", "_", str(p)) for p in parts)
 
 
 def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequence[AttackSummary], is_primary: bool) -> ModelAudit:
@@ -396,11 +409,14 @@ def _per_party(ledger: Mapping[str, Any]) -> dict[str, float]:
 
 
 def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None,
-              progress: bool | Reporter = True) -> AuditReport:
+              progress: bool | Reporter = True, executor: Executor | None = None) -> AuditReport:
     """Run every stage of ``config`` into the run directory ``out`` and write the report there.
 
     ``progress``: True (stderr), False (silent) or a :class:`~dpaudit.progress.Reporter`: one line per
-    training stage, and a stage per model over its attacks (a bar with ETA on a terminal)."""
+    training stage, and one display over the attack units (a bar with ETA on a terminal).
+    ``executor`` (default: this process) runs the independent units: the models (one unit each), then every
+    attack on every release (one unit each; their shadow models are checkpointed in groups under the run
+    directory). The report's numbers do not depend on it."""
     from dpaudit.training.release import load_release
 
     if not isinstance(config, AuditConfig):
@@ -409,21 +425,22 @@ def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    ex = executor if executor is not None else LocalExecutor()
+    inline = rep if ex.in_process else QUIET  # units elsewhere report through the executor's display only
+    trained = [r for r in config.models if r.method is not None]
+    done = ex.map([Unit(_unit_key("train", j, r.name), _train, (r, config, out, device, inline))
+                   for j, r in enumerate(trained)], label="models to train", progress=rep)
+    releases_of = {r.name: rel for r, rel in zip(trained, done)}
+    targets = [(run, i, name, Path(path)) for run in config.models
+               for i, (name, path) in enumerate(releases_of.get(run.name, {run.name: run.release}).items())]
+    summaries = ex.map([Unit(_unit_key("attack", j, name, spec.label), _attack_unit,
+                             (path, spec, config, out / "models" / name / "attacks", inline))
+                        for j, (_, _, name, path) in enumerate(targets) for spec in config.attacks],
+                       label=f"{len(config.attacks)} attack(s) on each of {len(targets)} release(s)", progress=rep)
     audits: list[ModelAudit] = []
-    for run in config.models:
-        if run.method is not None:
-            releases = _train(run, config, out, device, rep)
-        else:
-            releases = {run.name: Path(run.release)}  # type: ignore[arg-type]
-        for i, (name, path) in enumerate(releases.items()):
-            release = load_release(path)
-            digest = release_digest(path)
-            summaries = []
-            with rep.stage(f"{name}: {len(config.attacks)} attack(s)", total=len(config.attacks)) as stage:
-                for spec in config.attacks:
-                    summaries.append(_attack(release, digest, spec, config, out / "models" / name / "attacks", rep))
-                    stage.advance()
-            audits.append(_model_audit(name, run, release, summaries, is_primary=(i == 0)))
+    per = len(config.attacks)
+    for j, (run, i, name, path) in enumerate(targets):
+        audits.append(_model_audit(name, run, load_release(path), summaries[j * per:(j + 1) * per], is_primary=(i == 0)))
     certified = tuple(_canary_audit(c, config, out, device, rep) for c in config.canary_audits)
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},

@@ -15,6 +15,7 @@ from dpaudit._io import atomic_path, write_json
 from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
 from dpaudit.attacks.threshold import THRESHOLD_KINDS
+from dpaudit.cli.executor_options import executor_options
 from dpaudit.progress import as_reporter
 
 
@@ -73,7 +74,8 @@ def render(report: AttackReport) -> str:
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output directory (default: RELEASE/attack).")
+              help="Output directory (default: RELEASE/attack). Finished groups of shadow models are kept in "
+                   "OUT/units, so a re-run trains only what is missing.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr (results still go to stdout).")
 @click.option("--audit", "audit", type=click.Choice(("one-run", "multi-run")), default=None,
               help="Certified canary audit of the release's DP-SGD recipe instead of a membership attack "
@@ -84,13 +86,16 @@ def render(report: AttackReport) -> str:
 @click.option("--models", type=int, default=200, show_default=True, help="Multi-run audit: number of models N.")
 @click.option("--score", type=click.Choice(("loss", "lira", "dirac-lr", "dirac-sum")), default=None,
               help="Canary score (default: dirac-lr for Dirac canaries, loss otherwise).")
+@executor_options
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
             offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
-            quiet: bool, audit: str | None, canary: str, canaries: int, models: int, score: str | None) -> None:
+            quiet: bool, audit: str | None, canary: str, canaries: int, models: int, score: str | None,
+            executor: str, ray_address: str | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
     With --audit, run a certified canary audit of the release's DP-SGD recipe instead."""
     from dpaudit.audit.attack_release import attack_release
+    from dpaudit.executors import make_executor
     from dpaudit.training.release import load_release
 
     rep = as_reporter(not quiet, prefix="dpaudit attack")
@@ -103,11 +108,12 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
         click.echo(result.summary())
         return
     bundle = load_release(release)
-    with rep.stage(f"{attack} attack on {release}"):
+    out = Path(release) / "attack" if out is None else out
+    with make_executor(executor, address=ray_address, progress=rep) as ex, rep.stage(f"{attack} attack on {release}"):
         report = attack_release(bundle, attack=attack, num_shadows=shadows, classifier=classifier,
                                 per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
-                                confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed)
-    out = Path(release) / "attack" if out is None else out
+                                confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,
+                                checkpoint_dir=out / "units")
     path = write_json(out / "attack.json", {"release": str(release), **report.to_dict()})
     from dpaudit.attacks.plots import roc_figure
     fig = roc_figure([r for r in (report.attack, report.blind) if r is not None])

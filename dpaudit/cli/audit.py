@@ -8,6 +8,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from dpaudit.cli.executor_options import executor_options
 from dpaudit.cli.render import make_console
 
 
@@ -17,7 +18,9 @@ from dpaudit.cli.render import make_console
               help="Run directory: releases, attack results and the report. Re-running resumes what is complete.")
 @click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr (results still go to stdout).")
-def command(config: Path | None, out: Path, device: str | None, quiet: bool) -> None:
+@executor_options
+def command(config: Path | None, out: Path, device: str | None, quiet: bool, executor: str,
+            ray_address: str | None) -> None:
     """Audit released models: theoretical epsilon beside empirical attack figures, a verdict per model.
 
     With no CONFIG, runs the embedded default (FREDY-style students on scikit-learn digits at three noise
@@ -27,9 +30,11 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool) -> 
     from dpaudit.audit.runner import default_config, load_audit_config, run_audit
     from dpaudit.report.render import (CERTIFIED_HEAD, INTRO, POWER_HEAD, SUMMARY_HEAD, certified_rows, grouped_flags,
                                        power_rows, summary_rows, verdict_lines)
+    from dpaudit.executors import make_executor
 
     cfg = default_config() if config is None else load_audit_config(config)
-    report = run_audit(cfg, out, device=device, progress=not quiet)
+    with make_executor(executor, address=ray_address) as ex:
+        report = run_audit(cfg, out, device=device, progress=not quiet, executor=ex)
     console = make_console()
     table = Table(title=report.title, title_justify="left")
     for col in SUMMARY_HEAD:

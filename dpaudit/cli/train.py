@@ -1,46 +1,79 @@
-"""``dpaudit train METHOD``: one subcommand per method, each defined in ``dpaudit.cli.train_<module>``.
+"""``dpaudit train METHOD``: run a method and write an auditable release bundle.
 
-Each such module defines ``commands``: a list of click commands (decorated with :func:`train_options`)
-that call one library function under ``dpaudit.training.methods`` and print its result.
+One command per method, generated from the method registry (:data:`dpaudit.training.methods.METHODS`), with
+the same flags everywhere; a method's shorthand flags (``--gamma``, ``--rounds``, ...) are ``--set`` in
+disguise. Each command is one call of :func:`dpaudit.training.methods.run_method` plus printing.
 """
 
 from __future__ import annotations
 
-import importlib
+import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
-_METHOD_MODULES = ("train_pate", "train_fredy", "train_fedkt", "train_privatekt", "train_proxyfl", "train_baselines")
+from dpaudit.training.methods import METHODS, MethodEntry, Shorthand
+
+_TYPES: dict[str, Any] = {"int": int, "float": float, "str": str}
 
 
-def train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The options every ``dpaudit train`` subcommand takes."""
-    fn = click.option("--overwrite", is_flag=True, help="Replace an existing release directory at --out.")(fn)
-    fn = click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")(fn)
-    fn = click.option("--seed", type=int, default=0, show_default=True, help="Seed of everything random in the run.")(fn)
-    fn = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                      help="TOML file of method parameters (see configs/); command-line options win.")(fn)
-    fn = click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                      help="Directory holding real data files (MNIST IDX, CIFAR-10 batches, SVHN .mat, Adult CSV).")(fn)
-    fn = click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-                      help="Release directory to write (e.g. runs/NAME).")(fn)
-    fn = click.option("--dataset", default="digits", show_default=True, help="Data set name.")(fn)
-    return fn
+def _option(sh: Shorthand) -> Any:
+    dest = "sh_" + sh.flag.lstrip("-").replace("-", "_")
+    if sh.value is not None:
+        return click.option(sh.flag, dest, is_flag=True, default=False, help=f"{sh.help} (= --set {sh.key}={str(sh.value).lower()})")
+    kind = click.Choice(sh.type.split(":", 1)[1].split(",")) if sh.type.startswith("choice:") else _TYPES[sh.type]
+    return click.option(sh.flag, dest, type=kind, default=None, help=f"{sh.help} (= --set {sh.key}=...)")
+
+
+def _command(name: str, entry: MethodEntry) -> click.Command:
+    def callback(config_path: Path | None, sets: tuple[str, ...], seed: int, out: Path | None, quiet: bool,
+                 device: str | None, data_dir: Path | None, dataset: str | None, overwrite: bool, **shorthands: Any) -> None:
+        from dpaudit.training.methods import run_method
+
+        params: dict[str, Any] = {}
+        for sh in entry.shorthands:
+            value = shorthands.get("sh_" + sh.flag.lstrip("-").replace("-", "_"))
+            if sh.value is not None and value:
+                params[sh.key] = sh.value
+            elif sh.value is None and value is not None:
+                params[sh.key] = value
+        with warnings.catch_warnings():  # deprecations: one line each on stderr, when they happen
+            warnings.simplefilter("always", FutureWarning)
+            warnings.showwarning = lambda message, *_, **__: click.echo(f"dpaudit: warning: {message}", err=True)
+            result = run_method(name, out=out or Path("runs") / name, dataset=dataset, seed=seed,
+                                config_file=config_path, sets=sets, params=params, data_dir=data_dir, device=device,
+                                overwrite=overwrite, progress=not quiet)
+        if result is None:
+            click.echo(f"{name}: stopped early ([run] stop_after); run the same command again to resume.")
+        else:
+            click.echo(result.summary())
+
+    params: list[click.Parameter] = [
+        click.Option(["--config", "config_path"], type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="TOML file with [data], [model], [method], [run] tables (see configs/)."),
+        click.Option(["--set", "sets"], multiple=True, metavar="TABLE.KEY=VALUE",
+                     help="Override one setting, e.g. --set method.gamma=0.1 (repeatable; wins over --config)."),
+        click.Option(["--seed"], type=int, default=0, show_default=True, help="Seed of everything random in the run."),
+        click.Option(["--out"], type=click.Path(file_okay=False, path_type=Path), default=None,
+                     help=f"Release directory to write (default runs/{name})."),
+        click.Option(["--quiet"], is_flag=True, help="No progress output (progress goes to stderr)."),
+        click.Option(["--device"], default=None, help="torch device: cpu, cuda, cuda:N (default: cuda when available)."),
+        click.Option(["--data-dir"], type=click.Path(file_okay=False, path_type=Path), default=None,
+                     help="Directory holding real data files (MNIST IDX, CIFAR-10 batches, SVHN .mat, Adult CSV)."),
+        click.Option(["--dataset"], default=None, help="Data set name (= --set data.name=...; default digits)."),
+        click.Option(["--overwrite"], is_flag=True, help="Replace an existing release directory at --out."),
+    ]
+    cmd = click.Command(name, callback=callback, params=params, help=entry.help)
+    for sh in entry.shorthands:
+        _option(sh)(cmd)
+    return cmd
 
 
 @click.group("train")
 def command() -> None:
-    """Run a method and write an auditable release bundle."""
+    """Run a method and write an auditable release bundle (same flags for every method)."""
 
 
-for _name in _METHOD_MODULES:
-    try:
-        _mod = importlib.import_module(f"dpaudit.cli.{_name}")
-    except ModuleNotFoundError as exc:  # pragma: no cover - only while a method is not yet written
-        if exc.name != f"dpaudit.cli.{_name}":
-            raise
-        continue
-    for _cmd in getattr(_mod, "commands", ()):
-        command.add_command(_cmd)
+for _name, _entry in METHODS.items():
+    command.add_command(_command(_name, _entry))

@@ -44,6 +44,7 @@ import torch
 
 from dpaudit._io import atomic_dir, read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int
+from dpaudit.progress import QUIET, Reporter, as_reporter
 
 __all__ = [
     "FederatedMethod",
@@ -278,8 +279,8 @@ class RoundEngine:
     checkpoint_every:
         Write a checkpoint after every this many rounds (0 = only at the end when ``checkpoint_dir`` is given).
     progress:
-        Callable ``progress(round_index, rounds, info_dict)`` called after each round, or True for a
-        one-line print every ~10% of the run, or False.
+        Callable ``progress(round_index, rounds, info_dict)`` called after each round, or True / a
+        :class:`~dpaudit.progress.Reporter` for a stage on stderr with a line every ~10% of the run, or False.
     stop_after:
         Stop after this many rounds of *this call* (for tests of resume and for time-boxed runs).
     """
@@ -295,7 +296,7 @@ class RoundEngine:
         checkpoint_dir: str | Path | None = None,
         checkpoint_every: int = 0,
         resume: bool = True,
-        progress: bool | Callable[[int, int, dict], None] = False,
+        progress: bool | Reporter | Callable[[int, int, dict], None] = False,
         stop_after: int | None = None,
     ) -> None:
         owner = "RoundEngine"
@@ -313,12 +314,14 @@ class RoundEngine:
         self.checkpoint_every = check_int(checkpoint_every, "checkpoint_every", owner, low=0)
         self.resume = check_bool(resume, "resume", owner)
         self.stop_after = None if stop_after is None else check_int(stop_after, "stop_after", owner, low=0)
+        self._reporter: Reporter = QUIET
+        self._progress: Callable[[int, int, dict], None] | None = None
         if callable(progress):
-            self._progress: Callable[[int, int, dict], None] | None = progress
-        elif check_bool(progress, "progress", owner):
-            self._progress = self._print_progress
+            self._progress = progress
         else:
-            self._progress = None
+            self._reporter = as_reporter(progress if isinstance(progress, Reporter) else check_bool(progress, "progress", owner))
+            if self._reporter.enabled:
+                self._progress = self._report_progress
         self._t0 = 0.0
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -351,69 +354,95 @@ class RoundEngine:
         return ck
 
     # -- progress ----------------------------------------------------------------------------------
-    def _print_progress(self, t: int, rounds: int, info: dict) -> None:
+    def _report_progress(self, t: int, rounds: int, info: dict) -> None:
+        """A line on stderr every ~10% of the rounds (when no bar is drawn)."""
         every = max(1, rounds // 10)
-        if (t + 1) % every == 0 or t + 1 == rounds:
+        if not self._reporter.interactive and ((t + 1) % every == 0 or t + 1 == rounds):
             extra = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items())
-            print(f"[{type(self.method).__name__}] round {t + 1}/{rounds} ({time.perf_counter() - self._t0:.1f}s) {extra}", flush=True)
+            self._reporter.log(f"round {t + 1}/{rounds} ({time.perf_counter() - self._t0:.1f}s) {extra}".rstrip())
 
-    # -- run -----------------------------------------------------------------------------------------
+    # -- run, in stages: start (fresh or resumed), one round at a time, finish ------------------------
     def run(self) -> EngineResult:
         """Run (or resume) the rounds and return the method's result."""
         self._t0 = time.perf_counter()
-        method = self.method
+        st = self._start()
+        run_here = 0
+        todo = self.rounds - st.start
+        with self._reporter.stage(f"{todo} rounds", total=todo) as stage:
+            for t in range(st.start, self.rounds):
+                if self.stop_after is not None and run_here >= self.stop_after:
+                    break
+                if not self._round(t, st):
+                    break
+                run_here += 1
+                stage.advance()
+                if self._progress is not None:
+                    info_fn = getattr(self.method, "progress_info", None)
+                    self._progress(t, self.rounds, info_fn(st.server_state) if info_fn else {})
+                if self.checkpoint_every and (t + 1) % self.checkpoint_every == 0:
+                    self._save(t + 1, st.server_state, st.client_states, st.messages, st.participants)
+        return self._finish(st, run_here)
+
+    def _start(self) -> "_Run":
+        """The state to start from: the method's initial states, or those of a checkpoint."""
         ck = self._load()
         if ck is None:
-            server_state, messages = method.init_server(self.seed)
-            client_states = [method.init_client(i, d, self.seed) for i, d in enumerate(self.client_data)]
-            participants: list[tuple[int, ...]] = []
-            start = 0
-            resumed_from = None
-        else:
-            server_state, messages = ck["server_state"], ck["messages"]
-            client_states = list(ck["client_states"])
-            participants = [tuple(p) for p in ck["participants"]]
-            start = int(ck["next_round"])
-            resumed_from = start
+            server_state, messages = self.method.init_server(self.seed)
+            clients = [self.method.init_client(i, d, self.seed) for i, d in enumerate(self.client_data)]
+            return _Run(server_state, messages, clients, [], 0, None)
+        start = int(ck["next_round"])
+        return _Run(ck["server_state"], ck["messages"], list(ck["client_states"]),
+                    [tuple(p) for p in ck["participants"]], start, start)
+
+    def _round(self, t: int, st: "_Run") -> bool:
+        """Round ``t``: sample active clients, run their steps (batched when the method can), then the server's.
+        False when no client is active any more."""
+        method = self.method
         active_fn = getattr(method, "client_active", None)
+        active = [i for i, s in enumerate(st.client_states) if active_fn is None or active_fn(s)]
+        if not active:
+            return False
+        group = sample_clients(self.seed, t, active, self.clients_per_round)
+        msgs = [st.messages.get(int(c)) if isinstance(st.messages, PerClient) else st.messages for c in group]
+        states = [st.client_states[c] for c in group]
+        datas = [self.client_data[c] for c in group]
         batched = getattr(method, "client_steps", None)
-        run_here = 0
-        for t in range(start, self.rounds):
-            if self.stop_after is not None and run_here >= self.stop_after:
-                break
-            active = [i for i, s in enumerate(client_states) if active_fn is None or active_fn(s)]
-            if not active:
-                break
-            group = sample_clients(self.seed, t, active, self.clients_per_round)
-            msgs = [messages.get(int(c)) if isinstance(messages, PerClient) else messages for c in group]
-            states = [client_states[c] for c in group]
-            datas = [self.client_data[c] for c in group]
-            if batched is not None:
-                new_states, replies_list = batched(states, datas, msgs)
-            else:
-                out = [method.client_step(s, d, m) for s, d, m in zip(states, datas, msgs)]
-                new_states, replies_list = [o[0] for o in out], [o[1] for o in out]
-            for c, s in zip(group, new_states):
-                client_states[c] = s
-            replies = {int(c): r for c, r in zip(group, replies_list)}
-            server_state, messages = method.server_step(server_state, replies)
-            participants.append(tuple(int(c) for c in group))
-            run_here += 1
-            if self._progress is not None:
-                info_fn = getattr(method, "progress_info", None)
-                self._progress(t, self.rounds, info_fn(server_state) if info_fn else {})
-            if self.checkpoint_every and (t + 1) % self.checkpoint_every == 0:
-                self._save(t + 1, server_state, client_states, messages, participants)
-        finished = len(participants)
+        if batched is not None:
+            new_states, replies_list = batched(states, datas, msgs)
+        else:
+            out = [method.client_step(s, d, m) for s, d, m in zip(states, datas, msgs)]
+            new_states, replies_list = [o[0] for o in out], [o[1] for o in out]
+        for c, s in zip(group, new_states):
+            st.client_states[c] = s
+        replies = {int(c): r for c, r in zip(group, replies_list)}
+        st.server_state, st.messages = method.server_step(st.server_state, replies)
+        st.participants.append(tuple(int(c) for c in group))
+        return True
+
+    def _finish(self, st: "_Run", run_here: int) -> EngineResult:
+        """Checkpoint at the end (when not checkpointing periodically) and let the method finalize."""
         if self.checkpoint_path is not None and not self.checkpoint_every:
-            self._save(finished, server_state, client_states, messages, participants)
-        finalize = getattr(method, "finalize", None)
-        result = finalize(server_state, client_states, messages) if finalize else (server_state, client_states)
+            self._save(len(st.participants), st.server_state, st.client_states, st.messages, st.participants)
+        finalize = getattr(self.method, "finalize", None)
+        result = (finalize(st.server_state, st.client_states, st.messages) if finalize
+                  else (st.server_state, st.client_states))
         return EngineResult(
-            result=result, server_state=server_state, client_states=tuple(client_states),
-            participants=tuple(participants), rounds_run=run_here, resumed_from=resumed_from,
+            result=result, server_state=st.server_state, client_states=tuple(st.client_states),
+            participants=tuple(st.participants), rounds_run=run_here, resumed_from=st.resumed_from,
             seconds=time.perf_counter() - self._t0,
         )
+
+
+@dataclass
+class _Run:
+    """The engine's state between rounds."""
+
+    server_state: Any
+    messages: Any
+    client_states: list
+    participants: list
+    start: int
+    resumed_from: int | None
 
 
 def replace_state(state: Any, **changes: Any) -> Any:

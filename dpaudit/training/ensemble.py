@@ -20,14 +20,18 @@ Semantics -- identical to training each model separately:
   the mean over the real rows only, :class:`~dpaudit.training.models.MaskedBatchNorm` uses only the
   real rows, and a model whose stream has ended is not updated at all (parameters, optimiser moments,
   step counts and running statistics stay as they were).
-* Adam and SGD (momentum, weight decay) are implemented on the stacked tensors with per-model step
-  counts; each is elementwise the update ``torch.optim.Adam`` / ``torch.optim.SGD`` applies to one model.
+* Adam and SGD (momentum, weight decay) run on the stacked tensors with per-model step counts
+  (:class:`dpaudit.training.optim.StackedOptimizer`); each is elementwise the update ``torch.optim.Adam`` /
+  ``torch.optim.SGD`` applies to one model.
 
 DP-SGD (Abadi et al. 2016, with Poisson sampling as in Opacus): in every step model ``i`` includes each
 of its records independently with probability ``q_i`` (``DPSGDConfig.sampling_rate`` or ``B / n_i``);
-per-example gradients come from ``vmap(grad(...))``; each is clipped to L2 norm ``C``
-(factor ``min(1, C / (||g|| + 1e-6))``); the sum gets Gaussian noise ``N(0, sigma^2 C^2 I)`` and is divided
-by the *expected* batch size ``q_i n_i`` (Opacus' normalisation). An epoch is ``round(1 / q_i)`` steps
+each per-example gradient is clipped to L2 norm ``C`` (factor ``min(1, C / (||g|| + 1e-6))``); the sum
+gets Gaussian noise ``N(0, sigma^2 C^2 I)`` and is divided by the *expected* batch size ``q_i n_i`` (Opacus'
+normalisation). The step is :class:`dpaudit.training.dpsgd.DPSGDStep`: ghost norms and one weighted matmul
+per layer for the papers' architectures (no per-example gradient is materialised), ``vmap(grad)`` for
+anything else (``dp_method``). Optional white-box gradient canaries (``canary_grads``, ``canary_mask``) are
+added to model ``i``'s clipped sum, before the noise, in the steps its mask selects. An epoch is ``round(1 / q_i)`` steps
 (:func:`dp_steps_per_epoch`), so the accountant's ``steps`` is ``epochs * round(1 / q_i)``. The Poisson
 masks of model ``i`` depend only on ``(seed, i, epoch)``; the noise of global step ``t`` is drawn for all
 models at once from a generator seeded by ``(seed, t)`` -- reproducible, but, unlike initialisation and
@@ -51,11 +55,11 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.func import functional_call, grad, stack_module_state, vmap
+from torch.func import functional_call, stack_module_state, vmap
 
 from dpaudit._io import atomic_dir, read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int
+from dpaudit.training.dpsgd import DP_METHODS, DPSGDStep, cross_entropy_rows
 from dpaudit.training.models import (
     Classifier,
     ModelSpec,
@@ -63,6 +67,7 @@ from dpaudit.training.models import (
     build_model,
     has_batch_norm,
 )
+from dpaudit.training.optim import StackedOptimizer
 
 __all__ = [
     "DPSGDConfig",
@@ -79,10 +84,8 @@ __all__ = [
     "Classifier",
 ]
 
-_ADAM_BETAS = (0.9, 0.999)
-_ADAM_EPS = 1e-8
 _CKPT_VERSION = 1
-_FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # torch's fused Adam kernel (CPU and CUDA), if present
+DP_DEFAULT_METHOD = "auto"
 
 
 @dataclass(frozen=True)
@@ -349,7 +352,7 @@ def _validate_datasets(spec: ModelSpec, datasets) -> list[tuple[np.ndarray, np.n
     return out
 
 
-def _fingerprint(spec, config, seed, data, init_state) -> str:
+def _fingerprint(spec, config, seed, data, init_state, canary_grads=None) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(json.dumps([spec.to_dict(), config.to_dict(), int(seed)], sort_keys=True).encode())
     for X, y in data:
@@ -360,106 +363,10 @@ def _fingerprint(spec, config, seed, data, init_state) -> str:
         for k in sorted(init_state):
             h.update(k.encode())
             h.update(init_state[k].detach().cpu().contiguous().numpy().tobytes())
+    for k in sorted(canary_grads or {}):  # the canaries (their inclusion masks are the caller's to keep fixed)
+        h.update(b"canary:" + k.encode())
+        h.update(canary_grads[k].detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-class _Optimizer:
-    """Adam / SGD on stacked tensors, with per-model step counts.
-
-    ``update(params, grads, sel)`` steps the models ``sel`` (a device index tensor; None = all), whose
-    parameters and gradients are given stacked in that order; the other models' moments and step counts
-    stay untouched. Step counts live on the CPU; models of one ensemble start together and only drop out
-    at the end of their step streams, so the stepped models normally share one count, and the update is
-    then exactly the in-place arithmetic of ``torch.optim.Adam`` / ``SGD`` with scalar bias corrections.
-    """
-
-    def __init__(self, config: TrainConfig, params: dict[str, torch.Tensor]):
-        self.cfg = config
-        M = next(iter(params.values())).shape[0]
-        self.step = np.zeros(M, dtype=np.float64)
-        self.slots: dict[str, dict[str, torch.Tensor]] = {}
-        if config.optimizer == "adam":
-            self.slots["exp_avg"] = {k: torch.zeros_like(v) for k, v in params.items()}
-            self.slots["exp_avg_sq"] = {k: torch.zeros_like(v) for k, v in params.items()}
-        elif config.momentum > 0:
-            self.slots["momentum_buffer"] = {k: torch.zeros_like(v) for k, v in params.items()}
-
-    def state(self) -> dict[str, torch.Tensor]:
-        out = {"opt/step": torch.from_numpy(self.step.copy())}
-        for slot, d in self.slots.items():
-            out.update({f"opt/{slot}/{k}": v for k, v in d.items()})
-        return out
-
-    def load(self, tensors: dict[str, torch.Tensor]) -> None:
-        self.step[:] = tensors["opt/step"].cpu().numpy()
-        for slot, d in self.slots.items():
-            for k in d:
-                d[k].copy_(tensors[f"opt/{slot}/{k}"])
-
-    @torch.no_grad()
-    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], sel: torch.Tensor | None) -> None:
-        cfg = self.cfg
-        sel_np = slice(None) if sel is None else sel.cpu().numpy()
-        t = self.step[sel_np] + 1
-        if sel is None:
-            slots = self.slots
-        else:
-            slots = {name: {k: v.index_select(0, sel) for k, v in d.items()} for name, d in self.slots.items()}
-        uniform = bool(np.all(t == t[0]))
-        dev = next(iter(params.values())).device
-
-        def per_model(values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-            return torch.from_numpy(values).to(dev, like.dtype).reshape((-1,) + (1,) * (like.dim() - 1))
-
-        fused_ok = all(v.is_contiguous() for d in (params, *slots.values()) for v in d.values())
-        if cfg.optimizer == "adam" and uniform and _FUSED_ADAM is not None and fused_ok:
-            # one fused pass per tensor: the kernel behind torch.optim.Adam(fused=True), elementwise per model
-            keys = list(params)
-            steps = [torch.tensor(float(t[0]), dtype=torch.float32, device=dev) for _ in keys]
-            _FUSED_ADAM(
-                # the kernel assumes every tensor has the parameter's (contiguous) layout
-                [params[k] for k in keys], [grads[k].contiguous() for k in keys], [slots["exp_avg"][k] for k in keys],
-                [slots["exp_avg_sq"][k] for k in keys], [], steps, amsgrad=False, lr=cfg.lr, beta1=_ADAM_BETAS[0],
-                beta2=_ADAM_BETAS[1], weight_decay=cfg.weight_decay, eps=_ADAM_EPS, maximize=False,
-                grad_scale=None, found_inf=None,
-            )
-            params = {}  # done
-        if cfg.optimizer == "adam":
-            b1, b2 = _ADAM_BETAS
-            step_size_np = cfg.lr / (1 - b1**t)
-            bc2_sqrt_np = np.sqrt(1 - b2**t)
-        for k, p in params.items():
-            g = grads[k]
-            if cfg.weight_decay:
-                g = g.add(p, alpha=cfg.weight_decay)
-            if cfg.optimizer == "adam":
-                m, v = slots["exp_avg"][k], slots["exp_avg_sq"][k]
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                if uniform:
-                    denom = (v.sqrt() / float(bc2_sqrt_np[0])).add_(_ADAM_EPS)
-                    p.addcdiv_(m, denom, value=-float(step_size_np[0]))
-                else:
-                    denom = (v.sqrt() / per_model(bc2_sqrt_np, p)).add_(_ADAM_EPS)
-                    p.sub_(per_model(step_size_np, p) * m / denom)
-            else:
-                if cfg.momentum > 0:
-                    buf = slots["momentum_buffer"][k]
-                    if uniform:
-                        if t[0] == 1:
-                            buf.copy_(g)
-                        else:
-                            buf.mul_(cfg.momentum).add_(g)
-                    else:
-                        first = per_model((t == 1).astype(np.float64), p).bool()
-                        buf.copy_(torch.where(first, g, buf * cfg.momentum + g))
-                    g = buf
-                p.add_(g, alpha=-cfg.lr)
-        if sel is not None:
-            for name, d in slots.items():
-                for k, v in d.items():
-                    self.slots[name][k].index_copy_(0, sel, v)
-        self.step[sel_np] = t
 
 
 def _resolve_device(device) -> torch.device:
@@ -543,6 +450,9 @@ def train_ensemble(
     eval_every: int = 1,
     stop_after_epochs: int | None = None,
     dp_chunk_bytes: int = 1 << 29,
+    dp_method: str = DP_DEFAULT_METHOD,
+    canary_grads: dict | None = None,
+    canary_mask=None,
     canary_hook=None,
 ) -> Ensemble:
     """Train M models of ``spec``, model ``i`` on ``datasets[i]``, all at once.
@@ -571,14 +481,22 @@ def train_ensemble(
     stop_after_epochs : int, optional
         Stop after this many rounds (for splitting a run across calls with ``checkpoint_dir``).
     dp_chunk_bytes : int
-        Memory budget for per-example gradients; models are processed in chunks that fit.
+        Memory budget for one DP-SGD step's per-example work; models are processed in chunks that fit.
+    dp_method : {"auto", "ghost", "per_example"}
+        How DP-SGD gets its clipped sums (:class:`dpaudit.training.dpsgd.DPSGDStep`): ghost norms without
+        per-example gradients where the architecture allows (``"auto"``), or ``vmap(grad)`` per example.
+    canary_grads : dict, optional
+        DP only: white-box gradient canaries, ``{name: (M, *shape)}`` over every parameter, each model's of L2
+        norm <= ``max_grad_norm``; added to the clipped sum before the noise, not clipped again.
+    canary_mask : array (epochs * S, M) of bool, or callable ``t -> (M,) bool``, optional
+        Whether model ``i`` includes its canary in global step ``t`` (default: every step). A model's
+        steps after its stream has ended are not run, whatever the mask says.
     canary_hook : object, optional
-        White-box canary audits only (DP-SGD): an object with ``extra_gradient(t, models, q)`` returning
-        ``None`` or a dict of tensors ``(len(models), *shape)`` added to the clipped per-example sum of global
-        step ``t`` before the noise (each canary's contribution has norm <= ``max_grad_norm``; see
-        :mod:`dpaudit.training.canaries`), and ``observe(t, models, noisy_sum)`` called with the noised sum
-        (before normalisation) of that step. ``models`` is the array of model indices stepping at ``t``.
-        ``None`` leaves training unchanged.
+        DP only, no checkpoints: many Dirac canaries per model (one-run audits; see
+        :class:`dpaudit.training.canaries.DiracHook`). ``extra_gradient(t, models, q)`` returns None or
+        ``{name: (len(models), *shape)}``, the sum of the canaries sampled in global step ``t`` (each of norm <= C),
+        which joins the noised sum (dividing by ``q n`` commutes with adding it, so this equals adding it before
+        the noise); ``observe(t, models, noised_sum)`` then sees the step's noised sum, before normalisation.
 
     Training runs ``epochs`` *rounds* of ``S = max_i steps_per_epoch_i`` global steps (a round is one
     epoch of the largest data set). Model ``i``'s own step stream continues across rounds, so a model with
@@ -596,92 +514,38 @@ def train_ensemble(
     eval_every = check_int(eval_every, "eval_every", owner, low=1)
     if stop_after_epochs is not None:
         stop_after_epochs = check_int(stop_after_epochs, "stop_after_epochs", owner, low=0)
+    check_choice(dp_method, "dp_method", owner, DP_METHODS)
+    if canary_grads is not None and config.dp is None:
+        raise ParameterError("The 'canary_grads' parameter of train_ensemble needs DP-SGD (config.dp); got config.dp = None.")
+    if canary_hook is not None and (config.dp is None or checkpoint_dir is not None):
+        raise ParameterError(f"The 'canary_hook' parameter of {owner} needs DP-SGD (config.dp set) and no "
+                             f"checkpoint_dir. Got dp={config.dp!r}, checkpoint_dir={checkpoint_dir!r} instead.")
     data = _validate_datasets(spec, datasets)
     dev = _resolve_device(device)
-    M = len(data)
-    B = config.batch_size
-    dp = config.dp
-    sizes = np.array([len(y) for _, y in data], dtype=np.int64)
 
-    if canary_hook is not None and (dp is None or checkpoint_dir is not None):
-        raise ParameterError(f"The 'canary_hook' parameter of {owner} needs DP-SGD (config.dp set) and no "
-                             f"checkpoint_dir. Got dp={dp!r}, checkpoint_dir={checkpoint_dir!r} instead.")
-    base = build_model(spec).to(dev)
-    if dp is not None and has_batch_norm(base):
-        raise ParameterError(
-            f"DP-SGD needs per-example gradients, which batch normalisation does not have; build {spec.name} with norm='group'."
-        )
-    base.train()
-
-    # flat data on the device; model i's record j is row offsets[i] + j
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    X_all = torch.from_numpy(np.concatenate([X for X, _ in data])).to(dev)
-    y_all = torch.from_numpy(np.concatenate([y for _, y in data])).to(dev)
-
-    if dp is None:
-        spe = np.array([math.ceil(n / B) for n in sizes], dtype=np.int64)
-        q = None
-    else:
-        q = np.array([dp_sampling_rate(n, config) for n in sizes])
-        spe = np.array([dp_steps_per_epoch(n, config) for n in sizes], dtype=np.int64)
-    S = int(spe.max())
-    total_steps = spe * config.epochs  # per model
-
-    params, buffers = _initial_state(spec, M, seed, init_state, dev)
-    opt = _Optimizer(config, params)
+    plan = _plan(spec, config, data, seed, dev)
+    model = _build_step_model(spec, config, dev, dp_method)
+    params, buffers = _initial_state(spec, plan.M, seed, init_state, dev)
+    opt = StackedOptimizer(params, kind=config.optimizer, lr=config.lr, momentum=config.momentum,
+                           weight_decay=config.weight_decay)
+    canaries = _Canaries.build(canary_grads, canary_mask, params, dev)
     history: list[dict] = []
     start_epoch = 0
-
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    fp = _fingerprint(spec, config, seed, data, init_state) if ckpt is not None else None
+    fp = _fingerprint(spec, config, seed, data, init_state, canaries and canaries.grads) if ckpt is not None else None
     if ckpt is not None:
         start_epoch, history = _maybe_resume(ckpt, fp, params, buffers, opt)
 
     end_epoch = config.epochs if stop_after_epochs is None else min(config.epochs, stop_after_epochs)
-    bar = _progress(progress, end_epoch - start_epoch, M, spec.name)
+    bar = _progress(progress, end_epoch - start_epoch, plan.M, spec.name)
     try:
         for g in range(start_epoch, end_epoch):
-            if dp is None:
-                idx, mask = _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, config.epochs)
-            else:
-                idx, mask = _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed)
-            idx_t = torch.from_numpy(idx).to(dev)
-            mask_t = torch.from_numpy(mask).to(dev)
-            steps = np.arange(g * S, (g + 1) * S)
-            active_all = steps[:, None] < total_steps[None, :]
-            for s in range(S):
-                active = active_all[s]
-                n_active = int(active.sum())
-                if n_active == 0:
-                    continue
-                rows = idx_t[s]
-                if n_active == M:  # everyone steps: work on the stacked tensors in place
-                    p_step, b_step, sel = params, buffers, None
-                else:  # some streams have ended: compute only the active models, then scatter back
-                    sel_np = np.flatnonzero(active)
-                    sel = torch.from_numpy(sel_np).to(dev)
-                    p_step = {k: v.index_select(0, sel) for k, v in params.items()}
-                    b_step = {k: v.index_select(0, sel) for k, v in buffers.items()}
-                    rows = rows.index_select(0, sel)
-                xb, yb = X_all[rows], y_all[rows]
-                mb = mask_t[s] if sel is None else mask_t[s].index_select(0, sel)
-                if dp is None:
-                    grads = _plain_grads(base, p_step, b_step, xb, yb, mb)
-                else:
-                    qs, ns = (q, sizes) if sel is None else (q[sel_np], sizes[sel_np])
-                    grads = _dp_grads(base, p_step, b_step, xb, yb, mb, dp, qs, ns, seed, g * S + s, dp_chunk_bytes,
-                                      canary_hook, np.arange(M) if sel is None else sel_np)
-                opt.update(p_step, grads, sel)
-                if sel is not None:
-                    for k, v in p_step.items():
-                        params[k].index_copy_(0, sel, v)
-                    for k, v in b_step.items():
-                        buffers[k].index_copy_(0, sel, v)
+            _train_round(g, plan, model, params, buffers, opt, config, seed, dp_chunk_bytes, canaries, canary_hook)
             done = g + 1
             if eval_data is not None and (done % eval_every == 0 or done == config.epochs):
                 history.append(_evaluate(spec, params, buffers, eval_data, done, dev, config, seed))
             if ckpt is not None and (done % checkpoint_every == 0 or done == end_epoch):
-                _save_checkpoint(ckpt, fp, done, params, buffers, opt, history, spec, config, seed, sizes)
+                _save_checkpoint(ckpt, fp, done, params, buffers, opt, history, spec, config, seed, plan.sizes)
             if bar is not None:
                 bar[0].advance(bar[1])
     finally:
@@ -689,6 +553,139 @@ def train_ensemble(
             bar[0].stop()
     return Ensemble(spec, {k: v.cpu() for k, v in params.items()}, {k: v.cpu() for k, v in buffers.items()},
                     config=config, seed=seed, history=history, device=dev)
+
+
+@dataclass
+class _Plan:
+    """What a run iterates over: the flat data on the device and every model's step stream.
+
+    Model ``i``'s record ``j`` is row ``offsets[i] + j`` of ``X``/``y``; it takes ``steps_per_epoch[i]``
+    steps per epoch and ``total_steps[i]`` in all; a round is ``S`` global steps; ``q`` holds the Poisson
+    rates under DP (None without).
+    """
+
+    M: int
+    sizes: np.ndarray
+    offsets: np.ndarray
+    X: torch.Tensor
+    y: torch.Tensor
+    steps_per_epoch: np.ndarray
+    total_steps: np.ndarray
+    S: int
+    q: np.ndarray | None
+
+
+def _plan(spec, config: TrainConfig, data, seed: int, dev) -> _Plan:
+    sizes = np.array([len(y) for _, y in data], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    X_all = torch.from_numpy(np.concatenate([X for X, _ in data])).to(dev)
+    y_all = torch.from_numpy(np.concatenate([y for _, y in data])).to(dev)
+    if config.dp is None:
+        spe = np.array([math.ceil(n / config.batch_size) for n in sizes], dtype=np.int64)
+        q = None
+    else:
+        q = np.array([dp_sampling_rate(n, config) for n in sizes])
+        spe = np.array([dp_steps_per_epoch(n, config) for n in sizes], dtype=np.int64)
+    return _Plan(M=len(data), sizes=sizes, offsets=offsets, X=X_all, y=y_all, steps_per_epoch=spe,
+                 total_steps=spe * config.epochs, S=int(spe.max()), q=q)
+
+
+@dataclass
+class _StepModel:
+    """The module that defines the forward pass, and the DP-SGD step for it (None without DP)."""
+
+    base: torch.nn.Module
+    dp_step: DPSGDStep | None
+
+
+def _build_step_model(spec: ModelSpec, config: TrainConfig, dev, dp_method: str) -> _StepModel:
+    base = build_model(spec).to(dev)
+    if config.dp is not None and has_batch_norm(base):
+        raise ParameterError(
+            f"DP-SGD needs per-example gradients, which batch normalisation does not have; build {spec.name} with norm='group'."
+        )
+    base.train()
+    return _StepModel(base, DPSGDStep(base, method=dp_method) if config.dp is not None else None)
+
+
+@dataclass
+class _Canaries:
+    """White-box gradient canaries on the device and their per-step inclusion (see :func:`train_ensemble`)."""
+
+    grads: dict
+    mask: object
+
+    @classmethod
+    def build(cls, grads, mask, params, dev) -> "_Canaries | None":
+        if grads is None:
+            return None
+        if not isinstance(grads, dict) or set(grads) != set(params):
+            raise ParameterError(f"The 'canary_grads' parameter of train_ensemble must be a dict over every parameter "
+                                 f"({sorted(params)}).")
+        out = {}
+        for k, v in params.items():
+            t = torch.as_tensor(grads[k]).to(dev, v.dtype)
+            if tuple(t.shape) != tuple(v.shape):
+                raise DataError(f"canary_grads[{k!r}] has shape {tuple(t.shape)}; expected {tuple(v.shape)}.")
+            out[k] = t
+        return cls(out, mask)
+
+    def at(self, t: int, sel_np, dev):
+        """(grads, (M_active,) float mask) for global step ``t`` and the stepped models ``sel_np``."""
+        m = np.ones(next(iter(self.grads.values())).shape[0], dtype=bool) if self.mask is None else (
+            self.mask(t) if callable(self.mask) else np.asarray(self.mask)[t])
+        m = torch.from_numpy(np.asarray(m, dtype=np.float32)[sel_np]).to(dev)
+        if isinstance(sel_np, slice):
+            return self.grads, m
+        sel = torch.from_numpy(sel_np).to(dev)
+        return {k: v.index_select(0, sel) for k, v in self.grads.items()}, m
+
+
+def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: StackedOptimizer,
+                 config: TrainConfig, seed: int, chunk_bytes: int, canaries: _Canaries | None = None,
+                 canary_hook=None) -> None:
+    """Round ``g``: its ``S`` global steps, each stepping the models whose streams are still going."""
+    S, M, dev = plan.S, plan.M, plan.X.device
+    if config.dp is None:
+        idx, mask = _chunk_plain(g, S, plan.steps_per_epoch, plan.total_steps, plan.sizes, plan.offsets,
+                                 config.batch_size, seed, config.epochs)
+    else:
+        idx, mask = _chunk_dp(g, S, plan.steps_per_epoch, plan.total_steps, plan.sizes, plan.offsets, plan.q, seed)
+    idx_t = torch.from_numpy(idx).to(dev)
+    mask_t = torch.from_numpy(mask).to(dev)
+    steps = np.arange(g * S, (g + 1) * S)
+    active_all = steps[:, None] < plan.total_steps[None, :]
+    for s in range(S):
+        active = active_all[s]
+        n_active = int(active.sum())
+        if n_active == 0:
+            continue
+        rows = idx_t[s]
+        if n_active == M:  # everyone steps: work on the stacked tensors in place
+            p_step, b_step, sel, sel_np = params, buffers, None, slice(None)
+        else:  # some streams have ended: compute only the active models, then scatter back
+            sel_np = np.flatnonzero(active)
+            sel = torch.from_numpy(sel_np).to(dev)
+            p_step = {k: v.index_select(0, sel) for k, v in params.items()}
+            b_step = {k: v.index_select(0, sel) for k, v in buffers.items()}
+            rows = rows.index_select(0, sel)
+        xb, yb = plan.X[rows], plan.y[rows]
+        mb = mask_t[s] if sel is None else mask_t[s].index_select(0, sel)
+        if model.dp_step is None:
+            grads = _plain_grads(model.base, p_step, b_step, xb, yb, mb)
+        else:
+            cg, cm = canaries.at(g * S + s, sel_np, dev) if canaries is not None else (None, None)
+            grads = _private_grads(model.dp_step, p_step, b_step, xb, yb, mb, config.dp, plan.q[sel_np],
+                                   plan.sizes[sel_np], seed, g * S + s, chunk_bytes, cg, cm)
+            if canary_hook is not None:
+                _apply_canary_hook(canary_hook, grads, g * S + s, np.arange(M)[sel_np], plan.q[sel_np],
+                                   plan.sizes[sel_np])
+        opt.update(p_step, grads, sel)
+        if sel is not None:
+            for k, v in p_step.items():
+                params[k].index_copy_(0, sel, v)
+            for k, v in b_step.items():
+                buffers[k].index_copy_(0, sel, v)
 
 
 def _progress(show: bool, total: int, M: int, name: str):
@@ -758,15 +755,6 @@ def _chunk_dp(g, S, spe, total_steps, sizes, offsets, q, seed):
     return idx, mask
 
 
-def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-row ``F.cross_entropy(logits, y, reduction="none")``, written as log-softmax + gather.
-
-    Under ``vmap`` torch runs ``F.cross_entropy`` through a Python decomposition of ``nll_loss`` (which
-    also imports sympy on first use, ~0.5 s); this form has the same value and gradient without it.
-    """
-    return -F.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
-
-
 def _plain_grads(base, params, buffers, xb, yb, mb):
     """Gradients of every model's masked mean cross-entropy on its batch (rows of ``xb``: (M, W, ...))."""
 
@@ -775,53 +763,42 @@ def _plain_grads(base, params, buffers, xb, yb, mb):
 
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
     logits = vmap(forward, in_dims=(0, 0, 0, 0), randomness="different")(leaves, buffers, xb, mb)  # (M, W, C)
-    ce = _cross_entropy(logits, yb)  # (M, W); the loss needs no vmap
+    ce = cross_entropy_rows(logits, yb)  # (M, W); the loss needs no vmap
     losses = (ce * mb).sum(1) / mb.sum(1).clamp(min=1.0)
     gs = torch.autograd.grad(losses.sum(), list(leaves.values()))
     return dict(zip(leaves.keys(), gs))
 
 
-def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,
-              canary_hook=None, models=None):
-    """Clipped, noised, normalised per-model gradients (DP-SGD) for global step t."""
-    M, W = mb.shape
-    C, sigma = dp.max_grad_norm, dp.noise_multiplier
-    n_params = sum(v[0].numel() for v in params.values())
-    mc = max(1, min(M, int(chunk_bytes // max(1, W * n_params * 4))))
-
-    def ex_loss(p, b, x, y):
-        logits = functional_call(base, (p, b), (x.unsqueeze(0),))
-        return _cross_entropy(logits, y.unsqueeze(0)).sum()
-
-    per_ex = vmap(grad(ex_loss), in_dims=(None, None, 0, 0), randomness="different")
-    per_model = vmap(per_ex, in_dims=(0, 0, 0, 0), randomness="different")
-    summed = {k: torch.empty_like(v) for k, v in params.items()}
-    for a in range(0, M, mc):
-        sl = slice(a, min(M, a + mc))
-        p = {k: v[sl].detach() for k, v in params.items()}
-        b = {k: v[sl] for k, v in buffers.items()}
-        g = per_model(p, b, xb[sl], yb[sl])  # each (mc, W, *shape)
-        sq = sum(v.reshape(v.shape[0], v.shape[1], -1).pow(2).sum(-1) for v in g.values())
-        factor = (C / (sq.sqrt() + 1e-6)).clamp(max=1.0) * mb[sl]
-        for k, v in g.items():
-            summed[k][sl] = torch.einsum("mw,mw...->m...", factor, v)
-    if canary_hook is not None:  # white-box canaries: extra gradients of norm <= C, before the noise
-        extra = canary_hook.extra_gradient(t, models, q)
+def _apply_canary_hook(hook, grads: dict, t: int, models: np.ndarray, q, sizes) -> None:
+    """``train_ensemble``'s ``canary_hook`` on one step's private gradients (in place), see its docstring."""
+    extra = hook.extra_gradient(t, models, q)
+    noised = {}
+    for k, v in grads.items():
+        e = torch.as_tensor(q * sizes, dtype=v.dtype, device=v.device).reshape((-1,) + (1,) * (v.dim() - 1))
         if extra is not None:
-            for k, v in extra.items():
-                summed[k] += v.to(summed[k].device, summed[k].dtype)
+            v.add_(extra[k].to(v.device, v.dtype) / e)
+        noised[k] = v * e
+    hook.observe(t, models, noised)
+
+
+def _private_grads(step: DPSGDStep, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,
+                   canary_grads=None, canary_mask=None):
+    """Clipped, noised, normalised per-model gradients (DP-SGD) for global step t; the noise of step t is
+    drawn for all stepped models at once from a generator seeded by ``(seed, t)``."""
     dev = mb.device
     gen = torch.Generator(device=dev)
     gen.manual_seed(_step_seed(seed, t))
     expected = torch.as_tensor(q * sizes, dtype=torch.float32, device=dev)
-    out, noisy = {}, {}
-    for k, v in summed.items():
-        noise = torch.randn(v.shape, generator=gen, device=dev, dtype=v.dtype) * (sigma * C)
-        noisy[k] = v + noise
-        out[k] = noisy[k] / expected.reshape((-1,) + (1,) * (v.dim() - 1))
-    if canary_hook is not None:
-        canary_hook.observe(t, models, noisy)
-    return out
+    return step.private_grads(params, buffers, xb, yb, mb, max_grad_norm=dp.max_grad_norm,
+                              noise_multiplier=dp.noise_multiplier, expected_batch=expected, noise=gen,
+                              chunk_bytes=chunk_bytes, canary_grads=canary_grads, canary_mask=canary_mask)
+
+
+def _dp_grads(base, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,
+              method: str = DP_DEFAULT_METHOD):
+    """:func:`_private_grads` for a module (builds its :class:`DPSGDStep`)."""
+    return _private_grads(DPSGDStep(base, method=method), params, buffers, xb, yb, mb, dp, q, sizes, seed, t,
+                          chunk_bytes)
 
 
 def _evaluate(spec, params, buffers, eval_data, epoch, dev, config, seed) -> dict:

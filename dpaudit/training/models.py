@@ -71,7 +71,6 @@ __all__ = [
     "MaskedBatchNorm",
     "save_classifier",
     "load_classifier",
-    "fit_classifier",
 ]
 
 TORCH_MODELS = ("mlp", "cnn_fedkt", "lenet5", "cnn_fredy", "cnn_privatekt", "cnn1_proxyfl", "cnn2_proxyfl")
@@ -219,6 +218,11 @@ class _Net(nn.Module):
             else:
                 x = layer(x)
         return x
+
+    def stages(self) -> list[tuple[str, nn.Module]]:
+        """The layers in the order ``forward`` applies them, with their parameter-name prefixes (for trainers
+        that run the stack themselves, e.g. the ghost-norm DP-SGD step)."""
+        return [(f"layers.{i}.", layer) for i, layer in enumerate(self.layers)]
 
 
 def _mlp(spec: ModelSpec) -> _Net:
@@ -433,16 +437,6 @@ class Classifier:
     def __repr__(self) -> str:
         kind = "torch" if self.module is not None else type(self.estimator).__name__
         return f"Classifier({self.spec.name}, {kind})"
-
-
-def fit_classifier(spec: ModelSpec, X, y, config=None, seed: int = 0, **kwargs) -> Classifier:
-    """Train one model (torch via the ensemble trainer with M=1, trees via their own ``fit``).
-
-    See :func:`dpaudit.training.ensemble.fit_classifier`.
-    """
-    from dpaudit.training.ensemble import fit_classifier as _fit
-
-    return _fit(spec, X, y, config, seed, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------------

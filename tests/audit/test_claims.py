@@ -353,7 +353,8 @@ def test_end_to_end_real_release_and_threshold_attack(tmp_path):
     """A real release bundle (training layer's write_release: a decision tree on load_digits, non-private, with
     a false claim of epsilon 1) refuted by the threshold attack through `dpaudit check`'s library call."""
     from dpaudit.training.data import load_dataset, split_dataset
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
+    from dpaudit.training.models import ModelSpec
     from dpaudit.training.release import write_release
 
     ds = load_dataset("digits", seed=0)

@@ -14,7 +14,8 @@ from dpaudit.cli import main
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     from dpaudit.training.data import load_dataset
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
+    from dpaudit.training.models import ModelSpec
     from dpaudit.training.release import write_release
 
     ds = load_dataset("digits", seed=0)
@@ -86,7 +87,8 @@ def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, c
     # a torch MLP release: shadow models come from Release.train_many (the ensemble trainer)
     from dpaudit.training.data import load_dataset
     from dpaudit.training.ensemble import TrainConfig
-    from dpaudit.training.models import ModelSpec, fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
+    from dpaudit.training.models import ModelSpec
     from dpaudit.training.release import write_release
 
     ds = load_dataset("digits", seed=0)
@@ -106,3 +108,29 @@ def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, c
     rep = AttackReport.from_dict(json.loads((tmp_path / "l" / "attack.json").read_text()))
     assert rep.settings["recipe"] == "batch_train_fn" and rep.settings["online"] is True
     assert rep.attack.metrics.auc > 0.55          # an overfit MLP on 150 records leaks
+
+
+def test_attack_cli_rerun_trains_no_finished_shadow_group(release, tmp_path, capsys, monkeypatch):
+    args = ["attack", str(release), "--attack", "shadow", "--shadows", "2", "--classifier", "logreg",
+            "--bootstrap", "20", "--out", str(tmp_path / "s"), "--executor", "local"]
+    code, _, err = _run(args, capsys)
+    assert code == 0, err
+    assert [p.name for p in (tmp_path / "s" / "units").glob("*.npz")] == ["models-0-2.npz"]
+    first = json.loads((tmp_path / "s" / "attack.json").read_text())
+    import dpaudit.attacks.shadow as shadow
+
+    def boom(*a, **k):
+        raise AssertionError("a checkpointed group of shadow models was trained again")
+
+    monkeypatch.setattr(shadow, "train_shadow_models", boom)
+    code, _, err = _run(args, capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "s" / "attack.json").read_text())["attack"] == first["attack"]
+
+
+def test_attack_cli_executor_flags(release, tmp_path, capsys):
+    code, _, err = _run(["attack", str(release), "--attack", "threshold", "--ray-address", "10.0.0.1:6379",
+                         "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "'ray_address'" in err and "--executor ray" in err
+    code, _, err = _run(["attack", str(release), "--executor", "dask"], capsys)
+    assert code == 2 and "'dask' is not one of 'local', 'ray'" in err

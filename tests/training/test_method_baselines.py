@@ -52,9 +52,8 @@ from dpaudit.training.methods.baselines import (
     LdpUpdateMethod,
     fedmd_config,
     run_ldp_updates,
-    train_centrain,
-    train_ldp_updates,
 )
+from dpaudit.training.methods import run_method
 from dpaudit.training.methods.fl_common import DataSettings, flatten_state
 from dpaudit.training.methods.privatekt import PrivateKTConfig, PrivateKTMethod
 from dpaudit.training.models import ModelSpec
@@ -114,14 +113,14 @@ def rr_keep(label_eps, C=10):
 def test_ldp_release_and_centrain_release(tmp_path):
     from dpaudit.training.release import load_release
 
-    s = train_ldp_updates("digits", tmp_path / "f", seed=0, progress=False,
-                          overrides={"data": {"num_clients": 4}, "model": {"hidden": [16]}, "method": {"rounds": 3}})
+    s = run_method("fedavg-ldp", dataset="digits", out=tmp_path / "f", seed=0, progress=False,
+                          params={"data": {"num_clients": 4}, "model": {"hidden": [16]}, "method": {"rounds": 3}})
     meta = load_release(tmp_path / "f").meta
     assert meta["method"] == "fedavg_ldp" and meta["claim"]["epsilon"] == 5.0
     assert meta["statement"]["headline"]["label"].startswith("client, releases actually made")
     assert meta["statement"]["epsilon"] >= 5.0 and s.epsilon == pytest.approx(meta["statement"]["epsilon"])
-    c = train_centrain("digits", tmp_path / "c", seed=0, progress=False,
-                       overrides={"data": {"num_clients": 4}, "model": {"hidden": [16]}, "method": {"epochs": 2}})
+    c = run_method("centrain", dataset="digits", out=tmp_path / "c", seed=0, progress=False,
+                       params={"data": {"num_clients": 4}, "model": {"hidden": [16]}, "method": {"epochs": 2}})
     cm = load_release(tmp_path / "c").meta
     assert cm["statement"]["epsilon"] == "inf" and math.isinf(c.epsilon)
     json.dumps(cm)
@@ -140,42 +139,9 @@ def test_runs_are_seeded(small):
 
 from pathlib import Path
 
-from dpaudit.training.methods.fl_common import load_settings
 from dpaudit.training.methods.proxyfl import ProxyFLConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-
-
-def _fl_configs():
-    """The federated-learning configs ([data]/[model]/[method] tables); PATE-family configs (top-level
-    ``method = ...``) are validated in tests/test_configs.py, audit configs in tests/test_audit.py."""
-    import tomllib
-
-    out = []
-    for p in sorted(CONFIGS.glob("*.toml")):
-        data = tomllib.loads(p.read_text())
-        if any(isinstance(data.get(t), dict) for t in ("data", "model", "method")):
-            out.append(p)
-    return out
-
-
-@pytest.mark.parametrize("path", _fl_configs(), ids=lambda p: p.name)
-def test_every_config_file_validates(path):
-    s = load_settings(path)
-    DataSettings(**s["data"])
-    name = path.name
-    if name.startswith(("privatekt", "fedmd")):
-        cfg = PrivateKTConfig.from_dict(s["method"])
-        assert cfg.epsilon == 5.0 and cfg.samples_per_round == 2 and cfg.buffer_rounds == 25 and cfg.rounds == 500
-        assert s["data"]["num_clients"] == 80 and s["data"]["samples_per_client"] == 600
-    elif name.startswith(("fedavg", "fedsgd")):
-        assert LdpUpdateConfig.from_dict(s["method"]).epsilon == 5.0
-    elif name.startswith("proxyfl"):
-        cfg = ProxyFLConfig.from_dict(s["method"])
-        assert (cfg.batch_size, cfg.lr, cfg.noise_multiplier, cfg.max_grad_norm) == (250, 1e-3, 1.0, 1.0)
-        assert s["data"]["num_clients"] == 8 and s["data"]["samples_per_client"] == 1000 and s["data"]["p_major"] == 0.8
-    else:
-        assert set(s["method"]) <= {"epochs", "batch_size", "lr"}
 
 
 def test_cli_trains_writes_and_refuses_bad_input(tmp_path, capsys):
@@ -187,7 +153,7 @@ def test_cli_trains_writes_and_refuses_bad_input(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["train", "fedavg-ldp", "--dataset", "digits", "--out", str(out), "--config", str(cfg), "--rounds", "2"])
     assert exc.value.code == 0
-    assert "fedavg_ldp: release written" in capsys.readouterr().out and (out / "release.json").is_file()
+    assert "fedavg-ldp: release written" in capsys.readouterr().out and (out / "release.json").is_file()
     with pytest.raises(SystemExit) as exc:
         main(["train", "fedavg-ldp", "--dataset", "digits", "--out", str(out), "--config", str(cfg)])
     assert exc.value.code == 2 and "already exists" in capsys.readouterr().err
@@ -199,18 +165,20 @@ def test_cli_trains_writes_and_refuses_bad_input(tmp_path, capsys):
     bad.write_text("[nonsense]\na = 1\n")
     with pytest.raises(SystemExit) as exc:
         main(["train", "centrain", "--dataset", "digits", "--out", str(tmp_path / "y"), "--config", str(bad)])
-    assert exc.value.code == 2 and "unknown table" in capsys.readouterr().err
+    assert exc.value.code == 2 and "outside the tables" in capsys.readouterr().err
 
 
 def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     # stop after 2 of 4 rounds (checkpoint every round), then run the same command: it resumes and equals a fresh run
-    kw = dict(seed=0, progress=False, overrides={"data": {"num_clients": 4}, "model": {"hidden": [8]},
-                                                   "method": {"rounds": 4, "local_epochs": 1}, "run": {"checkpoint_every": 1}})
-    assert train_ldp_updates("digits", tmp_path / "a", stop_after=2, **kw) is None
-    assert (tmp_path / ".a.ckpt" / "engine_checkpoint" / "state.json").is_file()
-    train_ldp_updates("digits", tmp_path / "a", **kw)
-    train_ldp_updates("digits", tmp_path / "b", **kw)
-    assert not (tmp_path / ".a.ckpt").exists()
+    tables = {"data": {"num_clients": 4}, "model": {"hidden": [8]}, "method": {"rounds": 4, "local_epochs": 1},
+              "run": {"checkpoint_every": 1}}
+    kw = dict(seed=0, progress=False, params=tables)
+    stop = {**tables, "run": {"checkpoint_every": 1, "stop_after": 2}}
+    assert run_method("fedavg-ldp", dataset="digits", out=tmp_path / "a", seed=0, progress=False, params=stop) is None
+    assert (tmp_path / ".a.checkpoints" / "engine_checkpoint" / "state.json").is_file()
+    run_method("fedavg-ldp", dataset="digits", out=tmp_path / "a", **kw)
+    run_method("fedavg-ldp", dataset="digits", out=tmp_path / "b", **kw)
+    assert not (tmp_path / ".a.checkpoints").exists()
     from safetensors.numpy import load_file
 
     wa, wb = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))

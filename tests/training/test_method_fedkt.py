@@ -32,6 +32,13 @@ class CountingRng:
         self.draws += int(np.prod(size))
         return self.g.laplace(loc, scale, size)
 
+def _run_fedkt(method_config, *, dataset, out, seed, progress=False):
+    """Run the method config through the scaffold (what ``dpaudit train fedkt`` does)."""
+    from dpaudit.training.methods import fedkt as module
+
+    return module.run(module.Config(name="fedkt", method=method_config, dataset=dataset), out, seed=seed, progress=progress)
+
+
 
 # --------------------------------------------------------------------------------------------------
 # teachers' data
@@ -173,7 +180,6 @@ def test_config_validation() -> None:
 from pathlib import Path  # noqa: E402
 
 from dpaudit.training.ensemble import TrainConfig  # noqa: E402
-from dpaudit.training.methods.fedkt import run_fedkt  # noqa: E402
 
 
 def _tiny(**kw) -> FedKTConfig:
@@ -194,7 +200,7 @@ L1_TINY = dict(level="L1", gamma=0.3, server_query_fraction=0.5)
 @pytest.fixture(scope="module")
 def l1_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("fedkt") / "l1"
-    return run_fedkt(_tiny(**L1_TINY), dataset="digits", out=out, seed=3, progress=False)
+    return _run_fedkt(_tiny(**L1_TINY), dataset="digits", out=out, seed=3, progress=False)
 
 
 def _check_release(res, cfg, level):
@@ -231,20 +237,20 @@ def test_l1_release_round_trips(l1_run) -> None:
 
 def test_l2_release_round_trips(tmp_path: Path) -> None:
     cfg = _tiny(level="L2", gamma=0.3, party_query_fraction=0.3, partitions=1)
-    res = run_fedkt(cfg, dataset="digits", out=tmp_path / "l2", seed=1, progress=False)
+    res = _run_fedkt(cfg, dataset="digits", out=tmp_path / "l2", seed=1, progress=False)
     rel = _check_release(res, cfg, "L2")
     assert rel.votes.shape[0] == cfg.parties * cfg.partitions * res.utility["num_party_queries"]
 
 
 def test_same_seed_same_numbers(l1_run, tmp_path: Path) -> None:
-    again = run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "again", seed=3, progress=False)
+    again = _run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "again", seed=3, progress=False)
     assert again.utility == l1_run.utility and again.accounting.epsilon == l1_run.accounting.epsilon
     np.testing.assert_array_equal(np.load(again.release / "votes.npy"), np.load(l1_run.release / "votes.npy"))
 
 
 def test_existing_release_needs_overwrite(l1_run) -> None:
     with pytest.raises(DataError, match="already exists"):
-        run_fedkt(_tiny(**L1_TINY), dataset="digits", out=l1_run.release, seed=3, progress=False)
+        _run_fedkt(_tiny(**L1_TINY), dataset="digits", out=l1_run.release, seed=3, progress=False)
 
 
 def test_interrupted_run_resumes_from_finished_stages(l1_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -259,7 +265,7 @@ def test_interrupted_run_resumes_from_finished_stages(l1_run, tmp_path: Path, mo
 
     monkeypatch.setattr(fedkt_mod, "train_group", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "c", seed=3, progress=False)
+        _run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "c", seed=3, progress=False)
     ck = tmp_path / ".c.checkpoints"
     assert (ck / "teachers.npz").exists() and (ck / "students.npz").exists() and not (tmp_path / "c").exists()
     calls = []
@@ -269,7 +275,7 @@ def test_interrupted_run_resumes_from_finished_stages(l1_run, tmp_path: Path, mo
         return real(spec, datasets, config, **kw)
 
     monkeypatch.setattr(fedkt_mod, "train_group", counting)
-    resumed = run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "c", seed=3, progress=False)
+    resumed = _run_fedkt(_tiny(**L1_TINY), dataset="digits", out=tmp_path / "c", seed=3, progress=False)
     assert calls == [1]  # teachers and students came from the checkpoints; only the final model was trained
     assert resumed.utility == l1_run.utility
 
@@ -280,7 +286,7 @@ def test_tree_models_binary_tabular(tmp_path: Path) -> None:
     cfg = FedKTConfig(parties=3, partitions=2, teachers=2, partition="iid", teacher_model="decision_tree",
                       teacher_model_kwargs={"max_depth": 4}, student_model="random_forest",
                       student_model_kwargs={"n_estimators": 10, "max_depth": 4}, baselines=("solo",))
-    res = run_fedkt(cfg, dataset="breast_cancer", out=tmp_path / "t", seed=0, progress=False)
+    res = _run_fedkt(cfg, dataset="breast_cancer", out=tmp_path / "t", seed=0, progress=False)
     assert res.utility["test_accuracy"] > 0.85
     rel = load_release(res.release)
     assert rel.meta["model"]["spec"]["name"] == "random_forest" and rel.meta["model"]["train_config"] is None
@@ -293,7 +299,7 @@ def test_fast_l0_beats_solo(tmp_path: Path) -> None:
                 teacher_model_kwargs={"hidden": [64]}, teacher_train=TrainConfig(epochs=12, batch_size=64, lr=2e-2),
                 student_train=TrainConfig(epochs=5, batch_size=128, lr=2e-2),
                 final_train=TrainConfig(epochs=6, batch_size=128, lr=2e-2))
-    res = run_fedkt(cfg, dataset="digits", out=tmp_path / "f", seed=0, progress=False)
+    res = _run_fedkt(cfg, dataset="digits", out=tmp_path / "f", seed=0, progress=False)
     _check_release(res, cfg, "L0")
     # measured: 0.747 vs SOLO 0.417 (seed 0), 0.769 vs 0.497 (seed 1)
     assert res.utility["test_accuracy"] > res.utility["solo_accuracy"] + 0.15
@@ -304,10 +310,10 @@ def test_l0_beats_solo_and_is_close_to_pate(tmp_path: Path) -> None:
     """Li, He, Song 2021, Table 1: FedKT-L0 well above SOLO and close to centralised PATE (default CPU config)."""
     # Dirichlet(0.5) label skew over 4 parties of ~180 digits: measured FedKT 0.774, SOLO 0.684, PATE (12 teachers)
     # 0.894 (seed 0). At this tiny scale the skew costs FedKT ~10 points against PATE (the paper: 2.2 on MNIST).
-    res = run_fedkt(FedKTConfig(), dataset="digits", out=tmp_path / "d", seed=0, progress=False)
+    res = _run_fedkt(FedKTConfig(), dataset="digits", out=tmp_path / "d", seed=0, progress=False)
     u = res.utility
     assert u["test_accuracy"] > u["solo_accuracy"] + 0.05
     assert u["test_accuracy"] > u["pate_accuracy"] - 0.15
     # without label skew FedKT is within a few points of PATE (measured 0.894 vs 0.925)
-    res = run_fedkt(FedKTConfig(partition="iid"), dataset="digits", out=tmp_path / "i", seed=0, progress=False)
+    res = _run_fedkt(FedKTConfig(partition="iid"), dataset="digits", out=tmp_path / "i", seed=0, progress=False)
     assert res.utility["test_accuracy"] > res.utility["pate_accuracy"] - 0.05

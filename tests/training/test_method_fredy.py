@@ -9,6 +9,13 @@ import torch
 from dpaudit.errors import ParameterError
 from dpaudit.training.methods.fredy import FEDAVG_ASSUMPTION, FREDYConfig, fedavg, fredy_sensitivity
 
+def _run_fredy(method_config, *, dataset, out, seed, progress=False):
+    """Run the method config through the scaffold (what ``dpaudit train fredy`` does)."""
+    from dpaudit.training.methods import fredy as module
+
+    return module.run(module.Config(name="fredy", method=method_config, dataset=dataset), out, seed=seed, progress=progress)
+
+
 
 def test_fedavg_is_the_unweighted_mean() -> None:
     g = torch.Generator().manual_seed(0)
@@ -44,14 +51,13 @@ def test_config_validation() -> None:
 
 def test_fredy_end_to_end_two_releases(tmp_path) -> None:
     from dpaudit.training.ensemble import TrainConfig
-    from dpaudit.training.methods.fredy import run_fredy
     from dpaudit.training.release import load_release
 
     cfg = FREDYConfig(teachers=3, rounds=2, gamma=0.5, queries=60, model_kwargs={"hidden": [32]}, num_samples=500,
                       teacher_train=TrainConfig(epochs=3, batch_size=64, lr=1e-2),
                       student_train=TrainConfig(epochs=6, batch_size=32, lr=1e-2),
                       baseline_train=TrainConfig(epochs=6, batch_size=64, lr=1e-2))
-    res = run_fredy(cfg, dataset="digits", out=tmp_path / "f", seed=0, progress=False)
+    res = _run_fredy(cfg, dataset="digits", out=tmp_path / "f", seed=0, progress=False)
     rel = load_release(res.release)
     base = load_release(res.extra_releases["nonprivate"])
     assert res.extra_releases["nonprivate"] == tmp_path / "f" / "nonprivate"
@@ -81,7 +87,7 @@ def test_fredy_resumes_after_fedavg_rounds(tmp_path, monkeypatch) -> None:
                       nonprivate_baseline=False,
                       teacher_train=TrainConfig(epochs=2, batch_size=64, lr=1e-2),
                       student_train=TrainConfig(epochs=3, batch_size=32, lr=1e-2))
-    full = fredy_mod.run_fredy(cfg, dataset="digits", out=tmp_path / "a", seed=1, progress=False)
+    full = _run_fredy(cfg, dataset="digits", out=tmp_path / "a", seed=1, progress=False)
     real = fredy_mod.train_group
     calls = {"n": 0}
 
@@ -93,9 +99,9 @@ def test_fredy_resumes_after_fedavg_rounds(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(fredy_mod, "train_group", stop_in_round_3)
     with pytest.raises(KeyboardInterrupt):
-        fredy_mod.run_fredy(cfg, dataset="digits", out=tmp_path / "b", seed=1, progress=False)
+        _run_fredy(cfg, dataset="digits", out=tmp_path / "b", seed=1, progress=False)
     calls["n"] = 10
     monkeypatch.setattr(fredy_mod, "train_group", lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), real(*a, **k))[1])
-    resumed = fredy_mod.run_fredy(cfg, dataset="digits", out=tmp_path / "b", seed=1, progress=False)
+    resumed = _run_fredy(cfg, dataset="digits", out=tmp_path / "b", seed=1, progress=False)
     assert calls["n"] == 12  # last round + student only
     assert resumed.utility == full.utility

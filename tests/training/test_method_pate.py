@@ -27,6 +27,13 @@ from dpaudit.training.methods.common import (
 # vote aggregation
 # --------------------------------------------------------------------------------------------------
 
+def _run_pate(method_config, *, dataset, out, seed, progress=False):
+    """Run the method config through the scaffold (what ``dpaudit train pate`` does)."""
+    from dpaudit.training.methods import pate as module
+
+    return module.run(module.Config(name="pate", method=method_config, dataset=dataset), out, seed=seed, progress=progress)
+
+
 
 def test_vote_counts_small_example() -> None:
     preds = np.array([[0, 1, 2], [0, 2, 2], [1, 2, 2]])  # 3 models x 3 queries
@@ -176,21 +183,6 @@ def test_stage_cache_skips_finished_stage(tmp_path: Path) -> None:
     assert len(calls) == 1 and c2.resumed == ["s"]
 
 
-def test_prepare_out_refuses_existing_release_and_foreign_checkpoints(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    ck = common.prepare_out(out, False, {"a": 1})
-    assert ck.exists() and not out.exists()
-    (ck / "stage.npz").write_bytes(b"x")
-    assert common.prepare_out(out, False, {"a": 1}) == ck and (ck / "stage.npz").exists()  # same run: resume
-    with pytest.raises(DataError, match="other parameters"):
-        common.prepare_out(out, False, {"a": 2})
-    common.prepare_out(out, True, {"a": 2})
-    assert not (ck / "stage.npz").exists()
-    out.mkdir()
-    with pytest.raises(DataError, match="already exists"):
-        common.prepare_out(out, False, {"a": 2})
-
-
 # --------------------------------------------------------------------------------------------------
 # configs and CLI
 # --------------------------------------------------------------------------------------------------
@@ -202,23 +194,38 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_load_config_overrides_and_errors(tmp_path: Path) -> None:
+    from dpaudit.training.methods import load_method_config
     from dpaudit.training.methods.pate import PATEConfig
 
     p = tmp_path / "c.toml"
-    p.write_text('method = "pate"\nteachers = 7\n[teacher_train]\nepochs = 3\n')
-    cfg = common.load_config(PATEConfig, p, teachers=None, gamma=0.25)
+    p.write_text('[method]\nteachers = 7\n[method.teacher_train]\nepochs = 3\n')
+    cfg = load_method_config("pate", p, params={"gamma": 0.25}).method
     assert cfg.teachers == 7 and cfg.gamma == 0.25 and cfg.teacher_train.epochs == 3
     assert cfg.teacher_train.lr == PATEConfig().teacher_train.lr  # sub-table merged over the default
-    p.write_text('method = "pate"\nteachers = 7\nbogus = 1\n')
+    assert load_method_config("pate", p, sets=["method.teacher_train.lr=0.5"]).method.teacher_train.epochs == 3
+    p.write_text('[method]\nteachers = 7\nbogus = 1\n')
     with pytest.raises(ParameterError, match="bogus"):
-        common.load_config(PATEConfig, p)
-    p.write_text('method = "fedkt"\n')
-    with pytest.raises(ParameterError, match="for method 'fedkt'"):
-        common.load_config(PATEConfig, p)
+        load_method_config("pate", p)
     with pytest.raises(ParameterError, match="'teachers'"):
-        common.load_config(PATEConfig, None, teachers=0)
+        load_method_config("pate", None, params={"teachers": 0})
     with pytest.raises(DataError, match="does not exist"):
-        common.load_config(PATEConfig, tmp_path / "missing.toml")
+        load_method_config("pate", tmp_path / "missing.toml")
+
+
+def test_old_flat_config_loads_with_a_deprecation_message(tmp_path: Path) -> None:
+    from dpaudit.training.methods import load_method_config
+
+    p = tmp_path / "old.toml"
+    p.write_text('method = "pate"\nteachers = 7\n[teacher_train]\nepochs = 3\n')
+    with pytest.warns(FutureWarning, match=r"old flat layout.*\[method\]"):
+        cfg = load_method_config("pate", p).method
+    assert cfg.teachers == 7 and cfg.teacher_train.epochs == 3
+    p.write_text('method = "fedkt"\nparties = 3\n')
+    with pytest.raises(DataError, match="fedkt config, not a pate config"):
+        load_method_config("pate", p)
+    p.write_text('rounds = 3\n')  # federated methods never had a flat layout
+    with pytest.raises(DataError, match=r"outside the tables \[data\], \[model\], \[method\], \[run\]"):
+        load_method_config("privatekt", p)
 
 
 @pytest.mark.parametrize("method", ["pate", "fedkt", "fredy"])
@@ -250,11 +257,10 @@ def _tiny_pate(**kw):
 
 
 def test_pate_release_round_trip_and_ledger(tmp_path: Path) -> None:
-    from dpaudit.training.methods.pate import run_pate
     from dpaudit.training.release import load_release
 
     cfg = _tiny_pate(gamma=0.5, queries=40)
-    res = run_pate(cfg, dataset="digits", out=tmp_path / "p", seed=2, progress=False)
+    res = _run_pate(cfg, dataset="digits", out=tmp_path / "p", seed=2, progress=False)
     rel = load_release(res.release)
     assert rel.meta["method"] == "pate"
     assert rel.votes.shape == (40, 10) and (rel.votes.sum(axis=1) == cfg.teachers).all()
@@ -275,23 +281,21 @@ def test_pate_release_round_trip_and_ledger(tmp_path: Path) -> None:
 
 
 def test_pate_same_seed_same_numbers(tmp_path: Path) -> None:
-    from dpaudit.training.methods.pate import run_pate
 
     cfg = _tiny_pate(gamma=1.0)
-    a = run_pate(cfg, dataset="digits", out=tmp_path / "a", seed=5, progress=False)
-    b = run_pate(cfg, dataset="digits", out=tmp_path / "b", seed=5, progress=False)
-    c = run_pate(cfg, dataset="digits", out=tmp_path / "c", seed=6, progress=False)
+    a = _run_pate(cfg, dataset="digits", out=tmp_path / "a", seed=5, progress=False)
+    b = _run_pate(cfg, dataset="digits", out=tmp_path / "b", seed=5, progress=False)
+    c = _run_pate(cfg, dataset="digits", out=tmp_path / "c", seed=6, progress=False)
     assert a.utility == b.utility and a.accounting.epsilon == b.accounting.epsilon
     assert a.utility != c.utility
     np.testing.assert_array_equal(np.load(a.release / "votes.npy"), np.load(b.release / "votes.npy"))
 
 
 def test_pate_noiseless_claims_nothing(tmp_path: Path) -> None:
-    from dpaudit.training.methods.pate import run_pate
 
     from dpaudit.training.ensemble import TrainConfig
 
     cfg = _tiny_pate(gamma=None, teacher_train=TrainConfig(epochs=30, batch_size=32, lr=1e-2))
-    res = run_pate(cfg, dataset="digits", out=tmp_path / "n", seed=0, progress=False)
+    res = _run_pate(cfg, dataset="digits", out=tmp_path / "n", seed=0, progress=False)
     assert res.accounting.epsilon == float("inf")
     assert res.utility["label_accuracy"] > 0.5

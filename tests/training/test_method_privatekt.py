@@ -112,7 +112,8 @@ import torch
 
 from dpaudit.accountants.events import RandomizedResponse, flatten
 from dpaudit.training.methods.fl_common import DataSettings
-from dpaudit.training.methods.privatekt import PrivateKTConfig, PrivateKTMethod, run_privatekt, train_privatekt
+from dpaudit.training.methods import run_method
+from dpaudit.training.methods.privatekt import PrivateKTConfig, PrivateKTMethod, run_privatekt
 from dpaudit.training.models import ModelSpec
 
 
@@ -195,8 +196,8 @@ def test_same_seed_same_model_and_resume_is_exact(small, tmp_path):
 def test_release_audits_the_no_accumulation_claim(tmp_path):
     from dpaudit.training.release import load_release
 
-    s = train_privatekt("digits", tmp_path / "r", seed=0, progress=False,
-                        overrides={"data": {"num_clients": 4}, "model": {"hidden": [16]},
+    s = run_method("privatekt", dataset="digits", out=tmp_path / "r", seed=0, progress=False,
+                        params={"data": {"num_clients": 4}, "model": {"hidden": [16]},
                                    "method": {"rounds": 4, "local_epochs": 1}})
     meta = load_release(tmp_path / "r").meta
     st = meta["statement"]

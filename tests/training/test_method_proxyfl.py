@@ -62,6 +62,7 @@ import math
 import torch
 
 from dpaudit.accountants.events import SubsampledGaussian, flatten
+from dpaudit.training.methods import run_method
 from dpaudit.training.methods.fl_common import DataSettings
 from dpaudit.training.methods.proxyfl import (
     ProxyFLConfig,
@@ -69,7 +70,6 @@ from dpaudit.training.methods.proxyfl import (
     clip_and_noise,
     poisson_masks,
     run_proxyfl,
-    train_proxyfl,
 )
 from dpaudit.training.models import ModelSpec
 
@@ -195,8 +195,8 @@ def test_same_seed_same_models_and_resume_is_exact(small, tmp_path):
 def test_release_shows_the_proxy_epsilon_and_the_dml_assumption(tmp_path):
     from dpaudit.training.release import load_release
 
-    s = train_proxyfl("digits", tmp_path / "r", seed=0, progress=False,
-                      overrides={"data": {"num_clients": 4, "samples_per_client": 40},
+    s = run_method("proxyfl", dataset="digits", out=tmp_path / "r", seed=0, progress=False,
+                      params={"data": {"num_clients": 4, "samples_per_client": 40},
                                  "model": {"hidden": [16]}, "method": {"rounds": 2, "batch_size": 10}})
     rel = load_release(tmp_path / "r")
     meta = rel.meta
@@ -208,7 +208,7 @@ def test_release_shows_the_proxy_epsilon_and_the_dml_assumption(tmp_path):
     assert "private_accuracy_mean" in meta["utility"]
     mem = rel.membership
     assert len(np.intersect1d(mem["members"], mem["nonmembers"])) == 0 and len(mem["members"]) == 160
-    assert not (tmp_path / ".r.ckpt").exists()
+    assert not (tmp_path / ".r.checkpoints").exists()
     json.dumps(meta)
 
 
@@ -227,8 +227,8 @@ def test_private_model_beats_regular_under_major_class_skew_fast():
 
 @pytest.mark.slow
 def test_private_model_beats_regular_default_settings(tmp_path):
-    pf = train_proxyfl("digits", tmp_path / "p", seed=0, progress=False)
-    reg = train_proxyfl("digits", tmp_path / "r", variant="regular", seed=0, progress=False)
+    pf = run_method("proxyfl", dataset="digits", out=tmp_path / "p", seed=0, progress=False)
+    reg = run_method("regular", dataset="digits", out=tmp_path / "r", seed=0, progress=False)
     assert pf.utility["private_accuracy_mean"] > reg.utility["proxy_accuracy_mean"] + 0.15
 
 

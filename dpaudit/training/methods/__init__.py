@@ -1,90 +1,129 @@
-"""The methods, one module each, behind one entry point.
+"""The methods, one module each, behind one registry and one entry point.
 
-:func:`run_method` runs any method by name and returns where its release(s) went, so callers (the audit,
-the claims checker) need not know the two configuration dialects:
+Every method module exports a typed ``Config`` (a :class:`~.scaffold.MethodConfig` built from the TOML
+tables ``[data]``, ``[model]``, ``[method]``, ``[run]``) and ``run(config, out, *, seed, progress,
+overwrite=False) -> RunResult`` (see :mod:`.scaffold`). :data:`METHODS` maps each method name to its module;
+:func:`run_method` (what ``dpaudit train METHOD`` and the audit call) loads the config and runs it.
 
-- PATE-family methods (``pate``, ``fedkt``, ``fredy``): a flat config dataclass; ``params`` are its fields
-  (``{"gamma": 0.1, "teachers": 10}``), TOML files hold them at top level with ``method = "<name>"``.
-- Federated methods (``privatekt``, ``proxyfl`` and the baselines): TOML tables ``[data]``, ``[model]``,
-  ``[method]``, ``[run]``; ``params`` are nested overrides by table (``{"method": {"rounds": 20}}``).
+This module imports no method module (nor torch) until a method is asked for, so the command line starts fast.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from types import ModuleType
+from typing import Any, Mapping, Sequence
 
-from dpaudit.errors import ParameterError, check_choice
+from dpaudit.errors import ParameterError
 
-__all__ = ["METHODS", "FEDERATED_METHODS", "get_method", "run_method", "MethodRun", "method_names"]
+__all__ = ["METHODS", "MethodEntry", "Shorthand", "method_names", "method_module", "load_method_config", "run_method"]
 
-#: PATE-family: method name -> (module, config class, run function). Every run function has the signature
-#: ``run(config, *, dataset, out, seed, data_dir=None, device=None, overwrite=False, progress=True) -> MethodResult``.
-METHODS: dict[str, tuple[str, str, str]] = {
-    "pate": ("dpaudit.training.methods.pate", "PATEConfig", "run_pate"),
-    "fedkt": ("dpaudit.training.methods.fedkt", "FedKTConfig", "run_fedkt"),
-    "fredy": ("dpaudit.training.methods.fredy", "FREDYConfig", "run_fredy"),
-}
 
-#: Federated methods: name -> (module, function, fixed keyword arguments). Each function has the signature
-#: ``train_x(dataset, out, *, config_path, seed, data_dir, device, overwrite, progress, overrides, **fixed)``.
-FEDERATED_METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "privatekt": ("dpaudit.training.methods.privatekt", "train_privatekt", {}),
-    "fedmd-ldp": ("dpaudit.training.methods.privatekt", "train_privatekt", {"fedmd": True}),
-    "fedavg-ldp": ("dpaudit.training.methods.baselines", "train_ldp_updates", {"mode": "fedavg"}),
-    "fedsgd-ldp": ("dpaudit.training.methods.baselines", "train_ldp_updates", {"mode": "fedsgd"}),
-    "centrain": ("dpaudit.training.methods.baselines", "train_centrain", {}),
-    **{name: ("dpaudit.training.methods.proxyfl", "train_proxyfl", {"variant": variant})
-       for name, variant in (("proxyfl", "proxyfl"), ("fml", "fml"), ("fedavg-dpsgd", "fedavg"),
-                             ("avgpush", "avgpush"), ("cwt", "cwt"), ("regular", "regular"), ("joint", "joint"))},
+@dataclass(frozen=True)
+class Shorthand:
+    """A command-line flag kept for users of the per-method commands: ``--gamma X`` is ``--set method.gamma=X``.
+
+    ``type`` is ``"int"``, ``"float"``, ``"str"`` or ``"choice:A,B"``; a flag with ``value`` set takes no
+    argument and sets that value (``--no-buffer`` sets ``method.use_buffer = false``)."""
+
+    flag: str
+    key: str
+    type: str
+    help: str
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    """A registry row: the module that implements the method, a one-line description, its shorthand flags."""
+
+    module: str
+    help: str
+    shorthands: tuple[Shorthand, ...] = ()
+
+
+_M = "dpaudit.training.methods."
+_ROUNDS = Shorthand("--rounds", "method.rounds", "int", "Number of rounds ([method] rounds).")
+_EPS = Shorthand("--epsilon", "method.epsilon", "float", "Per-round LDP budget ([method] epsilon).")
+_TEACHERS = Shorthand("--teachers", "method.teachers", "int", "Number of teachers ([method] teachers).")
+_GAMMA = Shorthand("--gamma", "method.gamma", "float", "Inverse Laplace noise scale on vote counts: noise Lap(1/gamma).")
+_QUERIES = Shorthand("--queries", "method.queries", "int", "Number of public queries answered ([method] queries).")
+_PROXYFL = (_ROUNDS, Shorthand("--budget", "method.budget", "float", "Epsilon at which a client drops out."),
+            Shorthand("--release-client", "method.release_client", "int", "Whose shared model is released (default 0)."))
+
+#: Method name -> where it lives and what ``dpaudit train NAME`` offers beside the common flags.
+METHODS: dict[str, MethodEntry] = {
+    "pate": MethodEntry(_M + "pate", "PATE: teachers on disjoint data, Laplace noisy max on public queries, a released student.",
+                        (_TEACHERS, _GAMMA, _QUERIES)),
+    "fedkt": MethodEntry(_M + "fedkt", "FedKT: two-tier knowledge transfer with consistent voting; SOLO and PATE baselines.",
+                         (Shorthand("--level", "method.level", "choice:L0,L1,L2", "Privacy level (L0 none, L1 server noise, L2 party noise)."),
+                          _GAMMA, Shorthand("--parties", "method.parties", "int", "Number of parties n."),
+                          Shorthand("--partitions", "method.partitions", "int", "Partitions per party s."),
+                          Shorthand("--teachers", "method.teachers", "int", "Teachers per partition t."))),
+    "fredy": MethodEntry(_M + "fredy", "FREDY: FedAvg-trained teachers, Laplace noisy labels, a released student and a non-private baseline.",
+                         (_TEACHERS, Shorthand("--rounds", "method.rounds", "int", "Federated rounds n (the last one is local only)."),
+                          _GAMMA, _QUERIES)),
+    "privatekt": MethodEntry(_M + "privatekt", "PrivateKT: randomized-response labels on K actively sampled public samples per round.",
+                             (_ROUNDS, _EPS,
+                              Shorthand("--no-buffer", "method.use_buffer", "bool", "Ablation: knowledge buffer of one round.", False),
+                              Shorthand("--uniform-sampling", "method.importance_sampling", "bool",
+                                        "Ablation: uniform instead of entropy importance sampling.", False),
+                              Shorthand("--no-self-training", "method.self_training", "bool", "Ablation: no self-training.", False))),
+    "fedmd-ldp": MethodEntry(_M + "privatekt", "FedMD + LDP: randomized response on predictions over the whole public set.",
+                             (_ROUNDS, _EPS)),
+    "fedavg-ldp": MethodEntry(_M + "baselines", "FedAvg with Laplace LDP (scale 2C/eps) on L1-clipped updates.", (_ROUNDS, _EPS)),
+    "fedsgd-ldp": MethodEntry(_M + "baselines", "FedSGD with Laplace LDP (scale 2C/eps) on L1-clipped gradients.", (_ROUNDS, _EPS)),
+    "centrain": MethodEntry(_M + "centrain", "CenTrain: centralised training on the pooled records (no privacy; the reference)."),
+    "proxyfl": MethodEntry(_M + "proxyfl", "ProxyFL: private + DP proxy per client, PushSum over the exponential graph.", _PROXYFL),
+    "fml": MethodEntry(_M + "proxyfl", "FML: private + DP proxy per client, proxies averaged by a server.", _PROXYFL),
+    "fedavg-dpsgd": MethodEntry(_M + "proxyfl", "FedAvg with DP-SGD local training (ProxyFL's baseline).", _PROXYFL),
+    "avgpush": MethodEntry(_M + "proxyfl", "AvgPush: DP-SGD models averaged with PushSum.", _PROXYFL),
+    "cwt": MethodEntry(_M + "proxyfl", "CWT: cyclical weight transfer of DP-SGD models.", _PROXYFL),
+    "regular": MethodEntry(_M + "proxyfl", "Regular: each client trains alone with DP-SGD.", _PROXYFL),
+    "joint": MethodEntry(_M + "proxyfl", "Joint: one DP-SGD model on the pooled records.", _PROXYFL),
 }
 
 
 def method_names() -> tuple[str, ...]:
-    return tuple(sorted({*METHODS, *FEDERATED_METHODS}))
+    return tuple(sorted(METHODS))
 
 
-def get_method(name: str) -> tuple[type, Callable[..., Any]]:
-    """``(ConfigClass, run_function)`` of the PATE-family method ``name``."""
-    check_choice(name, "method", "get_method", sorted(METHODS))
-    module, cfg, fn = METHODS[name]
-    mod = importlib.import_module(module)
-    return getattr(mod, cfg), getattr(mod, fn)
+def method_module(name: str) -> ModuleType:
+    """The module implementing the method ``name`` (its ``Config`` and ``run``)."""
+    if name not in METHODS:
+        raise ParameterError(f"Unknown method {name!r}; the methods are {', '.join(method_names())}.")
+    return importlib.import_module(METHODS[name].module)
 
 
-@dataclass(frozen=True)
-class MethodRun:
-    """Where a method run wrote its release(s): ``release`` and, by name, ``extra_releases``
-    (FREDY's ``"nonprivate"`` baseline)."""
+def load_method_config(name: str, config_file: str | Path | None = None, *, params: Mapping[str, Any] | None = None,
+                       sets: Sequence[str] = (), dataset: str | None = None, data_dir: str | Path | None = None,
+                       device: str | None = None) -> Any:
+    """The method's ``Config``: its defaults, then ``config_file`` (TOML), then ``params`` (tables, dotted keys or
+    bare ``[method]`` keys), then ``sets`` (``"table.key=value"``), then ``dataset``/``data_dir``/``device``."""
+    from dpaudit.training.methods.scaffold import parse_sets, tables_from_params
 
-    method: str
-    release: Path
-    utility: Mapping[str, Any] = field(default_factory=dict)
-    extra_releases: Mapping[str, Path] = field(default_factory=dict)
+    cls = method_module(name).Config
+    explicit: dict[str, dict[str, Any]] = {}
+    if dataset is not None:
+        explicit.setdefault("data", {})["name"] = dataset
+    if data_dir is not None:
+        explicit.setdefault("data", {})["data_dir"] = str(data_dir)
+    if device is not None:
+        explicit["run"] = {"device": device}
+    return cls.load(name, config_file, overrides=(tables_from_params(params), parse_sets(sets), explicit))
 
 
-def run_method(name: str, *, dataset: str, out: str | Path, seed: int = 0, config_file: str | Path | None = None,
-               params: Mapping[str, Any] | None = None, data_dir: str | Path | None = None, device: str | None = None,
-               overwrite: bool = False, progress: bool = True) -> MethodRun:
-    """Run the method ``name`` and write its release bundle to ``out`` (see the module docstring for ``params``)."""
-    check_choice(name, "method", "run_method", method_names())
-    params = dict(params or {})
-    if name in METHODS:
-        from dpaudit.training.methods.common import load_config
+def run_method(name: str, *, out: str | Path, dataset: str | None = None, seed: int = 0,
+               config_file: str | Path | None = None, params: Mapping[str, Any] | None = None, sets: Sequence[str] = (),
+               data_dir: str | Path | None = None, device: str | None = None, overwrite: bool = False,
+               progress: Any = True) -> Any:
+    """Run the method ``name`` and write its release bundle to ``out``; returns its
+    :class:`~.scaffold.RunResult` (or None when ``[run] stop_after`` stopped it early).
 
-        cls, run = get_method(name)
-        config = load_config(cls, config_file, **params)
-        res = run(config, dataset=dataset, out=out, seed=seed, data_dir=data_dir, device=device,
-                  overwrite=overwrite, progress=progress)
-        return MethodRun(name, Path(res.release), dict(res.utility), {k: Path(v) for k, v in res.extra_releases.items()})
-    bad = [k for k, v in params.items() if not isinstance(v, Mapping)]
-    if bad:
-        raise ParameterError(f"The 'params' of federated method {name!r} must be tables of overrides "
-                             f"(e.g. {{method = {{rounds = 20}}}}). Got non-table key(s) {bad} instead.")
-    module, fn, fixed = FEDERATED_METHODS[name]
-    train = getattr(importlib.import_module(module), fn)
-    summary = train(dataset, out, config_path=config_file, seed=seed, data_dir=data_dir, device=device,
-                    overwrite=overwrite, progress=progress, overrides=params or None, **fixed)
-    return MethodRun(name, Path(summary.out), dict(summary.utility), {})
+    The whole configuration is loaded and checked (device included) before any work starts.
+    """
+    config = load_method_config(name, config_file, params=params, sets=sets, dataset=dataset, data_dir=data_dir,
+                                device=device)
+    return method_module(name).run(config, out, seed=seed, progress=progress, overwrite=overwrite)

@@ -10,36 +10,40 @@
 - **FedMD + LDP**: prediction sharing over the *whole* public pool with randomized response, the epsilon split
   over every shared label (K = |public pool|): :func:`fedmd_config` builds the PrivateKT configuration that
   is exactly this protocol (uniform, no buffer, no self-training).
-- **CenTrain**: one model on the pooled client data, no privacy (the reference).
+- **CenTrain** (the non-private reference) lives in :mod:`.centrain`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import ClassVar, Any, Mapping
 
 import numpy as np
-import torch
 
 from dpaudit.accountants.pure import PureDp
-from dpaudit.errors import ParameterError, check_choice, check_float, check_int
-from dpaudit.training.engine import RoundEngine, party_rng, party_seed
+from dpaudit.errors import check_choice, check_float, check_int
+from dpaudit.training.engine import party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
-    ConfigDict,
+    GlobalModelResult,
+    GlobalModelSteps,
+    RoundSettings,
+    DataSettings,
     FederatedData,
-    accuracy,
     flatten_state,
     full_batch_gradient,
     init_model_state,
     laplace_ldp,
     laplace_scale_for_ldp,
+    make_classifier,
+    model_spec_from,
+    run_global_model,
     unflatten_state,
 )
+from dpaudit.training.methods.scaffold import (MethodConfig, Outcome, Release, RunContext, RunResult, build_dataclass,
+                                               execute)
 
-__all__ = ["LdpUpdateConfig", "LdpUpdateMethod", "LdpUpdateResult", "run_ldp_updates", "fedmd_config",
-           "run_centrain", "laplace_mechanism_text"]
+__all__ = ["Config", "LdpUpdateConfig", "LdpUpdateMethod", "LdpUpdateResult", "run", "run_ldp_updates", "fedmd_config",
+           "laplace_mechanism_text", "ldp_update_statement"]
 
 
 def laplace_mechanism_text(bound: float, epsilon: float) -> str:
@@ -49,7 +53,7 @@ def laplace_mechanism_text(bound: float, epsilon: float) -> str:
 
 
 @dataclass(frozen=True)
-class LdpUpdateConfig(ConfigDict):
+class LdpUpdateConfig(RoundSettings):
     """FedAvg/FedSGD with Laplace LDP on L1-clipped updates.
 
     ``mode``: "fedavg" (local epochs, update = local - global) or "fedsgd" (one full-batch gradient).
@@ -60,34 +64,17 @@ class LdpUpdateConfig(ConfigDict):
     label: ClassVar[str] = "FedAvg/FedSGD-LDP"
 
     mode: str = "fedavg"
-    epsilon: float = 5.0
     clip: float = 1.0
-    rounds: int = 60
-    client_fraction: float = 0.5
-    local_epochs: int = 5
-    local_batch_size: int = 32
-    local_lr: float = 1e-2
-    server_lr: float = 1.0
-    eval_every: int = 0
-    delta: float = 1e-5
 
     def __post_init__(self) -> None:
         o = "LdpUpdateConfig"
         check_choice(self.mode, "mode", o, ("fedavg", "fedsgd"))
-        check_float(self.epsilon, "epsilon", o, low=0.0, low_open=True)
+        self.check_rounds(o, min_local_epochs=1)
         check_float(self.clip, "clip", o, low=0.0, low_open=True)
-        check_int(self.rounds, "rounds", o, low=1)
-        check_float(self.client_fraction, "client_fraction", o, low=0.0, high=1.0, low_open=True)
-        check_int(self.local_epochs, "local_epochs", o, low=1)
-        check_int(self.local_batch_size, "local_batch_size", o, low=1)
-        check_float(self.local_lr, "local_lr", o, low=0.0, low_open=True)
-        check_float(self.server_lr, "server_lr", o, low=0.0, low_open=True)
-        check_int(self.eval_every, "eval_every", o, low=0)
-        check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 
-class LdpUpdateMethod:
+class LdpUpdateMethod(GlobalModelSteps):
     """FedAvg/FedSGD + Laplace LDP as engine step functions."""
 
     def __init__(self, config: LdpUpdateConfig, data: FederatedData, spec: Any, *, device: str | None = None) -> None:
@@ -101,13 +88,6 @@ class LdpUpdateMethod:
         st = {"round": 0, "seed": int(seed), "params": params, "ledger": PrivacyLedger(delta=self.config.delta),
               "history": [], "reports": np.zeros(self.data.num_clients, dtype=np.int64)}
         return st, {"round": 0, "seed": int(seed), "params": params}
-
-    def init_client(self, client_id: int, data: Any, seed: int) -> dict:
-        return {}
-
-    def client_step(self, state: dict, data: tuple, message: dict) -> tuple[dict, dict]:
-        s, r = self.client_steps([state], [data], [message])
-        return s[0], r[0]
 
     def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
         cfg, msg = self.config, messages[0]
@@ -139,42 +119,21 @@ class LdpUpdateMethod:
         sign = 1.0 if cfg.mode == "fedavg" else -1.0
         params = unflatten_state(flatten_state(state["params"]) + sign * cfg.server_lr * mean, state["params"])
         t = state["round"]
-        history = list(state["history"])
-        if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
-            history.append([t + 1, accuracy(self.spec, params, self.data.X[self.data.test], self.data.y[self.data.test])])
+        history = self.history_after(state, params)
         new = {**state, "round": t + 1, "params": params, "ledger": ledger, "history": history, "reports": reports}
         return new, {"round": t + 1, "seed": state["seed"], "params": params}
 
-    def progress_info(self, state: dict) -> dict:
-        return {"acc": state["history"][-1][1]} if state["history"] else {}
-
-    def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
-        return server_state
 
 
-@dataclass(frozen=True)
-class LdpUpdateResult:
-    params: dict
-    test_accuracy: float
-    history: tuple
-    ledger: Any
-    reports_per_client: np.ndarray
-    rounds_run: int
+#: What :func:`run_ldp_updates` returns.
+LdpUpdateResult = GlobalModelResult
 
 
 def run_ldp_updates(data: FederatedData, spec: Any, config: LdpUpdateConfig, *, seed: int, device: str | None = None,
-                    checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
-                    stop_after: int | None = None) -> LdpUpdateResult:
-    """Run FedAvg/FedSGD + Laplace LDP and return the global model with its ledger."""
-    method = LdpUpdateMethod(config, data, spec, device=device)
-    per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
-    out = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=per_round,
-                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
-                      stop_after=stop_after).run()
-    st = out.result
-    return LdpUpdateResult(params=st["params"], test_accuracy=accuracy(spec, st["params"], data.X[data.test], data.y[data.test]),
-                           history=tuple(tuple(h) for h in st["history"]), ledger=st["ledger"],
-                           reports_per_client=st["reports"], rounds_run=len(out.participants))
+                    **engine: Any) -> GlobalModelResult:
+    """Run FedAvg/FedSGD + Laplace LDP and return the global model with its ledger (``engine``: checkpoint_dir,
+    checkpoint_every, progress, stop_after of :func:`~.fl_common.run_global_model`)."""
+    return run_global_model(LdpUpdateMethod(config, data, spec, device=device), data, config, seed=seed, **engine)
 
 
 def fedmd_config(base: Any, public_size: int) -> Any:
@@ -183,20 +142,6 @@ def fedmd_config(base: Any, public_size: int) -> Any:
     n = check_int(public_size, "public_size", "fedmd_config", low=1)
     return replace(base, samples_per_round=n, buffer_rounds=1, use_buffer=False, importance_sampling=False,
                    self_training=False)
-
-
-def run_centrain(data: FederatedData, spec: Any, *, epochs: int, batch_size: int, lr: float, seed: int,
-                 device: str | None = None) -> tuple[Any, float, Any]:
-    """CenTrain: one model on the pooled records of all clients (no privacy). Returns
-    ``(classifier, test_accuracy, train_config)``."""
-    from dpaudit.training.ensemble import TrainConfig, train_ensemble
-
-    cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr)
-    members = data.members
-    ens = train_ensemble(spec, [(data.X[members], data.y[members])], cfg, seed=seed, device=device, progress=False)
-    clf = ens.member(0)
-    acc = float((clf.predict(data.X[data.test]) == data.y[data.test]).mean())
-    return clf, acc, cfg
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,14 +154,6 @@ LDP_UPDATE_DEFAULTS: dict[str, dict[str, Any]] = {
     "method": {"rounds": 100},
     "run": {"checkpoint_every": 10, "num_threads": 1},
 }
-
-CENTRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
-    "data": {"num_clients": 10, "partition": "dirichlet", "alpha": 0.5},
-    "model": {"name": "mlp", "hidden": [100]},
-    "method": {"epochs": 30, "batch_size": 32, "lr": 1e-3},
-    "run": {"num_threads": 1},
-}
-
 
 def ldp_update_statement(ledger: Any, config: LdpUpdateConfig, reports: np.ndarray) -> Any:
     """Per-release pure epsilon and the ledger's composition over each client's releases (headline: max)."""
@@ -237,95 +174,47 @@ def ldp_update_statement(ledger: Any, config: LdpUpdateConfig, reports: np.ndarr
                                    "reports_per_client_max": worst, "reports_per_client_mean": float(np.mean(reports))})
 
 
-def train_ldp_updates(dataset: str, out: Any, *, mode: str = "fedavg", config_path: Any = None, seed: int = 0,
-                      data_dir: Any = None, device: str | None = None, overwrite: bool = False, progress: Any = True,
-                      overrides: Mapping[str, Mapping[str, Any]] | None = None, stop_after: int | None = None) -> Any:
-    """Run FedAvg + LDP (``mode="fedavg"``) or FedSGD + LDP and write its release bundle to ``out``."""
-    import shutil
-    import time
+class Config(MethodConfig):
+    """A FedAvg + LDP or FedSGD + LDP run (``fedavg-ldp``, ``fedsgd-ldp``): ``[data]``, ``[model]``, ``[method]``
+    (:class:`LdpUpdateConfig`; ``mode`` follows the method's name) and ``[run]``."""
 
-    from dpaudit.errors import DataError
+    method_cls = LdpUpdateConfig
+    data_cls = DataSettings
+    defaults = LDP_UPDATE_DEFAULTS
+
+    @classmethod
+    def method_table(cls, name: str, table: Mapping[str, Any]) -> LdpUpdateConfig:
+        return build_dataclass(LdpUpdateConfig, {**table, "mode": name.split("-")[0]}, f"[method] of {name}")
+
+
+def run(config: Config, out: Any, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult | None:
+    """Run FedAvg + LDP or FedSGD + LDP and write its release bundle to ``out`` (None when ``[run] stop_after``
+    stopped it early; the same call again resumes)."""
+    return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
+
+
+def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
     from dpaudit.training.ensemble import TrainConfig
-    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
-                                                    merge_settings, model_spec_from, run_options, torch_threads)
-    from dpaudit.training.release import write_release
 
-    t0 = time.perf_counter()
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
-    s = merge_settings(LDP_UPDATE_DEFAULTS, config_path, overrides)
-    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
-    spec = model_spec_from(s["model"], data)
-    config = LdpUpdateConfig.from_dict({**s["method"], "mode": mode})
-    ckpt = checkpoint_dir_for(out)
-    every, threads = run_options(s["run"], default_checkpoint_every=10)
-    with torch_threads(threads):
-        res = run_ldp_updates(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt, checkpoint_every=every,
-                              progress=progress, stop_after=stop_after)
-    if stop_after is not None and res.rounds_run < config.rounds:
+    data = cfg.prepare_data(ctx.seed)
+    spec = model_spec_from(cfg.model, data)
+    config = cfg.method
+    res = run_ldp_updates(data, spec, config, seed=ctx.seed, device=cfg.run.device, checkpoint_dir=ctx.checkpoints,
+                          checkpoint_every=cfg.run.checkpoint_every, progress=ctx.reporter, stop_after=cfg.run.stop_after)
+    if cfg.run.stop_after is not None and res.rounds_run < config.rounds:
         return None
     statement = ldp_update_statement(res.ledger, config, res.reports_per_client)
-    name = f"{mode}_ldp"
+    name = f"{config.mode}_ldp"
     claim = {"epsilon": config.epsilon, "delta": 0.0, "granularity": "client (local DP), per round",
              "text": f"{name} as PrivateKT's baseline (Qi et al. 2023, Fig. 2): every released update is eps-LDP."}
-    write_release(out, method=name, dataset=data.dataset_spec,
-                  params={"method": config.to_dict(), "data": data.partition, "model": s["model"]}, seed=seed,
-                  utility={"test_accuracy": res.test_accuracy, "history": [list(h) for h in res.history]},
-                  classifier=make_classifier(spec, res.params),
-                  train_config=TrainConfig(epochs=config.local_epochs, batch_size=config.local_batch_size, lr=config.local_lr),
-                  ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
-                  assumptions=("The per-round figure is what the baseline claims; the headline composes every "
-                               "release a client made over the run.",
-                               "Members: every client's private records; non-members: the held-out test records."),
-                  overwrite=overwrite)
-    shutil.rmtree(ckpt, ignore_errors=True)
-    return TrainSummary(method=name, out=str(out), utility={"test_accuracy": res.test_accuracy},
-                        epsilon=statement.epsilon, delta=statement.delta, claimed_epsilon=config.epsilon,
-                        statement_label=statement.statement.label, rounds_run=res.rounds_run,
-                        seconds=time.perf_counter() - t0)
-
-
-def train_centrain(dataset: str, out: Any, *, config_path: Any = None, seed: int = 0, data_dir: Any = None,
-                   device: str | None = None, overwrite: bool = False, progress: Any = True,
-                   overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
-    """CenTrain: one model on the pooled client records, no privacy; written as a release (epsilon = inf)."""
-    import time
-
-    from dpaudit.accountants.ledger import PrivacyLedger
-    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-    from dpaudit.errors import DataError
-    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, merge_settings, model_spec_from,
-                                                    run_options, torch_threads)
-    from dpaudit.training.release import write_release
-
-    t0 = time.perf_counter()
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
-    s = merge_settings(CENTRAIN_DEFAULTS, config_path, overrides)
-    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
-    spec = model_spec_from(s["model"], data)
-    m = s["method"]
-    unknown = set(m) - {"epochs", "batch_size", "lr"}
-    if unknown:
-        raise ParameterError(f"Unknown CenTrain parameter(s) {sorted(unknown)}; allowed: ['batch_size', 'epochs', 'lr'].")
-    _, threads = run_options(s["run"], default_checkpoint_every=0)
-    with torch_threads(threads):
-        clf, acc, cfg = run_centrain(data, spec, epochs=int(m["epochs"]), batch_size=int(m["batch_size"]),
-                                     lr=float(m["lr"]), seed=seed, device=device)
-    st = PrivacyStatement(math.inf, 0.0, "none", label="no privacy (centralised training)",
-                          assumptions=("The records of every client are pooled and trained on without any DP mechanism.",))
-    statement = AccountingResult("CenTrain (no DP)", (st,))
-    ledger = PrivacyLedger(delta=1e-5)
-    ledger.add_assumption("No DP mechanism was applied; no events were recorded.")
-    write_release(out, method="centrain", dataset=data.dataset_spec,
-                  params={"method": dict(m), "data": data.partition, "model": s["model"]}, seed=seed,
-                  utility={"test_accuracy": acc}, classifier=clf, train_config=cfg, ledger=ledger, statement=statement,
-                  claim={"epsilon": math.inf, "delta": 0.0, "granularity": "none",
-                         "text": "CenTrain is the non-private reference of PrivateKT's comparison (no guarantee)."},
-                  membership=data.membership(), assumptions=("No privacy: the reference for utility.",),
-                  overwrite=overwrite)
-    return TrainSummary(method="centrain", out=str(out), utility={"test_accuracy": acc}, epsilon=math.inf, delta=0.0,
-                        claimed_epsilon=math.inf, statement_label=st.label, rounds_run=int(m["epochs"]),
-                        seconds=time.perf_counter() - t0)
+    return Outcome(Release(
+        method=name, dataset=data.dataset_spec,
+        params={"method": config.to_dict(), "data": data.partition, "model": dict(cfg.model)},
+        utility={"test_accuracy": res.test_accuracy, "history": [list(h) for h in res.history]},
+        classifier=make_classifier(spec, res.params),
+        train_config=TrainConfig(epochs=config.local_epochs, batch_size=config.local_batch_size, lr=config.local_lr),
+        ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
+        assumptions=("The per-round figure is what the baseline claims; the headline composes every "
+                     "release a client made over the run.",
+                     "Members: every client's private records; non-members: the held-out test records.")),
+        rounds_run=res.rounds_run)

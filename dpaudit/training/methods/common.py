@@ -1,34 +1,28 @@
 """Shared pieces of the PATE-family methods (PATE, FedKT, FREDY).
 
 Pure numpy logic (vote histograms, consistent voting, Laplace noisy max vectorised over queries, query
-selection, disjoint splits, balanced membership ground truth), configuration loading from TOML with
-overrides, the typed :class:`MethodResult`, stage checkpoints that let an interrupted run resume, and a
-thin wrapper that trains a group of models of one architecture (torch models through the ensemble
-trainer, tree models one by one).
+selection, disjoint splits, balanced membership ground truth), the family's data loading and split checks,
+ledgers and accounting results, stage checkpoints that let an interrupted run resume, and a thin wrapper
+that trains a group of models of one architecture (torch models through the ensemble trainer, tree models
+one by one). The run scaffold (config, output, release writing) is :mod:`.scaffold`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
-import shutil
-import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import dumps_json, read_json, save_npz, write_json
+from dpaudit._io import save_npz
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.errors import DataError, ParameterError, check_float, check_int
+from dpaudit.errors import DataError, ParameterError, check_float, check_int, check_probability
+from dpaudit.progress import Reporter, as_reporter
 
 __all__ = [
-    "MethodResult",
-    "load_config",
     "config_to_dict",
     "vote_counts",
     "consistent_vote_counts",
@@ -44,88 +38,22 @@ __all__ = [
     "ModelGroup",
     "train_group",
     "no_privacy_result",
-    "checkpoint_dir_for",
-    "prepare_out",
     "new_ledger",
     "data_independent_ledger",
     "accounting_result",
-    "finish_run",
     "PATE_ASSUMPTION",
+    "DataBundle",
+    "load_data",
+    "release_dataset_spec",
+    "model_spec",
+    "check_split",
+    "FamilySettings",
+    "schedule",
+    "teacher_parts",
+    "noiseless_accounting",
+    "central_ledger",
+    "student_utility",
 ]
-
-C = TypeVar("C")
-
-
-# --------------------------------------------------------------------------------------------------
-# Results
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MethodResult:
-    """What a method run returns: its utility numbers, its privacy accounting and where the release is.
-
-    Attributes
-    ----------
-    method:
-        ``"pate"``, ``"fedkt"`` or ``"fredy"``.
-    utility:
-        Named scalar metrics (accuracies in [0, 1], counts); e.g. ``{"test_accuracy": 0.93, "solo_accuracy": 0.71}``;
-        ``test_accuracy`` (the released model on the test split) is required by :func:`write_release`.
-    accounting:
-        The privacy figures of the released model (headline first), as written to ``release.json``.
-    release:
-        The release bundle directory.
-    extra_releases:
-        Further bundles written by the same run, by name (FREDY's ``"nonprivate"`` baseline).
-    """
-
-    method: str
-    utility: Mapping[str, float]
-    accounting: AccountingResult
-    release: Path
-    extra_releases: Mapping[str, Path] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "utility": dict(self.utility),
-            "accounting": self.accounting.to_dict(),
-            "release": str(self.release),
-            "extra_releases": {k: str(v) for k, v in self.extra_releases.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MethodResult":
-        return cls(
-            method=data["method"],
-            utility=dict(data["utility"]),
-            accounting=AccountingResult.from_dict(data["accounting"]),
-            release=Path(data["release"]),
-            extra_releases={k: Path(v) for k, v in dict(data.get("extra_releases", {})).items()},
-        )
-
-    def summary(self) -> str:
-        """Lines for a terminal: utility, then the headline privacy statement with its assumptions."""
-        lines = [f"{self.method}: release written to {self.release}"]
-        for name, path in self.extra_releases.items():
-            lines.append(f"  {name} release: {path}")
-        lines.append("utility:")
-        for k, v in self.utility.items():
-            lines.append(f"  {k:<28} {v:.4f}" if isinstance(v, float) else f"  {k:<28} {v}")
-        lines.append("privacy:")
-        for i, st in enumerate(self.accounting.statements):
-            mark = "*" if i == self.accounting.headline else " "
-            eps = "inf (no guarantee)" if math.isinf(st.epsilon) else f"{st.epsilon:.4g}"
-            dd = ", data-dependent" if st.data_dependent else ""
-            lines.append(f" {mark} epsilon = {eps} at delta = {st.delta:.3g}  [{st.label or st.method}{dd}]")
-        head = self.accounting.statement
-        if head.assumptions:
-            lines.append("assumptions:")
-            lines.extend(f"  - {a}" for a in head.assumptions)
-        for w in self.accounting.warnings:
-            lines.append(f"warning: {w}")
-        return "\n".join(lines)
 
 
 PATE_ASSUMPTION = (
@@ -189,12 +117,6 @@ def accounting_result(
     )
 
 
-def finish_run(checkpoints: Path | None) -> None:
-    """Remove a finished run's checkpoints (the release is complete; a re-run starts fresh)."""
-    if checkpoints is not None and checkpoints.exists():
-        shutil.rmtree(checkpoints, ignore_errors=True)
-
-
 def no_privacy_result(mechanism: str, delta: float, reason: str) -> AccountingResult:
     """An honest statement for a release that no DP mechanism protects: epsilon = inf."""
     st = PrivacyStatement(
@@ -207,19 +129,30 @@ def no_privacy_result(mechanism: str, delta: float, reason: str) -> AccountingRe
     return AccountingResult(mechanism=mechanism, statements=(st,))
 
 
+def central_ledger(delta: float, *events: Any, assumptions: Sequence[str] = ()) -> Any:
+    """A ledger at ``delta`` holding ``events`` under the one party ``"central"`` (a curator answering queries
+    about the whole private split), with ``assumptions`` stated."""
+    ledger = new_ledger(delta)
+    for text in assumptions:
+        ledger.add_assumption(text)
+    for ev in events:
+        ledger.record("central", ev)
+    return ledger
+
+
+def noiseless_accounting(mechanism: str, delta: float, reason: str, *, claim_text: str,
+                         granularity: str = "example") -> tuple[Any, AccountingResult, dict[str, Any]]:
+    """``(ledger, accounting, claim)`` of a run that added no noise: an empty ledger stating ``reason``,
+    epsilon = inf, and a claim of no guarantee."""
+    ledger = new_ledger(delta)
+    ledger.add_assumption(reason)
+    claim = {"epsilon": float("inf"), "delta": delta, "granularity": granularity, "text": claim_text}
+    return ledger, no_privacy_result(mechanism, delta, reason), claim
+
+
 # --------------------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------------------
-
-
-def _train_config_cls():
-    from dpaudit.training.ensemble import TrainConfig  # local: keeps this module importable for pure logic
-
-    return TrainConfig
-
-
-def _is_train_field(f: dataclasses.Field) -> bool:
-    return bool(f.metadata.get("train_config"))
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -235,48 +168,6 @@ def config_to_dict(config: Any) -> dict[str, Any]:
             v = dict(v)
         out[f.name] = v
     return out
-
-
-def load_config(cls: type[C], path: str | Path | None = None, /, **overrides: Any) -> C:
-    """Build the frozen method config ``cls`` from defaults, a TOML file, then keyword overrides.
-
-    The TOML file holds the config's fields at top level (an optional ``method = "<name>"`` key is checked
-    against ``cls.method_name``); training schedules are sub-tables (``[teacher_train]``, with the keys of
-    :class:`~dpaudit.training.ensemble.TrainConfig`), merged over the defaults. Overrides whose value is
-    ``None`` are ignored, so a CLI can pass every option it has. Unknown keys raise :class:`ParameterError`.
-    """
-    owner = cls.__name__
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise DataError(f"The config file {p} does not exist.")
-        try:
-            with open(p, "rb") as fh:
-                data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise DataError(f"The config file {p} is not valid TOML: {exc}") from None
-        method = data.pop("method", None)
-        expected = getattr(cls, "method_name", None)
-        if method is not None and expected is not None and method != expected:
-            raise ParameterError(f"The config file {p} is for method {method!r}, not {expected!r}.")
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ParameterError(f"Unknown parameter(s) {unknown} for {owner}; allowed: {sorted(names)}.")
-    defaults = cls()  # type: ignore[call-arg]
-    kwargs: dict[str, Any] = {}
-    for name, value in data.items():
-        f = names[name]
-        if _is_train_field(f) and isinstance(value, Mapping):
-            base = getattr(defaults, name).to_dict()
-            base.update(value)
-            value = _train_config_cls().from_dict(base)
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[name] = value
-    return dataclasses.replace(defaults, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -406,10 +297,13 @@ def balanced_membership(
 
 
 def accuracy(proba_or_labels: np.ndarray, y: np.ndarray) -> float:
-    """Fraction of correct predictions; accepts probabilities (n, C) or labels (n,)."""
+    """Fraction of correct predictions; accepts probabilities (n, C) or labels (n,). NaN when ``y`` is empty."""
+    y = np.asarray(y)
+    if len(y) == 0:
+        return float("nan")
     p = np.asarray(proba_or_labels)
     pred = p.argmax(axis=-1) if p.ndim == 2 else p
-    return float(np.mean(pred == np.asarray(y)))
+    return float(np.mean(pred == y))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -437,71 +331,6 @@ def derive_rng(seed: int, tag: str, *extra: int) -> np.random.Generator:
 # --------------------------------------------------------------------------------------------------
 
 
-def checkpoint_dir_for(out: str | Path) -> Path:
-    """Where a run writing the release ``out`` keeps its checkpoints: a hidden sibling ``.<name>.checkpoints``.
-
-    A sibling, not ``out/.checkpoints``: the release directory is written atomically as a whole, so it must
-    not exist before the run completes.
-    """
-    out = Path(out)
-    return out.parent / f".{out.name}.checkpoints"
-
-
-def prepare_out(out: str | Path, overwrite: bool, fingerprint: Mapping[str, Any]) -> Path:
-    """Check ``out`` before any work and return the checkpoint directory to use.
-
-    Raises :class:`DataError` if ``out`` already holds a release and ``overwrite`` is false. Checkpoints of
-    an earlier run are reused when they were made with the same ``fingerprint`` (config, seed, data): every
-    stage is deterministic given the fingerprint, so a resumed run gives the numbers an uninterrupted one
-    would. Checkpoints of another fingerprint raise :class:`DataError` unless ``overwrite`` discards them.
-    """
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DataError(f"The release directory {out} already exists; pass --overwrite (overwrite=True) to replace it.")
-    ck = checkpoint_dir_for(out)
-    text = dumps_json(fingerprint)
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    meta = ck / "run.json"
-    if ck.exists():
-        old = read_json(meta).get("digest") if meta.exists() else None
-        if old != digest:
-            if old is not None and not overwrite:
-                raise DataError(
-                    f"The checkpoints in {ck} come from a run with other parameters; pass --overwrite to discard them."
-                )
-            shutil.rmtree(ck)
-    ck.mkdir(parents=True, exist_ok=True)
-    write_json(meta, {"digest": digest, "fingerprint": json.loads(text)})
-    return ck
-
-
-@dataclass(frozen=True)
-class RunStart:
-    """What every PATE-family run starts from: the validated seed, the stage cache of its checkpoints beside
-    ``out``, and its data (see :func:`start_run`)."""
-
-    seed: int
-    cache: "StageCache"
-    data: Any
-    checkpoints: Path
-
-
-def start_run(method: str, config: Any, config_cls: type, *, dataset: str, out: str | Path, seed: int,
-              data_dir: str | Path | None, overwrite: bool, progress: bool) -> RunStart:
-    """Check ``config`` and ``seed``, prepare the output (refusing a finished run unless ``overwrite``; resuming
-    the checkpoints of an interrupted run with the same fingerprint) and load the data."""
-    owner = f"run_{method}"
-    if not isinstance(config, config_cls):
-        raise ParameterError(f"The 'config' parameter of {owner} must be a {config_cls.__name__}. Got {type(config).__name__} instead.")
-    seed = check_int(seed, "seed", owner, low=0)
-    fingerprint = {"method": method, "config": config_to_dict(config), "dataset": dataset, "seed": seed,
-                   "data_dir": None if data_dir is None else str(data_dir)}
-    ck = prepare_out(out, overwrite, fingerprint)
-    from dpaudit.training.methods.pate import load_data  # the family's data loader (pate.py imports this module)
-
-    return RunStart(seed, StageCache(ck, progress), load_data(dataset, config, seed=seed, data_dir=data_dir), ck)
-
-
 class StageCache:
     """Finished stages of a run as ``.npz`` files (written atomically); a resumed run skips them.
 
@@ -509,9 +338,9 @@ class StageCache:
     (which returns a dict of numpy arrays), saves the result and returns it. ``None`` disables caching.
     """
 
-    def __init__(self, directory: Path | None, progress: bool = False) -> None:
+    def __init__(self, directory: Path | None, progress: bool | Reporter = False) -> None:
         self.directory = directory
-        self.progress = progress
+        self.reporter = as_reporter(progress)
         self.resumed: list[str] = []
 
     def path(self, name: str) -> Path | None:
@@ -523,7 +352,7 @@ class StageCache:
             with np.load(p, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
             self.resumed.append(name)
-            log(self.progress, f"resumed stage '{name}' from {p}")
+            self.reporter.log(f"resumed stage '{name}' from {p}")
             return arrays
         arrays = {k: np.asarray(v) for k, v in fn().items()}
         if p is not None:
@@ -536,11 +365,6 @@ class StageCache:
         d = self.directory / name
         d.mkdir(parents=True, exist_ok=True)
         return d
-
-
-def log(progress: bool, message: str) -> None:
-    if progress:
-        print(f"[dpaudit] {message}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -600,7 +424,122 @@ def train_group(
             progress=progress, init_state=init_state,
         )
         return ModelGroup(spec, ensemble=ens)
-    from dpaudit.training.models import fit_classifier
+    from dpaudit.training.ensemble import fit_classifier
 
     members = [fit_classifier(spec, X, y, config, (seed + i) % 2**31) for i, (X, y) in enumerate(datasets)]
     return ModelGroup(spec, members=members)
+
+
+# --------------------------------------------------------------------------------------------------
+# The family's data: one data set, split into private / public / test / attacker
+# --------------------------------------------------------------------------------------------------
+
+
+def check_split(cfg: Any, owner: str) -> None:
+    """The split fractions of a PATE-family config leave private data, and ``num_samples`` is sensible."""
+    for name in ("public_fraction", "test_fraction", "attacker_fraction"):
+        check_probability(getattr(cfg, name), name, owner)
+    total = cfg.public_fraction + cfg.test_fraction + cfg.attacker_fraction
+    if total >= 1.0:
+        raise ParameterError(
+            f"The split fractions of {owner} (public + test + attacker) must sum to < 1 to leave private data. Got {total} instead."
+        )
+    if cfg.num_samples is not None:
+        check_int(cfg.num_samples, "num_samples", owner, low=10)
+
+
+def schedule(**kwargs: Any) -> Any:
+    """A training-schedule field of a PATE-family config: a ``TrainConfig(**kwargs)`` default, written in TOML as
+    a ``[method.<field>]`` table merged over it."""
+
+    def make() -> Any:
+        from dpaudit.training.ensemble import TrainConfig
+
+        return TrainConfig(**kwargs)
+
+    return field(default_factory=make, metadata={"train_config": True})
+
+
+@dataclass(frozen=True)
+class FamilySettings:
+    """What every PATE-family config has: the target ``delta`` of its (epsilon, delta) statement and the data
+    split (``public_fraction``, ``test_fraction``, ``attacker_fraction`` of the data set, and ``num_samples``
+    for the generated data sets), passed to ``split_dataset`` / ``load_dataset``."""
+
+    delta: float = 1e-5
+    public_fraction: float = 0.25
+    test_fraction: float = 0.2
+    attacker_fraction: float = 0.15
+    num_samples: int | None = None
+
+    def check_family(self, owner: str) -> None:
+        """Check the shared fields and that every training schedule (see :func:`schedule`) is a TrainConfig."""
+        from dpaudit.training.ensemble import TrainConfig
+
+        check_probability(self.delta, "delta", owner)
+        check_split(self, owner)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("train_config") and not isinstance(value, TrainConfig):
+                raise ParameterError(f"The '{f.name}' parameter of {owner} must be a TrainConfig. Got {value!r} instead.")
+
+
+@dataclass(frozen=True)
+class DataBundle:
+    """A loaded data set with its splits, as every PATE-family run uses them."""
+
+    dataset: Any  # dpaudit.training.data.Dataset
+    splits: Any   # dpaudit.training.data.Splits
+    spec: dict[str, Any]  # release.json "dataset"
+
+    def xy(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.dataset.X[idx], self.dataset.y[idx]
+
+
+def load_data(name: str, cfg: Any, *, seed: int, data_dir: str | Path | None) -> DataBundle:
+    """Load ``name`` and split it with the fractions of the method config ``cfg``."""
+    from dpaudit.training.data import load_dataset, split_dataset
+
+    ds = load_dataset(name, data_dir=data_dir, seed=seed, num_samples=cfg.num_samples)
+    splits = split_dataset(
+        ds, seed=seed, public_fraction=cfg.public_fraction, test_fraction=cfg.test_fraction,
+        attacker_fraction=cfg.attacker_fraction,
+    )
+    return DataBundle(ds, splits, release_dataset_spec(name, seed, cfg.num_samples, data_dir))
+
+
+def teacher_parts(name: str, cfg: Any, *, seed: int, data_dir: str | Path | None,
+                  owner: str) -> tuple[DataBundle, list[np.ndarray]]:
+    """The data split with ``cfg``'s fractions and its private part cut into ``cfg.teachers`` disjoint subsets."""
+    data = load_data(name, cfg, seed=seed, data_dir=data_dir)
+    return data, disjoint_splits(data.splits.train, cfg.teachers, derive_rng(seed, "partition"), owner=owner)
+
+
+def student_utility(student: Any, data: DataBundle, *, teacher_acc: np.ndarray, labels: np.ndarray,
+                    queries: np.ndarray, teachers: int) -> dict[str, Any]:
+    """The utility of a student trained on noisy teacher labels: its test accuracy, the teachers' mean test
+    accuracy, the labels' accuracy on the answered public ``queries`` and the counts."""
+    X_te, y_te = data.xy(data.splits.test)
+    _, y_pub = data.xy(data.splits.public)
+    return {
+        "test_accuracy": accuracy(student.predict_proba(X_te), y_te),
+        "teacher_accuracy_mean": float(np.mean(teacher_acc)),
+        "label_accuracy": accuracy(labels, y_pub[queries]),
+        "num_queries": int(len(queries)),
+        "num_teachers": int(teachers),
+    }
+
+
+def release_dataset_spec(name: str, seed: int, num_samples: int | None, data_dir: str | Path | None) -> dict[str, Any]:
+    """``release.json``'s ``dataset``: what rebuilds the data the membership indices point into."""
+    spec: dict[str, Any] = {"name": name, "seed": int(seed), "num_samples": num_samples}
+    if data_dir is not None:
+        spec["data_dir"] = str(data_dir)
+    return spec
+
+
+def model_spec(name: str, kwargs: Mapping[str, Any] | None, ds: Any) -> Any:
+    """The :class:`~dpaudit.training.models.ModelSpec` of model ``name`` for the data set ``ds``."""
+    from dpaudit.training.models import ModelSpec
+
+    return ModelSpec(name=name, input_shape=tuple(ds.input_shape), num_classes=int(ds.num_classes), kwargs=dict(kwargs or {}))

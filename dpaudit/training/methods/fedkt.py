@@ -25,35 +25,19 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from dpaudit.accountants.events import LaplaceNoisyMax
-from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
 from dpaudit.training.ensemble import TrainConfig
-from dpaudit.training.methods.common import (
-    MethodResult,
-    accounting_result,
-    accuracy,
-    balanced_membership,
-    config_to_dict,
-    consistent_vote_counts,
-    data_independent_ledger,
-    derive_rng,
-    derive_seed,
-    disjoint_splits,
-    finish_run,
-    log,
-    new_ledger,
-    no_privacy_result,
-    noisy_argmax,
-    select_queries,
-    start_run,
-    top_two_gap,
-    train_group,
-    vote_counts,
-)
-from dpaudit.training.methods.pate import _check_split, model_spec, pate_student, teacher_predictions
+from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, config_to_dict,
+    consistent_vote_counts, data_independent_ledger, DataBundle, derive_rng, derive_seed, disjoint_splits,
+    FamilySettings, load_data, model_spec, new_ledger, noiseless_accounting, noisy_argmax, schedule,
+    select_queries, StageCache, top_two_gap, train_group, vote_counts)
+from dpaudit.training.methods.pate import pate_student, teacher_predictions
+from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
 __all__ = [
+    "Config",
     "FedKTConfig",
-    "run_fedkt",
+    "run",
     "LEVELS",
     "party_teacher_subsets",
     "party_labels",
@@ -68,7 +52,7 @@ PARTITIONS = ("iid", "dirichlet")
 
 
 @dataclass(frozen=True)
-class FedKTConfig:
+class FedKTConfig(FamilySettings):
     """Parameters of a FedKT run (defaults: small enough for a CPU in well under a minute on ``digits``).
 
     Attributes
@@ -119,23 +103,12 @@ class FedKTConfig:
     student_model_kwargs: Mapping[str, Any] | None = None
     final_model: str | None = None
     final_model_kwargs: Mapping[str, Any] | None = None
-    teacher_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=30, batch_size=32, lr=1e-2), metadata={"train_config": True}
-    )
-    student_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=15, batch_size=64, lr=1e-2), metadata={"train_config": True}
-    )
-    final_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2), metadata={"train_config": True}
-    )
+    teacher_train: TrainConfig = schedule(epochs=30, batch_size=32, lr=1e-2)
+    student_train: TrainConfig = schedule(epochs=15, batch_size=64, lr=1e-2)
+    final_train: TrainConfig = schedule(epochs=20, batch_size=64, lr=1e-2)
     baselines: tuple[str, ...] = ("solo", "pate")
     pate_teachers: int | None = None
     pate_gamma: float | None = None
-    delta: float = 1e-5
-    public_fraction: float = 0.25
-    test_fraction: float = 0.2
-    attacker_fraction: float = 0.15
-    num_samples: int | None = None
 
     def __post_init__(self) -> None:
         o = "FedKTConfig"
@@ -157,11 +130,7 @@ class FedKTConfig:
         object.__setattr__(self, "baselines", tuple(self.baselines))
         for b in self.baselines:
             check_choice(b, "baselines", o, ("solo", "pate"))
-        check_probability(self.delta, "delta", o)
-        _check_split(self, o)
-        for name in ("teacher_train", "student_train", "final_train"):
-            if not isinstance(getattr(self, name), TrainConfig):
-                raise ParameterError(f"The '{name}' parameter of {o} must be a TrainConfig. Got {getattr(self, name)!r} instead.")
+        self.check_family(o)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -291,52 +260,82 @@ def _party_indices(cfg: FedKTConfig, train_idx: np.ndarray, y: np.ndarray, seed:
 
 
 # --------------------------------------------------------------------------------------------------
-# The method
+# The method, in named stages
 # --------------------------------------------------------------------------------------------------
 
 
-def run_fedkt(
-    config: FedKTConfig,
-    *,
-    dataset: str,
-    out: str | Path,
-    seed: int,
-    data_dir: str | Path | None = None,
-    device: str | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-) -> MethodResult:
-    """Run FedKT (Algorithm 1) at ``config.level`` with its baselines, and write the release to ``out``.
+class Config(MethodConfig):
+    """A FedKT run: ``[data] name``/``data_dir``, ``[method]`` (:class:`FedKTConfig`, with
+    ``[method.teacher_train]``, ``[method.student_train]``, ``[method.final_train]``) and ``[run]``."""
+
+    method_cls = FedKTConfig
+    flat_family = "fedkt"
+
+    def prepare_data(self, seed: int) -> tuple[DataBundle, list[np.ndarray]]:
+        """The split data, its parties' records and (checked here, drawn again by the run) every party's teacher
+        subsets and the PATE baseline's."""
+        cfg = self.method
+        data = load_data(self.dataset, cfg, seed=seed, data_dir=self.data_dir)
+        parties = _party_indices(cfg, data.splits.train, data.dataset.y, derive_seed(seed, "partition"))
+        party_teacher_subsets(parties, cfg.partitions, cfg.teachers, seed)
+        if "pate" in cfg.baselines:
+            disjoint_splits(np.concatenate(parties), cfg.pate_teachers or cfg.parties * cfg.teachers,
+                            derive_rng(seed, "pate"), owner="FedKT's PATE baseline")
+        return data, parties
+
+
+def run(config: Config, out: str | Path, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult:
+    """Run FedKT (Algorithm 1) at ``[method] level`` with its baselines, and write the release to ``out``.
 
     The released model is the server's final model. ``votes.npy`` holds the histograms of the answered
     queries where the noise was added: the server's (k_s, C) at L0/L1, the partitions' stacked
     (n*s*k_p, C) (rows ordered party, partition, query) at L2. Stages are checkpointed beside ``out`` so an
     interrupted run resumes.
     """
-    run = start_run("fedkt", config, FedKTConfig, dataset=dataset, out=out, seed=seed, data_dir=data_dir,
-                    overwrite=overwrite, progress=progress)
-    seed, cache, data, ck = run.seed, run.cache, run.data, run.checkpoints
-    cfg = config
-    ds = data.dataset
-    C = int(ds.num_classes)
+    return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
+
+
+@dataclass(frozen=True)
+class _Specs:
+    teacher: Any
+    student: Any
+    final: Any
+
+
+def _model_specs(cfg: FedKTConfig, ds: Any) -> _Specs:
+    """Teacher, student and final architectures (students default to the teacher's, the final model to the student's)."""
+    s_kw = cfg.student_model_kwargs if cfg.student_model_kwargs is not None else cfg.teacher_model_kwargs
+    return _Specs(
+        teacher=model_spec(cfg.teacher_model, cfg.teacher_model_kwargs, ds),
+        student=model_spec(cfg.student_model or cfg.teacher_model, s_kw, ds),
+        final=model_spec(cfg.final_model or cfg.student_model or cfg.teacher_model,
+                         cfg.final_model_kwargs if cfg.final_model_kwargs is not None else s_kw, ds),
+    )
+
+
+@dataclass(frozen=True)
+class _PartySide:
+    teacher_acc: np.ndarray    # (n*s*t,)
+    queries: np.ndarray        # q_party
+    votes: np.ndarray          # (n, s, k_p, C)
+    labels: np.ndarray         # (n, s, k_p)
+    z: np.ndarray              # (n,) Theorem 8's sensitive partitions per party
+    student_preds: np.ndarray  # (n, s, P)
+    student_acc: np.ndarray
+
+
+def _party_side(cfg: FedKTConfig, specs: _Specs, parties: list[np.ndarray], data: DataBundle, *, seed: int,
+                device: str | None, cache: StageCache) -> _PartySide:
+    """Algorithm 1 lines 1-14: teachers per partition, (noisy at L2) partition votes, one student per partition."""
     n, s, t = cfg.parties, cfg.partitions, cfg.teachers
-    t_spec = model_spec(cfg.teacher_model, cfg.teacher_model_kwargs, ds)
-    s_spec = model_spec(cfg.student_model or cfg.teacher_model,
-                        cfg.student_model_kwargs if cfg.student_model_kwargs is not None else cfg.teacher_model_kwargs, ds)
-    f_spec = model_spec(cfg.final_model or cfg.student_model or cfg.teacher_model,
-                        cfg.final_model_kwargs if cfg.final_model_kwargs is not None else
-                        (cfg.student_model_kwargs if cfg.student_model_kwargs is not None else cfg.teacher_model_kwargs), ds)
-    X_pub, y_pub = data.xy(data.splits.public)
+    C = int(data.dataset.num_classes)
+    X_pub, _ = data.xy(data.splits.public)
     X_te, y_te = data.xy(data.splits.test)
     P = len(X_pub)
-
-    parties = _party_indices(cfg, data.splits.train, ds.y, derive_seed(seed, "partition"))
     subsets = party_teacher_subsets(parties, s, t, seed)
     flat_subsets = [subsets[i][j][k] for i in range(n) for j in range(s) for k in range(t)]
-
-    # -- party side: teachers, (noisy) partition votes, students ------------------------------------
-    tp = teacher_predictions(t_spec, flat_subsets, data, cfg.teacher_train, seed=derive_seed(seed, "teachers"),
-                             device=device, cache=cache, stage="teachers", progress=progress)
+    tp = teacher_predictions(specs.teacher, flat_subsets, data, cfg.teacher_train, seed=derive_seed(seed, "teachers"),
+                             device=device, cache=cache, stage="teachers")
     teacher_preds = tp["preds"].reshape(n, s, t, P)
     q_party = select_queries(P, queries=cfg.party_queries, fraction=cfg.party_query_fraction,
                              rng=derive_rng(seed, "queries"), owner="FedKT (party side)")
@@ -348,127 +347,152 @@ def run_fedkt(
     z = (top_two_gap(pv.reshape(-1, C)).reshape(n, s, -1) <= 1).any(axis=2).sum(axis=1)
 
     def students() -> dict[str, np.ndarray]:
-        log(progress, f"students: training {n * s} {s_spec.name} models on {len(q_party)} labelled queries each")
+        cache.reporter.log(f"students: training {n * s} {specs.student.name} models on {len(q_party)} labelled queries each")
         group = train_group(
-            s_spec, [(X_pub[q_party], plabels[i, j]) for i in range(n) for j in range(s)], cfg.student_train,
-            seed=derive_seed(seed, "students"), device=device, checkpoint_dir=cache.subdir("students.ckpt"), progress=progress,
+            specs.student, [(X_pub[q_party], plabels[i, j]) for i in range(n) for j in range(s)], cfg.student_train,
+            seed=derive_seed(seed, "students"), device=device, checkpoint_dir=cache.subdir("students.ckpt"),
+            progress=cache.reporter.enabled,
         )
         return {"preds": group.predict(X_pub), "test_acc": (group.predict(X_te) == y_te[None, :]).mean(axis=1)}
 
     st = cache.get_or_run("students", students)
-    student_preds = st["preds"].reshape(n, s, P)
+    return _PartySide(tp["test_acc"], q_party, pv, plabels, z, st["preds"].reshape(n, s, P), st["test_acc"])
 
-    # -- server side -------------------------------------------------------------------------------
-    q_server = select_queries(P, queries=cfg.server_queries, fraction=cfg.server_query_fraction,
+
+def _server_side(cfg: FedKTConfig, specs: _Specs, party: _PartySide, data: DataBundle, *, seed: int,
+                 device: str | None, cache: StageCache) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+    """Algorithm 1 lines 15-24: the server's (consistent) votes, (noisy at L1) labels and the final model.
+    Returns ``(final, q_server, server_votes, server_labels)``."""
+    C = int(data.dataset.num_classes)
+    X_pub, _ = data.xy(data.splits.public)
+    q_server = select_queries(len(X_pub), queries=cfg.server_queries, fraction=cfg.server_query_fraction,
                               rng=derive_rng(seed, "server_queries"), owner="FedKT (server side)")
-    sv = server_votes(student_preds[:, :, q_server], C, cfg.consistent_voting)
+    sv = server_votes(party.student_preds[:, :, q_server], C, cfg.consistent_voting)
     slabels = server_labels(sv, cfg.level, cfg.gamma, derive_rng(seed, "server_noise"))
-    log(progress, f"final: training the {f_spec.name} final model on {len(q_server)} labelled queries")
-    final = train_group(f_spec, [(X_pub[q_server], slabels)], cfg.final_train, seed=derive_seed(seed, "final"),
-                        device=device, checkpoint_dir=cache.subdir("final.ckpt"), progress=progress).member(0)
+    cache.reporter.log(f"final: training the {specs.final.name} final model on {len(q_server)} labelled queries")
+    final = train_group(specs.final, [(X_pub[q_server], slabels)], cfg.final_train, seed=derive_seed(seed, "final"),
+                        device=device, checkpoint_dir=cache.subdir("final.ckpt"),
+                        progress=cache.reporter.enabled).member(0)
+    return final, q_server, sv, slabels
 
-    utility: dict[str, Any] = {
-        "test_accuracy": accuracy(final.predict_proba(X_te), y_te),
-        "teacher_accuracy_mean": float(np.mean(tp["test_acc"])),
-        "student_accuracy_mean": float(np.mean(st["test_acc"])),
-        "party_label_accuracy": accuracy(plabels.reshape(-1), np.tile(y_pub[q_party], n * s)),
-        "server_label_accuracy": accuracy(slabels, y_pub[q_server]),
-        "server_no_consensus_fraction": float(np.mean(sv.sum(axis=1) == 0)),
-        "num_party_queries": int(len(q_party)),
-        "num_server_queries": int(len(q_server)),
-        "party_sizes_min": int(min(len(p) for p in parties)),
-        "party_sizes_max": int(max(len(p) for p in parties)),
-    }
 
-    # -- baselines ---------------------------------------------------------------------------------
+def _baselines(cfg: FedKTConfig, specs: _Specs, parties: list[np.ndarray], data: DataBundle, *, seed: int,
+               device: str | None, cache: StageCache) -> dict[str, Any]:
+    """Table 1's baselines in the same run: SOLO (mean accuracy of per-party models) and centralised PATE."""
+    X_te, y_te = data.xy(data.splits.test)
+    n, t = cfg.parties, cfg.teachers
+    C = int(data.dataset.num_classes)
+    utility: dict[str, Any] = {}
     if "solo" in cfg.baselines:
         def solo() -> dict[str, np.ndarray]:
-            log(progress, f"SOLO baseline: {n} {f_spec.name} models, one per party")
-            g = train_group(f_spec, [data.xy(p) for p in parties], cfg.final_train, seed=derive_seed(seed, "solo"),
-                            device=device, checkpoint_dir=cache.subdir("solo.ckpt"), progress=progress)
+            cache.reporter.log(f"SOLO baseline: {n} {specs.final.name} models, one per party")
+            g = train_group(specs.final, [data.xy(p) for p in parties], cfg.final_train, seed=derive_seed(seed, "solo"),
+                            device=device, checkpoint_dir=cache.subdir("solo.ckpt"), progress=cache.reporter.enabled)
             return {"test_acc": (g.predict(X_te) == y_te[None, :]).mean(axis=1)}
 
         utility["solo_accuracy"] = float(np.mean(cache.get_or_run("solo", solo)["test_acc"]))
     if "pate" in cfg.baselines:
         m = cfg.pate_teachers or n * t
         pparts = disjoint_splits(np.concatenate(parties), m, derive_rng(seed, "pate"), owner="FedKT's PATE baseline")
-        ptp = teacher_predictions(t_spec, pparts, data, cfg.teacher_train, seed=derive_seed(seed, "pate", 1),
-                                  device=device, cache=cache, stage="pate_teachers", progress=progress)
+        ptp = teacher_predictions(specs.teacher, pparts, data, cfg.teacher_train, seed=derive_seed(seed, "pate", 1),
+                                  device=device, cache=cache, stage="pate_teachers")
 
         def pate() -> dict[str, np.ndarray]:
             student, _, _, _ = pate_student(
                 ptp["preds"], data, num_classes=C, gamma=cfg.pate_gamma, queries=cfg.server_queries,
-                query_fraction=cfg.server_query_fraction, student_spec=f_spec, student_train=cfg.final_train,
-                seed=derive_seed(seed, "pate", 2), device=device, cache=cache, stage="pate_student", progress=progress,
+                query_fraction=cfg.server_query_fraction, student_spec=specs.final, student_train=cfg.final_train,
+                seed=derive_seed(seed, "pate", 2), device=device, cache=cache, stage="pate_student",
             )
             return {"accuracy": np.array(accuracy(student.predict_proba(X_te), y_te))}
 
         utility["pate_accuracy"] = float(cache.get_or_run("pate", pate)["accuracy"])
         utility["pate_teachers"] = int(m)
+    return utility
 
-    # -- accounting ----------------------------------------------------------------------------------
-    ledgers = record_fedkt_events(cfg.level, gamma=cfg.gamma, partitions=s, teachers=t, party_votes=pv,
+
+def _accounting(cfg: FedKTConfig, party: _PartySide, sv: np.ndarray, q_server: np.ndarray) -> tuple[Any, Any, dict, np.ndarray]:
+    """The ledger, accounting result, claim and published votes of the run's level. Returns
+    ``(ledger, accounting, claim, votes)``."""
+    s, t = cfg.partitions, cfg.teachers
+    C = party.votes.shape[-1]
+    z = party.z
+    ledgers = record_fedkt_events(cfg.level, gamma=cfg.gamma, partitions=s, teachers=t, party_votes=party.votes,
                                   server_votes_answered=sv, z=z, consistent=cfg.consistent_voting, delta=cfg.delta)
     facts = {"z": [int(v) for v in z], "z_max": int(z.max()) if len(z) else 0}
     if cfg.level == "L0":
-        reason = "FedKT-L0 adds no noise anywhere: the final model carries no differential-privacy guarantee."
-        ledger = new_ledger(cfg.delta)
-        ledger.add_assumption(reason)
-        accounting = no_privacy_result("FedKT-L0", cfg.delta, reason)
-        claim = {"epsilon": float("inf"), "delta": cfg.delta, "granularity": "none", "text": "FedKT-L0: no privacy mechanism"}
-        votes = sv
-    elif cfg.level == "L1":
-        ledger = ledgers["party"]
-        a_party = (f"Party-level: neighbouring data sets differ in one party's whole data, which moves at most its s={s} "
-                   f"students' votes (sensitivity 2s = {2 * s}); FedKT Theorems 1-2.")
-        a_example = (f"Example-level: sensitivity from z (Theorem 8) with consistent voting={cfg.consistent_voting}; "
-                     "z is computed from the parties' private vote histograms, so this figure is data-dependent "
-                     "beyond the votes and is itself not differentially private.")
-        ledger.add_assumption(a_party)
-        accounting = accounting_result(
-            "FedKT-L1 (Laplace noisy max at the server)",
-            [("party-level, data-dependent (Theorem 2)", ledger),
-             ("party-level, data-independent (Theorem 1)", data_independent_ledger(ledger)),
-             ("example-level, data-dependent (Theorem 8)", ledgers["example"])],
-            extra_assumptions=(a_party,), facts=facts,
-        )
-        accounting = _add_assumption_to(accounting, 2, a_example)
-        claim = {"epsilon": accounting.epsilon, "delta": cfg.delta, "granularity": "party",
-                 "text": f"FedKT-L1 (Li, He, Song 2021, Theorem 2): {len(q_server)} server answers, gamma={cfg.gamma}, s={s}"}
-        votes = sv
-    else:
-        ledger = ledgers["example"]
-        a_example = ("Example-level: one record lies in one teacher of each of its party's s partitions (sensitivity 2 per "
+        ledger, accounting, claim = noiseless_accounting(
+            "FedKT-L0", cfg.delta, "FedKT-L0 adds no noise anywhere: the final model carries no differential-privacy guarantee.",
+            claim_text="FedKT-L0: no privacy mechanism", granularity="none")
+        return ledger, accounting, claim, sv
+    if cfg.level == "L1":  # headline party-level (Theorems 1-2), example-level (Theorem 8) beside it
+        primary, secondary, votes = "party", "example", sv
+        mechanism = "FedKT-L1 (Laplace noisy max at the server)"
+        labels = ("party-level, data-dependent (Theorem 2)", "party-level, data-independent (Theorem 1)",
+                  "example-level, data-dependent (Theorem 8)")
+        a_primary = (f"Party-level: neighbouring data sets differ in one party's whole data, which moves at most its s={s} "
+                     f"students' votes (sensitivity 2s = {2 * s}); FedKT Theorems 1-2.")
+        a_secondary = (f"Example-level: sensitivity from z (Theorem 8) with consistent voting={cfg.consistent_voting}; "
+                       "z is computed from the parties' private vote histograms, so this figure is data-dependent "
+                       "beyond the votes and is itself not differentially private.")
+        claim_text = f"FedKT-L1 (Li, He, Song 2021, Theorem 2): {len(q_server)} server answers, gamma={cfg.gamma}, s={s}"
+    else:  # L2: headline example-level (Theorems 3-4), party-level (Theorems 9-10) beside it
+        primary, secondary, votes = "example", "party", party.votes.reshape(-1, C)
+        mechanism = "FedKT-L2 (Laplace noisy max in every partition)"
+        labels = ("example-level, data-dependent (Theorems 3-4)", "example-level, data-independent",
+                  "party-level, data-dependent (Theorem 10)")
+        a_primary = ("Example-level: one record lies in one teacher of each of its party's s partitions (sensitivity 2 per "
                      "partition query, composed over the s partitions); parties hold disjoint data, so the final model's "
                      "epsilon is the max over parties (FedKT Theorems 3-4).")
-        a_party = f"Party-level: one party's data moves all t={t} teachers of each of its partitions (sensitivity 2t = {2 * t}; Theorems 9-10)."
-        ledger.add_assumption(a_example)
-        accounting = accounting_result(
-            "FedKT-L2 (Laplace noisy max in every partition)",
-            [("example-level, data-dependent (Theorems 3-4)", ledger),
-             ("example-level, data-independent", data_independent_ledger(ledger)),
-             ("party-level, data-dependent (Theorem 10)", ledgers["party"])],
-            extra_assumptions=(a_example,), facts=facts,
-        )
-        accounting = _add_assumption_to(accounting, 2, a_party)
-        claim = {"epsilon": accounting.epsilon, "delta": cfg.delta, "granularity": "example",
-                 "text": f"FedKT-L2 (Li, He, Song 2021, Theorems 3-4): {len(q_party)} queries per partition, gamma={cfg.gamma}"}
-        votes = pv.reshape(-1, C)
+        a_secondary = (f"Party-level: one party's data moves all t={t} teachers of each of its partitions "
+                       f"(sensitivity 2t = {2 * t}; Theorems 9-10).")
+        claim_text = (f"FedKT-L2 (Li, He, Song 2021, Theorems 3-4): {len(party.queries)} queries per partition, "
+                      f"gamma={cfg.gamma}")
+    ledger = ledgers[primary]
+    ledger.add_assumption(a_primary)
+    accounting = accounting_result(
+        mechanism, [(labels[0], ledger), (labels[1], data_independent_ledger(ledger)), (labels[2], ledgers[secondary])],
+        extra_assumptions=(a_primary,), facts=facts,
+    )
+    accounting = _add_assumption_to(accounting, 2, a_secondary)
+    claim = {"epsilon": accounting.epsilon, "delta": cfg.delta, "granularity": primary, "text": claim_text}
+    return ledger, accounting, claim, votes
+
+
+def _train(config: Config, ctx: RunContext) -> Outcome:
+    cfg, seed, cache, device = config.method, ctx.seed, ctx.cache, config.run.device
+    data, parties = config.prepare_data(seed)
+    ds = data.dataset
+    n, s = cfg.parties, cfg.partitions
+    specs = _model_specs(cfg, ds)
+    _, y_pub = data.xy(data.splits.public)
+    X_te, y_te = data.xy(data.splits.test)
+
+    party = _party_side(cfg, specs, parties, data, seed=seed, device=device, cache=cache)
+    final, q_server, sv, slabels = _server_side(cfg, specs, party, data, seed=seed, device=device, cache=cache)
+    utility: dict[str, Any] = {
+        "test_accuracy": accuracy(final.predict_proba(X_te), y_te),
+        "teacher_accuracy_mean": float(np.mean(party.teacher_acc)),
+        "student_accuracy_mean": float(np.mean(party.student_acc)),
+        "party_label_accuracy": accuracy(party.labels.reshape(-1), np.tile(y_pub[party.queries], n * s)),
+        "server_label_accuracy": accuracy(slabels, y_pub[q_server]),
+        "server_no_consensus_fraction": float(np.mean(sv.sum(axis=1) == 0)),
+        "num_party_queries": int(len(party.queries)),
+        "num_server_queries": int(len(q_server)),
+        "party_sizes_min": int(min(len(p) for p in parties)),
+        "party_sizes_max": int(max(len(p) for p in parties)),
+    }
+    utility.update(_baselines(cfg, specs, parties, data, seed=seed, device=device, cache=cache))
+    ledger, accounting, claim, votes = _accounting(cfg, party, sv, q_server)
 
     membership = balanced_membership(np.concatenate(parties), data.splits.test, data.splits.attacker,
                                      derive_rng(seed, "membership"))
     params = config_to_dict(cfg)
     params["votes_layout"] = "server (queries, classes)" if cfg.level != "L2" else "partitions stacked (party, partition, query) x classes"
-    from dpaudit.training.release import write_release
-
-    path = write_release(
-        out, method="fedkt", dataset=data.spec, params=params, seed=seed, utility=utility, classifier=final,
-        train_config=cfg.final_train if f_spec.is_torch else None, ledger=ledger, statement=accounting, claim=claim, membership=membership,
-        votes=votes, assumptions=accounting.statement.assumptions, overwrite=overwrite,
-    )
-    finish_run(ck)
-    log(progress, f"release written to {path}")
-    return MethodResult("fedkt", utility, accounting, Path(path))
+    return Outcome(Release(
+        method="fedkt", dataset=data.spec, params=params, utility=utility, classifier=final,
+        train_config=cfg.final_train if specs.final.is_torch else None, ledger=ledger, statement=accounting, claim=claim,
+        membership=membership, votes=votes, assumptions=accounting.statement.assumptions,
+    ))
 
 
 def _add_assumption_to(result: Any, index: int, text: str) -> Any:

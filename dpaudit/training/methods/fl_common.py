@@ -12,7 +12,7 @@ from ``(seed, round, party)`` (see :func:`dpaudit.training.engine.party_rng`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -241,6 +241,7 @@ def pushsum_mix(values: np.ndarray, weights: np.ndarray, P: np.ndarray) -> tuple
 # --------------------------------------------------------------------------------------------------
 
 import torch  # noqa: E402  (kept below the numpy-only helpers on purpose)
+from dpaudit.training.optim import StackedOptimizer  # noqa: E402
 
 
 def init_model_state(spec: Any, seed: int) -> dict[str, torch.Tensor]:
@@ -260,13 +261,6 @@ def make_classifier(spec: Any, state: Mapping[str, torch.Tensor]) -> Any:
     module = build_model(spec)
     module.load_state_dict(dict(state))
     return Classifier(spec, module=module)
-
-
-def accuracy(spec: Any, state: Mapping[str, torch.Tensor], X: np.ndarray, y: np.ndarray) -> float:
-    """Top-1 accuracy of the model ``state`` on ``(X, y)``."""
-    if len(y) == 0:
-        return float("nan")
-    return float((make_classifier(spec, state).predict(X) == np.asarray(y)).mean())
 
 
 def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -307,10 +301,14 @@ def adam_train(spec: Any, state: Mapping[str, torch.Tensor], opt_state: Mapping 
     module = build_model(spec)
     module.load_state_dict(dict(state))
     module.train()
-    opt = torch.optim.Adam(module.parameters(), lr=check_float(lr, "lr", owner, low=0.0, low_open=True),
-                           weight_decay=check_float(weight_decay, "weight_decay", owner, low=0.0))
+    named = dict(module.named_parameters())
+    # the stacked optimizer with M = 1 on views of the module's parameters; fused=False is torch.optim.Adam's
+    # arithmetic bit for bit
+    views = {k: p.detach().unsqueeze(0) for k, p in named.items()}
+    opt = StackedOptimizer(views, kind="adam", lr=check_float(lr, "lr", owner, low=0.0, low_open=True),
+                           weight_decay=check_float(weight_decay, "weight_decay", owner, low=0.0), fused=False)
     if opt_state:
-        opt.load_state_dict(_clone_tree(opt_state))
+        opt.load(opt_state)
     Xt = torch.as_tensor(np.asarray(X, dtype=np.float32))
     Tt = torch.as_tensor(np.asarray(targets, dtype=np.float32))
     n = len(Xt)
@@ -326,12 +324,10 @@ def adam_train(spec: Any, state: Mapping[str, torch.Tensor], opt_state: Mapping 
             perm = torch.randperm(n, generator=gen)
             batches += [perm[s : s + bs] for s in range(0, n, bs)]
     for idx in batches if n else []:
-        opt.zero_grad(set_to_none=True)
-        loss = soft_cross_entropy(module(Xt[idx]), Tt[idx])
-        loss.backward()
-        opt.step()
+        grads = torch.autograd.grad(soft_cross_entropy(module(Xt[idx]), Tt[idx]), list(named.values()))
+        opt.update(views, {k: g.unsqueeze(0) for k, g in zip(named, grads)}, None)
     new_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    return new_state, _clone_tree(opt.state_dict())
+    return new_state, _clone_tree(opt.state())
 
 
 def _clone_tree(obj: Any) -> Any:
@@ -370,6 +366,68 @@ from dataclasses import dataclass, field  # noqa: E402
 
 
 
+class GlobalModelSteps:
+    """Engine hooks shared by the methods whose server holds one global model (PrivateKT, FedAvg/FedSGD + LDP):
+    clients keep no state between rounds, one client's step is the batched step of one, the test accuracy is
+    recorded every ``config.eval_every`` rounds, and the run's result is the server state. A subclass sets
+    ``config``, ``data`` and ``spec`` and defines ``client_steps``."""
+
+    config: Any
+    data: "FederatedData"
+    spec: Any
+
+    def init_client(self, client_id: int, data: Any, seed: int) -> dict:
+        return {}
+
+    def client_step(self, state: dict, data: tuple, message: dict) -> tuple[dict, dict]:
+        states, replies = self.client_steps([state], [data], [message])  # type: ignore[attr-defined]
+        return states[0], replies[0]
+
+    def history_after(self, state: Mapping[str, Any], params: Mapping[str, torch.Tensor]) -> list:
+        """The server's accuracy history after round ``state["round"]`` trained ``params``."""
+        t = state["round"]
+        history = list(state["history"])
+        if self.config.eval_every and (t + 1) % self.config.eval_every == 0:
+            history.append([t + 1, self.data.test_accuracy(self.spec, params)])
+        return history
+
+    def progress_info(self, state: dict) -> dict:
+        return {"acc": state["history"][-1][1]} if state["history"] else {}
+
+    def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
+        return server_state
+
+
+@dataclass(frozen=True)
+class GlobalModelResult:
+    """The global model after a run of a :class:`GlobalModelSteps` method, and what the run recorded."""
+
+    params: dict
+    test_accuracy: float
+    history: tuple[tuple[int, float], ...]
+    ledger: Any
+    reports_per_client: np.ndarray
+    rounds_run: int
+
+
+def run_global_model(method: GlobalModelSteps, data: "FederatedData", config: Any, *, seed: int,
+                     result: type = GlobalModelResult, checkpoint_dir: Any = None, checkpoint_every: int = 0,
+                     progress: Any = False, stop_after: int | None = None, **extra: Any) -> Any:
+    """Run ``config.rounds`` rounds of ``method`` with ``floor(config.client_fraction * clients)`` (at least 1)
+    clients a round (see :class:`~dpaudit.training.engine.RoundEngine` for checkpoints, progress and
+    ``stop_after``) and return ``result(...)``: the global model evaluated on the test records, and ``extra``."""
+    from dpaudit.training.engine import RoundEngine
+
+    per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
+    out = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=per_round,
+                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
+                      stop_after=stop_after).run()
+    st = out.result
+    return result(params=st["params"], test_accuracy=data.test_accuracy(method.spec, st["params"]),
+                  history=tuple(tuple(h) for h in st["history"]), ledger=st["ledger"],
+                  reports_per_client=st["reports"], rounds_run=len(out.participants), **extra)
+
+
 class ConfigDict:
     """``to_dict``/``from_dict`` for a method's frozen config dataclass; ``from_dict`` names unknown keys.
     Subclasses set ``label`` (the method's name in messages)."""
@@ -381,11 +439,38 @@ class ConfigDict:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Any:
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = set(d) - names
-        if unknown:
-            raise ParameterError(f"Unknown {cls.label} parameter(s) {sorted(unknown)}; allowed: {sorted(names)}.")
-        return cls(**dict(d))
+        from dpaudit.training.methods.scaffold import build_dataclass
+
+        return build_dataclass(cls, d, f"the {cls.label} parameters")
+
+@dataclass(frozen=True)
+class RoundSettings(ConfigDict):
+    """The fields every global-model method's config has (PrivateKT, FedAvg/FedSGD + LDP): ``epsilon`` (LDP
+    budget of one client's report per round), ``rounds``, ``client_fraction`` (clients sampled per round),
+    ``local_epochs``/``local_batch_size``/``local_lr`` (client training), ``server_lr``, ``eval_every`` (0: only
+    at the end) and ``delta`` of the (epsilon, delta) figures."""
+
+    epsilon: float = 5.0
+    rounds: int = 60
+    client_fraction: float = 0.5
+    local_epochs: int = 5
+    local_batch_size: int = 32
+    local_lr: float = 1e-2
+    server_lr: float = 1.0
+    eval_every: int = 0
+    delta: float = 1e-5
+
+    def check_rounds(self, owner: str, *, min_local_epochs: int) -> None:
+        check_float(self.epsilon, "epsilon", owner, low=0.0, low_open=True)
+        check_int(self.rounds, "rounds", owner, low=1)
+        check_float(self.client_fraction, "client_fraction", owner, low=0.0, high=1.0, low_open=True)
+        check_int(self.local_epochs, "local_epochs", owner, low=min_local_epochs)
+        check_int(self.local_batch_size, "local_batch_size", owner, low=1)
+        check_float(self.local_lr, "local_lr", owner, low=0.0, low_open=True)
+        check_float(self.server_lr, "server_lr", owner, low=0.0, low_open=True)
+        check_int(self.eval_every, "eval_every", owner, low=0)
+        check_float(self.delta, "delta", owner, low=0.0, high=1.0, low_open=True, high_open=True)
+
 
 @dataclass(frozen=True)
 class FederatedData:
@@ -419,6 +504,12 @@ class FederatedData:
         """``[(client_id, X_i, y_i), ...]``: what each client's steps receive as ``data``."""
         return [(i, self.X[idx], self.y[idx]) for i, idx in enumerate(self.clients)]
 
+    def test_accuracy(self, spec: Any, state: Mapping[str, torch.Tensor]) -> float:
+        """Accuracy of the model ``state`` (architecture ``spec``) on the test records."""
+        from dpaudit.training.methods.common import accuracy
+
+        return accuracy(make_classifier(spec, state).predict(self.X[self.test]), self.y[self.test])
+
     def membership(self) -> dict[str, np.ndarray]:
         return {"members": self.members, "nonmembers": np.asarray(self.test, dtype=np.int64),
                 "attacker": np.asarray(self.attacker, dtype=np.int64)}
@@ -440,7 +531,7 @@ def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples
     from dpaudit.training import partition as part
     from dpaudit.training.data import load_dataset, split_dataset
 
-    owner = "prepare_federated_data"
+    owner = "[data]"  # the table the user writes these settings in
     n_clients = check_int(num_clients, "num_clients", owner, low=1)
     check_choice(partition, "partition", owner, PARTITIONS)
     ds = load_dataset(dataset, data_dir=data_dir, seed=seed, num_samples=num_samples)
@@ -495,10 +586,8 @@ def full_batch_gradient(spec: Any, state: Mapping[str, torch.Tensor], X: np.ndar
 
 
 # --------------------------------------------------------------------------------------------------
-# Run settings (TOML), summaries and release writing shared by the federated methods
+# The [data] and [model] tables of the federated methods
 # --------------------------------------------------------------------------------------------------
-
-_SECTIONS = ("data", "model", "method", "run")
 
 
 @dataclass(frozen=True)
@@ -531,119 +620,10 @@ class DataSettings:
         return asdict(self)
 
 
-def load_settings(path: Any) -> dict[str, dict[str, Any]]:
-    """Read a TOML run file with optional tables ``[data]`` (:class:`DataSettings` fields), ``[model]``
-    (``name`` and architecture kwargs), ``[method]`` (the method's config fields) and ``[run]``
-    (``checkpoint_every``). Unknown tables are an error; fields are validated by their owners."""
-    from pathlib import Path
-
-    from dpaudit.errors import DataError
-
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"Config file {p} does not exist.")
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise DataError(f"Config file {p} is not valid TOML: {exc}") from None
-    unknown = set(raw) - set(_SECTIONS)
-    if unknown:
-        raise DataError(f"Config file {p} has unknown table(s) {sorted(unknown)}; allowed: {list(_SECTIONS)}.")
-    return {s: dict(raw.get(s, {})) for s in _SECTIONS}
-
-
-def merge_settings(defaults: Mapping[str, Mapping[str, Any]], config_path: Any = None,
-                   overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
-    """``defaults`` updated by the TOML file, then by ``overrides`` (table by table)."""
-    out = {s: dict(defaults.get(s, {})) for s in _SECTIONS}
-    for layer in (load_settings(config_path) if config_path is not None else {}, overrides or {}):
-        for s, vals in layer.items():
-            if s not in _SECTIONS:
-                raise ParameterError(f"Unknown settings table {s!r}; allowed: {list(_SECTIONS)}.")
-            out[s].update(vals)
-    return out
-
-
 def model_spec_from(settings: Mapping[str, Any], data: FederatedData) -> Any:
+    """The ``[model]`` table (``name`` and architecture keyword arguments) as a ModelSpec for ``data``."""
     from dpaudit.training.models import ModelSpec
 
     kw = dict(settings)
     name = kw.pop("name", "mlp")
     return ModelSpec(name, data.input_shape, data.num_classes, kw)
-
-
-@dataclass(frozen=True)
-class TrainSummary:
-    """What a ``dpaudit train`` run reports: where the release is, utility, headline and claimed epsilon."""
-
-    method: str
-    out: str
-    utility: dict
-    epsilon: float
-    delta: float
-    claimed_epsilon: float
-    statement_label: str
-    rounds_run: int
-    seconds: float
-    warnings: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-    def lines(self) -> list[str]:
-        util = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in self.utility.items())
-        out = [f"{self.method}: release written to {self.out} ({self.rounds_run} rounds, {self.seconds:.1f}s)",
-               f"  utility: {util}",
-               f"  accounted epsilon: {self.epsilon:.4g} (delta {self.delta:g}) [{self.statement_label}]",
-               f"  claimed epsilon:   {self.claimed_epsilon:.4g}"]
-        out += [f"  warning: {w}" for w in self.warnings]
-        return out
-
-
-def checkpoint_dir_for(out: Any) -> Any:
-    """Where a run writing the release ``out`` keeps its engine checkpoints (beside it, hidden)."""
-    from pathlib import Path
-
-    p = Path(out)
-    return p.parent / f".{p.name}.ckpt"
-
-
-RUN_KEYS = ("checkpoint_every", "num_threads")
-
-
-def run_options(run: Mapping[str, Any], *, default_checkpoint_every: int) -> tuple[int, int | None]:
-    """``(checkpoint_every, num_threads)`` from a ``[run]`` table (unknown keys are an error)."""
-    unknown = set(run) - set(RUN_KEYS)
-    if unknown:
-        raise ParameterError(f"Unknown [run] setting(s) {sorted(unknown)}; allowed: {list(RUN_KEYS)}.")
-    every = check_int(run.get("checkpoint_every", default_checkpoint_every), "checkpoint_every", "[run]", low=0)
-    threads = run.get("num_threads")
-    return every, None if threads is None else check_int(threads, "num_threads", "[run]", low=1)
-
-
-class torch_threads:
-    """Context manager: torch's intra-op thread count set to ``n`` inside, restored on exit (None: unchanged).
-
-    The small default runs use 1 thread: their models are tiny, and more threads only add contention on a
-    shared machine (measured here: 100 PrivateKT rounds took ~160 s with torch's default threads, ~20 s with 1).
-    """
-
-    def __init__(self, n: int | None) -> None:
-        self.n = n
-        self.before: int | None = None
-
-    def __enter__(self) -> "torch_threads":
-        if self.n is not None:
-            self.before = torch.get_num_threads()
-            torch.set_num_threads(self.n)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.before is not None:
-            torch.set_num_threads(self.before)

@@ -18,7 +18,6 @@ assumption is stated plainly in the statement and in ``release.json``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -28,28 +27,13 @@ import numpy as np
 from dpaudit.accountants.events import LaplaceNoisyMax
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 from dpaudit.training.ensemble import TrainConfig
-from dpaudit.training.methods.common import (
-    MethodResult,
-    accounting_result,
-    accuracy,
-    balanced_membership,
-    config_to_dict,
-    derive_rng,
-    derive_seed,
-    disjoint_splits,
-    finish_run,
-    log,
-    new_ledger,
-    no_privacy_result,
-    noisy_argmax,
-    select_queries,
-    start_run,
-    train_group,
-    vote_counts,
-)
-from dpaudit.training.methods.pate import _check_split, model_spec
+from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, central_ledger,
+    config_to_dict, derive_rng, derive_seed, FamilySettings, model_spec, new_ledger, no_privacy_result,
+    noiseless_accounting, noisy_argmax, schedule, select_queries, student_utility, teacher_parts, train_group,
+    vote_counts)
+from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
-__all__ = ["FREDYConfig", "run_fredy", "fedavg", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
+__all__ = ["Config", "FREDYConfig", "run", "fedavg", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
 
 FEDAVG_ASSUMPTION = (
     "PATE's sensitivity argument assumes one record affects one teacher. FREDY trains its teachers with FedAvg, so "
@@ -60,7 +44,7 @@ FEDAVG_ASSUMPTION = (
 
 
 @dataclass(frozen=True)
-class FREDYConfig:
+class FREDYConfig(FamilySettings):
     """Parameters of a FREDY run.
 
     Attributes
@@ -95,22 +79,11 @@ class FREDYConfig:
     query_fraction: float = 1.0
     model: str = "mlp"
     model_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    teacher_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=5, batch_size=32, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
-    )
-    student_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
-    )
-    baseline_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5), metadata={"train_config": True}
-    )
+    teacher_train: TrainConfig = schedule(epochs=5, batch_size=32, lr=1e-2, weight_decay=1e-5)
+    student_train: TrainConfig = schedule(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5)
+    baseline_train: TrainConfig = schedule(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5)
     sensitivity: str = "worst_case"
     nonprivate_baseline: bool = True
-    delta: float = 1e-5
-    public_fraction: float = 0.25
-    test_fraction: float = 0.2
-    attacker_fraction: float = 0.15
-    num_samples: int | None = None
 
     def __post_init__(self) -> None:
         o = "FREDYConfig"
@@ -123,11 +96,7 @@ class FREDYConfig:
         check_probability(self.query_fraction, "query_fraction", o, allow_one=True)
         check_choice(self.sensitivity, "sensitivity", o, ("worst_case", "pate"))
         check_bool(self.nonprivate_baseline, "nonprivate_baseline", o)
-        check_probability(self.delta, "delta", o)
-        _check_split(self, o)
-        for name in ("teacher_train", "student_train", "baseline_train"):
-            if not isinstance(getattr(self, name), TrainConfig):
-                raise ParameterError(f"The '{name}' parameter of {o} must be a TrainConfig. Got {getattr(self, name)!r} instead.")
+        self.check_family(o)
 
 
 def fredy_sensitivity(teachers: int, rounds: int, mode: str = "worst_case") -> float:
@@ -187,23 +156,29 @@ def _from_npz(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}
 
 
-def run_fredy(
-    config: FREDYConfig,
-    *,
-    dataset: str,
-    out: str | Path,
-    seed: int,
-    data_dir: str | Path | None = None,
-    device: str | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-) -> MethodResult:
+class Config(MethodConfig):
+    """A FREDY run: ``[data] name``/``data_dir``, ``[method]`` (:class:`FREDYConfig`, with
+    ``[method.teacher_train]``, ``[method.student_train]``, ``[method.baseline_train]``) and ``[run]``."""
+
+    method_cls = FREDYConfig
+    flat_family = "fredy"
+
+    def prepare_data(self, seed: int) -> tuple[Any, list[np.ndarray]]:
+        """The split data and the teachers' (clients') disjoint shares of its private part."""
+        return teacher_parts(self.dataset, self.method, seed=seed, data_dir=self.data_dir, owner="FREDY teachers")
+
+
+def run(config: Config, out: str | Path, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult:
     """Run FREDY (Algorithm 1) and write the student's release to ``out`` and, with ``nonprivate_baseline``,
     the non-private baseline's to ``out/nonprivate``. Each FedAvg round is checkpointed beside ``out``."""
-    run = start_run("fredy", config, FREDYConfig, dataset=dataset, out=out, seed=seed, data_dir=data_dir,
-                    overwrite=overwrite, progress=progress)
-    seed, cache, data, ck = run.seed, run.cache, run.data, run.checkpoints
-    cfg = config
+    return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
+
+
+def _train(config: Config, ctx: RunContext) -> Outcome:
+    seed, cache, device, progress = ctx.seed, ctx.cache, config.run.device, ctx.progress
+    log = ctx.reporter.log
+    data, parts = config.prepare_data(seed)
+    cfg = config.method
     ds = data.dataset
     C = int(ds.num_classes)
     spec = model_spec(cfg.model, cfg.model_kwargs, ds)
@@ -212,7 +187,6 @@ def run_fredy(
     X_pub, y_pub = data.xy(data.splits.public)
     X_te, y_te = data.xy(data.splits.test)
 
-    parts = disjoint_splits(data.splits.train, cfg.teachers, derive_rng(seed, "partition"), owner="FREDY teachers")
     datasets = [data.xy(p) for p in parts]
     w0 = _initial_state(spec, derive_seed(seed, "fedavg", 0))
 
@@ -220,7 +194,7 @@ def run_fredy(
     state = w0
     for r in range(1, cfg.rounds):
         def one_round(r: int = r, start: Mapping[str, Any] = state) -> dict[str, np.ndarray]:
-            log(progress, f"FedAvg round {r}/{cfg.rounds}: {cfg.teachers} clients x {cfg.teacher_train.epochs} local epochs")
+            log(f"FedAvg round {r}/{cfg.rounds}: {cfg.teachers} clients x {cfg.teacher_train.epochs} local epochs")
             g = train_group(spec, datasets, cfg.teacher_train, seed=derive_seed(seed, "fedavg", r), device=device,
                             checkpoint_dir=cache.subdir(f"round{r}.ckpt"), progress=progress, init_state=start)
             return _to_npz(fedavg([g.state_dict(i) for i in range(g.num_models)]))
@@ -228,7 +202,7 @@ def run_fredy(
         state = _from_npz(cache.get_or_run(f"round{r}", one_round))
 
     def last_round() -> dict[str, np.ndarray]:
-        log(progress, f"round {cfg.rounds}/{cfg.rounds}: teachers train locally and keep their models")
+        log(f"round {cfg.rounds}/{cfg.rounds}: teachers train locally and keep their models")
         g = train_group(spec, datasets, cfg.teacher_train, seed=derive_seed(seed, "fedavg", cfg.rounds), device=device,
                         checkpoint_dir=cache.subdir("teachers.ckpt"), progress=progress, init_state=state)
         return {"preds": g.predict(X_pub), "test_acc": (g.predict(X_te) == y_te[None, :]).mean(axis=1)}
@@ -239,21 +213,15 @@ def run_fredy(
     q = select_queries(len(X_pub), queries=cfg.queries, fraction=cfg.query_fraction, rng=derive_rng(seed, "queries"), owner="FREDY")
     votes = vote_counts(tp["preds"][:, q], C)
     labels = noisy_argmax(votes, cfg.gamma, derive_rng(seed, "noise"))
-    log(progress, f"student: training on {len(q)} labelled queries")
+    log(f"student: training on {len(q)} labelled queries")
     student = train_group(spec, [(X_pub[q], labels)], cfg.student_train, seed=derive_seed(seed, "students"), device=device,
                           checkpoint_dir=cache.subdir("student.ckpt"), progress=progress, init_state=w0).member(0)
-    utility: dict[str, Any] = {
-        "test_accuracy": accuracy(student.predict_proba(X_te), y_te),
-        "teacher_accuracy_mean": float(np.mean(tp["test_acc"])),
-        "label_accuracy": accuracy(labels, y_pub[q]),
-        "num_queries": int(len(q)),
-        "num_teachers": int(cfg.teachers),
-    }
+    utility = student_utility(student, data, teacher_acc=tp["test_acc"], labels=labels, queries=q, teachers=cfg.teachers)
 
     # -- the non-private baseline --------------------------------------------------------------------------
     baseline = None
     if cfg.nonprivate_baseline:
-        log(progress, "non-private baseline: the same architecture on the teachers' pooled data")
+        log("non-private baseline: the same architecture on the teachers' pooled data")
         baseline = train_group(spec, [data.xy(data.splits.train)], cfg.baseline_train, seed=derive_seed(seed, "nonprivate"),
                                device=device, checkpoint_dir=cache.subdir("nonprivate.ckpt"), progress=progress,
                                init_state=w0).member(0)
@@ -263,20 +231,15 @@ def run_fredy(
     sens = fredy_sensitivity(cfg.teachers, cfg.rounds, cfg.sensitivity)
     assumptions = (FEDAVG_ASSUMPTION,) if cfg.rounds >= 2 else ()
     if cfg.gamma is None:
-        ledger = new_ledger(cfg.delta)
-        reason = "gamma = None: the teachers' votes were answered without noise; no differential-privacy guarantee holds."
-        ledger.add_assumption(reason)
-        accounting = no_privacy_result("FREDY (noiseless)", cfg.delta, reason)
-        claim = {"epsilon": float("inf"), "delta": cfg.delta, "granularity": "example", "text": "FREDY without noise"}
+        ledger, accounting, claim = noiseless_accounting(
+            "FREDY (noiseless)", cfg.delta,
+            "gamma = None: the teachers' votes were answered without noise; no differential-privacy guarantee holds.",
+            claim_text="FREDY without noise")
     else:
-        ledger = new_ledger(cfg.delta)
-        for a in assumptions:
-            ledger.add_assumption(a)
-        ledger.record("central", LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=sens, votes=votes))
-        di = new_ledger(cfg.delta)
-        di.record("central", LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=sens, num_queries=len(q)))
-        paper = new_ledger(cfg.delta)
-        paper.record("central", LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=2.0, votes=votes))
+        ledger = central_ledger(cfg.delta, LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=sens, votes=votes),
+                                assumptions=assumptions)
+        di = central_ledger(cfg.delta, LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=sens, num_queries=len(q)))
+        paper = central_ledger(cfg.delta, LaplaceNoisyMax(gamma=cfg.gamma, sensitivity=2.0, votes=votes))
         what = "worst case after FedAvg" if sens > 2 else "PATE's assumption"
         accounting = accounting_result(
             "FREDY (Laplace noisy max over FedAvg-trained teachers)",
@@ -292,26 +255,22 @@ def run_fredy(
                      "guarantee it relies on assumes one record affects one teacher"),
         }
     membership = balanced_membership(data.splits.train, data.splits.test, data.splits.attacker, derive_rng(seed, "membership"))
-    from dpaudit.training.release import write_release
-
-    path = write_release(
-        out, method="fredy", dataset=data.spec, params=config_to_dict(cfg), seed=seed, utility=utility, classifier=student,
+    main = Release(
+        method="fredy", dataset=data.spec, params=config_to_dict(cfg), utility=utility, classifier=student,
         train_config=cfg.student_train, ledger=ledger, statement=accounting, claim=claim, membership=membership,
-        votes=votes, assumptions=accounting.statement.assumptions, overwrite=overwrite,
+        votes=votes, assumptions=accounting.statement.assumptions,
         flags=(("teachers_not_independent", FEDAVG_ASSUMPTION),) if cfg.rounds >= 2 else (),
     )
-    extra: dict[str, Path] = {}
+    extras: dict[str, Release] = {}
     if baseline is not None:
         reason = "Non-private baseline: trained directly on the teachers' pooled private data, no DP mechanism."
         nledger = new_ledger(cfg.delta)
         nledger.add_assumption(reason)
-        extra["nonprivate"] = Path(write_release(
-            Path(out) / "nonprivate", method="fredy_nonprivate", dataset=data.spec, params=config_to_dict(cfg), seed=seed,
+        extras["nonprivate"] = Release(
+            method="fredy_nonprivate", dataset=data.spec, params=config_to_dict(cfg),
             utility={"test_accuracy": utility["nonprivate_accuracy"]}, classifier=baseline, train_config=cfg.baseline_train,
             ledger=nledger, statement=no_privacy_result("none (non-private baseline)", cfg.delta, reason),
             claim={"epsilon": float("inf"), "delta": cfg.delta, "granularity": "none", "text": reason},
-            membership=membership, votes=None, assumptions=(reason,), overwrite=True,
-        ))
-    finish_run(ck)
-    log(progress, f"release written to {path}")
-    return MethodResult("fredy", utility, accounting, Path(path), extra)
+            membership=membership, votes=None, assumptions=(reason,),
+        )
+    return Outcome(main, extras)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar, Any, Mapping
 
 import numpy as np
@@ -48,27 +47,34 @@ import torch
 
 from dpaudit.accountants.events import RandomizedResponse, rr_keep_probability
 from dpaudit.errors import check_bool, check_choice, check_float, check_int
-from dpaudit.training.engine import RoundEngine, party_rng, party_seed
+from dpaudit.training.engine import party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
-    ConfigDict,
+    GlobalModelResult,
+    GlobalModelSteps,
+    RoundSettings,
+    DataSettings,
     FederatedData,
-    accuracy,
     adam_train,
     buffer_fetch,
     buffer_push,
     entropy_weights,
     init_model_state,
+    make_classifier,
+    model_spec_from,
+    run_global_model,
     rr_debias,
     rr_perturb,
     to_distribution,
     weighted_sample,
 )
 
-__all__ = ["PrivateKTConfig", "PrivateKTMethod", "PrivateKTResult", "run_privatekt", "train_privatekt"]
+from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
+
+__all__ = ["Config", "PrivateKTConfig", "PrivateKTMethod", "PrivateKTResult", "run", "run_privatekt", "privatekt_statement"]
 
 
 @dataclass(frozen=True)
-class PrivateKTConfig(ConfigDict):
+class PrivateKTConfig(RoundSettings):
     """Parameters of PrivateKT. Defaults: small and fast; ``configs/privatekt.toml`` holds the paper's.
 
     Attributes
@@ -87,48 +93,34 @@ class PrivateKTConfig(ConfigDict):
 
     label: ClassVar[str] = "PrivateKT"
 
-    epsilon: float = 5.0
+    local_epochs: int = 2
+    local_lr: float = 1e-3
+    server_lr: float = 1e-3
     samples_per_round: int = 2
     buffer_rounds: int = 25
-    rounds: int = 60
-    client_fraction: float = 0.5
-    local_epochs: int = 2
-    local_batch_size: int = 32
-    local_lr: float = 1e-3
     server_steps: int = 4
-    server_lr: float = 1e-3
     self_train_fraction: float = 0.1
     label_mode: str = "hard"
     self_train_targets: str = "hard"
     use_buffer: bool = True
     importance_sampling: bool = True
     self_training: bool = True
-    eval_every: int = 0
-    delta: float = 1e-5
 
     def __post_init__(self) -> None:
         o = "PrivateKTConfig"
-        check_float(self.epsilon, "epsilon", o, low=0.0, low_open=True)
+        self.check_rounds(o, min_local_epochs=0)
         check_int(self.samples_per_round, "samples_per_round", o, low=1)
         check_int(self.buffer_rounds, "buffer_rounds", o, low=1)
-        check_int(self.rounds, "rounds", o, low=1)
-        check_float(self.client_fraction, "client_fraction", o, low=0.0, high=1.0, low_open=True)
-        check_int(self.local_epochs, "local_epochs", o, low=0)
-        check_int(self.local_batch_size, "local_batch_size", o, low=1)
-        check_float(self.local_lr, "local_lr", o, low=0.0, low_open=True)
         check_int(self.server_steps, "server_steps", o, low=0)
-        check_float(self.server_lr, "server_lr", o, low=0.0, low_open=True)
         check_float(self.self_train_fraction, "self_train_fraction", o, low=0.0, high=1.0)
         check_choice(self.label_mode, "label_mode", o, ("hard", "soft"))
         check_choice(self.self_train_targets, "self_train_targets", o, ("hard", "soft"))
         for name in ("use_buffer", "importance_sampling", "self_training"):
             check_bool(getattr(self, name), name, o)
-        check_int(self.eval_every, "eval_every", o, low=0)
-        check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 
-class PrivateKTMethod:
+class PrivateKTMethod(GlobalModelSteps):
     """PrivateKT as engine step functions (see the module docstring)."""
 
     def __init__(self, config: PrivateKTConfig, data: FederatedData, spec: Any, *, device: str | None = None) -> None:
@@ -147,8 +139,6 @@ class PrivateKTMethod:
     def _kt_indices(self, params: Mapping[str, torch.Tensor], seed: int, t: int) -> np.ndarray:
         rng = party_rng(seed, t, -1, stream=1)
         if self.config.importance_sampling:
-            from dpaudit.training.methods.fl_common import make_classifier
-
             probs = make_classifier(self.spec, params).predict_proba(self.X_public)
             return weighted_sample(entropy_weights(probs, +1.0), self.k, rng)  # Eq. 4
         return weighted_sample(None, self.k, rng, pool_size=len(self.X_public))
@@ -167,13 +157,6 @@ class PrivateKTMethod:
                  "ledger": PrivacyLedger(delta=self.config.delta), "history": [],
                  "reports": np.zeros(self.data.num_clients, dtype=np.int64)}
         return state, self._message(state)
-
-    def init_client(self, client_id: int, data: Any, seed: int) -> dict:
-        return {}
-
-    def client_step(self, state: dict, data: tuple, message: dict) -> tuple[dict, dict]:
-        states, replies = self.client_steps([state], [data], [message])
-        return states[0], replies[0]
 
     def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
         """All sampled clients at once: the ensemble trainer trains every client's copy of the global model
@@ -195,8 +178,6 @@ class PrivateKTMethod:
                 progress=False, init_state=msg["params"])
             probs = ens.predict_proba(msg["kt_x"])  # (G, K, C)
         else:
-            from dpaudit.training.methods.fl_common import make_classifier
-
             p = make_classifier(self.spec, msg["params"]).predict_proba(msg["kt_x"])
             probs = np.broadcast_to(p, (len(ids),) + p.shape)
         replies = []
@@ -224,8 +205,6 @@ class PrivateKTMethod:
             params, opt = adam_train(self.spec, params, opt, self.X_public[idx], tgt, steps=cfg.server_steps,
                                      lr=cfg.server_lr, seed=party_seed(seed, t, -1, stream=4))
         if cfg.self_training and cfg.self_train_fraction > 0:
-            from dpaudit.training.methods.fl_common import make_classifier
-
             m = max(1, int(round(cfg.self_train_fraction * len(self.X_public))))
             probs = make_classifier(self.spec, params).predict_proba(self.X_public)
             pick = weighted_sample(entropy_weights(probs, -1.0), m, party_rng(seed, t, -1, stream=5))  # Eq. 5
@@ -233,49 +212,27 @@ class PrivateKTMethod:
             params, opt = adam_train(self.spec, params, opt, self.X_public[pick], st_targets, epochs=1,
                                      batch_size=cfg.local_batch_size, lr=cfg.server_lr,
                                      seed=party_seed(seed, t, -1, stream=6))
-        history = list(state["history"])
-        if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
-            history.append([t + 1, accuracy(self.spec, params, self.data.X[self.data.test], self.data.y[self.data.test])])
+        history = self.history_after(state, params)
         new = {**state, "round": t + 1, "params": params, "opt": opt, "buffer": buffer, "ledger": ledger,
                "history": history, "reports": reports}
         new["kt"] = self._kt_indices(params, seed, t + 1)
         return new, self._message(new)
 
-    def progress_info(self, state: dict) -> dict:
-        return {"acc": state["history"][-1][1]} if state["history"] else {}
-
-    def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
-        return server_state
 
 
 @dataclass(frozen=True)
-class PrivateKTResult:
-    """The global model and what the run recorded."""
+class PrivateKTResult(GlobalModelResult):
+    """The global model and what the run recorded, with the randomized response's keep probability."""
 
-    params: dict
-    test_accuracy: float
-    history: tuple[tuple[int, float], ...]
-    ledger: Any
-    reports_per_client: np.ndarray
-    beta: float
-    rounds_run: int
+    beta: float = 0.0
 
 
 def run_privatekt(data: FederatedData, spec: Any, config: PrivateKTConfig, *, seed: int, device: str | None = None,
-                  checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
-                  stop_after: int | None = None) -> PrivateKTResult:
-    """Run PrivateKT on prepared federated data and return the global model with its ledger."""
+                  **engine: Any) -> PrivateKTResult:
+    """Run PrivateKT on prepared federated data and return the global model with its ledger (``engine``:
+    checkpoint_dir, checkpoint_every, progress, stop_after of :func:`~.fl_common.run_global_model`)."""
     method = PrivateKTMethod(config, data, spec, device=device)
-    per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
-    engine = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=per_round,
-                         checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
-                         stop_after=stop_after)
-    out = engine.run()
-    st = out.result
-    acc = accuracy(spec, st["params"], data.X[data.test], data.y[data.test])
-    return PrivateKTResult(params=st["params"], test_accuracy=acc, history=tuple(tuple(h) for h in st["history"]),
-                           ledger=st["ledger"], reports_per_client=st["reports"], beta=method.beta,
-                           rounds_run=len(out.participants))
+    return run_global_model(method, data, config, seed=seed, result=PrivateKTResult, beta=method.beta, **engine)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -329,45 +286,41 @@ PRIVATEKT_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def train_privatekt(dataset: str, out: Any, *, config_path: Any = None, seed: int = 0, data_dir: Any = None,
-                    device: str | None = None, overwrite: bool = False, progress: Any = True,
-                    overrides: Mapping[str, Mapping[str, Any]] | None = None, fedmd: bool = False,
-                    stop_after: int | None = None) -> Any:
-    """Run PrivateKT (or, with ``fedmd=True``, FedMD + LDP) and write its release bundle to ``out``.
+class Config(MethodConfig):
+    """A PrivateKT (or FedMD + LDP) run: ``[data]`` (name, data_dir and the client split, see
+    :class:`~dpaudit.training.methods.fl_common.DataSettings`), ``[model]``, ``[method]``
+    (:class:`PrivateKTConfig`) and ``[run]``; defaults :data:`PRIVATEKT_DEFAULTS` under the file."""
 
-    Settings: :data:`PRIVATEKT_DEFAULTS`, then the TOML file ``config_path``, then ``overrides``. Engine
-    checkpoints go beside ``out`` (:func:`~dpaudit.training.methods.fl_common.checkpoint_dir_for`); running the
-    same command again after an interruption resumes; they are removed once the release is written.
-    ``stop_after`` stops after that many rounds without writing a release (returns None).
+    method_cls = PrivateKTConfig
+    data_cls = DataSettings
+    defaults = PRIVATEKT_DEFAULTS
+
+
+def run(config: Config, out: Any, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult | None:
+    """Run PrivateKT (or, for the config of ``fedmd-ldp``, FedMD + LDP) and write its release bundle to ``out``.
+
+    Engine checkpoints go beside ``out``; running the same command again after an interruption resumes; they
+    are removed once the release is written. ``[run] stop_after`` stops after that many rounds without writing
+    a release (returns None).
     """
-    import shutil
-    import time
+    return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
 
-    from dpaudit.errors import DataError
+
+def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
     from dpaudit.training.ensemble import TrainConfig
-    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
-                                                    merge_settings, model_spec_from, run_options, torch_threads)
-    from dpaudit.training.release import write_release
 
-    t0 = time.perf_counter()
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
-    s = merge_settings(PRIVATEKT_DEFAULTS, config_path, overrides)
-    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
-    spec = model_spec_from(s["model"], data)
-    config = PrivateKTConfig.from_dict(s["method"])
+    seed = ctx.seed
+    fedmd = cfg.name == "fedmd-ldp"
+    data = cfg.prepare_data(seed)
+    spec = model_spec_from(cfg.model, data)
+    config = cfg.method
     if fedmd:
         from dpaudit.training.methods.baselines import fedmd_config
 
         config = fedmd_config(config, len(data.public))
-    name = "fedmd_ldp" if fedmd else "privatekt"
-    ckpt = checkpoint_dir_for(out)
-    every, threads = run_options(s["run"], default_checkpoint_every=10)
-    with torch_threads(threads):
-        res = run_privatekt(data, spec, config, seed=seed, device=device, checkpoint_dir=ckpt, checkpoint_every=every,
-                            progress=progress, stop_after=stop_after)
-    if stop_after is not None and res.rounds_run < config.rounds:
+    res = run_privatekt(data, spec, config, seed=seed, device=cfg.run.device, checkpoint_dir=ctx.checkpoints,
+                        checkpoint_every=cfg.run.checkpoint_every, progress=ctx.reporter, stop_after=cfg.run.stop_after)
+    if cfg.run.stop_after is not None and res.rounds_run < config.rounds:
         return None
     per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
     k = min(config.samples_per_round, len(data.public))
@@ -382,35 +335,14 @@ def train_privatekt(dataset: str, out: Any, *, config_path: Any = None, seed: in
                       "(eps split over every label).")}
     utility = {"test_accuracy": res.test_accuracy, "history": [list(h) for h in res.history], "beta": res.beta}
     local_cfg = TrainConfig(epochs=max(1, config.local_epochs), batch_size=config.local_batch_size, lr=config.local_lr)
-    write_release(out, method=name, dataset=data.dataset_spec,
-                  params={"method": config.to_dict(), "data": data.partition, "model": s["model"]},
-                  seed=seed, utility=utility, classifier=make_classifier(spec, res.params), train_config=local_cfg,
-                  ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
-                  assumptions=(SHUFFLING_RED_FLAG,
-                               "The released model is the server's global model; it never saw private records directly, "
-                               "only randomized-response labels on public samples. train_config is the clients' local "
-                               "recipe (the best available recipe for shadow models, not the global model's).",
-                               "Members: every client's private records; non-members: the held-out test records."),
-                  flags=(("composition_ignored_by_claim", SHUFFLING_EXPLANATION),), overwrite=overwrite)
-    shutil.rmtree(ckpt, ignore_errors=True)
-    return TrainSummary(method=name, out=str(out), utility={"test_accuracy": res.test_accuracy},
-                        epsilon=statement.epsilon, delta=statement.delta, claimed_epsilon=config.epsilon,
-                        statement_label=statement.statement.label, rounds_run=res.rounds_run,
-                        seconds=time.perf_counter() - t0, warnings=(statement.warnings[-1],))
-
-
-def ablation_overrides(*, rounds: int | None = None, epsilon: float | None = None, no_buffer: bool = False,
-                       uniform_sampling: bool = False, no_self_training: bool = False) -> dict[str, dict[str, Any]]:
-    """``[method]`` overrides from command-line switches (None/False leave the setting alone)."""
-    m: dict[str, Any] = {}
-    if rounds is not None:
-        m["rounds"] = rounds
-    if epsilon is not None:
-        m["epsilon"] = epsilon
-    if no_buffer:
-        m["use_buffer"] = False
-    if uniform_sampling:
-        m["importance_sampling"] = False
-    if no_self_training:
-        m["self_training"] = False
-    return {"method": m}
+    return Outcome(Release(
+        method="fedmd_ldp" if fedmd else "privatekt", dataset=data.dataset_spec,
+        params={"method": config.to_dict(), "data": data.partition, "model": dict(cfg.model)},
+        utility=utility, classifier=make_classifier(spec, res.params), train_config=local_cfg,
+        ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
+        assumptions=(SHUFFLING_RED_FLAG,
+                     "The released model is the server's global model; it never saw private records directly, "
+                     "only randomized-response labels on public samples. train_config is the clients' local "
+                     "recipe (the best available recipe for shadow models, not the global model's).",
+                     "Members: every client's private records; non-members: the held-out test records."),
+        flags=(("composition_ignored_by_claim", SHUFFLING_EXPLANATION),)), rounds_run=res.rounds_run)

@@ -59,12 +59,17 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from dpaudit.accountants.events import SubsampledGaussian
+from dpaudit.training.dpsgd import DPSGDStep, clip_and_noise, poisson_masks
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
 from dpaudit.training.engine import PerClient, RoundEngine, party_seed
-from dpaudit.training.methods.fl_common import ConfigDict, FederatedData, exponential_peer, init_model_state, make_classifier
+from dpaudit.training.methods.fl_common import (ConfigDict, DataSettings, FederatedData, exponential_peer,
+                                                init_model_state, make_classifier, model_spec_from)
+from dpaudit.training.methods.scaffold import (MethodConfig, Outcome, Release, RunContext, RunResult, build_dataclass,
+                                               execute, merge_tables)
+from dpaudit.training.optim import StackedOptimizer
 
-__all__ = ["ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run_proxyfl", "train_proxyfl", "PROXYFL_VARIANTS",
-           "dml_dp_assumption", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
+__all__ = ["Config", "ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run", "run_proxyfl", "PROXYFL_VARIANTS",
+           "VARIANT_OF", "dml_dp_assumption", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
 
 COMMUNICATIONS = ("pushsum", "replace", "average", "cycle", "none")
 PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
@@ -76,6 +81,9 @@ PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
     "regular": {"mutual": False, "communication": "none"},
     "joint": {"mutual": False, "communication": "none"},
 }
+#: registry name -> variant (the method name in the release)
+VARIANT_OF: dict[str, str] = {"proxyfl": "proxyfl", "fml": "fml", "fedavg-dpsgd": "fedavg", "avgpush": "avgpush",
+                              "cwt": "cwt", "regular": "regular", "joint": "joint"}
 
 
 def dml_dp_assumption() -> str:
@@ -159,46 +167,6 @@ def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return -torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
 
-@torch.no_grad()
-def _adam(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: torch.Tensor, gate: torch.Tensor,
-          *, lr: float, wd: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
-    """Adam (coupled L2 weight decay, as ``torch.optim.Adam``) on flat stacked params (M, P); rows with
-    gate 0 are left unchanged (a client that has no step left this round)."""
-    gt = gate.unsqueeze(1) > 0
-    step_new = step + gate
-    g = g + wd * p
-    m_new = torch.where(gt, b1 * m + (1 - b1) * g, m)
-    v_new = torch.where(gt, b2 * v + (1 - b2) * g * g, v)
-    s = step_new.clamp_min(1).unsqueeze(1)
-    upd = lr * (m_new / (1 - b1**s)) / (torch.sqrt(v_new / (1 - b2**s)) + eps)
-    return torch.where(gt, p - upd, p), m_new, v_new, step_new
-
-
-def poisson_masks(generators: list, rates: torch.Tensor, sizes: torch.Tensor, width: int,
-                  gate: torch.Tensor | None = None) -> torch.Tensor:
-    """Poisson sampling for one DP-SGD step of each client: (M, width) booleans, record i of client k included
-    independently with probability ``rates[k]`` (only real records, i < sizes[k]; none when ``gate[k]`` is 0)."""
-    sel = torch.stack([torch.rand(width, generator=g) < rates[i] for i, g in enumerate(generators)])
-    sel &= torch.arange(width).unsqueeze(0) < sizes.unsqueeze(1)
-    if gate is not None:
-        sel &= gate.bool().unsqueeze(1)
-    return sel
-
-
-def clip_and_noise(per_example: torch.Tensor, mask: torch.Tensor, clip: float, noise_multiplier: float,
-                   expected_batch: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """DP-SGD's private gradient for each client (Abadi et al. 2016; ProxyFL Eq. 7):
-    :math:`\\frac{1}{qn}\\left(\\sum_{i \\in B} g_i \\min(1, C/\\|g_i\\|_2) + \\sigma C\\,\\xi\\right)`.
-
-    ``per_example``: (M, L, P) gradients; ``mask``: (M, L) 1 for sampled records; ``expected_batch``: (M,)
-    :math:`q_k n_k` (a fixed denominator, as Opacus does for Poisson sampling); ``noise``: (M, P) standard normal.
-    """
-    norms = per_example.norm(dim=-1)
-    factor = torch.clamp(clip / (norms + 1e-12), max=1.0) * mask
-    summed = (per_example * factor.unsqueeze(-1)).sum(1)
-    return (summed + noise_multiplier * clip * noise) / expected_batch.reshape(-1, 1)
-
-
 class _Models:
     """A torch module per architecture, used only as a function of a flat parameter vector."""
 
@@ -223,6 +191,24 @@ class _Models:
 
     def __call__(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, self.unflatten(flat), (x,))
+
+    def unflatten_stacked(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """(M, P) -> {name: (M, *shape)}."""
+        M = flat.shape[0]
+        return {n: t.reshape((M,) + sh) for n, t, sh in zip(self.names, torch.split(flat, self.sizes, dim=-1), self.shapes)}
+
+    def flatten_stacked(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """{name: (M, *shape)} -> (M, P)."""
+        return torch.cat([tensors[n].reshape(tensors[n].shape[0], -1) for n in self.names], dim=1)
+
+
+def _stacked_adam(cfg: ProxyFLConfig, flat: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+                  step: torch.Tensor) -> StackedOptimizer:
+    """Adam (coupled L2 weight decay, as ``torch.optim.Adam``) for the flat stacked models (M, P), resumed from
+    the clients' moments and step counts."""
+    opt = StackedOptimizer({"flat": flat}, kind="adam", lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt.load({"opt/step": step, "opt/exp_avg/flat": m, "opt/exp_avg_sq/flat": v})
+    return opt
 
 
 # --------------------------------------------------------------------------------------------------
@@ -350,11 +336,9 @@ class ProxyFLMethod:
                 replies[i] = reply
         return out_states, replies
 
-    def _train(self, states: list, datas: list, seed: int, t: int) -> list:
-        """One round (an epoch of steps) of DML / DP-SGD for the given clients at once."""
-        cfg = self.config
-        M = len(states)
-        ids = [int(d[0]) for d in datas]
+    def _padded_data(self, datas: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The clients' records stacked and zero-padded to the largest client: ``(X, Y, sizes, max size)``."""
+        M = len(datas)
         n = torch.tensor([len(d[2]) for d in datas])
         nmax = int(n.max())
         shape = datas[0][1].shape[1:]
@@ -365,6 +349,15 @@ class ProxyFLMethod:
             X[i, : len(d[2])] = torch.as_tensor(d[1], dtype=torch.float32)
             Y[i, : len(d[2])] = torch.as_tensor(d[2], dtype=torch.long)
         X, Y = X.to(dev), Y.to(dev)  # randomness (masks, noise) is drawn on the CPU and moved: same on any device
+        return X, Y, n, nmax
+
+    def _train(self, states: list, datas: list, seed: int, t: int) -> list:
+        """One round (an epoch of steps) of DML / DP-SGD for the given clients at once."""
+        cfg = self.config
+        M = len(states)
+        ids = [int(d[0]) for d in datas]
+        dev = self.device
+        X, Y, n, nmax = self._padded_data(datas)
         q = torch.tensor([float(self.q[k]) for k in ids])
         steps = torch.tensor([int(self.steps[k]) for k in ids])
         gens = [torch.Generator().manual_seed(party_seed(seed, t, k, stream=13)) for k in ids]
@@ -374,12 +367,14 @@ class ProxyFLMethod:
         proxy = torch.stack([proxy_f.flatten(s["proxy"]) for s in states]).to(dev)
         pm = torch.stack([s["proxy_m"] for s in states]).to(dev)
         pv = torch.stack([s["proxy_v"] for s in states]).to(dev)
-        pstep = torch.tensor([float(s["proxy_step"]) for s in states], device=dev)
+        pstep = torch.tensor([float(s["proxy_step"]) for s in states])
+        proxy_opt = _stacked_adam(cfg, proxy, pm, pv, pstep)
         if mutual:
             priv = torch.stack([private_f.flatten(s["private"]) for s in states]).to(dev)
             qm = torch.stack([s["private_m"] for s in states]).to(dev)
             qv = torch.stack([s["private_v"] for s in states]).to(dev)
-            qstep = torch.tensor([float(s["private_step"]) for s in states], device=dev)
+            qstep = torch.tensor([float(s["private_step"]) for s in states])
+            private_opt = _stacked_adam(cfg, priv, qm, qv, qstep)
         alpha, beta, C, sigma = cfg.alpha, cfg.beta, cfg.max_grad_norm, cfg.noise_multiplier
         b = beta if mutual else 0.0
 
@@ -388,23 +383,20 @@ class ProxyFLMethod:
             per = (1 - alpha) * _ce(logits, yp) + alpha * _kl(teacher, logits)
             return (per * mask).sum() / mask.sum().clamp_min(1.0)
 
-        def proxy_loss_one(pp, x1, y1, teacher1):
-            logits = proxy_f(pp, x1.unsqueeze(0))
-            return ((1 - b) * _ce(logits, y1.unsqueeze(0)) + b * _kl(teacher1.unsqueeze(0), logits)).sum()
+        def proxy_rows(logits, y, teacher):
+            return (1 - b) * _ce(logits, y) + b * _kl(teacher, logits)
 
         def proxy_loss_batch(pp, xp, yp, mask, teacher):
-            logits = proxy_f(pp, xp)
-            per = (1 - b) * _ce(logits, yp) + b * _kl(teacher, logits)
+            per = proxy_rows(proxy_f(pp, xp), yp, teacher)
             return (per * mask).sum() / mask.sum().clamp_min(1.0)
 
-        per_example = vmap(vmap(grad(proxy_loss_one), in_dims=(None, 0, 0, 0)), in_dims=(0, 0, 0, 0))
+        dp_step = DPSGDStep(proxy_f.module, loss=proxy_rows)
         private_grad = vmap(grad(private_loss))
         proxy_grad_nodp = vmap(grad(proxy_loss_batch))
         expected = (q * n.float()).clamp_min(1.0).unsqueeze(1).to(dev)  # q_k n_k: DP-SGD's fixed denominator
         rows = torch.arange(M, device=dev).unsqueeze(1)
         for j in range(int(steps.max())):
             gate_cpu = (steps > j).float()
-            gate = gate_cpu.to(dev)
             # Poisson sampling: each real record independently with probability q_k (own generator per client)
             sel = poisson_masks(gens, q, n, nmax, gate_cpu)
             L = max(1, int(sel.sum(1).max()))
@@ -417,24 +409,26 @@ class ProxyFLMethod:
                 with torch.no_grad():
                     teacher_proxy = torch.softmax(vmap(proxy_f)(proxy, xb), -1)
                 g = private_grad(priv, xb, yb, mask, teacher_proxy)
-                priv, qm, qv, qstep = _adam(priv, g, qm, qv, qstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
+                private_opt.update_where({"flat": priv}, {"flat": g}, gate_cpu.numpy() > 0)
                 with torch.no_grad():
                     teacher_priv = torch.softmax(vmap(private_f)(priv, xb), -1)
             else:
                 teacher_priv = torch.full(tuple(yb.shape) + (self.data.num_classes,), 1.0 / self.data.num_classes,
                                           device=dev)
             if cfg.dp:
-                with torch.no_grad():
-                    ge = per_example(proxy, xb, yb, teacher_priv)  # (M, L, P)
-                    noise = torch.stack([torch.randn(ge.shape[-1], generator=gens[i]) for i in range(M)]).to(dev)
-                    g = clip_and_noise(ge, mask, C, sigma, expected.reshape(-1), noise)
+                noise = torch.stack([torch.randn(proxy.shape[-1], generator=gens[i]) for i in range(M)]).to(dev)
+                g = proxy_f.flatten_stacked(dp_step.private_grads(
+                    proxy_f.unflatten_stacked(proxy), {}, xb, yb, mask, max_grad_norm=C, noise_multiplier=sigma,
+                    expected_batch=expected.reshape(-1), noise=proxy_f.unflatten_stacked(noise), extra=teacher_priv))
             else:
                 g = proxy_grad_nodp(proxy, xb, yb, mask, teacher_priv)
-            proxy, pm, pv, pstep = _adam(proxy, g, pm, pv, pstep, gate, lr=cfg.lr, wd=cfg.weight_decay)
+            proxy_opt.update_where({"flat": proxy}, {"flat": g}, gate_cpu.numpy() > 0)
         out = []
-        proxy, pm, pv, pstep = proxy.cpu(), pm.cpu(), pv.cpu(), pstep.cpu()
+        proxy, pm, pv, pstep = (proxy.cpu(), proxy_opt.slots["exp_avg"]["flat"].cpu(),
+                                proxy_opt.slots["exp_avg_sq"]["flat"].cpu(), proxy_opt.step)
         if mutual:
-            priv, qm, qv, qstep = priv.cpu(), qm.cpu(), qv.cpu(), qstep.cpu()
+            priv, qm, qv, qstep = (priv.cpu(), private_opt.slots["exp_avg"]["flat"].cpu(),
+                                   private_opt.slots["exp_avg_sq"]["flat"].cpu(), private_opt.step)
         for i, s in enumerate(states):
             ns = {**s, "proxy": {k: v.clone() for k, v in proxy_f.unflatten(proxy[i]).items()},
                   "proxy_m": pm[i].clone(), "proxy_v": pv[i].clone(), "proxy_step": int(pstep[i])}
@@ -458,44 +452,55 @@ class ProxyFLMethod:
             if live[k].get("event") is not None:
                 ledger.record(f"client{k}", live[k]["event"])
         nxt = {"round": t + 1, "seed": seed}
-        K = self.data.num_clients
-        comm = cfg.communication
-        if comm == "pushsum":
-            recv: dict[int, tuple[dict, float]] = {}
-            for k in sorted(live):
-                peer = exponential_peer(k, t, K) if K > 1 else k
-                dest = k if (peer == k or not active[peer]) else peer  # a share for an inactive peer stays home
-                z, w = live[k]["z"], live[k]["w"]
-                if dest in recv:
-                    z0, w0 = recv[dest]
-                    z, w = {n: z0[n] + z[n] for n in z0}, w0 + w
-                recv[dest] = (z, w)
-            messages: Any = PerClient({k: ({**nxt, "kind": "pushsum", "z": recv[k][0], "w": recv[k][1]} if k in recv
-                                           else {**nxt, "kind": "pushsum"}) for k in range(K)})
-        elif comm == "replace":
-            msgs = PerClient({k: dict(nxt) for k in range(K)})  # every client learns the round and seed
-            for k in sorted(live):
-                peer = exponential_peer(k, t, K) if K > 1 else k
-                if active[peer]:
-                    msgs[peer] = {**nxt, "kind": "replace", "params": live[k]["params"]}
-            messages = msgs
-        elif comm == "average":
-            if live:
-                names = next(iter(live.values()))["params"].keys()
-                avg = {n: torch.stack([live[k]["params"][n] for k in sorted(live)]).mean(0) for n in names}
-                messages = {**nxt, "kind": "average", "params": avg}
-            else:
-                messages = nxt
-        elif comm == "cycle":
-            msgs = PerClient({k: dict(nxt) for k in range(K)})
-            order = [k for k in range(K) if active[k]]
-            for pos, k in enumerate(order):
-                if k in live:
-                    msgs[order[(pos + 1) % len(order)]] = {**nxt, "kind": "cycle", "params": live[k]["params"]}
-            messages = msgs
-        else:
-            messages = nxt
+        route = {"pushsum": self._route_pushsum, "replace": self._route_replace, "average": self._route_average,
+                 "cycle": self._route_cycle}.get(cfg.communication)
+        messages = route(live, active, nxt, t) if route is not None else nxt
         return {**state, "round": t + 1, "ledger": ledger, "active": active}, messages
+
+    # -- communication: one stage per scheme; each returns the messages of the next round ----------------
+    def _route_pushsum(self, live: Mapping[int, dict], active: np.ndarray, nxt: dict, t: int) -> Any:
+        """PushSum: each live client's half share goes to its peer on the exponential graph; a share for an
+        inactive peer stays home; receivers get the summed shares."""
+        K = self.data.num_clients
+        recv: dict[int, tuple[dict, float]] = {}
+        for k in sorted(live):
+            peer = exponential_peer(k, t, K) if K > 1 else k
+            dest = k if (peer == k or not active[peer]) else peer  # a share for an inactive peer stays home
+            z, w = live[k]["z"], live[k]["w"]
+            if dest in recv:
+                z0, w0 = recv[dest]
+                z, w = {n: z0[n] + z[n] for n in z0}, w0 + w
+            recv[dest] = (z, w)
+        return PerClient({k: ({**nxt, "kind": "pushsum", "z": recv[k][0], "w": recv[k][1]} if k in recv
+                              else {**nxt, "kind": "pushsum"}) for k in range(K)})
+
+    def _route_replace(self, live: Mapping[int, dict], active: np.ndarray, nxt: dict, t: int) -> Any:
+        """The reference code's deviation: a client's peer receives its proxy, which replaces the peer's own."""
+        K = self.data.num_clients
+        msgs = PerClient({k: dict(nxt) for k in range(K)})  # every client learns the round and seed
+        for k in sorted(live):
+            peer = exponential_peer(k, t, K) if K > 1 else k
+            if active[peer]:
+                msgs[peer] = {**nxt, "kind": "replace", "params": live[k]["params"]}
+        return msgs
+
+    def _route_average(self, live: Mapping[int, dict], active: np.ndarray, nxt: dict, t: int) -> Any:
+        """FML / FedAvg: a server averages the live clients' proxies and sends the average to every client."""
+        if not live:
+            return nxt
+        names = next(iter(live.values()))["params"].keys()
+        avg = {n: torch.stack([live[k]["params"][n] for k in sorted(live)]).mean(0) for n in names}
+        return {**nxt, "kind": "average", "params": avg}
+
+    def _route_cycle(self, live: Mapping[int, dict], active: np.ndarray, nxt: dict, t: int) -> Any:
+        """CWT: each active client takes the model of the previous active client."""
+        K = self.data.num_clients
+        msgs = PerClient({k: dict(nxt) for k in range(K)})
+        order = [k for k in range(K) if active[k]]
+        for pos, k in enumerate(order):
+            if k in live:
+                msgs[order[(pos + 1) % len(order)]] = {**nxt, "kind": "cycle", "params": live[k]["params"]}
+        return msgs
 
     def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
         """Deliver the last round's communication (post-processing of released proxies) and return everything."""
@@ -531,17 +536,14 @@ def run_proxyfl(data: FederatedData, private_spec: Any, proxy_spec: Any, config:
                 checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
                 stop_after: int | None = None) -> ProxyFLResult:
     """Run ProxyFL (or a family member, by ``config``) and evaluate every client's models on the test set."""
-    from dpaudit.training.methods.fl_common import accuracy
-
     method = ProxyFLMethod(config, data, private_spec, proxy_spec, device=device)
     engine = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=None,
                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
                          stop_after=stop_after)
     out = engine.run()
     clients = out.result["clients"]
-    Xt, yt = data.X[data.test], data.y[data.test]
-    proxy_acc = np.array([accuracy(proxy_spec, c["proxy"], Xt, yt) for c in clients])
-    priv_acc = np.array([accuracy(private_spec, c["private"], Xt, yt) for c in clients]) if config.mutual else None
+    proxy_acc = np.array([data.test_accuracy(proxy_spec, c["proxy"]) for c in clients])
+    priv_acc = np.array([data.test_accuracy(private_spec, c["private"]) for c in clients]) if config.mutual else None
     eps = np.array([method.epsilon_after(k, c["dp_steps"]) if config.dp else math.inf for k, c in enumerate(clients)])
     return ProxyFLResult(
         private_states=tuple(c["private"] for c in clients) if config.mutual else None,
@@ -555,7 +557,9 @@ def run_proxyfl(data: FederatedData, private_spec: Any, proxy_spec: Any, config:
 # --------------------------------------------------------------------------------------------------
 
 PROXYFL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "data": {"num_clients": 8, "partition": "major_class", "p_major": 0.8, "samples_per_client": 100,
+    # 90 records per client: with 100, digits' ~108 training records of a class do not always cover a party's
+    # 80 major-class records after the other parties' draws (seeds 1, 6, 9 failed); 90 fits seeds 0..29
+    "data": {"num_clients": 8, "partition": "major_class", "p_major": 0.8, "samples_per_client": 90,
              "public_fraction": 0.0},
     "model": {"name": "mlp", "hidden": [100]},
     "method": {"rounds": 30, "batch_size": 16, "lr": 5e-3},
@@ -590,54 +594,66 @@ def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: 
                                         "batch_size": config.batch_size, "rounds": config.rounds, "budget": config.budget})
 
 
-def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_path: Any = None, seed: int = 0,
-                  data_dir: Any = None, device: str | None = None, overwrite: bool = False, progress: Any = True,
-                  overrides: Mapping[str, Mapping[str, Any]] | None = None, release_client: int = 0,
-                  stop_after: int | None = None) -> Any:
-    """Run ProxyFL or one of its baselines (``variant`` in :data:`PROXYFL_VARIANTS`) and write a release.
+@dataclass(frozen=True)
+class Config(MethodConfig):
+    """A ProxyFL-family run (``proxyfl``, ``fml``, ``fedavg-dpsgd``, ``avgpush``, ``cwt``, ``regular``, ``joint``):
+    ``[data]``, ``[model]`` (the proxy; the private model is ``[method] private_model``/``private_kwargs``,
+    default the proxy's architecture), ``[method]`` (:class:`ProxyFLConfig`, whose ``mutual`` and
+    ``communication`` follow the method's name, plus ``release_client``: whose shared model is released) and
+    ``[run]``."""
+
+    release_client: int = 0
+
+    method_cls = ProxyFLConfig
+    data_cls = DataSettings
+    defaults = PROXYFL_DEFAULTS
+
+    @classmethod
+    def method_table(cls, name: str, table: Mapping[str, Any]) -> ProxyFLConfig:
+        settings = {**table, **PROXYFL_VARIANTS[VARIANT_OF[name]]}
+        if name == "proxyfl" and table.get("communication") == "replace":
+            settings["communication"] = "replace"  # the reference code's deviation, asked for explicitly
+        return build_dataclass(ProxyFLConfig, settings, f"[method] of {name}")
+
+    @classmethod
+    def from_tables(cls, name: str, tables: Mapping[str, Mapping[str, Any]]) -> "Config":
+        t = merge_tables(cls.defaults, tables)
+        method = dict(t.get("method", {}))
+        client = method.pop("release_client", 0)
+        proxy = t.get("model", {}).get("name", "mlp")
+        method.update({"private_model": method.get("private_model") or proxy, "proxy_model": proxy})
+        base = super().from_tables(name, {**t, "method": method})
+        return replace(base, release_client=check_int(client, "release_client", f"[method] of {name}", low=0))
+
+
+def run(config: Config, out: Any, *, seed: int = 0, progress: Any = True, overwrite: bool = False) -> RunResult | None:
+    """Run ProxyFL or one of its baselines and write a release.
 
     The released model is client ``release_client``'s shared model (its proxy; for single-model variants its
-    model), which is what an outsider can obtain; private-model accuracy is reported as utility. Settings:
-    :data:`PROXYFL_DEFAULTS`, then ``config_path`` (TOML), then ``overrides``; ``[model]`` is the proxy and
-    ``[method] private_model``/``private_kwargs`` the private model (default: the proxy's architecture).
+    model), which is what an outsider can obtain; private-model accuracy is reported as utility.
     """
-    import shutil
-    import time
+    return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
 
-    from dpaudit.errors import DataError
+
+def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
     from dpaudit.training.ensemble import DPSGDConfig, TrainConfig
-    from dpaudit.training.methods.fl_common import (DataSettings, TrainSummary, checkpoint_dir_for, make_classifier,
-                                                    merge_settings, model_spec_from, run_options, torch_threads)
     from dpaudit.training.models import ModelSpec
-    from dpaudit.training.release import write_release
 
-    check_choice(variant, "variant", "train_proxyfl", tuple(PROXYFL_VARIANTS))
-    t0 = time.perf_counter()
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
-    s = merge_settings(PROXYFL_DEFAULTS, config_path, overrides)
-    method_s = {**s["method"], **PROXYFL_VARIANTS[variant]}
-    if variant == "proxyfl" and s["method"].get("communication") == "replace":
-        method_s["communication"] = "replace"  # the reference code's deviation, asked for explicitly
-    data = DataSettings(**s["data"]).prepare(dataset, seed=seed, data_dir=data_dir)
+    variant, seed = VARIANT_OF[cfg.name], ctx.seed
+    data = cfg.prepare_data(seed)
     if variant == "joint":  # one client holding every client's records
         data = replace(data, clients=(data.members,))
-    proxy_spec = model_spec_from(s["model"], data)
-    priv_name = method_s.get("private_model") or proxy_spec.name
-    priv_kw = method_s.get("private_kwargs") if method_s.get("private_kwargs") is not None else (
-        proxy_spec.kwargs if priv_name == proxy_spec.name else {})
-    private_spec = ModelSpec(priv_name, data.input_shape, data.num_classes, dict(priv_kw))
-    method_s.update({"private_model": private_spec.name, "proxy_model": proxy_spec.name})
-    config = ProxyFLConfig.from_dict(method_s)
-    ckpt = checkpoint_dir_for(out)
-    every, threads = run_options(s["run"], default_checkpoint_every=5)
-    with torch_threads(threads):
-        res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, device=device, checkpoint_dir=ckpt,
-                          checkpoint_every=every, progress=progress, stop_after=stop_after)
-    if stop_after is not None and res.rounds_run < config.rounds:
+    proxy_spec = model_spec_from(cfg.model, data)
+    config = cfg.method
+    priv_kw = config.private_kwargs if config.private_kwargs is not None else (
+        proxy_spec.kwargs if config.private_model == proxy_spec.name else {})
+    private_spec = ModelSpec(config.private_model, data.input_shape, data.num_classes, dict(priv_kw))
+    res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, device=cfg.run.device,
+                      checkpoint_dir=ctx.checkpoints, checkpoint_every=cfg.run.checkpoint_every, progress=ctx.reporter,
+                      stop_after=cfg.run.stop_after)
+    if cfg.run.stop_after is not None and res.rounds_run < config.rounds:
         return None
-    k = check_int(release_client, "release_client", "train_proxyfl", low=0, high=data.num_clients - 1)
+    k = check_int(cfg.release_client, "release_client", f"[method] of {cfg.name}", low=0, high=data.num_clients - 1)
     statement = proxyfl_statement(res, config, variant=variant)
     utility: dict[str, Any] = {"proxy_accuracy_mean": float(res.proxy_accuracy.mean()),
                                "proxy_accuracy": [float(a) for a in res.proxy_accuracy],
@@ -649,8 +665,8 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     recipe = TrainConfig(epochs=config.rounds, batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
                          dp=DPSGDConfig(noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
                                         sampling_rate=q) if config.dp else None)
-    eps_claim = float(statement.epsilon)
-    claim = {"epsilon": eps_claim, "delta": float(statement.delta), "granularity": "record, per client (add/remove one)",
+    claim = {"epsilon": float(statement.epsilon), "delta": float(statement.delta),
+             "granularity": "record, per client (add/remove one)",
              "text": (f"{variant} (Kalra et al. 2023): each client's shared model is (eps, delta)-DP by DP-SGD RDP "
                       "accounting; clients drop out at their budget.")}
     assumptions = [f"Released: client {k}'s shared model (after the last round's communication). Members: every client's "
@@ -664,23 +680,9 @@ def train_proxyfl(dataset: str, out: Any, *, variant: str = "proxyfl", config_pa
     if config.communication == "replace":
         assumptions.append("DEVIATION from the paper: proxies are replaced by the received one (public reference code), "
                            "not PushSum-averaged.")
-    write_release(out, method=variant, dataset=data.dataset_spec,
-                  params={"method": config.to_dict(), "data": data.partition, "model": s["model"]}, seed=seed,
-                  utility=utility, classifier=make_classifier(proxy_spec, res.proxy_states[k]), train_config=recipe,
-                  ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
-                  assumptions=assumptions, flags=flags, overwrite=overwrite)
-    shutil.rmtree(ckpt, ignore_errors=True)
-    short = {kk: v for kk, v in utility.items() if isinstance(v, float)}
-    return TrainSummary(method=variant, out=str(out), utility=short, epsilon=statement.epsilon, delta=statement.delta,
-                        claimed_epsilon=eps_claim, statement_label=statement.statement.label, rounds_run=res.rounds_run,
-                        seconds=time.perf_counter() - t0, warnings=statement.warnings)
-
-
-def method_overrides(*, rounds: int | None = None, budget: float | None = None) -> dict[str, dict[str, Any]]:
-    """``[method]`` overrides from command-line options (None leaves the setting alone)."""
-    m: dict[str, Any] = {}
-    if rounds is not None:
-        m["rounds"] = rounds
-    if budget is not None:
-        m["budget"] = budget
-    return {"method": m}
+    return Outcome(Release(
+        method=variant, dataset=data.dataset_spec,
+        params={"method": config.to_dict(), "data": data.partition, "model": dict(cfg.model)},
+        utility=utility, classifier=make_classifier(proxy_spec, res.proxy_states[k]), train_config=recipe,
+        ledger=res.ledger, statement=statement, claim=claim, membership=data.membership(),
+        assumptions=assumptions, flags=flags), rounds_run=res.rounds_run)
