@@ -14,6 +14,8 @@ FORBIDDEN = {
     "accountants": {"torch", "sklearn", "catboost", "opacus", "matplotlib",
                     "dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.audit", "dpaudit.cli",
                     "dpaudit.integrations", "dpaudit.executors"},
+    "integrations": {"dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.audit", "dpaudit.cli",
+                     "dpaudit.executors"},
     "training": {"dpaudit.attacks", "dpaudit.report", "dpaudit.audit", "dpaudit.cli"},
     "attacks": {"dpaudit.training", "dpaudit.report", "dpaudit.audit", "dpaudit.cli"},
     "report": {"dpaudit.cli", "dpaudit.audit"},

@@ -39,6 +39,7 @@ The bound at confidence 1 - beta is the largest eps this inequality rejects at l
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -111,11 +112,26 @@ def _counts(pos_sorted: np.ndarray, neg_sorted: np.ndarray, thr: np.ndarray) -> 
     return fn, fp
 
 
+@functools.lru_cache(maxsize=16)
+def _cp_upper_table(n: int, alpha: float) -> np.ndarray:
+    """clopper_pearson_upper(k, n, alpha) for k = 0..n (read-only): the same numbers, computed once per (n, alpha)
+    -- the split bound evaluates up to n thresholds per draw and draws several splits of equal sizes."""
+    table = clopper_pearson_upper(np.arange(n + 1), n, alpha)
+    table.setflags(write=False)
+    return table
+
+
+def _cp_upper_counts(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    if 4 * k.size >= n:                        # many thresholds: look the limits up by count
+        return _cp_upper_table(int(n), float(alpha))[k]
+    return clopper_pearson_upper(k, n, alpha)
+
+
 def _bound_at(pos: np.ndarray, neg: np.ndarray, thr: np.ndarray, alpha_each: float, delta: float):
     pos, neg = np.sort(pos), np.sort(neg)
     fn, fp = _counts(pos, neg, thr)
-    fnr_hi = clopper_pearson_upper(fn, pos.size, alpha_each)
-    fpr_hi = clopper_pearson_upper(fp, neg.size, alpha_each)
+    fnr_hi = _cp_upper_counts(fn, pos.size, alpha_each)
+    fpr_hi = _cp_upper_counts(fp, neg.size, alpha_each)
     return epsilon_from_rates(fpr_hi, fnr_hi, delta), fn / pos.size, fp / neg.size, fnr_hi, fpr_hi
 
 

@@ -19,21 +19,23 @@ from dpaudit.attacks.threshold import THRESHOLD_KINDS, threshold_scores
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 from dpaudit.executors import Executor
 
-__all__ = ["ATTACKS", "run_attack"]
+__all__ = ["ATTACKS", "SINGLE_MODEL_CAVEAT", "attack_result", "run_attack"]
 
 ATTACKS = ("shadow", "threshold", "lira")
 
 #: Split seeds of the single-model Clopper-Pearson estimate (the range over them is reported).
 NUM_SPLITS = 5
 
-_CAVEAT = (f"The empirical epsilon is an {ESTIMATE_CAVEAT}. The Clopper-Pearson formula treats every evaluation "
+SINGLE_MODEL_CAVEAT = (f"The empirical epsilon is an {ESTIMATE_CAVEAT}. The Clopper-Pearson formula treats every evaluation "
            "record as an independent trial, which the records of one model are not; the figure is the median over "
            f"{NUM_SPLITS} split seeds of the same scores, with their range. A certified single-model audit needs "
            "canaries included by independent coin flips (dpaudit.attacks.bounds.one_run_audit).")
 
 
-def _result(name: str, description: str, pos: np.ndarray, neg: np.ndarray, *, threshold: float | str,
+def attack_result(name: str, description: str, pos: np.ndarray, neg: np.ndarray, *, threshold: float | str,
             confidence: float, delta: float, n_bootstrap: int, seed: int) -> AttackResult:
+    """Metrics (:func:`~dpaudit.attacks.metrics.attack_metrics`), the split-selected Clopper-Pearson epsilon bound and
+    the ROC of one attack's member (``pos``) and non-member (``neg``) scores -- shared by every attack path."""
     metrics = attack_metrics(pos, neg, threshold=threshold, fprs=DEFAULT_FPRS, n_bootstrap=n_bootstrap,
                              confidence=confidence, seed=seed)
     bound = epsilon_bound_over_splits(pos, neg, delta=delta, confidence=confidence, seed=seed, num_splits=NUM_SPLITS,
@@ -115,7 +117,7 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
     i1, i0 = balanced_subsample(len(Xm), len(Xn), seed=seed)
     X_eval, y_eval = np.concatenate([Xm[i1], Xn[i0]]), np.concatenate([ym[i1], yn[i0]])
     n = len(i1)
-    notes = [_CAVEAT]
+    notes = [SINGLE_MODEL_CAVEAT]
     settings: dict[str, Any] = {"attack": attack, "seed": seed, "confidence": conf, "delta": d,
                                 "n_bootstrap": n_boot, "num_members_total": int(len(Xm)),
                                 "num_nonmembers_total": int(len(Xn)), "num_evaluated_per_side": int(n)}
@@ -154,12 +156,12 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
         settings.update(online=online, fixed_variance=fixed, train_size=int(size))
         threshold, desc = "held_out", (f"LiRA (Carlini et al. 2022), {'online' if online else 'offline'}, "
                                        f"{K} shadows, {'fixed' if fixed else 'per-record'} variance.")
-    result = _result(attack, desc, scores[:n], scores[n:], threshold=threshold, confidence=conf, delta=d,
+    result = attack_result(attack, desc, scores[:n], scores[n:], threshold=threshold, confidence=conf, delta=d,
                      n_bootstrap=n_boot, seed=seed)
 
     if blind:
         bm, bn = blind_scores(Xm[i1], ym[i1], Xn[i0], yn[i0], classifier=classifier, seed=seed)
-        blind_result = _result("blind", "Blind baseline: record features and label only, never queries the model "
+        blind_result = attack_result("blind", "Blind baseline: record features and label only, never queries the model "
                                "(cross-fitted, 2 folds).", bm, bn, threshold=0.5, confidence=conf, delta=d,
                                n_bootstrap=n_boot, seed=seed)
         if blind_result.metrics.intervals.get("auc") is not None and blind_result.metrics.intervals["auc"].low > 0.5:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from dpaudit.attacks import AttackReport, run_attack
+from dpaudit.attacks.scores import scores_attack
 from dpaudit.errors import DataError
 from dpaudit.executors import Executor, LocalExecutor
 from dpaudit.training.release import Release, load_release
@@ -32,18 +33,25 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
     setting retrains. Other arguments: see ``run_attack``.
     """
     rel = release if isinstance(release, Release) else load_release(release)
+    if delta is None:
+        delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
+    kind = getattr(rel, "kind", "dpaudit")        # duck-typed releases (the contract) are dpaudit's own
+    if kind == "scores":
+        return _attack_scores(rel, attack=attack, lira_online=lira_online, confidence=confidence, delta=delta,
+                              n_bootstrap=n_bootstrap, seed=seed)
+    if attack in ("shadow", "lira") and not getattr(rel, "has_recipe", True):
+        raise DataError(f"The {attack} attack needs a training recipe for shadow models; release {str(rel.path)!r} has "
+                        "none (make it with --train-fn or --recipe-model). Possible here: threshold.")
     ds = rel.dataset()
     m = rel.membership
     for key in ("members", "nonmembers", "attacker"):
         if key not in m:
             raise DataError(f"Release {str(rel.path)!r} has no {key!r} indices in membership.npz.")
     mem, non, pool = (np.asarray(m[k], dtype=np.int64) for k in ("members", "nonmembers", "attacker"))
-    if delta is None:
-        delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
     train_fn = batch_fn = None
     if attack in ("shadow", "lira"):
         train_fn = rel.train_fn()
-        if getattr(rel.spec, "is_torch", False):
+        if getattr(rel.spec, "is_torch", False) or kind != "dpaudit":
             batch_fn = rel.train_many()
     if checkpoint_dir is not None:
         salt = hashlib.sha256(json.dumps(
@@ -57,3 +65,21 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
         threshold_kind=threshold_kind, lira_online=lira_online, confidence=confidence, delta=delta,
         n_bootstrap=n_bootstrap, blind=blind, seed=seed, executor=executor,
     )
+
+
+def _attack_scores(rel: Release, *, attack: str, lira_online: bool, confidence: float, delta: float, n_bootstrap: int,
+                   seed: int) -> AttackReport:
+    """A scores-only release: threshold and (with reference models) LiRA on its ``scores.npz``."""
+    s = rel.scores()
+    possible = ["threshold"] + (["lira"] if "reference_scores" in s else [])
+    if attack not in possible:
+        why = ("needs a model to query and a recipe to train shadow models" if attack == "shadow" else
+               "needs reference models' scores with inclusion masks")
+        raise DataError(f"The {attack} attack {why}; release {str(rel.path)!r} holds only scores. Possible here: "
+                        f"{', '.join(possible)}.")
+    kind = rel.meta["model"].get("score_kind")
+    return scores_attack(s["member_scores"], s["nonmember_scores"], kind=kind, member_labels=s.get("member_labels"),
+                         nonmember_labels=s.get("nonmember_labels"), attack=attack,
+                         reference_scores=s.get("reference_scores"), reference_in=s.get("reference_in"),
+                         lira_online=None if lira_online else False, confidence=confidence, delta=delta,
+                         n_bootstrap=n_bootstrap, seed=seed)

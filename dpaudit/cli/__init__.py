@@ -15,8 +15,10 @@ import click
 from dpaudit import __version__
 from dpaudit.errors import DPAuditError
 
+__all__ = ["cli", "main"]
+
 # Each module below defines a click command named ``command``; a module that is absent is skipped.
-_COMMAND_MODULES = ("account", "train", "attack", "audit", "check")
+_COMMAND_MODULES = ("account", "train", "attack", "audit", "check", "release")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

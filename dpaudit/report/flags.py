@@ -21,6 +21,10 @@ RELEASE_FLAG_SEVERITY = {
     "teachers_not_independent": "red",
     "composition_ignored_by_claim": "red",
     "distillation_not_accounted": "warning",
+    # outside releases (dpaudit release make): Opacus accounted a non-Poisson loader as Poisson; the claim's
+    # granularity is not what the accounting covers
+    "sampling_not_poisson": "red",
+    "granularity_not_covered": "red",
 }
 
 

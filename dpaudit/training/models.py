@@ -69,6 +69,8 @@ __all__ = [
     "build_estimator",
     "Classifier",
     "MaskedBatchNorm",
+    "SKOPS_TRUSTED_TYPES",
+    "load_skops",
     "save_classifier",
     "load_classifier",
 ]
@@ -458,6 +460,10 @@ _SKOPS_TRUSTED = {
     "numpy.random.bit_generator.__pyx_unpickle_SeedSequence",
     "builtins.getattr",
 }
+#: Types beyond skops' defaults that dpaudit loads from a user's .skops file (``dpaudit release make``): the tree
+#: internals above and the state of scikit-learn's MLP optimizers -- plain array holders, no code.
+SKOPS_TRUSTED_TYPES = frozenset(_SKOPS_TRUSTED | {"sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+                                                  "sklearn.neural_network._stochastic_optimizers.SGDOptimizer"})
 _SKOPS_TOP = {
     "decision_tree": "DecisionTreeClassifier",
     "random_forest": "RandomForestClassifier",
@@ -499,6 +505,24 @@ def save_classifier(clf: Classifier, path_without_suffix) -> Path:
     with atomic_path(target, suffix=".skops") as tmp:
         sio.dump(est, tmp)
     return target
+
+
+def load_skops(path: Path, trusted_types=SKOPS_TRUSTED_TYPES) -> Any:
+    """The object of a ``.skops`` file, refusing any type beyond skops' own trusted ones and ``trusted_types``
+    (never unpickling); :class:`DataError` on unreadable files or refused types."""
+    import skops.io as sio
+
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
+    except Exception as exc:  # noqa: BLE001 - skops raises several types on malformed archives
+        raise DataError(f"{path}: not a readable skops file ({exc}).") from None
+    refused = sorted(set(untrusted) - set(trusted_types))
+    if refused:
+        raise DataError(f"{path}: refusing to load; the file contains types outside dpaudit's allow-list: {refused}.")
+    try:
+        return sio.load(path, trusted=list(untrusted))
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"{path}: could not load the skops file ({exc}).") from None
 
 
 def load_classifier(path, spec: ModelSpec) -> Classifier:
@@ -545,8 +569,6 @@ def load_classifier(path, spec: ModelSpec) -> Classifier:
         return Classifier(spec, estimator=est)
     import zipfile
 
-    import skops.io as sio
-
     try:  # check the top-level class from the archive's schema before skops builds anything
         with zipfile.ZipFile(found) as zf:
             top = json.loads(zf.read("schema.json")).get("__class__")
@@ -554,17 +576,7 @@ def load_classifier(path, spec: ModelSpec) -> Classifier:
         raise DataError(f"{found}: not a readable skops file ({exc}).") from None
     if top != _SKOPS_TOP[spec.name]:
         raise DataError(f"{found}: holds a {top}, expected {_SKOPS_TOP[spec.name]} for spec {spec.name!r}.")
-    try:
-        untrusted = sio.get_untrusted_types(file=found)
-    except Exception as exc:  # noqa: BLE001 - skops raises several types on malformed archives
-        raise DataError(f"{found}: not a readable skops file ({exc}).") from None
-    refused = sorted(set(untrusted) - _SKOPS_TRUSTED)
-    if refused:
-        raise DataError(f"{found}: refusing to load; the file contains types outside dpaudit's allow-list: {refused}.")
-    try:
-        est = sio.load(found, trusted=list(untrusted))
-    except Exception as exc:  # noqa: BLE001
-        raise DataError(f"{found}: could not load the skops file ({exc}).") from None
+    est = load_skops(found, _SKOPS_TRUSTED)
     if type(est).__name__ != _SKOPS_TOP[spec.name] or not hasattr(est, "predict_proba"):
         raise DataError(f"{found}: holds a {type(est).__name__}, expected {_SKOPS_TOP[spec.name]} for spec {spec.name!r}.")
     return Classifier(spec, estimator=est)

@@ -94,6 +94,10 @@ def _check_dataset_spec(d: Any, where: str) -> dict:
     if not isinstance(d, Mapping) or "name" not in d:
         raise DataError(f"{where}: dataset must be a dict with at least 'name' (and 'seed', 'num_samples', 'data_dir').")
     d = dict(d)
+    if d["name"] in OUTSIDE_DATASETS:   # release make: the records live in the bundle (data.npz), or only scores
+        if not isinstance(d.get("num_records"), int) or d["num_records"] < 1:
+            raise DataError(f"{where}: dataset {d['name']!r} needs 'num_records' (a positive int).")
+        return d
     if d["name"] not in DATASETS:
         raise DataError(f"{where}: unknown data set {d['name']!r}; known: {', '.join(DATASETS)}.")
     d.setdefault("seed", 0)
@@ -110,12 +114,18 @@ def _load_kwargs(d: Mapping) -> dict:
     return kw
 
 
+#: Dataset names of releases made from outside artefacts (``dpaudit release make``): ``bundled`` -- the records
+#: are the bundle's ``data.npz`` (X, y); ``scores`` -- no records, only the model's outputs (``scores.npz``).
+OUTSIDE_DATASETS = ("bundled", "scores")
+
 #: Codes of the machine-readable flags a method may attach to its release (``release.json["flags"]``): each
 #: names a way the method's privacy claim can fail that a report must show, with the method's own explanation.
 FLAG_CODES = (
     "teachers_not_independent",      # PATE-style sensitivity assumes one record moves one teacher's vote
     "composition_ignored_by_claim",  # the claimed epsilon leaves out the composition over rounds or queries
     "distillation_not_accounted",    # a loss term depends on a non-private model trained on the same data
+    "sampling_not_poisson",          # DP-SGD accounted as Poisson sampling, but the data loader was not Poisson
+    "granularity_not_covered",       # the claim's granularity is not the one the accounting covers
 )
 
 
@@ -149,6 +159,8 @@ def write_release(
     assumptions: Sequence[str] = (),
     flags: Sequence[tuple[str, str]] = (),
     overwrite: bool = False,
+    model_meta: Mapping[str, Any] | None = None,
+    arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> Path:
     """Write a release bundle to ``out_dir`` atomically (the whole directory appears at once).
 
@@ -171,12 +183,19 @@ def write_release(
         from the other two is checked.
     votes : array, optional
         Vote histograms (queries x classes) of PATE-style methods.
+    model_meta : dict, optional
+        Extra fields of ``release.json["model"]`` for outside models (``kind``, ``recipe``, ... -- see
+        :mod:`dpaudit.training.external`); ``classifier`` may be None only with ``kind = "scores"``.
+    arrays : dict, optional
+        ``{file name: {key: array}}``: further npz files of the bundle (``data.npz``, ``scores.npz``).
     """
     owner = "write_release"
     if not isinstance(method, str) or not method:
         raise ParameterError(f"The 'method' parameter of {owner} must be a non-empty str. Got {method!r} instead.")
     seed = check_int(seed, "seed", owner, low=0)
-    if not isinstance(classifier, Classifier):
+    extra_model = dict(model_meta or {})
+    scores_only = extra_model.get("kind") == "scores"
+    if not isinstance(classifier, Classifier) and not (scores_only and classifier is None):
         raise ParameterError(f"The 'classifier' parameter of {owner} must be a Classifier. Got {type(classifier).__name__} instead.")
     ds = _check_dataset_spec(dataset, owner)
     if ds.get("num_records") is None:
@@ -203,7 +222,9 @@ def write_release(
 
     util = _as_dict(utility, "utility") or {}
     acc = util.get("test_accuracy")
-    if isinstance(acc, bool) or not isinstance(acc, (int, float)) or not 0.0 <= float(acc) <= 1.0:
+    if scores_only and acc is None:
+        pass   # losses alone say nothing about the predicted class
+    elif isinstance(acc, bool) or not isinstance(acc, (int, float)) or not 0.0 <= float(acc) <= 1.0:
         raise ParameterError("The 'utility' parameter of write_release must hold 'test_accuracy' (the released model's "
                              f"accuracy on the test split) as a float in [0, 1]. Got {acc!r} instead.")
     meta: dict[str, Any] = {
@@ -213,7 +234,8 @@ def write_release(
         "params": _as_dict(params, "params") or {},
         "seed": seed,
         "utility": util,
-        "model": {"spec": classifier.spec.to_dict(), "file": None, "train_config": tc},
+        "model": {"spec": None if classifier is None else classifier.spec.to_dict(), "file": None, "train_config": tc,
+                  **extra_model},
         "ledger": _as_dict(ledger, "ledger"),
         "statement": _as_dict(statement, "statement"),
         "claim": claim_d,
@@ -224,8 +246,11 @@ def write_release(
     try:
         ctx = atomic_dir(out_dir, overwrite=overwrite)
         with ctx as tmp:
-            model_path = save_classifier(classifier, tmp / "model")
-            meta["model"]["file"] = model_path.name
+            if classifier is not None:
+                model_path = save_classifier(classifier, tmp / "model")
+                meta["model"]["file"] = model_path.name
+            for fname, content in (arrays or {}).items():
+                save_npz(tmp / fname, **content)
             save_npz(tmp / "membership.npz", **mem)
             if votes is not None:
                 save_npy(tmp / "votes.npy", votes)
@@ -241,13 +266,30 @@ class Release:
 
     path: Path
     meta: dict
-    model: Classifier
+    model: Classifier | None        # None: a scores-only release (see scores())
     votes: np.ndarray | None
     membership: dict[str, np.ndarray]
 
     @property
     def spec(self) -> ModelSpec:
-        return self.model.spec
+        return None if self.model is None else self.model.spec
+
+    @property
+    def kind(self) -> str:
+        """``"dpaudit"`` for releases of dpaudit's methods, else the outside model's kind (``torch_factory``,
+        ``sklearn``, ``catboost``, ``scores``; see :mod:`dpaudit.training.external`)."""
+        return self.meta["model"].get("kind") or "dpaudit"
+
+    def scores(self) -> dict[str, np.ndarray]:
+        """The arrays of a scores-only release's ``scores.npz`` (see :mod:`dpaudit.audit.release_make`)."""
+        from dpaudit.training.external import load_bundle_npz
+
+        return load_bundle_npz(self.path, "scores.npz")
+
+    @property
+    def has_recipe(self) -> bool:
+        """Whether shadow / reference models can be trained (own methods always; outside models with a recipe)."""
+        return self.kind == "dpaudit" or bool(self.meta["model"].get("recipe"))
 
     @property
     def train_config(self) -> TrainConfig | None:
@@ -257,6 +299,10 @@ class Release:
     def dataset(self) -> Dataset:
         """The data set the membership indices point into, rebuilt from ``meta["dataset"]``."""
         d = self.meta["dataset"]
+        if d["name"] in OUTSIDE_DATASETS:
+            from dpaudit.training.external import load_bundled_dataset
+
+            return load_bundled_dataset(self.path, d)
         ds = load_dataset(d["name"], **_load_kwargs(d))
         n = d.get("num_records")
         if n is not None and len(ds) != int(n):
@@ -268,6 +314,10 @@ class Release:
 
     def train_fn(self):
         """``(X, y, seed) -> Classifier``: trains one model with the target's architecture and recipe."""
+        if self.kind != "dpaudit":
+            from dpaudit.training.external import recipe_train_fn
+
+            return recipe_train_fn(self.meta)
         spec, config = self.spec, self.train_config
 
         def train(X: np.ndarray, y: np.ndarray, seed: int) -> Classifier:
@@ -278,6 +328,10 @@ class Release:
     def train_many(self):
         """``(datasets, seed) -> [Classifier]``: many models of the recipe at once (ensemble trainer for
         torch specs). Model ``i`` depends only on ``datasets[i]``, ``seed`` and ``i``."""
+        if self.kind != "dpaudit":
+            from dpaudit.training.external import recipe_train_many
+
+            return recipe_train_many(self.meta)
         spec, config = self.spec, self.train_config
 
         def train(datasets: Sequence[tuple[np.ndarray, np.ndarray]], seed: int) -> list[Classifier]:
@@ -314,6 +368,17 @@ def load_release(path) -> Release:
     m = meta["model"]
     if not isinstance(m, dict) or "spec" not in m or "file" not in m:
         raise DataError(f"{meta_path}: 'model' must hold 'spec' and 'file'.")
+    if m.get("kind") is not None:   # an outside model (dpaudit release make)
+        from dpaudit.training.external import load_external_model
+
+        model = load_external_model(root, m)
+        spec = None if model is None else model.spec
+    else:
+        spec, model = _load_own_model(root, m, meta_path)
+    return _finish_loading(root, meta, spec, model)
+
+
+def _load_own_model(root: Path, m: dict, meta_path: Path) -> tuple[ModelSpec, Classifier]:
     try:
         spec = ModelSpec.from_dict(m["spec"])
     except (ParameterError, TypeError, ValueError) as exc:
@@ -329,8 +394,10 @@ def load_release(path) -> Release:
     model_file = root / fname
     if not model_file.is_file():
         raise DataError(f"{root}: the model file {fname} named in release.json is missing.")
-    model = load_classifier(model_file, spec)
+    return spec, load_classifier(model_file, spec)
 
+
+def _finish_loading(root: Path, meta: dict, spec: Any, model: Classifier | None) -> "Release":
     mem_path = root / "membership.npz"
     if not mem_path.is_file():
         raise DataError(f"{root}: membership.npz is missing.")
@@ -351,6 +418,7 @@ def load_release(path) -> Release:
             raise DataError(f"{votes_path}: not a readable npy array ({exc}).") from None
         if votes.ndim != 2:
             raise DataError(f"{votes_path}: expected a (queries x classes) array; got shape {votes.shape}.")
-        if votes.shape[1] != spec.num_classes:
-            raise DataError(f"{votes_path}: {votes.shape[1]} vote columns but the model has {spec.num_classes} classes.")
+        if spec is None or votes.shape[1] != spec.num_classes:
+            raise DataError(f"{votes_path}: {votes.shape[1]} vote columns but the model has "
+                            f"{None if spec is None else spec.num_classes} classes.")
     return Release(path=root, meta=meta, model=model, votes=votes, membership=membership)

@@ -28,9 +28,19 @@ def _assert_exact_cover(parts, n):
 def test_every_record_assigned_exactly_once(n, k, C, seed, beta):
     y = _labels(n, C, seed)
     _assert_exact_cover(iid(y, k, seed=seed), n)
-    _assert_exact_cover(dirichlet(y, k, beta, seed=seed, min_size=1), n)
+    # min_size 0: a minimum size can be unreachable at small beta (a clear DataError, tested below); the cover
+    # property does not depend on it
+    _assert_exact_cover(dirichlet(y, k, beta, seed=seed, min_size=0), n)
     _assert_exact_cover(size_skew(y, k, beta, seed=seed, min_size=2), n)
-    _assert_exact_cover(mixed(y, k, beta, beta, seed=seed, min_size=1), n)
+    _assert_exact_cover(mixed(y, k, beta, beta, seed=seed, min_size=0), n)
+
+
+def test_unreachable_min_size_is_a_clear_error():
+    # 50 records of 2 classes over 10 parties at beta 0.1: Dir(0.1) puts nearly all of a class on one or two
+    # parties, so no draw gives all ten a record (found by hypothesis)
+    y = _labels(50, 2)
+    with pytest.raises(DataError, match=r"no draw in 1000 gave every party >= 1 records"):
+        dirichlet(y, 10, 0.1, seed=0, min_size=1)
 
 
 def test_iid_sizes_differ_by_at_most_one():

@@ -1,0 +1,97 @@
+"""``dpaudit release make``: a release bundle from a model trained elsewhere (or only its scores).
+
+Parsing and printing only: the work is :func:`dpaudit.audit.release_make.make_release`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dpaudit.errors import ParameterError
+
+_PATH = click.Path(dir_okay=False, path_type=Path)
+
+
+def _json_kwargs(text: str | None, what: str) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParameterError(f"The '{what}' parameter must be a JSON object. Got {text!r} ({exc.msg}) instead.") from None
+    if not isinstance(value, dict):
+        raise ParameterError(f"The '{what}' parameter must be a JSON object. Got {text!r} instead.")
+    return value
+
+
+@click.group("release")
+def command() -> None:
+    """Release bundles made outside dpaudit's own methods."""
+
+
+@command.command("make")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Bundle directory to write.")
+@click.option("--model", type=_PATH, default=None,
+              help="Model file: .safetensors (with --factory), .skops (scikit-learn) or .cbm (CatBoost). Never a pickle.")
+@click.option("--factory", default=None, help="pkg.module:build or path/to/file.py:build, the function building the torch module "
+              "(its code runs).")
+@click.option("--factory-kwargs", default=None, help="JSON object of keyword arguments for --factory.")
+@click.option("--scores", type=_PATH, default=None, help="Scores-only release: an .npz of the model's outputs "
+              "(logits_/probs_/loss_ train/test, labels_train/test, optional reference_* arrays).")
+@click.option("--data", type=_PATH, default=None, help="Records: .npz (X, y), .npy (features, with --labels) or .csv.")
+@click.option("--labels", type=_PATH, default=None, help="Labels .npy for a .npy --data.")
+@click.option("--label-column", default=None, help="CSV: the label column (default: the last).")
+@click.option("--dataset", default=None, help="Instead of --data: a dpaudit data set name (digits, mnist, adult, ...).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory of the real-format files for --dataset (MNIST IDX, CIFAR-10 batches, SVHN .mat, Adult CSV).")
+@click.option("--members", type=_PATH, default=None, help="Members (training records): .npy/.txt indices or a boolean mask.")
+@click.option("--nonmembers", type=_PATH, default=None, help="Non-members: .npy/.txt indices or a boolean mask.")
+@click.option("--attacker", type=_PATH, default=None,
+              help="The attacker's records for shadow models (default: every record neither member nor non-member).")
+@click.option("--train-fn", default=None, help="pkg.module:train or file.py:train, train(X, y, seed) -> model, the recipe "
+              "for shadow / reference models (THIS RUNS YOUR CODE, now and when the release is attacked).")
+@click.option("--recipe-model", default=None, help="Instead of --train-fn: a dpaudit architecture (mlp, cnn_fedkt, "
+              "random_forest, ...) trained with --recipe-config.")
+@click.option("--recipe-kwargs", default=None, help="JSON object of architecture keyword arguments for --recipe-model.")
+@click.option("--recipe-config", type=_PATH, default=None, help="TrainConfig fields (.json or .toml) for --recipe-model.")
+@click.option("--ledger", type=_PATH, default=None, help="Accounting: a dpaudit ledger JSON.")
+@click.option("--dp-events", type=_PATH, default=None, help="Accounting: a dp_accounting event as JSON "
+              "(dpaudit.integrations.dp_accounting.dp_event_to_json).")
+@click.option("--opacus", type=_PATH, default=None, help="Accounting: an Opacus run JSON "
+              "(dpaudit.integrations.opacus.OpacusRun.to_dict(), or its bare history list).")
+@click.option("--claim", "claims", multiple=True, required=True,
+              help="KEY=VALUE, repeated: epsilon=8, delta=1e-5, granularity=record (or example|user|party|...), text=...")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace an existing bundle at --out.")
+def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str | None, scores: Path | None,
+         data: Path | None, labels: Path | None, label_column: str | None, dataset: str | None, data_dir: Path | None,
+         members: Path | None, nonmembers: Path | None, attacker: Path | None, train_fn: str | None,
+         recipe_model: str | None, recipe_kwargs: str | None, recipe_config: Path | None, ledger: Path | None,
+         dp_events: Path | None, opacus: Path | None, claims: tuple[str, ...], seed: int, overwrite: bool) -> None:
+    """Build a release bundle from a model trained elsewhere, so that `dpaudit attack`, `dpaudit audit` and
+    `dpaudit check` work on it."""
+    from dpaudit.audit.release_make import make_release
+    from dpaudit.training.release import load_release
+
+    path = make_release(
+        out, claim=list(claims), model=model, factory=factory, factory_kwargs=_json_kwargs(factory_kwargs, "--factory-kwargs"),
+        data=data, labels=labels, label_column=label_column, dataset=dataset,
+        data_dir=None if data_dir is None else str(data_dir), members=members, nonmembers=nonmembers, attacker=attacker,
+        scores=scores, train_fn=train_fn, recipe_model=recipe_model,
+        recipe_kwargs=_json_kwargs(recipe_kwargs, "--recipe-kwargs"), recipe_config=recipe_config, ledger=ledger,
+        dp_events=dp_events, opacus=opacus, seed=seed, overwrite=overwrite)
+    rel = load_release(path)
+    meta = rel.meta
+    st = meta.get("statement")
+    click.echo(f"wrote {path} ({rel.kind} model, {len(rel.membership['members'])} members, "
+               f"{len(rel.membership['nonmembers'])} non-members)")
+    click.echo(f"claim: {meta['claim']['text']}")
+    if st is not None:
+        for s in st["statements"]:
+            click.echo(f"accounted: epsilon = {s['epsilon']} at delta = {s['delta']:g} ({s['label'] or s['method']})")
+    click.echo(f"attacks possible: {', '.join(meta['params'].get('possible_attacks', []))}")
+    for f in meta.get("flags", []):
+        click.echo(f"red flag ({f['code']}): {f['message']}")

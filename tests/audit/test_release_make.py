@@ -1,0 +1,151 @@
+"""`dpaudit release make`: outside models, data, recipes and accounting become standard release bundles that
+`dpaudit attack` / `audit` / `check` read unchanged."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from byom_artefacts import digits_files, scores_file, torch_files
+from dpaudit.audit.attack_release import attack_release
+from dpaudit.audit.release_make import make_release, parse_claim
+from dpaudit.errors import DataError
+from dpaudit.training.release import load_release
+
+CLAIM = ["epsilon=8", "delta=1e-5", "granularity=record"]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    return digits_files(tmp_path_factory.mktemp("digits"))
+
+
+def test_parse_claim() -> None:
+    assert parse_claim(CLAIM) == {"epsilon": 8.0, "delta": 1e-5, "granularity": "example",
+                                  "text": "(8, 1e-05)-DP at example level"}
+    assert parse_claim({"epsilon": "inf", "delta": 0, "granularity": "user"})["granularity"] == "user"
+
+
+def test_sklearn_release_attacks_unchanged(digits, tmp_path) -> None:
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=digits["skops"], data=digits["data"],
+                       members=digits["members"], nonmembers=digits["nonmembers"])
+    rel = load_release(out)
+    assert rel.kind == "sklearn" and rel.meta["params"]["possible_attacks"] == ["threshold"]
+    assert len(rel.membership["attacker"]) == 1797 - 300                     # default pool: everyone else
+    assert 0.8 < rel.meta["utility"]["test_accuracy"] <= 1.0
+    ds = rel.dataset()
+    assert ds.X.shape == (1797, 64)
+    rep = attack_release(rel, attack="threshold", n_bootstrap=0, blind=False)
+    assert rep.attack.metrics.auc > 0.5
+    with pytest.raises(DataError, match="needs a training recipe"):
+        attack_release(rel, attack="lira")
+
+
+def test_torch_factory_release_with_recipe_and_masks(digits, tmp_path) -> None:
+    t = torch_files(tmp_path)
+    n = 1797
+    mem_mask = np.zeros(n, bool)
+    mem_mask[np.load(digits["members"])] = True
+    np.save(tmp_path / "mask.npy", mem_mask)
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=f"{t['factory_module']}:build",
+                       factory_kwargs={"hidden": 16}, data=digits["data"], members=tmp_path / "mask.npy",
+                       nonmembers=digits["nonmembers"], train_fn="byomtrain:train")
+    rel = load_release(out)
+    assert rel.kind == "torch_factory" and rel.spec.is_torch
+    assert rel.spec.kwargs["factory"] == f"{t['factory_module'].resolve()}:build"     # file form, stored absolute
+    assert np.array_equal(rel.membership["members"], np.flatnonzero(mem_mask))
+    import byomnet
+    import torch
+    from safetensors.torch import load_file
+
+    net = byomnet.build(16)
+    net.load_state_dict(load_file(str(t["weights"])))
+    X = rel.dataset().X[:5]
+    expect = torch.softmax(net(torch.from_numpy(X)), dim=1).detach().numpy()
+    np.testing.assert_allclose(rel.model.predict_proba(X), expect, atol=1e-6)
+    assert "runs it" in " ".join(rel.meta["assumptions"])
+    rep = attack_release(rel, attack="lira", num_shadows=4, n_bootstrap=0, blind=False)   # user train_fn shadows
+    assert rep.settings["num_shadows"] == 4
+
+
+def test_recipe_model_csv_and_npy_labels(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 3))
+    y = (X[:, 0] > 0).astype(int)
+    header = "a,b,label,c"
+    table = np.c_[X[:, :2], y, X[:, 2]]
+    np.savetxt(tmp_path / "d.csv", table, delimiter=",", header=header, comments="")
+    np.savetxt(tmp_path / "m.txt", np.arange(20), fmt="%d")
+    np.savetxt(tmp_path / "n.txt", np.arange(20, 40), fmt="%d")
+    from sklearn.tree import DecisionTreeClassifier
+    import skops.io as sio
+
+    sio.dump(DecisionTreeClassifier(random_state=0).fit(np.c_[X[:20, :2], X[:20, 2]], y[:20]), tmp_path / "t.skops")
+    (tmp_path / "cfg.json").write_text(json.dumps({"epochs": 2}))
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=tmp_path / "t.skops", data=tmp_path / "d.csv",
+                       label_column="label", members=tmp_path / "m.txt", nonmembers=tmp_path / "n.txt",
+                       recipe_model="random_forest", recipe_kwargs={"n_estimators": 5})
+    rel = load_release(out)
+    assert rel.dataset().X.shape == (80, 3)
+    assert rel.meta["model"]["recipe"]["model"]["name"] == "random_forest"
+    shadow = rel.train_fn()(rel.dataset().X[:30], rel.dataset().y[:30], 0)
+    assert shadow.predict_proba(rel.dataset().X[:3]).shape == (3, 2)
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    out2 = make_release(tmp_path / "rel2", claim=CLAIM, model=tmp_path / "t.skops", data=tmp_path / "X.npy",
+                        labels=tmp_path / "y.npy", members=tmp_path / "m.txt", nonmembers=tmp_path / "n.txt",
+                        recipe_model="mlp", recipe_config=tmp_path / "cfg.json")
+    assert load_release(out2).meta["model"]["recipe"]["train_config"]["epochs"] == 2
+
+
+def test_scores_only_release(tmp_path) -> None:
+    import dp_accounting
+
+    from dpaudit.integrations.dp_accounting import dp_event_to_json
+
+    ev = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)), 1000)
+    (tmp_path / "events.json").write_text(json.dumps(dp_event_to_json(ev)))
+    out = make_release(tmp_path / "rel", claim=CLAIM, scores=scores_file(tmp_path), dp_events=tmp_path / "events.json")
+    rel = load_release(out)
+    assert rel.kind == "scores" and rel.model is None
+    assert rel.meta["params"]["possible_attacks"] == ["threshold", "lira"]
+    assert rel.meta["statement"]["epsilon"] > 0
+    thr = attack_release(rel, attack="threshold", n_bootstrap=0)
+    lira = attack_release(rel, attack="lira", n_bootstrap=0)
+    assert lira.settings["online"] is True and lira.attack.metrics.auc > 0.55 and thr.attack.metrics.auc > 0.55
+    assert lira.blind is None and lira.settings["bound"] == "estimate"
+    with pytest.raises(DataError, match="holds only scores. Possible here: threshold, lira"):
+        attack_release(rel, attack="shadow")
+    with pytest.raises(DataError, match="no record features"):
+        rel.dataset()
+
+
+def test_opacus_run_accounting_and_flags(digits, tmp_path) -> None:
+    from dpaudit.integrations.opacus import OpacusRun
+
+    run = OpacusRun(((1.1, 0.05, 20),), poisson_sampling=False)
+    (tmp_path / "opacus.json").write_text(json.dumps(run.to_dict()))
+    out = make_release(tmp_path / "rel", claim=["epsilon=8", "delta=1e-5", "granularity=user"],
+                       model=digits["skops"], data=digits["data"], members=digits["members"],
+                       nonmembers=digits["nonmembers"], opacus=tmp_path / "opacus.json")
+    meta = load_release(out).meta
+    assert meta["statement"]["epsilon"] == pytest.approx(run.opacus_epsilon(1e-5), rel=1e-6)
+    assert {f["code"] for f in meta["flags"]} == {"sampling_not_poisson", "granularity_not_covered"}
+    assert meta["ledger"]["parties"]["all"]
+
+
+def test_ledger_accounting_and_check(digits, tmp_path) -> None:
+    from dpaudit.audit import check_claims
+    from dpaudit.integrations.opacus import OpacusRun, write_opacus_ledger
+
+    write_opacus_ledger(OpacusRun(((1.1, 0.05, 20),)), tmp_path / "ledger.json", delta=1e-5)
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=digits["skops"], data=digits["data"],
+                       members=digits["members"], nonmembers=digits["nonmembers"], ledger=tmp_path / "ledger.json")
+    eps = load_release(out).meta["statement"]["epsilon"]
+    assert 0 < eps < 8
+    (tmp_path / "claims.toml").write_text('[[claim]]\nname = "lr"\nrelease = "rel"\nepsilon = 8.0\ndelta = 1e-5\n'
+                                          'granularity = "example"\n')
+    report = check_claims(tmp_path / "claims.toml")
+    assert report.passed and report.results[0].accounted.epsilon == pytest.approx(eps)
