@@ -56,7 +56,7 @@ __all__ = [
 
 GRANULARITIES: tuple[str, ...] = ("example", "party", "report", "round", "user")
 MECHANISMS: tuple[str, ...] = ("ldp", "dpsgd", "pate", "gnmax", "laplace", "gaussian")
-ATTACK_KINDS: tuple[str, ...] = ("threshold", "shadow", "lira")
+ATTACK_KINDS: tuple[str, ...] = ("threshold", "shadow", "lira", "canary")
 
 #: Granularities each mechanism's accounting covers. laplace/gaussian: the unit their sensitivity is defined
 #: over, so any; ldp: one report ("report", or "round": one report per round), or with ``rounds`` a user's whole
@@ -72,26 +72,35 @@ MECHANISM_GRANULARITIES: dict[str, tuple[str, ...]] = {
 
 _CLAIM_KEYS = {"name", "epsilon", "delta", "granularity", "description", "mechanism", "params", "release",
                "ledger", "party", "attack", "allow_data_dependent"}
-_ATTACK_KEYS = {"kind", "shadows", "confidence", "seed"}
+_ATTACK_KEYS = {"kind", "shadows", "confidence", "seed", "audit", "canary", "canaries", "models"}
 _TOP_KEYS = {"schema", "claim"}
 
 
 @dataclass(frozen=True, slots=True)
 class AttackBudget:
     """An attack to run against a release: ``kind``, number of ``shadows`` models, the ``confidence`` of the
-    empirical epsilon lower bound (e.g. 0.95), and its ``seed``."""
+    empirical epsilon lower bound (e.g. 0.95), and its ``seed``. ``kind = "canary"``: a certified canary audit of
+    the release's DP-SGD recipe (``audit`` one-run|multi-run, ``canary`` dirac|mislabeled|ood, ``canaries`` m,
+    ``models`` N); only certified bounds can fail a claim."""
 
     kind: str
     shadows: int = 8
     confidence: float = 0.95
     seed: int = 0
+    audit: str = "one-run"
+    canary: str = "dirac"
+    canaries: int = 1000
+    models: int = 200
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "shadows": self.shadows, "confidence": self.confidence, "seed": self.seed}
+        d = {"kind": self.kind, "shadows": self.shadows, "confidence": self.confidence, "seed": self.seed}
+        if self.kind == "canary":
+            d.update(audit=self.audit, canary=self.canary, canaries=self.canaries, models=self.models)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AttackBudget":
-        return cls(**{k: d[k] for k in ("kind", "shadows", "confidence", "seed") if k in d})
+        return cls(**{k: d[k] for k in _ATTACK_KEYS if k in d})
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +272,10 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
             shadows=check_int(a.get("shadows", 8), "shadows", aowner, low=1),
             confidence=check_probability(a.get("confidence", 0.95), "confidence", aowner),
             seed=check_int(a.get("seed", 0), "seed", aowner, low=0),
+            audit=check_choice(a.get("audit", "one-run"), "audit", aowner, ("one-run", "multi-run")),
+            canary=check_choice(a.get("canary", "dirac"), "canary", aowner, ("dirac", "mislabeled", "ood")),
+            canaries=check_int(a.get("canaries", 1000), "canaries", aowner, low=2),
+            models=check_int(a.get("models", 200), "models", aowner, low=2),
         )
     return Claim(name=name, epsilon=epsilon, delta=delta, granularity=granularity, subject=subject, party=party,
                  attack=attack, allow_data_dependent=allow_dd, description=description)

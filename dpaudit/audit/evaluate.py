@@ -424,6 +424,16 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     claim's ``delta``, with the kind the attacks layer gives it (on one model: an estimate, with its split-seed
     range in ``details["split_range"]``); the attacks layer's caveats travel in ``details["notes"]``.
     """
+    if budget.kind == "canary":
+        from dpaudit.audit.canary_audit import canary_audit_release
+
+        res = canary_audit_release(release, audit=budget.audit, canary=budget.canary, canaries=budget.canaries,
+                                   models=budget.models, delta=delta, confidence=budget.confidence, seed=budget.seed)
+        b = res.bound
+        return EmpiricalBound(
+            attack=f"canary-{b.audit}", epsilon_lower_bound=float(b.epsilon), confidence=budget.confidence,
+            delta=delta, details={"ideal_epsilon": b.ideal_epsilon, "trials": b.trials, "score": b.score,
+                                  "notes": list(res.notes)}, kind="certified")
     from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=budget.kind, num_shadows=budget.shadows, confidence=budget.confidence,

@@ -134,6 +134,7 @@ class AuditConfig:
     delta: float = 1e-5
     n_bootstrap: int = 200
     data_dir: str | None = None
+    canary_audits: tuple = ()  # CanaryAuditSpec entries: certified audits of DP-SGD recipes ([[canary_audits]])
 
     def __post_init__(self) -> None:
         from dpaudit.training.data import DATASETS
@@ -144,9 +145,14 @@ class AuditConfig:
             if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Sequence) or not all(isinstance(x, cls) for x in v):
                 raise ParameterError(f"The '{key}' parameter of {owner} must be a list of {cls.__name__}. Got {_fmt(v)} instead.")
             object.__setattr__(self, key, tuple(v))
-        if not self.models:
-            raise ParameterError("An audit config needs at least one model ([[models]]). Got none instead.")
-        if not self.attacks:
+        cnames = [c.name for c in self.canary_audits]
+        if len(set(cnames)) != len(cnames):
+            raise ParameterError(f"Canary audit names of an audit must be distinct. Got {cnames} instead.")
+        object.__setattr__(self, "canary_audits", tuple(self.canary_audits))
+        if not self.models and not self.canary_audits:
+            raise ParameterError("An audit config needs at least one model ([[models]]) or canary audit "
+                                 "([[canary_audits]]). Got none instead.")
+        if self.models and not self.attacks:
             raise ParameterError("An audit config needs at least one attack ([[attacks]]). Got none instead.")
         if not isinstance(self.title, str):
             raise ParameterError(f"The 'title' parameter of {owner} must be a string. Got {_fmt(self.title)} instead.")
@@ -167,7 +173,10 @@ class AuditConfig:
 
 def default_config() -> AuditConfig:
     """The embedded default: FREDY-style students on digits at three noise levels, plus the non-private
-    baseline, attacked by the loss-threshold, shadow-model (CatBoost, 16 shadows) and LiRA (16 shadows) attacks."""
+    baseline, attacked by the loss-threshold, shadow-model (CatBoost, 16 shadows) and LiRA (16 shadows) attacks;
+    and one certified audit: a one-run white-box audit (1000 Dirac canaries) of DP-SGD at epsilon 8 on digits."""
+    from dpaudit.audit.canary_audit import CanaryAuditSpec
+
     gammas = (0.05, 0.3, 2.0)
     models = []
     for i, g in enumerate(gammas):
@@ -182,10 +191,13 @@ def default_config() -> AuditConfig:
         attacks=(AttackSpec("threshold", threshold_kind="loss"), AttackSpec("shadow", shadows=16),
                  AttackSpec("lira", shadows=16)),
         seed=0,
+        canary_audits=(CanaryAuditSpec("dpsgd-eps8-one-run-whitebox", audit="one-run", canary="dirac", canaries=1000,
+                                       epsilon=8.0),),
     )
 
 
-_TOP_KEYS = {"title", "dataset", "seed", "confidence", "delta", "n_bootstrap", "data_dir", "models", "attacks"}
+_TOP_KEYS = {"title", "dataset", "seed", "confidence", "delta", "n_bootstrap", "data_dir", "models", "attacks",
+             "canary_audits"}
 
 
 def load_audit_config(path: str | Path) -> AuditConfig:
@@ -238,11 +250,24 @@ def load_audit_config(path: str | Path) -> AuditConfig:
             raise ParameterError(f"The 'kind' key of [[attacks]] entry #{i + 1} of {p} is required. Got nothing instead.")
         attacks.append(AttackSpec(**a))
     data_dir = data.get("data_dir")
+    from dpaudit.audit.canary_audit import CanaryAuditSpec
+
+    cfields = {f.name for f in dataclasses.fields(CanaryAuditSpec)}
+    canary_audits = []
+    for i, c in enumerate(tables("canary_audits", [])):
+        bad = sorted(set(c) - cfields)
+        if bad:
+            raise ParameterError(f"Unknown key(s) {bad} in [[canary_audits]] entry #{i + 1} of {p}; allowed: {sorted(cfields)}.")
+        try:
+            canary_audits.append(CanaryAuditSpec(**c))
+        except TypeError as exc:  # a required key missing
+            raise ParameterError(f"[[canary_audits]] entry #{i + 1} of {p}: {exc}.") from None
     return AuditConfig(
         title=data.get("title", f"dpaudit audit: {p.stem}"), dataset=data.get("dataset", "digits"),
         models=tuple(models), attacks=tuple(attacks), seed=data.get("seed", 0),
         confidence=data.get("confidence", 0.95), delta=data.get("delta", 1e-5),
         n_bootstrap=data.get("n_bootstrap", 200), data_dir=rel(data_dir) if data_dir is not None else None,
+        canary_audits=tuple(canary_audits),
     )
 
 
@@ -405,6 +430,24 @@ def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache
     return summary
 
 
+def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, rep: Reporter) -> dict:
+    """Run (or reuse) one certified canary audit; its result dict (``kind: "certified"``)."""
+    from dpaudit.audit.canary_audit import run_canary_spec
+
+    stage = out / "canary_audits" / spec.name
+    key = _hash({"spec": spec.to_dict(), "dataset": cfg.dataset, "seed": cfg.seed, "delta": cfg.delta,
+                 "confidence": cfg.confidence, "data_dir": cfg.data_dir, "version": __version__})
+    done = stage / "stage.json"
+    if done.is_file() and (stage / "canary_audit.json").is_file() and read_json(done).get("key") == key:
+        rep.log(f"canary audit {spec.name}: cached (same settings)")
+        return read_json(stage / "canary_audit.json")
+    rep.log(f"canary audit {spec.name}: {spec.audit}, {spec.canary} canaries")
+    res = run_canary_spec(spec, dataset=cfg.dataset, seed=cfg.seed, delta=cfg.delta, confidence=cfg.confidence,
+                          data_dir=cfg.data_dir, device=device, out=stage, progress=rep)
+    write_json(done, {"key": key})
+    return res.to_dict()
+
+
 def _attack_unit(path: Path, spec: AttackSpec, cfg: AuditConfig, cache: Path, rep: Reporter) -> AttackSummary:
     """One executor unit: one attack on one release (loaded and digested where the unit runs)."""
     return _attack(_load_release(path, cfg), release_digest(path), spec, cfg, cache, rep)
@@ -488,11 +531,12 @@ def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter
     per = len(config.attacks)
     for j, (run, i, name, path) in enumerate(targets):
         audits.append(_model_audit(name, run, _load_release(path, config), summaries[j * per:(j + 1) * per], is_primary=(i == 0)))
+    certified = tuple(_canary_audit(c, config, out, device, rep) for c in config.canary_audits)
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
         models=tuple(audits), flags=tuple(compute_flags(audits)), config=config.to_dict(),
         created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
-        verdicts=tuple(compute_verdicts(audits)),
+        verdicts=tuple(compute_verdicts(audits)), certified=certified,
     )
     write_report(report, out)
     rep.log(f"report written to {out}/report.html (and report.md, report.json)")

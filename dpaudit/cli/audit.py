@@ -28,8 +28,8 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, exe
     stderr; the summary, the verdicts and the flags to stdout.
     """
     from dpaudit.audit.runner import default_config, load_audit_config, run_audit
-    from dpaudit.report.render import (INTRO, POWER_HEAD, SUMMARY_HEAD, grouped_flags, power_rows, summary_rows,
-                                       verdict_lines)
+    from dpaudit.report.render import (CERTIFIED_HEAD, INTRO, POWER_HEAD, SUMMARY_HEAD, certified_rows, grouped_flags,
+                                       power_rows, summary_rows, verdict_lines)
     from dpaudit.executors import make_executor
 
     cfg = default_config() if config is None else load_audit_config(config)
@@ -42,6 +42,13 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, exe
     for row in summary_rows(report):
         table.add_row(*(escape(c) for c in row))
     console.print(table)
+    if report.certified:
+        ctable = Table(title="certified canary audits (DP-SGD recipes)", title_justify="left")
+        for col in CERTIFIED_HEAD:
+            ctable.add_column(col)
+        for row in certified_rows(report):
+            ctable.add_row(*(escape(c) for c in row))
+        console.print(ctable)
     power = power_rows(report)
     if power:
         ptable = Table(title="attack power (on the non-private reference)", title_justify="left")

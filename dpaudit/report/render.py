@@ -151,10 +151,36 @@ def _byline(report: AuditReport) -> str:
             + (f", {report.elapsed_seconds:.0f} s." if report.elapsed_seconds else "."))
 
 
+CERTIFIED_HEAD = ["canary audit", "audit", "canaries / models", "score", "certified ε ≥", "ideal attack (median)",
+                   "accounted ε", "kind"]
+
+
+def certified_rows(report: AuditReport) -> list[list[str]]:
+    rows = []
+    for c in report.certified:
+        b, st = c.get("bound", {}), c.get("settings", {})
+        num = lambda v: "–" if v is None else fmt_epsilon(float(v))  # noqa: E731
+        size = f"m = {st.get('canaries')}" if b.get("audit") == "one-run" else f"N = {st.get('models')}"
+        rows.append([str(st.get("name", "–")), f"{b.get('audit')} ({st.get('canary')})", f"{size}, {b.get('trials')} trials",
+                     str(b.get("score")), f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ={float(b.get('delta', 0)):.0e})",
+                     num(b.get("ideal_epsilon")), num(c.get("accounted_epsilon")), str(c.get("kind", b.get("kind")))])
+    return rows
+
+
+CERTIFIED_TEXT = ("Certified canary audits of DP-SGD recipes: canaries are included by independent fair coins, so the "
+                   "bound holds with the stated confidence (one-run: Steinke, Nasr, Jagielski 2023, Thm 3; multi-run: "
+                   "Clopper-Pearson over independently trained models). The ideal-attack column is the median bound the "
+                   "exact likelihood-ratio test of the accounted mechanism certifies in simulated audits with the same "
+                   "trials and rule: far above the certified figure means a weak attack, close to it means too few "
+                   "trials (or a tight accounting).")
+
+
 def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None = None) -> str:
     parts = [f"# {report.title}", "", _byline(report), "", INTRO, ""]
     parts += ["## Summary", "", _md_table(SUMMARY_HEAD, summary_rows(report)), ""]
     parts += ["Verdicts:", ""] + [f"- **{name}**: {text}" for name, text in verdict_lines(report)] + [""]
+    if report.certified:
+        parts += ["## Certified canary audits", "", CERTIFIED_TEXT, "", _md_table(CERTIFIED_HEAD, certified_rows(report)), ""]
     power = power_rows(report)
     parts += ["## Attack power", ""]
     parts += ([_md_table(POWER_HEAD, power), ""] if power else
@@ -212,6 +238,9 @@ def to_html(report: AuditReport, figures_png: list[tuple[str, str, bytes]] | Non
            f"<h1>{e(report.title)}</h1>", f"<p>{e(_byline(report))}</p>", f"<p>{e(INTRO)}</p>",
            "<h2 id='summary'>Summary</h2>", _html_table(SUMMARY_HEAD, summary_rows(report)),
            "<ul class='verdicts'>" + "".join(f"<li><b>{e(n)}</b>: {e(t)}</li>" for n, t in verdict_lines(report)) + "</ul>"]
+    if report.certified:
+        out += ["<h2 id='certified'>Certified canary audits</h2>", f"<p>{e(CERTIFIED_TEXT)}</p>",
+                _html_table(CERTIFIED_HEAD, certified_rows(report))]
     power = power_rows(report)
     out.append("<h2 id='power'>Attack power</h2>")
     out.append(_html_table(POWER_HEAD, power) if power else

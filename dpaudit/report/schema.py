@@ -258,11 +258,13 @@ class AuditReport:
     elapsed_seconds: float | None = None
     schema: str = SCHEMA
     verdicts: tuple[Verdict, ...] = ()
+    certified: tuple[Mapping[str, Any], ...] = ()  # certified canary audits (CanaryAuditResult.to_dict())
 
     def verdict_for(self, model: str) -> Verdict | None:
         return next((v for v in self.verdicts if v.model == model), None)
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"certified_audits": [dict(c) for c in self.certified]} if self.certified else {}
         return {
             "schema": self.schema,
             "title": self.title,
@@ -274,6 +276,7 @@ class AuditReport:
             "verdicts": [v.to_dict() for v in self.verdicts],
             "flags": [f.to_dict() for f in self.flags],
             "models": [m.to_dict() for m in self.models],
+            **extra,
         }
 
     @classmethod
@@ -288,4 +291,5 @@ class AuditReport:
             flags=tuple(Flag.from_dict(f) for f in d.get("flags", ())), config=dict(d.get("config", {})),
             created_by=d.get("created_by", ""), elapsed_seconds=d.get("elapsed_seconds"), schema=d["schema"],
             verdicts=tuple(Verdict.from_dict(v) for v in d.get("verdicts", ())),
+            certified=tuple(dict(c) for c in d.get("certified_audits", ())),
         )

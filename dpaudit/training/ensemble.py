@@ -453,6 +453,7 @@ def train_ensemble(
     dp_method: str = DP_DEFAULT_METHOD,
     canary_grads: dict | None = None,
     canary_mask=None,
+    canary_hook=None,
 ) -> Ensemble:
     """Train M models of ``spec``, model ``i`` on ``datasets[i]``, all at once.
 
@@ -490,6 +491,12 @@ def train_ensemble(
     canary_mask : array (epochs * S, M) of bool, or callable ``t -> (M,) bool``, optional
         Whether model ``i`` includes its canary in global step ``t`` (default: every step). A model's
         steps after its stream has ended are not run, whatever the mask says.
+    canary_hook : object, optional
+        DP only, no checkpoints: many Dirac canaries per model (one-run audits; see
+        :class:`dpaudit.training.canaries.DiracHook`). ``extra_gradient(t, models, q)`` returns None or
+        ``{name: (len(models), *shape)}``, the sum of the canaries sampled in global step ``t`` (each of norm <= C),
+        which joins the noised sum (dividing by ``q n`` commutes with adding it, so this equals adding it before
+        the noise); ``observe(t, models, noised_sum)`` then sees the step's noised sum, before normalisation.
 
     Training runs ``epochs`` *rounds* of ``S = max_i steps_per_epoch_i`` global steps (a round is one
     epoch of the largest data set). Model ``i``'s own step stream continues across rounds, so a model with
@@ -510,6 +517,9 @@ def train_ensemble(
     check_choice(dp_method, "dp_method", owner, DP_METHODS)
     if canary_grads is not None and config.dp is None:
         raise ParameterError("The 'canary_grads' parameter of train_ensemble needs DP-SGD (config.dp); got config.dp = None.")
+    if canary_hook is not None and (config.dp is None or checkpoint_dir is not None):
+        raise ParameterError(f"The 'canary_hook' parameter of {owner} needs DP-SGD (config.dp set) and no "
+                             f"checkpoint_dir. Got dp={config.dp!r}, checkpoint_dir={checkpoint_dir!r} instead.")
     data = _validate_datasets(spec, datasets)
     dev = _resolve_device(device)
 
@@ -530,7 +540,7 @@ def train_ensemble(
     bar = _progress(progress, end_epoch - start_epoch, plan.M, spec.name)
     try:
         for g in range(start_epoch, end_epoch):
-            _train_round(g, plan, model, params, buffers, opt, config, seed, dp_chunk_bytes, canaries)
+            _train_round(g, plan, model, params, buffers, opt, config, seed, dp_chunk_bytes, canaries, canary_hook)
             done = g + 1
             if eval_data is not None and (done % eval_every == 0 or done == config.epochs):
                 history.append(_evaluate(spec, params, buffers, eval_data, done, dev, config, seed))
@@ -632,7 +642,8 @@ class _Canaries:
 
 
 def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: StackedOptimizer,
-                 config: TrainConfig, seed: int, chunk_bytes: int, canaries: _Canaries | None = None) -> None:
+                 config: TrainConfig, seed: int, chunk_bytes: int, canaries: _Canaries | None = None,
+                 canary_hook=None) -> None:
     """Round ``g``: its ``S`` global steps, each stepping the models whose streams are still going."""
     S, M, dev = plan.S, plan.M, plan.X.device
     if config.dp is None:
@@ -666,6 +677,9 @@ def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: S
             cg, cm = canaries.at(g * S + s, sel_np, dev) if canaries is not None else (None, None)
             grads = _private_grads(model.dp_step, p_step, b_step, xb, yb, mb, config.dp, plan.q[sel_np],
                                    plan.sizes[sel_np], seed, g * S + s, chunk_bytes, cg, cm)
+            if canary_hook is not None:
+                _apply_canary_hook(canary_hook, grads, g * S + s, np.arange(M)[sel_np], plan.q[sel_np],
+                                   plan.sizes[sel_np])
         opt.update(p_step, grads, sel)
         if sel is not None:
             for k, v in p_step.items():
@@ -753,6 +767,18 @@ def _plain_grads(base, params, buffers, xb, yb, mb):
     losses = (ce * mb).sum(1) / mb.sum(1).clamp(min=1.0)
     gs = torch.autograd.grad(losses.sum(), list(leaves.values()))
     return dict(zip(leaves.keys(), gs))
+
+
+def _apply_canary_hook(hook, grads: dict, t: int, models: np.ndarray, q, sizes) -> None:
+    """``train_ensemble``'s ``canary_hook`` on one step's private gradients (in place), see its docstring."""
+    extra = hook.extra_gradient(t, models, q)
+    noised = {}
+    for k, v in grads.items():
+        e = torch.as_tensor(q * sizes, dtype=v.dtype, device=v.device).reshape((-1,) + (1,) * (v.dim() - 1))
+        if extra is not None:
+            v.add_(extra[k].to(v.device, v.dtype) / e)
+        noised[k] = v * e
+    hook.observe(t, models, noised)
 
 
 def _private_grads(step: DPSGDStep, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,

@@ -1,0 +1,486 @@
+"""Certified canary audits of a DP-SGD training recipe, end to end: plant canaries, train, score, bound.
+
+:func:`run_canary_audit` takes a recipe (architecture, :class:`~dpaudit.training.ensemble.TrainConfig` with
+DP-SGD), the base training set and a pool of records the models are not trained on, and runs
+
+- ``audit="one-run"``: one model trained on the base data plus the canaries its fair coins include
+  (Steinke, Nasr, Jagielski 2023), ``canaries = m``;
+- ``audit="multi-run"``: ``models = N`` models trained at once by the ensemble trainer, model ``i`` on the base
+  data plus the canary iff its coin says so (Jagielski et al. 2020; Nasr et al. 2021, 2023); one canary.
+
+Canaries: ``"mislabeled"`` / ``"ood"`` (black-box; scored by ``"loss"`` or ``"lira"``) or ``"dirac"`` (white-box:
+gradient canaries observed in every step's noised gradient sum; scored by ``"dirac-lr"`` or ``"dirac-sum"``).
+The result is a :class:`~dpaudit.attacks.canary.CanaryBound` (``kind = "certified"``) beside the accounted epsilon
+of the recipe and the ideal-attack reference at the same number of trials.
+
+What is audited is the *training recipe* (the release's ``train_config`` run by dpaudit's ensemble trainer), not
+the released weights themselves; the sampling rate is fixed to ``B / n`` of the base data for every model so the
+accounting is exact.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from dpaudit._io import write_json
+from dpaudit.attacks.canary import (
+    SCORE_KINDS,
+    CanaryBound,
+    dirac_scores,
+    ideal_multi_run_epsilon,
+    ideal_one_run_epsilon,
+    lira_scores,
+    logit_confidence,
+    loss_scores,
+    multi_run_certified,
+    one_run_certified,
+)
+from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.progress import as_reporter
+
+__all__ = ["CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "audit_method_step", "MethodStepAudit", "METHOD_STEPS", "canary_audit_release",
+           "dpsgd_noise_for_epsilon", "default_score"]
+
+
+def default_score(canary: str) -> str:
+    return "dirac-lr" if canary == "dirac" else "loss"
+
+
+@dataclass(frozen=True)
+class CanaryAuditResult:
+    """A certified canary audit: the bound (with its ideal reference), the recipe's accounted epsilon, settings."""
+
+    bound: CanaryBound
+    accounted_epsilon: float | None
+    mechanism: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    elapsed_seconds: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def kind(self) -> str:
+        return self.bound.kind
+
+    @property
+    def refutes_claim(self) -> bool:
+        """True when the certified bound exceeds the accounted (claimed) epsilon."""
+        return self.accounted_epsilon is not None and self.bound.epsilon > self.accounted_epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": 1, "kind": self.kind, "bound": self.bound.to_dict(),
+                "accounted_epsilon": self.accounted_epsilon, "mechanism": dict(self.mechanism),
+                "settings": dict(self.settings), "elapsed_seconds": self.elapsed_seconds, "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CanaryAuditResult":
+        return cls(CanaryBound.from_dict(d["bound"]), d.get("accounted_epsilon"), dict(d.get("mechanism", {})),
+                   dict(d.get("settings", {})), float(d.get("elapsed_seconds", 0.0)), tuple(d.get("notes", ())))
+
+    def summary(self) -> str:
+        b = self.bound
+        ideal = "–" if b.ideal_epsilon is None else f"{b.ideal_epsilon:.3f}"
+        acc = "–" if self.accounted_epsilon is None else f"{self.accounted_epsilon:.3f}"
+        return (f"{b.audit} canary audit ({self.settings.get('canary')}, score {b.score}): certified epsilon >= "
+                f"{b.epsilon:.3f} at confidence {b.confidence:g}, delta {b.delta:g}, over {b.trials} trials; "
+                f"ideal attack at the same trials: {ideal}; accounted epsilon: {acc}.")
+
+
+def dpsgd_noise_for_epsilon(epsilon: float, *, sampling_rate: float, steps: int, delta: float, tol: float = 1e-3) -> float:
+    """Smallest noise multiplier (to ``tol``, rounded up) whose RDP-accounted epsilon is <= ``epsilon``."""
+    from dpaudit.accountants.events import SubsampledGaussian
+    from dpaudit.accountants.rdp import RdpAccountant
+
+    eps = check_float(epsilon, "epsilon", "dpsgd_noise_for_epsilon", low=0.0, low_open=True)
+
+    def acc(sigma: float) -> float:
+        ev = SubsampledGaussian(sampling_rate=sampling_rate, noise_multiplier=sigma, steps=steps)
+        return RdpAccountant().compose(ev).get_statement(delta).epsilon
+
+    lo, hi = 0.05, 1.0
+    while acc(hi) > eps:
+        lo, hi = hi, hi * 2
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if acc(mid) > eps:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _account(q: float, sigma: float, steps: int, delta: float) -> float:
+    """The recipe's accounted epsilon (RDP: an over-estimate, so a bound above it refutes every tighter figure)."""
+    from dpaudit.accountants.events import SubsampledGaussian
+    from dpaudit.accountants.rdp import RdpAccountant
+
+    ev = SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=steps)
+    return float(RdpAccountant().compose(ev).get_statement(delta).epsilon)
+
+
+def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str, canary: str, canaries: int = 1,
+                     models: int = 2, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
+                     reference_models: int = 8, seed: int = 0, device: str | None = None, out: str | Path | None = None,
+                     progress: Any = False, ideal_replicates: int = 21,
+                     extra_settings: Mapping[str, Any] | None = None) -> CanaryAuditResult:
+    """Run one certified canary audit of the DP-SGD recipe ``(spec, config)`` (see the module docstring).
+
+    ``canaries`` (one-run) is m; ``models`` (multi-run) is N >= 2. ``reference_models``: LiRA's reference models
+    (one-run: trained without canaries, offline LiRA; multi-run: the first ones of the N, left out of the trials).
+    ``out``: when given, ``canaries.npz`` and ``canary_audit.json`` are written there (atomically, after training).
+    """
+    from dpaudit.training.canaries import DiracHook, canary_datasets, make_canaries
+    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, dp_steps_per_epoch, train_ensemble
+
+    owner = "canary audit"
+    check_choice(audit, "audit", owner, ("one-run", "multi-run"))
+    check_choice(canary, "canary", owner, ("mislabeled", "ood", "dirac"))
+    score = default_score(canary) if score is None else score
+    check_choice(score, "score", owner, SCORE_KINDS)
+    if (canary == "dirac") != score.startswith("dirac"):
+        raise ParameterError(f"The 'score' parameter of the {owner} must be dirac-lr|dirac-sum for Dirac canaries and "
+                             f"loss|lira for input canaries. Got score={score!r} with canary={canary!r} instead.")
+    delta = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    confidence = check_probability(confidence, "confidence", owner)
+    seed = check_int(seed, "seed", owner, low=0)
+    if audit == "one-run":
+        m = check_int(canaries, "canaries", owner, low=2)
+        N = 1
+    else:
+        m = 1
+        N = check_int(models, "models", owner, low=2)
+    R = check_int(reference_models, "reference_models", owner, low=0)
+    if score == "lira" and R < 2:
+        raise ParameterError(f"The 'reference_models' parameter of the {owner} must be an int >= 2 for LiRA scores. Got {R} instead.")
+    if score == "lira" and audit == "multi-run" and N - R < 4:
+        raise ParameterError(f"The 'models' parameter of the {owner} must exceed reference_models + 3 for LiRA. Got {N} instead.")
+    if not getattr(spec, "is_torch", False) or not isinstance(config, TrainConfig) or config.dp is None:
+        what = "white-box (Dirac) canaries need" if canary == "dirac" else "a certified canary audit needs"
+        raise ParameterError(f"The {owner}: {what} a torch model trained by DP-SGD (a recipe with dp set); this "
+                             "recipe exposes no DP-SGD iterates.")
+    X_base = np.asarray(X_base, dtype=np.float32)
+    y_base = np.asarray(y_base).astype(np.int64)
+    n = len(y_base)
+    if n == 0:
+        raise DataError(f"The {owner} needs a non-empty base training set.")
+    if canary == "mislabeled" and m > len(X_pool):
+        raise ParameterError(f"The 'canaries' parameter of the {owner} must be an int <= {len(X_pool)} (the records "
+                             f"outside the training set available as mislabeled canaries). Got {m} instead.")
+    rep = as_reporter(progress)
+    t0 = time.perf_counter()
+
+    q = min(1.0, config.batch_size / n)
+    cfg = replace(config, dp=DPSGDConfig(config.dp.noise_multiplier, config.dp.max_grad_norm, q))
+    steps = config.epochs * dp_steps_per_epoch(n, cfg)
+    sigma, C = cfg.dp.noise_multiplier, cfg.dp.max_grad_norm
+    mechanism = {"kind": "subsampled_gaussian", "sampling_rate": q, "noise_multiplier": sigma, "steps": int(steps)}
+    can = make_canaries(canary, audit, num_canaries=m, num_models=N, seed=seed, spec=spec, X_pool=X_pool,
+                        y_pool=y_pool, X_train=X_base)
+    hook = None
+    if canary == "dirac":
+        hook = DiracHook(spec, can, max_grad_norm=C, noise_multiplier=sigma, seed=seed)
+        datasets = [(X_base, y_base)] * N
+    else:
+        datasets = canary_datasets(X_base, y_base, can)
+    rep.log(f"{owner}: {audit}, {canary} canaries (m = {m}), training {N} model(s) x {spec.name}, "
+            f"{steps} DP-SGD steps (q = {q:.4g}, sigma = {sigma:g})")
+    ens = train_ensemble(spec, datasets, cfg, seed=seed, device=device, progress=False, canary_hook=hook)
+    inc = can.included
+    notes: list[str] = []
+    if canary == "dirac":
+        s = dirac_scores(hook.observations(), sampling_rate=q, noise_multiplier=sigma, method=score.split("-")[1])
+        notes.append("white-box: the observation is every step's noised gradient sum at the canary coordinates "
+                     "(what the iterates reveal under plain SGD).")
+    else:
+        probs = ens.predict_proba(can.X)  # (N, m, C)
+        if score == "loss":
+            s = loss_scores(probs, can.y)
+        elif audit == "one-run":
+            rep.log(f"{owner}: training {R} LiRA reference models without canaries")
+            ref = train_ensemble(spec, [(X_base, y_base)] * R, cfg, seed=seed + 1, device=device, progress=False)
+            s = lira_scores(logit_confidence(probs, can.y), logit_confidence(ref.predict_proba(can.X), can.y))
+            notes.append(f"offline LiRA with {R} reference models trained without canaries.")
+        else:
+            lc = logit_confidence(probs, can.y)[:, 0]
+            ri, ro = lc[:R][inc[:R, 0]], lc[:R][~inc[:R, 0]]
+            if ri.size < 2 or ro.size < 2:
+                raise DataError(f"The {owner}: the {R} LiRA reference models hold fewer than 2 models with or "
+                                "without the canary; use more reference_models.")
+            s = lira_scores(lc[R:, None], ro[:, None], ri[:, None])
+            inc = inc[R:]
+            notes.append(f"online LiRA fitted on the first {R} models, which are not counted as trials.")
+    if audit == "one-run":
+        bound = one_run_certified(s[0], inc[0], delta=delta, confidence=confidence, score=score)
+        ideal = ideal_one_run_epsilon(mechanism, m, delta=delta, confidence=confidence, replicates=ideal_replicates,
+                                      seed=seed)
+    else:
+        sc = np.asarray(s).reshape(len(inc), -1)[:, 0]
+        bound = multi_run_certified(sc, inc[:, 0], delta=delta, confidence=confidence, seed=seed, score=score)
+        ideal = ideal_multi_run_epsilon(mechanism, int(inc[:, 0].sum()), int((~inc[:, 0]).sum()), delta=delta,
+                                        confidence=confidence, replicates=ideal_replicates, seed=seed)
+    bound = bound.with_ideal(ideal)
+    accounted = _account(q, sigma, int(steps), delta) if delta > 0 else None
+    settings = {**dict(extra_settings or {}), "audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
+                "confidence": confidence, "seed": seed, "reference_models": R, "model": spec.to_dict(),
+                "train_config": cfg.to_dict(), "num_train": n, "ideal_replicates": ideal_replicates}
+    notes.append("ideal reference: median over {ideal_replicates} simulated audits of the exact likelihood-ratio test of the "
+                 "Poisson-subsampled Gaussian at the accounted parameters, same trials and confidence rule.".format(
+                     ideal_replicates=ideal_replicates))
+    result = CanaryAuditResult(bound, accounted, mechanism, settings, round(time.perf_counter() - t0, 2), tuple(notes))
+    if out is not None:
+        from dpaudit.training.canaries import write_canaries
+
+        out = Path(out)
+        write_canaries(out / "canaries.npz", can)
+        write_json(out / "canary_audit.json", result.to_dict())
+    rep.log(result.summary())
+    return result
+
+
+def canary_audit_release(release, **kwargs) -> CanaryAuditResult:
+    """:func:`run_canary_audit` of a release's recipe: its architecture and ``train_config``, base data = its
+    members, canary pool = its non-members and attacker records."""
+    from dpaudit.training.release import Release, load_release
+
+    rel = release if isinstance(release, Release) else load_release(release)
+    config = rel.train_config
+    if config is None or config.dp is None or not rel.spec.is_torch:
+        kind = kwargs.get("canary", "mislabeled")
+        what = "white-box (Dirac) canaries need" if kind == "dirac" else "a certified canary audit needs"
+        raise ParameterError(f"Release {rel.path}: {what} a torch model trained by DP-SGD; method "
+                             f"{rel.meta.get('method')!r} exposes no DP-SGD iterates (no dp in its train_config).")
+    ds = rel.dataset()
+    mem = np.asarray(rel.membership["members"])
+    pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
+    return run_canary_audit(rel.spec, config, ds.X[mem], ds.y[mem], ds.X[pool], ds.y[pool], **kwargs)
+
+
+@dataclass(frozen=True)
+class CanaryAuditSpec:
+    """One ``[[canary_audits]]`` entry of an audit config: a certified audit of a DP-SGD recipe on the audit's
+    data set (an MLP with ``hidden`` widths trained on ``num_train`` records by DP-SGD with sampling rate
+    ``batch_size / num_train``; the noise multiplier is ``noise_multiplier``, or calibrated by the RDP accountant
+    so that the recipe is (``epsilon``, delta)-DP). The other records form the canary pool."""
+
+    name: str
+    audit: str = "one-run"
+    canary: str = "dirac"
+    canaries: int = 1000
+    models: int = 200
+    score: str | None = None
+    epsilon: float | None = 8.0
+    noise_multiplier: float | None = None
+    epochs: int = 5
+    batch_size: int = 50
+    lr: float = 0.5
+    hidden: tuple[int, ...] = (32,)
+    num_train: int = 1000
+    reference_models: int = 8
+
+    def __post_init__(self) -> None:
+        o = "canary_audits"
+        if not isinstance(self.name, str) or not self.name or "/" in self.name:
+            raise ParameterError(f"The 'name' parameter of {o} must be a non-empty string without '/'. Got {self.name!r} instead.")
+        check_choice(self.audit, "audit", o, ("one-run", "multi-run"))
+        check_choice(self.canary, "canary", o, ("mislabeled", "ood", "dirac"))
+        if self.score is not None:
+            check_choice(self.score, "score", o, SCORE_KINDS)
+        if self.audit == "one-run":
+            check_int(self.canaries, "canaries", o, low=2)
+        else:
+            check_int(self.models, "models", o, low=2)
+        if (self.epsilon is None) == (self.noise_multiplier is None):
+            raise ParameterError(f"Canary audit {self.name!r} needs exactly one of 'epsilon' or 'noise_multiplier'. "
+                                 f"Got epsilon={self.epsilon!r}, noise_multiplier={self.noise_multiplier!r} instead.")
+        if self.epsilon is not None:
+            check_float(self.epsilon, "epsilon", o, low=0.0, low_open=True)
+        else:
+            check_float(self.noise_multiplier, "noise_multiplier", o, low=0.0, low_open=True)
+        check_int(self.epochs, "epochs", o, low=1)
+        check_int(self.num_train, "num_train", o, low=2)
+        check_int(self.batch_size, "batch_size", o, low=1, high=self.num_train)
+        check_float(self.lr, "lr", o, low=0.0, low_open=True)
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def run_canary_spec(spec: CanaryAuditSpec, *, dataset: str, seed: int, delta: float, confidence: float,
+                    data_dir: str | None = None, device: str | None = None, out: str | Path | None = None,
+                    progress: Any = False) -> CanaryAuditResult:
+    """Run one :class:`CanaryAuditSpec` on ``dataset`` (the base/pool split is a seeded permutation)."""
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, dp_steps_per_epoch
+    from dpaudit.training.models import ModelSpec
+
+    ds = load_dataset(dataset, data_dir=data_dir, seed=seed)
+    n = spec.num_train
+    if n >= len(ds):
+        raise ParameterError(f"The 'num_train' parameter of canary audit {spec.name!r} must be an int < {len(ds)} (the "
+                             f"records of {dataset}). Got {n} instead.")
+    perm = np.random.default_rng(np.random.SeedSequence([seed, 0xCA4E])).permutation(len(ds))
+    base, pool = perm[:n], perm[n:]
+    X = ds.X.reshape(len(ds), -1)
+    model = ModelSpec("mlp", (X.shape[1],), ds.num_classes, {"hidden": list(spec.hidden)})
+    sigma = spec.noise_multiplier
+    if sigma is None:
+        probe = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, dp=DPSGDConfig(1.0, 1.0))
+        steps = spec.epochs * dp_steps_per_epoch(n, probe)
+        sigma = dpsgd_noise_for_epsilon(spec.epsilon, sampling_rate=min(1.0, spec.batch_size / n), steps=steps,
+                                        delta=delta)
+    cfg = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, optimizer="sgd", lr=spec.lr,
+                      dp=DPSGDConfig(sigma, 1.0))
+    result = run_canary_audit(model, cfg, X[base], ds.y[base], X[pool], ds.y[pool], audit=spec.audit,
+                              canary=spec.canary, canaries=spec.canaries, models=spec.models, score=spec.score,
+                              delta=delta, confidence=confidence, reference_models=spec.reference_models, seed=seed,
+                              device=device, out=out, progress=progress,
+                              extra_settings={"name": spec.name, "dataset": dataset})
+    return result
+
+
+@dataclass(frozen=True)
+class ZooAudit:
+    """A certified multi-run audit of one zoo pipeline: ``caught`` iff the certified bound exceeds the claim."""
+
+    name: str
+    bound: CanaryBound
+    claimed_epsilon: float
+    broken: bool
+
+    @property
+    def caught(self) -> bool:
+        return self.bound.epsilon > self.claimed_epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.bound.kind, "bound": self.bound.to_dict(),
+                "claimed_epsilon": self.claimed_epsilon, "broken": self.broken, "caught": self.caught}
+
+
+def run_zoo_audit(name: str, *, trials: int = 2000, seed: int = 0, confidence: float = 0.95) -> ZooAudit:
+    """Run zoo pipeline ``name`` (:mod:`dpaudit.training.zoo`) ``trials`` times and certify a lower bound on its
+    epsilon (multi-run: each run is an independent trial; score = the sum of the observations)."""
+    from dpaudit.training.zoo import run_zoo
+
+    run = run_zoo(name, trials=trials, seed=seed)
+    b = multi_run_certified(run.observations.sum(axis=1), run.included, delta=run.delta, confidence=confidence,
+                            seed=seed, score="sum")
+    return ZooAudit(name, b, run.claimed_epsilon, run.broken)
+
+
+METHOD_STEPS = ("privatekt-rr", "fredy-noisy-max", "proxyfl-dpsgd")
+
+
+@dataclass(frozen=True)
+class MethodStepAudit:
+    """A certified audit of one method's own privatization function against its paper's claim."""
+
+    name: str
+    bound: CanaryBound
+    claimed_epsilon: float
+    accounted_epsilon: float
+    params: Mapping[str, Any]
+
+    @property
+    def refutes_claim(self) -> bool:
+        return self.bound.epsilon > self.claimed_epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.bound.kind, "bound": self.bound.to_dict(),
+                "claimed_epsilon": self.claimed_epsilon, "accounted_epsilon": self.accounted_epsilon,
+                "refutes_claim": self.refutes_claim, "params": dict(self.params)}
+
+
+def audit_method_step(name: str, *, trials: int = 20000, seed: int = 0, confidence: float = 0.95,
+                      rounds: int = 30, samples: int = 10, classes: int = 10, epsilon: float = 5.0,
+                      teachers: int = 10, gamma: float = 0.1, noise_multiplier: float = 1.0,
+                      sampling_rate: float = 0.1, steps: int = 50, delta: float = 1e-5) -> MethodStepAudit:
+    """Run a method's real privatization function ``trials`` times on a worst-case canary (fair coin per trial) and
+    certify a lower bound on its epsilon (multi-run, threshold on a split half; pure DP, delta = 0).
+
+    ``"privatekt-rr"``: PrivateKT's randomized response (``fl_common.rr_perturb`` with PrivateKT's keep probability
+    for ``epsilon`` split over ``samples`` labels per round) of a client whose predictions are deterministic (all
+    labels class 0 with the canary, class 1 without), over ``rounds`` rounds it takes part in; the observation is all
+    its uploads (default 30 rounds: PrivateKT's 60 rounds at client fraction 0.5). Claim: the paper's ``epsilon``;
+    accounted: ``rounds * epsilon`` (basic composition over the rounds the client reports in).
+    ``"fredy-noisy-max"``: the PATE/FedKT/FREDY report-noisy-max (``common.noisy_argmax``, Laplace 1/gamma) on one
+    auditor-chosen query whose ``teachers`` votes the canary controls (FedAvg makes every teacher depend on every
+    record): (v + T, v) with the canary, (v, v + T) without. Claim: the paper's per-query figure ``gamma``;
+    accounted: ``2 T gamma`` (sensitivity 2T).
+    ``"proxyfl-dpsgd"``: ProxyFL's private gradient (``proxyfl.clip_and_noise``, one "client" per trial) over
+    ``steps`` steps with Poisson rate ``sampling_rate`` and ``noise_multiplier`` (paper: sigma = C = 1), a Dirac canary
+    of norm 100 C on a coordinate no other record's gradient touches, Poisson-sampled like a record; the observation is
+    every step's private gradient at that coordinate (scored by the mixture likelihood ratio). Claim = accounted: the
+    RDP epsilon of the subsampled Gaussian at ``delta`` -- a correct step, which the audit must not refute; the
+    ideal-attack reference is reported beside it.
+    """
+    from dpaudit.accountants.events import rr_keep_probability
+    from dpaudit.training.methods.common import noisy_argmax
+    from dpaudit.training.methods.fl_common import rr_perturb
+
+    owner = "audit_method_step"
+    check_choice(name, "step", owner, METHOD_STEPS)
+    N = check_int(trials, "trials", owner, low=4)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0x3E7]))
+    inc = rng.random(N) < 0.5
+    if name == "privatekt-rr":
+        R = check_int(rounds, "rounds", owner, low=1)
+        K = check_int(samples, "samples", owner, low=1)
+        C = check_int(classes, "classes", owner, low=2)
+        eps = check_float(epsilon, "epsilon", owner, low=0.0, low_open=True)
+        beta = rr_keep_probability(eps, K, C)
+        labels = np.repeat(np.where(inc, 0, 1)[:, None], K, axis=1)
+        score = np.zeros(N)
+        for _ in range(R):  # one call per round, every trial's K labels at once (elementwise, so equal in law)
+            score += (rr_perturb(labels, beta, C, rng) == 0).sum(axis=1)
+        claimed, accounted = eps, R * eps
+        params = {"rounds": R, "samples": K, "classes": C, "epsilon": eps, "keep_probability": beta}
+    elif name == "proxyfl-dpsgd":
+        import torch
+
+        from dpaudit.accountants.events import SubsampledGaussian
+        from dpaudit.accountants.rdp import RdpAccountant
+        from dpaudit.training.methods.proxyfl import clip_and_noise
+
+        q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, high=1.0, low_open=True)
+        sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
+        T = check_int(steps, "steps", owner, low=1)
+        n, P, C = 20, 4, 1.0
+        gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        obs = np.empty((T, 1, N))
+        for t in range(T):
+            g = torch.randn((N, n + 1, P), generator=gen, dtype=torch.float64)
+            g[:, :, 0] = 0.0
+            g[:, n] = 0.0
+            g[:, n, 0] = 100.0 * C                              # the canary's gradient, in the last slot
+            mask = torch.from_numpy(np.concatenate([rng.random((N, n)) < q, (inc & (rng.random(N) < q))[:, None]],
+                                                   axis=1).astype(np.float64))
+            noise = torch.randn((N, P), generator=gen, dtype=torch.float64)
+            expected = torch.full((N,), q * n, dtype=torch.float64)
+            out = clip_and_noise(g, mask, C, sigma, expected, noise)
+            obs[t, 0] = (out[:, 0] * q * n / (sigma * C)).numpy()
+        score = dirac_scores(obs, sampling_rate=q, noise_multiplier=sigma)[0]
+        ev = SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=T)
+        claimed = accounted = float(RdpAccountant().compose(ev).get_statement(delta).epsilon)
+        params = {"sampling_rate": q, "noise_multiplier": sigma, "steps": T, "delta": delta}
+        mech = {"kind": "subsampled_gaussian", "sampling_rate": q, "noise_multiplier": sigma, "steps": T}
+        b = multi_run_certified(score, inc, delta=delta, confidence=confidence, seed=seed, score="dirac-lr")
+        b = b.with_ideal(ideal_multi_run_epsilon(mech, int(inc.sum()), int((~inc).sum()), delta=delta,
+                                                 confidence=confidence, replicates=5, seed=seed))
+        return MethodStepAudit(name, b, claimed, accounted, params)
+    else:
+        T = check_int(teachers, "teachers", owner, low=1)
+        g = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
+        v = 2 * T
+        votes = np.zeros((N, 3))
+        votes[:, 0] = v + T * inc
+        votes[:, 1] = v + T * ~inc
+        score = (noisy_argmax(votes, g, rng) == 0).astype(float)
+        claimed, accounted = g, 2 * T * g
+        params = {"teachers": T, "gamma": g}
+    b = multi_run_certified(score, inc, delta=0.0, confidence=confidence, seed=seed, score="count")
+    return MethodStepAudit(name, b, float(claimed), float(accounted), params)

@@ -1,0 +1,290 @@
+"""Canaries for certified privacy audits: what the auditor plants in training, and the ground truth kept apart.
+
+Canary kinds
+------------
+``"mislabeled"``  input-space, in-distribution: held-out records of the data set given a wrong label (drawn
+                  uniformly among the other classes). Black-box audits score them by the model's loss.
+``"ood"``         input-space, out-of-distribution: inputs drawn uniformly at random in the data's value range
+                  (nothing like a real record), each with its own random label. Black-box.
+``"dirac"``       gradient canaries for white-box DP-SGD audits (Nasr et al. 2023, "Tight auditing of
+                  differentially private machine learning", Sec. 4; Steinke, Nasr, Jagielski 2023, Sec. 6):
+                  canary ``k`` is the gradient ``C e_{j_k}`` (norm exactly the clipping bound C) on one parameter
+                  coordinate ``j_k``. An included Dirac canary behaves like one more training example: in every
+                  step it is Poisson-sampled with the model's rate q and its gradient is added to the clipped sum
+                  before the noise (:class:`DiracHook`, the ``canary_hook`` of
+                  :func:`~dpaudit.training.ensemble.train_ensemble`). Coordinates are taken first among
+                  first-layer weights of input features that are zero in every training record (their real
+                  gradient is exactly 0, so the canary competes only with the noise), then at random.
+
+Inclusion
+---------
+``"one-run"`` (Steinke et al. 2023): one model, every canary included by its own fair coin.
+``"multi-run"`` (Jagielski et al. 2020; Nasr et al. 2021, 2023): N models, model ``i`` includes the canaries by one
+fair coin of its own; each model is one independent trial.
+
+``canaries.npz`` holds what the attacker may see (``X``, ``y`` or ``coords``, ``kind``, ``mode``) under plain keys,
+and the inclusion bits under ``truth/included``; :func:`load_canaries` returns only the former,
+:func:`load_canary_truth` only the latter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+import numpy as np
+import torch
+
+from dpaudit._io import save_npz
+from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int
+from dpaudit.training.models import ModelSpec, build_model
+
+__all__ = [
+    "CANARY_KINDS",
+    "INPUT_KINDS",
+    "AUDIT_MODES",
+    "Canaries",
+    "inclusion_bits",
+    "make_input_canaries",
+    "dirac_coordinates",
+    "make_canaries",
+    "canary_datasets",
+    "DiracHook",
+    "write_canaries",
+    "load_canaries",
+    "load_canary_truth",
+]
+
+CANARY_KINDS = ("mislabeled", "ood", "dirac")
+INPUT_KINDS = ("mislabeled", "ood")
+AUDIT_MODES = ("one-run", "multi-run")
+
+
+@dataclass(frozen=True, eq=False)
+class Canaries:
+    """A set of ``m`` canaries and which of the ``M`` models include which of them.
+
+    Attributes
+    ----------
+    kind : one of :data:`CANARY_KINDS`
+    mode : ``"one-run"`` or ``"multi-run"``
+    X, y : arrays ``(m, *input_shape)`` and ``(m,)`` (input-space kinds), else None
+    coords : int array ``(m,)`` of flat parameter coordinates (``"dirac"``), else None
+    included : bool array ``(M, m)`` -- the ground truth; never handed to the attack
+    seed : int
+    """
+
+    kind: str
+    mode: str
+    X: np.ndarray | None
+    y: np.ndarray | None
+    coords: np.ndarray | None
+    included: np.ndarray
+    seed: int
+
+    @property
+    def num_canaries(self) -> int:
+        return int(self.included.shape[1])
+
+    @property
+    def num_models(self) -> int:
+        return int(self.included.shape[0])
+
+    def attacker_view(self) -> dict[str, np.ndarray]:
+        """What the auditor's scoring sees: the canaries, not who included them."""
+        out = {"kind": np.array(self.kind), "mode": np.array(self.mode), "seed": np.array(self.seed)}
+        if self.X is not None:
+            out["X"], out["y"] = self.X, self.y
+        if self.coords is not None:
+            out["coords"] = self.coords
+        return out
+
+
+def inclusion_bits(mode: str, num_canaries: int, num_models: int, seed: int) -> np.ndarray:
+    """Fair-coin inclusion: ``(num_models, num_canaries)`` bools. One-run: one model, one coin per canary;
+    multi-run: one coin per model (all its canaries follow it)."""
+    owner = "inclusion_bits"
+    check_choice(mode, "audit", owner, AUDIT_MODES)
+    m = check_int(num_canaries, "canaries", owner, low=1)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0xCA4A]))
+    if mode == "one-run":
+        check_int(num_models, "models", owner, low=1, high=1)
+        return rng.random((1, m)) < 0.5
+    n = check_int(num_models, "models", owner, low=2)
+    return np.repeat(rng.random((n, 1)) < 0.5, m, axis=1)
+
+
+def make_input_canaries(kind: str, X_pool: np.ndarray, y_pool: np.ndarray, num_classes: int, num_canaries: int,
+                        seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``m`` input-space canaries ``(X, y)``: ``"mislabeled"`` takes ``m`` distinct pool records (records the
+    models are not otherwise trained on) and relabels each to a uniformly drawn other class; ``"ood"`` draws
+    inputs uniformly in ``[min, max]`` of the pool with uniform labels."""
+    owner = "make_input_canaries"
+    check_choice(kind, "kind", owner, INPUT_KINDS)
+    m = check_int(num_canaries, "canaries", owner, low=1)
+    C = check_int(num_classes, "num_classes", owner, low=2)
+    X_pool = np.asarray(X_pool, dtype=np.float32)
+    y_pool = np.asarray(y_pool).astype(np.int64)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0xCA4B]))
+    if kind == "mislabeled":
+        if m > len(X_pool):
+            raise ParameterError(f"The 'canaries' parameter of {owner} must be an int <= {len(X_pool)} (the records "
+                                 f"available for mislabeled canaries). Got {m} instead.")
+        idx = rng.choice(len(X_pool), size=m, replace=False)
+        y = (y_pool[idx] + rng.integers(1, C, size=m)) % C
+        return X_pool[idx].copy(), y.astype(np.int64)
+    lo, hi = float(X_pool.min()), float(X_pool.max())
+    X = rng.uniform(lo, hi, size=(m,) + X_pool.shape[1:]).astype(np.float32)
+    return X, rng.integers(0, C, size=m).astype(np.int64)
+
+
+def _param_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
+    return [(k, tuple(v.shape)) for k, v in build_model(spec).named_parameters()]
+
+
+def dirac_coordinates(spec: ModelSpec, num_canaries: int, seed: int, X_train: np.ndarray | None = None) -> np.ndarray:
+    """``m`` distinct flat parameter coordinates (parameters in ``named_parameters()`` order, each flattened
+    row-major). First the first-layer weights of input features that are zero in every row of ``X_train`` (when
+    the first parameter is a ``(hidden, features)`` weight), in seeded random order, then the rest at random."""
+    owner = "dirac_coordinates"
+    m = check_int(num_canaries, "canaries", owner, low=1)
+    shapes = _param_shapes(spec)
+    total = sum(math.prod(s) for _, s in shapes)
+    if m > total:
+        raise ParameterError(f"The 'canaries' parameter of {owner} must be an int <= {total} (the parameters of "
+                             f"{spec.name}, one coordinate per Dirac canary). Got {m} instead.")
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0xCA4C]))
+    dead = np.zeros(0, dtype=np.int64)
+    first = shapes[0][1]
+    d = math.prod(spec.input_shape)
+    if X_train is not None and len(first) == 2 and first[1] == d:
+        Xf = np.asarray(X_train, dtype=np.float32).reshape(len(X_train), -1)
+        zero = np.flatnonzero(np.all(Xf == 0, axis=0))
+        dead = (np.arange(first[0])[:, None] * d + zero[None, :]).ravel()
+        dead = rng.permutation(dead)
+    rest = np.setdiff1d(np.arange(total), dead)
+    order = np.concatenate([dead, rng.permutation(rest)])
+    return order[:m].astype(np.int64)
+
+
+def make_canaries(kind: str, mode: str, *, num_canaries: int = 1, num_models: int = 1, seed: int = 0,
+                  spec: ModelSpec | None = None, X_pool=None, y_pool=None, X_train=None) -> Canaries:
+    """Canaries of ``kind`` with ``mode`` inclusion (see the module docstring). Input kinds need the pool
+    (``X_pool``, ``y_pool``) and ``spec`` (for the class count); ``"dirac"`` needs ``spec`` (and uses ``X_train``
+    to find coordinates with zero real gradient)."""
+    owner = "make_canaries"
+    check_choice(kind, "kind", owner, CANARY_KINDS)
+    check_choice(mode, "audit", owner, AUDIT_MODES)
+    if not isinstance(spec, ModelSpec):
+        raise ParameterError(f"The 'spec' parameter of {owner} must be a ModelSpec. Got {spec!r} instead.")
+    m = check_int(num_canaries, "canaries", owner, low=1)
+    seed = check_int(seed, "seed", owner, low=0)
+    if kind == "dirac":
+        coords = dirac_coordinates(spec, m, seed, X_train)
+        X = y = None
+    else:
+        if X_pool is None or y_pool is None:
+            raise ParameterError(f"{owner}: input-space canaries ({kind!r}) need X_pool and y_pool.")
+        X, y = make_input_canaries(kind, X_pool, y_pool, spec.num_classes, m, seed)
+        coords = None
+    inc = inclusion_bits(mode, m, 1 if mode == "one-run" else num_models, seed)
+    return Canaries(kind, mode, X, y, coords, inc, seed)
+
+
+def canary_datasets(X_base, y_base, canaries: Canaries) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Model ``i``'s training set: the base data plus the input canaries it includes (appended at the end)."""
+    if canaries.X is None:
+        raise ParameterError("canary_datasets needs input-space canaries; Dirac canaries enter through DiracHook.")
+    X_base = np.asarray(X_base, dtype=np.float32)
+    y_base = np.asarray(y_base).astype(np.int64)
+    out = []
+    for row in canaries.included:
+        out.append((np.concatenate([X_base, canaries.X[row]]), np.concatenate([y_base, canaries.y[row]])))
+    return out
+
+
+class DiracHook:
+    """``canary_hook`` for :func:`~dpaudit.training.ensemble.train_ensemble`: adds the included Dirac canaries,
+    each Poisson-sampled with the model's rate q in every step, to the clipped gradient sum before the noise,
+    and records the noised sum at every canary coordinate (the white-box observation).
+
+    ``observations()`` returns ``(T, M, m)`` floats in units of ``sigma C`` (NaN where a model did not step):
+    an excluded canary's entries are ``N(0, 1)`` plus the (scaled) real gradient at its coordinate, an included
+    one's get ``+1/sigma`` in the steps that sampled it. What the attack sees is only this array, not the
+    sampling or inclusion.
+    """
+
+    def __init__(self, spec: ModelSpec, canaries: Canaries, *, max_grad_norm: float, noise_multiplier: float,
+                 seed: int):
+        if canaries.coords is None:
+            raise ParameterError("DiracHook needs Dirac canaries (kind='dirac').")
+        self.C = check_float(max_grad_norm, "max_grad_norm", "DiracHook", low=0.0, low_open=True)
+        self.sigma = check_float(noise_multiplier, "noise_multiplier", "DiracHook", low=0.0, low_open=True)
+        self.shapes = _param_shapes(spec)
+        self.sizes = [math.prod(s) for _, s in self.shapes]
+        self.coords = torch.as_tensor(canaries.coords, dtype=torch.long)
+        self.included = np.asarray(canaries.included, dtype=bool)
+        self.seed = int(seed)
+        self._obs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = torch.split(flat, self.sizes, dim=1)
+        return {k: p.reshape((flat.shape[0],) + s) for (k, s), p in zip(self.shapes, parts)}
+
+    def extra_gradient(self, t: int, models: np.ndarray, q) -> dict[str, torch.Tensor] | None:
+        M, m = self.included.shape
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, int(t), 0xCA4D]))
+        u = rng.random((M, m))[models]  # one (M, m) draw per step: model i's stream does not depend on who steps
+        qs = np.broadcast_to(np.asarray(q, dtype=float).reshape(-1), (len(models),))
+        add = self.included[models] & (u < qs[:, None])
+        if not add.any():
+            return None
+        flat = torch.zeros((len(models), sum(self.sizes)), dtype=torch.float32)
+        r, c = np.nonzero(add)
+        flat.index_put_((torch.as_tensor(r), self.coords[torch.as_tensor(c)]),
+                        torch.full((len(r),), self.C, dtype=torch.float32), accumulate=True)
+        return self._split(flat)
+
+    def observe(self, t: int, models: np.ndarray, noisy: dict[str, torch.Tensor]) -> None:
+        flat = torch.cat([noisy[k].reshape(noisy[k].shape[0], -1) for k, _ in self.shapes], dim=1)
+        vals = flat[:, self.coords.to(flat.device)].detach().cpu().numpy().astype(np.float64)
+        self._obs[int(t)] = (np.asarray(models), vals / (self.sigma * self.C))
+
+    def observations(self) -> np.ndarray:
+        M, m = self.included.shape
+        steps = sorted(self._obs)
+        out = np.full((len(steps), M, m), np.nan)
+        for s, t in enumerate(steps):
+            models, vals = self._obs[t]
+            out[s, models] = vals
+        return out
+
+
+def write_canaries(path: str | Path, canaries: Canaries) -> Path:
+    """Write ``canaries.npz`` atomically: the attacker's view under plain keys, the inclusion bits under
+    ``truth/included``."""
+    return save_npz(path, **canaries.attacker_view(), **{"truth/included": canaries.included})
+
+
+def _read(path: str | Path):
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"The canaries file {p} does not exist.")
+    try:
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise DataError(f"{p}: not a canaries .npz file ({exc}).") from None
+
+
+def load_canaries(path: str | Path) -> dict[str, np.ndarray]:
+    """The attacker's view of ``canaries.npz`` (no inclusion bits)."""
+    with _read(path) as z:
+        return {k: z[k] for k in z.files if not k.startswith("truth/")}
+
+
+def load_canary_truth(path: str | Path) -> np.ndarray:
+    """The inclusion bits ``(M, m)`` of ``canaries.npz`` (for computing the bound, never for scoring)."""
+    with _read(path) as z:
+        if "truth/included" not in z.files:
+            raise DataError(f"{path}: no 'truth/included' array; not a canaries file written by dpaudit.")
+        return np.asarray(z["truth/included"], dtype=bool)
