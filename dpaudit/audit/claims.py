@@ -306,5 +306,5 @@ def load_claims(path: str | Path) -> ClaimsFile:
     from dpaudit._io import load_toml_file
 
     p = Path(path)
-    data = load_toml_file(p, f"the claims file {str(p)!r}")
+    data = load_toml_file(p, "the claims file")
     return parse_claims(data, base_dir=p.parent, path=p)
