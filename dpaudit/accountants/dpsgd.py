@@ -11,13 +11,15 @@ References
 from __future__ import annotations
 
 import functools
-import logging
 import math
 
 import numpy as np
 
+from dpaudit.accountants._dp_accounting import rdp_poisson_subsampled_gaussian
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants.events import SubsampledGaussian
+from dpaudit.accountants.pld import PldAccountant
+from dpaudit.accountants.rdp import RdpAccountant
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import ParameterError, check_choice, check_float, check_int, check_probability
 
@@ -34,19 +36,8 @@ DPSGD_ASSUMPTIONS = (
 
 @functools.lru_cache(maxsize=256)
 def _rdp_cached(q: float, sigma: float, orders: tuple[float, ...]) -> np.ndarray:
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
-
     # dp_accounting's RDP of PoissonSampledDpEvent(GaussianDpEvent(sigma)) with rate q (Mironov et al. 2019).
-    # At fractional orders near 1 with large q its series may not converge; it then returns inf for that order
-    # (conservative: the order drops out of the minimum) and logs one absl warning per order, silenced here.
-    absl = logging.getLogger("absl")
-    level = absl.level
-    absl.setLevel(logging.ERROR)
-    try:
-        out = np.asarray(rdp_lib._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders), dtype=np.float64)
-    finally:
-        absl.setLevel(level)
-    out = np.where(np.isnan(out), np.inf, np.maximum(out, 0.0))
+    out = rdp_poisson_subsampled_gaussian(q, sigma, orders)
     out.setflags(write=False)
     return out
 
@@ -101,9 +92,6 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
     delta = check_probability(delta, "delta", owner)
     t, q = dpsgd_steps(dataset_size=dataset_size, batch_size=batch_size, epochs=epochs, steps=steps)
     event = SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=t)
-
-    from dpaudit.accountants.pld import PldAccountant
-    from dpaudit.accountants.rdp import RdpAccountant
 
     sdesc = f"q = {batch_size}/{dataset_size} = {q:.6g}, sigma = {sigma:g}, {t} steps."
     stmts = []

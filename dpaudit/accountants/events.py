@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence, cast
 
 import numpy as np
 
+from dpaudit.accountants._common import as_votes
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
 __all__ = [
@@ -191,28 +192,6 @@ class RandomizedResponse(DpEvent):
 # --------------------------------------------------------------------------------------------------
 
 
-def _as_votes(votes: Any, owner: str) -> np.ndarray:
-    try:
-        arr = np.array(votes, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ParameterError(f"The 'votes' parameter of {owner} must be a numeric array of shape (queries, classes).") from None
-    if arr.ndim == 1:
-        arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[0] < 1:
-        raise ParameterError(
-            f"The 'votes' parameter of {owner} must be an array of shape (queries >= 1, classes >= 2). Got shape {arr.shape} instead."
-        )
-    if arr.shape[1] < 2:
-        raise ParameterError(
-            f"The 'votes' parameter of {owner} must have at least 2 classes (columns). Got {arr.shape[1]} instead."
-        )
-    if not np.all(np.isfinite(arr)):
-        raise ParameterError(f"The 'votes' parameter of {owner} must hold finite counts. Got a NaN or infinite count instead.")
-    if np.any(arr < 0):
-        raise ParameterError(f"The 'votes' parameter of {owner} must hold counts >= 0. Got {arr.min()} instead.")
-    arr.setflags(write=False)
-    return arr
-
 
 class _VotesEventMixin:
     """Equality and hashing for events that carry a votes array."""
@@ -267,7 +246,7 @@ class LaplaceNoisyMax(_VotesEventMixin, DpEvent):
         object.__setattr__(self, "gamma", check_float(self.gamma, "gamma", owner, low=0.0, low_open=True))
         object.__setattr__(self, "sensitivity", check_float(self.sensitivity, "sensitivity", owner, low=0.0, low_open=True))
         if self.votes is not None:
-            votes = _as_votes(self.votes, owner)
+            votes = as_votes(self.votes, owner)
             object.__setattr__(self, "votes", votes)
             if self.num_queries is not None and int(self.num_queries) != votes.shape[0]:
                 raise ParameterError(
@@ -278,6 +257,11 @@ class LaplaceNoisyMax(_VotesEventMixin, DpEvent):
         else:
             n = 1 if self.num_queries is None else check_int(self.num_queries, "num_queries", owner, low=1)
             object.__setattr__(self, "num_queries", n)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (``num_queries`` after validation: always an int)."""
+        return cast(int, self.num_queries)
 
     @property
     def query_epsilon(self) -> float:
@@ -322,7 +306,7 @@ class GaussianNoisyMax(_VotesEventMixin, DpEvent):
                 self, "sigma_threshold", check_float(self.sigma_threshold, "sigma_threshold", owner, low=0.0, low_open=True)
             )
         if self.votes is not None:
-            votes = _as_votes(self.votes, owner)
+            votes = as_votes(self.votes, owner)
             object.__setattr__(self, "votes", votes)
             if self.num_queries is not None and int(self.num_queries) != votes.shape[0]:
                 raise ParameterError(
@@ -333,6 +317,11 @@ class GaussianNoisyMax(_VotesEventMixin, DpEvent):
         else:
             n = 1 if self.num_queries is None else check_int(self.num_queries, "num_queries", owner, low=1)
             object.__setattr__(self, "num_queries", n)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (``num_queries`` after validation: always an int)."""
+        return cast(int, self.num_queries)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -39,8 +39,8 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from dpaudit.accountants.base import register_rdp
-from dpaudit.accountants.events import DpEvent, GaussianNoisyMax, _as_votes
-from dpaudit.accountants.pate import _check_orders, _edge_warning, _log1mexp, _validated_votes
+from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, logsumexp_rows, validated_votes
+from dpaudit.accountants.events import DpEvent, GaussianNoisyMax
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import ParameterError, check_bool, check_float, check_int, check_probability
@@ -64,7 +64,7 @@ def gaussian_log_q(votes: Any, sigma: float) -> np.ndarray:
     class :math:`i^*` (ties: every other class counts). Always finite.
     """
     sigma = check_float(sigma, "sigma", "gaussian_log_q", low=0.0, low_open=True)
-    v = _validated_votes(votes, "gaussian_log_q")
+    v = validated_votes(votes, "gaussian_log_q")
     nq, nc = v.shape
     out = np.empty(nq)
     for start in range(0, nq, _CHUNK):
@@ -79,14 +79,14 @@ def gaussian_log_q(votes: Any, sigma: float) -> np.ndarray:
 def rdp_gnmax_data_independent(sigma: float, orders: Any) -> np.ndarray:
     """:math:`\\lambda/\\sigma^2` per GNMax answer (PATE 2018, Proposition 8)."""
     sigma = check_float(sigma, "sigma", "rdp_gnmax_data_independent", low=0.0, low_open=True)
-    lam = _check_orders(orders, "orders", "rdp_gnmax_data_independent", low=1.0)
+    lam = check_orders(orders, "orders", "rdp_gnmax_data_independent", low=1.0)
     return lam / sigma**2
 
 
 def rdp_threshold(sigma1: float, orders: Any) -> np.ndarray:
     """:math:`\\lambda/(2\\sigma_1^2)`: the Gaussian mechanism on the max vote count (sensitivity 1)."""
     sigma1 = check_float(sigma1, "sigma1", "rdp_threshold", low=0.0, low_open=True)
-    lam = _check_orders(orders, "orders", "rdp_threshold", low=1.0)
+    lam = check_orders(orders, "orders", "rdp_threshold", low=1.0)
     return lam / (2.0 * sigma1**2)
 
 
@@ -107,7 +107,7 @@ def _dd_parts(log_q: np.ndarray, sigma: float):
 def gnmax_dd_applies(log_q: Any, sigma: float, orders: Any) -> np.ndarray:
     """Boolean (queries, orders): where PATE 2018 Theorem 6 (orders of Proposition 10) applies."""
     lq = np.atleast_1d(np.asarray(log_q, dtype=np.float64)).ravel()
-    lam = _check_orders(orders, "orders", "gnmax_dd_applies", low=1.0)
+    lam = check_orders(orders, "orders", "gnmax_dd_applies", low=1.0)
     mu1, _, _, _, ok = _dd_parts(lq, check_float(sigma, "sigma", "gnmax_dd_applies", low=0.0, low_open=True))
     return ok[:, None] & (lam[None, :] < mu1[:, None])
 
@@ -124,7 +124,7 @@ def rdp_gnmax_data_dependent(log_q: Any, sigma: float, orders: Any) -> np.ndarra
     lq = np.atleast_1d(np.asarray(log_q, dtype=np.float64)).ravel()
     if np.any(np.isnan(lq)) or np.any(lq > 0):
         raise ParameterError(f"The 'log_q' parameter of {owner} must hold values <= 0. Got a NaN or positive value instead.")
-    lam = _check_orders(orders, "orders", owner, low=1.0)
+    lam = check_orders(orders, "orders", owner, low=1.0)
     base = lam / sigma**2
     out = np.broadcast_to(base, (lq.size, lam.size)).copy()
     finite = np.isfinite(lq)
@@ -140,8 +140,8 @@ def rdp_gnmax_data_dependent(log_q: Any, sigma: float, orders: Any) -> np.ndarra
     sel = idx[ok]
     q, mu1, mu2, eps1, eps2 = q[ok], mu1[ok], mu2[ok], eps1[ok], eps2[ok]
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        log1q = _log1mexp(q)
-        log_a = log1q - _log1mexp((q + eps2) * (1.0 - 1.0 / mu2))
+        log1q = log1mexp(q)
+        log_a = log1q - log1mexp((q + eps2) * (1.0 - 1.0 / mu2))
         log_b = eps1 - q / (mu1 - 1.0)
         lm1 = lam[None, :] - 1.0
         log_s = np.logaddexp(log1q[:, None] + lm1 * log_a[:, None], q[:, None] + lm1 * log_b[:, None])
@@ -171,7 +171,7 @@ def _dd_total(votes: np.ndarray, sigma: float, orders: np.ndarray, answered: np.
 def _rdp_gnmax_event(event: DpEvent, orders: np.ndarray) -> np.ndarray:
     """RDP of one :class:`GaussianNoisyMax` event. With a threshold and votes, every row pays the threshold
     check and (not knowing which were answered) the GNMax cost as well — conservative."""
-    lam = _check_orders(orders, "orders", "GaussianNoisyMax RDP", low=1.0)
+    lam = check_orders(orders, "orders", "GaussianNoisyMax RDP", low=1.0)
     n = int(event.num_queries)  # type: ignore[attr-defined]
     if event.votes is None:  # type: ignore[attr-defined]
         total = n * rdp_gnmax_data_independent(event.sigma, lam)  # type: ignore[attr-defined]
@@ -211,14 +211,14 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
     data_independent = check_bool(data_independent, "data_independent", owner)
-    grid = np.array(DEFAULT_ORDERS) if orders is None else _check_orders(orders, "orders", owner, low=1.0)
+    grid = np.array(DEFAULT_ORDERS) if orders is None else check_orders(orders, "orders", owner, low=1.0)
     if (threshold is None) != (sigma1 is None):
         raise ParameterError(f"{owner} needs both 'threshold' and 'sigma1' for Confident-GNMax, or neither. "
                              f"Got threshold={threshold!r}, sigma1={sigma1!r} instead.")
     if threshold is not None:
         threshold = check_float(threshold, "threshold", owner)
         sigma1 = check_float(sigma1, "sigma1", owner, low=0.0, low_open=True)
-    v = None if votes is None else _as_votes(votes, owner)
+    v = None if votes is None else as_votes(votes, owner)
     if queries is None:
         if v is None:
             raise ParameterError(f"{owner} needs 'votes' or 'queries'. Got neither.")
@@ -244,7 +244,7 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     elif threshold is not None:
         warnings_.append("No 'answered' mask given: every query is charged the GNMax cost as if it had passed the threshold (conservative).")
 
-    thr = queries * rdp_threshold(sigma1, grid) if threshold is not None else np.zeros(grid.size)
+    thr = queries * rdp_threshold(sigma1, grid) if sigma1 is not None else np.zeros(grid.size)
     di_rdp = n_answered * rdp_gnmax_data_independent(sigma, grid) + thr
     relation = "replace-one record (one teacher's vote changes)"
     base_assumptions = [f"Neighbouring datasets: {relation}.",
@@ -257,7 +257,7 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     params = {"sigma": sigma, "delta": delta, "queries": queries, "threshold": threshold, "sigma1": sigma1,
               "answered": n_answered, "orders": grid.tolist(), "data_independent": v is None or data_independent}
     if v is None or data_independent:
-        warnings_ += _edge_warning(grid, di_order, "Rényi order")
+        warnings_ += edge_warning(grid, di_order, "Rényi order")
         return AccountingResult("gnmax", (di_stmt,), 0, params, {"num_queries": queries, "answered": n_answered}, tuple(warnings_))
     total, lq, applied = _dd_total(v, sigma, grid, mask)
     dd_rdp = np.minimum(total + thr, di_rdp)
@@ -267,7 +267,7 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
         tuple(base_assumptions) + ("Data-dependent bound (PATE 2018, Theorem 6): the figure is a function of the private votes "
                                    "and is not itself differentially private (see dpaudit.accountants.smooth_sensitivity).",),
         f"data-dependent, {queries} queries", True)
-    warnings_ += _edge_warning(grid, dd_order, "Rényi order")
+    warnings_ += edge_warning(grid, dd_order, "Rényi order")
     q = np.exp(lq)
     facts = {"num_queries": queries, "answered": n_answered, "q_min": float(q.min()), "q_median": float(np.median(q)),
              "q_mean": float(q.mean()), "q_max": float(q.max()), "data_dependent_queries": int(applied.sum())}

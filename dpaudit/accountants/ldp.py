@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special, stats
 
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants.events import RandomizedResponse, rr_epsilon_from_keep_probability, rr_keep_probability
+from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
@@ -309,8 +311,6 @@ def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interva
     divergences are over-estimated, never under-. Compose with ``.self_compose(T)`` for T shuffled rounds (each
     round, adaptively, is a post-processing of the same pair).
     """
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
     owner = "shuffle_pld"
     e0 = check_float(epsilon0, "epsilon0", owner, low=0.0, low_open=True)
     n = check_int(num_users, "num_users", owner, low=1)
@@ -398,8 +398,6 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
         delta = check_probability(delta, "delta", owner)
     if rounds is None and (participation is not None or users is not None):
         raise ParameterError(f"The 'rounds' parameter of {owner} is needed when 'participation' or 'users' is given. Got None instead.")
-
-    from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 
     event = RandomizedResponse(num_classes=c, num_samples=k, epsilon=epsilon)
     beta = rr_keep_probability(epsilon, k, c)

@@ -49,14 +49,16 @@ from __future__ import annotations
 
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from dpaudit.accountants.base import Accountant, register_rdp
-from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, _as_votes, flatten
-from dpaudit.accountants.rdp import DEFAULT_ORDERS, parse_orders, rdp_to_epsilon
+from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, validated_votes
+from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, flatten
+from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
@@ -88,18 +90,6 @@ _CHUNK = 1 << 16  # rows per block: keeps temporaries in cache and memory flat f
 # --------------------------------------------------------------------------------------------------
 
 
-def _log1mexp(x: np.ndarray) -> np.ndarray:
-    """log(1 - exp(x)) for x <= 0, accurate at both ends (Maechler 2012); -inf at x = 0."""
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(x < -math.log(2.0), np.log1p(-np.exp(x)), np.log(-np.expm1(x)))
-
-
-def _validated_votes(votes: Any, owner: str) -> np.ndarray:
-    if isinstance(votes, np.ndarray) and votes.dtype == np.float64 and votes.ndim == 2 and not votes.flags.writeable:
-        return votes  # already validated by an event
-    return _as_votes(votes, owner)
-
 
 def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
     """Log of the PATE 2017 Lemma 4 bound on :math:`\\Pr[M(d) \\ne j^*]`, one value per query.
@@ -119,7 +109,7 @@ def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
     np.ndarray of shape (queries,): :math:`\\log q` (always finite; computed in log space, never underflows to 0).
     """
     gamma = check_float(gamma, "gamma", "laplace_log_q", low=0.0, low_open=True)
-    v = _validated_votes(votes, "laplace_log_q")
+    v = validated_votes(votes, "laplace_log_q")
     nq, nc = v.shape
     out = np.empty(nq)
     cap = math.log1p(-1.0 / nc)
@@ -134,17 +124,6 @@ def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
         out[start:start + block.shape[0]] = m + np.log(np.exp(logt - m[:, None]).sum(axis=1))
     return np.minimum(out, cap)
 
-
-def _check_orders(orders: Any, name: str, owner: str, *, low: float) -> np.ndarray:
-    if isinstance(orders, str):
-        orders = parse_orders(orders)
-    try:
-        arr = np.atleast_1d(np.asarray(orders, dtype=np.float64)).ravel()
-    except (TypeError, ValueError):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be a sequence of floats > {low:g}. Got {orders!r:.80} instead.") from None
-    if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= low):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be a non-empty sequence of finite floats > {low:g}. Got {orders!r:.80} instead.")
-    return arr
 
 
 def laplace_log_moments(log_q: Any, eps_query: float, orders: Any = MOMENT_ORDERS) -> np.ndarray:
@@ -173,14 +152,14 @@ def laplace_log_moments(log_q: Any, eps_query: float, orders: Any = MOMENT_ORDER
     lq = np.atleast_1d(np.asarray(log_q, dtype=np.float64)).ravel()
     if np.any(np.isnan(lq)) or np.any(lq > 0):
         raise ParameterError(f"The 'log_q' parameter of {owner} must hold values <= 0 (log of a probability). Got {lq.max()} instead.")
-    l = _check_orders(orders, "orders", owner, low=0.0)
+    l = check_orders(orders, "orders", owner, low=0.0)
     data_ind = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)  # (L,)
     out = np.broadcast_to(data_ind, (lq.size, l.size)).copy()
     valid = lq < -np.logaddexp(0.0, eps)  # q < 1/(e^eps + 1), strict
     if np.any(valid):
         lqv = lq[valid][:, None]
         with np.errstate(invalid="ignore", over="ignore"):
-            t1 = (l + 1.0) * _log1mexp(lqv) - l * _log1mexp(lqv + eps)
+            t1 = (l + 1.0) * log1mexp(lqv) - l * log1mexp(lqv + eps)
             t2 = lqv + eps * l
             dd = np.maximum(np.logaddexp(t1, t2), 0.0)
         dd = np.where(np.isfinite(dd), dd, np.inf)
@@ -293,8 +272,8 @@ def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORD
     gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
     workers = check_int(workers, "workers", owner, low=1, high=64)
-    l = _check_orders(orders, "orders", owner, low=0.0)
-    v = _validated_votes(votes, owner)
+    l = check_orders(orders, "orders", owner, low=0.0)
+    v = validated_votes(votes, owner)
     eps = sens * gamma
     di = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
     cap = 1.0 - 1.0 / v.shape[1]
@@ -302,8 +281,6 @@ def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORD
     starts = range(0, v.shape[0], _FAST_BLOCK)
     work = lambda s0: _block_total(v[s0:s0 + _FAST_BLOCK], gamma, eps, l, di, cap, linear_ok)  # noqa: E731
     if workers > 1 and len(starts) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=workers) as pool:
             parts = list(pool.map(work, starts))
     else:
@@ -320,7 +297,7 @@ def data_independent_log_moments(eps_query: float, num_queries: int, orders: Any
     """:math:`N \\min(\\epsilon_q^2 l(l+1)/2, \\epsilon_q l)` — the figure without votes."""
     eps = check_float(eps_query, "eps_query", "data_independent_log_moments", low=0.0, low_open=True)
     n = check_int(num_queries, "num_queries", "data_independent_log_moments", low=0)
-    l = _check_orders(orders, "orders", "data_independent_log_moments", low=0.0)
+    l = check_orders(orders, "orders", "data_independent_log_moments", low=0.0)
     return n * np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
 
 
@@ -330,7 +307,7 @@ def moments_to_epsilon(log_moments: Any, orders: Any, delta: float) -> tuple[flo
     Returns ``(epsilon, best_order)``; ``(inf, None)`` when no order is finite.
     """
     delta = check_probability(delta, "delta", "moments_to_epsilon")
-    l = _check_orders(orders, "orders", "moments_to_epsilon", low=0.0)
+    l = check_orders(orders, "orders", "moments_to_epsilon", low=0.0)
     a = np.asarray(log_moments, dtype=np.float64).ravel()
     if a.shape != l.shape:
         raise ParameterError(f"The 'log_moments' parameter of moments_to_epsilon must have one value per order ({l.size}). Got {a.size} instead.")
@@ -345,14 +322,14 @@ def moments_to_epsilon(log_moments: Any, orders: Any, delta: float) -> tuple[flo
 
 def rdp_laplace_noisy_max(log_q: Any, eps_query: float, orders: Any) -> np.ndarray:
     """RDP at Rényi orders :math:`\\lambda > 1` summed over queries: :math:`\\sum_i \\alpha_i(\\lambda-1)/(\\lambda-1)`."""
-    lam = _check_orders(orders, "orders", "rdp_laplace_noisy_max", low=1.0)
+    lam = check_orders(orders, "orders", "rdp_laplace_noisy_max", low=1.0)
     return laplace_log_moments(log_q, eps_query, lam - 1.0).sum(axis=0) / (lam - 1.0)
 
 
 @register_rdp(LaplaceNoisyMax)
 def _rdp_laplace_event(event: DpEvent, orders: np.ndarray) -> np.ndarray:
     """RDP of one :class:`LaplaceNoisyMax` event (all its queries) at Rényi orders ``orders``."""
-    lam = _check_orders(orders, "orders", "LaplaceNoisyMax RDP", low=1.0)
+    lam = check_orders(orders, "orders", "LaplaceNoisyMax RDP", low=1.0)
     eps = event.query_epsilon  # type: ignore[attr-defined]
     if event.votes is None:  # type: ignore[attr-defined]
         return data_independent_log_moments(eps, event.num_queries, lam - 1.0) / (lam - 1.0)  # type: ignore[attr-defined]
@@ -383,7 +360,7 @@ class MomentsAccountant(Accountant):
 
     def __init__(self, orders: Any = MOMENT_ORDERS) -> None:
         super().__init__()
-        self.orders = _check_orders(orders, "orders", "MomentsAccountant", low=0.0)
+        self.orders = check_orders(orders, "orders", "MomentsAccountant", low=0.0)
 
     def supports(self, event: DpEvent) -> bool:
         return isinstance(event, LaplaceNoisyMax)
@@ -429,18 +406,9 @@ def _assumptions(data_dependent: bool, relation: str = "replace-one record (one 
 
 def _resolve_orders(orders: Any, conversion: str, owner: str) -> np.ndarray:
     if conversion == "moments":
-        return MOMENT_ORDERS.copy() if orders is None else _check_orders(orders, "orders", owner, low=0.0)
-    return np.array(DEFAULT_ORDERS) if orders is None else _check_orders(orders, "orders", owner, low=1.0)
+        return MOMENT_ORDERS.copy() if orders is None else check_orders(orders, "orders", owner, low=0.0)
+    return np.array(DEFAULT_ORDERS) if orders is None else check_orders(orders, "orders", owner, low=1.0)
 
-
-def _edge_warning(orders: np.ndarray, best: float | None, what: str) -> list[str]:
-    if best is None or orders.size < 2:
-        return []
-    if best == orders.min() or best == orders.max():
-        where = "smallest" if best == orders.min() else "largest"
-        return [f"The best {what} ({best:g}) is the {where} of the grid [{orders.min():g}, {orders.max():g}]; "
-                "a wider grid may give a smaller epsilon."]
-    return []
 
 
 def _convert(total_moments: np.ndarray, orders: np.ndarray, delta: float, conversion: str) -> tuple[float, float | None, str]:
@@ -535,11 +503,11 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
     grid = _resolve_orders(orders, conversion, owner)
     v = None
     if votes is not None and not data_independent:
-        v = _as_votes(votes, owner)
+        v = as_votes(votes, owner)
     if queries is None:
         if votes is None:
             raise ParameterError(f"{owner} needs 'votes' or 'queries' (the number of queries). Got neither.")
-        queries = (v if v is not None else _as_votes(votes, owner)).shape[0]
+        queries = (v if v is not None else as_votes(votes, owner)).shape[0]
     queries = check_int(queries, "queries", owner, low=1)
     if v is not None and queries != v.shape[0]:
         raise ParameterError(f"The 'queries' parameter of {owner} must equal the number of vote rows ({v.shape[0]}). Got {queries} instead.")
@@ -563,14 +531,14 @@ def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, rel
                                data_dependent=data_dependent_forced, details=dict(details))
     warnings_: list[str] = []
     if dd is None:
-        warnings_ += _edge_warning(grid, di_order, what)
+        warnings_ += edge_warning(grid, di_order, what)
         return AccountingResult(mechanism, (di_stmt,), 0, parameters, {"eps_query": eps_q, "num_queries": queries}, tuple(warnings_))
     (dd_eps, dd_order, dd_method), facts = dd
     dd_stmt = PrivacyStatement(min(dd_eps, di_eps), delta, dd_method, order=dd_order if dd_eps <= di_eps else di_order,
                                assumptions=_assumptions(True, relation) + tuple(extra_assumptions),
                                label=f"{label_prefix}data-dependent, {facts['num_queries']} queries",
                                data_dependent=True, details={**details, "q_max": facts["q_max"]})
-    warnings_ += _edge_warning(grid, dd_stmt.order, what)
+    warnings_ += edge_warning(grid, dd_stmt.order, what)
     if facts["data_dependent_queries"] < facts["num_queries"]:
         warnings_.append(f"The data-dependent bound did not apply to {facts['num_queries'] - facts['data_dependent_queries']} "
                          f"of {facts['num_queries']} queries (q >= 1/(exp(eps_query)+1)); the data-independent bound was used for them.")
@@ -596,7 +564,7 @@ def fedkt_z(teacher_votes: Sequence[Sequence[Any]]) -> int:
         parts = [party] if isinstance(party, np.ndarray) else list(party)
         zi = 0
         for p in parts:
-            v = _as_votes(p, "fedkt_z")
+            v = as_votes(p, "fedkt_z")
             top2 = -np.partition(-v, 1, axis=1)[:, :2]
             zi += int(np.any(top2[:, 0] - top2[:, 1] <= 1))
         z = max(z, zi)
@@ -614,16 +582,16 @@ _FEDKT_CASES = {
 def _split_parties(votes: Any, owner: str) -> list[list[np.ndarray]]:
     """votes for L2 -> [[partition arrays] per party]."""
     if isinstance(votes, np.ndarray) and votes.ndim == 2:
-        return [[_as_votes(votes, owner)]]
+        return [[as_votes(votes, owner)]]
     if not isinstance(votes, (list, tuple)) or not votes:
         raise ParameterError(f"The 'votes' parameter of {owner} must be an array (queries x classes) or a list over parties "
                              "of arrays or of lists of arrays (one per partition).")
     out = []
     for party in votes:
         if isinstance(party, (list, tuple)) and party and not np.isscalar(party[0]) and np.ndim(party[0]) == 2:
-            out.append([_as_votes(p, owner) for p in party])
+            out.append([as_votes(p, owner) for p in party])
         else:
-            out.append([_as_votes(party, owner)])
+            out.append([as_votes(party, owner)])
     return out
 
 
@@ -689,7 +657,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
             data_dep_forced = True
             extra.append(f"z = {z} is computed from the parties' private teacher votes (Theorem 8): this figure is data-dependent "
                          "and not itself differentially private." + (" z = 0 was raised to 1 (conservative)." if z == 0 else ""))
-        v = None if votes is None else _as_votes(votes, owner)
+        v = None if votes is None else as_votes(votes, owner)
         nq = v.shape[0] if v is not None else (None if queries is None else check_int(queries, "queries", owner, low=1))
         if nq is None:
             raise ParameterError(f"{owner} needs 'votes' or 'queries'. Got neither.")
@@ -801,6 +769,6 @@ def load_votes(path: str | os.PathLike) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[0] < 1:
         raise DataError(f"The votes in {str(p)!r} must be a 2-D array (queries x classes). Got shape {arr.shape} instead.")
     try:
-        return _as_votes(arr, f"votes file {str(p)!r}")
+        return as_votes(arr, f"votes file {str(p)!r}")
     except ParameterError as exc:
         raise DataError(str(exc).replace("The 'votes' parameter of ", "The ")) from None

@@ -20,9 +20,16 @@ from __future__ import annotations
 
 import math
 
+from dp_accounting import privacy_accountant
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from dpaudit.accountants._common import append_event
 from dpaudit.accountants.base import Accountant, UnsupportedEventError
 from dpaudit.accountants.events import (DpEvent, GaussianNoisyMax, LaplaceNoisyMax, RandomizedResponse, Repeated,
                                         Shuffled, SubsampledGaussian, flatten)
+from dpaudit.accountants.ldp import shuffle_pld
+from dpaudit.accountants.rdp import event_assumptions
 from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
 from dpaudit.errors import ParameterError, check_float, check_int
 
@@ -41,8 +48,6 @@ class PldAccountant(Accountant):
 
     def __init__(self, value_discretization_interval: float = 1e-4) -> None:
         super().__init__()
-        from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
         self._lib = pld_lib
         self.value_discretization_interval = check_float(
             value_discretization_interval, "value_discretization_interval", "PldAccountant", low=0.0, high=1.0, low_open=True)
@@ -62,28 +67,22 @@ class PldAccountant(Accountant):
                                               value_discretization_interval=vdi)
             return one.self_compose(event.steps * count)
         if isinstance(event, RandomizedResponse):
-            from dp_accounting import privacy_accountant
-
             one = lib.from_randomized_response(
                 noise_parameter=1.0 - event.beta, num_buckets=event.num_classes, value_discretization_interval=vdi,
                 neighboring_relation=privacy_accountant.NeighboringRelation.REPLACE_ONE)
             return one.self_compose(event.num_samples * count)
         if isinstance(event, LaplaceNoisyMax):
-            from dp_accounting.pld import common
-
-            one = lib.from_privacy_parameters(common.DifferentialPrivacyParameters(event.query_epsilon, 0.0),
+            one = lib.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(event.query_epsilon, 0.0),
                                               value_discretization_interval=vdi)
-            return one.self_compose(event.num_queries * count)
+            return one.self_compose(event.n_queries * count)
         if isinstance(event, GaussianNoisyMax):
             one = lib.from_gaussian_mechanism(standard_deviation=event.sigma, sensitivity=math.sqrt(2.0),
                                               value_discretization_interval=vdi)
             if event.threshold is not None:
                 one = one.compose(lib.from_gaussian_mechanism(standard_deviation=event.sigma_threshold, sensitivity=1.0,
                                                               value_discretization_interval=vdi))
-            return one.self_compose(event.num_queries * count)
+            return one.self_compose(event.n_queries * count)
         if isinstance(event, Shuffled):
-            from dpaudit.accountants.ldp import shuffle_pld
-
             one = shuffle_pld(event.local_epsilon, event.num_users, value_discretization_interval=vdi)
             return one.self_compose(count)
         raise UnsupportedEventError(f"PldAccountant does not support events of type {type(event).__name__}.")
@@ -99,14 +98,12 @@ class PldAccountant(Accountant):
                 raise UnsupportedEventError(f"PldAccountant does not support events of type {type(leaf).__name__}{why}.")
         if count == 0:
             return self
-        from dpaudit.accountants.rdp import _append_event, event_assumptions
-
         pld = self._pld
         for leaf, mult in leaves:
             pld = pld.compose(self._leaf_pld(leaf, mult * count))
         # all computed: now mutate
         self._pld = pld
-        _append_event(self._events, event, count)
+        append_event(self._events, event, count)
         for a in join_assumptions(*(event_assumptions(l) for l, _ in leaves)):
             self._assumptions.setdefault(a, None)
         return self

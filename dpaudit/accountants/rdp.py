@@ -6,18 +6,21 @@ The conversion is the one every RDP figure in dpaudit goes through (one implemen
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from typing import Sequence
 
 import numpy as np
 
+from dpaudit.accountants import events as ev
+from dpaudit.accountants._common import append_event, parse_orders
 from dpaudit.accountants.base import Accountant, rdp_function_for
 from dpaudit.accountants.events import DpEvent, Repeated, flatten
+from dpaudit.accountants.pure import PureDp
 from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
 from dpaudit.errors import ParameterError, check_int, check_probability
 
-__all__ = ["DEFAULT_ORDERS", "rdp_to_epsilon", "parse_orders", "EdgeOrderWarning", "RdpAccountant", "event_assumptions"]
+__all__ = ["DEFAULT_ORDERS", "rdp_to_epsilon", "parse_orders", "EdgeOrderWarning", "RdpAccountant", "event_assumptions",
+           "data_dependence_note"]
 
 #: Rényi orders alpha > 1 (dense near 1, where small epsilons are achieved; sparse up to 1024).
 DEFAULT_ORDERS: np.ndarray = np.concatenate(
@@ -77,38 +80,6 @@ def rdp_to_epsilon(orders: Sequence[float] | np.ndarray, rdp: Sequence[float] | 
     return best, float(a[i])
 
 
-_RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*$")
-
-
-def parse_orders(text: str) -> tuple[float, ...]:
-    """Parse an order list: ``"1-8"`` (integers from 1 to 8), ``"2,4,8.5,16"`` or a mix ``"2-4,32"``.
-
-    Returns the sorted distinct orders. Raises :class:`ParameterError` on anything else or on orders <= 0.
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise ParameterError(f"The 'orders' parameter must be a list like '1-8' or '2,4,8,16'. Got {text!r} instead.")
-    out: set[float] = set()
-    for part in text.split(","):
-        m = _RANGE.match(part)
-        try:
-            if m:
-                lo, hi = float(m.group(1)), float(m.group(2))
-                if not (lo.is_integer() and hi.is_integer()) or hi < lo:
-                    raise ValueError
-                out.update(float(v) for v in range(int(lo), int(hi) + 1))
-            else:
-                v = float(part)
-                if not math.isfinite(v):
-                    raise ValueError
-                out.add(v)
-        except ValueError:
-            raise ParameterError(
-                f"The 'orders' parameter must be a list like '1-8' or '2,4,8,16' of positive numbers. Got {text!r} instead."
-            ) from None
-    if min(out) <= 0:
-        raise ParameterError(f"The 'orders' parameter must hold orders > 0. Got {min(out):g} instead.")
-    return tuple(sorted(out))
-
 
 # --------------------------------------------------------------------------------------------------
 # The RDP accountant
@@ -117,8 +88,6 @@ def parse_orders(text: str) -> tuple[float, ...]:
 
 def event_assumptions(event) -> tuple[str, ...]:
     """Sentences stating the neighbouring relation and data dependence of a leaf event (for statements)."""
-    from dpaudit.accountants import events as ev
-
     name = type(event).__name__
     if isinstance(event, ev.RandomizedResponse):
         return ("RandomizedResponse: local DP; neighbouring inputs are any two values of one client's data "
@@ -148,25 +117,14 @@ def data_dependence_note(event) -> str | None:
 
 def _pure_epsilon(event: DpEvent) -> float:
     """Pure-DP epsilon of one leaf event, inf when it is not a pure-DP mechanism (or not known to be)."""
-    from dpaudit.accountants import events as ev
-
     if isinstance(event, ev.RandomizedResponse):
         return event.report_epsilon
     if isinstance(event, ev.LaplaceNoisyMax):  # each query is (sensitivity * gamma)-DP whatever the votes
-        return event.query_epsilon * event.num_queries
-    from dpaudit.accountants.pure import PureDp
-
+        return event.query_epsilon * event.n_queries
     if isinstance(event, PureDp):
         return event.epsilon
     return math.inf
 
-
-def _append_event(events: list, event: DpEvent, count: int) -> None:
-    """Append ``(event, count)``, merging with the last entry when it is the same data-independent event."""
-    if events and getattr(event, "votes", None) is None and type(events[-1][0]) is type(event) and events[-1][0] == event:
-        events[-1] = (event, events[-1][1] + count)
-    else:
-        events.append((event, count))
 
 
 #: RDP of data-independent leaf events, keyed by (event, orders); events are immutable and hashable.
@@ -245,12 +203,19 @@ class RdpAccountant(Accountant):
         pure = sum(_pure_epsilon(leaf) * mult for leaf, mult in leaves) * count
         self._rdp = self._rdp + add
         self._pure = self._pure + pure
-        _append_event(self._events, event, count)
+        append_event(self._events, event, count)
         for a in new_assumptions:
             self._assumptions.setdefault(a, None)
         self._data_dependent |= any(getattr(l, "data_dependent", False) for l, _ in leaves)
         self._data_dependence_notes.update(n for n in (data_dependence_note(l) for l, _ in leaves) if n is not None)
         return self
+
+    def epsilon_quiet(self, target_delta: float) -> float:
+        """The headline epsilon of :meth:`get_statement` without building a statement or warning (cheap; used by
+        the ledger on every record)."""
+        if not self._rdp.any():
+            return 0.0
+        return min(rdp_to_epsilon(self.orders, self._rdp, target_delta, warn=False)[0], self._pure)
 
     @property
     def rdp(self) -> np.ndarray:

@@ -42,7 +42,7 @@ import numpy as np
 from scipy.special import log_ndtr, ndtri_exp
 
 from dpaudit.accountants.gnmax import gaussian_log_q, rdp_gnmax_data_dependent
-from dpaudit.accountants.pate import _validated_votes
+from dpaudit.accountants._common import validated_votes
 from dpaudit.accountants.rdp import rdp_to_epsilon
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
@@ -103,7 +103,7 @@ def local_sensitivity_bounds_gnmax(votes: Any, *, sigma: float, order: float, ma
     owner = "local_sensitivity_bounds_gnmax"
     sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
     order = check_float(order, "order", owner, low=1.0, low_open=True)
-    v = _validated_votes(votes, owner)
+    v = validated_votes(votes, owner)
     nc = v.shape[1]
     if max_distance is None:
         max_distance = int(math.ceil(v.sum(axis=1).max()))
@@ -210,7 +210,7 @@ def release_noisy_epsilon(votes: Any, *, sigma: float, order: float, beta: float
     sigma_ss = check_float(sigma_ss, "sigma_ss", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
     seed = check_int(seed, "seed", owner, low=0)
-    v = _validated_votes(votes, owner)
+    v = validated_votes(votes, owner)
     private = float(rdp_gnmax_data_dependent(gaussian_log_q(v, sigma), sigma, [order]).sum())
     ss = smooth_sensitivity_gnmax(v, sigma=sigma, order=order, beta=beta, max_distance=max_distance)
     z = float(np.random.default_rng(seed).standard_normal())
