@@ -39,6 +39,7 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from dpaudit.accountants.base import register_rdp
+from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
 from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, logsumexp_rows, validated_votes
 from dpaudit.accountants.events import DpEvent, GaussianNoisyMax
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
@@ -70,9 +71,10 @@ def gaussian_log_q(votes: Any, sigma: float) -> np.ndarray:
     for start in range(0, nq, _CHUNK):
         s = -np.sort(-v[start:start + _CHUNK], axis=1)  # descending
         gaps = s[:, :1] - s[:, 1:]  # (rows, C-1) >= 0
-        lt = log_ndtr(-gaps / (math.sqrt(2.0) * sigma))
-        m = lt.max(axis=1)
-        out[start:start + s.shape[0]] = m + np.log(np.exp(lt - m[:, None]).sum(axis=1))
+        with np.errstate(over="ignore"):
+            lt = log_ndtr(-gaps / (math.sqrt(2.0) * sigma))
+        # every term may underflow to -inf (huge gaps / tiny sigma): then q = 0 exactly in floating point
+        out[start:start + s.shape[0]] = logsumexp_rows(lt)
     return np.minimum(out, math.log1p(-1.0 / nc))
 
 
@@ -80,14 +82,20 @@ def rdp_gnmax_data_independent(sigma: float, orders: Any) -> np.ndarray:
     """:math:`\\lambda/\\sigma^2` per GNMax answer (PATE 2018, Proposition 8)."""
     sigma = check_float(sigma, "sigma", "rdp_gnmax_data_independent", low=0.0, low_open=True)
     lam = check_orders(orders, "orders", "rdp_gnmax_data_independent", low=1.0)
-    return lam / sigma**2
+    return lam * _inv_sq(sigma)
+
+
+def _inv_sq(x: float) -> float:
+    """1 / x^2, inf where it overflows (no warning, no ZeroDivisionError)."""
+    with np.errstate(over="ignore", divide="ignore"):
+        return float(np.float64(1.0) / np.square(np.float64(x)))
 
 
 def rdp_threshold(sigma1: float, orders: Any) -> np.ndarray:
     """:math:`\\lambda/(2\\sigma_1^2)`: the Gaussian mechanism on the max vote count (sensitivity 1)."""
     sigma1 = check_float(sigma1, "sigma1", "rdp_threshold", low=0.0, low_open=True)
     lam = check_orders(orders, "orders", "rdp_threshold", low=1.0)
-    return lam / (2.0 * sigma1**2)
+    return lam * (0.5 * _inv_sq(sigma1))
 
 
 def _dd_parts(log_q: np.ndarray, sigma: float):
@@ -125,7 +133,7 @@ def rdp_gnmax_data_dependent(log_q: Any, sigma: float, orders: Any) -> np.ndarra
     if np.any(np.isnan(lq)) or np.any(lq > 0):
         raise ParameterError(f"The 'log_q' parameter of {owner} must hold values <= 0. Got a NaN or positive value instead.")
     lam = check_orders(orders, "orders", owner, low=1.0)
-    base = lam / sigma**2
+    base = lam * _inv_sq(sigma)
     out = np.broadcast_to(base, (lq.size, lam.size)).copy()
     finite = np.isfinite(lq)
     # q = 0: the answer is i* with certainty under D; the bound's limit as q -> 0 is 0 (A -> 1, q B^{l-1} -> 0).
@@ -158,7 +166,7 @@ def _dd_total(votes: np.ndarray, sigma: float, orders: np.ndarray, answered: np.
     total = np.zeros(orders.size)
     applied = np.zeros(lq.size, dtype=bool)
     use = np.ones(lq.size, dtype=bool) if answered is None else answered
-    base = orders / sigma**2
+    base = orders * _inv_sq(sigma)
     for start in range(0, lq.size, _CHUNK):
         block = lq[start:start + _CHUNK]
         r = rdp_gnmax_data_dependent(block, sigma, orders)
@@ -252,8 +260,19 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     if threshold is not None:
         base_assumptions.append(f"Confident-GNMax: every one of the {queries} queries pays the threshold check "
                                 f"(T = {threshold:g}, sigma1 = {sigma1:g}, RDP lambda/(2 sigma1^2)); {n_answered} answered queries pay GNMax.")
-    di_eps, di_order = rdp_to_epsilon(grid, di_rdp, delta, warn=False)
-    di_stmt = PrivacyStatement(di_eps, delta, "rdp", di_order, tuple(base_assumptions), f"data-independent, {queries} queries")
+    di_rdp_eps, di_rdp_order = rdp_to_epsilon(grid, di_rdp, delta, warn=False)
+    # the data-independent mechanism is a composition of Gaussian mechanisms: exactly mu-GDP (Dong, Roth & Su 2019)
+    mu2 = n_answered * 2.0 * _inv_sq(sigma) + (queries * _inv_sq(sigma1) if sigma1 is not None else 0.0)
+    gdp_eps = gaussian_mechanism_epsilon(math.sqrt(mu2), delta) if math.isfinite(mu2) and mu2 > 0 else (
+        0.0 if mu2 == 0 else math.inf)
+    routes = {"rdp": di_rdp_eps, "gaussian-dp exact": gdp_eps}
+    di_method = "rdp" if di_rdp_eps <= gdp_eps else "gaussian-dp exact"
+    di_eps, di_order = (di_rdp_eps, di_rdp_order) if di_method == "rdp" else (gdp_eps, None)
+    route_note = (f"Smallest of the valid routes (RDP: {di_rdp_eps:.6g}; exact Gaussian-DP composition, mu = "
+                  f"{math.sqrt(mu2):.6g}: {gdp_eps:.6g}): {di_method} reported.")
+    inf_note = ("epsilon is infinite: the noise is too small for any finite epsilon at this delta.",) if math.isinf(di_eps) else ()
+    di_stmt = PrivacyStatement(di_eps, delta, di_method, di_order, tuple(base_assumptions) + (route_note,) + inf_note,
+                               f"data-independent, {queries} queries", details={"routes": routes})
     params = {"sigma": sigma, "delta": delta, "queries": queries, "threshold": threshold, "sigma1": sigma1,
               "answered": n_answered, "orders": grid.tolist(), "data_independent": v is None or data_independent}
     if v is None or data_independent:
@@ -262,11 +281,20 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     total, lq, applied = _dd_total(v, sigma, grid, mask)
     dd_rdp = np.minimum(total + thr, di_rdp)
     dd_eps, dd_order = rdp_to_epsilon(grid, dd_rdp, delta, warn=False)
+    dd_method = "rdp"
+    if di_eps < dd_eps:
+        dd_eps, dd_order, dd_method = di_eps, di_order, di_method
+    n_dd = int(applied.sum())
+    coverage = () if n_dd == lq.size else (
+        f"The data-dependent bound (PATE 2018, Theorem 6) could not be used for {lq.size - n_dd} of {lq.size} queries "
+        "(its conditions on q fail there); those queries are charged their data-independent cost.",)
     dd_stmt = PrivacyStatement(
-        dd_eps, delta, "rdp", dd_order,
+        dd_eps, delta, dd_method, dd_order,
         tuple(base_assumptions) + ("Data-dependent bound (PATE 2018, Theorem 6): the figure is a function of the private votes "
-                                   "and is not itself differentially private (see dpaudit.accountants.smooth_sensitivity).",),
-        f"data-dependent, {queries} queries", True)
+                                   "and is not itself differentially private (see dpaudit.accountants.smooth_sensitivity).",
+                                   f"Smallest of the valid routes (data-dependent RDP and the data-independent routes): {dd_method} reported.")
+        + coverage,
+        f"data-dependent, {queries} queries", True, details={"routes": {"data-dependent rdp": float(rdp_to_epsilon(grid, dd_rdp, delta, warn=False)[0]), **routes}})
     warnings_ += edge_warning(grid, dd_order, "Rényi order")
     q = np.exp(lq)
     facts = {"num_queries": queries, "answered": n_answered, "q_min": float(q.min()), "q_median": float(np.median(q)),

@@ -56,6 +56,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dpaudit.accountants.base import Accountant, register_rdp
+from dpaudit.accountants.closed_form import pure_composition_epsilon
 from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, validated_votes
 from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, flatten
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
@@ -81,7 +82,15 @@ __all__ = [
 MOMENT_ORDERS: np.ndarray = np.arange(1.0, 9.0)
 MOMENT_ORDERS.setflags(write=False)
 
+#: Rényi orders of the RDP route under ``conversion="best"``: the moment orders l = 1..8 as lambda = l + 1 (so the RDP
+#: route is never looser than the moments one) and a compact spread around them (28 orders: the vote analysis costs
+#: one pass per order).
+PATE_RDP_ORDERS: np.ndarray = np.array([1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0,
+                                        9.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 128.0])
+PATE_RDP_ORDERS.setflags(write=False)
+
 _LOG4 = math.log(4.0)
+_X_CAP = 1e300
 _CHUNK = 1 << 16  # rows per block: keeps temporaries in cache and memory flat for 1e6+ queries
 
 
@@ -117,7 +126,10 @@ def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
         block = v[start:start + _CHUNK]
         rows = np.arange(block.shape[0])
         win = np.argmax(block, axis=1)
-        x = gamma * (block[rows, win][:, None] - block)  # >= 0
+        with np.errstate(over="ignore"):
+            x = gamma * (block[rows, win][:, None] - block)  # >= 0
+        # gamma * gap may overflow: cap at 1e300 (the term only grows, so this is conservative, and never NaN)
+        np.minimum(x, _X_CAP, out=x)
         logt = np.log(2.0 + x) - x - _LOG4
         logt[rows, win] = -np.inf  # every other class counts, ties included
         m = logt.max(axis=1)
@@ -181,7 +193,9 @@ def _q_linear(block: np.ndarray, gamma: float) -> np.ndarray:
     bt = np.ascontiguousarray(block.T)
     top = bt.max(axis=0)
     x = np.subtract(top, bt)
-    x *= gamma
+    with np.errstate(over="ignore"):
+        x *= gamma
+    np.minimum(x, _X_CAP, out=x)  # overflowed gaps: the term e^-x (2 + x) / 4 is 0 either way, but inf * 0 is NaN
     pos = x > 0.0
     e = np.multiply(x, -1.0)
     np.exp(e, out=e)
@@ -405,10 +419,19 @@ def _assumptions(data_dependent: bool, relation: str = "replace-one record (one 
 
 
 def _resolve_orders(orders: Any, conversion: str, owner: str) -> np.ndarray:
-    if conversion == "moments":
+    """The order grid of the requested conversion (``"best"``: the moments grid, default 1..8)."""
+    if conversion in ("moments", "best"):
         return MOMENT_ORDERS.copy() if orders is None else check_orders(orders, "orders", owner, low=0.0)
     return np.array(DEFAULT_ORDERS) if orders is None else check_orders(orders, "orders", owner, low=1.0)
 
+
+def _routes(grid: np.ndarray, conversion: str) -> list[tuple[str, np.ndarray]]:
+    """[(conversion, grid)] to compute: the requested one, or for ``"best"`` moments on ``grid`` and RDP on the
+    default Rényi grid (or on ``grid`` when all its orders are > 1)."""
+    if conversion != "best":
+        return [(conversion, grid)]
+    rdp_grid = grid if np.all(grid > 1.0) and not np.array_equal(grid, MOMENT_ORDERS) else PATE_RDP_ORDERS
+    return [("moments", grid), ("rdp", rdp_grid)]
 
 
 def _convert(total_moments: np.ndarray, orders: np.ndarray, delta: float, conversion: str) -> tuple[float, float | None, str]:
@@ -420,13 +443,18 @@ def _convert(total_moments: np.ndarray, orders: np.ndarray, delta: float, conver
     return eps, best, "rdp"
 
 
+Figure = tuple[float, "float | None", str]
+
+
 def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: float, delta: float, eps_query: float,
-                     queries: int, orders: np.ndarray, conversion: str, workers: int = 1):
-    """(data-dependent (eps, order, facts) or None, data-independent (eps, order)). ``votes`` may be a list of
-    arrays composed sequentially."""
-    l = orders if conversion == "moments" else orders - 1.0
+                     queries: int, routes: list[tuple[str, np.ndarray]], workers: int = 1):
+    """(data-dependent ([(eps, order, method)] per route, facts) or None, data-independent [(eps, order, method)]).
+    ``votes`` may be a list of arrays composed sequentially. All routes' orders are analysed in one pass."""
+    ls = [grid if conv == "moments" else grid - 1.0 for conv, grid in routes]
+    l = np.concatenate(ls)
+    cuts = np.cumsum([x.size for x in ls])[:-1]
     di_total = data_independent_log_moments(eps_query, queries, l)
-    di = _convert(di_total, orders, delta, conversion)
+    di = [_convert(t, grid, delta, conv) for t, (conv, grid) in zip(np.split(di_total, cuts), routes)]
     if votes is None:
         return None, di
     blocks = [votes] if isinstance(votes, np.ndarray) else list(votes)
@@ -440,7 +468,7 @@ def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: 
         valids.append(valid)
     lq = np.concatenate(log_qs)
     valid = np.concatenate(valids)
-    dd = _convert(total, orders, delta, conversion)
+    dd = [_convert(t, grid, delta, conv) for t, (conv, grid) in zip(np.split(total, cuts), routes)]
     q = np.exp(lq)
     facts = {
         "num_queries": int(lq.size),
@@ -452,10 +480,28 @@ def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: 
     return (dd, facts), di
 
 
+def _pure_routes(eps_q: float, queries: int, delta: float) -> list[Figure]:
+    """Routes that use only that each answer is eps_q-DP: basic composition and the optimal composition."""
+    out: list[Figure] = []
+    basic = eps_q * queries
+    if math.isfinite(basic):
+        out.append((basic, None, "basic composition (pure DP)"))
+    try:
+        out.append((pure_composition_epsilon(eps_q, queries, delta), None, "optimal composition of pure DP (Kairouz et al. 2015)"))
+    except ParameterError:
+        pass
+    return out
+
+
+def _best(figures: list[Figure]) -> tuple[Figure, dict[str, float]]:
+    best = min(figures, key=lambda f: f[0])
+    return best, {f[2]: f[0] for f in figures}
+
+
 def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: float = 2.0, queries: int | None = None,
                  data_independent: bool = False, fedkt_level: str | None = None, granularity: str | None = None,
                  partitions: int | None = None, teachers: int | None = None, z: int | None = None,
-                 orders: Any = None, conversion: str = "moments", num_parties: int | None = None,
+                 orders: Any = None, conversion: str = "best", num_parties: int | None = None,
                  consistent_voting: bool = True, workers: int = 1) -> AccountingResult:
     """Epsilon of PATE's Laplace noisy max over a set of queries.
 
@@ -480,7 +526,10 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
         Moment orders l (``conversion="moments"``, default 1..8) or Rényi orders :math:`\\lambda` (``"rdp"``,
         default :data:`DEFAULT_ORDERS`); a sequence or a string like ``"1-8"``.
     conversion:
-        ``"moments"`` (PATE 2017, reproduces published numbers) or ``"rdp"`` (tighter).
+        ``"best"`` (default): every figure is the smallest over the valid routes — moments (on ``orders``, default
+        1..8), RDP (default Rényi grid), and, since every answer is ``eps_query``-DP whatever the votes, basic and
+        optimal (Kairouz et al. 2015) composition of pure DP — labelled with the route that won.
+        ``"moments"`` (PATE 2017) or ``"rdp"`` force that route alone (to reproduce published numbers).
     workers:
         Threads for the sum over queries (default 1; see :func:`laplace_total_log_moments`).
 
@@ -499,7 +548,7 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
     delta = check_probability(delta, "delta", owner)
     sensitivity = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
     data_independent = check_bool(data_independent, "data_independent", owner)
-    conversion = check_choice(conversion, "conversion", owner, ("moments", "rdp"))
+    conversion = check_choice(conversion, "conversion", owner, ("best", "moments", "rdp"))
     grid = _resolve_orders(orders, conversion, owner)
     v = None
     if votes is not None and not data_independent:
@@ -521,24 +570,43 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
 
 def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, relation, parameters, extra_assumptions,
             details, label_prefix: str = "", data_dependent_forced: bool = False, workers: int = 1) -> AccountingResult:
-    dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, orders=grid, conversion=conversion,
-                              workers=workers)
-    what = "moment order" if conversion == "moments" else "Rényi order"
-    di_eps, di_order, di_method = di
+    routes = _routes(grid, conversion)
+    dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, routes=routes, workers=workers)
+    grids = {("moments (PATE 2017)" if conv == "moments" else "rdp"): g for conv, g in routes}
+    what = {"moments (PATE 2017)": "moment order", "rdp": "Rényi order"}
+    di_all = list(di) + (_pure_routes(eps_q, queries, delta) if conversion == "best" else [])
+    (di_eps, di_order, di_method), di_table = _best(di_all)
+    why = (f" Smallest of the valid routes ({', '.join(f'{k}: {e:.6g}' for k, e in di_table.items())}): {di_method} reported."
+           if len(di_table) > 1 else "")
     di_stmt = PrivacyStatement(di_eps, delta, di_method, order=di_order,
-                               assumptions=_assumptions(data_dependent_forced, relation) + tuple(extra_assumptions),
+                               assumptions=_assumptions(data_dependent_forced, relation) + tuple(extra_assumptions) + ((why.strip(),) if why else ()),
                                label=f"{label_prefix}data-independent, {queries} queries",
-                               data_dependent=data_dependent_forced, details=dict(details))
+                               data_dependent=data_dependent_forced, details={**details, "routes": di_table})
     warnings_: list[str] = []
     if dd is None:
-        warnings_ += edge_warning(grid, di_order, what)
+        if di_method in grids:
+            warnings_ += edge_warning(grids[di_method], di_order, what[di_method])
         return AccountingResult(mechanism, (di_stmt,), 0, parameters, {"eps_query": eps_q, "num_queries": queries}, tuple(warnings_))
-    (dd_eps, dd_order, dd_method), facts = dd
-    dd_stmt = PrivacyStatement(min(dd_eps, di_eps), delta, dd_method, order=dd_order if dd_eps <= di_eps else di_order,
-                               assumptions=_assumptions(True, relation) + tuple(extra_assumptions),
+    dd_figs, facts = dd
+    (dd_eps, dd_order, dd_method), dd_table = _best(list(dd_figs) + di_all)
+    if dd_eps >= di_eps:  # on a tie the data-independent figure (it does not look at the votes)
+        dd_eps, dd_order, dd_method = di_eps, di_order, di_method
+    why = (f"Smallest of the valid routes ({', '.join(f'{k}: {e:.6g}' for k, e in dd_table.items())}; data-dependent "
+           f"and data-independent): {dd_method} reported." if len(dd_table) > 1 else "")
+    n_dd, n_q = facts["data_dependent_queries"], facts["num_queries"]
+    coverage = () if n_dd == n_q else (
+        f"The data-dependent bound could not be used for {n_q - n_dd} of {n_q} queries (q >= 1/(exp(eps_query)+1)); "
+        "those queries are charged their data-independent cost." if n_dd else
+        "The data-dependent bound could not be used for any query (q >= 1/(exp(eps_query)+1) everywhere): this figure "
+        "is the data-independent one.",)
+    dd_stmt = PrivacyStatement(dd_eps, delta, dd_method, order=dd_order,
+                               assumptions=_assumptions(True, relation) + tuple(extra_assumptions) + ((why,) if why else ()) + coverage,
                                label=f"{label_prefix}data-dependent, {facts['num_queries']} queries",
-                               data_dependent=True, details={**details, "q_max": facts["q_max"]})
-    warnings_ += edge_warning(grid, dd_stmt.order, what)
+                               data_dependent=True, details={**details, "q_max": facts["q_max"],
+                                                             "routes": {f"data-dependent {k}": e for k, e in
+                                                                        ((f[2], f[0]) for f in dd_figs)}})
+    if dd_method in grids:
+        warnings_ += edge_warning(grids[dd_method], dd_order, what[dd_method])
     if facts["data_dependent_queries"] < facts["num_queries"]:
         warnings_.append(f"The data-dependent bound did not apply to {facts['num_queries'] - facts['data_dependent_queries']} "
                          f"of {facts['num_queries']} queries (q >= 1/(exp(eps_query)+1)); the data-independent bound was used for them.")
@@ -597,7 +665,7 @@ def _split_parties(votes: Any, owner: str) -> list[list[np.ndarray]]:
 
 def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta: float, votes: Any = None,
                   queries: int | None = None, partitions: int | None = None, teachers: int | None = None,
-                  num_parties: int | None = None, z: int | None = None, orders: Any = None, conversion: str = "moments",
+                  num_parties: int | None = None, z: int | None = None, orders: Any = None, conversion: str = "best",
                   consistent_voting: bool = True) -> AccountingResult:
     """FedKT's privacy (Li, He, Song, "Practical one-shot federated learning for cross-silo setting", IJCAI 2021;
     paper 001, Section 4 and Appendix A): PATE's Laplace noisy max with eps_query = 2*k*gamma.
@@ -629,7 +697,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
     granularity = check_choice(granularity, "granularity", owner, ("party", "example"))
     gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
-    conversion = check_choice(conversion, "conversion", owner, ("moments", "rdp"))
+    conversion = check_choice(conversion, "conversion", owner, ("best", "moments", "rdp"))
     consistent_voting = check_bool(consistent_voting, "consistent_voting", owner)
     grid = _resolve_orders(orders, conversion, owner)
     theorem, relation = _FEDKT_CASES[(level, granularity)]

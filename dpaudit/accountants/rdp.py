@@ -22,9 +22,11 @@ from dpaudit.errors import ParameterError, check_int, check_probability
 __all__ = ["DEFAULT_ORDERS", "rdp_to_epsilon", "parse_orders", "EdgeOrderWarning", "RdpAccountant", "event_assumptions",
            "data_dependence_note"]
 
-#: Rényi orders alpha > 1 (dense near 1, where small epsilons are achieved; sparse up to 1024).
+#: Rényi orders alpha > 1: from 1.001 (large epsilons, e.g. full-batch DP-SGD over 1e5 steps, are won just above 1)
+#: to 4096 (tiny epsilons), dense between 1.1 and 64. :class:`RdpAccountant` extends it when the best order is at an edge.
 DEFAULT_ORDERS: np.ndarray = np.concatenate(
-    [1.0 + np.arange(1, 100) / 10.0, np.arange(11.0, 64.0), np.array([64.0, 80.0, 96.0, 128.0, 192.0, 256.0, 512.0, 1024.0])]
+    [np.array([1.001, 1.002, 1.005, 1.01, 1.02, 1.03, 1.05, 1.075]), 1.0 + np.arange(1, 100) / 10.0, np.arange(11.0, 64.0),
+     np.array([64.0, 80.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0, 2048.0, 4096.0])]
 )
 DEFAULT_ORDERS.setflags(write=False)
 
@@ -157,6 +159,7 @@ class RdpAccountant(Accountant):
         self._data_dependence_notes: set[str] = set()
         self._pure = 0.0  # sum of pure-DP epsilons (inf once an event is not pure DP)
         self.warnings: tuple[str, ...] = ()
+        self._ext_orders: np.ndarray = self.orders
 
     def supports(self, event: DpEvent) -> bool:
         try:
@@ -229,9 +232,17 @@ class RdpAccountant(Accountant):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", EdgeOrderWarning)
             eps, order = rdp_to_epsilon(self.orders, self._rdp, target_delta)
+        extended = ""
+        if caught and order is not None and order == self.orders.min():
+            eps2, order2, grid = self._extend(target_delta)
+            if eps2 < eps:
+                eps, order = eps2, order2
+                extended = f" The best order was at the grid's edge; the grid was extended ({grid}) and order {order2:g} won."
+                caught = [] if order2 not in (min(self._ext_orders), max(self._ext_orders)) else caught
         method = "rdp"
         base = ("RDP summed over all composed events (adaptive composition), converted to (epsilon, delta) with "
-                "the Canonne-Kamath-Steinke 2020 bound; the smallest epsilon over the order grid is reported.",)
+                "the Canonne-Kamath-Steinke 2020 bound; the smallest epsilon over the order grid is reported"
+                + (f" (order {order:g} won)." if order is not None else ".") + extended,)
         data_dependent = self._data_dependent
         assumptions = tuple(self._assumptions)
         if self._pure <= eps:  # every event is pure DP and basic composition is tighter here
@@ -247,5 +258,19 @@ class RdpAccountant(Accountant):
         return PrivacyStatement(eps, target_delta, method, order=order,
                                 assumptions=join_assumptions(base, assumptions),
                                 data_dependent=data_dependent,
-                                details={"orders": f"{self.orders.min():g}..{self.orders.max():g} ({self.orders.size})"})
+                                details={"orders": f"{self.orders.min():g}..{self.orders.max():g} ({self.orders.size})",
+                                         "winning_order": order, **({"grid_extended": extended.strip()} if extended else {})})
+
+    def _extend(self, target_delta: float) -> tuple[float, float | None, str]:
+        """Retry with orders between 1 and the grid's smallest order, where the optimum sat (large epsilons). At the
+        upper edge (tiny epsilons, near-pure mechanisms) only the warning is given: basic composition bounds those."""
+        lo = float(self.orders.min())
+        ext = 1.0 + (lo - 1.0) * np.array([0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.001])
+        self._ext_orders = ext
+        probe = RdpAccountant(ext)
+        total = np.zeros(ext.size)
+        for event, count in self._events:
+            total = total + probe.rdp_of(event, count)
+        eps, order = rdp_to_epsilon(ext, np.where(np.isnan(total), np.inf, np.maximum(total, 0.0)), target_delta, warn=False)
+        return eps, order, f"{ext.min():g}..{ext.max():g}"
 

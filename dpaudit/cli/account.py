@@ -63,17 +63,17 @@ def _call(mechanism: str, o: dict[str, Any]):
                           users=o["users"], delta=o["delta"])
     if mechanism == "dpsgd":
         return fns["dpsgd"](dataset_size=o["dataset_size"], batch_size=o["batch_size"], noise_multiplier=o["noise_multiplier"],
-                            epochs=o["epochs"], steps=o["steps"], delta=o["delta"], accountant=o["accountant"] or "rdp")
+                            epochs=o["epochs"], steps=o["steps"], delta=o["delta"], accountant=o["accountant"] or "best")
     orders = parse_orders(o["orders"]) if o["orders"] is not None else None
     if mechanism in ("laplace", "pate"):
         extra = {} if o["sensitivity"] is None else {"sensitivity": o["sensitivity"]}
         if mechanism == "laplace":
             return fns["pate"](None, gamma=o["gamma"], delta=o["delta"], queries=o["queries"], data_independent=True,
-                               orders=orders, conversion=o["conversion"] or "moments", **extra)
+                               orders=orders, conversion=o["conversion"] or "best", **extra)
         return fns["pate"](load_votes(o["votes"]), gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
                            data_independent=o["data_independent"], fedkt_level=o["fedkt_level"], granularity=o["granularity"],
                            partitions=o["partitions"], teachers=o["teachers"], z=o["z"], orders=orders,
-                           conversion=o["conversion"] or "moments", **extra)
+                           conversion=o["conversion"] or "best", **extra)
     if mechanism == "gaussian":
         return fns["gnmax"](None, sigma=o["sigma"], delta=o["delta"], queries=o["queries"], threshold=o["threshold"],
                             sigma1=o["sigma1"], data_independent=True, orders=orders)
@@ -95,7 +95,7 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--noise-multiplier", type=float, help="[dpsgd] sigma.")
 @click.option("--epochs", type=float, help="[dpsgd] epochs (steps = ceil(epochs*dataset/batch)).")
 @click.option("--steps", type=int, help="[dpsgd] steps.")
-@click.option("--accountant", type=click.Choice(("rdp", "pld")), help="[dpsgd] headline accountant (default rdp).")
+@click.option("--accountant", type=click.Choice(("best", "rdp", "pld")), help="[dpsgd] headline route: best (default: the smaller of rdp and pld), or force rdp or pld.")
 @click.option("--gamma", type=float, help="[laplace, pate] inverse Laplace scale on vote counts.")
 @click.option("--queries", type=int, help="[laplace, gaussian, pate, gnmax] number of queries.")
 @click.option("--sensitivity", type=float, help="[laplace, pate] L1 sensitivity of the vote histogram (default 2).")
@@ -107,7 +107,7 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--z", type=int, help="[pate] FedKT z (example-level).")
 @click.option("--data-independent", is_flag=True, help="[pate, gnmax] use the data-independent bound only.")
 @click.option("--orders", type=str, help="[laplace, gaussian, pate, gnmax] orders, e.g. '1-8' or '2,4,8,16'.")
-@click.option("--conversion", type=click.Choice(("moments", "rdp")), help="[laplace, pate] moments (PATE 2017) or rdp.")
+@click.option("--conversion", type=click.Choice(("best", "moments", "rdp")), help="[laplace, pate] best (default: the smallest of moments, rdp and pure-DP composition), or force moments (PATE 2017) or rdp.")
 @click.option("--sigma", type=float, help="[gaussian, gnmax] GNMax noise std.")
 @click.option("--threshold", type=float, help="[gaussian, gnmax] Confident-GNMax threshold T.")
 @click.option("--sigma1", type=float, help="[gaussian, gnmax] Confident-GNMax threshold noise std.")

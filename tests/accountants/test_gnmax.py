@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from dpaudit.accountants.base import rdp_function_for
 from dpaudit.accountants.events import GaussianNoisyMax
+from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
 from dpaudit.accountants.gnmax import (
     account_gnmax,
     gaussian_log_q,
@@ -95,9 +96,12 @@ def test_account_gnmax_shapes_and_ordering():
     res = account_gnmax(votes, sigma=40.0, delta=1e-5)
     assert res.statements[0].data_dependent and not res.statements[1].data_dependent
     assert 0 < res.epsilon < res.statements[1].epsilon
-    # the data-independent figure is the closed form
+    # the data-independent figure is the smaller of the RDP closed form and the exact Gaussian-DP composition
     grid = np.array(res.parameters["orders"])
-    assert res.statements[1].epsilon == pytest.approx(rdp_to_epsilon(grid, 1000 * grid / 1600, 1e-5, warn=False)[0])
+    rdp_di = rdp_to_epsilon(grid, 1000 * grid / 1600, 1e-5, warn=False)[0]
+    exact = gaussian_mechanism_epsilon(math.sqrt(1000 * 2 / 1600), 1e-5)
+    assert res.statements[1].epsilon == pytest.approx(min(rdp_di, exact))
+    assert res.statements[1].details["routes"]["rdp"] == pytest.approx(rdp_di)
     assert res.facts["data_dependent_queries"] == 1000
     # the same through the registered RDP of the event
     ev = GaussianNoisyMax(sigma=40.0, votes=votes)
@@ -116,9 +120,11 @@ def test_confident_gnmax():
     assert half.epsilon < allpay.epsilon
     none = account_gnmax(votes, sigma=40.0, delta=1e-5, threshold=150.0, sigma1=100.0, answered=np.zeros(100, bool))
     grid = np.array(none.parameters["orders"])
-    assert none.epsilon == pytest.approx(rdp_to_epsilon(grid, 100 * grid / (2 * 100.0**2), 1e-5, warn=False)[0])
+    assert none.epsilon == pytest.approx(min(rdp_to_epsilon(grid, 100 * grid / (2 * 100.0**2), 1e-5, warn=False)[0],
+                                             gaussian_mechanism_epsilon(math.sqrt(100 / 100.0**2), 1e-5)))
     di = account_gnmax(sigma=40.0, delta=1e-5, queries=100, threshold=150.0, sigma1=100.0, answered=30)
-    assert di.epsilon == pytest.approx(rdp_to_epsilon(grid, 30 * grid / 1600 + 100 * grid / 20000, 1e-5, warn=False)[0])
+    assert di.epsilon == pytest.approx(min(rdp_to_epsilon(grid, 30 * grid / 1600 + 100 * grid / 20000, 1e-5, warn=False)[0],
+                                           gaussian_mechanism_epsilon(math.sqrt(30 * 2 / 1600 + 100 / 100.0**2), 1e-5)))
 
 
 @settings(max_examples=30, deadline=None)

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_accountants_typecheck_clean():
     api = pytest.importorskip("mypy.api")
-    out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--no-incremental",
+    out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"),
                                 str(ROOT / "dpaudit" / "accountants")])
     assert status == 0, out + err
     assert "Success" in out
