@@ -33,7 +33,7 @@ __all__ = [
     "SubsampledGaussian", "UnsupportedEventError", "account_dpsgd", "account_gnmax", "account_ldp",
     "account_mechanism", "account_pate", "data_dependence_note", "data_independent_log_moments", "debias",
     "debias_reports", "debias_variance", "debias_variance_bound", "dpsgd_steps", "event_assumptions",
-    "event_from_dict", "fedkt_privacy", "fedkt_z", "gaussian_log_q", "gaussian_mechanism",
+    "event_from_dict", "fedkt_privacy", "fedkt_z", "gaussian_log_q", "gaussian_mechanism", "one_switch_flips",
     "gaussian_mechanism_epsilon", "gnmax_dd_applies", "gnmax_step_bounds", "laplace_log_moments", "laplace_log_q",
     "laplace_mechanism", "laplace_total_log_moments", "load_votes", "local_sensitivity_bounds_gnmax",
     "log_gaussian_delta", "moments_to_epsilon", "parse_orders", "pure_composition_delta", "pure_composition_epsilon",

@@ -75,6 +75,7 @@ __all__ = [
     "account_pate",
     "fedkt_privacy",
     "fedkt_z",
+    "one_switch_flips",
     "load_votes",
 ]
 
@@ -618,23 +619,43 @@ def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, rel
 # --------------------------------------------------------------------------------------------------
 
 
+def one_switch_flips(votes: Any) -> np.ndarray:
+    """Per query: whether ONE teacher changing its vote can change the plurality answer ``argmax`` (ties go to the
+    lowest class index, as ``np.argmax`` and the student's aggregation do). Shape (queries,), bool.
+
+    Exact rule. Let w be the winner and g_c = n_w - n_c. The best switch for a class c to take over moves a vote
+    from w to c (both counts move by 1): c then wins iff g_c < 2, or g_c = 2 and c < w (the tie goes to c). Moving
+    a vote from a third class to c only changes n_c by 1, which never does better. No teacher votes for w when
+    n_w = 0 (an empty histogram), and then nothing can flip. Checked by brute force over small vote tables in
+    the tests.
+    """
+    v = validated_votes(votes, "one_switch_flips")
+    w = np.argmax(v, axis=1)
+    rows = np.arange(v.shape[0])
+    top = v[rows, w]
+    gap = top[:, None] - v
+    cls = np.arange(v.shape[1])[None, :]
+    other = cls != w[:, None]
+    flips = other & ((gap < 2) | ((gap == 2) & (cls < w[:, None])))
+    return np.any(flips, axis=1) & (top >= 1)
+
+
 def fedkt_z(teacher_votes: Sequence[Sequence[Any]]) -> int:
-    """FedKT's z (paper 001, Appendix A.3, Theorem 8): max over parties of the number of partitions whose
-    teachers' vote histograms have, on some query, a top-2 gap <= 1 (so one example can flip that student).
+    """FedKT's z (paper 001, Appendix A.3, Theorem 8): max over parties of the number of partitions in which ONE
+    teacher's changed vote (one example of the party's data changes one teacher) can change the student's label on
+    some query, under the aggregation's tie-breaking (lowest class index; :func:`one_switch_flips`).
 
     ``teacher_votes[i][p]`` is the (queries x classes) teacher-vote array of party i, partition p.
     z is computed from private data: a figure that uses it is not itself differentially private.
+    (Counting only partitions with a top-two gap <= 1 undercounts: [1, 3, 1] has gap 2 but one switch gives
+    [2, 2, 1], which the tie sends to class 0.)
     """
     if not isinstance(teacher_votes, (list, tuple)) or not teacher_votes:
         raise ParameterError("The 'teacher_votes' parameter of fedkt_z must be a non-empty list (parties) of lists (partitions) of vote arrays.")
     z = 0
     for party in teacher_votes:
         parts = [party] if isinstance(party, np.ndarray) else list(party)
-        zi = 0
-        for p in parts:
-            v = as_votes(p, "fedkt_z")
-            top2 = -np.partition(-v, 1, axis=1)[:, :2]
-            zi += int(np.any(top2[:, 0] - top2[:, 1] <= 1))
+        zi = sum(int(np.any(one_switch_flips(as_votes(p, "fedkt_z", "teacher_votes")))) for p in parts)
         z = max(z, zi)
     return z
 
