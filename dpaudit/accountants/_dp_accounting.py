@@ -19,6 +19,13 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 __all__ = ["rdp_poisson_subsampled_gaussian"]
 
 
+def _one(q: float, sigma: float, order: float) -> float:
+    try:
+        return float(rdp_lib._compute_rdp_poisson_subsampled_gaussian(q, sigma, [order])[0])
+    except (OverflowError, ZeroDivisionError, ValueError):
+        return float("inf")
+
+
 def rdp_poisson_subsampled_gaussian(q: float, sigma: float, orders: Sequence[float]) -> np.ndarray:
     """dp_accounting's RDP of ONE step of the Poisson-subsampled Gaussian (rate ``q``, noise multiplier ``sigma``,
     add/remove neighbours; Mironov, Talwar, Zhang 2019) at each order, as a float64 array.
@@ -30,7 +37,11 @@ def rdp_poisson_subsampled_gaussian(q: float, sigma: float, orders: Sequence[flo
     level = absl.level
     absl.setLevel(logging.ERROR)
     try:
-        out = np.asarray(rdp_lib._compute_rdp_poisson_subsampled_gaussian(q, sigma, list(orders)), dtype=np.float64)
+        try:
+            out = np.asarray(rdp_lib._compute_rdp_poisson_subsampled_gaussian(q, sigma, list(orders)), dtype=np.float64)
+        except (OverflowError, ZeroDivisionError, ValueError):
+            # tiny sigma: its float arithmetic overflows at some order; those orders are +inf (conservative)
+            out = np.array([_one(q, sigma, a) for a in orders], dtype=np.float64)
     finally:
         absl.setLevel(level)
     return np.where(np.isnan(out), np.inf, np.maximum(out, 0.0))

@@ -64,6 +64,8 @@ def gaussian_mechanism_epsilon(mu: float, delta: float) -> float:
 
 def _rr_window(k: int, p: float, tail: float = 1e-300) -> tuple[np.ndarray, float]:
     """j values of Bin(k, p) outside of which the mass is below ``tail`` (on each side), and that mass bound."""
+    if k > 10**15:
+        raise ParameterError(f"Exact pure-DP composition of {k} mechanisms is out of the supported range (<= 1e15).")
     lo = int(stats.binom.ppf(tail, k, p))
     hi = int(stats.binom.isf(tail, k, p))
     lo, hi = max(lo - 2, 0), min(hi + 2, k)

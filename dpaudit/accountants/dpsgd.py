@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from dpaudit.accountants._common import inv_square, quiet_overflow
 from dpaudit.accountants._dp_accounting import rdp_poisson_subsampled_gaussian
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants.events import SubsampledGaussian
@@ -34,13 +35,15 @@ DPSGD_ASSUMPTIONS = (
 )
 
 
+#: Most DP-SGD steps accepted (the RDP is exact at any count; the PLD route stops at 1e7 compositions).
+MAX_STEPS = 1e15
 #: Most quadrature points per fractional order; beyond it the convexity bound between integer orders is used.
 _MAX_QUAD_POINTS = 400_000
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def log_a_fractional(q: float, sigma: float, order: float) -> float:
-    """:math:`\log A_\alpha` for the Poisson-subsampled Gaussian at any real order :math:`\alpha > 1`, by quadrature.
+    r""":math:`\log A_\alpha` for the Poisson-subsampled Gaussian at any real order :math:`\alpha > 1`, by quadrature.
 
     :math:`A_\alpha = E_{x \sim N(0,1)}[((1-q) + q\,e^{x/\sigma - 1/(2\sigma^2)})^\alpha]` (Mironov, Talwar, Zhang 2019,
     Section 3: the RDP is :math:`\log A_\alpha / (\alpha-1)`). The log integrand is summed with the trapezoidal rule
@@ -59,7 +62,7 @@ def log_a_fractional(q: float, sigma: float, order: float) -> float:
     step = (hi + 40.0) / (n - 1)
     with np.errstate(divide="ignore"):
         log_1mq = math.log1p(-q) if q < 1.0 else -math.inf
-    inner = np.logaddexp(log_1mq, math.log(q) + x / sigma - 0.5 / sigma**2)
+    inner = np.logaddexp(log_1mq, math.log(q) + x / sigma - 0.5 * inv_square(sigma))
     g = -0.5 * x * x - _LOG_SQRT_2PI + order * inner
     m = float(g.max())
     val = m + math.log(float(np.exp(g - m).sum()) * step)
@@ -67,11 +70,16 @@ def log_a_fractional(q: float, sigma: float, order: float) -> float:
 
 
 def _rdp_exact(q: float, sigma: float, orders: tuple[float, ...]) -> np.ndarray:
-    """Integer orders: dp_accounting's exact finite sum. Fractional orders: :func:`log_a_fractional`; where that is
+    r"""Integer orders: dp_accounting's exact finite sum. Fractional orders: :func:`log_a_fractional`; where that is
     out of range, the chord between the neighbouring integer orders, an upper bound because
     :math:`\log A_\alpha` is convex in :math:`\alpha` (Hölder's inequality)."""
     a = np.asarray(orders, dtype=np.float64)
     out = np.empty(a.size)
+    if sigma < 1e-150:  # 1/sigma^2 overflows: the RDP is +inf at every order (conservative and, here, right)
+        out[:] = np.inf
+        return out
+    if sigma > 1e100:  # sigma^2 overflows dp_accounting's arithmetic; subsampling never hurts: the full-batch
+        return a * (0.5 * inv_square(sigma))  # Gaussian's alpha / (2 sigma^2) (Mironov 2017, Prop. 7) bounds it
     integer = a == np.round(a)
     if np.any(integer):
         out[integer] = rdp_poisson_subsampled_gaussian(q, sigma, a[integer])
@@ -126,13 +134,21 @@ def dpsgd_steps(*, dataset_size: int, batch_size: int, epochs: float | None = No
     if (epochs is None) == (steps is None):
         raise ParameterError(f"{owner} needs exactly one of 'epochs' or 'steps'. Got epochs={epochs!r}, steps={steps!r} instead.")
     if steps is not None:
-        t = check_int(steps, "steps", owner, low=1)
+        t = check_int(steps, "steps", owner, low=1, high=int(MAX_STEPS))
     else:
         e = check_float(epochs, "epochs", owner, low=0.0, low_open=True)
-        t = math.ceil(e * n / b - 1e-9)
+        steps_f = e * n / b
+        if not steps_f <= MAX_STEPS:
+            raise ParameterError(f"The 'epochs' parameter of {owner} is out of the supported range: epochs * dataset_size / "
+                                 f"batch_size must be at most {MAX_STEPS:g} steps. Got epochs={e!r} ({steps_f:g} steps) instead.")
+        t = math.ceil(steps_f - 1e-9)
+        if t < 1:
+            raise ParameterError(f"The 'epochs' parameter of {owner} must give at least one step (epochs * dataset_size / "
+                                 f"batch_size >= 1e-9). Got epochs={e!r} instead.")
     return t, b / n
 
 
+@quiet_overflow
 def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float, epochs: float | None = None,
                   steps: int | None = None, delta: float, accountant: str = "best") -> AccountingResult:
     """Epsilon of DP-SGD with Poisson sampling rate q = batch_size/dataset_size and noise multiplier sigma.

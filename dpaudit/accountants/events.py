@@ -113,9 +113,10 @@ def rr_keep_probability(epsilon: float, num_samples: int, num_classes: int) -> f
     epsilon = check_float(epsilon, "epsilon", owner, low=0.0, low_open=True)
     k = check_int(num_samples, "num_samples", owner, low=1)
     c = check_int(num_classes, "num_classes", owner, low=2)
-    em1 = math.expm1(epsilon / k)
-    if math.isinf(em1):
+    x = epsilon / k
+    if x > 700.0:  # expm1 would overflow; beta = 1 - c / (e^x - 1 + c) rounds to 1.0
         return 1.0
+    em1 = math.expm1(x)
     return em1 / (em1 + c)
 
 
@@ -162,6 +163,10 @@ class RandomizedResponse(DpEvent):
             )
         if self.epsilon is not None:
             eps = check_float(self.epsilon, "epsilon", owner, low=0.0, low_open=True)
+            if not eps / self.num_samples > 1e-300:
+                raise ParameterError(f"The 'epsilon' parameter of {owner} is out of the supported range: epsilon / num_samples "
+                                     f"must be > 1e-300 (the per-label epsilon underflows). Got epsilon={eps!r}, "
+                                     f"num_samples={self.num_samples}.")
             object.__setattr__(self, "epsilon", eps)
         else:
             beta = check_probability(self.keep_probability, "keep_probability", owner)

@@ -40,7 +40,8 @@ from scipy.special import log_ndtr
 
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
-from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, logsumexp_rows, validated_votes
+from dpaudit.accountants._common import (as_votes, check_orders, edge_warning, inv_square, log1mexp, logsumexp_rows,
+                                         quiet_overflow, validated_votes)
 from dpaudit.accountants.events import DpEvent, GaussianNoisyMax
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
@@ -82,20 +83,14 @@ def rdp_gnmax_data_independent(sigma: float, orders: Any) -> np.ndarray:
     """:math:`\\lambda/\\sigma^2` per GNMax answer (PATE 2018, Proposition 8)."""
     sigma = check_float(sigma, "sigma", "rdp_gnmax_data_independent", low=0.0, low_open=True)
     lam = check_orders(orders, "orders", "rdp_gnmax_data_independent", low=1.0)
-    return lam * _inv_sq(sigma)
-
-
-def _inv_sq(x: float) -> float:
-    """1 / x^2, inf where it overflows (no warning, no ZeroDivisionError)."""
-    with np.errstate(over="ignore", divide="ignore"):
-        return float(np.float64(1.0) / np.square(np.float64(x)))
+    return lam * inv_square(sigma)
 
 
 def rdp_threshold(sigma1: float, orders: Any) -> np.ndarray:
     """:math:`\\lambda/(2\\sigma_1^2)`: the Gaussian mechanism on the max vote count (sensitivity 1)."""
     sigma1 = check_float(sigma1, "sigma1", "rdp_threshold", low=0.0, low_open=True)
     lam = check_orders(orders, "orders", "rdp_threshold", low=1.0)
-    return lam * (0.5 * _inv_sq(sigma1))
+    return lam * (0.5 * inv_square(sigma1))
 
 
 def _dd_parts(log_q: np.ndarray, sigma: float):
@@ -133,7 +128,7 @@ def rdp_gnmax_data_dependent(log_q: Any, sigma: float, orders: Any) -> np.ndarra
     if np.any(np.isnan(lq)) or np.any(lq > 0):
         raise ParameterError(f"The 'log_q' parameter of {owner} must hold values <= 0. Got a NaN or positive value instead.")
     lam = check_orders(orders, "orders", owner, low=1.0)
-    base = lam * _inv_sq(sigma)
+    base = lam * inv_square(sigma)
     out = np.broadcast_to(base, (lq.size, lam.size)).copy()
     finite = np.isfinite(lq)
     # q = 0: the answer is i* with certainty under D; the bound's limit as q -> 0 is 0 (A -> 1, q B^{l-1} -> 0).
@@ -166,7 +161,7 @@ def _dd_total(votes: np.ndarray, sigma: float, orders: np.ndarray, answered: np.
     total = np.zeros(orders.size)
     applied = np.zeros(lq.size, dtype=bool)
     use = np.ones(lq.size, dtype=bool) if answered is None else answered
-    base = orders * _inv_sq(sigma)
+    base = orders * inv_square(sigma)
     for start in range(0, lq.size, _CHUNK):
         block = lq[start:start + _CHUNK]
         r = rdp_gnmax_data_dependent(block, sigma, orders)
@@ -190,6 +185,7 @@ def _rdp_gnmax_event(event: DpEvent, orders: np.ndarray) -> np.ndarray:
     return total
 
 
+@quiet_overflow
 def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int | None = None, threshold: float | None = None,
                   sigma1: float | None = None, data_independent: bool = False, orders: Any = None,
                   answered: Any = None) -> AccountingResult:
@@ -262,7 +258,7 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
                                 f"(T = {threshold:g}, sigma1 = {sigma1:g}, RDP lambda/(2 sigma1^2)); {n_answered} answered queries pay GNMax.")
     di_rdp_eps, di_rdp_order = rdp_to_epsilon(grid, di_rdp, delta, warn=False)
     # the data-independent mechanism is a composition of Gaussian mechanisms: exactly mu-GDP (Dong, Roth & Su 2019)
-    mu2 = n_answered * 2.0 * _inv_sq(sigma) + (queries * _inv_sq(sigma1) if sigma1 is not None else 0.0)
+    mu2 = n_answered * 2.0 * inv_square(sigma) + (queries * inv_square(sigma1) if sigma1 is not None else 0.0)
     gdp_eps = gaussian_mechanism_epsilon(math.sqrt(mu2), delta) if math.isfinite(mu2) and mu2 > 0 else (
         0.0 if mu2 == 0 else math.inf)
     routes = {"rdp": di_rdp_eps, "gaussian-dp exact": gdp_eps}

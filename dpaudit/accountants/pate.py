@@ -57,7 +57,7 @@ import numpy as np
 
 from dpaudit.accountants.base import Accountant, register_rdp
 from dpaudit.accountants.closed_form import pure_composition_epsilon
-from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, validated_votes
+from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, quiet_overflow, validated_votes
 from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, flatten
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
@@ -139,6 +139,13 @@ def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
 
 
 
+def _data_independent(eps: float, l: np.ndarray) -> np.ndarray:
+    """min(eps^2 l(l+1)/2, eps l) per order, without overflow warnings (an overflowed product is inf, and the
+    minimum then takes eps l)."""
+    with np.errstate(over="ignore"):
+        return np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+
+
 def laplace_log_moments(log_q: Any, eps_query: float, orders: Any = MOMENT_ORDERS) -> np.ndarray:
     """Per-query bound on the log moment :math:`\\alpha(l)` of an :math:`\\epsilon_q`-DP noisy-max answer.
 
@@ -166,7 +173,7 @@ def laplace_log_moments(log_q: Any, eps_query: float, orders: Any = MOMENT_ORDER
     if np.any(np.isnan(lq)) or np.any(lq > 0):
         raise ParameterError(f"The 'log_q' parameter of {owner} must hold values <= 0 (log of a probability). Got {lq.max()} instead.")
     l = check_orders(orders, "orders", owner, low=0.0)
-    data_ind = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)  # (L,)
+    data_ind = _data_independent(eps, l)  # (L,)
     out = np.broadcast_to(data_ind, (lq.size, l.size)).copy()
     valid = lq < -np.logaddexp(0.0, eps)  # q < 1/(e^eps + 1), strict
     if np.any(valid):
@@ -273,6 +280,7 @@ def _block_total(block: np.ndarray, gamma: float, eps: float, l: np.ndarray, di:
     return total, q
 
 
+@quiet_overflow
 def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORDERS, *, sensitivity: float = 2.0,
                               return_details: bool = False, workers: int = 1):
     """Sum over queries of :func:`laplace_log_moments` (shape (L,)), processed in blocks: memory stays flat for
@@ -290,7 +298,7 @@ def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORD
     l = check_orders(orders, "orders", owner, low=0.0)
     v = validated_votes(votes, owner)
     eps = sens * gamma
-    di = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+    di = _data_independent(eps, l)
     cap = 1.0 - 1.0 / v.shape[1]
     linear_ok = eps * float(l.max()) < 700.0
     starts = range(0, v.shape[0], _FAST_BLOCK)
@@ -313,7 +321,8 @@ def data_independent_log_moments(eps_query: float, num_queries: int, orders: Any
     eps = check_float(eps_query, "eps_query", "data_independent_log_moments", low=0.0, low_open=True)
     n = check_int(num_queries, "num_queries", "data_independent_log_moments", low=0)
     l = check_orders(orders, "orders", "data_independent_log_moments", low=0.0)
-    return n * np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+    with np.errstate(over="ignore"):
+        return n * _data_independent(eps, l)
 
 
 def moments_to_epsilon(log_moments: Any, orders: Any, delta: float) -> tuple[float, float | None]:
@@ -499,6 +508,7 @@ def _best(figures: list[Figure]) -> tuple[Figure, dict[str, float]]:
     return best, {f[2]: f[0] for f in figures}
 
 
+@quiet_overflow
 def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: float = 2.0, queries: int | None = None,
                  data_independent: bool = False, fedkt_level: str | None = None, granularity: str | None = None,
                  partitions: int | None = None, teachers: int | None = None, z: int | None = None,
@@ -561,12 +571,21 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
     queries = check_int(queries, "queries", owner, low=1)
     if v is not None and queries != v.shape[0]:
         raise ParameterError(f"The 'queries' parameter of {owner} must equal the number of vote rows ({v.shape[0]}). Got {queries} instead.")
-    eps_q = sensitivity * gamma
+    eps_q = _query_epsilon(sensitivity, gamma, owner)
     return _result(v, gamma=gamma, delta=delta, eps_q=eps_q, queries=queries, grid=grid, conversion=conversion,
                    workers=check_int(workers, "workers", owner, low=1, high=64), mechanism="pate", relation="replace-one record (one teacher's vote changes)",
                    parameters={"gamma": gamma, "delta": delta, "sensitivity": sensitivity, "queries": queries,
                                "conversion": conversion, "orders": grid.tolist(), "data_independent": v is None},
                    extra_assumptions=(), details={"eps_query": eps_q})
+
+
+def _query_epsilon(factor: float, gamma: float, owner: str) -> float:
+    """eps_query = factor * gamma, or a range error naming 'gamma' when it overflows."""
+    eps_q = factor * gamma
+    if not math.isfinite(eps_q):
+        raise ParameterError(f"The 'gamma' parameter of {owner} is out of the supported range: the per-query epsilon "
+                             f"{factor:g} * gamma must be finite. Got gamma={gamma!r} instead.")
+    return eps_q
 
 
 def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, relation, parameters, extra_assumptions,
@@ -684,6 +703,7 @@ def _split_parties(votes: Any, owner: str) -> list[list[np.ndarray]]:
     return out
 
 
+@quiet_overflow
 def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta: float, votes: Any = None,
                   queries: int | None = None, partitions: int | None = None, teachers: int | None = None,
                   num_parties: int | None = None, z: int | None = None, orders: Any = None, conversion: str = "best",
@@ -750,7 +770,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
         nq = v.shape[0] if v is not None else (None if queries is None else check_int(queries, "queries", owner, low=1))
         if nq is None:
             raise ParameterError(f"{owner} needs 'votes' or 'queries'. Got neither.")
-        eps_q = 2.0 * k * gamma
+        eps_q = _query_epsilon(2.0 * k, gamma, owner)
         details = {"k": k, "eps_query": eps_q, "theorem": theorem}
         res = _result(v, gamma=gamma, delta=delta, eps_q=eps_q, queries=nq, grid=grid, conversion=conversion,
                       mechanism="fedkt", relation=relation,
@@ -768,7 +788,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
         k = t
     else:
         k = 1
-    eps_q = 2.0 * k * gamma
+    eps_q = _query_epsilon(2.0 * k, gamma, owner)
     details = {"k": k, "eps_query": eps_q, "theorem": theorem}
     params = {"level": level, "granularity": granularity, "gamma": gamma, "delta": delta, "partitions": s, "teachers": t,
               "num_parties": num_parties, "conversion": conversion, "orders": grid.tolist()}

@@ -25,11 +25,12 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
+import numpy as np
 from dp_accounting import privacy_accountant
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from dpaudit.accountants._common import append_event
+from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, MAX_FFT_COMPOSITIONS, append_event, inv_square, quiet_overflow
 from dpaudit.accountants.base import Accountant, UnsupportedEventError
 from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon, pure_composition_epsilon
 from dpaudit.accountants.events import (DpEvent, GaussianNoisyMax, LaplaceNoisyMax, RandomizedResponse, Shuffled,
@@ -41,10 +42,6 @@ from dpaudit.errors import DPAuditError, ParameterError, check_float, check_int
 
 __all__ = ["PldAccountant", "FFT_DELTA_ALLOWANCE", "MAX_FFT_COMPOSITIONS"]
 
-#: Absolute delta set aside for the FFT round-off of dp_accounting's PLD convolution (see the module docstring).
-FFT_DELTA_ALLOWANCE = 1e-12
-#: Largest number of compositions of one leaf the FFT route builds (beyond it, memory and time grow without bound).
-MAX_FFT_COMPOSITIONS = 10_000_000
 #: Most privacy-loss grid points the FFT route aims for; the interval is coarsened (pessimistically) beyond it.
 MAX_GRID_POINTS = 2_000_000
 _PROBE_ORDERS = (1.01, 1.1, 1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0)
@@ -53,11 +50,11 @@ _PROBE_ORDERS = (1.01, 1.1, 1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0)
 def _gaussian_mu2(event: DpEvent) -> float | None:
     """mu^2 of one occurrence of a Gaussian-mechanism event (sensitivity/sigma squared, summed), else None."""
     if isinstance(event, SubsampledGaussian) and event.sampling_rate == 1.0:
-        return event.steps / event.noise_multiplier**2
+        return event.steps * inv_square(event.noise_multiplier)
     if isinstance(event, GaussianNoisyMax) and event.votes is None:
-        per = 2.0 / event.sigma**2
+        per = 2.0 * inv_square(event.sigma)
         if event.sigma_threshold is not None:
-            per += 1.0 / event.sigma_threshold**2
+            per += inv_square(event.sigma_threshold)
         return event.n_queries * per
     return None
 
@@ -176,10 +173,14 @@ class PldAccountant(Accountant):
         if pld is None or self._built_vdi != vdi:
             done, pld = 0, pld_lib.identity(value_discretization_interval=vdi)
         try:
-            for leaf, count in self._leaves[done:]:
-                pld = pld.compose(self._leaf_pld(leaf, count, vdi))
-            self._built, self._built_vdi = (len(self._leaves), pld), vdi
-            return max(float(pld.get_epsilon_for_delta(delta - FFT_DELTA_ALLOWANCE)), 0.0)
+            with np.errstate(all="ignore"):  # dp_accounting's own float warnings; the result is checked below
+                for leaf, count in self._leaves[done:]:
+                    pld = pld.compose(self._leaf_pld(leaf, count, vdi))
+                self._built, self._built_vdi = (len(self._leaves), pld), vdi
+                eps = float(pld.get_epsilon_for_delta(delta - FFT_DELTA_ALLOWANCE))
+            if math.isnan(eps):
+                raise ValueError("NaN epsilon")
+            return max(eps, 0.0)
         except (OverflowError, ZeroDivisionError, FloatingPointError, MemoryError, ValueError) as exc:
             if isinstance(exc, DPAuditError):
                 raise
@@ -195,7 +196,8 @@ class PldAccountant(Accountant):
         mu2s = [_gaussian_mu2(leaf) for leaf, _ in self._leaves]
         if all(m is not None for m in mu2s):
             mu = math.sqrt(sum(float(m) * c for m, (_, c) in zip(mu2s, self._leaves) if m is not None))
-            eps["gaussian-dp exact"] = gaussian_mechanism_epsilon(mu, delta) if delta > 0 else math.inf
+            eps["gaussian-dp exact"] = (gaussian_mechanism_epsilon(mu, delta) if delta > 0 and math.isfinite(mu) and mu > 0
+                                        else (0.0 if mu == 0 else math.inf))
         pures = [_pure_parts(leaf) for leaf, _ in self._leaves]
         if all(p is not None for p in pures):
             parts = [(p[0], p[1] * c) for p, (_, c) in zip(pures, self._leaves) if p is not None]
@@ -217,6 +219,7 @@ class PldAccountant(Accountant):
                 skipped["pld (dp_accounting)"] = str(exc)
         return eps, skipped
 
+    @quiet_overflow
     def _statement(self, target_delta: float) -> PrivacyStatement:
         if not self._leaves:
             return PrivacyStatement(0.0, target_delta, "pld", assumptions=("No privacy-relevant events were composed.",))

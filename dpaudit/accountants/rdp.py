@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from dpaudit.accountants import events as ev
-from dpaudit.accountants._common import append_event, parse_orders
+from dpaudit.accountants._common import append_event, parse_orders, quiet_overflow
 from dpaudit.accountants.base import Accountant, rdp_function_for
 from dpaudit.accountants.events import DpEvent, Repeated, flatten
 from dpaudit.accountants.pure import PureDp
@@ -168,6 +168,7 @@ class RdpAccountant(Accountant):
             return False
         return True
 
+    @quiet_overflow
     def rdp_of(self, event: DpEvent, count: int = 1) -> np.ndarray:
         """RDP at each order of ``count`` compositions of ``event`` (no state change)."""
         total = np.zeros_like(self.orders)
@@ -226,6 +227,7 @@ class RdpAccountant(Accountant):
         out.setflags(write=False)
         return out
 
+    @quiet_overflow
     def _statement(self, target_delta: float) -> PrivacyStatement:
         if not np.any(self._rdp > 0):  # nothing composed (or only zero-cost events): identical output distributions
             return PrivacyStatement(0.0, target_delta, "rdp", assumptions=("No privacy-relevant events were composed.",))
@@ -240,18 +242,21 @@ class RdpAccountant(Accountant):
                 extended = f" The best order was at the grid's edge; the grid was extended ({grid}) and order {order2:g} won."
                 caught = [] if order2 not in (min(self._ext_orders), max(self._ext_orders)) else caught
         method = "rdp"
-        base = ("RDP summed over all composed events (adaptive composition), converted to (epsilon, delta) with "
+        base: tuple[str, ...] = ("RDP summed over all composed events (adaptive composition), converted to (epsilon, delta) with "
                 "the Canonne-Kamath-Steinke 2020 bound; the smallest epsilon over the order grid is reported"
                 + (f" (order {order:g} won)." if order is not None else ".") + extended,)
         data_dependent = self._data_dependent
         assumptions = tuple(self._assumptions)
-        if self._pure <= eps:  # every event is pure DP and basic composition is tighter here
+        if self._pure <= eps and math.isfinite(self._pure):  # every event is pure DP and basic composition is tighter
             eps, order, method, caught = self._pure, None, "basic composition (pure DP)", []
             base = ("Every composed event is pure DP; basic composition (sum of epsilons, delta 0) is smaller than "
                     "the RDP figure and is reported.",)
             # the sum of the events' pure epsilons does not look at the data, whatever the events carry
             data_dependent = False
             assumptions = tuple(a for a in assumptions if a not in self._data_dependence_notes)
+        if math.isinf(eps):
+            base = base + ("epsilon is infinite: the RDP is infinite at every order of the grid (the noise is too small "
+                           "for any finite bound at this delta by this route).",)
         self.warnings = tuple(str(c.message) for c in caught if issubclass(c.category, EdgeOrderWarning))
         for msg in self.warnings:
             warnings.warn(msg, EdgeOrderWarning, stacklevel=3)
