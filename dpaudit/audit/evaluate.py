@@ -43,7 +43,7 @@ from dpaudit.audit.claims import (
     ReleaseSubject,
     load_claims,
 )
-from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
+from dpaudit.errors import DataError, DPAuditError, ParameterError
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
 from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, HasBoundKind
 
