@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 from scipy.special import log_ndtr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -28,15 +29,23 @@ from dpaudit.accountants.gnmax import account_gnmax  # noqa: E402
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon  # noqa: E402
 
 
-def per_query_epsilon(votes: np.ndarray, sigma: float, delta: float, orders: np.ndarray) -> float:
-    """Per-query organisation of the PATE 2018 data-dependent analysis (Prop. 7 q, Theorem 6 with Prop. 10's orders)."""
+def per_query_epsilon(votes: np.ndarray, sigma: float, delta: float, orders: np.ndarray, *, tfp_style: bool = True) -> float:
+    """Per-query organisation of the PATE 2018 data-dependent analysis (Prop. 7 q, Theorem 6 with Prop. 10's orders).
+
+    ``tfp_style``: q as tensorflow_privacy's PATE analysis computes it per row (``scipy.stats.norm.logsf`` on the
+    row's gaps, a Python-level log-sum-exp); otherwise a leaner row computation (``scipy.special.log_ndtr``)."""
     total = np.zeros(orders.size)
     var = sigma * sigma
     for counts in votes:
         s = np.sort(counts)[::-1]
-        lt = log_ndtr(-(s[0] - s[1:]) / (math.sqrt(2.0) * sigma))
-        m = lt.max()
-        logq = min(m + math.log(np.exp(lt - m).sum()), math.log1p(-1.0 / counts.size))
+        if tfp_style:
+            lt = stats.norm.logsf(s[0] - s[1:], scale=math.sqrt(2.0) * sigma)
+            m = max(lt)
+            logq = min(m + math.log(sum(np.exp(lt - m))), math.log1p(-1.0 / counts.size))
+        else:
+            lt = log_ndtr(-(s[0] - s[1:]) / (math.sqrt(2.0) * sigma))
+            m = lt.max()
+            logq = min(m + math.log(np.exp(lt - m).sum()), math.log1p(-1.0 / counts.size))
         rdp = orders / var
         mu2 = sigma * math.sqrt(max(-logq, 0.0))
         mu1 = mu2 + 1.0
@@ -79,13 +88,15 @@ def run(queries: int = 10_000, big: int = 1_000_000, sigma: float = 40.0, delta:
     votes = _votes(queries, rng)
     nb = queries if baseline_queries is None else baseline_queries
     t_base, eps_base = _time(lambda: per_query_epsilon(votes[:nb], sigma, delta, orders), 1)
+    t_lean, eps_lean = _time(lambda: per_query_epsilon(votes[:nb], sigma, delta, orders, tfp_style=False), 1)
     t_ours, res = _time(lambda: account_gnmax(votes[:nb], sigma=sigma, delta=delta), 5)
     # the same route as the baseline: the data-dependent RDP figure (the headline may be a smaller data-independent route)
     eps_ours = res.statement.details["routes"]["data-dependent rdp"]  # type: ignore[attr-defined]
     out = {"machine": platform.platform(), "seed": seed, "sigma": sigma, "delta": delta, "orders": int(orders.size),
            "queries": nb, "per_query_seconds": t_base, "dpaudit_seconds": t_ours, "speedup": t_base / t_ours,
+           "lean_per_query_seconds": t_lean, "speedup_vs_lean": t_lean / t_ours,
            "epsilon_per_query": eps_base, "epsilon_dpaudit": eps_ours, "headline_epsilon": res.epsilon,  # type: ignore[attr-defined]
-           "epsilons_agree": bool(abs(eps_base - eps_ours) <= 1e-9 * max(1.0, abs(eps_base)))}
+           "epsilons_agree": bool(max(abs(eps_base - eps_ours), abs(eps_lean - eps_ours)) <= 1e-9 * max(1.0, abs(eps_base)))}
     if big:
         v_big = np.tile(votes, (max(1, big // queries), 1))[:big]
         t_big, res_big = _time(lambda: account_gnmax(v_big, sigma=sigma, delta=delta), 2)
@@ -103,7 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     res = run(args.queries, args.big, args.sigma, seed=args.seed)
     print(f"{res['queries']} queries x 10 classes, {res['orders']} orders: per-query {res['per_query_seconds']:.3f} s, "
-          f"dpaudit {res['dpaudit_seconds'] * 1e3:.1f} ms, speed-up {res['speedup']:.0f}x; epsilon {res['epsilon_dpaudit']:.6g} "
+          f"dpaudit {res['dpaudit_seconds'] * 1e3:.1f} ms, speed-up {res['speedup']:.0f}x (vs a leaner per-query loop "
+          f"{res['lean_per_query_seconds']:.3f} s: {res['speedup_vs_lean']:.0f}x); epsilon {res['epsilon_dpaudit']:.6g} "
           f"(per-query {res['epsilon_per_query']:.6g}, agree={res['epsilons_agree']})")
     if "big_seconds" in res:
         print(f"{res['big_queries']} queries: {res['big_seconds']:.3f} s (epsilon {res['big_epsilon']:.6g})")

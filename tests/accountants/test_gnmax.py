@@ -20,7 +20,7 @@ from dpaudit.accountants.gnmax import (
     rdp_gnmax_data_independent,
     rdp_threshold,
 )
-from dpaudit.accountants.rdp import rdp_to_epsilon
+from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.errors import ParameterError
 
 mpmath.mp.dps = 50
@@ -142,3 +142,18 @@ def test_errors():
         account_gnmax(np.ones((1, 3)), sigma=1.0, delta=1e-5, threshold=3.0)
     with pytest.raises(ParameterError, match="'answered'"):
         account_gnmax(np.ones((2, 3)), sigma=1.0, delta=1e-5, threshold=3.0, sigma1=1.0, answered=np.ones(3, bool))
+
+
+@pytest.mark.parametrize("sigma", [5.0, 40.0, 150.0])
+def test_vectorised_total_equals_per_query_sum_and_never_below(sigma):
+    # the fast path (linear-space q, arithmetic-only bound where Theorem 6's second term is negligible) against the
+    # plain per-query log-space formulas on the same orders
+    rng = np.random.default_rng(int(sigma))
+    votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(800)], float)
+    votes = np.vstack([votes, [[250] + [0] * 9, [125, 125] + [0] * 8, [0] * 10, [1e300] + [0] * 9]])
+    grid = np.array(DEFAULT_ORDERS)
+    res = account_gnmax(votes, sigma=sigma, delta=1e-5)
+    ref_rdp = rdp_gnmax_data_dependent(gaussian_log_q(votes, sigma), sigma, grid).sum(axis=0)
+    ref = rdp_to_epsilon(grid, ref_rdp, 1e-5, warn=False)[0]
+    ours = res.statement.details["routes"]["data-dependent rdp"]
+    assert ref <= ours <= ref * (1 + 1e-10) + 1e-12
