@@ -34,6 +34,7 @@ __all__ = [
     "account_mechanism", "account_pate", "data_dependence_note", "data_independent_log_moments", "debias",
     "debias_reports", "debias_variance", "debias_variance_bound", "dpsgd_steps", "event_assumptions",
     "event_from_dict", "fedkt_privacy", "fedkt_z", "gaussian_log_q", "gaussian_mechanism", "one_switch_flips",
+    "threshold_log_pr", "rdp_threshold_data_dependent",
     "gaussian_mechanism_epsilon", "gnmax_dd_applies", "gnmax_step_bounds", "laplace_log_moments", "laplace_log_q",
     "laplace_mechanism", "laplace_total_log_moments", "load_votes", "local_sensitivity_bounds_gnmax",
     "log_gaussian_delta", "moments_to_epsilon", "parse_orders", "pure_composition_delta", "pure_composition_epsilon",
@@ -41,4 +42,5 @@ __all__ = [
     "rdp_pure_dp", "rdp_randomized_response", "rdp_subsampled_gaussian", "rdp_threshold", "rdp_to_epsilon",
     "register_rdp", "release_noisy_epsilon", "rr_epsilon_from_keep_probability", "rr_keep_probability",
     "shuffle_closed_form", "shuffle_delta", "shuffle_numerical", "shuffle_pld", "smooth_sensitivity_gnmax",
+    "local_sensitivity_bounds_threshold",
 ]

@@ -53,6 +53,8 @@ __all__ = [
     "rdp_gnmax_data_dependent",
     "gnmax_dd_applies",
     "rdp_threshold",
+    "threshold_log_pr",
+    "rdp_threshold_data_dependent",
     "account_gnmax",
 ]
 
@@ -91,6 +93,31 @@ def rdp_threshold(sigma1: float, orders: Any) -> np.ndarray:
     sigma1 = check_float(sigma1, "sigma1", "rdp_threshold", low=0.0, low_open=True)
     lam = check_orders(orders, "orders", "rdp_threshold", low=1.0)
     return lam * (0.5 * inv_square(sigma1))
+
+
+def threshold_log_pr(votes: Any, threshold: float, sigma1: float) -> np.ndarray:
+    r""":math:`\log\Pr[\max_j n_j + \mathcal N(0,\sigma_1^2) \ge T]` per query (Confident-GNMax's check passes),
+    shape (queries,): ``log_ndtr((max_j n_j - T) / sigma1)``."""
+    owner = "threshold_log_pr"
+    threshold = check_float(threshold, "threshold", owner)
+    sigma1 = check_float(sigma1, "sigma1", owner, low=0.0, low_open=True)
+    v = validated_votes(votes, owner)
+    with np.errstate(over="ignore"):
+        return log_ndtr((v.max(axis=1) - threshold) / sigma1)
+
+
+def rdp_threshold_data_dependent(log_pr: Any, sigma1: float, orders: Any) -> np.ndarray:
+    r"""Data-dependent RDP of Confident-GNMax's threshold check per query, shape (queries, orders) (PATE 2018, Section 4
+    and Appendix: the check's outcome is binary, so Theorem 6 applies with :math:`\tilde q` the probability of the
+    less likely outcome, :math:`\min(p, 1-p)`, and the check's own RDP curve: a Gaussian mechanism of sensitivity 1,
+    i.e. GNMax's with :math:`\sigma = \sqrt2\sigma_1`). Never above the data-independent :math:`\lambda/(2\sigma_1^2)`."""
+    owner = "rdp_threshold_data_dependent"
+    sigma1 = check_float(sigma1, "sigma1", owner, low=0.0, low_open=True)
+    lp = np.atleast_1d(np.asarray(log_pr, dtype=np.float64)).ravel()
+    if np.any(np.isnan(lp)) or np.any(lp > 0):
+        raise ParameterError(f"The 'log_pr' parameter of {owner} must hold values <= 0. Got a NaN or positive value instead.")
+    log_q = np.minimum(lp, log1mexp(lp))
+    return rdp_gnmax_data_dependent(log_q, math.sqrt(2.0) * sigma1, orders)
 
 
 def _dd_parts(log_q: np.ndarray, sigma: float):
@@ -352,7 +379,17 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
         warnings_ += edge_warning(grid, di_order, "Rényi order")
         return AccountingResult("gnmax", (di_stmt,), 0, params, {"num_queries": queries, "answered": n_answered}, tuple(warnings_))
     total, lq, applied = _dd_total(v, sigma, grid, mask)
-    dd_rdp = np.minimum(total + thr, di_rdp)
+    thr_dd = thr
+    if sigma1 is not None and threshold is not None:
+        # the threshold check, data-dependent as well (PATE 2018): every query pays it, answered or not
+        lpr = threshold_log_pr(v, threshold, sigma1)
+        thr_dd = np.zeros(grid.size)
+        for s0 in range(0, lpr.size, _CHUNK):
+            thr_dd += rdp_threshold_data_dependent(lpr[s0:s0 + _CHUNK], sigma1, grid).sum(axis=0)
+        thr_dd = np.minimum(thr_dd * (1.0 + 1e-12), thr)
+        base_assumptions.append("Data-dependent threshold analysis (PATE 2018): each check is charged Theorem 6's bound with "
+                                "q = the probability of its less likely outcome, capped by its data-independent cost.")
+    dd_rdp = np.minimum(total + thr_dd, di_rdp)
     dd_eps, dd_order = rdp_to_epsilon(grid, dd_rdp, delta, warn=False)
     dd_method = "rdp"
     if di_eps < dd_eps:
