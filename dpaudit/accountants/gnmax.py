@@ -183,6 +183,10 @@ def rdp_gnmax_data_dependent(log_q: Any, sigma: float, orders: Any) -> np.ndarra
 
 
 _FAST_ROWS = 1 << 13
+#: Up to this many (query, order) pairs the data-dependent figure evaluates every order of the grid; beyond it a
+#: coarse-to-fine search over about 16 + 2 * (grid size / 16) orders.
+_FULL_GRID_WORK = 400_000
+_COARSE_ORDERS = 16
 _TINY_Q = 1e-280
 #: Where the second term of Theorem 6's log-sum is below e^-50 of the first at every order, the sum is the first term
 #: plus at most e^-50 (added, so the figure stays an upper bound): no exp/log per (query, order).
@@ -218,22 +222,27 @@ def _log_q_fast(votes: np.ndarray, sigma: float) -> np.ndarray:
     return out
 
 
-def _dd_total(votes: np.ndarray, sigma: float, orders: np.ndarray, answered: np.ndarray | None):
+def _dd_total(votes: np.ndarray, sigma: float, orders: np.ndarray, answered: np.ndarray | None,
+              lq: np.ndarray | None = None, prep: dict | None = None):
     """Sum over (answered) queries of the data-dependent GNMax RDP; also log q and per-query applicability.
 
     Vectorised over queries and orders. Per query, Theorem 6's bound is log(e^{x + (l-1)a} + e^{y + (l-1)b})/(l-1);
     for most queries the second exponent is below the first by more than 50 at every order (the difference is
     linear in l, so its two ends decide), and the bound is a + (x + e^-50)/(l-1) — arithmetic only. The other
     queries take :func:`rdp_gnmax_data_dependent`. Both then take the minimum with the data-independent l/sigma^2."""
-    lq = _log_q_fast(votes, sigma)
+    if lq is None:
+        lq = _log_q_fast(votes, sigma)
     nq = lq.size
     use = np.ones(nq, dtype=bool) if answered is None else answered
     base = orders * inv_square(sigma)
     total = np.zeros(orders.size)
     applied = np.zeros(nq, dtype=bool)
-    finite = np.isfinite(lq)
-    mu1, mu2, eps1, eps2, ok = _dd_parts(np.where(finite, lq, -1.0), sigma)
-    ok &= finite
+    prep = {} if prep is None else prep
+    if "parts" not in prep:
+        finite_ = np.isfinite(lq)
+        parts = _dd_parts(np.where(finite_, lq, -1.0), sigma)
+        prep["parts"] = (finite_,) + tuple(parts[:4]) + (parts[4] & finite_,)
+    finite, mu1, mu2, eps1, eps2, ok = prep["parts"]
     zero = ~finite  # q = 0: the bound's limit is 0 at every order
     applied |= zero
     # queries where the bound never applies pay the data-independent cost
@@ -242,10 +251,11 @@ def _dd_total(votes: np.ndarray, sigma: float, orders: np.ndarray, answered: np.
     idx = np.flatnonzero(ok)
     if idx.size:
         q = lq[idx]
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            log1q = log1mexp(q)
-            log_a = log1q - log1mexp((q + eps2[idx]) * (1.0 - 1.0 / mu2[idx]))
-            log_b = eps1[idx] - q / (mu1[idx] - 1.0)
+        if "ab" not in prep:
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                l1q = log1mexp(q)
+                prep["ab"] = (l1q, l1q - log1mexp((q + eps2[idx]) * (1.0 - 1.0 / mu2[idx])), eps1[idx] - q / (mu1[idx] - 1.0))
+        log1q, log_a, log_b = prep["ab"]
         lo = float(orders.min())
         hi = np.minimum(float(orders.max()), mu1[idx])
         diff0 = q - log1q
@@ -378,19 +388,50 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     if v is None or data_independent:
         warnings_ += edge_warning(grid, di_order, "Rényi order")
         return AccountingResult("gnmax", (di_stmt,), 0, params, {"num_queries": queries, "answered": n_answered}, tuple(warnings_))
-    total, lq, applied = _dd_total(v, sigma, grid, mask)
-    thr_dd = thr
-    if sigma1 is not None and threshold is not None:
-        # the threshold check, data-dependent as well (PATE 2018): every query pays it, answered or not
-        lpr = threshold_log_pr(v, threshold, sigma1)
-        thr_dd = np.zeros(grid.size)
-        for s0 in range(0, lpr.size, _CHUNK):
-            thr_dd += rdp_threshold_data_dependent(lpr[s0:s0 + _CHUNK], sigma1, grid).sum(axis=0)
-        thr_dd = np.minimum(thr_dd * (1.0 + 1e-12), thr)
+    lpr = threshold_log_pr(v, threshold, sigma1) if (sigma1 is not None and threshold is not None) else None
+    if lpr is not None:
         base_assumptions.append("Data-dependent threshold analysis (PATE 2018): each check is charged Theorem 6's bound with "
                                 "q = the probability of its less likely outcome, capped by its data-independent cost.")
-    dd_rdp = np.minimum(total + thr_dd, di_rdp)
-    dd_eps, dd_order = rdp_to_epsilon(grid, dd_rdp, delta, warn=False)
+    cache: dict[int, float] = {}
+    state: dict[str, Any] = {}
+
+    def dd_at(ix: np.ndarray) -> np.ndarray:
+        """The data-dependent RDP total at grid[ix] (cached per order index)."""
+        todo = np.array([i for i in ix if int(i) not in cache], dtype=np.int64)
+        if todo.size:
+            total_, lq_, applied_ = _dd_total(v, sigma, grid[todo], mask, lq=state.get("lq"), prep=state.setdefault("prep", {}))
+            if "lq" not in state:
+                state["lq"], state["applied"] = lq_, applied_
+            else:
+                state["applied"] = state["applied"] | applied_
+            thr_dd = thr[todo]
+            if lpr is not None and sigma1 is not None:
+                t_dd = np.zeros(todo.size)
+                for s0 in range(0, lpr.size, _CHUNK):
+                    t_dd += rdp_threshold_data_dependent(lpr[s0:s0 + _CHUNK], sigma1, grid[todo]).sum(axis=0)
+                thr_dd = np.minimum(t_dd * (1.0 + 1e-12), thr_dd)
+            for i, val in zip(todo, np.minimum(total_ + thr_dd, di_rdp[todo])):
+                cache[int(i)] = float(val)
+        return np.array([cache[int(i)] for i in ix])
+
+    n_orders = grid.size
+    if v.shape[0] * n_orders <= _FULL_GRID_WORK:
+        search = np.arange(n_orders)
+    else:
+        # coarse-to-fine over the order grid: every k-th order, then every order between the best one's coarse
+        # neighbours. Any evaluated order gives a valid epsilon; where epsilon(order) is unimodal on the grid (the
+        # usual case) this finds the full grid's minimum, at a fraction of the cost for many queries.
+        step = max(1, n_orders // _COARSE_ORDERS)
+        search = np.unique(np.r_[np.arange(0, n_orders, step), n_orders - 1])
+    _, best_order = rdp_to_epsilon(grid[search], dd_at(search), delta, warn=False)
+    best = 0 if best_order is None else int(np.flatnonzero(grid[search] == best_order)[0])
+    lo_i = int(search[best - 1]) if best > 0 else 0
+    hi_i = int(search[best + 1]) if best + 1 < search.size else n_orders - 1
+    evaluated = np.unique(np.r_[search, np.arange(lo_i, hi_i + 1)])
+    dd_rdp_eval = dd_at(evaluated)
+    lq, applied = state["lq"], state["applied"]
+    dd_eps, dd_order = rdp_to_epsilon(grid[evaluated], dd_rdp_eval, delta, warn=False)
+    dd_route_eps = dd_eps
     dd_method = "rdp"
     if di_eps < dd_eps:
         dd_eps, dd_order, dd_method = di_eps, di_order, di_method
@@ -404,7 +445,8 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
                                    "and is not itself differentially private (see dpaudit.accountants.smooth_sensitivity).",
                                    f"Smallest of the valid routes (data-dependent RDP and the data-independent routes): {dd_method} reported.")
         + coverage,
-        f"data-dependent, {queries} queries", True, details={"routes": {"data-dependent rdp": float(rdp_to_epsilon(grid, dd_rdp, delta, warn=False)[0]), **routes}})
+        f"data-dependent, {queries} queries", True, details={"routes": {"data-dependent rdp": float(dd_route_eps), **routes},
+                                                       "orders_evaluated": int(evaluated.size)})
     warnings_ += edge_warning(grid, dd_order, "Rényi order")
     q = np.exp(lq)
     facts = {"num_queries": queries, "answered": n_answered, "q_min": float(q.min()), "q_median": float(np.median(q)),

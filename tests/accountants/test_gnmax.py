@@ -157,3 +157,17 @@ def test_vectorised_total_equals_per_query_sum_and_never_below(sigma):
     ref = rdp_to_epsilon(grid, ref_rdp, 1e-5, warn=False)[0]
     ours = res.statement.details["routes"]["data-dependent rdp"]
     assert ref <= ours <= ref * (1 + 1e-10) + 1e-12
+
+
+@pytest.mark.parametrize("sigma", [10.0, 40.0, 150.0])
+def test_coarse_to_fine_order_search_finds_the_full_grid_minimum(sigma):
+    # many queries: the data-dependent route searches the grid coarse-to-fine; it must land on the full grid's
+    # minimum (and any order it reports gives a valid epsilon)
+    rng = np.random.default_rng(7)
+    votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(3000)], float)
+    res = account_gnmax(votes, sigma=sigma, delta=1e-5)
+    grid = np.array(DEFAULT_ORDERS)
+    assert res.statement.details["orders_evaluated"] < grid.size
+    full = rdp_gnmax_data_dependent(gaussian_log_q(votes, sigma), sigma, grid).sum(axis=0)
+    ref = rdp_to_epsilon(grid, np.minimum(full, votes.shape[0] * grid / sigma**2), 1e-5, warn=False)[0]
+    assert ref <= res.statement.details["routes"]["data-dependent rdp"] <= ref * (1 + 1e-10) + 1e-12
