@@ -247,7 +247,9 @@ def _dd_total(votes: np.ndarray, sigma: float, orders: np.ndarray, answered: np.
     applied |= zero
     # queries where the bound never applies pay the data-independent cost
     plain = ~ok & ~zero
-    total += np.count_nonzero(plain & use) * base
+    n_plain = np.count_nonzero(plain & use)
+    if n_plain:  # (0 * an infinite base would be NaN)
+        total += n_plain * base
     idx = np.flatnonzero(ok)
     if idx.size:
         q = lq[idx]

@@ -22,6 +22,7 @@ References
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,14 +248,26 @@ def shuffle_closed_form(epsilon0: float, num_users: int, delta: float) -> Shuffl
     return ShuffleBound(min(e0, math.log1p(inner)), delta, e0, n, "shuffling closed form (FMT 2021, Thm 3.1)", True, cond)
 
 
+def _binom_window(tail: float, n: Any, p: float) -> tuple[Any, Any]:
+    """Quantiles (ppf, isf) of Bin(n, p) at ``tail``; where scipy's quantile search gives up (it warns and returns
+    nan or inf), the whole support [0, n] is used instead (only wider, so the callers stay conservative)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo = stats.binom.ppf(tail, n, p)
+        hi = stats.binom.isf(tail, n, p)
+    lo = np.where(np.isfinite(lo), lo, 0.0)
+    hi = np.where(np.isfinite(hi), hi, n)
+    return (float(lo), float(hi)) if np.ndim(lo) == 0 else (lo, hi)
+
+
 def _clone_window(epsilon0: float, n: int, tail_mass: float = 1e-15) -> tuple[np.ndarray, np.ndarray, float]:
     """Clone counts c within the central ``1 - tail_mass`` of C ~ Bin(n-1, e^{-eps0}), their pmf, and the mass
     left out (which callers count as worst case)."""
     p_clone = math.exp(-epsilon0)
     if n == 1:
         return np.zeros(1), np.ones(1), 0.0
-    lo = int(stats.binom.ppf(tail_mass / 4, n - 1, p_clone))
-    hi = int(stats.binom.isf(tail_mass / 4, n - 1, p_clone))
+    lo_f, hi_f = _binom_window(tail_mass / 4, n - 1, p_clone)
+    lo, hi = int(lo_f), int(hi_f)
     cs = np.arange(max(lo - 1, 0), min(hi + 1, n - 1) + 1, dtype=np.float64)
     w = stats.binom.pmf(cs, n - 1, p_clone)
     return cs, w, max(0.0, 1.0 - float(w.sum()))
@@ -344,8 +357,9 @@ def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interva
     mass = np.zeros(2 * span + 1)
     enumerated = 0.0
     # first coordinate window per c: central part of Bin(c, 1/2), widened by one on each side
-    t_lo = np.maximum(stats.binom.ppf(tail_mass / 4, cs, 0.5) - 1, 0).astype(np.int64)
-    t_hi = np.minimum(stats.binom.isf(tail_mass / 4, cs, 0.5) + 2, cs + 1).astype(np.int64)
+    b_lo, b_hi = _binom_window(tail_mass / 4, cs, 0.5)
+    t_lo = np.maximum(b_lo - 1, 0).astype(np.int64)
+    t_hi = np.minimum(b_hi + 2, cs + 1).astype(np.int64)
     width = int((t_hi - t_lo).max()) + 1
     rows = max(1, 2_000_000 // width)
     for s0 in range(0, cs.size, rows):
