@@ -127,13 +127,13 @@ def main(argv: list[str] | None = None) -> dict:
     as_lists = votes.tolist()
     t_base, c_base, eps_base = _timed(lambda: baseline_epsilon(as_lists, args.gamma, args.delta), repeat=2)
     t_script, c_script, eps_script = _timed(lambda: script_style_epsilon(votes, args.gamma, args.delta), repeat=1)
-    t_dp, c_dp, res = _timed(lambda: account_pate(votes, gamma=args.gamma, delta=args.delta), repeat=7)
+    t_dp, c_dp, res = _timed(lambda: account_pate(votes, gamma=args.gamma, delta=args.delta, conversion="moments"), repeat=7)
     # the core sum over queries alone (no validation copy, no q statistics), for reference
     t_core, c_core, _ = _timed(lambda: laplace_total_log_moments(votes, args.gamma, MOMENT_ORDERS), repeat=7)
     big = make_votes(args.big, args.classes, args.teachers, args.seed + 1)
-    t_big, c_big, res_big = _timed(lambda: account_pate(big, gamma=args.gamma, delta=args.delta), repeat=3)
-    t_big2, res_big2 = _time(lambda: account_pate(big, gamma=args.gamma, delta=args.delta, workers=2), repeat=3)
-    t_dp2, res2 = _time(lambda: account_pate(votes, gamma=args.gamma, delta=args.delta, workers=2), repeat=5)
+    t_big, c_big, res_big = _timed(lambda: account_pate(big, gamma=args.gamma, delta=args.delta, conversion="moments"), repeat=3)
+    t_big2, res_big2 = _time(lambda: account_pate(big, gamma=args.gamma, delta=args.delta, workers=2, conversion="moments"), repeat=3)
+    t_dp2, res2 = _time(lambda: account_pate(votes, gamma=args.gamma, delta=args.delta, workers=2, conversion="moments"), repeat=5)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
     rows = [

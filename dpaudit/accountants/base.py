@@ -2,14 +2,16 @@
 
 An accountant is stateful only in the events composed into it (like dp_accounting's
 ``PrivacyAccountant``): ``compose(event, count)`` then ``get_statement(delta)``. The math lives in pure
-functions elsewhere; modules that know an event's RDP register it here with :func:`register_rdp`,
-so the RDP accountant can dispatch without importing every module by name.
+functions elsewhere; each mechanism module registers its events' RDP here with :func:`register_rdp` when it
+is imported, and the package ``__init__`` imports every mechanism module, so registration is explicit and
+one-way (mechanism modules import this module, never the reverse).
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Callable
+import copy
+from typing import Any, Callable
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from dpaudit.errors import ParameterError, check_int, check_probability
 
 __all__ = ["Accountant", "register_rdp", "rdp_function_for", "UnsupportedEventError"]
 
-RdpFn = Callable[[DpEvent, np.ndarray], np.ndarray]
+RdpFn = Callable[[Any, np.ndarray], np.ndarray]  # (event of the registered type, orders) -> rdp
 _RDP: dict[type, RdpFn] = {}
 
 
@@ -40,11 +42,6 @@ def register_rdp(event_type: type) -> Callable[[RdpFn], RdpFn]:
 
 def rdp_function_for(event: DpEvent) -> RdpFn:
     fn = _RDP.get(type(event))
-    if fn is None:
-        # importing the modules that register lazily keeps accountants import-light
-        from dpaudit.accountants import _register_all  # noqa: F401
-
-        fn = _RDP.get(type(event))
     if fn is None:
         raise UnsupportedEventError(f"No RDP analysis is registered for events of type {type(event).__name__}.")
     return fn
@@ -73,6 +70,21 @@ class Accountant(abc.ABC):
         if count:
             self._events.append((event, count))
         return self
+
+    def fork(self) -> "Accountant":
+        """A copy sharing nothing mutable with this accountant (subclasses replace, never mutate, their numeric
+        state, so a shallow copy with fresh containers is independent)."""
+        new = copy.copy(self)
+        new._events = list(self._events)
+        extra = getattr(self, "_assumptions", None)
+        if isinstance(extra, dict):
+            setattr(new, "_assumptions", dict(extra))
+        return new
+
+    @property
+    def composed(self) -> tuple[tuple[DpEvent, int], ...]:
+        """Every ``(event, count)`` composed so far, in order."""
+        return tuple(self._events)
 
     @property
     def events(self) -> DpEvent:

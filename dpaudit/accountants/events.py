@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence, cast
 
 import numpy as np
 
+from dpaudit.accountants._common import as_votes
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
 __all__ = [
@@ -112,9 +113,10 @@ def rr_keep_probability(epsilon: float, num_samples: int, num_classes: int) -> f
     epsilon = check_float(epsilon, "epsilon", owner, low=0.0, low_open=True)
     k = check_int(num_samples, "num_samples", owner, low=1)
     c = check_int(num_classes, "num_classes", owner, low=2)
-    em1 = math.expm1(epsilon / k)
-    if math.isinf(em1):
+    x = epsilon / k
+    if x > 700.0:  # expm1 would overflow; beta = 1 - c / (e^x - 1 + c) rounds to 1.0
         return 1.0
+    em1 = math.expm1(x)
     return em1 / (em1 + c)
 
 
@@ -161,6 +163,10 @@ class RandomizedResponse(DpEvent):
             )
         if self.epsilon is not None:
             eps = check_float(self.epsilon, "epsilon", owner, low=0.0, low_open=True)
+            if not eps / self.num_samples > 1e-300:
+                raise ParameterError(f"The 'epsilon' parameter of {owner} is out of the supported range: epsilon / num_samples "
+                                     f"must be > 1e-300 (the per-label epsilon underflows). Got epsilon={eps!r}, "
+                                     f"num_samples={self.num_samples}.")
             object.__setattr__(self, "epsilon", eps)
         else:
             beta = check_probability(self.keep_probability, "keep_probability", owner)
@@ -190,28 +196,6 @@ class RandomizedResponse(DpEvent):
 # Noisy max (PATE family)
 # --------------------------------------------------------------------------------------------------
 
-
-def _as_votes(votes: Any, owner: str) -> np.ndarray:
-    try:
-        arr = np.array(votes, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ParameterError(f"The 'votes' parameter of {owner} must be a numeric array of shape (queries, classes).") from None
-    if arr.ndim == 1:
-        arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[0] < 1:
-        raise ParameterError(
-            f"The 'votes' parameter of {owner} must be an array of shape (queries >= 1, classes >= 2). Got shape {arr.shape} instead."
-        )
-    if arr.shape[1] < 2:
-        raise ParameterError(
-            f"The 'votes' parameter of {owner} must have at least 2 classes (columns). Got {arr.shape[1]} instead."
-        )
-    if not np.all(np.isfinite(arr)):
-        raise ParameterError(f"The 'votes' parameter of {owner} must hold finite counts. Got a NaN or infinite count instead.")
-    if np.any(arr < 0):
-        raise ParameterError(f"The 'votes' parameter of {owner} must hold counts >= 0. Got {arr.min()} instead.")
-    arr.setflags(write=False)
-    return arr
 
 
 class _VotesEventMixin:
@@ -267,7 +251,7 @@ class LaplaceNoisyMax(_VotesEventMixin, DpEvent):
         object.__setattr__(self, "gamma", check_float(self.gamma, "gamma", owner, low=0.0, low_open=True))
         object.__setattr__(self, "sensitivity", check_float(self.sensitivity, "sensitivity", owner, low=0.0, low_open=True))
         if self.votes is not None:
-            votes = _as_votes(self.votes, owner)
+            votes = as_votes(self.votes, owner)
             object.__setattr__(self, "votes", votes)
             if self.num_queries is not None and int(self.num_queries) != votes.shape[0]:
                 raise ParameterError(
@@ -278,6 +262,11 @@ class LaplaceNoisyMax(_VotesEventMixin, DpEvent):
         else:
             n = 1 if self.num_queries is None else check_int(self.num_queries, "num_queries", owner, low=1)
             object.__setattr__(self, "num_queries", n)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (``num_queries`` after validation: always an int)."""
+        return cast(int, self.num_queries)
 
     @property
     def query_epsilon(self) -> float:
@@ -322,7 +311,7 @@ class GaussianNoisyMax(_VotesEventMixin, DpEvent):
                 self, "sigma_threshold", check_float(self.sigma_threshold, "sigma_threshold", owner, low=0.0, low_open=True)
             )
         if self.votes is not None:
-            votes = _as_votes(self.votes, owner)
+            votes = as_votes(self.votes, owner)
             object.__setattr__(self, "votes", votes)
             if self.num_queries is not None and int(self.num_queries) != votes.shape[0]:
                 raise ParameterError(
@@ -333,6 +322,11 @@ class GaussianNoisyMax(_VotesEventMixin, DpEvent):
         else:
             n = 1 if self.num_queries is None else check_int(self.num_queries, "num_queries", owner, low=1)
             object.__setattr__(self, "num_queries", n)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (``num_queries`` after validation: always an int)."""
+        return cast(int, self.num_queries)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,14 +22,18 @@ References
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special, stats
 
 from dpaudit.accountants.base import register_rdp
+from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, MAX_FFT_COMPOSITIONS, quiet_overflow
 from dpaudit.accountants.events import RandomizedResponse, rr_epsilon_from_keep_probability, rr_keep_probability
+from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
@@ -47,6 +51,11 @@ __all__ = [
     "account_ldp",
 ]
 
+#: Largest number of users the shuffled figures support (their numerical bound enumerates clone counts).
+MAX_SHUFFLE_USERS = 10_000_000
+#: Largest local epsilon the shuffled figures support (e^eps0 must be a finite float).
+MAX_SHUFFLE_EPSILON = 700.0
+
 LDP_ASSUMPTION = (
     "Local DP: each report is protected against the server and anyone who sees it; neighbouring inputs are any "
     "two values of one client's data (all K labels may change)."
@@ -58,6 +67,7 @@ LDP_ASSUMPTION = (
 # --------------------------------------------------------------------------------------------------
 
 
+@quiet_overflow
 def rdp_randomized_response(label_epsilon: float, num_classes: int, orders: Any) -> np.ndarray:
     """RDP of ONE label of C-ary randomized response with per-label epsilon :math:`L`, at each order.
 
@@ -80,6 +90,8 @@ def rdp_randomized_response(label_epsilon: float, num_classes: int, orders: Any)
         raise ParameterError(f"The 'orders' parameter of {owner} must hold floats > 1. Got {a.min()} instead.")
     if math.isinf(eps):
         return np.full(a.shape, np.inf)
+    if eps > 700.0:  # e^{alpha L} overflows; a pure L-DP label has RDP <= L at every order (Mironov 2017, Prop. 3)
+        return np.full(a.shape, eps)
     finite = np.isfinite(a)
     af = np.where(finite, a, 2.0)
     terms = np.stack(np.broadcast_arrays(af * eps, (1.0 - af) * eps, np.full(af.shape, math.log(c - 2) if c > 2 else -np.inf)))
@@ -165,7 +177,10 @@ def debias_variance(true_frequencies: Any, num_reports: int, keep_probability: f
     if np.any(~np.isfinite(f)) or np.any(f < 0) or np.any(f > 1):
         raise ParameterError(f"The 'true_frequencies' parameter of {owner} must hold values in [0, 1]. Got {f!r:.60} instead.")
     vt, vo = _bernoulli_vars(beta, c)
-    return (f * vt + (1.0 - f) * vo) / (n * beta * beta)
+    den = n * beta * beta
+    if den == 0:
+        return np.full(np.shape(f), np.inf)
+    return (f * vt + (1.0 - f) * vo) / den
 
 
 def debias_variance_bound(num_reports: int, keep_probability: float, num_classes: int) -> float:
@@ -174,7 +189,12 @@ def debias_variance_bound(num_reports: int, keep_probability: float, num_classes
     owner = "debias_variance_bound"
     beta, c = _check_beta_c(keep_probability, num_classes, owner)
     n = check_int(num_reports, "num_reports", owner, low=1)
-    return max(_bernoulli_vars(beta, c)) / (n * beta * beta)
+    return _ratio(max(_bernoulli_vars(beta, c)), n * beta * beta)
+
+
+def _ratio(num: float, den: float) -> float:
+    """num / den, inf when den underflowed to 0 (a keep probability of ~1e-320 has an unbounded variance)."""
+    return num / den if den > 0 else math.inf
 
 
 # --------------------------------------------------------------------------------------------------
@@ -203,7 +223,8 @@ class ShuffleBound:
 
 
 def _check_shuffle(epsilon0: float, num_users: int, delta: float, owner: str) -> tuple[float, int, float]:
-    return (check_float(epsilon0, "epsilon0", owner, low=0.0, low_open=True),
+    # e^eps0 must be representable (beyond 700 no amplification is possible anyway)
+    return (check_float(epsilon0, "epsilon0", owner, low=0.0, high=MAX_SHUFFLE_EPSILON, low_open=True),
             check_int(num_users, "num_users", owner, low=1),
             check_probability(delta, "delta", owner))
 
@@ -218,13 +239,25 @@ def shuffle_closed_form(epsilon0: float, num_users: int, delta: float) -> Shuffl
     The result is never above ``epsilon0``.
     """
     e0, n, delta = _check_shuffle(epsilon0, num_users, delta, "shuffle_closed_form")
-    limit = math.log(n / (16.0 * math.log(2.0 / delta)))
+    limit = math.log(n) - math.log(16.0) - math.log(math.log(2.0) - math.log(delta))  # no overflow for tiny delta
     cond = f"eps0 = {e0:.4g} <= log(n / (16 log(2/delta))) = {limit:.4g} (n = {n}, delta = {delta:g})"
     if e0 > limit:
         return ShuffleBound(e0, delta, e0, n, "shuffling closed form (FMT 2021, Thm 3.1)", False, "violated: " + cond)
-    ee = math.exp(e0)
-    inner = math.tanh(e0 / 2.0) * (8.0 * math.sqrt(ee * math.log(4.0 / delta) / n) + 8.0 * ee / n)
+    ee = math.exp(e0)  # e0 <= limit < log(n): no overflow
+    inner = math.tanh(e0 / 2.0) * (8.0 * math.sqrt(ee * (math.log(4.0) - math.log(delta)) / n) + 8.0 * ee / n)
     return ShuffleBound(min(e0, math.log1p(inner)), delta, e0, n, "shuffling closed form (FMT 2021, Thm 3.1)", True, cond)
+
+
+def _binom_window(tail: float, n: Any, p: float) -> tuple[Any, Any]:
+    """Quantiles (ppf, isf) of Bin(n, p) at ``tail``; where scipy's quantile search gives up (it warns and returns
+    nan or inf), the whole support [0, n] is used instead (only wider, so the callers stay conservative)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo = stats.binom.ppf(tail, n, p)
+        hi = stats.binom.isf(tail, n, p)
+    lo = np.where(np.isfinite(lo), lo, 0.0)
+    hi = np.where(np.isfinite(hi), hi, n)
+    return (float(lo), float(hi)) if np.ndim(lo) == 0 else (lo, hi)
 
 
 def _clone_window(epsilon0: float, n: int, tail_mass: float = 1e-15) -> tuple[np.ndarray, np.ndarray, float]:
@@ -233,8 +266,8 @@ def _clone_window(epsilon0: float, n: int, tail_mass: float = 1e-15) -> tuple[np
     p_clone = math.exp(-epsilon0)
     if n == 1:
         return np.zeros(1), np.ones(1), 0.0
-    lo = int(stats.binom.ppf(tail_mass / 4, n - 1, p_clone))
-    hi = int(stats.binom.isf(tail_mass / 4, n - 1, p_clone))
+    lo_f, hi_f = _binom_window(tail_mass / 4, n - 1, p_clone)
+    lo, hi = int(lo_f), int(hi_f)
     cs = np.arange(max(lo - 1, 0), min(hi + 1, n - 1) + 1, dtype=np.float64)
     w = stats.binom.pmf(cs, n - 1, p_clone)
     return cs, w, max(0.0, 1.0 - float(w.sum()))
@@ -258,6 +291,10 @@ def shuffle_delta(epsilon0: float, num_users: int, epsilon: float) -> float:
     eps = check_float(epsilon, "epsilon", owner, low=0.0)
     if eps >= e0:
         return 0.0
+    if e0 < 1e-6:
+        # the pair below degenerates in floating point; the shuffled output is a post-processing of one user's
+        # eps0-LDP report, so delta(eps) <= (e^eps0 - e^eps) / (1 + e^eps0) <= tanh(eps0 / 2)
+        return float(min(1.0, math.tanh(e0 / 2.0) * (1.0 + 1e-12)))
     c, w, dropped = _clone_window(e0, n)
     pd = 1.0 / (1.0 + math.exp(-e0))  # P(Delta = 1)
     ee = math.exp(eps)
@@ -309,8 +346,6 @@ def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interva
     divergences are over-estimated, never under-. Compose with ``.self_compose(T)`` for T shuffled rounds (each
     round, adaptively, is a post-processing of the same pair).
     """
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
     owner = "shuffle_pld"
     e0 = check_float(epsilon0, "epsilon0", owner, low=0.0, low_open=True)
     n = check_int(num_users, "num_users", owner, low=1)
@@ -322,8 +357,9 @@ def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interva
     mass = np.zeros(2 * span + 1)
     enumerated = 0.0
     # first coordinate window per c: central part of Bin(c, 1/2), widened by one on each side
-    t_lo = np.maximum(stats.binom.ppf(tail_mass / 4, cs, 0.5) - 1, 0).astype(np.int64)
-    t_hi = np.minimum(stats.binom.isf(tail_mass / 4, cs, 0.5) + 2, cs + 1).astype(np.int64)
+    b_lo, b_hi = _binom_window(tail_mass / 4, cs, 0.5)
+    t_lo = np.maximum(b_lo - 1, 0).astype(np.int64)
+    t_hi = np.minimum(b_hi + 2, cs + 1).astype(np.int64)
     width = int((t_hi - t_lo).max()) + 1
     rows = max(1, 2_000_000 // width)
     for s0 in range(0, cs.size, rows):
@@ -356,11 +392,27 @@ def shuffle_pld(epsilon0: float, num_users: int, *, value_discretization_interva
         rounded, infinity_mass, vdi, pessimistic_estimate=True)
 
 
+def _shuffled_pld_epsilon(epsilon0: float, n: int, rounds: int, delta: float) -> tuple[float, tuple[str, ...]]:
+    """T rounds of FMT 2021's pair composed by dp_accounting's FFT (round-off allowance as in the PLD accountant);
+    ``(inf, (reason,))`` when that route cannot be computed here."""
+    if rounds > MAX_FFT_COMPOSITIONS or delta <= 2.0 * FFT_DELTA_ALLOWANCE:
+        why = (f"{rounds} rounds exceed the PLD route's supported range (<= {MAX_FFT_COMPOSITIONS})" if rounds > MAX_FFT_COMPOSITIONS
+               else f"delta = {delta:g} is within the FFT round-off allowance ({FFT_DELTA_ALLOWANCE:g})")
+        return math.inf, (f"The shuffled PLD composition was not computed: {why}.",)
+    try:
+        with np.errstate(all="ignore"):
+            pld = shuffle_pld(epsilon0, n, value_discretization_interval=1e-3).self_compose(rounds)
+            return max(float(pld.get_epsilon_for_delta(delta - FFT_DELTA_ALLOWANCE)), 0.0), ()
+    except (OverflowError, ValueError, ZeroDivisionError, FloatingPointError, MemoryError) as exc:
+        return math.inf, (f"The shuffled PLD composition could not be computed ({type(exc).__name__}); the other bounds are used.",)
+
+
 # --------------------------------------------------------------------------------------------------
 # The PrivateKT summary
 # --------------------------------------------------------------------------------------------------
 
 
+@quiet_overflow
 def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | None = None,
                 participation: float | None = None, users: int | None = None,
                 delta: float | None = None) -> AccountingResult:
@@ -392,17 +444,22 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
         rounds = check_int(rounds, "rounds", owner, low=1)
     if participation is not None:
         participation = check_float(participation, "participation", owner, low=0.0, high=1.0, low_open=True)
+    if users is not None and epsilon > MAX_SHUFFLE_EPSILON:
+        raise ParameterError(f"The 'epsilon' parameter of {owner} is out of the supported range for the shuffled figures "
+                             f"('users' given): it must be <= {MAX_SHUFFLE_EPSILON:g}. Got {epsilon!r} instead.")
     if users is not None:
-        users = check_int(users, "users", owner, low=1)
+        # the shuffled figures enumerate the clone counts of Bin(n-1, e^-eps0): time and memory grow with n
+        users = check_int(users, "users", owner, low=1, high=MAX_SHUFFLE_USERS)
     if delta is not None:
         delta = check_probability(delta, "delta", owner)
     if rounds is None and (participation is not None or users is not None):
         raise ParameterError(f"The 'rounds' parameter of {owner} is needed when 'participation' or 'users' is given. Got None instead.")
 
-    from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
-
     event = RandomizedResponse(num_classes=c, num_samples=k, epsilon=epsilon)
     beta = rr_keep_probability(epsilon, k, c)
+    if beta == 0.0:
+        raise ParameterError(f"The 'epsilon' parameter of {owner} is out of the supported range: epsilon / samples must be "
+                             f"at least about 1e-300 (the keep probability underflows to 0). Got epsilon={epsilon!r}, samples={k}.")
     facts: dict[str, Any] = {
         "beta": beta,
         "sample_epsilon": epsilon / k,
@@ -472,8 +529,7 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                     details={"applies": b.applies}))
                 if not b.applies:
                     warnings_.append(f"{b.method}: {b.condition}; the shuffled figure falls back to eps0 = {epsilon:g}.")
-            pld = shuffle_pld(epsilon, n, value_discretization_interval=1e-3).self_compose(t)
-            eps_pld = float(pld.get_epsilon_for_delta(delta))
+            eps_pld, pld_note = _shuffled_pld_epsilon(epsilon, n, t, delta)
             facts["shuffled_composed_pld_epsilon"] = eps_pld
             # the shuffled output is a post-processing of the local reports, so the local RDP figure bounds it too
             eps_sh = min(eps_pld, local_rdp_t if local_rdp_t is not None else math.inf, t * numer.epsilon)
@@ -483,7 +539,7 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                              "Each round is dominated by FMT 2021's pair (P, Q) for n users; the T pairs are composed with "
                              "dp_accounting's pessimistic PLD; the smaller of that and the local RDP figure is "
                              "reported (the shuffled output is a post-processing of the reports). Shuffling does NOT stop accumulation: the central epsilon still "
-                             "grows with the number of rounds.")))
+                             "grows with the number of rounds.") + pld_note))
             warnings_.append(
                 "PrivateKT's claim that shuffling stops the accumulation over rounds does not hold: shuffling gives a "
                 f"central (eps, delta) per round ({numer.epsilon:.4g}, {delta:g}) that still composes, to {eps_sh:.4g} over "

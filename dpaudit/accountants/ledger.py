@@ -7,12 +7,14 @@ overall guarantee is the maximum over parties (parallel composition).
 
 from __future__ import annotations
 
-import copy
 import math
+import warnings
 from typing import Any, Mapping
 
 from dpaudit.accountants.base import Accountant
 from dpaudit.accountants.events import Composed, DpEvent, Repeated, event_from_dict
+from dpaudit.accountants.pld import PldAccountant
+from dpaudit.accountants.rdp import EdgeOrderWarning, RdpAccountant
 from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_choice, check_float, check_int, check_probability
 
@@ -23,15 +25,6 @@ _SCHEMA = 1
 
 class BudgetExceededError(DPAuditError):
     """Recording the event would take the party past its budget; nothing was recorded."""
-
-
-def _fork(acc: Accountant) -> Accountant:
-    """A copy sharing nothing mutable with ``acc`` (accountants replace, never mutate, their numeric state)."""
-    new = copy.copy(acc)
-    new._events = list(acc._events)
-    if hasattr(acc, "_assumptions"):
-        new._assumptions = dict(acc._assumptions)
-    return new
 
 
 class PrivacyLedger:
@@ -68,11 +61,7 @@ class PrivacyLedger:
 
     def _new_accountant(self) -> Accountant:
         if self.accountant == "rdp":
-            from dpaudit.accountants.rdp import RdpAccountant
-
             return RdpAccountant(self.orders)
-        from dpaudit.accountants.pld import PldAccountant
-
         return PldAccountant()
 
     @staticmethod
@@ -82,17 +71,8 @@ class PrivacyLedger:
         return party
 
     def _epsilon_of(self, acc: Accountant) -> float:
-        import warnings
-
-        if self.accountant == "rdp":
-            from dpaudit.accountants.rdp import rdp_to_epsilon
-
-            if not acc._rdp.any():
-                return 0.0
-            return min(rdp_to_epsilon(acc.orders, acc._rdp, self.delta, warn=False)[0], acc._pure)
-
-        from dpaudit.accountants.rdp import EdgeOrderWarning
-
+        if isinstance(acc, RdpAccountant):
+            return acc.epsilon_quiet(self.delta)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EdgeOrderWarning)
             return acc.get_epsilon(self.delta)
@@ -107,7 +87,7 @@ class PrivacyLedger:
         memo = self._memo
         if memo is not None and memo[0] == key and memo[1] is base:
             return memo[2], memo[3]  # would_exceed() just computed this very candidate
-        acc = _fork(base) if base is not None else self._new_accountant()
+        acc = base.fork() if base is not None else self._new_accountant()
         acc.compose(event, count)
         eps = self._epsilon_of(acc)
         self._memo = (key, base, acc, eps) if getattr(event, "votes", None) is None else None
@@ -177,10 +157,6 @@ class PrivacyLedger:
         if acc is None:
             st = PrivacyStatement(0.0, self.delta, self.accountant)
         else:
-            import warnings
-
-            from dpaudit.accountants.rdp import EdgeOrderWarning
-
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", EdgeOrderWarning)
                 st = acc.get_statement(self.delta)
@@ -215,7 +191,7 @@ class PrivacyLedger:
         parties = {}
         for p in self.parties:
             acc = self._acc.get(p)
-            parties[p] = [{"event": e.to_dict(), "count": c} for e, c in (acc._events if acc is not None else [])]
+            parties[p] = [{"event": e.to_dict(), "count": c} for e, c in (acc.composed if acc is not None else ())]
         return {
             "schema": _SCHEMA,
             "delta": self.delta,

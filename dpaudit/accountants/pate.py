@@ -49,14 +49,17 @@ from __future__ import annotations
 
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from dpaudit.accountants.base import Accountant, register_rdp
-from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, _as_votes, flatten
-from dpaudit.accountants.rdp import DEFAULT_ORDERS, parse_orders, rdp_to_epsilon
+from dpaudit.accountants.closed_form import pure_composition_epsilon
+from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, quiet_overflow, validated_votes
+from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, flatten
+from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
@@ -72,6 +75,7 @@ __all__ = [
     "account_pate",
     "fedkt_privacy",
     "fedkt_z",
+    "one_switch_flips",
     "load_votes",
 ]
 
@@ -79,7 +83,15 @@ __all__ = [
 MOMENT_ORDERS: np.ndarray = np.arange(1.0, 9.0)
 MOMENT_ORDERS.setflags(write=False)
 
+#: Rényi orders of the RDP route under ``conversion="best"``: the moment orders l = 1..8 as lambda = l + 1 (so the RDP
+#: route is never looser than the moments one) and a compact spread around them (28 orders: the vote analysis costs
+#: one pass per order).
+PATE_RDP_ORDERS: np.ndarray = np.array([1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0,
+                                        9.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 128.0])
+PATE_RDP_ORDERS.setflags(write=False)
+
 _LOG4 = math.log(4.0)
+_X_CAP = 1e300
 _CHUNK = 1 << 16  # rows per block: keeps temporaries in cache and memory flat for 1e6+ queries
 
 
@@ -87,18 +99,6 @@ _CHUNK = 1 << 16  # rows per block: keeps temporaries in cache and memory flat f
 # Pure math
 # --------------------------------------------------------------------------------------------------
 
-
-def _log1mexp(x: np.ndarray) -> np.ndarray:
-    """log(1 - exp(x)) for x <= 0, accurate at both ends (Maechler 2012); -inf at x = 0."""
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(x < -math.log(2.0), np.log1p(-np.exp(x)), np.log(-np.expm1(x)))
-
-
-def _validated_votes(votes: Any, owner: str) -> np.ndarray:
-    if isinstance(votes, np.ndarray) and votes.dtype == np.float64 and votes.ndim == 2 and not votes.flags.writeable:
-        return votes  # already validated by an event
-    return _as_votes(votes, owner)
 
 
 def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
@@ -119,7 +119,7 @@ def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
     np.ndarray of shape (queries,): :math:`\\log q` (always finite; computed in log space, never underflows to 0).
     """
     gamma = check_float(gamma, "gamma", "laplace_log_q", low=0.0, low_open=True)
-    v = _validated_votes(votes, "laplace_log_q")
+    v = validated_votes(votes, "laplace_log_q")
     nq, nc = v.shape
     out = np.empty(nq)
     cap = math.log1p(-1.0 / nc)
@@ -127,7 +127,10 @@ def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
         block = v[start:start + _CHUNK]
         rows = np.arange(block.shape[0])
         win = np.argmax(block, axis=1)
-        x = gamma * (block[rows, win][:, None] - block)  # >= 0
+        with np.errstate(over="ignore"):
+            x = gamma * (block[rows, win][:, None] - block)  # >= 0
+        # gamma * gap may overflow: cap at 1e300 (the term only grows, so this is conservative, and never NaN)
+        np.minimum(x, _X_CAP, out=x)
         logt = np.log(2.0 + x) - x - _LOG4
         logt[rows, win] = -np.inf  # every other class counts, ties included
         m = logt.max(axis=1)
@@ -135,16 +138,12 @@ def laplace_log_q(votes: Any, gamma: float) -> np.ndarray:
     return np.minimum(out, cap)
 
 
-def _check_orders(orders: Any, name: str, owner: str, *, low: float) -> np.ndarray:
-    if isinstance(orders, str):
-        orders = parse_orders(orders)
-    try:
-        arr = np.atleast_1d(np.asarray(orders, dtype=np.float64)).ravel()
-    except (TypeError, ValueError):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be a sequence of floats > {low:g}. Got {orders!r:.80} instead.") from None
-    if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= low):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be a non-empty sequence of finite floats > {low:g}. Got {orders!r:.80} instead.")
-    return arr
+
+def _data_independent(eps: float, l: np.ndarray) -> np.ndarray:
+    """min(eps^2 l(l+1)/2, eps l) per order, without overflow warnings (an overflowed product is inf, and the
+    minimum then takes eps l)."""
+    with np.errstate(over="ignore"):
+        return np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
 
 
 def laplace_log_moments(log_q: Any, eps_query: float, orders: Any = MOMENT_ORDERS) -> np.ndarray:
@@ -173,14 +172,14 @@ def laplace_log_moments(log_q: Any, eps_query: float, orders: Any = MOMENT_ORDER
     lq = np.atleast_1d(np.asarray(log_q, dtype=np.float64)).ravel()
     if np.any(np.isnan(lq)) or np.any(lq > 0):
         raise ParameterError(f"The 'log_q' parameter of {owner} must hold values <= 0 (log of a probability). Got {lq.max()} instead.")
-    l = _check_orders(orders, "orders", owner, low=0.0)
-    data_ind = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)  # (L,)
+    l = check_orders(orders, "orders", owner, low=0.0)
+    data_ind = _data_independent(eps, l)  # (L,)
     out = np.broadcast_to(data_ind, (lq.size, l.size)).copy()
     valid = lq < -np.logaddexp(0.0, eps)  # q < 1/(e^eps + 1), strict
     if np.any(valid):
         lqv = lq[valid][:, None]
         with np.errstate(invalid="ignore", over="ignore"):
-            t1 = (l + 1.0) * _log1mexp(lqv) - l * _log1mexp(lqv + eps)
+            t1 = (l + 1.0) * log1mexp(lqv) - l * log1mexp(lqv + eps)
             t2 = lqv + eps * l
             dd = np.maximum(np.logaddexp(t1, t2), 0.0)
         dd = np.where(np.isfinite(dd), dd, np.inf)
@@ -202,7 +201,9 @@ def _q_linear(block: np.ndarray, gamma: float) -> np.ndarray:
     bt = np.ascontiguousarray(block.T)
     top = bt.max(axis=0)
     x = np.subtract(top, bt)
-    x *= gamma
+    with np.errstate(over="ignore"):
+        x *= gamma
+    np.minimum(x, _X_CAP, out=x)  # overflowed gaps: the term e^-x (2 + x) / 4 is 0 either way, but inf * 0 is NaN
     pos = x > 0.0
     e = np.multiply(x, -1.0)
     np.exp(e, out=e)
@@ -279,6 +280,7 @@ def _block_total(block: np.ndarray, gamma: float, eps: float, l: np.ndarray, di:
     return total, q
 
 
+@quiet_overflow
 def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORDERS, *, sensitivity: float = 2.0,
                               return_details: bool = False, workers: int = 1):
     """Sum over queries of :func:`laplace_log_moments` (shape (L,)), processed in blocks: memory stays flat for
@@ -293,17 +295,15 @@ def laplace_total_log_moments(votes: Any, gamma: float, orders: Any = MOMENT_ORD
     gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
     workers = check_int(workers, "workers", owner, low=1, high=64)
-    l = _check_orders(orders, "orders", owner, low=0.0)
-    v = _validated_votes(votes, owner)
+    l = check_orders(orders, "orders", owner, low=0.0)
+    v = validated_votes(votes, owner)
     eps = sens * gamma
-    di = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+    di = _data_independent(eps, l)
     cap = 1.0 - 1.0 / v.shape[1]
     linear_ok = eps * float(l.max()) < 700.0
     starts = range(0, v.shape[0], _FAST_BLOCK)
     work = lambda s0: _block_total(v[s0:s0 + _FAST_BLOCK], gamma, eps, l, di, cap, linear_ok)  # noqa: E731
     if workers > 1 and len(starts) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=workers) as pool:
             parts = list(pool.map(work, starts))
     else:
@@ -320,8 +320,9 @@ def data_independent_log_moments(eps_query: float, num_queries: int, orders: Any
     """:math:`N \\min(\\epsilon_q^2 l(l+1)/2, \\epsilon_q l)` — the figure without votes."""
     eps = check_float(eps_query, "eps_query", "data_independent_log_moments", low=0.0, low_open=True)
     n = check_int(num_queries, "num_queries", "data_independent_log_moments", low=0)
-    l = _check_orders(orders, "orders", "data_independent_log_moments", low=0.0)
-    return n * np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+    l = check_orders(orders, "orders", "data_independent_log_moments", low=0.0)
+    with np.errstate(over="ignore"):
+        return n * _data_independent(eps, l)
 
 
 def moments_to_epsilon(log_moments: Any, orders: Any, delta: float) -> tuple[float, float | None]:
@@ -330,7 +331,7 @@ def moments_to_epsilon(log_moments: Any, orders: Any, delta: float) -> tuple[flo
     Returns ``(epsilon, best_order)``; ``(inf, None)`` when no order is finite.
     """
     delta = check_probability(delta, "delta", "moments_to_epsilon")
-    l = _check_orders(orders, "orders", "moments_to_epsilon", low=0.0)
+    l = check_orders(orders, "orders", "moments_to_epsilon", low=0.0)
     a = np.asarray(log_moments, dtype=np.float64).ravel()
     if a.shape != l.shape:
         raise ParameterError(f"The 'log_moments' parameter of moments_to_epsilon must have one value per order ({l.size}). Got {a.size} instead.")
@@ -345,14 +346,14 @@ def moments_to_epsilon(log_moments: Any, orders: Any, delta: float) -> tuple[flo
 
 def rdp_laplace_noisy_max(log_q: Any, eps_query: float, orders: Any) -> np.ndarray:
     """RDP at Rényi orders :math:`\\lambda > 1` summed over queries: :math:`\\sum_i \\alpha_i(\\lambda-1)/(\\lambda-1)`."""
-    lam = _check_orders(orders, "orders", "rdp_laplace_noisy_max", low=1.0)
+    lam = check_orders(orders, "orders", "rdp_laplace_noisy_max", low=1.0)
     return laplace_log_moments(log_q, eps_query, lam - 1.0).sum(axis=0) / (lam - 1.0)
 
 
 @register_rdp(LaplaceNoisyMax)
 def _rdp_laplace_event(event: DpEvent, orders: np.ndarray) -> np.ndarray:
     """RDP of one :class:`LaplaceNoisyMax` event (all its queries) at Rényi orders ``orders``."""
-    lam = _check_orders(orders, "orders", "LaplaceNoisyMax RDP", low=1.0)
+    lam = check_orders(orders, "orders", "LaplaceNoisyMax RDP", low=1.0)
     eps = event.query_epsilon  # type: ignore[attr-defined]
     if event.votes is None:  # type: ignore[attr-defined]
         return data_independent_log_moments(eps, event.num_queries, lam - 1.0) / (lam - 1.0)  # type: ignore[attr-defined]
@@ -383,7 +384,7 @@ class MomentsAccountant(Accountant):
 
     def __init__(self, orders: Any = MOMENT_ORDERS) -> None:
         super().__init__()
-        self.orders = _check_orders(orders, "orders", "MomentsAccountant", low=0.0)
+        self.orders = check_orders(orders, "orders", "MomentsAccountant", low=0.0)
 
     def supports(self, event: DpEvent) -> bool:
         return isinstance(event, LaplaceNoisyMax)
@@ -428,19 +429,19 @@ def _assumptions(data_dependent: bool, relation: str = "replace-one record (one 
 
 
 def _resolve_orders(orders: Any, conversion: str, owner: str) -> np.ndarray:
-    if conversion == "moments":
-        return MOMENT_ORDERS.copy() if orders is None else _check_orders(orders, "orders", owner, low=0.0)
-    return np.array(DEFAULT_ORDERS) if orders is None else _check_orders(orders, "orders", owner, low=1.0)
+    """The order grid of the requested conversion (``"best"``: the moments grid, default 1..8)."""
+    if conversion in ("moments", "best"):
+        return MOMENT_ORDERS.copy() if orders is None else check_orders(orders, "orders", owner, low=0.0)
+    return np.array(DEFAULT_ORDERS) if orders is None else check_orders(orders, "orders", owner, low=1.0)
 
 
-def _edge_warning(orders: np.ndarray, best: float | None, what: str) -> list[str]:
-    if best is None or orders.size < 2:
-        return []
-    if best == orders.min() or best == orders.max():
-        where = "smallest" if best == orders.min() else "largest"
-        return [f"The best {what} ({best:g}) is the {where} of the grid [{orders.min():g}, {orders.max():g}]; "
-                "a wider grid may give a smaller epsilon."]
-    return []
+def _routes(grid: np.ndarray, conversion: str) -> list[tuple[str, np.ndarray]]:
+    """[(conversion, grid)] to compute: the requested one, or for ``"best"`` moments on ``grid`` and RDP on the
+    default Rényi grid (or on ``grid`` when all its orders are > 1)."""
+    if conversion != "best":
+        return [(conversion, grid)]
+    rdp_grid = grid if np.all(grid > 1.0) and not np.array_equal(grid, MOMENT_ORDERS) else PATE_RDP_ORDERS
+    return [("moments", grid), ("rdp", rdp_grid)]
 
 
 def _convert(total_moments: np.ndarray, orders: np.ndarray, delta: float, conversion: str) -> tuple[float, float | None, str]:
@@ -452,13 +453,18 @@ def _convert(total_moments: np.ndarray, orders: np.ndarray, delta: float, conver
     return eps, best, "rdp"
 
 
+Figure = tuple[float, "float | None", str]
+
+
 def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: float, delta: float, eps_query: float,
-                     queries: int, orders: np.ndarray, conversion: str, workers: int = 1):
-    """(data-dependent (eps, order, facts) or None, data-independent (eps, order)). ``votes`` may be a list of
-    arrays composed sequentially."""
-    l = orders if conversion == "moments" else orders - 1.0
+                     queries: int, routes: list[tuple[str, np.ndarray]], workers: int = 1):
+    """(data-dependent ([(eps, order, method)] per route, facts) or None, data-independent [(eps, order, method)]).
+    ``votes`` may be a list of arrays composed sequentially. All routes' orders are analysed in one pass."""
+    ls = [grid if conv == "moments" else grid - 1.0 for conv, grid in routes]
+    l = np.concatenate(ls)
+    cuts = np.cumsum([x.size for x in ls])[:-1]
     di_total = data_independent_log_moments(eps_query, queries, l)
-    di = _convert(di_total, orders, delta, conversion)
+    di = [_convert(t, grid, delta, conv) for t, (conv, grid) in zip(np.split(di_total, cuts), routes)]
     if votes is None:
         return None, di
     blocks = [votes] if isinstance(votes, np.ndarray) else list(votes)
@@ -472,7 +478,7 @@ def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: 
         valids.append(valid)
     lq = np.concatenate(log_qs)
     valid = np.concatenate(valids)
-    dd = _convert(total, orders, delta, conversion)
+    dd = [_convert(t, grid, delta, conv) for t, (conv, grid) in zip(np.split(total, cuts), routes)]
     q = np.exp(lq)
     facts = {
         "num_queries": int(lq.size),
@@ -484,10 +490,29 @@ def _laplace_figures(votes: np.ndarray | Sequence[np.ndarray] | None, *, gamma: 
     return (dd, facts), di
 
 
+def _pure_routes(eps_q: float, queries: int, delta: float) -> list[Figure]:
+    """Routes that use only that each answer is eps_q-DP: basic composition and the optimal composition."""
+    out: list[Figure] = []
+    basic = eps_q * queries
+    if math.isfinite(basic):
+        out.append((basic, None, "basic composition (pure DP)"))
+    try:
+        out.append((pure_composition_epsilon(eps_q, queries, delta), None, "optimal composition of pure DP (Kairouz et al. 2015)"))
+    except ParameterError:
+        pass
+    return out
+
+
+def _best(figures: list[Figure]) -> tuple[Figure, dict[str, float]]:
+    best = min(figures, key=lambda f: f[0])
+    return best, {f[2]: f[0] for f in figures}
+
+
+@quiet_overflow
 def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: float = 2.0, queries: int | None = None,
                  data_independent: bool = False, fedkt_level: str | None = None, granularity: str | None = None,
                  partitions: int | None = None, teachers: int | None = None, z: int | None = None,
-                 orders: Any = None, conversion: str = "moments", num_parties: int | None = None,
+                 orders: Any = None, conversion: str = "best", num_parties: int | None = None,
                  consistent_voting: bool = True, workers: int = 1) -> AccountingResult:
     """Epsilon of PATE's Laplace noisy max over a set of queries.
 
@@ -512,7 +537,10 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
         Moment orders l (``conversion="moments"``, default 1..8) or Rényi orders :math:`\\lambda` (``"rdp"``,
         default :data:`DEFAULT_ORDERS`); a sequence or a string like ``"1-8"``.
     conversion:
-        ``"moments"`` (PATE 2017, reproduces published numbers) or ``"rdp"`` (tighter).
+        ``"best"`` (default): every figure is the smallest over the valid routes — moments (on ``orders``, default
+        1..8), RDP (default Rényi grid), and, since every answer is ``eps_query``-DP whatever the votes, basic and
+        optimal (Kairouz et al. 2015) composition of pure DP — labelled with the route that won.
+        ``"moments"`` (PATE 2017) or ``"rdp"`` force that route alone (to reproduce published numbers).
     workers:
         Threads for the sum over queries (default 1; see :func:`laplace_total_log_moments`).
 
@@ -531,19 +559,19 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
     delta = check_probability(delta, "delta", owner)
     sensitivity = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
     data_independent = check_bool(data_independent, "data_independent", owner)
-    conversion = check_choice(conversion, "conversion", owner, ("moments", "rdp"))
+    conversion = check_choice(conversion, "conversion", owner, ("best", "moments", "rdp"))
     grid = _resolve_orders(orders, conversion, owner)
     v = None
     if votes is not None and not data_independent:
-        v = _as_votes(votes, owner)
+        v = as_votes(votes, owner)
     if queries is None:
         if votes is None:
             raise ParameterError(f"{owner} needs 'votes' or 'queries' (the number of queries). Got neither.")
-        queries = (v if v is not None else _as_votes(votes, owner)).shape[0]
+        queries = (v if v is not None else as_votes(votes, owner)).shape[0]
     queries = check_int(queries, "queries", owner, low=1)
     if v is not None and queries != v.shape[0]:
         raise ParameterError(f"The 'queries' parameter of {owner} must equal the number of vote rows ({v.shape[0]}). Got {queries} instead.")
-    eps_q = sensitivity * gamma
+    eps_q = _query_epsilon(sensitivity, gamma, owner)
     return _result(v, gamma=gamma, delta=delta, eps_q=eps_q, queries=queries, grid=grid, conversion=conversion,
                    workers=check_int(workers, "workers", owner, low=1, high=64), mechanism="pate", relation="replace-one record (one teacher's vote changes)",
                    parameters={"gamma": gamma, "delta": delta, "sensitivity": sensitivity, "queries": queries,
@@ -551,26 +579,54 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
                    extra_assumptions=(), details={"eps_query": eps_q})
 
 
+def _query_epsilon(factor: float, gamma: float, owner: str) -> float:
+    """eps_query = factor * gamma, or a range error naming 'gamma' when it overflows."""
+    eps_q = factor * gamma
+    if not math.isfinite(eps_q):
+        raise ParameterError(f"The 'gamma' parameter of {owner} is out of the supported range: the per-query epsilon "
+                             f"{factor:g} * gamma must be finite. Got gamma={gamma!r} instead.")
+    return eps_q
+
+
 def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, relation, parameters, extra_assumptions,
             details, label_prefix: str = "", data_dependent_forced: bool = False, workers: int = 1) -> AccountingResult:
-    dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, orders=grid, conversion=conversion,
-                              workers=workers)
-    what = "moment order" if conversion == "moments" else "Rényi order"
-    di_eps, di_order, di_method = di
+    routes = _routes(grid, conversion)
+    dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, routes=routes, workers=workers)
+    grids = {("moments (PATE 2017)" if conv == "moments" else "rdp"): g for conv, g in routes}
+    what = {"moments (PATE 2017)": "moment order", "rdp": "Rényi order"}
+    di_all = list(di) + (_pure_routes(eps_q, queries, delta) if conversion == "best" else [])
+    (di_eps, di_order, di_method), di_table = _best(di_all)
+    why = (f" Smallest of the valid routes ({', '.join(f'{k}: {e:.6g}' for k, e in di_table.items())}): {di_method} reported."
+           if len(di_table) > 1 else "")
     di_stmt = PrivacyStatement(di_eps, delta, di_method, order=di_order,
-                               assumptions=_assumptions(data_dependent_forced, relation) + tuple(extra_assumptions),
+                               assumptions=_assumptions(data_dependent_forced, relation) + tuple(extra_assumptions) + ((why.strip(),) if why else ()),
                                label=f"{label_prefix}data-independent, {queries} queries",
-                               data_dependent=data_dependent_forced, details=dict(details))
+                               data_dependent=data_dependent_forced, details={**details, "routes": di_table})
     warnings_: list[str] = []
     if dd is None:
-        warnings_ += _edge_warning(grid, di_order, what)
+        if di_method in grids:
+            warnings_ += edge_warning(grids[di_method], di_order, what[di_method])
         return AccountingResult(mechanism, (di_stmt,), 0, parameters, {"eps_query": eps_q, "num_queries": queries}, tuple(warnings_))
-    (dd_eps, dd_order, dd_method), facts = dd
-    dd_stmt = PrivacyStatement(min(dd_eps, di_eps), delta, dd_method, order=dd_order if dd_eps <= di_eps else di_order,
-                               assumptions=_assumptions(True, relation) + tuple(extra_assumptions),
+    dd_figs, facts = dd
+    (dd_eps, dd_order, dd_method), dd_table = _best(list(dd_figs) + di_all)
+    if dd_eps >= di_eps:  # on a tie the data-independent figure (it does not look at the votes)
+        dd_eps, dd_order, dd_method = di_eps, di_order, di_method
+    why = (f"Smallest of the valid routes ({', '.join(f'{k}: {e:.6g}' for k, e in dd_table.items())}; data-dependent "
+           f"and data-independent): {dd_method} reported." if len(dd_table) > 1 else "")
+    n_dd, n_q = facts["data_dependent_queries"], facts["num_queries"]
+    coverage = () if n_dd == n_q else (
+        f"The data-dependent bound could not be used for {n_q - n_dd} of {n_q} queries (q >= 1/(exp(eps_query)+1)); "
+        "those queries are charged their data-independent cost." if n_dd else
+        "The data-dependent bound could not be used for any query (q >= 1/(exp(eps_query)+1) everywhere): this figure "
+        "is the data-independent one.",)
+    dd_stmt = PrivacyStatement(dd_eps, delta, dd_method, order=dd_order,
+                               assumptions=_assumptions(True, relation) + tuple(extra_assumptions) + ((why,) if why else ()) + coverage,
                                label=f"{label_prefix}data-dependent, {facts['num_queries']} queries",
-                               data_dependent=True, details={**details, "q_max": facts["q_max"]})
-    warnings_ += _edge_warning(grid, dd_stmt.order, what)
+                               data_dependent=True, details={**details, "q_max": facts["q_max"],
+                                                             "routes": {f"data-dependent {k}": e for k, e in
+                                                                        ((f[2], f[0]) for f in dd_figs)}})
+    if dd_method in grids:
+        warnings_ += edge_warning(grids[dd_method], dd_order, what[dd_method])
     if facts["data_dependent_queries"] < facts["num_queries"]:
         warnings_.append(f"The data-dependent bound did not apply to {facts['num_queries'] - facts['data_dependent_queries']} "
                          f"of {facts['num_queries']} queries (q >= 1/(exp(eps_query)+1)); the data-independent bound was used for them.")
@@ -582,23 +638,43 @@ def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, rel
 # --------------------------------------------------------------------------------------------------
 
 
+def one_switch_flips(votes: Any) -> np.ndarray:
+    """Per query: whether ONE teacher changing its vote can change the plurality answer ``argmax`` (ties go to the
+    lowest class index, as ``np.argmax`` and the student's aggregation do). Shape (queries,), bool.
+
+    Exact rule. Let w be the winner and g_c = n_w - n_c. The best switch for a class c to take over moves a vote
+    from w to c (both counts move by 1): c then wins iff g_c < 2, or g_c = 2 and c < w (the tie goes to c). Moving
+    a vote from a third class to c only changes n_c by 1, which never does better. No teacher votes for w when
+    n_w = 0 (an empty histogram), and then nothing can flip. Checked by brute force over small vote tables in
+    the tests.
+    """
+    v = validated_votes(votes, "one_switch_flips")
+    w = np.argmax(v, axis=1)
+    rows = np.arange(v.shape[0])
+    top = v[rows, w]
+    gap = top[:, None] - v
+    cls = np.arange(v.shape[1])[None, :]
+    other = cls != w[:, None]
+    flips = other & ((gap < 2) | ((gap == 2) & (cls < w[:, None])))
+    return np.any(flips, axis=1) & (top >= 1)
+
+
 def fedkt_z(teacher_votes: Sequence[Sequence[Any]]) -> int:
-    """FedKT's z (paper 001, Appendix A.3, Theorem 8): max over parties of the number of partitions whose
-    teachers' vote histograms have, on some query, a top-2 gap <= 1 (so one example can flip that student).
+    """FedKT's z (paper 001, Appendix A.3, Theorem 8): max over parties of the number of partitions in which ONE
+    teacher's changed vote (one example of the party's data changes one teacher) can change the student's label on
+    some query, under the aggregation's tie-breaking (lowest class index; :func:`one_switch_flips`).
 
     ``teacher_votes[i][p]`` is the (queries x classes) teacher-vote array of party i, partition p.
     z is computed from private data: a figure that uses it is not itself differentially private.
+    (Counting only partitions with a top-two gap <= 1 undercounts: [1, 3, 1] has gap 2 but one switch gives
+    [2, 2, 1], which the tie sends to class 0.)
     """
     if not isinstance(teacher_votes, (list, tuple)) or not teacher_votes:
         raise ParameterError("The 'teacher_votes' parameter of fedkt_z must be a non-empty list (parties) of lists (partitions) of vote arrays.")
     z = 0
     for party in teacher_votes:
         parts = [party] if isinstance(party, np.ndarray) else list(party)
-        zi = 0
-        for p in parts:
-            v = _as_votes(p, "fedkt_z")
-            top2 = -np.partition(-v, 1, axis=1)[:, :2]
-            zi += int(np.any(top2[:, 0] - top2[:, 1] <= 1))
+        zi = sum(int(np.any(one_switch_flips(as_votes(p, "fedkt_z", "teacher_votes")))) for p in parts)
         z = max(z, zi)
     return z
 
@@ -614,22 +690,23 @@ _FEDKT_CASES = {
 def _split_parties(votes: Any, owner: str) -> list[list[np.ndarray]]:
     """votes for L2 -> [[partition arrays] per party]."""
     if isinstance(votes, np.ndarray) and votes.ndim == 2:
-        return [[_as_votes(votes, owner)]]
+        return [[as_votes(votes, owner)]]
     if not isinstance(votes, (list, tuple)) or not votes:
         raise ParameterError(f"The 'votes' parameter of {owner} must be an array (queries x classes) or a list over parties "
                              "of arrays or of lists of arrays (one per partition).")
     out = []
     for party in votes:
         if isinstance(party, (list, tuple)) and party and not np.isscalar(party[0]) and np.ndim(party[0]) == 2:
-            out.append([_as_votes(p, owner) for p in party])
+            out.append([as_votes(p, owner) for p in party])
         else:
-            out.append([_as_votes(party, owner)])
+            out.append([as_votes(party, owner)])
     return out
 
 
+@quiet_overflow
 def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta: float, votes: Any = None,
                   queries: int | None = None, partitions: int | None = None, teachers: int | None = None,
-                  num_parties: int | None = None, z: int | None = None, orders: Any = None, conversion: str = "moments",
+                  num_parties: int | None = None, z: int | None = None, orders: Any = None, conversion: str = "best",
                   consistent_voting: bool = True) -> AccountingResult:
     """FedKT's privacy (Li, He, Song, "Practical one-shot federated learning for cross-silo setting", IJCAI 2021;
     paper 001, Section 4 and Appendix A): PATE's Laplace noisy max with eps_query = 2*k*gamma.
@@ -661,7 +738,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
     granularity = check_choice(granularity, "granularity", owner, ("party", "example"))
     gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
-    conversion = check_choice(conversion, "conversion", owner, ("moments", "rdp"))
+    conversion = check_choice(conversion, "conversion", owner, ("best", "moments", "rdp"))
     consistent_voting = check_bool(consistent_voting, "consistent_voting", owner)
     grid = _resolve_orders(orders, conversion, owner)
     theorem, relation = _FEDKT_CASES[(level, granularity)]
@@ -689,11 +766,11 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
             data_dep_forced = True
             extra.append(f"z = {z} is computed from the parties' private teacher votes (Theorem 8): this figure is data-dependent "
                          "and not itself differentially private." + (" z = 0 was raised to 1 (conservative)." if z == 0 else ""))
-        v = None if votes is None else _as_votes(votes, owner)
+        v = None if votes is None else as_votes(votes, owner)
         nq = v.shape[0] if v is not None else (None if queries is None else check_int(queries, "queries", owner, low=1))
         if nq is None:
             raise ParameterError(f"{owner} needs 'votes' or 'queries'. Got neither.")
-        eps_q = 2.0 * k * gamma
+        eps_q = _query_epsilon(2.0 * k, gamma, owner)
         details = {"k": k, "eps_query": eps_q, "theorem": theorem}
         res = _result(v, gamma=gamma, delta=delta, eps_q=eps_q, queries=nq, grid=grid, conversion=conversion,
                       mechanism="fedkt", relation=relation,
@@ -711,7 +788,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
         k = t
     else:
         k = 1
-    eps_q = 2.0 * k * gamma
+    eps_q = _query_epsilon(2.0 * k, gamma, owner)
     details = {"k": k, "eps_query": eps_q, "theorem": theorem}
     params = {"level": level, "granularity": granularity, "gamma": gamma, "delta": delta, "partitions": s, "teachers": t,
               "num_parties": num_parties, "conversion": conversion, "orders": grid.tolist()}
@@ -796,6 +873,6 @@ def load_votes(path: str | os.PathLike) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[0] < 1:
         raise DataError(f"The votes in {str(p)!r} must be a 2-D array (queries x classes). Got shape {arr.shape} instead.")
     try:
-        return _as_votes(arr, f"votes file {str(p)!r}")
+        return as_votes(arr, f"votes file {str(p)!r}")
     except ParameterError as exc:
         raise DataError(str(exc).replace("The 'votes' parameter of ", "The ")) from None

@@ -1,92 +1,102 @@
-"""Privacy-loss-distribution accountant, delegating to dp_accounting's PLD library (pessimistic estimates).
+"""Privacy-loss-distribution accountant: the smallest of the valid routes for what was composed.
 
-Supported events:
+Routes (each an upper bound on epsilon; the statement reports the smallest and names it):
 
-- ``SubsampledGaussian``: dp_accounting's PLD of the Poisson-subsampled Gaussian (add/remove neighbours).
-- ``RandomizedResponse``: K labels, each dp_accounting's C-ary randomized response with noise parameter
-  ``1 - beta`` (REPLACE_ONE: one label's value changes), composed K times.
-- ``LaplaceNoisyMax`` without votes: each query as a pure ``sensitivity * gamma``-DP mechanism (the worst-case PLD
-  of a pure eps-DP mechanism, i.e. binary randomized response).
-- ``GaussianNoisyMax`` without votes: Gaussian mechanism of L2 sensitivity sqrt(2) and std sigma per query
-  (plus the threshold check, std sigma_threshold and sensitivity 1, for every query of Confident-GNMax).
-- ``Shuffled``: Feldman-McMillan-Talwar 2021's dominating pair (see :func:`dpaudit.accountants.ldp.shuffle_pld`).
+- ``"gaussian-dp exact"``: everything composed is a Gaussian mechanism (``SubsampledGaussian`` with q = 1,
+  ``GaussianNoisyMax`` without votes, its threshold check included). k-fold composition of mu_i-GDP mechanisms is
+  exactly sqrt(sum mu_i^2)-GDP (Dong, Roth & Su 2019, Cor. 3.3), converted exactly (Balle & Wang 2018, Thm 8).
+- ``"pure-dp optimal composition"``: everything composed is pure eps0-DP with one eps0 (``LaplaceNoisyMax`` without
+  votes: each query; ``RandomizedResponse``: each report): exact k-fold composition (Kairouz, Oh, Viswanath 2015).
+- ``"basic composition"``: everything composed is pure DP: the sum of the epsilons (delta 0).
+- ``"pld (dp_accounting)"``: dp_accounting's privacy loss distributions (pessimistic discretisation, Doroshenko et
+  al., "Connect the dots", PETS 2022), convolved by FFT. dp_accounting adds the truncated tail mass to delta, but
+  FFT round-off makes the computed delta(eps) off by up to ~1e-13 in absolute terms (measured: -5e-14 against the
+  exact Gaussian, where the computed delta even goes negative). dpaudit therefore asks dp_accounting for the
+  epsilon at ``delta - 1e-12`` (:data:`FFT_DELTA_ALLOWANCE`) and does not use this route for delta <= 2e-12.
 
-Data-dependent PATE events are not supported (:class:`~dpaudit.accountants.base.UnsupportedEventError`).
-Reference: Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, "Connect the dots: tighter discrete approximations of
-privacy loss distributions", PETS 2022.
+Supported events: ``SubsampledGaussian``, ``RandomizedResponse`` (K labels, each dp_accounting's C-ary randomized
+response, REPLACE_ONE), ``LaplaceNoisyMax`` / ``GaussianNoisyMax`` without votes, ``Shuffled`` (Feldman-McMillan-Talwar
+2021's dominating pair, :func:`dpaudit.accountants.ldp.shuffle_pld`). Data-dependent PATE events are not supported
+(:class:`~dpaudit.accountants.base.UnsupportedEventError`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
+import numpy as np
+from dp_accounting import privacy_accountant
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, MAX_FFT_COMPOSITIONS, append_event, inv_square, quiet_overflow
 from dpaudit.accountants.base import Accountant, UnsupportedEventError
-from dpaudit.accountants.events import (DpEvent, GaussianNoisyMax, LaplaceNoisyMax, RandomizedResponse, Repeated,
-                                        Shuffled, SubsampledGaussian, flatten)
+from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon, pure_composition_epsilon
+from dpaudit.accountants.events import (DpEvent, GaussianNoisyMax, LaplaceNoisyMax, RandomizedResponse, Shuffled,
+                                        SubsampledGaussian, flatten)
+from dpaudit.accountants.ldp import shuffle_pld
+from dpaudit.accountants.rdp import RdpAccountant, event_assumptions
 from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
-from dpaudit.errors import ParameterError, check_float, check_int
+from dpaudit.errors import DPAuditError, ParameterError, check_float, check_int
 
-__all__ = ["PldAccountant"]
+__all__ = ["PldAccountant", "FFT_DELTA_ALLOWANCE", "MAX_FFT_COMPOSITIONS"]
+
+#: Most privacy-loss grid points the FFT route aims for; the interval is coarsened (pessimistically) beyond it.
+MAX_GRID_POINTS = 2_000_000
+_PROBE_ORDERS = (1.01, 1.1, 1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0)
+
+
+def _gaussian_mu2(event: DpEvent) -> float | None:
+    """mu^2 of one occurrence of a Gaussian-mechanism event (sensitivity/sigma squared, summed), else None."""
+    if isinstance(event, SubsampledGaussian) and event.sampling_rate == 1.0:
+        return event.steps * inv_square(event.noise_multiplier)
+    if isinstance(event, GaussianNoisyMax) and event.votes is None:
+        per = 2.0 * inv_square(event.sigma)
+        if event.sigma_threshold is not None:
+            per += inv_square(event.sigma_threshold)
+        return event.n_queries * per
+    return None
+
+
+def _pure_parts(event: DpEvent) -> tuple[float, int] | None:
+    """(eps0, k): one occurrence of ``event`` is k adaptive eps0-DP mechanisms, else None."""
+    if isinstance(event, LaplaceNoisyMax) and event.votes is None:
+        return event.query_epsilon, event.n_queries
+    if isinstance(event, RandomizedResponse):
+        return event.report_epsilon, 1
+    return None
 
 
 class PldAccountant(Accountant):
-    """Compose events as dp_accounting privacy loss distributions; ``get_statement(delta)`` gives the epsilon.
+    """Compose events, then ``get_statement(delta)``: the smallest epsilon over the valid routes (module docstring).
 
-    The PLD of each event is built when it is composed (invalid or unsupported events leave the state
-    untouched). ``value_discretization_interval`` is dp_accounting's grid of privacy-loss values; rounding is
-    pessimistic, so the epsilon is an upper bound.
+    Composition only validates and records (invalid or unsupported events leave the state untouched); the PLDs are
+    built when a statement is asked for, incrementally. ``value_discretization_interval`` is dp_accounting's grid
+    of privacy-loss values (pessimistic rounding).
     """
 
     name = "pld"
 
     def __init__(self, value_discretization_interval: float = 1e-4) -> None:
         super().__init__()
-        from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
-        self._lib = pld_lib
         self.value_discretization_interval = check_float(
             value_discretization_interval, "value_discretization_interval", "PldAccountant", low=0.0, high=1.0, low_open=True)
-        self._pld = pld_lib.identity(value_discretization_interval=self.value_discretization_interval)
+        self._leaves: list[tuple[DpEvent, int]] = []
+        self._built: tuple[int, Any] = (0, None)  # (leaves folded in, dp_accounting PLD or None)
+        self._built_vdi = self.value_discretization_interval
         self._assumptions: dict[str, None] = {}
         self.warnings: tuple[str, ...] = ()
+
+    def fork(self) -> "PldAccountant":
+        new = cast(PldAccountant, super().fork())
+        new._leaves = list(self._leaves)
+        return new
 
     def supports(self, event: DpEvent) -> bool:
         if isinstance(event, (LaplaceNoisyMax, GaussianNoisyMax)):
             return event.votes is None
         return isinstance(event, (SubsampledGaussian, RandomizedResponse, Shuffled))
-
-    def _leaf_pld(self, event: DpEvent, count: int):
-        lib, vdi = self._lib, self.value_discretization_interval
-        if isinstance(event, SubsampledGaussian):
-            one = lib.from_gaussian_mechanism(standard_deviation=event.noise_multiplier, sampling_prob=event.sampling_rate,
-                                              value_discretization_interval=vdi)
-            return one.self_compose(event.steps * count)
-        if isinstance(event, RandomizedResponse):
-            from dp_accounting import privacy_accountant
-
-            one = lib.from_randomized_response(
-                noise_parameter=1.0 - event.beta, num_buckets=event.num_classes, value_discretization_interval=vdi,
-                neighboring_relation=privacy_accountant.NeighboringRelation.REPLACE_ONE)
-            return one.self_compose(event.num_samples * count)
-        if isinstance(event, LaplaceNoisyMax):
-            from dp_accounting.pld import common
-
-            one = lib.from_privacy_parameters(common.DifferentialPrivacyParameters(event.query_epsilon, 0.0),
-                                              value_discretization_interval=vdi)
-            return one.self_compose(event.num_queries * count)
-        if isinstance(event, GaussianNoisyMax):
-            one = lib.from_gaussian_mechanism(standard_deviation=event.sigma, sensitivity=math.sqrt(2.0),
-                                              value_discretization_interval=vdi)
-            if event.threshold is not None:
-                one = one.compose(lib.from_gaussian_mechanism(standard_deviation=event.sigma_threshold, sensitivity=1.0,
-                                                              value_discretization_interval=vdi))
-            return one.self_compose(event.num_queries * count)
-        if isinstance(event, Shuffled):
-            from dpaudit.accountants.ldp import shuffle_pld
-
-            one = shuffle_pld(event.local_epsilon, event.num_users, value_discretization_interval=vdi)
-            return one.self_compose(count)
-        raise UnsupportedEventError(f"PldAccountant does not support events of type {type(event).__name__}.")
 
     def compose(self, event: DpEvent, count: int = 1) -> "PldAccountant":
         count = check_int(count, "count", "PldAccountant", low=0)
@@ -99,20 +109,137 @@ class PldAccountant(Accountant):
                 raise UnsupportedEventError(f"PldAccountant does not support events of type {type(leaf).__name__}{why}.")
         if count == 0:
             return self
-        from dpaudit.accountants.rdp import _append_event, event_assumptions
-
-        pld = self._pld
-        for leaf, mult in leaves:
-            pld = pld.compose(self._leaf_pld(leaf, mult * count))
-        # all computed: now mutate
-        self._pld = pld
-        _append_event(self._events, event, count)
-        for a in join_assumptions(*(event_assumptions(l) for l, _ in leaves)):
+        new_assumptions = join_assumptions(*(event_assumptions(leaf) for leaf, _ in leaves))
+        self._leaves.extend((leaf, mult * count) for leaf, mult in leaves)
+        append_event(self._events, event, count)
+        for a in new_assumptions:
             self._assumptions.setdefault(a, None)
         return self
 
+    # ------------------------------------------------------------------------------------------ routes
+
+    def _leaf_pld(self, event: DpEvent, count: int, vdi: float) -> Any:
+        inner = {SubsampledGaussian: "steps", RandomizedResponse: "num_samples", LaplaceNoisyMax: "num_queries",
+                 GaussianNoisyMax: "num_queries"}.get(type(event))
+        n = count * (int(getattr(event, inner)) if inner else 1)
+        if n > MAX_FFT_COMPOSITIONS:
+            raise ParameterError(f"{n} compositions are out of the FFT route's supported range (<= {MAX_FFT_COMPOSITIONS}).")
+        if isinstance(event, SubsampledGaussian):
+            one = pld_lib.from_gaussian_mechanism(standard_deviation=event.noise_multiplier, sampling_prob=event.sampling_rate,
+                                                  value_discretization_interval=vdi)
+            return one.self_compose(event.steps * count)
+        if isinstance(event, RandomizedResponse):
+            one = pld_lib.from_randomized_response(
+                noise_parameter=1.0 - event.beta, num_buckets=event.num_classes, value_discretization_interval=vdi,
+                neighboring_relation=privacy_accountant.NeighboringRelation.REPLACE_ONE)
+            return one.self_compose(event.num_samples * count)
+        if isinstance(event, LaplaceNoisyMax):
+            one = pld_lib.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(event.query_epsilon, 0.0),
+                                                  value_discretization_interval=vdi)
+            return one.self_compose(event.n_queries * count)
+        if isinstance(event, GaussianNoisyMax):
+            one = pld_lib.from_gaussian_mechanism(standard_deviation=event.sigma, sensitivity=math.sqrt(2.0),
+                                                  value_discretization_interval=vdi)
+            if event.sigma_threshold is not None:
+                one = one.compose(pld_lib.from_gaussian_mechanism(standard_deviation=event.sigma_threshold, sensitivity=1.0,
+                                                                  value_discretization_interval=vdi))
+            return one.self_compose(event.n_queries * count)
+        if isinstance(event, Shuffled):
+            return shuffle_pld(event.local_epsilon, event.num_users, value_discretization_interval=vdi).self_compose(count)
+        raise UnsupportedEventError(f"PldAccountant does not support events of type {type(event).__name__}.")
+
+    def _interval(self, delta: float) -> float:
+        """The discretisation interval: the requested one, coarsened so that the loss range up to about the RDP
+        epsilon fits in :data:`MAX_GRID_POINTS` points (a coarser pessimistic grid only rounds up)."""
+        probe = RdpAccountant(_PROBE_ORDERS)
+        est = 0.0
+        for leaf, count in self._leaves:
+            if probe.supports(leaf):
+                probe.compose(leaf, count)
+            elif isinstance(leaf, Shuffled):
+                est += count * leaf.local_epsilon
+        est += probe.epsilon_quiet(delta)
+        vdi = max(self.value_discretization_interval, est / MAX_GRID_POINTS)
+        if not vdi <= 0.05:
+            raise ParameterError(f"the loss range (epsilon about {est:.3g}) is out of the FFT route's supported range "
+                                 f"(a grid of {MAX_GRID_POINTS} points at interval <= 0.05).")
+        return vdi
+
+    def _fft_epsilon(self, delta: float) -> float:
+        if delta <= 2.0 * FFT_DELTA_ALLOWANCE:
+            raise ParameterError(f"delta = {delta:g} is within the FFT round-off allowance ({FFT_DELTA_ALLOWANCE:g}).")
+        vdi = self._interval(delta)
+        done, pld = self._built
+        if pld is None or self._built_vdi != vdi:
+            done, pld = 0, pld_lib.identity(value_discretization_interval=vdi)
+        try:
+            with np.errstate(all="ignore"):  # dp_accounting's own float warnings; the result is checked below
+                for leaf, count in self._leaves[done:]:
+                    pld = pld.compose(self._leaf_pld(leaf, count, vdi))
+                self._built, self._built_vdi = (len(self._leaves), pld), vdi
+                eps = float(pld.get_epsilon_for_delta(delta - FFT_DELTA_ALLOWANCE))
+            if math.isnan(eps):
+                raise ValueError("NaN epsilon")
+            return max(eps, 0.0)
+        except (OverflowError, ZeroDivisionError, FloatingPointError, MemoryError, ValueError) as exc:
+            if isinstance(exc, DPAuditError):
+                raise
+            raise ParameterError(f"dp_accounting could not build the PLD ({type(exc).__name__}: {exc})") from None
+
+    def routes(self, delta: float, *, fft: bool | None = None) -> tuple[dict[str, float], dict[str, str]]:
+        """``({route: epsilon}, {route: why it does not apply})`` at ``delta`` for everything composed so far.
+
+        The FFT route is skipped when an exact route applies (it can only be at or above the exact figure), unless
+        ``fft=True``."""
+        eps: dict[str, float] = {}
+        skipped: dict[str, str] = {}
+        mu2s = [_gaussian_mu2(leaf) for leaf, _ in self._leaves]
+        if all(m is not None for m in mu2s):
+            mu = math.sqrt(sum(float(m) * c for m, (_, c) in zip(mu2s, self._leaves) if m is not None))
+            eps["gaussian-dp exact"] = (gaussian_mechanism_epsilon(mu, delta) if delta > 0 and math.isfinite(mu) and mu > 0
+                                        else (0.0 if mu == 0 else math.inf))
+        pures = [_pure_parts(leaf) for leaf, _ in self._leaves]
+        if all(p is not None for p in pures):
+            parts = [(p[0], p[1] * c) for p, (_, c) in zip(pures, self._leaves) if p is not None]
+            eps["basic composition"] = math.fsum(e0 * k for e0, k in parts)
+            e0s = {e0 for e0, _ in parts}
+            if len(e0s) == 1:
+                try:
+                    eps["pure-dp optimal composition"] = pure_composition_epsilon(parts[0][0], sum(k for _, k in parts), delta)
+                except ParameterError as exc:
+                    skipped["pure-dp optimal composition"] = str(exc)
+        # the FFT PLD of these events is the same pair as the exact route (Gaussian; binary randomized response for
+        # a pure-DP noisy max), so it cannot be smaller; C-ary randomized response is not the worst case: keep FFT
+        exact = "gaussian-dp exact" in eps or (
+            "pure-dp optimal composition" in eps and not any(isinstance(leaf, RandomizedResponse) for leaf, _ in self._leaves))
+        if fft or (fft is None and not exact):
+            try:
+                eps["pld (dp_accounting)"] = self._fft_epsilon(delta)
+            except ParameterError as exc:
+                skipped["pld (dp_accounting)"] = str(exc)
+        return eps, skipped
+
+    @quiet_overflow
     def _statement(self, target_delta: float) -> PrivacyStatement:
-        eps = float(self._pld.get_epsilon_for_delta(target_delta)) if self._events else 0.0
-        base = ("Privacy loss distributions of all composed events convolved (adaptive composition) with dp_accounting, "
-                "pessimistic discretisation (interval {:g}).".format(self.value_discretization_interval),)
-        return PrivacyStatement(max(eps, 0.0), target_delta, "pld", assumptions=join_assumptions(base, tuple(self._assumptions)))
+        if not self._leaves:
+            return PrivacyStatement(0.0, target_delta, "pld", assumptions=("No privacy-relevant events were composed.",))
+        eps, skipped = self.routes(target_delta)
+        finite = {k: v for k, v in eps.items() if not math.isnan(v)}
+        if finite:
+            route = min(finite, key=lambda k: finite[k])
+            best = finite[route]
+        else:
+            route, best = "none", math.inf
+        base = [f"Smallest epsilon over the valid routes ({', '.join(f'{k}: {v:.6g}' for k, v in eps.items())}); "
+                f"reported route: {route}."]
+        if route == "pld (dp_accounting)":
+            base.append(f"dp_accounting PLDs convolved (adaptive composition), pessimistic discretisation (interval "
+                        f"{self._built_vdi:g}); epsilon taken at delta - {FFT_DELTA_ALLOWANCE:g} to cover "
+                        "FFT round-off.")
+        for k, why in skipped.items():
+            base.append(f"Route {k} not used: {why}")
+        if math.isinf(best):
+            base.append("epsilon is infinite: no route gives a finite epsilon at this delta.")
+        return PrivacyStatement(best, target_delta, "pld" if route == "pld (dp_accounting)" else route,
+                                assumptions=join_assumptions(tuple(base), tuple(self._assumptions)),
+                                details={"route": route, **{f"epsilon[{k}]": v for k, v in eps.items()}})

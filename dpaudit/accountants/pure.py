@@ -57,7 +57,8 @@ def rdp_pure_dp(epsilon: float, orders: np.ndarray) -> np.ndarray:
     a = np.asarray(orders, dtype=np.float64)
     # log(e^{a eps} + e^{(1-a) eps}) - log(1 + e^eps), all via logaddexp
     tight = (np.logaddexp(a * eps, (1.0 - a) * eps) - np.logaddexp(0.0, eps)) / (a - 1.0)
-    return np.minimum(np.minimum(tight, eps), a * eps * eps / 2.0)
+    with np.errstate(over="ignore"):
+        return np.minimum(np.minimum(tight, eps), a * eps * eps / 2.0)
 
 
 @register_rdp(PureDp)

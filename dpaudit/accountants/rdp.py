@@ -6,22 +6,27 @@ The conversion is the one every RDP figure in dpaudit goes through (one implemen
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from typing import Sequence
 
 import numpy as np
 
+from dpaudit.accountants import events as ev
+from dpaudit.accountants._common import append_event, parse_orders, quiet_overflow
 from dpaudit.accountants.base import Accountant, rdp_function_for
 from dpaudit.accountants.events import DpEvent, Repeated, flatten
+from dpaudit.accountants.pure import PureDp
 from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
 from dpaudit.errors import ParameterError, check_int, check_probability
 
-__all__ = ["DEFAULT_ORDERS", "rdp_to_epsilon", "parse_orders", "EdgeOrderWarning", "RdpAccountant", "event_assumptions"]
+__all__ = ["DEFAULT_ORDERS", "rdp_to_epsilon", "parse_orders", "EdgeOrderWarning", "RdpAccountant", "event_assumptions",
+           "data_dependence_note"]
 
-#: Rényi orders alpha > 1 (dense near 1, where small epsilons are achieved; sparse up to 1024).
+#: Rényi orders alpha > 1: from 1.001 (large epsilons, e.g. full-batch DP-SGD over 1e5 steps, are won just above 1)
+#: to 4096 (tiny epsilons), dense between 1.1 and 64. :class:`RdpAccountant` extends it when the best order is at an edge.
 DEFAULT_ORDERS: np.ndarray = np.concatenate(
-    [1.0 + np.arange(1, 100) / 10.0, np.arange(11.0, 64.0), np.array([64.0, 80.0, 96.0, 128.0, 192.0, 256.0, 512.0, 1024.0])]
+    [np.array([1.001, 1.002, 1.005, 1.01, 1.02, 1.03, 1.05, 1.075]), 1.0 + np.arange(1, 100) / 10.0, np.arange(11.0, 64.0),
+     np.array([64.0, 80.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0, 2048.0, 4096.0])]
 )
 DEFAULT_ORDERS.setflags(write=False)
 
@@ -77,38 +82,6 @@ def rdp_to_epsilon(orders: Sequence[float] | np.ndarray, rdp: Sequence[float] | 
     return best, float(a[i])
 
 
-_RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*$")
-
-
-def parse_orders(text: str) -> tuple[float, ...]:
-    """Parse an order list: ``"1-8"`` (integers from 1 to 8), ``"2,4,8.5,16"`` or a mix ``"2-4,32"``.
-
-    Returns the sorted distinct orders. Raises :class:`ParameterError` on anything else or on orders <= 0.
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise ParameterError(f"The 'orders' parameter must be a list like '1-8' or '2,4,8,16'. Got {text!r} instead.")
-    out: set[float] = set()
-    for part in text.split(","):
-        m = _RANGE.match(part)
-        try:
-            if m:
-                lo, hi = float(m.group(1)), float(m.group(2))
-                if not (lo.is_integer() and hi.is_integer()) or hi < lo:
-                    raise ValueError
-                out.update(float(v) for v in range(int(lo), int(hi) + 1))
-            else:
-                v = float(part)
-                if not math.isfinite(v):
-                    raise ValueError
-                out.add(v)
-        except ValueError:
-            raise ParameterError(
-                f"The 'orders' parameter must be a list like '1-8' or '2,4,8,16' of positive numbers. Got {text!r} instead."
-            ) from None
-    if min(out) <= 0:
-        raise ParameterError(f"The 'orders' parameter must hold orders > 0. Got {min(out):g} instead.")
-    return tuple(sorted(out))
-
 
 # --------------------------------------------------------------------------------------------------
 # The RDP accountant
@@ -117,8 +90,6 @@ def parse_orders(text: str) -> tuple[float, ...]:
 
 def event_assumptions(event) -> tuple[str, ...]:
     """Sentences stating the neighbouring relation and data dependence of a leaf event (for statements)."""
-    from dpaudit.accountants import events as ev
-
     name = type(event).__name__
     if isinstance(event, ev.RandomizedResponse):
         return ("RandomizedResponse: local DP; neighbouring inputs are any two values of one client's data "
@@ -148,25 +119,14 @@ def data_dependence_note(event) -> str | None:
 
 def _pure_epsilon(event: DpEvent) -> float:
     """Pure-DP epsilon of one leaf event, inf when it is not a pure-DP mechanism (or not known to be)."""
-    from dpaudit.accountants import events as ev
-
     if isinstance(event, ev.RandomizedResponse):
         return event.report_epsilon
     if isinstance(event, ev.LaplaceNoisyMax):  # each query is (sensitivity * gamma)-DP whatever the votes
-        return event.query_epsilon * event.num_queries
-    from dpaudit.accountants.pure import PureDp
-
+        return event.query_epsilon * event.n_queries
     if isinstance(event, PureDp):
         return event.epsilon
     return math.inf
 
-
-def _append_event(events: list, event: DpEvent, count: int) -> None:
-    """Append ``(event, count)``, merging with the last entry when it is the same data-independent event."""
-    if events and getattr(event, "votes", None) is None and type(events[-1][0]) is type(event) and events[-1][0] == event:
-        events[-1] = (event, events[-1][1] + count)
-    else:
-        events.append((event, count))
 
 
 #: RDP of data-independent leaf events, keyed by (event, orders); events are immutable and hashable.
@@ -199,6 +159,7 @@ class RdpAccountant(Accountant):
         self._data_dependence_notes: set[str] = set()
         self._pure = 0.0  # sum of pure-DP epsilons (inf once an event is not pure DP)
         self.warnings: tuple[str, ...] = ()
+        self._ext_orders: np.ndarray = self.orders
 
     def supports(self, event: DpEvent) -> bool:
         try:
@@ -207,6 +168,7 @@ class RdpAccountant(Accountant):
             return False
         return True
 
+    @quiet_overflow
     def rdp_of(self, event: DpEvent, count: int = 1) -> np.ndarray:
         """RDP at each order of ``count`` compositions of ``event`` (no state change)."""
         total = np.zeros_like(self.orders)
@@ -245,12 +207,19 @@ class RdpAccountant(Accountant):
         pure = sum(_pure_epsilon(leaf) * mult for leaf, mult in leaves) * count
         self._rdp = self._rdp + add
         self._pure = self._pure + pure
-        _append_event(self._events, event, count)
+        append_event(self._events, event, count)
         for a in new_assumptions:
             self._assumptions.setdefault(a, None)
         self._data_dependent |= any(getattr(l, "data_dependent", False) for l, _ in leaves)
         self._data_dependence_notes.update(n for n in (data_dependence_note(l) for l, _ in leaves) if n is not None)
         return self
+
+    def epsilon_quiet(self, target_delta: float) -> float:
+        """The headline epsilon of :meth:`get_statement` without building a statement or warning (cheap; used by
+        the ledger on every record)."""
+        if not self._rdp.any():
+            return 0.0
+        return min(rdp_to_epsilon(self.orders, self._rdp, target_delta, warn=False)[0], self._pure)
 
     @property
     def rdp(self) -> np.ndarray:
@@ -258,29 +227,55 @@ class RdpAccountant(Accountant):
         out.setflags(write=False)
         return out
 
+    @quiet_overflow
     def _statement(self, target_delta: float) -> PrivacyStatement:
         if not np.any(self._rdp > 0):  # nothing composed (or only zero-cost events): identical output distributions
             return PrivacyStatement(0.0, target_delta, "rdp", assumptions=("No privacy-relevant events were composed.",))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", EdgeOrderWarning)
             eps, order = rdp_to_epsilon(self.orders, self._rdp, target_delta)
+        extended = ""
+        if caught and order is not None and order == self.orders.min():
+            eps2, order2, grid = self._extend(target_delta)
+            if eps2 < eps:
+                eps, order = eps2, order2
+                extended = f" The best order was at the grid's edge; the grid was extended ({grid}) and order {order2:g} won."
+                caught = [] if order2 not in (min(self._ext_orders), max(self._ext_orders)) else caught
         method = "rdp"
-        base = ("RDP summed over all composed events (adaptive composition), converted to (epsilon, delta) with "
-                "the Canonne-Kamath-Steinke 2020 bound; the smallest epsilon over the order grid is reported.",)
+        base: tuple[str, ...] = ("RDP summed over all composed events (adaptive composition), converted to (epsilon, delta) with "
+                "the Canonne-Kamath-Steinke 2020 bound; the smallest epsilon over the order grid is reported"
+                + (f" (order {order:g} won)." if order is not None else ".") + extended,)
         data_dependent = self._data_dependent
         assumptions = tuple(self._assumptions)
-        if self._pure <= eps:  # every event is pure DP and basic composition is tighter here
+        if self._pure <= eps and math.isfinite(self._pure):  # every event is pure DP and basic composition is tighter
             eps, order, method, caught = self._pure, None, "basic composition (pure DP)", []
             base = ("Every composed event is pure DP; basic composition (sum of epsilons, delta 0) is smaller than "
                     "the RDP figure and is reported.",)
             # the sum of the events' pure epsilons does not look at the data, whatever the events carry
             data_dependent = False
             assumptions = tuple(a for a in assumptions if a not in self._data_dependence_notes)
+        if math.isinf(eps):
+            base = base + ("epsilon is infinite: the RDP is infinite at every order of the grid (the noise is too small "
+                           "for any finite bound at this delta by this route).",)
         self.warnings = tuple(str(c.message) for c in caught if issubclass(c.category, EdgeOrderWarning))
         for msg in self.warnings:
             warnings.warn(msg, EdgeOrderWarning, stacklevel=3)
         return PrivacyStatement(eps, target_delta, method, order=order,
                                 assumptions=join_assumptions(base, assumptions),
                                 data_dependent=data_dependent,
-                                details={"orders": f"{self.orders.min():g}..{self.orders.max():g} ({self.orders.size})"})
+                                details={"orders": f"{self.orders.min():g}..{self.orders.max():g} ({self.orders.size})",
+                                         "winning_order": order, **({"grid_extended": extended.strip()} if extended else {})})
+
+    def _extend(self, target_delta: float) -> tuple[float, float | None, str]:
+        """Retry with orders between 1 and the grid's smallest order, where the optimum sat (large epsilons). At the
+        upper edge (tiny epsilons, near-pure mechanisms) only the warning is given: basic composition bounds those."""
+        lo = float(self.orders.min())
+        ext = 1.0 + (lo - 1.0) * np.array([0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.001])
+        self._ext_orders = ext
+        probe = RdpAccountant(ext)
+        total = np.zeros(ext.size)
+        for event, count in self._events:
+            total = total + probe.rdp_of(event, count)
+        eps, order = rdp_to_epsilon(ext, np.where(np.isnan(total), np.inf, np.maximum(total, 0.0)), target_delta, warn=False)
+        return eps, order, f"{ext.min():g}..{ext.max():g}"
 

@@ -41,8 +41,8 @@ from typing import Any, Mapping
 import numpy as np
 from scipy.special import log_ndtr, ndtri_exp
 
-from dpaudit.accountants.gnmax import gaussian_log_q, rdp_gnmax_data_dependent
-from dpaudit.accountants.pate import _validated_votes
+from dpaudit.accountants.gnmax import gaussian_log_q, rdp_gnmax_data_dependent, rdp_threshold_data_dependent, threshold_log_pr
+from dpaudit.accountants._common import validated_votes
 from dpaudit.accountants.rdp import rdp_to_epsilon
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
@@ -50,6 +50,7 @@ __all__ = [
     "gnmax_step_bounds",
     "local_sensitivity_bounds_gnmax",
     "smooth_sensitivity_gnmax",
+    "local_sensitivity_bounds_threshold",
     "rdp_gnss",
     "SmoothSensitivityRelease",
     "release_noisy_epsilon",
@@ -103,7 +104,7 @@ def local_sensitivity_bounds_gnmax(votes: Any, *, sigma: float, order: float, ma
     owner = "local_sensitivity_bounds_gnmax"
     sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
     order = check_float(order, "order", owner, low=1.0, low_open=True)
-    v = _validated_votes(votes, owner)
+    v = validated_votes(votes, owner)
     nc = v.shape[1]
     if max_distance is None:
         max_distance = int(math.ceil(v.sum(axis=1).max()))
@@ -137,10 +138,54 @@ def local_sensitivity_bounds_gnmax(votes: Any, *, sigma: float, order: float, ma
     return np.maximum.accumulate(out, axis=1)
 
 
-def smooth_sensitivity_gnmax(votes: Any, *, sigma: float, order: float, beta: float, max_distance: int | None = None) -> float:
-    """:math:`\\max_d e^{-\\beta d} \\sum_i A_i^{(d)}` for the total data-dependent RDP at ``order`` over all queries."""
+def local_sensitivity_bounds_threshold(votes: Any, *, threshold: float, sigma1: float, order: float,
+                                       max_distance: int | None = None) -> np.ndarray:
+    """Upper bounds on :math:`A^{(d)}` of Confident-GNMax's data-dependent threshold cost at ``order``
+    (:func:`~dpaudit.accountants.gnmax.rdp_threshold_data_dependent`), d = 0..``max_distance``, per query.
+
+    The cost is a function g(m) of the largest count m only, and one step moves m by at most 1, so (exactly)
+    :math:`LS(m') = \\max(|g(m'+1) - g(m')|, |g(m') - g(m'-1)|)` and :math:`A^{(d)}(m) = \\max_{|m'-m| \\le d} LS(m')`
+    (no clipping of m' to the feasible range: only more candidates, so an upper bound)."""
+    owner = "local_sensitivity_bounds_threshold"
+    threshold = check_float(threshold, "threshold", owner)
+    sigma1 = check_float(sigma1, "sigma1", owner, low=0.0, low_open=True)
+    order = check_float(order, "order", owner, low=1.0, low_open=True)
+    v = validated_votes(votes, owner)
+    if max_distance is None:
+        max_distance = int(math.ceil(v.sum(axis=1).max()))
+    dmax = check_int(max_distance, "max_distance", owner, low=0)
+    m = v.max(axis=1)
+    uniq, inv = np.unique(m, return_inverse=True)
+    k = np.arange(-(dmax + 1), dmax + 2, dtype=np.float64)
+    pts = (uniq[:, None] + k[None, :]).ravel()
+    with np.errstate(over="ignore"):
+        lpr = log_ndtr((pts - threshold) / sigma1)
+    g = rdp_threshold_data_dependent(lpr, sigma1, [order])[:, 0].reshape(uniq.size, k.size)
+    step = np.abs(np.diff(g, axis=1))  # |g(m+k+1) - g(m+k)|, k = -(D+1)..D
+    ls = np.maximum(step[:, :-1], step[:, 1:])  # LS at offsets k = -D..D
+    centre = dmax
+    ring = np.maximum(ls[:, centre - np.arange(dmax + 1)], ls[:, centre + np.arange(dmax + 1)])
+    return np.maximum.accumulate(ring, axis=1)[inv]
+
+
+def smooth_sensitivity_gnmax(votes: Any, *, sigma: float, order: float, beta: float, max_distance: int | None = None,
+                             threshold: float | None = None, sigma1: float | None = None,
+                             answered: Any = None) -> float:
+    """:math:`\\max_d e^{-\\beta d} \\sum_i A_i^{(d)}` for the total data-dependent RDP at ``order`` over all queries.
+
+    With ``threshold`` and ``sigma1`` (Confident-GNMax) the total also holds every query's data-dependent threshold
+    cost, and only the ``answered`` rows (a bool mask; default all) pay the GNMax cost."""
     beta = check_float(beta, "beta", "smooth_sensitivity_gnmax", low=0.0, low_open=True)
-    a = local_sensitivity_bounds_gnmax(votes, sigma=sigma, order=order, max_distance=max_distance).sum(axis=0)
+    per = local_sensitivity_bounds_gnmax(votes, sigma=sigma, order=order, max_distance=max_distance)
+    if answered is not None:
+        per = per[np.asarray(answered, dtype=bool)]
+    a = per.sum(axis=0)
+    if (threshold is None) != (sigma1 is None):
+        raise ParameterError("smooth_sensitivity_gnmax needs both 'threshold' and 'sigma1', or neither. "
+                             f"Got threshold={threshold!r}, sigma1={sigma1!r} instead.")
+    if threshold is not None and sigma1 is not None:
+        a = a + local_sensitivity_bounds_threshold(votes, threshold=threshold, sigma1=sigma1, order=order,
+                                                   max_distance=a.size - 1).sum(axis=0)
     return float(np.max(a * np.exp(-beta * np.arange(a.size))))
 
 
@@ -183,7 +228,8 @@ class SmoothSensitivityRelease:
 
 
 def release_noisy_epsilon(votes: Any, *, sigma: float, order: float, beta: float, sigma_ss: float, delta: float, seed: int,
-                          max_distance: int | None = None) -> SmoothSensitivityRelease:
+                          max_distance: int | None = None, threshold: float | None = None, sigma1: float | None = None,
+                          answered: Any = None) -> SmoothSensitivityRelease:
     """Release GNMax's data-dependent RDP at ``order`` with smooth-sensitivity Gaussian noise (PATE 2018, Section 4.2).
 
     Parameters
@@ -202,6 +248,10 @@ def release_noisy_epsilon(votes: Any, *, sigma: float, order: float, beta: float
         Target delta for the final epsilon (single-order conversion at ``order``).
     seed:
         Seed of the release noise (recorded; same seed, same figure).
+    threshold, sigma1, answered:
+        Confident-GNMax (PATE 2018, Algorithm 1): every row's check is charged its data-dependent cost
+        (:func:`~dpaudit.accountants.gnmax.rdp_threshold_data_dependent`), only the ``answered`` rows (bool mask,
+        default all) the GNMax cost; the smooth sensitivity covers both.
     """
     owner = "release_noisy_epsilon"
     sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
@@ -210,9 +260,15 @@ def release_noisy_epsilon(votes: Any, *, sigma: float, order: float, beta: float
     sigma_ss = check_float(sigma_ss, "sigma_ss", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
     seed = check_int(seed, "seed", owner, low=0)
-    v = _validated_votes(votes, owner)
-    private = float(rdp_gnmax_data_dependent(gaussian_log_q(v, sigma), sigma, [order]).sum())
-    ss = smooth_sensitivity_gnmax(v, sigma=sigma, order=order, beta=beta, max_distance=max_distance)
+    v = validated_votes(votes, owner)
+    gn = rdp_gnmax_data_dependent(gaussian_log_q(v, sigma), sigma, [order])[:, 0]
+    if answered is not None:
+        gn = gn[np.asarray(answered, dtype=bool)]
+    private = float(gn.sum())
+    if threshold is not None and sigma1 is not None:  # Confident-GNMax: every query's data-dependent check cost
+        private += float(rdp_threshold_data_dependent(threshold_log_pr(v, threshold, sigma1), sigma1, [order]).sum())
+    ss = smooth_sensitivity_gnmax(v, sigma=sigma, order=order, beta=beta, max_distance=max_distance, threshold=threshold,
+                                  sigma1=sigma1, answered=answered)
     z = float(np.random.default_rng(seed).standard_normal())
     noisy = max(private + ss * sigma_ss * z, 0.0)
     cost = rdp_gnss(beta, sigma_ss, order)

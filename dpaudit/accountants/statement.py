@@ -3,12 +3,16 @@ puts several figures side by side (e.g. per report, composed over rounds, shuffl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
 
 __all__ = ["PrivacyStatement", "AccountingResult"]
+
+_INFINITE = ("epsilon is infinite: no finite bound holds at this delta for this route (the noise is too small, or "
+             "delta = 0 for a mechanism that is not pure DP).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +49,10 @@ class PrivacyStatement:
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", float(self.epsilon))
         object.__setattr__(self, "delta", float(self.delta))
-        object.__setattr__(self, "assumptions", tuple(self.assumptions))
+        assumptions = tuple(self.assumptions)
+        if math.isinf(self.epsilon) and not any("infinite" in a for a in assumptions):
+            assumptions += (_INFINITE,)
+        object.__setattr__(self, "assumptions", assumptions)
         object.__setattr__(self, "details", dict(self.details))
 
     def to_dict(self) -> dict[str, Any]:

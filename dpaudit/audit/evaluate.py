@@ -20,7 +20,6 @@ as are missing or malformed subject files (:class:`~dpaudit.errors.DataError`): 
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 import warnings
@@ -29,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import numpy as np
-from scipy import optimize, special
-
 from dpaudit._io import read_json, write_text
+from dpaudit.accountants import mechanisms
+from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
+from dpaudit.accountants.pate import load_votes
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.audit.claims import (
     AttackBudget,
@@ -43,7 +42,7 @@ from dpaudit.audit.claims import (
     ReleaseSubject,
     load_claims,
 )
-from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
+from dpaudit.errors import DataError, DPAuditError
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
 from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, HasBoundKind
 
@@ -268,113 +267,16 @@ def write_junit(report: ClaimsReport, path: str | Path) -> Path:
 # --------------------------------------------------------------------------------------------------
 
 
-def _log_gaussian_delta(eps: float, mu: float) -> float:
-    """log of delta(eps) for the Gaussian mechanism with mu = sensitivity/sigma (Balle & Wang 2018, Thm 8):
-    delta = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), evaluated in log space."""
-    a = special.log_ndtr(mu / 2 - eps / mu)
-    b = eps + special.log_ndtr(-mu / 2 - eps / mu)
-    if b >= a:
-        return -math.inf
-    return a + math.log1p(-math.exp(b - a))
-
-
-def gaussian_mechanism_epsilon(mu: float, delta: float) -> float:
-    """Smallest epsilon at which the Gaussian mechanism with ``mu`` = sensitivity / sigma is (epsilon, delta)-DP.
-
-    Exact (Balle & Wang, "Improving the Gaussian mechanism for differential privacy", ICML 2018, Theorem 8);
-    k-fold composition is the Gaussian mechanism with ``mu * sqrt(k)`` (Dong, Roth & Su, "Gaussian
-    differential privacy", 2019, Corollary 3.3). Rounded up by the root finder's tolerance; ``delta = 0`` gives inf.
-    """
-    mu = check_float(mu, "mu", "gaussian_mechanism_epsilon", low=0.0, low_open=True)
-    delta = check_float(delta, "delta", "gaussian_mechanism_epsilon", low=0.0, high=1.0, high_open=True)
-    if delta == 0.0:
-        return math.inf
-    log_d = math.log(delta)
-    if _log_gaussian_delta(0.0, mu) <= log_d:
-        return 0.0
-    hi = 1.0
-    while _log_gaussian_delta(hi, mu) > log_d:
-        hi *= 2.0
-        if hi > 1e6:
-            return math.inf
-    root = optimize.brentq(lambda e: _log_gaussian_delta(e, mu) - log_d, 0.0, hi, xtol=1e-12, rtol=1e-12)
-    return float(root) * (1 + 1e-10) + 1e-10  # the conservative side of the root
-
-
-def _closed_form(kind: str, params: Mapping[str, Any], delta: float) -> AccountingResult:
-    owner = f"the {kind} mechanism"
-    allowed = {"sensitivity", "count", "scale" if kind == "laplace" else "sigma"}
-    extra = sorted(set(params) - allowed)
-    if extra:
-        raise ParameterError(f"Unknown parameter {extra[0]!r} of {owner}; allowed: {', '.join(sorted(allowed))}.")
-    sens = check_float(params.get("sensitivity", 1.0), "sensitivity", owner, low=0.0, low_open=True)
-    count = check_int(params.get("count", 1), "count", owner, low=1)
-    if kind == "laplace":
-        if "scale" not in params:
-            raise ParameterError(f"The 'scale' parameter of {owner} is required. Got nothing instead.")
-        scale = check_float(params["scale"], "scale", owner, low=0.0, low_open=True)
-        st = PrivacyStatement(
-            epsilon=count * sens / scale, delta=0.0, method="Laplace mechanism, basic composition",
-            assumptions=(f"Laplace noise of scale {scale:g} on a query of L1 sensitivity {sens:g} between neighbours; "
-                         f"{count} composition(s) add up (Dwork et al. 2006).",),
-            label=f"{count} quer{'y' if count == 1 else 'ies'}",
-        )
-    else:
-        if "sigma" not in params:
-            raise ParameterError(f"The 'sigma' parameter of {owner} is required. Got nothing instead.")
-        sigma = check_float(params["sigma"], "sigma", owner, low=0.0, low_open=True)
-        mu = math.sqrt(count) * sens / sigma
-        st = PrivacyStatement(
-            epsilon=gaussian_mechanism_epsilon(mu, delta), delta=delta,
-            method="Gaussian mechanism, exact (Balle & Wang 2018; GDP composition)",
-            assumptions=(f"Gaussian noise of standard deviation {sigma:g} on a query of L2 sensitivity {sens:g}; "
-                         f"{count} composition(s), i.e. mu = {mu:.6g}-GDP (Dong, Roth & Su 2019).",),
-            label=f"{count} quer{'y' if count == 1 else 'ies'}", details={"mu": mu},
-        )
-    return AccountingResult(mechanism=kind, statements=(st,), parameters=dict(params))
-
-
-def _accounting_function(kind: str) -> Callable[..., AccountingResult]:
-    module, name = {
-        "ldp": ("dpaudit.accountants.ldp", "account_ldp"),
-        "dpsgd": ("dpaudit.accountants.dpsgd", "account_dpsgd"),
-        "pate": ("dpaudit.accountants.pate", "account_pate"),
-        "gnmax": ("dpaudit.accountants.gnmax", "account_gnmax"),
-    }[kind]
-    import importlib
-
-    fn = getattr(importlib.import_module(module), name, None)
-    if fn is None:
-        raise DPAuditError(f"Accounting for {kind!r} mechanisms ({module}.{name}) is not available in this build of dpaudit.")
-    return fn
-
-
 def account_mechanism(kind: str, params: Mapping[str, Any], delta: float, *, base_dir: str | Path = ".") -> AccountingResult:
     """Account a mechanism description at ``delta`` (the claim's): ``laplace``/``gaussian`` in closed form, the
     others through their ``account_*`` function with ``params`` as keyword arguments. A string ``votes``
     parameter is a ``.npy`` path (relative to ``base_dir``) loaded without pickle."""
-    if kind in ("laplace", "gaussian"):
-        return _closed_form(kind, params, delta)
-    fn = _accounting_function(kind)
     kwargs = dict(params)
     if isinstance(kwargs.get("votes"), str):
         vp = Path(kwargs["votes"])
         vp = vp if vp.is_absolute() else Path(base_dir) / vp
-        from dpaudit.accountants.pate import load_votes  # the one votes-file reader (numeric arrays only)
-
-        kwargs["votes"] = load_votes(vp)
-    sig = inspect.signature(fn)
-    if "delta" in sig.parameters:
-        # delta = 0 means "pure DP": functions whose delta is optional get None (their pure figure)
-        optional = sig.parameters["delta"].default is None
-        if not (delta == 0.0 and optional):
-            kwargs["delta"] = delta
-    try:
-        sig.bind(**kwargs)
-    except TypeError as exc:
-        known = ", ".join(p for p in sig.parameters if p != "delta")
-        raise ParameterError(f"Bad parameters for the {kind!r} mechanism ({exc}); its parameters are: {known}.") from None
-    return fn(**kwargs)
+        kwargs["votes"] = load_votes(vp)  # the one votes-file reader (numeric arrays only)
+    return mechanisms.account_mechanism(kind, kwargs, delta)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -7,6 +7,9 @@ from typing import Any
 
 import click
 
+from dpaudit.accountants import mechanisms
+from dpaudit.accountants.pate import load_votes
+from dpaudit.accountants.rdp import parse_orders
 from dpaudit.cli.render import render_result, result_json
 
 MECHANISMS = ("ldp", "dpsgd", "laplace", "gaussian", "pate", "gnmax")
@@ -50,39 +53,32 @@ def _check_options(mechanism: str, given: dict[str, Any]) -> None:
 
 
 def _call(mechanism: str, o: dict[str, Any]):
+    """One call of the mechanism table's function (:data:`dpaudit.accountants.mechanisms.ACCOUNTING_FUNCTIONS`).
+
+    The CLI's ``laplace`` and ``gaussian`` are the PATE noisy-max mechanisms without votes (data-independent):
+    ``pate`` and ``gnmax`` with ``data_independent=True``."""
+    fns = mechanisms.ACCOUNTING_FUNCTIONS
     if mechanism == "ldp":
-        from dpaudit.accountants.ldp import account_ldp
-
-        return account_ldp(o["epsilon"], o["samples"], o["classes"], rounds=o["rounds"], participation=o["participation"],
-                           users=o["users"], delta=o["delta"])
+        return fns["ldp"](o["epsilon"], o["samples"], o["classes"], rounds=o["rounds"], participation=o["participation"],
+                          users=o["users"], delta=o["delta"])
     if mechanism == "dpsgd":
-        from dpaudit.accountants.dpsgd import account_dpsgd
-
-        return account_dpsgd(dataset_size=o["dataset_size"], batch_size=o["batch_size"], noise_multiplier=o["noise_multiplier"],
-                             epochs=o["epochs"], steps=o["steps"], delta=o["delta"], accountant=o["accountant"] or "rdp")
-    from dpaudit.accountants.rdp import parse_orders
-
+        return fns["dpsgd"](dataset_size=o["dataset_size"], batch_size=o["batch_size"], noise_multiplier=o["noise_multiplier"],
+                            epochs=o["epochs"], steps=o["steps"], delta=o["delta"], accountant=o["accountant"] or "best")
     orders = parse_orders(o["orders"]) if o["orders"] is not None else None
     if mechanism in ("laplace", "pate"):
-        from dpaudit.accountants.pate import account_pate, load_votes
-
         extra = {} if o["sensitivity"] is None else {"sensitivity": o["sensitivity"]}
         if mechanism == "laplace":
-            return account_pate(None, gamma=o["gamma"], delta=o["delta"], queries=o["queries"], data_independent=True,
-                                orders=orders, conversion=o["conversion"] or "moments", **extra)
-        return account_pate(load_votes(o["votes"]), gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
-                            data_independent=o["data_independent"], fedkt_level=o["fedkt_level"], granularity=o["granularity"],
-                            partitions=o["partitions"], teachers=o["teachers"], z=o["z"], orders=orders,
-                            conversion=o["conversion"] or "moments", **extra)
-    from dpaudit.accountants.gnmax import account_gnmax
-
+            return fns["pate"](None, gamma=o["gamma"], delta=o["delta"], queries=o["queries"], data_independent=True,
+                               orders=orders, conversion=o["conversion"] or "best", **extra)
+        return fns["pate"](load_votes(o["votes"]), gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
+                           data_independent=o["data_independent"], fedkt_level=o["fedkt_level"], granularity=o["granularity"],
+                           partitions=o["partitions"], teachers=o["teachers"], z=o["z"], orders=orders,
+                           conversion=o["conversion"] or "best", **extra)
     if mechanism == "gaussian":
-        return account_gnmax(None, sigma=o["sigma"], delta=o["delta"], queries=o["queries"], threshold=o["threshold"],
-                             sigma1=o["sigma1"], data_independent=True, orders=orders)
-    from dpaudit.accountants.pate import load_votes
-
-    return account_gnmax(load_votes(o["votes"]), sigma=o["sigma"], delta=o["delta"], queries=o["queries"],
-                         threshold=o["threshold"], sigma1=o["sigma1"], data_independent=o["data_independent"], orders=orders)
+        return fns["gnmax"](None, sigma=o["sigma"], delta=o["delta"], queries=o["queries"], threshold=o["threshold"],
+                            sigma1=o["sigma1"], data_independent=True, orders=orders)
+    return fns["gnmax"](load_votes(o["votes"]), sigma=o["sigma"], delta=o["delta"], queries=o["queries"],
+                        threshold=o["threshold"], sigma1=o["sigma1"], data_independent=o["data_independent"], orders=orders)
 
 
 @click.command("account")
@@ -99,7 +95,7 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--noise-multiplier", type=float, help="[dpsgd] sigma.")
 @click.option("--epochs", type=float, help="[dpsgd] epochs (steps = ceil(epochs*dataset/batch)).")
 @click.option("--steps", type=int, help="[dpsgd] steps.")
-@click.option("--accountant", type=click.Choice(("rdp", "pld")), help="[dpsgd] headline accountant (default rdp).")
+@click.option("--accountant", type=click.Choice(("best", "rdp", "pld")), help="[dpsgd] headline route: best (default: the smaller of rdp and pld), or force rdp or pld.")
 @click.option("--gamma", type=float, help="[laplace, pate] inverse Laplace scale on vote counts.")
 @click.option("--queries", type=int, help="[laplace, gaussian, pate, gnmax] number of queries.")
 @click.option("--sensitivity", type=float, help="[laplace, pate] L1 sensitivity of the vote histogram (default 2).")
@@ -111,7 +107,7 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--z", type=int, help="[pate] FedKT z (example-level).")
 @click.option("--data-independent", is_flag=True, help="[pate, gnmax] use the data-independent bound only.")
 @click.option("--orders", type=str, help="[laplace, gaussian, pate, gnmax] orders, e.g. '1-8' or '2,4,8,16'.")
-@click.option("--conversion", type=click.Choice(("moments", "rdp")), help="[laplace, pate] moments (PATE 2017) or rdp.")
+@click.option("--conversion", type=click.Choice(("best", "moments", "rdp")), help="[laplace, pate] best (default: the smallest of moments, rdp and pure-DP composition), or force moments (PATE 2017) or rdp.")
 @click.option("--sigma", type=float, help="[gaussian, gnmax] GNMax noise std.")
 @click.option("--threshold", type=float, help="[gaussian, gnmax] Confident-GNMax threshold T.")
 @click.option("--sigma1", type=float, help="[gaussian, gnmax] Confident-GNMax threshold noise std.")

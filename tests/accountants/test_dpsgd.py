@@ -14,10 +14,17 @@ MNIST = dict(dataset_size=60000, batch_size=150, noise_multiplier=1.3, epochs=15
 def test_tensorflow_privacy_reference_value():
     # tensorflow_privacy compute_dp_sgd_privacy_lib_test: N=60000, batch 150, sigma 1.3, 15 epochs, delta 1e-5
     # -> eps 0.7242 (RDP). dp_accounting's RDP with the Canonne-Kamath-Steinke conversion reproduces it (order 19).
-    r = account_dpsgd(**MNIST)
+    r = account_dpsgd(**MNIST, accountant="rdp")
     assert r.facts["steps"] == 6000 and r.facts["sampling_rate"] == pytest.approx(0.0025)
     assert r.epsilon == pytest.approx(0.7242, abs=5e-5)
     assert r.statement.method == "rdp" and r.statement.order == 19.0
+
+
+def test_default_headline_is_the_smaller_route():
+    r = account_dpsgd(**MNIST)
+    assert r.statement.method == "pld" and r.facts["winning_route"] == "pld"
+    assert r.epsilon == min(s.epsilon for s in r.statements) == pytest.approx(0.6401, abs=2e-4)
+    assert r.facts["rdp_order"] == 19.0
 
 
 def test_pld_headline_tighter_than_rdp():

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from dpaudit.accountants.base import rdp_function_for
 from dpaudit.accountants.events import GaussianNoisyMax
+from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
 from dpaudit.accountants.gnmax import (
     account_gnmax,
     gaussian_log_q,
@@ -19,7 +20,7 @@ from dpaudit.accountants.gnmax import (
     rdp_gnmax_data_independent,
     rdp_threshold,
 )
-from dpaudit.accountants.rdp import rdp_to_epsilon
+from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.errors import ParameterError
 
 mpmath.mp.dps = 50
@@ -95,9 +96,12 @@ def test_account_gnmax_shapes_and_ordering():
     res = account_gnmax(votes, sigma=40.0, delta=1e-5)
     assert res.statements[0].data_dependent and not res.statements[1].data_dependent
     assert 0 < res.epsilon < res.statements[1].epsilon
-    # the data-independent figure is the closed form
+    # the data-independent figure is the smaller of the RDP closed form and the exact Gaussian-DP composition
     grid = np.array(res.parameters["orders"])
-    assert res.statements[1].epsilon == pytest.approx(rdp_to_epsilon(grid, 1000 * grid / 1600, 1e-5, warn=False)[0])
+    rdp_di = rdp_to_epsilon(grid, 1000 * grid / 1600, 1e-5, warn=False)[0]
+    exact = gaussian_mechanism_epsilon(math.sqrt(1000 * 2 / 1600), 1e-5)
+    assert res.statements[1].epsilon == pytest.approx(min(rdp_di, exact))
+    assert res.statements[1].details["routes"]["rdp"] == pytest.approx(rdp_di)
     assert res.facts["data_dependent_queries"] == 1000
     # the same through the registered RDP of the event
     ev = GaussianNoisyMax(sigma=40.0, votes=votes)
@@ -116,9 +120,11 @@ def test_confident_gnmax():
     assert half.epsilon < allpay.epsilon
     none = account_gnmax(votes, sigma=40.0, delta=1e-5, threshold=150.0, sigma1=100.0, answered=np.zeros(100, bool))
     grid = np.array(none.parameters["orders"])
-    assert none.epsilon == pytest.approx(rdp_to_epsilon(grid, 100 * grid / (2 * 100.0**2), 1e-5, warn=False)[0])
+    assert none.epsilon == pytest.approx(min(rdp_to_epsilon(grid, 100 * grid / (2 * 100.0**2), 1e-5, warn=False)[0],
+                                             gaussian_mechanism_epsilon(math.sqrt(100 / 100.0**2), 1e-5)))
     di = account_gnmax(sigma=40.0, delta=1e-5, queries=100, threshold=150.0, sigma1=100.0, answered=30)
-    assert di.epsilon == pytest.approx(rdp_to_epsilon(grid, 30 * grid / 1600 + 100 * grid / 20000, 1e-5, warn=False)[0])
+    assert di.epsilon == pytest.approx(min(rdp_to_epsilon(grid, 30 * grid / 1600 + 100 * grid / 20000, 1e-5, warn=False)[0],
+                                           gaussian_mechanism_epsilon(math.sqrt(30 * 2 / 1600 + 100 / 100.0**2), 1e-5)))
 
 
 @settings(max_examples=30, deadline=None)
@@ -136,3 +142,32 @@ def test_errors():
         account_gnmax(np.ones((1, 3)), sigma=1.0, delta=1e-5, threshold=3.0)
     with pytest.raises(ParameterError, match="'answered'"):
         account_gnmax(np.ones((2, 3)), sigma=1.0, delta=1e-5, threshold=3.0, sigma1=1.0, answered=np.ones(3, bool))
+
+
+@pytest.mark.parametrize("sigma", [5.0, 40.0, 150.0])
+def test_vectorised_total_equals_per_query_sum_and_never_below(sigma):
+    # the fast path (linear-space q, arithmetic-only bound where Theorem 6's second term is negligible) against the
+    # plain per-query log-space formulas on the same orders
+    rng = np.random.default_rng(int(sigma))
+    votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(800)], float)
+    votes = np.vstack([votes, [[250] + [0] * 9, [125, 125] + [0] * 8, [0] * 10, [1e300] + [0] * 9]])
+    grid = np.array(DEFAULT_ORDERS)
+    res = account_gnmax(votes, sigma=sigma, delta=1e-5)
+    ref_rdp = rdp_gnmax_data_dependent(gaussian_log_q(votes, sigma), sigma, grid).sum(axis=0)
+    ref = rdp_to_epsilon(grid, ref_rdp, 1e-5, warn=False)[0]
+    ours = res.statement.details["routes"]["data-dependent rdp"]
+    assert ref <= ours <= ref * (1 + 1e-10) + 1e-12
+
+
+@pytest.mark.parametrize("sigma", [10.0, 40.0, 150.0])
+def test_coarse_to_fine_order_search_finds_the_full_grid_minimum(sigma):
+    # many queries: the data-dependent route searches the grid coarse-to-fine; it must land on the full grid's
+    # minimum (and any order it reports gives a valid epsilon)
+    rng = np.random.default_rng(7)
+    votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(3000)], float)
+    res = account_gnmax(votes, sigma=sigma, delta=1e-5)
+    grid = np.array(DEFAULT_ORDERS)
+    assert res.statement.details["orders_evaluated"] < grid.size
+    full = rdp_gnmax_data_dependent(gaussian_log_q(votes, sigma), sigma, grid).sum(axis=0)
+    ref = rdp_to_epsilon(grid, np.minimum(full, votes.shape[0] * grid / sigma**2), 1e-5, warn=False)[0]
+    assert ref <= res.statement.details["routes"]["data-dependent rdp"] <= ref * (1 + 1e-10) + 1e-12

@@ -62,21 +62,26 @@ def test_q_bound_reference_value():
 )
 def test_reference_values(votes, queries, delta, expected):
     if votes is None:
-        res = account_pate(gamma=0.05, delta=delta, queries=queries, data_independent=True)
+        res = account_pate(gamma=0.05, delta=delta, queries=queries, data_independent=True, conversion="moments")
+        best = account_pate(gamma=0.05, delta=delta, queries=queries, data_independent=True)
     else:
-        res = account_pate(_rows(votes, queries), gamma=0.05, delta=delta)
+        res = account_pate(_rows(votes, queries), gamma=0.05, delta=delta, conversion="moments")
+        best = account_pate(_rows(votes, queries), gamma=0.05, delta=delta)
     assert res.epsilon == pytest.approx(expected, abs=1e-5)
+    # the default headline is the smallest valid route, never above the published figure
+    assert best.epsilon <= res.epsilon and best.statement.method in best.statement.details.get("routes", {}) | {
+        "moments (PATE 2017)": 0, "rdp": 0}
 
 
 def test_data_independent_closed_form():
     # min_l (N * 2 gamma^2 l(l+1) + ln(1/delta)) / l  (PATE 2017 Theorem 2 + Abadi et al. Theorem 2.2)
     for n, g in [(37, 0.03), (500, 0.1)]:
         closed = min((n * 2 * g * g * l * (l + 1) + math.log(1e5)) / l for l in range(1, 9))
-        assert account_pate(gamma=g, delta=1e-5, queries=n).epsilon == pytest.approx(closed, rel=1e-12)
+        assert account_pate(gamma=g, delta=1e-5, queries=n, conversion="moments").epsilon == pytest.approx(closed, rel=1e-12)
 
 
 def test_result_shape_and_facts():
-    res = account_pate(_rows(SKEWED, 100), gamma=0.05, delta=1e-5)
+    res = account_pate(_rows(SKEWED, 100), gamma=0.05, delta=1e-5, conversion="moments")
     assert [s.data_dependent for s in res.statements] == [True, False]
     assert res.statements[1].epsilon == pytest.approx(5.30259, abs=1e-5)
     assert res.facts["data_dependent_queries"] == 100
@@ -182,7 +187,8 @@ _hist = st.lists(st.integers(0, 60), min_size=2, max_size=6)
 @given(rows=st.lists(_hist.filter(lambda r: len(r) == 4), min_size=1, max_size=20), gamma=st.floats(0.005, 1.0))
 def test_data_dependent_never_above_independent_and_rdp_never_above_moments(rows, gamma):
     votes = np.array(rows, dtype=float)
-    mom = account_pate(votes, gamma=gamma, delta=1e-5)
+    mom = account_pate(votes, gamma=gamma, delta=1e-5, conversion="moments")
+    assert account_pate(votes, gamma=gamma, delta=1e-5).epsilon <= mom.epsilon
     assert 0 <= mom.epsilon <= mom.statements[1].epsilon + 1e-12
     # same grid: Renyi orders lambda = l + 1 <-> moment orders l; the Mironov term equals the moments formula
     rdp = account_pate(votes, gamma=gamma, delta=1e-5, conversion="rdp", orders=MOMENT_ORDERS + 1)
