@@ -19,6 +19,7 @@ import numpy as np
 
 __all__ = [
     "DPAuditError",
+    "format_value",
     "ParameterError",
     "DataError",
     "OutputError",
@@ -47,7 +48,7 @@ class OutputError(DPAuditError, OSError):
     permission, disk full); the message names the target, never a temporary file."""
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
     """The value as the user would write it, cut to 80 characters (an error line stays one readable line)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
@@ -65,10 +66,10 @@ def _range_text(kind: str, low, high, low_open: bool, high_open: bool) -> str:
     if low is not None and high is not None:
         lb = "(" if low_open else "["
         rb = ")" if high_open else "]"
-        return f"{art} {kind} in the range {lb}{_fmt(low)}, {_fmt(high)}{rb}"
+        return f"{art} {kind} in the range {lb}{format_value(low)}, {format_value(high)}{rb}"
     if low is not None:
-        return f"{art} {kind} {'>' if low_open else '>='} {_fmt(low)}"
-    return f"{art} {kind} {'<' if high_open else '<='} {_fmt(high)}"
+        return f"{art} {kind} {'>' if low_open else '>='} {format_value(low)}"
+    return f"{art} {kind} {'<' if high_open else '<='} {format_value(high)}"
 
 
 def check_float(
@@ -89,20 +90,20 @@ def check_float(
     """
     expected = _range_text("float", low, high, low_open, high_open)
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(value)} instead.")
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {format_value(value)} instead.")
     try:
         v = float(value)
     except OverflowError:  # an int beyond the float range (e.g. a 400-digit literal)
         v = math.inf if value > 0 else -math.inf
         if not allow_inf:
-            raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(value)} instead.") from None
+            raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {format_value(value)} instead.") from None
     bad = math.isnan(v) or (math.isinf(v) and not allow_inf)
     if not bad and low is not None:
         bad = v <= low if low_open else v < low
     if not bad and high is not None:
         bad = v >= high if high_open else v > high
     if bad:
-        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(v)} instead.")
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {format_value(v)} instead.")
     return v
 
 
@@ -120,10 +121,10 @@ def check_int(
     if not ok and isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
         ok = True
     if not ok:
-        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(value)} instead.")
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {format_value(value)} instead.")
     v = int(value)
     if (low is not None and v < low) or (high is not None and v > high):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {_fmt(v)} instead.")
+        raise ParameterError(f"The '{name}' parameter of {owner} must be {expected}. Got {format_value(v)} instead.")
     return v
 
 
@@ -136,11 +137,11 @@ def check_choice(value: Any, name: str, owner: str, choices: Iterable[str]) -> s
     choices = tuple(choices)
     if value not in choices:
         listed = ", ".join(repr(c) for c in choices)
-        raise ParameterError(f"The '{name}' parameter of {owner} must be one of {listed}. Got {_fmt(value)} instead.")
+        raise ParameterError(f"The '{name}' parameter of {owner} must be one of {listed}. Got {format_value(value)} instead.")
     return value
 
 
 def check_bool(value: Any, name: str, owner: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be a bool. Got {_fmt(value)} instead.")
+        raise ParameterError(f"The '{name}' parameter of {owner} must be a bool. Got {format_value(value)} instead.")
     return bool(value)

@@ -55,6 +55,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dpaudit._io import check_input_file, load_npy_file, read_input_text
 from dpaudit.accountants.base import Accountant, register_rdp
 from dpaudit.accountants.closed_form import pure_composition_epsilon
 from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, quiet_overflow, validated_votes
@@ -840,8 +841,6 @@ def load_votes(path: str | os.PathLike) -> np.ndarray:
     Raises :class:`~dpaudit.errors.DataError` for a missing or empty file, a wrong shape, fewer than 2 classes,
     or negative / non-finite counts. Rows may have different totals (consistent voting drops parties).
     """
-    from dpaudit._io import check_input_file, load_npy_file, read_input_text
-
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in (".npy", ".csv"):

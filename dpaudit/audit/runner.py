@@ -34,7 +34,7 @@ import numpy as np
 
 from dpaudit import __version__
 from dpaudit._io import read_json, write_json
-from dpaudit.errors import DPAuditError, DataError, ParameterError, _fmt, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import DPAuditError, DataError, ParameterError, format_value, check_choice, check_float, check_int, check_probability
 from dpaudit.executors import Executor, LocalExecutor, Unit
 from dpaudit.progress import QUIET, Reporter, as_reporter
 from dpaudit.report.flags import compute_flags
@@ -97,24 +97,24 @@ class ModelRun:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip() or "/" in self.name or self.name in (".", ".."):
-            raise ParameterError(f"The 'name' parameter of ModelRun must be a non-empty string without '/'. Got {_fmt(self.name)} instead.")
+            raise ParameterError(f"The 'name' parameter of ModelRun must be a non-empty string without '/'. Got {format_value(self.name)} instead.")
         owner = f"model {self.name!r}"
         for key in ("method", "release", "config_file"):
             v = getattr(self, key)
             if v is not None and (not isinstance(v, str) or not v.strip()):
-                raise ParameterError(f"The '{key}' parameter of {owner} must be a non-empty string. Got {_fmt(v)} instead.")
+                raise ParameterError(f"The '{key}' parameter of {owner} must be a non-empty string. Got {format_value(v)} instead.")
         if (self.method is None) == (self.release is None):
             raise ParameterError(f"Model {self.name!r} needs exactly one of 'method' or 'release'. Got method={self.method!r}, release={self.release!r} instead.")
         if not isinstance(self.params, Mapping):
-            raise ParameterError(f"The 'params' parameter of {owner} must be a table (e.g. params = {{ gamma = 0.1 }}). Got {_fmt(self.params)} instead.")
+            raise ParameterError(f"The 'params' parameter of {owner} must be a table (e.g. params = {{ gamma = 0.1 }}). Got {format_value(self.params)} instead.")
         if self.params and self.release is not None:
             raise ParameterError(f"The 'params' parameter of {owner} applies to 'method' models only. Got a release model instead.")
         for key in ("extra", "extra_names"):
             v = getattr(self, key)
             if isinstance(v, str) or not isinstance(v, (list, tuple)) or not all(isinstance(e, str) and e.strip() and "/" not in e for e in v):
-                raise ParameterError(f"The '{key}' parameter of {owner} must be a list of names. Got {_fmt(v)} instead.")
+                raise ParameterError(f"The '{key}' parameter of {owner} must be a list of names. Got {format_value(v)} instead.")
         if not isinstance(self.noise_label, str):
-            raise ParameterError(f"The 'noise_label' parameter of {owner} must be a string. Got {_fmt(self.noise_label)} instead.")
+            raise ParameterError(f"The 'noise_label' parameter of {owner} must be a string. Got {format_value(self.noise_label)} instead.")
         object.__setattr__(self, "extra", tuple(self.extra))
         object.__setattr__(self, "extra_names", tuple(self.extra_names) or tuple(f"{self.name}-{e}" for e in self.extra))
         if len(self.extra_names) != len(self.extra):
@@ -143,7 +143,7 @@ class AuditConfig:
         for key, cls in (("models", ModelRun), ("attacks", AttackSpec)):
             v = getattr(self, key)
             if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Sequence) or not all(isinstance(x, cls) for x in v):
-                raise ParameterError(f"The '{key}' parameter of {owner} must be a list of {cls.__name__}. Got {_fmt(v)} instead.")
+                raise ParameterError(f"The '{key}' parameter of {owner} must be a list of {cls.__name__}. Got {format_value(v)} instead.")
             object.__setattr__(self, key, tuple(v))
         cnames = [c.name for c in self.canary_audits]
         if len(set(cnames)) != len(cnames):
@@ -155,10 +155,10 @@ class AuditConfig:
         if self.models and not self.attacks:
             raise ParameterError("An audit config needs at least one attack ([[attacks]]). Got none instead.")
         if not isinstance(self.title, str):
-            raise ParameterError(f"The 'title' parameter of {owner} must be a string. Got {_fmt(self.title)} instead.")
+            raise ParameterError(f"The 'title' parameter of {owner} must be a string. Got {format_value(self.title)} instead.")
         check_choice(self.dataset, "dataset", owner, DATASETS)
         if self.data_dir is not None and (not isinstance(self.data_dir, str) or not self.data_dir.strip()):
-            raise ParameterError(f"The 'data_dir' parameter of {owner} must be a directory path. Got {_fmt(self.data_dir)} instead.")
+            raise ParameterError(f"The 'data_dir' parameter of {owner} must be a directory path. Got {format_value(self.data_dir)} instead.")
         names = [n for m in self.models for n in (m.name, *m.extra_names)]
         if len(set(names)) != len(names):
             raise ParameterError(f"Model names of an audit must be distinct. Got {names} instead.")
@@ -224,7 +224,7 @@ def load_audit_config(path: str | Path) -> AuditConfig:
     def tables(key: str, default: Any) -> list:
         v = data.get(key, default)
         if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
-            raise ParameterError(f"The '{key}' key of {p} must be a list of tables ([[{key}]]). Got {_fmt(v)} instead.")
+            raise ParameterError(f"The '{key}' key of {p} must be a list of tables ([[{key}]]). Got {format_value(v)} instead.")
         return v
 
     models = []

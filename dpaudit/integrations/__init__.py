@@ -8,3 +8,5 @@
 This package imports the accountants, opacus and dp_accounting only (never training, attacks, report, audit or
 cli). Submodules are imported explicitly (``opacus`` pulls in torch).
 """
+
+__all__ = ["dp_accounting", "opacus"]

@@ -26,7 +26,7 @@ import numpy as np
 
 from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, save_npy, save_npz,
                          write_json)
-from dpaudit.errors import DataError, ParameterError, _fmt, check_int
+from dpaudit.errors import DataError, ParameterError, format_value, check_int
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
@@ -106,7 +106,7 @@ def _check_dataset_spec(d: Any, where: str) -> dict:
             raise DataError(f"{where}: dataset {d['name']!r} needs 'num_records' (a positive int <= {MAX_RECORDS}).")
         return d
     if not isinstance(d["name"], str) or d["name"] not in DATASETS:
-        raise DataError(f"{where}: unknown data set {_fmt(d['name'])}; known: {', '.join(DATASETS)}.")
+        raise DataError(f"{where}: unknown data set {format_value(d['name'])}; known: {', '.join(DATASETS)}.")
     d.setdefault("seed", 0)
     d.setdefault("num_samples", None)
     try:
@@ -119,7 +119,7 @@ def _check_dataset_spec(d: Any, where: str) -> dict:
         raise DataError(str(exc)) from None
     if d.get("data_dir") is not None:
         if not isinstance(d["data_dir"], (str, Path)) or not str(d["data_dir"]).strip():
-            raise DataError(f"{where}: dataset.data_dir must be a directory path. Got {_fmt(d['data_dir'])} instead.")
+            raise DataError(f"{where}: dataset.data_dir must be a directory path. Got {format_value(d['data_dir'])} instead.")
         d["data_dir"] = str(d["data_dir"])
     return d
 
@@ -423,7 +423,7 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: expected a JSON object.")
     if meta.get("schema") != SCHEMA_VERSION:
-        raise DataError(f"{meta_path}: schema version {_fmt(meta.get('schema'))} is unknown; this dpaudit reads schema {SCHEMA_VERSION}.")
+        raise DataError(f"{meta_path}: schema version {format_value(meta.get('schema'))} is unknown; this dpaudit reads schema {SCHEMA_VERSION}.")
     for key in ("method", "dataset", "seed", "model", "claim"):
         if key not in meta:
             raise DataError(f"{meta_path}: the field {key!r} is missing.")
@@ -452,14 +452,14 @@ def _load_own_model(root: Path, real_root: Path, m: dict, meta_path: Path) -> tu
         raise DataError(f"{meta_path}: invalid model spec ({str(exc)[:300]}).") from None
     if m.get("train_config") is not None:
         if not isinstance(m["train_config"], dict):
-            raise DataError(f"{meta_path}: model.train_config must be an object or null. Got {_fmt(m['train_config'])} instead.")
+            raise DataError(f"{meta_path}: model.train_config must be an object or null. Got {format_value(m['train_config'])} instead.")
         try:
             TrainConfig.from_dict(m["train_config"])
         except (ParameterError, TypeError, KeyError, ValueError, AttributeError) as exc:
             raise DataError(f"{meta_path}: invalid train_config ({str(exc)[:300]}).") from None
     fname = m["file"]
     if not isinstance(fname, str) or not fname or Path(fname).name != fname or fname in (".", ".."):
-        raise DataError(f"{meta_path}: model file {_fmt(fname)} must be a plain file name inside the bundle.")
+        raise DataError(f"{meta_path}: model file {format_value(fname)} must be a plain file name inside the bundle.")
     model_file = _bundle_file(root, real_root, fname)
     check_input_file(model_file, "the model file named in release.json", max_bytes=None)
     _check_weights_fit_file(spec, model_file)
@@ -489,50 +489,50 @@ def _finish_loading(root: Path, real_root: Path, meta: dict, spec: Any, model: C
 def _check_meta_fields(meta: dict, where: str) -> None:
     """Types of the release.json fields the attacks and reports read (values the bundle could get wrong)."""
     if not isinstance(meta["method"], str) or not meta["method"]:
-        raise DataError(f"{where}: 'method' must be a non-empty string. Got {_fmt(meta['method'])} instead.")
+        raise DataError(f"{where}: 'method' must be a non-empty string. Got {format_value(meta['method'])} instead.")
     try:
         check_int(meta["seed"], "seed", where, low=0, high=2**63 - 1)
     except ParameterError as exc:
         raise DataError(str(exc)) from None
     claim = meta["claim"]
     if not isinstance(claim, dict):
-        raise DataError(f"{where}: 'claim' must be an object with {list(_CLAIM_KEYS)}. Got {_fmt(claim)} instead.")
+        raise DataError(f"{where}: 'claim' must be an object with {list(_CLAIM_KEYS)}. Got {format_value(claim)} instead.")
     for key in ("delta", "epsilon"):
         v = claim.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, str))):
-            raise DataError(f"{where}: claim.{key} must be a number. Got {_fmt(v)} instead.")
+            raise DataError(f"{where}: claim.{key} must be a number. Got {format_value(v)} instead.")
     if claim.get("delta") is not None:
         try:
             float(claim["delta"])
         except (TypeError, ValueError, OverflowError):
-            raise DataError(f"{where}: claim.delta must be a number. Got {_fmt(claim['delta'])} instead.") from None
+            raise DataError(f"{where}: claim.delta must be a number. Got {format_value(claim['delta'])} instead.") from None
     for key, kind in (("params", dict), ("utility", dict), ("assumptions", list), ("flags", list)):
         if meta.get(key) is not None and not isinstance(meta[key], kind):
-            raise DataError(f"{where}: '{key}' must be a{'n object' if kind is dict else ' list'}. Got {_fmt(meta[key])} instead.")
+            raise DataError(f"{where}: '{key}' must be a{'n object' if kind is dict else ' list'}. Got {format_value(meta[key])} instead.")
     for f in meta.get("flags") or ():
         if not (isinstance(f, dict) and isinstance(f.get("code"), str) and isinstance(f.get("message"), str)):
-            raise DataError(f"{where}: every entry of 'flags' must be an object with string 'code' and 'message'. Got {_fmt(f)} instead.")
+            raise DataError(f"{where}: every entry of 'flags' must be an object with string 'code' and 'message'. Got {format_value(f)} instead.")
     for key in ("statement", "ledger"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
-            raise DataError(f"{where}: '{key}' must be an object or null. Got {_fmt(meta[key])} instead.")
+            raise DataError(f"{where}: '{key}' must be an object or null. Got {format_value(meta[key])} instead.")
 
 
 def _check_spec_size(spec: Any, where: str) -> None:
     """Refuse a model spec whose sizes would allocate without bound before any model is built."""
     if not isinstance(spec, dict):
-        raise DataError(f"{where}: model.spec must be an object. Got {_fmt(spec)} instead.")
+        raise DataError(f"{where}: model.spec must be an object. Got {format_value(spec)} instead.")
     k = spec.get("num_classes")
     if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_CLASSES:
-        raise DataError(f"{where}: model.spec.num_classes must be an int in [2, {MAX_CLASSES}]. Got {_fmt(k)} instead.")
+        raise DataError(f"{where}: model.spec.num_classes must be an int in [2, {MAX_CLASSES}]. Got {format_value(k)} instead.")
     shape = spec.get("input_shape")
     if (not isinstance(shape, list) or not shape or len(shape) > 4
             or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_INPUT_SIZE for x in shape)
             or math.prod(shape) > MAX_INPUT_SIZE):
         raise DataError(f"{where}: model.spec.input_shape must be a list of 1-4 positive ints of product <= "
-                        f"{MAX_INPUT_SIZE}. Got {_fmt(shape)} instead.")
+                        f"{MAX_INPUT_SIZE}. Got {format_value(shape)} instead.")
     kw = spec.get("kwargs") or {}
     if not isinstance(kw, dict):
-        raise DataError(f"{where}: model.spec.kwargs must be an object. Got {_fmt(kw)} instead.")
+        raise DataError(f"{where}: model.spec.kwargs must be an object. Got {format_value(kw)} instead.")
 
     def sizes(v: Any):
         if isinstance(v, bool):
@@ -546,7 +546,7 @@ def _check_spec_size(spec: Any, where: str) -> None:
     for key, v in kw.items():
         for x in sizes(v):
             if abs(x) > MAX_INPUT_SIZE:
-                raise DataError(f"{where}: model.spec.kwargs.{key} holds {_fmt(x)}, beyond the supported {MAX_INPUT_SIZE}.")
+                raise DataError(f"{where}: model.spec.kwargs.{key} holds {format_value(x)}, beyond the supported {MAX_INPUT_SIZE}.")
 
 
 def _check_weights_fit_file(spec: ModelSpec, model_file: Path) -> None:
