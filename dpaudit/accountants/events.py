@@ -199,7 +199,7 @@ class RandomizedResponse(DpEvent):
 
 
 class _VotesEventMixin:
-    """Equality and hashing for events that carry a votes array."""
+    """Equality, hashing and votes/num_queries validation for events that carry a votes array."""
 
     __slots__ = ()
 
@@ -217,6 +217,28 @@ class _VotesEventMixin:
     @property
     def data_dependent(self) -> bool:
         return getattr(self, "votes") is not None
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (``num_queries`` after validation: always an int)."""
+        return cast(int, getattr(self, "num_queries"))
+
+    def _check_votes(self, owner: str) -> None:
+        """Validate ``votes`` (queries x classes) and ``num_queries``: with votes, ``num_queries`` is their row
+        count (a different given value is an error); without, it defaults to 1."""
+        votes, num_queries = getattr(self, "votes"), getattr(self, "num_queries")
+        if votes is not None:
+            votes = as_votes(votes, owner)
+            object.__setattr__(self, "votes", votes)
+            if num_queries is not None and int(num_queries) != votes.shape[0]:
+                raise ParameterError(
+                    f"The 'num_queries' parameter of {owner} must equal the number of vote rows ({votes.shape[0]}). "
+                    f"Got {num_queries} instead."
+                )
+            object.__setattr__(self, "num_queries", int(votes.shape[0]))
+        else:
+            n = 1 if num_queries is None else check_int(num_queries, "num_queries", owner, low=1)
+            object.__setattr__(self, "num_queries", n)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -250,23 +272,7 @@ class LaplaceNoisyMax(_VotesEventMixin, DpEvent):
         owner = "LaplaceNoisyMax"
         object.__setattr__(self, "gamma", check_float(self.gamma, "gamma", owner, low=0.0, low_open=True))
         object.__setattr__(self, "sensitivity", check_float(self.sensitivity, "sensitivity", owner, low=0.0, low_open=True))
-        if self.votes is not None:
-            votes = as_votes(self.votes, owner)
-            object.__setattr__(self, "votes", votes)
-            if self.num_queries is not None and int(self.num_queries) != votes.shape[0]:
-                raise ParameterError(
-                    f"The 'num_queries' parameter of {owner} must equal the number of vote rows ({votes.shape[0]}). "
-                    f"Got {self.num_queries} instead."
-                )
-            object.__setattr__(self, "num_queries", int(votes.shape[0]))
-        else:
-            n = 1 if self.num_queries is None else check_int(self.num_queries, "num_queries", owner, low=1)
-            object.__setattr__(self, "num_queries", n)
-
-    @property
-    def n_queries(self) -> int:
-        """Number of queries (``num_queries`` after validation: always an int)."""
-        return cast(int, self.num_queries)
+        self._check_votes(owner)
 
     @property
     def query_epsilon(self) -> float:
@@ -310,23 +316,7 @@ class GaussianNoisyMax(_VotesEventMixin, DpEvent):
             object.__setattr__(
                 self, "sigma_threshold", check_float(self.sigma_threshold, "sigma_threshold", owner, low=0.0, low_open=True)
             )
-        if self.votes is not None:
-            votes = as_votes(self.votes, owner)
-            object.__setattr__(self, "votes", votes)
-            if self.num_queries is not None and int(self.num_queries) != votes.shape[0]:
-                raise ParameterError(
-                    f"The 'num_queries' parameter of {owner} must equal the number of vote rows ({votes.shape[0]}). "
-                    f"Got {self.num_queries} instead."
-                )
-            object.__setattr__(self, "num_queries", int(votes.shape[0]))
-        else:
-            n = 1 if self.num_queries is None else check_int(self.num_queries, "num_queries", owner, low=1)
-            object.__setattr__(self, "num_queries", n)
-
-    @property
-    def n_queries(self) -> int:
-        """Number of queries (``num_queries`` after validation: always an int)."""
-        return cast(int, self.num_queries)
+        self._check_votes(owner)
 
 
 # --------------------------------------------------------------------------------------------------

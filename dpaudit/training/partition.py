@@ -27,6 +27,19 @@ def _labels(y, owner: str) -> np.ndarray:
     return y.astype(np.int64)
 
 
+def _skew_args(y, num_parties, beta, min_size, owner: str) -> tuple[np.ndarray, int, float, int]:
+    """Validated ``(y, num_parties, beta, min_size)`` of a skewed partition; ``min_size`` records for each of
+    ``num_parties`` must fit in ``len(y)``."""
+    y = _labels(y, owner)
+    n_par = check_int(num_parties, "num_parties", owner, low=1, high=len(y))
+    beta = check_float(beta, "beta", owner, low=0.0, low_open=True)
+    min_size = check_int(min_size, "min_size", owner, low=0)
+    if min_size * n_par > len(y):
+        raise ParameterError(f"The 'min_size' parameter of {owner} must be at most len(y) / num_parties = "
+                             f"{len(y) // n_par}. Got {min_size} instead.")
+    return y, n_par, beta, min_size
+
+
 def _rng(seed: int, tag: int, owner: str) -> np.random.Generator:
     seed = check_int(seed, "seed", owner, low=0)
     return np.random.default_rng(np.random.SeedSequence([seed, tag]))
@@ -67,12 +80,7 @@ def dirichlet(y, num_parties: int, beta: float, *, seed: int, min_size: int = 10
     exploding. Draws repeat until every party has ``>= min_size`` records (at most ``max_tries`` times).
     """
     owner = "partition.dirichlet"
-    y = _labels(y, owner)
-    n_par = check_int(num_parties, "num_parties", owner, low=1, high=len(y))
-    beta = check_float(beta, "beta", owner, low=0.0, low_open=True)
-    min_size = check_int(min_size, "min_size", owner, low=0)
-    if min_size * n_par > len(y):
-        raise ParameterError(f"The 'min_size' parameter of {owner} must be at most len(y) / num_parties = {len(y) // n_par}. Got {min_size} instead.")
+    y, n_par, beta, min_size = _skew_args(y, num_parties, beta, min_size, owner)
     max_tries = check_int(max_tries, "max_tries", owner, low=1)
     rng = _rng(seed, 0xD1F, owner)
     N = len(y)
@@ -150,12 +158,7 @@ def _sizes(N: int, n_par: int, beta: float, min_size: int, rng: np.random.Genera
 def size_skew(y, num_parties: int, beta: float, *, seed: int, min_size: int = 10) -> list[np.ndarray]:
     """Quantity skew with IID content: party sizes ~ ``N * Dir(beta)`` (at least ``min_size`` each)."""
     owner = "partition.size_skew"
-    y = _labels(y, owner)
-    n_par = check_int(num_parties, "num_parties", owner, low=1, high=len(y))
-    beta = check_float(beta, "beta", owner, low=0.0, low_open=True)
-    min_size = check_int(min_size, "min_size", owner, low=0)
-    if min_size * n_par > len(y):
-        raise ParameterError(f"The 'min_size' parameter of {owner} must be at most len(y) / num_parties = {len(y) // n_par}. Got {min_size} instead.")
+    y, n_par, beta, min_size = _skew_args(y, num_parties, beta, min_size, owner)
     rng = _rng(seed, 0x512E, owner)
     sizes = _sizes(len(y), n_par, beta, min_size, rng)
     perm = rng.permutation(len(y))
@@ -167,13 +170,8 @@ def mixed(y, num_parties: int, beta: float, size_beta: float, *, seed: int, min_
     """Label skew and size skew together: party j has a size weight ``w_j ~ Dir(size_beta)`` and, for
     each class k, gets a share ``proportional to p_{k,j} w_j`` of class k, ``p_k ~ Dir(beta)``."""
     owner = "partition.mixed"
-    y = _labels(y, owner)
-    n_par = check_int(num_parties, "num_parties", owner, low=1, high=len(y))
-    beta = check_float(beta, "beta", owner, low=0.0, low_open=True)
+    y, n_par, beta, min_size = _skew_args(y, num_parties, beta, min_size, owner)
     size_beta = check_float(size_beta, "size_beta", owner, low=0.0, low_open=True)
-    min_size = check_int(min_size, "min_size", owner, low=0)
-    if min_size * n_par > len(y):
-        raise ParameterError(f"The 'min_size' parameter of {owner} must be at most len(y) / num_parties = {len(y) // n_par}. Got {min_size} instead.")
     rng = _rng(seed, 0x313D, owner)
     classes = np.unique(y)
     for _ in range(check_int(max_tries, "max_tries", owner, low=1)):
