@@ -31,7 +31,7 @@ else:  # pragma: no cover
 
 __all__ = ["json_number", "parse_json_number", "atomic_path", "write_bytes", "write_text", "write_json", "read_json",
            "save_npz", "save_npy", "atomic_dir", "check_input_file", "read_input_bytes", "read_input_text",
-           "load_toml_file", "read_toml", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES"]
+           "load_toml_file", "read_toml", "parse_toml_value", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES"]
 
 #: The largest input file dpaudit reads whole (TOML/JSON/CSV/votes/membership): 1 GiB. Larger inputs are refused
 #: with a :class:`DataError` before anything is allocated.
@@ -422,6 +422,14 @@ def exclusive_lock(directory: str | os.PathLike, what: str = "dpaudit") -> Itera
         yield lock
     finally:
         os.close(fd)  # releases the lock
+
+
+def parse_toml_value(text: str) -> Any:
+    """A TOML value written on a command line (``0.1``, ``true``, ``[1, 2]``, ``"x"``); a bare word is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError, OverflowError):
+        return text
 
 
 def read_toml(path: str | os.PathLike, what: str = "config file") -> dict:

@@ -71,3 +71,21 @@ def test_atomic_outputs_get_the_mode_open_would_give(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
+
+
+def test_one_toml_reader():
+    """Every TOML file and --set value goes through dpaudit._io (tomli fallback on Python 3.10, size and depth
+    limits, one error text): no other module imports tomllib."""
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[1] / "dpaudit"
+    users = sorted(str(p.relative_to(pkg)) for p in pkg.rglob("*.py") if "tomllib" in p.read_text(encoding="utf-8"))
+    assert users == ["_io.py"]
+
+
+def test_parse_toml_value():
+    from dpaudit._io import parse_toml_value
+
+    assert parse_toml_value("0.1") == 0.1 and parse_toml_value("true") is True
+    assert parse_toml_value("[1, 2]") == [1, 2] and parse_toml_value("mnist") == "mnist"
+    assert parse_toml_value('"x y"') == "x y"

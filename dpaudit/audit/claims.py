@@ -33,12 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
-from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
 __all__ = [
     "GRANULARITIES",

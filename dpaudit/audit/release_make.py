@@ -37,23 +37,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import read_json
+from dpaudit._io import load_json_file, load_toml_file, read_json
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
 from dpaudit.audit.claims import GRANULARITIES
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["make_release", "parse_claim", "SCORES_FORMAT"]
 
@@ -365,10 +360,8 @@ def _recipe(train_fn: str | None, recipe_model: str | None, recipe_kwargs: Mappi
         cfg: dict = {}
         if recipe_config is not None:
             p = _existing(recipe_config, "The recipe config file")
-            try:
-                cfg = tomllib.loads(p.read_text(encoding="utf-8")) if p.suffix == ".toml" else read_json(p)
-            except (ValueError, tomllib.TOMLDecodeError) as exc:
-                raise DataError(f"The recipe config file {str(p)!r} is not valid {p.suffix[1:].upper()}: {exc}") from None
+            what = "the recipe config file"
+            cfg = load_toml_file(p, what) if p.suffix == ".toml" else load_json_file(p, what)
             if not isinstance(cfg, dict):
                 raise DataError(f"The recipe config file {str(p)!r} must hold TrainConfig fields (epochs, batch_size, ...).")
         try:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from dpaudit._io import dumps_json, read_json, read_toml, write_json
+from dpaudit._io import dumps_json, parse_toml_value, read_json, read_toml, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit.training.methods.common import StageCache, config_to_dict
@@ -96,17 +96,6 @@ def read_config_file(path: str | Path, *, flat_family: str | None = None) -> dic
     return {t: dict(raw.get(t, {})) for t in TABLES}
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text  # a bare word: a string
-
-
 def parse_sets(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``["method.gamma=0.1", "data.name=mnist"]`` -> ``{"method": {"gamma": 0.1}, "data": {"name": "mnist"}}``.
 
@@ -128,7 +117,7 @@ def parse_sets(items: Sequence[str]) -> dict[str, dict[str, Any]]:
         node = out.setdefault(parts[0], {})
         for p in parts[1:-1]:
             node = node.setdefault(p, {})
-        node[parts[-1]] = _parse_value(value.strip())
+        node[parts[-1]] = parse_toml_value(value.strip())
     return out
 
 
