@@ -15,7 +15,7 @@ from dpaudit.audit.reproduce import PAPERS, SCALES, paper_grid, grid_settings, r
               help="cpu: offline data sets, small settings (minutes on a laptop); paper: the paper's data and configs.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory with the real data files (needed with --scale paper).")
-@click.option("--seeds", type=int, default=3, show_default=True, help="Seeds 0..N-1 per setting (mean ± std).")
+@click.option("--seeds", type=int, default=5, show_default=True, help="Seeds 0..N-1 per setting (mean ± std).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the tables go (default reports/reproduce/PAPER).")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,

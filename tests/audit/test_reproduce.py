@@ -19,7 +19,7 @@ def test_every_grid_is_consistent_and_cites_its_source(paper, scale):
     keys = [s.key for s in g.settings]
     assert len(set(keys)) == len(keys) and g.claims
     for c in g.claims:
-        assert set(c.rows) <= set(keys) and c.source and c.kind in ("greater", "not_worse", "accounting", "absolute")
+        assert set(c.rows) <= set(keys) and c.source and c.kind in ("greater", "not_worse", "accounting", "absolute", "attack_chance")
     for s in g.settings:  # a paper number always says where it comes from
         assert s.paper is None or s.source
     if scale == "paper" and paper != "proxyfl":  # ProxyFL's Fig. 3 values are plotted only: relations, no numbers
