@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -359,17 +358,12 @@ def shared_stages(directory: str | Path) -> Iterator[Path]:
 
 
 def stage_key(*parts: Any) -> str:
-    """A hash of ``parts`` (JSON-able values, numpy arrays by content): the key of a shareable stage."""
-    h = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            a = np.ascontiguousarray(part)
-            h.update(f"ndarray{a.dtype.str}{a.shape}".encode())
-            h.update(a.tobytes())
-        else:
-            h.update(json.dumps(part, sort_keys=True, default=str).encode())
-        h.update(b"\x00")
-    return h.hexdigest()[:24]
+    """A hash of ``parts`` (numpy arrays and sequences of them by content, other values as canonical JSON): the
+    key of a shareable stage."""
+    from dpaudit.executors import fingerprint_arrays
+
+    return fingerprint_arrays(*(p if isinstance(p, (np.ndarray, list, tuple)) else
+                                json.dumps(p, sort_keys=True, default=str) for p in parts))
 
 
 class StageCache:
