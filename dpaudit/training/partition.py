@@ -155,17 +155,14 @@ def dirichlet_fixed_size(y, num_parties: int, beta: float, *, seed: int, samples
     owner = "partition.dirichlet_fixed_size"
     y = _labels(y, owner)
     n_par = check_int(num_parties, "num_parties", owner, low=1, high=len(y))
-    beta = check_float(beta, "beta", owner, low=0.0, low_open=True)
-    n = check_int(samples_per_party, "samples_per_party", owner, low=1)
-    if n * n_par > len(y):
-        raise ParameterError(f"The 'samples_per_party' parameter of {owner} must be at most len(y) / num_parties = "
-                             f"{len(y) // n_par}. Got {n} instead.")
+    n = check_int(samples_per_party, "samples_per_party", owner, low=1, high=len(y) // n_par)
+    concentration = np.full(len(np.unique(y)), check_float(beta, "beta", owner, low=0.0, low_open=True))
     rng = _rng(seed, 0xF1ED, owner)
     classes = np.unique(y)
     pools = [list(rng.permutation(np.flatnonzero(y == k))) for k in classes]
     parts = []
     for _ in range(n_par):
-        p = rng.dirichlet(np.full(len(classes), beta))
+        p = rng.dirichlet(concentration)
         want = rng.multinomial(n, p)
         left = np.array([len(q) for q in pools])
         take = np.minimum(want, left)
