@@ -614,7 +614,8 @@ def _read_libsvm(path: Path, num_features: int) -> tuple[np.ndarray, np.ndarray]
     """A LIBSVM/SVMlight text file (``label idx:value ...``, 1-based indices) -> dense float32 X, raw labels."""
     X_rows: list[np.ndarray] = []
     labels: list[float] = []
-    text = read_input_bytes(path, "the LIBSVM data file", max_bytes=MAX_DATA_FILE_BYTES).decode("utf-8", errors="replace")
+    raw = read_input_bytes(path, "the LIBSVM data file", max_bytes=MAX_DATA_FILE_BYTES)
+    text = raw.decode("utf-8", errors="replace")
     for i, line in enumerate(text.splitlines(), 1):
         parts = line.split("#", 1)[0].split()
         if not parts:
