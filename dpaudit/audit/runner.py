@@ -347,6 +347,7 @@ def _digests(releases: Mapping[str, Path]) -> dict[str, str]:
 def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, rep: Reporter) -> dict[str, Path]:
     """Run the model's method (resuming from its own checkpoints) and return its release paths by name."""
     from dpaudit.training.methods import run_method
+    from dpaudit.training.methods.common import shared_stages
 
     stage = out / "models" / run.name
     key = _hash({"method": run.method, "params": dict(run.params), "config_file": run.config_file,
@@ -361,9 +362,10 @@ def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, rep: 
             rep.log(f"{run.name}: release found (same settings, same content), skipping training")
             return found
     rep.log(f"{run.name}: training ({run.method})")
-    result = run_method(run.method, dataset=cfg.dataset, out=stage / "release", seed=cfg.seed,  # type: ignore[arg-type]
-                        config_file=run.config_file, params=run.params, data_dir=cfg.data_dir, device=device,
-                        overwrite=True, progress=rep.enabled)
+    with shared_stages(out / "shared_stages"):  # teachers trained once across a sweep of noise levels / queries
+        result = run_method(run.method, dataset=cfg.dataset, out=stage / "release", seed=cfg.seed,  # type: ignore[arg-type]
+                            config_file=run.config_file, params=run.params, data_dir=cfg.data_dir, device=device,
+                            overwrite=True, progress=rep.enabled)
     releases = {run.name: Path(result.release)}
     for extra, name in zip(run.extra, run.extra_names):
         if extra not in result.extra_releases:

@@ -20,7 +20,9 @@ __all__ = ["compute_flags", "RELEASE_FLAG_SEVERITY"]
 RELEASE_FLAG_SEVERITY = {
     "teachers_not_independent": "red",
     "composition_ignored_by_claim": "red",
-    "distillation_not_accounted": "warning",
+    # ProxyFL/FML: the proxy's DP-SGD loss distils from a private model trained without DP on the same records, so
+    # the DP-SGD bound does not cover the released proxy (like FREDY's teachers: the claim's assumption fails)
+    "distillation_not_accounted": "red",
     # outside releases (dpaudit release make): Opacus accounted a non-Poisson loader as Poisson; the claim's
     # granularity is not what the accounting covers
     "sampling_not_poisson": "red",

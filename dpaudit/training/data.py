@@ -31,7 +31,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -50,6 +50,10 @@ DATASETS: tuple[str, ...] = (
     "cifar10",
     "svhn",
     "adult",
+    "svhn_extra",
+    "adult_a9a",
+    "cifar100",
+    "cod_rna",
 )
 
 
@@ -278,12 +282,20 @@ _IDX_FILES = {
 _CIFAR_FILES = [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]
 _SVHN_FILES = ["train_32x32.mat", "test_32x32.mat"]
 _ADULT_FILES = ["adult.data", "adult.test"]
+_SVHN_EXTRA_FILES = _SVHN_FILES + ["extra_32x32.mat"]
+_A9A_FILES = ["a9a", "a9a.t"]            # LIBSVM binary data sets page: Adult preprocessed to 123 binary features
+_CIFAR100_FILES = ["train", "test"]      # cifar-100-python
+_CODRNA_FILES = ["cod-rna", "cod-rna.t"]  # LIBSVM binary data sets page: 8 features
 _SUBDIRS = {
     "mnist": ["mnist", "MNIST", "MNIST/raw"],
     "fashion_mnist": ["fashion_mnist", "fashion-mnist", "FashionMNIST", "FashionMNIST/raw"],
     "cifar10": ["cifar-10-batches-py", "cifar10"],
     "svhn": ["svhn", "SVHN"],
     "adult": ["adult"],
+    "svhn_extra": ["svhn", "SVHN"],
+    "adult_a9a": ["a9a", "adult"],
+    "cifar100": ["cifar-100-python", "cifar100"],
+    "cod_rna": ["cod-rna", "cod_rna"],
 }
 
 
@@ -294,6 +306,10 @@ def _expected_files(name: str) -> str:
         "cifar10": _CIFAR_FILES,
         "svhn": _SVHN_FILES,
         "adult": _ADULT_FILES,
+        "svhn_extra": _SVHN_EXTRA_FILES,
+        "adult_a9a": _A9A_FILES,
+        "cifar100": _CIFAR100_FILES,
+        "cod_rna": _CODRNA_FILES,
     }[name]
     return ", ".join(files)
 
@@ -555,24 +571,25 @@ def _ndarray_from_reduce(node: Any, where: str) -> np.ndarray:
     return np.frombuffer(payload, dtype=np.uint8).reshape(shape)
 
 
-def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR-10 python batch -> (uint8 array (n, 3, 32, 32), int64 labels (n,)), parsed without unpickling."""
+def _read_cifar_batch(path: Path, label_key: str = "labels", num_classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR-10 python batch -> (uint8 array (n, 3, 32, 32), int64 labels (n,)), parsed without unpickling.
+    CIFAR-100's files: ``label_key="fine_labels"``, ``num_classes=100``."""
     where = str(path)
     obj = _parse_restricted_pickle(read_input_bytes(path, "the CIFAR-10 batch file"), where)
     if not isinstance(obj, dict):
         raise DataError(f"{where}: expected a dict at the top of the batch.")
     d = {(k.decode("latin-1") if isinstance(k, bytes) else k): v for k, v in obj.items()}
-    if "data" not in d or "labels" not in d:
-        raise DataError(f"{where}: the batch dict lacks 'data' or 'labels' (keys: {sorted(map(str, d))}).")
+    if "data" not in d or label_key not in d:
+        raise DataError(f"{where}: the batch dict lacks 'data' or '{label_key}' (keys: {sorted(map(str, d))}).")
     data = _ndarray_from_reduce(d["data"], where)
-    labels = d["labels"]
+    labels = d[label_key]
     if not isinstance(labels, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
-        raise DataError(f"{where}: 'labels' must be a list of ints.")
+        raise DataError(f"{where}: '{label_key}' must be a list of ints.")
     if data.ndim != 2 or data.shape[1] != 3072 or data.shape[0] != len(labels):
         raise DataError(f"{where}: 'data' has shape {data.shape}; expected ({len(labels)}, 3072).")
     y = np.asarray(labels, dtype=np.int64)
-    if y.size and (y.min() < 0 or y.max() > 9):
-        raise DataError(f"{where}: labels outside 0..9.")
+    if y.size and (y.min() < 0 or y.max() > num_classes - 1):
+        raise DataError(f"{where}: labels outside 0..{num_classes - 1}.")
     return data.reshape(-1, 3, 32, 32), y
 
 
@@ -586,12 +603,72 @@ def _load_cifar10(data_dir: Path) -> Dataset:
     return Dataset("cifar10", X, np.concatenate(ys), 10, (3, 32, 32))
 
 
-def _load_svhn(data_dir: Path) -> Dataset:
+def _load_cifar100(data_dir: Path) -> Dataset:
+    """CIFAR-100 (python version: ``train``, ``test``), the 100 fine labels; parsed without unpickling."""
+    parts = [_read_cifar_batch(_find(data_dir, "cifar100", f), "fine_labels", 100) for f in _CIFAR100_FILES]
+    X = np.concatenate([p[0] for p in parts]).astype(np.float32) / 255.0
+    return Dataset("cifar100", X, np.concatenate([p[1] for p in parts]), 100, (3, 32, 32))
+
+
+def _read_libsvm(path: Path, num_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """A LIBSVM/SVMlight text file (``label idx:value ...``, 1-based indices) -> dense float32 X, raw labels."""
+    X_rows: list[np.ndarray] = []
+    labels: list[float] = []
+    raw = read_input_bytes(path, "the LIBSVM data file", max_bytes=MAX_DATA_FILE_BYTES)
+    text = raw.decode("utf-8", errors="replace")
+    for i, line in enumerate(text.splitlines(), 1):
+        parts = line.split("#", 1)[0].split()
+        if not parts:
+            continue
+        row = np.zeros(num_features, dtype=np.float32)
+        try:
+            label = float(parts[0])
+            pairs = [(int(k), float(v)) for k, v in (item.split(":", 1) for item in parts[1:])]
+        except ValueError:
+            raise DataError(f"{path}, line {i}: not in LIBSVM format ('label index:value ...').") from None
+        for j, v in pairs:
+            if not 1 <= j <= num_features:
+                raise DataError(f"{path}, line {i}: feature index {j} outside 1..{num_features}.")
+            row[j - 1] = v
+        labels.append(label)
+        X_rows.append(row)
+    if not X_rows:
+        raise DataError(f"{path}: no records.")
+    return np.stack(X_rows), np.asarray(labels)
+
+
+def _binary_libsvm(data_dir: Path, name: str, files: Sequence[str], num_features: int, standardise: bool) -> Dataset:
+    parts = [_read_libsvm(_find(data_dir, name, f), num_features) for f in files]
+    X = np.concatenate([p[0] for p in parts])
+    raw = np.concatenate([p[1] for p in parts])
+    bad = sorted(set(raw.tolist()) - {-1.0, 1.0, 0.0})
+    if bad:
+        raise DataError(f"Data set {name!r}: labels must be -1/+1 (or 0/1). Got {bad[:3]}.")
+    X = _standardise(X).astype(np.float32) if standardise else X
+    return Dataset(name, X, (raw > 0).astype(np.int64), 2, (num_features,))
+
+
+def _load_adult_a9a(data_dir: Path) -> Dataset:
+    """Adult as LIBSVM's a9a / a9a.t: 123 binary features (FedKT's Adult), labels -1/+1 -> 0/1."""
+    return _binary_libsvm(data_dir, "adult_a9a", _A9A_FILES, 123, standardise=False)
+
+
+def _load_cod_rna(data_dir: Path) -> Dataset:
+    """cod-rna from LIBSVM (cod-rna, cod-rna.t): 8 numeric features (standardised), labels -1/+1 -> 0/1."""
+    return _binary_libsvm(data_dir, "cod_rna", _CODRNA_FILES, 8, standardise=True)
+
+
+def _load_svhn_extra(data_dir: Path) -> Dataset:
+    """SVHN with the 531k 'extra' images (train_32x32.mat, test_32x32.mat, extra_32x32.mat)."""
+    return _load_svhn(data_dir, files=_SVHN_EXTRA_FILES, name="svhn_extra")
+
+
+def _load_svhn(data_dir: Path, files: Sequence[str] = tuple(_SVHN_FILES), name: str = "svhn") -> Dataset:
     from scipy.io import loadmat
 
     Xs, ys = [], []
-    for f in _SVHN_FILES:
-        path = check_input_file(_find(data_dir, "svhn", f), "the SVHN data file", max_bytes=MAX_DATA_FILE_BYTES)
+    for f in files:
+        path = check_input_file(_find(data_dir, name, f), "the SVHN data file", max_bytes=MAX_DATA_FILE_BYTES)
         try:
             m = loadmat(path)  # MATLAB v5 container: numeric arrays only, nothing is executed
         except Exception as exc:  # noqa: BLE001 - scipy raises several types for malformed files
@@ -607,7 +684,7 @@ def _load_svhn(data_dir: Path) -> Dataset:
         Xs.append(np.transpose(X, (3, 2, 0, 1)))
         ys.append(y)
     X = np.concatenate(Xs).astype(np.float32) / 255.0
-    return Dataset("svhn", X, np.concatenate(ys), 10, (3, 32, 32))
+    return Dataset(name, X, np.concatenate(ys), 10, (3, 32, 32))
 
 
 _ADULT_NUMERIC = (0, 2, 4, 10, 11, 12)  # age, fnlwgt, education-num, capital-gain, capital-loss, hours-per-week
@@ -655,4 +732,8 @@ _FILE_LOADERS = {
     "cifar10": _load_cifar10,
     "svhn": _load_svhn,
     "adult": _load_adult,
+    "svhn_extra": _load_svhn_extra,
+    "adult_a9a": _load_adult_a9a,
+    "cifar100": _load_cifar100,
+    "cod_rna": _load_cod_rna,
 }

@@ -24,9 +24,14 @@ Architectures (name -> what the papers say, and what we chose where they are sil
     off by default so that training is a deterministic function of the seed.
 ``cnn1_proxyfl`` / ``cnn2_proxyfl``
     ProxyFL's CIFAR-10 proxy / private models "CNN1 / CNN2" (after Shen et al., FML). The paper does not
-    define them; we take CNN1 = two 5x5 'same' convolutions (32, 64) each with 2x2 pooling and a 512-unit
-    dense layer (the classic FedAvg CIFAR CNN), and CNN2 = a larger VGG-style net: 3x3 convolutions
-    (32, 32, pool, 64, 64, pool) and a 512-unit dense layer.
+    define them. Default (``variant="dpaudit"``, kept so existing releases rebuild): CNN1 = two 5x5 'same'
+    convolutions (32, 64) each with 2x2 pooling and a 512-unit dense layer (the classic FedAvg CIFAR CNN),
+    CNN2 = a VGG-style net: 3x3 convolutions (32, 32, pool, 64, 64, pool) and a 512-unit dense layer.
+    ``variant="reference"`` builds them as ProxyFL's public reference code defines them: CNN1 = 3x3 valid
+    convolutions with 6 and 16 channels, each followed by 2x2 max pooling, a 64-unit dense layer and the
+    output; CNN2 = 3x3 valid convolutions with 128 and 128 channels, each pooled, then the output layer.
+    ``lenet5`` also takes ``variant="reference"``: the reference code's LeNet5 does not pad (16x4x4 features
+    on 28x28 MNIST), the classic LeNet-5 (default) pads the first convolution by 2.
 
 Every convolutional architecture adapts to the input: 2-D for ``(C, H, W)`` images (8x8 digits, 28x28
 MNIST, 32x32x3 CIFAR), 1-D for ``(C, L)`` signals (mnist1d). A 'valid' convolution that would shrink a
@@ -306,7 +311,10 @@ def build_model(spec: ModelSpec) -> nn.Module:
         return _mlp(spec)
     if name == "cnn_fedkt":
         return _conv_net(spec, [(6, 5, "auto", True), (16, 5, "auto", True)], [120, 84])
+    variant = _variant(spec)
     if name == "lenet5":
+        if variant == "reference":  # ProxyFL's reference code: no padding (28x28 -> 16x4x4)
+            return _conv_net(spec, [(6, 5, "auto", True), (16, 5, "auto", True)], [120, 84])
         return _conv_net(spec, [(6, 5, 2, True), (16, 5, "auto", True)], [120, 84])
     if name == "cnn_fredy":
         return _conv_net(spec, [(32, 3, 1, True), (64, 3, 1, True), (128, 3, 1, True)], [256, 128],
@@ -314,10 +322,27 @@ def build_model(spec: ModelSpec) -> nn.Module:
     if name == "cnn_privatekt":
         return _conv_net(spec, [(32, 3, "auto", False), (64, 3, "auto", True)], [128], dropout_conv=True)
     if name == "cnn1_proxyfl":
+        if variant == "reference":  # ProxyFL's reference code: 3x3 valid convs (6, 16), pool after each, dense 64
+            return _conv_net(spec, [(6, 3, "auto", True), (16, 3, "auto", True)], [64])
         return _conv_net(spec, [(32, 5, 2, True), (64, 5, 2, True)], [512])
     if name == "cnn2_proxyfl":
+        if variant == "reference":  # ProxyFL's reference code: 3x3 valid convs (128, 128), pool after each, no dense
+            return _conv_net(spec, [(128, 3, "auto", True), (128, 3, "auto", True)], [])
         return _conv_net(spec, [(32, 3, 1, False), (32, 3, 1, True), (64, 3, 1, False), (64, 3, 1, True)], [512])
     raise AssertionError(name)  # pragma: no cover - ModelSpec validated the name
+
+
+MODEL_VARIANTS = ("dpaudit", "reference")
+
+
+def _variant(spec: ModelSpec) -> str:
+    """``variant`` kwarg of ``lenet5``/``cnn1_proxyfl``/``cnn2_proxyfl``: ``"dpaudit"`` (default) or ``"reference"``."""
+    v = spec.kwargs.get("variant", "dpaudit")
+    if v not in MODEL_VARIANTS or (v != "dpaudit" and spec.name not in ("lenet5", "cnn1_proxyfl", "cnn2_proxyfl")):
+        raise ParameterError(f"The 'variant' parameter of model {spec.name!r} must be one of "
+                             f"{MODEL_VARIANTS if spec.name in ('lenet5', 'cnn1_proxyfl', 'cnn2_proxyfl') else ('dpaudit',)}. "
+                             f"Got {v!r} instead.")
+    return v
 
 
 def has_batch_norm(module: nn.Module) -> bool:

@@ -15,9 +15,10 @@ import numpy as np
 
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int
 
-__all__ = ["SCHEMES", "iid", "dirichlet", "major_class", "size_skew", "mixed", "partition", "label_counts"]
+__all__ = ["SCHEMES", "iid", "dirichlet", "dirichlet_fixed_size", "major_class", "size_skew", "mixed", "partition",
+           "label_counts"]
 
-SCHEMES = ("iid", "dirichlet", "major_class", "size_skew", "mixed")
+SCHEMES = ("iid", "dirichlet", "dirichlet_fixed_size", "major_class", "size_skew", "mixed")
 
 
 def _labels(y, owner: str) -> np.ndarray:
@@ -146,6 +147,39 @@ def major_class(y, num_parties: int, p_major: float, *, seed: int, samples_per_p
     return _finish(parts)
 
 
+def dirichlet_fixed_size(y, num_parties: int, beta: float, *, seed: int, samples_per_party: int) -> list[np.ndarray]:
+    """Label skew with equal party sizes (PrivateKT's public reference code): party j draws class proportions
+    ``p_j ~ Dir(beta)`` over the classes and receives exactly ``samples_per_party`` records, ``Multinomial(n, p_j)``
+    of each class, drawn without replacement from what earlier parties left. When a class runs out, the missing
+    records come from the classes still available, in proportion to ``p_j`` (uniformly if those are all 0)."""
+    owner = "partition.dirichlet_fixed_size"
+    y = _labels(y, owner)
+    n_par = check_int(num_parties, "num_parties", owner, low=1, high=len(y))
+    n = check_int(samples_per_party, "samples_per_party", owner, low=1, high=len(y) // n_par)
+    concentration = np.full(len(np.unique(y)), check_float(beta, "beta", owner, low=0.0, low_open=True))
+    rng = _rng(seed, 0xF1ED, owner)
+    classes = np.unique(y)
+    pools = [list(rng.permutation(np.flatnonzero(y == k))) for k in classes]
+    parts = []
+    for _ in range(n_par):
+        p = rng.dirichlet(concentration)
+        want = rng.multinomial(n, p)
+        left = np.array([len(q) for q in pools])
+        take = np.minimum(want, left)
+        while take.sum() < n:  # top up from the classes that still have records
+            room = left - take
+            w = np.where(room > 0, p, 0.0)
+            w = w / w.sum() if w.sum() > 0 else (room > 0) / (room > 0).sum()
+            extra = np.minimum(rng.multinomial(n - take.sum(), w), room)
+            take = take + extra
+        chunk = []
+        for c, t in enumerate(take):
+            chunk += pools[c][:t]
+            pools[c] = pools[c][t:]
+        parts.append(np.array(chunk, dtype=np.int64))
+    return _finish(parts)
+
+
 def _sizes(N: int, n_par: int, beta: float, min_size: int, rng: np.random.Generator) -> np.ndarray:
     """Party sizes summing to N, proportional to Dir(beta), each >= min_size."""
     spare = N - min_size * n_par
@@ -192,7 +226,7 @@ def mixed(y, num_parties: int, beta: float, size_beta: float, *, seed: int, min_
 def partition(y, scheme: str, num_parties: int, *, seed: int, **kwargs) -> list[np.ndarray]:
     """Dispatch by name (for configs): ``scheme`` in :data:`SCHEMES`; kwargs go to that function."""
     check_choice(scheme, "scheme", "partition", SCHEMES)
-    fn = {"iid": iid, "dirichlet": dirichlet, "major_class": major_class, "size_skew": size_skew, "mixed": mixed}[scheme]
+    fn = {"iid": iid, "dirichlet": dirichlet, "dirichlet_fixed_size": dirichlet_fixed_size, "major_class": major_class, "size_skew": size_skew, "mixed": mixed}[scheme]
     try:
         return fn(y, num_parties, seed=seed, **kwargs)
     except TypeError as exc:

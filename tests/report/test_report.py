@@ -119,7 +119,7 @@ def test_release_flags_keep_their_code_and_severity():
                               ("distillation_not_accounted", "KL term on a non-private model."),
                               ("some_future_code", "?")))
     got = {f.code: f.severity for f in compute_flags([m])}
-    assert got == {"teachers_not_independent": "red", "distillation_not_accounted": "warning", "some_future_code": "warning"}
+    assert got == {"teachers_not_independent": "red", "distillation_not_accounted": "red", "some_future_code": "warning"}
     # prose alone never raises a flag: only the method's structured flags do
     assert codes([_model(assumptions=("Teachers are not independent.",))]) == []
 

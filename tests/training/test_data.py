@@ -218,4 +218,65 @@ def test_adult_csv(tmp_path):
 
 def test_registry_lists_everything():
     assert set(DATASETS) == {"digits", "breast_cancer", "mnist1d", "synthetic", "mnist", "fashion_mnist",
-                             "cifar10", "svhn", "adult"}
+                             "cifar10", "svhn", "adult", "svhn_extra", "adult_a9a", "cifar100", "cod_rna"}
+
+
+# --------------------------------------------------------------------------------------------------
+# the loaders FedKT / FREDY need at paper scale (issue 16): tiny files in the real formats
+
+
+def test_svhn_extra_adds_the_extra_file(tmp_path):
+    from scipy.io import savemat
+
+    rng = np.random.default_rng(0)
+    d = tmp_path / "svhn"
+    d.mkdir()
+    for f, n in (("train_32x32.mat", 3), ("test_32x32.mat", 2), ("extra_32x32.mat", 4)):
+        savemat(d / f, {"X": rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8),
+                        "y": np.array([[10], [1], [2], [3]][:n], dtype=np.uint8)})
+    ds = load_dataset("svhn_extra", data_dir=tmp_path)
+    assert ds.X.shape == (9, 3, 32, 32) and ds.name == "svhn_extra" and list(ds.y[-4:]) == [0, 1, 2, 3]
+    assert len(load_dataset("svhn", data_dir=tmp_path)) == 5  # plain svhn ignores the extra file
+    (d / "extra_32x32.mat").unlink()
+    with pytest.raises(DataError, match="extra_32x32.mat"):
+        load_dataset("svhn_extra", data_dir=tmp_path)
+
+
+def test_libsvm_a9a_and_cod_rna(tmp_path):
+    (tmp_path / "a9a").write_text("-1 3:1 11:1 123:1\n+1 1:1 5:1\n")
+    (tmp_path / "a9a.t").write_text("-1 2:1 # comment\n\n")
+    ds = load_dataset("adult_a9a", data_dir=tmp_path)
+    assert ds.X.shape == (3, 123) and list(ds.y) == [0, 1, 0] and ds.num_classes == 2
+    assert ds.X[0, [2, 10, 122]].tolist() == [1, 1, 1] and ds.X[0].sum() == 3
+    (tmp_path / "cod-rna").write_text("1 1:-766 2:0.5 3:0.1 4:0.2 5:0.3 6:0.4 7:0.5 8:0.6\n-1 1:-200 2:0.1 8:0.3\n")
+    (tmp_path / "cod-rna.t").write_text("-1 1:-300 2:0.2 3:0.3 4:0.4 5:0.5 6:0.6 7:0.7 8:0.8\n")
+    cr = load_dataset("cod_rna", data_dir=tmp_path)
+    assert cr.X.shape == (3, 8) and list(cr.y) == [1, 0, 0]
+    np.testing.assert_allclose(cr.X.mean(axis=0), 0, atol=1e-5)  # standardised
+    (tmp_path / "cod-rna.t").write_text("-1 9:1\n")
+    with pytest.raises(DataError, match="outside 1..8"):
+        load_dataset("cod_rna", data_dir=tmp_path)
+    (tmp_path / "cod-rna.t").write_text("x 1:1\n")
+    with pytest.raises(DataError, match="LIBSVM"):
+        load_dataset("cod_rna", data_dir=tmp_path)
+
+
+def test_cifar100_fine_labels_without_unpickling(tmp_path, monkeypatch):
+    d = tmp_path / "cifar-100-python"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    want = []
+    for f, n in (("train", 3), ("test", 2)):
+        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        fine = [int(v) for v in rng.integers(0, 100, n)]
+        (d / f).write_bytes(pickle.dumps({b"filenames": [b"x"] * n, b"batch_label": b"b", b"fine_labels": fine,
+                                          b"coarse_labels": [0] * n, b"data": data}, protocol=2))
+        want += fine
+
+    def forbidden(*a, **k):
+        raise AssertionError("pickle.load(s) must never be called on a user's file")
+
+    monkeypatch.setattr(pickle, "load", forbidden)
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    ds = load_dataset("cifar100", data_dir=tmp_path)
+    assert ds.X.shape == (5, 3, 32, 32) and list(ds.y) == want and ds.num_classes == 100

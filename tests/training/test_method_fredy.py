@@ -105,3 +105,56 @@ def test_fredy_resumes_after_fedavg_rounds(tmp_path, monkeypatch) -> None:
     resumed = _run_fredy(cfg, dataset="digits", out=tmp_path / "b", seed=1, progress=False)
     assert calls["n"] == 12  # last round + student only
     assert resumed.utility == full.utility
+
+
+def _small_fredy(**kw):
+    from dpaudit.training.ensemble import TrainConfig
+
+    return FREDYConfig(**{"teachers": 3, "rounds": 2, "gamma": 0.5, "queries": 40, "model_kwargs": {"hidden": [16]},
+                          "num_samples": 400, "nonprivate_baseline": False,
+                          "teacher_train": TrainConfig(epochs=2, batch_size=64, lr=1e-2),
+                          "student_train": TrainConfig(epochs=3, batch_size=32, lr=1e-2), **kw})
+
+
+def test_teachers_are_shared_across_a_gamma_sweep_and_equal_fresh_ones(tmp_path, monkeypatch) -> None:
+    # issue 16 item 6: the teachers do not depend on gamma; inside shared_stages a second setting that differs
+    # only in gamma reuses them, and its numbers equal a run that trains everything from scratch
+    import dpaudit.training.methods.fredy as fredy_mod
+    from dpaudit.training.methods.common import shared_stages
+
+    real, calls = fredy_mod.train_group, []
+
+    def counting(spec, datasets, config, **kw):
+        calls.append(len(datasets))
+        return real(spec, datasets, config, **kw)
+
+    monkeypatch.setattr(fredy_mod, "train_group", counting)
+    with shared_stages(tmp_path / "shared"):
+        _run_fredy(_small_fredy(gamma=0.5), dataset="digits", out=tmp_path / "a", seed=3)
+        assert calls == [3, 3, 1]  # FedAvg round, local last round, student
+        calls.clear()
+        shared = _run_fredy(_small_fredy(gamma=2.0), dataset="digits", out=tmp_path / "b", seed=3)
+        assert calls == [1]  # only the student: the teachers came from the shared stage
+        calls.clear()
+        _run_fredy(_small_fredy(gamma=2.0, rounds=3), dataset="digits", out=tmp_path / "c", seed=3)
+        assert calls == [3, 3, 3, 1]  # other teacher settings: not reused
+    calls.clear()
+    fresh = _run_fredy(_small_fredy(gamma=2.0), dataset="digits", out=tmp_path / "d", seed=3)
+    assert calls == [3, 3, 1]
+    assert shared.utility == fresh.utility and shared.accounting.epsilon == fresh.accounting.epsilon
+
+
+def test_baseline_can_train_on_the_student_records_as_the_paper(tmp_path) -> None:
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.release import load_release
+
+    with pytest.raises(ParameterError, match="'baseline_data'"):
+        FREDYConfig(baseline_data="public")
+    cfg = _small_fredy(nonprivate_baseline=True, baseline_data="student",
+                       baseline_train=TrainConfig(epochs=3, batch_size=32, lr=1e-2))
+    res = _run_fredy(cfg, dataset="digits", out=tmp_path / "f", seed=0)
+    main, base = load_release(res.release), load_release(res.extra_releases["nonprivate"])
+    # the paper's baseline: trained on the 40 answered public records, so those are its members
+    assert len(base.membership["members"]) == 40
+    assert not np.intersect1d(base.membership["members"], main.membership["members"]).size
+    assert "student's training records" in base.meta["assumptions"][0]

@@ -238,3 +238,33 @@ def test_privatekt_default_scale_and_buffer_ablation():
     no_buffer = run_privatekt(data, spec, PrivateKTConfig(**{**cfg.to_dict(), "use_buffer": False}), seed=0)
     assert pkt.test_accuracy > fedavg.test_accuracy + 0.2
     assert pkt.test_accuracy > no_buffer.test_accuracy + 0.1
+
+
+def test_reference_optimizers_are_available_and_change_the_server_update(small):
+    # issue 16 item 4: the reference code's plain SGD (lr 0.05) for clients and server, beside dpaudit's Adam
+    with pytest.raises(ParameterError, match="'server_optimizer'"):
+        PrivateKTConfig(server_optimizer="rmsprop")
+    data, spec = small
+    states = {}
+    for opt in ("adam", "sgd"):
+        m = PrivateKTMethod(PrivateKTConfig(samples_per_round=3, server_steps=2, self_training=False,
+                                            server_optimizer=opt, server_lr=0.05), data, spec)
+        st, _ = m.init_server(0)
+        st, _ = m.server_step(st, _fake_replies(m, [0, 1], [[1, 2, 3]] * 2))
+        states[opt] = st
+    a, s = states["adam"]["params"], states["sgd"]["params"]
+    assert any(not torch.allclose(a[k], s[k]) for k in a)
+    res = run_privatekt(data, spec, PrivateKTConfig(rounds=1, local_epochs=1, local_optimizer="sgd", local_lr=0.05,
+                                                    server_optimizer="sgd", server_lr=0.05), seed=0)
+    assert res.rounds_run == 1 and 0.0 <= res.test_accuracy <= 1.0
+
+
+def test_fixed_size_dirichlet_partition_gives_every_client_the_same_count():
+    data = DataSettings(num_clients=6, partition="dirichlet_fixed", alpha=0.5, samples_per_client=100).prepare(
+        "digits", seed=1)
+    assert [len(c) for c in data.clients] == [100] * 6
+    assert data.partition["scheme"] == "dirichlet_fixed"
+    with pytest.raises(ParameterError, match="'samples_per_client'"):
+        DataSettings(num_clients=6, partition="dirichlet_fixed").prepare("digits", seed=1)
+    skewed = DataSettings(num_clients=6, partition="size_skew", size_beta=0.5).prepare("digits", seed=1)
+    assert len({len(c) for c in skewed.clients}) > 1 and skewed.partition["size_beta"] == 0.5

@@ -193,6 +193,9 @@ def test_same_seed_same_models_and_resume_is_exact(small, tmp_path):
 
 
 def test_release_shows_the_proxy_epsilon_and_the_dml_assumption(tmp_path):
+    from dpaudit.report.flags import RELEASE_FLAG_SEVERITY
+
+    assert RELEASE_FLAG_SEVERITY["distillation_not_accounted"] == "red"
     from dpaudit.training.release import load_release
 
     s = run_method("proxyfl", dataset="digits", out=tmp_path / "r", seed=0, progress=False,
@@ -201,8 +204,13 @@ def test_release_shows_the_proxy_epsilon_and_the_dml_assumption(tmp_path):
     rel = load_release(tmp_path / "r")
     meta = rel.meta
     assert meta["method"] == "proxyfl"
-    assert meta["statement"]["epsilon"] == pytest.approx(s.epsilon) and s.epsilon > 0
-    assert meta["claim"]["epsilon"] == pytest.approx(s.epsilon)
+    # the distillation from the non-private private model voids the DP-SGD bound: the headline is not the
+    # paper's figure (which stays available, labelled as resting on an assumption that does not hold)
+    assert s.epsilon == float("inf") and meta["statement"]["headline"]["method"] == "not established"
+    paper = meta["statement"]["statements"][-1]
+    assert 0 < paper["epsilon"] < float("inf") and "does not hold" in paper["label"]
+    assert meta["claim"]["epsilon"] == pytest.approx(paper["epsilon"])
+    assert [f["code"] for f in meta["flags"]] == ["distillation_not_accounted"]
     assert any("distillation" in a for a in meta["assumptions"])
     assert any("distillation" in w for w in meta["statement"]["warnings"])
     assert "private_accuracy_mean" in meta["utility"]
@@ -254,3 +262,20 @@ def test_replace_communication_takes_the_received_proxy(small):
         got = m._receive(states[k], msgs[k])["proxy"]
         sender = [j for j in range(4) if exponential_peer(j, 0, 4) == k][0]
         assert all(torch.all(v == float(sender)) for v in got.values())
+
+
+@pytest.mark.parametrize("mutual", [True, False])
+def test_headline_is_the_dpsgd_bound_only_without_distillation(small, mutual):
+    from dpaudit.training.methods.proxyfl import NOT_ESTABLISHED_LABEL, paper_statement, proxyfl_statement
+
+    data, spec = small
+    cfg = ProxyFLConfig(rounds=1, batch_size=20, mutual=mutual, communication="pushsum")
+    res = run_proxyfl(data, spec, spec, cfg, seed=0)
+    st = proxyfl_statement(res, cfg, variant="proxyfl" if mutual else "avgpush")
+    paper = paper_statement(st)
+    assert paper.epsilon == pytest.approx(res.ledger.overall().epsilon) and math.isfinite(paper.epsilon)
+    if mutual:  # the DP-SGD figure is kept, but not as the release's guarantee
+        assert st.epsilon == math.inf and st.statement.label == NOT_ESTABLISHED_LABEL
+        assert "does not hold" in paper.label and st.facts["paper_epsilon"] == pytest.approx(paper.epsilon)
+    else:
+        assert st.statement is paper

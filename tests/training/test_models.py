@@ -163,3 +163,23 @@ def test_torch_save_load_roundtrip(tmp_path):
         load_classifier(tmp_path / "bad.safetensors", spec)
     with pytest.raises(ParameterError, match="torch models only"):
         fit_classifier(ModelSpec("decision_tree", (4,), 3), X, y).logits(X)
+
+
+@pytest.mark.parametrize("name,shape,params", [
+    # ProxyFL's reference code (model.py): CNN1 3x3 convs 6/16, pooled, dense 64; CNN2 3x3 convs 128/128, pooled;
+    # LeNet5 without padding (fc input 16*4*4 on MNIST). Counts from those layer shapes.
+    ("cnn1_proxyfl", (3, 32, 32), 3 * 6 * 9 + 6 + 6 * 16 * 9 + 16 + 16 * 6 * 6 * 64 + 64 + 64 * 10 + 10),
+    ("cnn2_proxyfl", (3, 32, 32), 3 * 128 * 9 + 128 + 128 * 128 * 9 + 128 + 128 * 6 * 6 * 10 + 10),
+    ("cnn1_proxyfl", (1, 28, 28), 6 * 9 + 6 + 6 * 16 * 9 + 16 + 16 * 5 * 5 * 64 + 64 + 64 * 10 + 10),
+    ("lenet5", (1, 28, 28), 6 * 25 + 6 + 6 * 16 * 25 + 16 + 16 * 4 * 4 * 120 + 120 + 120 * 84 + 84 + 84 * 10 + 10),
+])
+def test_reference_variants_match_the_reference_layer_shapes(name, shape, params):
+    from dpaudit.training.models import ModelSpec, build_model
+
+    m = build_model(ModelSpec(name, shape, 10, {"variant": "reference"}))
+    assert sum(p.numel() for p in m.parameters()) == params
+    assert m(torch.zeros(2, *shape)).shape == (2, 10)
+    default = build_model(ModelSpec(name, shape, 10))
+    assert sum(p.numel() for p in default.parameters()) != params
+    with pytest.raises(ParameterError, match="'variant'"):
+        build_model(ModelSpec("cnn_fredy", shape, 10, {"variant": "reference"}))

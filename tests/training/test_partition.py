@@ -108,3 +108,17 @@ def test_dispatch_by_name():
     assert len(partition(y, "iid", 4, seed=0)) == 4
     with pytest.raises(ParameterError, match="'scheme' parameter"):
         partition(y, "nope", 4, seed=0)
+
+
+def test_dirichlet_fixed_size_is_disjoint_equal_sized_and_skewed():
+    from dpaudit.training.partition import dirichlet_fixed_size
+
+    y = np.repeat(np.arange(10), 100)
+    parts = dirichlet_fixed_size(y, 10, 0.1, seed=0, samples_per_party=100)  # the whole pool: top-ups needed
+    allidx = np.concatenate(parts)
+    assert [len(p) for p in parts] == [100] * 10 and len(np.unique(allidx)) == 1000
+    counts = label_counts(y, parts, 10)
+    assert counts.max(axis=1).mean() > 40  # beta = 0.1: each party is dominated by a few classes
+    assert all(np.array_equal(a, b) for a, b in zip(parts, dirichlet_fixed_size(y, 10, 0.1, seed=0, samples_per_party=100)))
+    with pytest.raises(ParameterError, match="'samples_per_party'"):
+        dirichlet_fixed_size(y, 10, 0.1, seed=0, samples_per_party=101)

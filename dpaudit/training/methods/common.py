@@ -9,11 +9,14 @@ one by one). The run scaffold (config, output, release writing) is :mod:`.scaffo
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -35,6 +38,8 @@ __all__ = [
     "derive_rng",
     "derive_seed",
     "StageCache",
+    "shared_stages",
+    "stage_key",
     "ModelGroup",
     "train_group",
     "no_privacy_result",
@@ -331,30 +336,72 @@ def derive_rng(seed: int, tag: str, *extra: int) -> np.random.Generator:
 # --------------------------------------------------------------------------------------------------
 
 
+_SHARED_STAGES: contextvars.ContextVar[Path | None] = contextvars.ContextVar("dpaudit_shared_stages", default=None)
+
+
+@contextlib.contextmanager
+def shared_stages(directory: str | Path) -> Iterator[Path]:
+    """Within this block, stages that declare what they depend on (``get_or_run(..., share=key)``: the teachers
+    of PATE, FedKT and FREDY) are computed once per key and reused by every run, from ``directory``.
+
+    A sweep over the noise level or the number of queries (e.g. an audit of FREDY at three gammas) then trains the
+    teachers once: the key holds exactly the settings the teachers depend on (data, their index sets, architecture,
+    schedule, seed, device), never the noise or the queries, so a reused stage equals a freshly trained one.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    token = _SHARED_STAGES.set(d)
+    try:
+        yield d
+    finally:
+        _SHARED_STAGES.reset(token)
+
+
+def stage_key(*parts: Any) -> str:
+    """A hash of ``parts`` (numpy arrays and sequences of them by content, other values as canonical JSON): the
+    key of a shareable stage."""
+    from dpaudit.executors import fingerprint_arrays
+
+    return fingerprint_arrays(*(p if isinstance(p, (np.ndarray, list, tuple)) else
+                                json.dumps(p, sort_keys=True, default=str) for p in parts))
+
+
 class StageCache:
     """Finished stages of a run as ``.npz`` files (written atomically); a resumed run skips them.
 
     ``cache.get_or_run("teacher_votes", fn)`` returns the arrays saved by an earlier run, or runs ``fn()``
     (which returns a dict of numpy arrays), saves the result and returns it. ``None`` disables caching.
+    ``share=key`` (see :func:`stage_key`) also looks the stage up in, and stores it into, the directory of an
+    enclosing :func:`shared_stages` block; ``shared`` lists the stages taken from there.
     """
 
     def __init__(self, directory: Path | None, progress: bool | Reporter = False) -> None:
         self.directory = directory
         self.reporter = as_reporter(progress)
         self.resumed: list[str] = []
+        self.shared: list[str] = []
 
     def path(self, name: str) -> Path | None:
         return None if self.directory is None else self.directory / f"{name}.npz"
 
-    def get_or_run(self, name: str, fn: Callable[[], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    def get_or_run(self, name: str, fn: Callable[[], Mapping[str, np.ndarray]], *,
+                   share: str | None = None) -> dict[str, np.ndarray]:
         p = self.path(name)
         if p is not None and p.exists():
-            with np.load(p, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
+            arrays = _load_npz(p)
             self.resumed.append(name)
             self.reporter.log(f"resumed stage '{name}' from {p}")
             return arrays
-        arrays = {k: np.asarray(v) for k, v in fn().items()}
+        shared_dir = _SHARED_STAGES.get() if share is not None else None
+        sp = None if shared_dir is None else shared_dir / f"{name}-{share}.npz"
+        if sp is not None and sp.exists():
+            arrays = _load_npz(sp)
+            self.shared.append(name)
+            self.reporter.log(f"stage '{name}' reused from {sp} (same settings)")
+        else:
+            arrays = {k: np.asarray(v) for k, v in fn().items()}
+            if sp is not None:
+                save_npz(sp, **arrays)
         if p is not None:
             save_npz(p, **arrays)
         return arrays
@@ -365,6 +412,11 @@ class StageCache:
         d = self.directory / name
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
 
 
 # --------------------------------------------------------------------------------------------------

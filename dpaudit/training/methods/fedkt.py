@@ -13,7 +13,10 @@ partition's vote counts (example-level sensitivity 2 per partition, Theorem 3, p
 parties, Theorem 4; party-level 2t, Theorems 9-10). The ledger records exactly these events, per party.
 
 Baselines in the same run (Table 1): SOLO (each party trains the final architecture on its own data; mean
-test accuracy over parties) and centralised PATE with ``n*t`` teachers on the pooled private data.
+test accuracy over parties) and centralised PATE on the pooled private data, with ``pate_teachers`` teachers:
+dpaudit's default is ``n*t`` (as many teachers as FedKT trains per partition set); the paper (Appendix, "For PATE,
+the number of teacher models is set to be same as the number of parties of FedKT") uses ``n``, which the
+paper-scale configs set.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ class FedKTConfig(FamilySettings):
     baselines:
         Any of ``"solo"`` and ``"pate"``.
     pate_teachers, pate_gamma:
-        The PATE baseline's teacher count (None: n*t) and noise (None: noiseless, the accuracy upper bound).
+        The PATE baseline's teacher count (None: n*t, dpaudit's default; the paper uses n = ``parties``) and noise
+        (None: noiseless, the accuracy upper bound).
     delta:
         Target delta.
     """

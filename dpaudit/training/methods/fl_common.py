@@ -286,8 +286,9 @@ def to_distribution(estimates: np.ndarray, mode: str) -> np.ndarray:
 def adam_train(spec: Any, state: Mapping[str, torch.Tensor], opt_state: Mapping | None, X: np.ndarray,
                targets: np.ndarray, *, steps: int | None = None, epochs: int | None = None,
                batch_size: int | None = None, lr: float = 1e-3, weight_decay: float = 0.0,
-               seed: int = 0) -> tuple[dict[str, torch.Tensor], dict]:
-    """Train one model with Adam on soft ``targets`` (n, C) and return ``(state, optimizer_state)``.
+               seed: int = 0, optimizer: str = "adam") -> tuple[dict[str, torch.Tensor], dict]:
+    """Train one model with Adam (or plain SGD: ``optimizer="sgd"``) on soft ``targets`` (n, C) and return
+    ``(state, optimizer_state)``.
 
     Either ``steps`` full-batch (``batch_size=None``) or mini-batch steps, or ``epochs`` passes of shuffled
     mini-batches of ``batch_size``. ``opt_state`` (from a previous call) carries Adam's moments across calls,
@@ -305,7 +306,7 @@ def adam_train(spec: Any, state: Mapping[str, torch.Tensor], opt_state: Mapping 
     # the stacked optimizer with M = 1 on views of the module's parameters; fused=False is torch.optim.Adam's
     # arithmetic bit for bit
     views = {k: p.detach().unsqueeze(0) for k, p in named.items()}
-    opt = StackedOptimizer(views, kind="adam", lr=check_float(lr, "lr", owner, low=0.0, low_open=True),
+    opt = StackedOptimizer(views, kind=optimizer, lr=check_float(lr, "lr", owner, low=0.0, low_open=True),
                            weight_decay=check_float(weight_decay, "weight_decay", owner, low=0.0), fused=False)
     if opt_state:
         opt.load(opt_state)
@@ -515,17 +516,20 @@ class FederatedData:
                 "attacker": np.asarray(self.attacker, dtype=np.int64)}
 
 
-PARTITIONS = ("iid", "dirichlet", "major_class")
+PARTITIONS = ("iid", "dirichlet", "dirichlet_fixed", "major_class", "size_skew", "mixed")
 
 
 def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples_per_client: int | None = None,
                            partition: str = "dirichlet", alpha: float = 0.5, p_major: float = 0.8,
-                           data_dir: Any = None, num_samples: int | None = None, public_fraction: float = 0.2,
+                           size_beta: float = 0.5, data_dir: Any = None, num_samples: int | None = None, public_fraction: float = 0.2,
                            test_fraction: float = 0.2, attacker_fraction: float = 0.2) -> FederatedData:
     """Load ``dataset``, split it (train / public / test / attacker) and partition ``train`` over clients.
 
     ``partition``: ``"iid"``, ``"dirichlet"`` (label skew with concentration ``alpha``, PrivateKT's setting)
-    or ``"major_class"`` (a share ``p_major`` of each client's records from one class, ProxyFL's setting).
+    or ``"major_class"`` (a share ``p_major`` of each client's records from one class, ProxyFL's setting);
+    ``"dirichlet_fixed"`` (class proportions ~ Dir(alpha) per client, exactly ``samples_per_client`` records each:
+    PrivateKT's reference code); ``"size_skew"`` (IID content, sizes ~ Dir(size_beta)) and ``"mixed"`` (label skew
+    Dir(alpha) and size skew Dir(size_beta); PrivateKT Fig. 4).
     ``samples_per_client``: records per client (None: the train split shared out). Seeds derive from ``seed``.
     """
     from dpaudit.training import partition as part
@@ -542,6 +546,11 @@ def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples
     pool = splits.train
     if partition == "major_class":
         local = part.major_class(ds.y[pool], n_clients, p_major, seed=seed, samples_per_party=samples_per_client)
+    elif partition == "dirichlet_fixed":
+        if samples_per_client is None:
+            raise ParameterError(f"The 'samples_per_client' parameter of {owner} must be set with partition = "
+                                 "'dirichlet_fixed' (every client gets exactly that many records). Got None instead.")
+        local = part.dirichlet_fixed_size(ds.y[pool], n_clients, alpha, seed=seed, samples_per_party=samples_per_client)
     else:
         if samples_per_client is not None:  # draw num_clients * samples_per_client records, then share them out
             total = n_clients * samples_per_client
@@ -549,19 +558,27 @@ def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples
                 raise ParameterError(f"The 'samples_per_client' parameter of {owner} must be at most "
                                      f"{len(pool) // n_clients} (train records / clients). Got {samples_per_client} instead.")
             pool = np.sort(np.random.default_rng([int(seed), 0xC1E5]).choice(pool, size=total, replace=False))
+        min_size = min(10, len(pool) // (2 * n_clients))
         if partition == "iid":
             local = part.iid(ds.y[pool], n_clients, seed=seed)
+        elif partition == "size_skew":
+            local = part.size_skew(ds.y[pool], n_clients, size_beta, seed=seed, min_size=min_size)
+        elif partition == "mixed":
+            local = part.mixed(ds.y[pool], n_clients, alpha, size_beta, seed=seed, min_size=min_size)
         else:
             local = part.dirichlet(ds.y[pool], n_clients, alpha, seed=seed,
                                    min_size=min(10, len(pool) // (2 * n_clients)))
     clients = tuple(np.sort(pool[np.asarray(ix, dtype=np.int64)]) for ix in local)
+    record = {"scheme": partition, "alpha": alpha, "p_major": p_major, "num_clients": n_clients,
+              "samples_per_client": samples_per_client}
+    if partition in ("size_skew", "mixed"):
+        record["size_beta"] = size_beta
     spec = {"name": dataset, "seed": int(seed), "num_samples": num_samples}
     if data_dir is not None:
         spec["data_dir"] = str(data_dir)
     return FederatedData(X=ds.X, y=ds.y, num_classes=ds.num_classes, input_shape=tuple(ds.input_shape),
                          clients=clients, public=splits.public, test=splits.test, attacker=splits.attacker,
-                         dataset_spec=spec, partition={"scheme": partition, "alpha": alpha, "p_major": p_major,
-                                                       "num_clients": n_clients, "samples_per_client": samples_per_client})
+                         dataset_spec=spec, partition=record)
 
 
 def full_batch_gradient(spec: Any, state: Mapping[str, torch.Tensor], X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -599,6 +616,7 @@ class DataSettings:
     partition: str = "dirichlet"
     alpha: float = 0.5
     p_major: float = 0.8
+    size_beta: float = 0.5
     num_samples: int | None = None
     public_fraction: float = 0.2
     test_fraction: float = 0.2
@@ -610,6 +628,7 @@ class DataSettings:
         check_choice(self.partition, "partition", o, PARTITIONS)
         check_float(self.alpha, "alpha", o, low=0.0, low_open=True)
         check_float(self.p_major, "p_major", o, low=0.0, high=1.0)
+        check_float(self.size_beta, "size_beta", o, low=0.0, low_open=True)
 
     def prepare(self, dataset: str, *, seed: int, data_dir: Any = None) -> FederatedData:
         return prepare_federated_data(dataset, seed=seed, data_dir=data_dir, **self.to_dict())

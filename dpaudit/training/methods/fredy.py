@@ -29,7 +29,7 @@ from dpaudit.errors import ParameterError, check_bool, check_choice, check_float
 from dpaudit.training.ensemble import TrainConfig
 from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, central_ledger,
     config_to_dict, derive_rng, derive_seed, FamilySettings, model_spec, new_ledger, no_privacy_result,
-    noiseless_accounting, noisy_argmax, schedule, select_queries, student_utility, teacher_parts, train_group,
+    noiseless_accounting, noisy_argmax, schedule, select_queries, stage_key, student_utility, teacher_parts, train_group,
     vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
@@ -68,6 +68,11 @@ class FREDYConfig(FamilySettings):
         ``"worst_case"`` (2T when rounds >= 2; valid) or ``"pate"`` (2; PATE's assumption, which FedAvg breaks).
     nonprivate_baseline:
         Also train and release the non-private baseline in ``OUT/nonprivate``.
+    baseline_data:
+        What the non-private baseline trains on. ``"private"`` (default, dpaudit's choice): the teachers' pooled
+        private data, so that the attack on it measures what the private data would leak without FREDY.
+        ``"student"``: the paper's wording (Sec. 5, "identical train and test datasets as the student"): the
+        answered public records with their true labels; its members are then those public records.
     """
 
     method_name: ClassVar[str] = "fredy"
@@ -84,9 +89,11 @@ class FREDYConfig(FamilySettings):
     baseline_train: TrainConfig = schedule(epochs=20, batch_size=64, lr=1e-2, weight_decay=1e-5)
     sensitivity: str = "worst_case"
     nonprivate_baseline: bool = True
+    baseline_data: str = "private"
 
     def __post_init__(self) -> None:
         o = "FREDYConfig"
+        check_choice(self.baseline_data, "baseline_data", o, ("private", "student"))
         check_int(self.teachers, "teachers", o, low=1)
         check_int(self.rounds, "rounds", o, low=1)
         if self.gamma is not None:
@@ -191,23 +198,26 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
     w0 = _initial_state(spec, derive_seed(seed, "fedavg", 0))
 
     # -- FedAvg rounds 1..n-1 (each checkpointed), then the local last round -------------------------
-    state = w0
-    for r in range(1, cfg.rounds):
-        def one_round(r: int = r, start: Mapping[str, Any] = state) -> dict[str, np.ndarray]:
-            log(f"FedAvg round {r}/{cfg.rounds}: {cfg.teachers} clients x {cfg.teacher_train.epochs} local epochs")
-            g = train_group(spec, datasets, cfg.teacher_train, seed=derive_seed(seed, "fedavg", r), device=device,
-                            checkpoint_dir=cache.subdir(f"round{r}.ckpt"), progress=progress, init_state=start)
-            return _to_npz(fedavg([g.state_dict(i) for i in range(g.num_models)]))
+    def teachers() -> dict[str, np.ndarray]:
+        state = w0
+        for r in range(1, cfg.rounds):
+            def one_round(r: int = r, start: Mapping[str, Any] = state) -> dict[str, np.ndarray]:
+                log(f"FedAvg round {r}/{cfg.rounds}: {cfg.teachers} clients x {cfg.teacher_train.epochs} local epochs")
+                g = train_group(spec, datasets, cfg.teacher_train, seed=derive_seed(seed, "fedavg", r), device=device,
+                                checkpoint_dir=cache.subdir(f"round{r}.ckpt"), progress=progress, init_state=start)
+                return _to_npz(fedavg([g.state_dict(i) for i in range(g.num_models)]))
 
-        state = _from_npz(cache.get_or_run(f"round{r}", one_round))
-
-    def last_round() -> dict[str, np.ndarray]:
+            state = _from_npz(cache.get_or_run(f"round{r}", one_round))
         log(f"round {cfg.rounds}/{cfg.rounds}: teachers train locally and keep their models")
         g = train_group(spec, datasets, cfg.teacher_train, seed=derive_seed(seed, "fedavg", cfg.rounds), device=device,
                         checkpoint_dir=cache.subdir("teachers.ckpt"), progress=progress, init_state=state)
         return {"preds": g.predict(X_pub), "test_acc": (g.predict(X_te) == y_te[None, :]).mean(axis=1)}
 
-    tp = cache.get_or_run("teachers", last_round)
+    # the teachers depend on exactly these settings (not on gamma, the queries, the student or the baseline), so a
+    # sweep over gamma inside dpaudit.training.methods.common.shared_stages trains them once
+    key = stage_key("fredy", spec.to_dict(), [np.asarray(p, dtype=np.int64) for p in parts], data.spec,
+                    data.splits.public, data.splits.test, cfg.teacher_train.to_dict(), int(cfg.rounds), int(seed), device)
+    tp = cache.get_or_run("teachers", teachers, share=key)
 
     # -- noisy labelling and the student ---------------------------------------------------------------
     q = select_queries(len(X_pub), queries=cfg.queries, fraction=cfg.query_fraction, rng=derive_rng(seed, "queries"), owner="FREDY")
@@ -221,8 +231,9 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
     # -- the non-private baseline --------------------------------------------------------------------------
     baseline = None
     if cfg.nonprivate_baseline:
-        log("non-private baseline: the same architecture on the teachers' pooled data")
-        baseline = train_group(spec, [data.xy(data.splits.train)], cfg.baseline_train, seed=derive_seed(seed, "nonprivate"),
+        base_idx = data.splits.train if cfg.baseline_data == "private" else np.asarray(data.splits.public)[q]
+        log(f"non-private baseline: the same architecture on {'the teachers pooled data' if cfg.baseline_data == 'private' else 'the student training records, true labels'}")
+        baseline = train_group(spec, [data.xy(base_idx)], cfg.baseline_train, seed=derive_seed(seed, "nonprivate"),
                                device=device, checkpoint_dir=cache.subdir("nonprivate.ckpt"), progress=progress,
                                init_state=w0).member(0)
         utility["nonprivate_accuracy"] = accuracy(baseline.predict_proba(X_te), y_te)
@@ -263,7 +274,12 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
     )
     extras: dict[str, Release] = {}
     if baseline is not None:
-        reason = "Non-private baseline: trained directly on the teachers' pooled private data, no DP mechanism."
+        reason = ("Non-private baseline: trained directly on the teachers' pooled private data, no DP mechanism."
+                  if cfg.baseline_data == "private" else
+                  "Non-private baseline (the paper's): trained on the student's training records (answered public "
+                  "records) with their true labels, no DP mechanism.")
+        base_membership = membership if cfg.baseline_data == "private" else balanced_membership(
+            base_idx, data.splits.test, data.splits.attacker, derive_rng(seed, "membership", 1))
         nledger = new_ledger(cfg.delta)
         nledger.add_assumption(reason)
         extras["nonprivate"] = Release(
@@ -271,6 +287,6 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
             utility={"test_accuracy": utility["nonprivate_accuracy"]}, classifier=baseline, train_config=cfg.baseline_train,
             ledger=nledger, statement=no_privacy_result("none (non-private baseline)", cfg.delta, reason),
             claim={"epsilon": float("inf"), "delta": cfg.delta, "granularity": "none", "text": reason},
-            membership=membership, votes=None, assumptions=(reason,),
+            membership=base_membership, votes=None, assumptions=(reason,),
         )
     return Outcome(main, extras)

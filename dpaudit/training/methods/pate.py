@@ -24,7 +24,7 @@ from dpaudit.errors import check_float, check_int, check_probability
 from dpaudit.training.ensemble import TrainConfig
 from dpaudit.training.methods.common import (accounting_result, balanced_membership, central_ledger,
     config_to_dict, data_independent_ledger, DataBundle, derive_rng, derive_seed, FamilySettings, model_spec,
-    noiseless_accounting, noisy_argmax, PATE_ASSUMPTION, schedule, select_queries, StageCache, student_utility,
+    noiseless_accounting, noisy_argmax, PATE_ASSUMPTION, schedule, select_queries, StageCache, stage_key, student_utility,
     teacher_parts, train_group, vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
@@ -108,7 +108,10 @@ def teacher_predictions(
         test_pred = group.predict(X_te)
         return {"preds": group.predict(X_pub), "test_acc": (test_pred == y_te[None, :]).mean(axis=1)}
 
-    return cache.get_or_run(stage, run)
+    # the teachers depend on exactly these (never on the noise or the queries): shareable across a sweep
+    key = stage_key(spec.to_dict(), [np.asarray(p, dtype=np.int64) for p in parts], data.spec, data.splits.public,
+                    data.splits.test, train.to_dict(), int(seed), device)
+    return cache.get_or_run(stage, run, share=key)
 
 
 def pate_student(

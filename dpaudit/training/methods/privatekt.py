@@ -22,6 +22,12 @@ Choices the paper leaves open, with their defaults:
   (pseudo-labels). The reference code trains on the model's own *soft* predictions, whose cross-entropy
   gradient is zero at the first step, i.e. nearly a no-op; ``"soft"`` reproduces that.
 - B counts rounds (each holds K samples), as in the reference code's buffer.
+- ``local_optimizer``/``server_optimizer``: ``"adam"`` (default, lr 1e-3: dpaudit's choice, the paper names
+  no optimizer) or ``"sgd"`` (the public reference code: plain SGD, lr 0.05 for clients and server). The
+  paper-scale config ``configs/privatekt_paper_mnist.toml`` uses the reference's SGD.
+- ``[data] partition``: ``"dirichlet"`` (dpaudit's default: per-class Dirichlet(alpha) over clients, sizes vary,
+  e.g. 199-986 records at 600 on average) or ``"dirichlet_fixed"`` (the reference code: each client draws its
+  class proportions from Dir(alpha) and gets exactly ``samples_per_client`` records).
 
 Ablation switches (paper Fig. 3): ``use_buffer=False`` (buffer of one round), ``importance_sampling=False``
 (uniform KT samples), ``self_training=False``.
@@ -83,8 +89,10 @@ class PrivateKTConfig(RoundSettings):
     samples_per_round: K, knowledge-transfer samples per round.
     buffer_rounds: B, rounds of aggregated knowledge kept in the FIFO buffer.
     rounds: T. client_fraction: share of clients sampled per round (reference: 0.5).
-    local_epochs, local_batch_size, local_lr: client training of the global model (Adam).
-    server_steps, server_lr: full-batch Adam steps on the buffer per round.
+    local_epochs, local_batch_size, local_lr, local_optimizer: client training of the global model
+    (``"adam"``, default, or ``"sgd"``: the reference code's SGD with lr 0.05).
+    server_steps, server_lr, server_optimizer: full-batch steps on the buffer per round (Adam, or SGD as the
+    reference code).
     self_train_fraction: M / |public pool|. label_mode, self_train_targets: see the module docstring.
     use_buffer, importance_sampling, self_training: ablation switches.
     eval_every: evaluate test accuracy every this many rounds (0 = only at the end).
@@ -105,9 +113,13 @@ class PrivateKTConfig(RoundSettings):
     use_buffer: bool = True
     importance_sampling: bool = True
     self_training: bool = True
+    local_optimizer: str = "adam"
+    server_optimizer: str = "adam"
 
     def __post_init__(self) -> None:
         o = "PrivateKTConfig"
+        check_choice(self.local_optimizer, "local_optimizer", o, ("adam", "sgd"))
+        check_choice(self.server_optimizer, "server_optimizer", o, ("adam", "sgd"))
         self.check_rounds(o, min_local_epochs=0)
         check_int(self.samples_per_round, "samples_per_round", o, low=1)
         check_int(self.buffer_rounds, "buffer_rounds", o, low=1)
@@ -173,7 +185,8 @@ class PrivateKTMethod(GlobalModelSteps):
         if cfg.local_epochs > 0:
             ens = train_ensemble(
                 self.spec, [(d[1], d[2]) for d in datas],
-                TrainConfig(epochs=cfg.local_epochs, batch_size=cfg.local_batch_size, optimizer="adam", lr=cfg.local_lr),
+                TrainConfig(epochs=cfg.local_epochs, batch_size=cfg.local_batch_size, optimizer=cfg.local_optimizer,
+                            lr=cfg.local_lr),
                 seed=party_seed(msg["seed"], msg["round"], min(ids), stream=2), device=self.device,
                 progress=False, init_state=msg["params"])
             probs = ens.predict_proba(msg["kt_x"])  # (G, K, C)
@@ -203,7 +216,8 @@ class PrivateKTMethod(GlobalModelSteps):
         if cfg.server_steps > 0:
             idx, tgt = buffer_fetch(buffer)
             params, opt = adam_train(self.spec, params, opt, self.X_public[idx], tgt, steps=cfg.server_steps,
-                                     lr=cfg.server_lr, seed=party_seed(seed, t, -1, stream=4))
+                                     lr=cfg.server_lr, seed=party_seed(seed, t, -1, stream=4),
+                                     optimizer=cfg.server_optimizer)
         if cfg.self_training and cfg.self_train_fraction > 0:
             m = max(1, int(round(cfg.self_train_fraction * len(self.X_public))))
             probs = make_classifier(self.spec, params).predict_proba(self.X_public)
@@ -211,7 +225,7 @@ class PrivateKTMethod(GlobalModelSteps):
             st_targets = to_distribution(probs[pick], "hard") if cfg.self_train_targets == "hard" else probs[pick]
             params, opt = adam_train(self.spec, params, opt, self.X_public[pick], st_targets, epochs=1,
                                      batch_size=cfg.local_batch_size, lr=cfg.server_lr,
-                                     seed=party_seed(seed, t, -1, stream=6))
+                                     seed=party_seed(seed, t, -1, stream=6), optimizer=cfg.server_optimizer)
         history = self.history_after(state, params)
         new = {**state, "round": t + 1, "params": params, "opt": opt, "buffer": buffer, "ledger": ledger,
                "history": history, "reports": reports}

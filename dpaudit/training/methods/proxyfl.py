@@ -69,7 +69,7 @@ from dpaudit.training.methods.scaffold import (MethodConfig, Outcome, Release, R
 from dpaudit.training.optim import StackedOptimizer
 
 __all__ = ["Config", "ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run", "run_proxyfl", "PROXYFL_VARIANTS",
-           "VARIANT_OF", "dml_dp_assumption", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
+           "VARIANT_OF", "dml_dp_assumption", "paper_statement", "PAPER_FIGURE_LABEL", "NOT_ESTABLISHED_LABEL", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
 
 COMMUNICATIONS = ("pushsum", "replace", "average", "cycle", "none")
 PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
@@ -84,6 +84,16 @@ PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
 #: registry name -> variant (the method name in the release)
 VARIANT_OF: dict[str, str] = {"proxyfl": "proxyfl", "fml": "fml", "fedavg-dpsgd": "fedavg", "avgpush": "avgpush",
                               "cwt": "cwt", "regular": "regular", "joint": "joint"}
+
+
+PAPER_FIGURE_LABEL = "the paper's figure, under an assumption that does not hold (private model's influence not accounted)"
+NOT_ESTABLISHED_LABEL = ("release guarantee: not established (the proxy distils from a private model trained without DP "
+                         "on the same records)")
+
+
+DISTILLATION_VOIDS_BOUND = (
+    "The released proxy's DP-SGD bound is void: the paper's epsilon holds only if the private model it distils from "
+    "were independent of the protected records. No finite guarantee is established for the release.")
 
 
 def dml_dp_assumption() -> str:
@@ -583,15 +593,40 @@ def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: 
     if overall.epsilon > 10:
         warnings_.append(f"The shared model's epsilon is large ({overall.epsilon:.4g} at delta {overall.delta:.3g}): "
                          "with these settings DP-SGD gives a weak guarantee. It is reported as is.")
-    if config.mutual:
-        warnings_.append(dml_dp_assumption())
     facts = {"epsilon_per_client_own_delta": [float(e) for e in result.epsilon],
              "delta_per_client": [float(d) for d in result.delta],
              "rounds_per_client": [int(r) for r in result.rounds_per_client]}
-    return AccountingResult(f"{variant}: DP-SGD (Poisson subsampled Gaussian) per client", tuple(per) + (overall,),
+    statements: tuple[PrivacyStatement, ...] = tuple(per) + (overall,)
+    if config.mutual:
+        # The proxy distils from a private model trained without DP on the same records: the DP-SGD figures
+        # are the paper's, under an assumption that does not hold; the release's own guarantee is not established.
+        warnings_.append(dml_dp_assumption())
+        paper = tuple(replace(s, label=f"{s.label or 'DP-SGD'}: {PAPER_FIGURE_LABEL}",
+                              assumptions=tuple(s.assumptions) + (dml_dp_assumption(),)) for s in statements)
+        facts["paper_epsilon"] = float(overall.epsilon)
+        none = PrivacyStatement(
+            math.inf, float(overall.delta), "not established", label=NOT_ESTABLISHED_LABEL,
+            assumptions=(dml_dp_assumption(), "No accounting of the private model's influence on the proxy exists here, "
+                         "so no finite epsilon is established for the released proxy. The DP-SGD figure "
+                         f"({overall.epsilon:.4g} at delta {overall.delta:.3g}) is the paper's, under an assumption that "
+                         "does not hold."))
+        return AccountingResult(f"{variant}: DP-SGD (Poisson subsampled Gaussian) per client, distilling from a "
+                                "non-private model", (none,) + paper, headline=0, facts=facts, warnings=tuple(warnings_),
+                                parameters=_statement_parameters(config))
+    return AccountingResult(f"{variant}: DP-SGD (Poisson subsampled Gaussian) per client", statements,
                             headline=len(per), facts=facts, warnings=tuple(warnings_),
-                            parameters={"noise_multiplier": config.noise_multiplier, "max_grad_norm": config.max_grad_norm,
-                                        "batch_size": config.batch_size, "rounds": config.rounds, "budget": config.budget})
+                            parameters=_statement_parameters(config))
+
+
+def _statement_parameters(config: ProxyFLConfig) -> dict[str, Any]:
+    return {"noise_multiplier": config.noise_multiplier, "max_grad_norm": config.max_grad_norm,
+            "batch_size": config.batch_size, "rounds": config.rounds, "budget": config.budget}
+
+
+def paper_statement(statement: Any) -> Any:
+    """The DP-SGD statement the paper reports (the overall per-client maximum): the headline when the proxy does not
+    distil from a private model, else the last statement (the paper's figure, under an assumption that does not hold)."""
+    return statement.statements[-1]
 
 
 @dataclass(frozen=True)
@@ -665,7 +700,8 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
     recipe = TrainConfig(epochs=config.rounds, batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
                          dp=DPSGDConfig(noise_multiplier=config.noise_multiplier, max_grad_norm=config.max_grad_norm,
                                         sampling_rate=q) if config.dp else None)
-    claim = {"epsilon": float(statement.epsilon), "delta": float(statement.delta),
+    paper = paper_statement(statement)
+    claim = {"epsilon": float(paper.epsilon), "delta": float(paper.delta),
              "granularity": "record, per client (add/remove one)",
              "text": (f"{variant} (Kalra et al. 2023): each client's shared model is (eps, delta)-DP by DP-SGD RDP "
                       "accounting; clients drop out at their budget.")}
@@ -676,7 +712,7 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
     flags = []
     if config.mutual and config.dp:
         assumptions.append(dml_dp_assumption())
-        flags.append(("distillation_not_accounted", dml_dp_assumption()))
+        flags.append(("distillation_not_accounted", DISTILLATION_VOIDS_BOUND + " " + dml_dp_assumption()))
     if config.communication == "replace":
         assumptions.append("DEVIATION from the paper: proxies are replaced by the received one (public reference code), "
                            "not PushSum-averaged.")
