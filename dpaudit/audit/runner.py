@@ -464,8 +464,12 @@ def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequenc
     statement = meta.get("statement")
     theoretical = None
     if statement is not None:
+        # no privacy mechanism at all (headline method "none", epsilon infinite): the model is a non-private
+        # reference; a mechanism whose guarantee is not established for the release (ProxyFL's distilling proxy)
+        # keeps its statement, with epsilon infinite
         eps = statement.get("epsilon")
-        theoretical = None if eps in ("inf", float("inf")) else statement
+        no_mechanism = eps in ("inf", float("inf")) and (statement.get("headline") or {}).get("method") == "none"
+        theoretical = None if no_mechanism else statement
     ledger = meta.get("ledger") or {}
     per_party = _per_party(ledger)
     utility = dict(meta.get("utility", {}))

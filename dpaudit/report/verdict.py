@@ -6,7 +6,8 @@ A verdict is a short list of clauses, each with a stable code, joined into one l
   > 0; worded as estimates), ``no_leakage_demonstrated`` (every figure 0; with the attacks' power on the
   non-private reference when the audit has one), ``certified_above_accounting`` (a certified bound above the
   accounted epsilon: the accounting or the implementation is wrong);
-- guarantee: ``no_guarantee`` (no mechanism), ``guarantee_not_meaningful`` (accounted epsilon above
+- guarantee: ``no_guarantee`` (no mechanism), ``guarantee_not_established`` (a mechanism runs but no finite bound
+  covers the release, e.g. ProxyFL's distilling proxy), ``guarantee_not_meaningful`` (accounted epsilon above
   :data:`MEANINGFUL_EPSILON`), ``accounted`` (the figure, with its delta);
 - utility: ``utility_near_chance`` when test accuracy is within :data:`CHANCE_MARGIN` of 1 / num_classes.
 
@@ -131,6 +132,10 @@ def verdict(m: ModelAudit, power: dict[str, AttackPower] | None = None) -> Verdi
                                 "in this audit)"))
     if m.is_reference:
         clauses.append(("no_guarantee", "no accounted guarantee (no privacy mechanism)"))
+    elif math.isinf(eps_theory):
+        clauses.append(("guarantee_not_established",
+                        "no finite guarantee established: a privacy mechanism runs, but its bound does not cover the "
+                        "release (see the red flags)"))
     elif eps_theory > MEANINGFUL_EPSILON:
         clauses.append(("guarantee_not_meaningful",
                         f"accounted guarantee not meaningful (ε = {fmt_epsilon(eps_theory)} > {MEANINGFUL_EPSILON:g})"))

@@ -85,6 +85,19 @@ def test_verdicts_from_structured_data():
     assert power["threshold"].auc == 0.8 and power["threshold"].tpr == 0.2 and power["lira"].model == "ref"
 
 
+def test_a_mechanism_without_an_established_guarantee_is_not_a_non_private_reference():
+    # ProxyFL's distilling proxy: DP-SGD runs, but no finite bound covers the release (headline "not established")
+    st = {"epsilon": "inf", "delta": 1e-5, "method": "not established", "label": "release guarantee: not established",
+          "data_dependent": False, "assumptions": [], "details": {}}
+    proxy = _model("proxy", theoretical={"mechanism": "proxyfl", "epsilon": "inf", "delta": 1e-5, "headline": st,
+                                         "statements": [st]})
+    assert not proxy.is_reference and math.isinf(proxy.theoretical_epsilon)
+    v = compute_verdicts([proxy])[0]
+    assert v.codes[-1] == "guarantee_not_established" and "no finite guarantee established" in v.text
+    assert "no privacy mechanism" not in v.text and attack_power([proxy]) == {}
+    assert "no_guarantee" not in codes([proxy])
+
+
 def test_summary_names_no_best_attack_when_nothing_was_found_and_quotes_one_auc():
     nothing = _model("quiet", attacks=(_attack(0.0, 0.55), _attack(0.0, 0.61, name="lira")))
     found = _model("found", attacks=(_attack(0.3, 0.7), _attack(1.1, 0.65, name="lira")))
