@@ -65,11 +65,12 @@ def _offscale(ax: Any, x: float, top: float, label: str, color: str) -> None:
 def epsilon_figure(models: Sequence[ModelAudit]) -> Figure:
     """Accounted epsilon (upper bound) beside the strongest empirical figure, per model (symlog scale).
 
-    Infinite accounted epsilons (no mechanism) are an off-scale marker labelled "∞ (no guarantee)"; empirical
+    Infinite accounted epsilons are an off-scale marker labelled "∞ (no mechanism)" or, for a mechanism whose
+    bound does not cover the release, "∞ (not established)"; empirical
     figures of 0 are a visible marker labelled 0; certified bounds are solid, estimates hatched with their
     split-seed range as an error bar.
     """
-    fig = Figure(figsize=(max(5.5, 1.5 * len(models) + 2.5), 4.6), layout="constrained")
+    fig = Figure(figsize=(max(7.5, 1.5 * len(models) + 2.5), 4.6), layout="constrained")  # room for the legend
     ax = fig.add_subplot()
     x = np.arange(len(models))
     theo = np.array([m.theoretical_epsilon for m in models], dtype=float)
@@ -85,7 +86,8 @@ def epsilon_figure(models: Sequence[ModelAudit]) -> Figure:
             ax.annotate(f"{t:.3g}", (x[i] - w / 2, t), xytext=(0, 2), textcoords="offset points", ha="center",
                         va="bottom", fontsize=7)
         else:
-            _offscale(ax, x[i] - w / 2, top, "∞ (no\nguarantee)", _RED)
+            why = "no\nmechanism" if models[i].is_reference else "not\nestablished"
+            _offscale(ax, x[i] - w / 2, top, f"∞ ({why})", _RED)
     for i, b in enumerate(best):
         xe = x[i] + w / 2
         if b is None:
@@ -110,7 +112,7 @@ def epsilon_figure(models: Sequence[ModelAudit]) -> Figure:
                        Patch(facecolor="white", edgecolor=_ORANGE, hatch="///",
                              label="empirical estimate (not certified; bar: range over split seeds)"),
                        Patch(color=_ORANGE, label="empirical certified lower bound"),
-                       Patch(color=_RED, label="▲ off scale: epsilon = ∞ (no mechanism)")],
+                       Patch(color=_RED, label="▲ off scale: epsilon = ∞ (no mechanism, or no guarantee established)")],
               fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
     return fig
 

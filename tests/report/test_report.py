@@ -194,11 +194,13 @@ def test_epsilon_figure_marks_infinity_off_scale_and_zero_visibly():
     from dpaudit.report.figures import epsilon_figure
 
     models = (_model("ref", theoretical=None, attacks=(_attack(1.2, 0.7),)), _model("private"),
-              _model("big", theoretical=_theory(500.0)), _model("leaky", attacks=(_attack(0.7, 0.6, kind="certified"),)))
+              _model("big", theoretical=_theory(500.0)), _model("leaky", attacks=(_attack(0.7, 0.6, kind="certified"),)),
+              _model("proxy", theoretical=_theory(math.inf)))
     fig = epsilon_figure(models)
     ax = fig.axes[0]
     texts = _texts(fig)
-    assert "∞ (no\nguarantee)" in texts and "0" in texts and "500" in texts and "0.7" in texts
+    assert "∞ (no\nmechanism)" in texts and "0" in texts and "500" in texts and "0.7" in texts
+    assert "∞ (not\nestablished)" in texts  # a mechanism whose bound does not cover the release
     # estimates are hatched bars with their split-seed range, certified bounds solid
     bars = {round(p.get_height(), 3): p for p in ax.patches}
     assert bars[1.2].get_hatch() == "///" and bars[0.7].get_hatch() is None
@@ -207,8 +209,8 @@ def test_epsilon_figure_marks_infinity_off_scale_and_zero_visibly():
     assert all(p.get_height() < top for p in ax.patches)
     inf_marker = [ln for ln in ax.lines if ln.get_marker() == "^"]
     zero_marker = [ln for ln in ax.lines if ln.get_marker() == "o"]
-    assert len(inf_marker) == 1 and inf_marker[0].get_ydata()[0] == top and not inf_marker[0].get_clip_on()
-    assert len(zero_marker) == 2 and all(z.get_ydata()[0] == 0.0 for z in zero_marker)  # private, big
+    assert len(inf_marker) == 2 and all(m.get_ydata()[0] == top and not m.get_clip_on() for m in inf_marker)
+    assert len(zero_marker) == 3 and all(z.get_ydata()[0] == 0.0 for z in zero_marker)  # private, big, proxy
     assert ax.get_ylabel() and ax.get_legend() is not None
     # the legend sits below the axes, off the bars and labels
     fig.canvas.draw()
