@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpaudit._io import atomic_path, write_json
+from dpaudit._io import atomic_path, write_bytes, write_json
 from dpaudit.errors import DataError, ParameterError, check_choice, check_int
 
 __all__ = [
@@ -76,6 +76,7 @@ __all__ = [
     "MaskedBatchNorm",
     "SKOPS_TRUSTED_TYPES",
     "load_skops",
+    "canonical_safetensors",
     "save_classifier",
     "load_classifier",
 ]
@@ -497,6 +498,23 @@ _SKOPS_TOP = {
 }
 
 
+def canonical_safetensors(blob: bytes) -> bytes:
+    """``blob`` (a safetensors file) with its JSON header written with sorted keys: the same tensors and
+    metadata always give the same bytes.
+
+    safetensors writes the ``__metadata__`` table in the order of a Rust ``HashMap``, whose hashing keys are
+    random per process and advance with every map the process builds; so the same model saved after a
+    different history (a resumed run wrote fewer checkpoints) came out with its metadata keys in another order.
+    The tensor data is unchanged (its offsets are relative to the end of the header); the header is padded with
+    spaces to a multiple of 8 bytes, as safetensors does.
+    """
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8 : 8 + n])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + blob[8 + n :]
+
+
 def save_classifier(clf: Classifier, path_without_suffix) -> Path:
     """Write ``clf`` without pickle; returns the path written.
 
@@ -510,12 +528,12 @@ def save_classifier(clf: Classifier, path_without_suffix) -> Path:
         base = base.with_suffix("")
     spec_json = json.dumps(clf.spec.to_dict(), sort_keys=True)
     if clf.module is not None:
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         target = base.with_name(base.name + ".safetensors")
         tensors = {k: v.detach().cpu().contiguous() for k, v in clf.module.state_dict().items()}
-        with atomic_path(target) as tmp:
-            save_file(tensors, str(tmp), metadata={"spec": spec_json, "format": "dpaudit-torch-1"})
+        blob = save(tensors, metadata={"spec": spec_json, "format": "dpaudit-torch-1"})
+        write_bytes(target, canonical_safetensors(blob))
         write_json(base.with_name(base.name + ".json"), clf.spec.to_dict())
         return target
     est = clf.estimator
