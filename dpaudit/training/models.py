@@ -64,6 +64,7 @@ from torch import nn
 
 from dpaudit._io import atomic_path, write_bytes, write_json
 from dpaudit.errors import DataError, ParameterError, check_choice, check_int
+from dpaudit.training.limits import MAX_ENSEMBLE_BYTES, MAX_WIDTH
 
 __all__ = [
     "TORCH_MODELS",
@@ -129,6 +130,10 @@ class ModelSpec:
         object.__setattr__(self, "kwargs", kw)
         if "norm" in kw:
             check_choice(kw["norm"], "norm", f"ModelSpec({self.name})", NORMS)
+        if "hidden" in kw:
+            hidden = kw["hidden"] if isinstance(kw["hidden"], (list, tuple)) else [kw["hidden"]]
+            for h in hidden:
+                check_int(h, "hidden", f"ModelSpec({self.name})", low=1, high=MAX_WIDTH)
 
     @property
     def is_torch(self) -> bool:
@@ -239,6 +244,11 @@ def _mlp(spec: ModelSpec) -> _Net:
     norm, dropout = kw.get("norm"), float(kw.get("dropout", 0.0))
     layers: list[nn.Module] = [nn.Flatten()]
     width = math.prod(spec.input_shape)
+    widths = [width, *hidden, spec.num_classes]
+    weights = sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+    if 4 * weights > MAX_ENSEMBLE_BYTES // 4:  # before allocating: weights, gradients, two optimiser slots
+        raise ParameterError(f"The mlp with hidden = {hidden} on inputs of {width} features has {weights} weights, more "
+                             f"than one training run supports ({MAX_ENSEMBLE_BYTES // 16}); use narrower layers.")
     for h in hidden:
         layers.append(nn.Linear(width, h, bias=norm != "batch"))  # batch norm cancels a bias
         nl = _norm(norm, h, dense=True)

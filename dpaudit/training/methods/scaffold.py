@@ -43,6 +43,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from dpaudit._io import dumps_json, exclusive_lock, parse_toml_value, read_json, read_toml, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int
+from dpaudit.training.limits import MAX_ROUNDS, MAX_THREADS
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit.training.methods.common import StageCache, config_to_dict
 
@@ -237,10 +238,10 @@ class RunSettings:
         o = "[run]"
         check_device(self.device)
         if self.num_threads is not None:
-            check_int(self.num_threads, "num_threads", o, low=1)
-        check_int(self.checkpoint_every, "checkpoint_every", o, low=0)
+            check_int(self.num_threads, "num_threads", o, low=1, high=MAX_THREADS)
+        check_int(self.checkpoint_every, "checkpoint_every", o, low=0, high=MAX_ROUNDS)
         if self.stop_after is not None:
-            check_int(self.stop_after, "stop_after", o, low=0)
+            check_int(self.stop_after, "stop_after", o, low=0, high=MAX_ROUNDS)
 
 
 @dataclass(frozen=True)
