@@ -393,17 +393,23 @@ def load_npz_file(path: str | os.PathLike, what: str, *, kinds: str | None = "bi
 
 
 @contextlib.contextmanager
-def exclusive_lock(directory: str | os.PathLike, what: str = "dpaudit") -> Iterator[Path]:
+def exclusive_lock(directory: str | os.PathLike, what: str = "dpaudit", *,
+                   lock_file: str | os.PathLike | None = None) -> Iterator[Path]:
     """Hold an exclusive ``fcntl.flock`` on ``directory/.dpaudit.lock`` while the body runs.
 
     A second process asking for the same directory gets a :class:`DataError` at once (it does not wait) naming
     the process that holds it. The lock dies with its process (SIGKILL included), so a stale lock file never
-    blocks the next run.
+    blocks the next run. ``lock_file``: lock this file instead (its folder is created, ``directory`` is not),
+    for a directory that must not exist before the run ends (a release is written atomically as a whole).
     """
     import fcntl
 
-    d = make_dirs(directory)
-    lock = d / ".dpaudit.lock"
+    d = Path(directory)
+    if lock_file is None:
+        lock = make_dirs(directory) / ".dpaudit.lock"
+    else:
+        lock = Path(lock_file)
+        make_dirs(lock.parent)
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
     except OSError as exc:

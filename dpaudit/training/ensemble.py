@@ -49,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -59,6 +60,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dpaudit._io import atomic_dir, read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int
+from dpaudit.training.limits import MAX_ENSEMBLE_BYTES, MAX_EPOCHS, MAX_RECORDS
 from dpaudit.training.dpsgd import DP_METHODS, DPSGDStep, cross_entropy_rows
 from dpaudit.training.models import (
     Classifier,
@@ -149,8 +151,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         o = "TrainConfig"
-        object.__setattr__(self, "epochs", check_int(self.epochs, "epochs", o, low=1))
-        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch_size", o, low=1))
+        object.__setattr__(self, "epochs", check_int(self.epochs, "epochs", o, low=1, high=MAX_EPOCHS))
+        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch_size", o, low=1, high=MAX_RECORDS))
         check_choice(self.optimizer, "optimizer", o, ("adam", "sgd"))
         object.__setattr__(self, "lr", check_float(self.lr, "lr", o, low=0.0, low_open=True))
         object.__setattr__(self, "momentum", check_float(self.momentum, "momentum", o, low=0.0, high=1.0, high_open=True))
@@ -524,6 +526,7 @@ def train_ensemble(
     dev = _resolve_device(device)
 
     plan = _plan(spec, config, data, seed, dev)
+    _check_state_size(spec, plan.M, dev)
     model = _build_step_model(spec, config, dev, dp_method)
     params, buffers = _initial_state(spec, plan.M, seed, init_state, dev)
     opt = StackedOptimizer(params, kind=config.optimizer, lr=config.lr, momentum=config.momentum,
@@ -553,6 +556,29 @@ def train_ensemble(
             bar[0].stop()
     return Ensemble(spec, {k: v.cpu() for k, v in params.items()}, {k: v.cpu() for k, v in buffers.items()},
                     config=config, seed=seed, history=history, device=dev)
+
+
+def _check_state_size(spec: ModelSpec, M: int, dev: torch.device) -> None:
+    """Refuse, before allocating anything, a training state (weights, gradients, two optimiser slots and the
+    buffers of ``M`` models) larger than :data:`~dpaudit.training.limits.MAX_ENSEMBLE_BYTES` or, on the CPU,
+    than this machine's physical memory (the model is built on torch's meta device, which allocates nothing)."""
+    with torch.device("meta"):
+        base = build_model(spec)
+    per_model = sum(4 * p.numel() * p.element_size() for p in base.parameters())
+    per_model += sum(b.numel() * b.element_size() for b in base.buffers())
+    need = M * per_model
+    cap, where = MAX_ENSEMBLE_BYTES, "supported"
+    if dev.type == "cpu":
+        try:
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+            ram = cap
+        if 0 < ram < cap:
+            cap, where = ram, "this machine's memory,"
+    if need > cap:
+        raise ParameterError(f"Training {M} {spec.name} models at once needs about {need / 2**30:.1f} GiB of training "
+                             f"state, more than {where} {cap / 2**30:.1f} GiB; use fewer teachers/clients or a "
+                             "smaller model.")
 
 
 @dataclass

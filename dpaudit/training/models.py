@@ -62,8 +62,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpaudit._io import atomic_path, write_json
+from dpaudit._io import atomic_path, write_bytes, write_json
 from dpaudit.errors import DataError, ParameterError, check_choice, check_int
+from dpaudit.training.limits import MAX_ENSEMBLE_BYTES, MAX_WIDTH
 
 __all__ = [
     "TORCH_MODELS",
@@ -76,6 +77,7 @@ __all__ = [
     "MaskedBatchNorm",
     "SKOPS_TRUSTED_TYPES",
     "load_skops",
+    "canonical_safetensors",
     "save_classifier",
     "load_classifier",
 ]
@@ -128,6 +130,10 @@ class ModelSpec:
         object.__setattr__(self, "kwargs", kw)
         if "norm" in kw:
             check_choice(kw["norm"], "norm", f"ModelSpec({self.name})", NORMS)
+        if "hidden" in kw:
+            hidden = kw["hidden"] if isinstance(kw["hidden"], (list, tuple)) else [kw["hidden"]]
+            for h in hidden:
+                check_int(h, "hidden", f"ModelSpec({self.name})", low=1, high=MAX_WIDTH)
 
     @property
     def is_torch(self) -> bool:
@@ -238,6 +244,11 @@ def _mlp(spec: ModelSpec) -> _Net:
     norm, dropout = kw.get("norm"), float(kw.get("dropout", 0.0))
     layers: list[nn.Module] = [nn.Flatten()]
     width = math.prod(spec.input_shape)
+    widths = [width, *hidden, spec.num_classes]
+    weights = sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+    if 4 * weights > MAX_ENSEMBLE_BYTES // 4:  # before allocating: weights, gradients, two optimiser slots
+        raise ParameterError(f"The mlp with hidden = {hidden} on inputs of {width} features has {weights} weights, more "
+                             f"than one training run supports ({MAX_ENSEMBLE_BYTES // 16}); use narrower layers.")
     for h in hidden:
         layers.append(nn.Linear(width, h, bias=norm != "batch"))  # batch norm cancels a bias
         nl = _norm(norm, h, dense=True)
@@ -497,6 +508,23 @@ _SKOPS_TOP = {
 }
 
 
+def canonical_safetensors(blob: bytes) -> bytes:
+    """``blob`` (a safetensors file) with its JSON header written with sorted keys: the same tensors and
+    metadata always give the same bytes.
+
+    safetensors writes the ``__metadata__`` table in the order of a Rust ``HashMap``, whose hashing keys are
+    random per process and advance with every map the process builds; so the same model saved after a
+    different history (a resumed run wrote fewer checkpoints) came out with its metadata keys in another order.
+    The tensor data is unchanged (its offsets are relative to the end of the header); the header is padded with
+    spaces to a multiple of 8 bytes, as safetensors does.
+    """
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8 : 8 + n])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + blob[8 + n :]
+
+
 def save_classifier(clf: Classifier, path_without_suffix) -> Path:
     """Write ``clf`` without pickle; returns the path written.
 
@@ -510,12 +538,12 @@ def save_classifier(clf: Classifier, path_without_suffix) -> Path:
         base = base.with_suffix("")
     spec_json = json.dumps(clf.spec.to_dict(), sort_keys=True)
     if clf.module is not None:
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         target = base.with_name(base.name + ".safetensors")
         tensors = {k: v.detach().cpu().contiguous() for k, v in clf.module.state_dict().items()}
-        with atomic_path(target) as tmp:
-            save_file(tensors, str(tmp), metadata={"spec": spec_json, "format": "dpaudit-torch-1"})
+        blob = save(tensors, metadata={"spec": spec_json, "format": "dpaudit-torch-1"})
+        write_bytes(target, canonical_safetensors(blob))
         write_json(base.with_name(base.name + ".json"), clf.spec.to_dict())
         return target
     est = clf.estimator

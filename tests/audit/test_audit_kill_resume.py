@@ -192,15 +192,8 @@ def test_cli_two_audits_into_one_out_the_second_refuses(tmp_path, reference):
     assert _numbers(out) == reference
 
 
-TRAIN_RESUME_FINDING = pytest.mark.xfail(strict=False, reason=(
-    "finding for the training layer: `train fredy` (default epochs) killed once its checkpoints exist resumes to the "
-    "same utility and epsilon but different model.safetensors bytes than an uninterrupted run (uninterrupted runs "
-    "are byte-identical); the audit's tiny runs resume exactly"))
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("when", [pytest.param(".r.checkpoints/run.json", marks=TRAIN_RESUME_FINDING),
-                                  pytest.param(".r.checkpoints/*.npz", marks=TRAIN_RESUME_FINDING), 2.0])
+@pytest.mark.parametrize("when", [".r.checkpoints/run.json", ".r.checkpoints/*.npz", 2.0])
 def test_cli_train_sigkill_then_resume_gives_the_same_release(tmp_path, when):
     args = ["train", "fredy", "--dataset", "digits", "--seed", "3", "--teachers", "2", "--rounds", "3",
             "--queries", "40", "--gamma", "0.5"]

@@ -427,16 +427,24 @@ test_fuzz_dataset_loaders, test_fuzz_dataset_loaders_slow = _loaders
 
 # ---- train: the validation path of every option (tiny settings when valid) ---------------------------------------
 
-# Sizes stay small: a huge --rounds/--teachers/--queries is accepted and trains for ever (no supported range yet;
-# the method framework's finding, see the hardening report), which a fuzzer cannot tell from a hang.
+# Sizes are either tiny (the run finishes in a moment) or far beyond the supported ranges (refused when the config is
+# built: exit 2, one line); a size inside the range but huge would train for a very long time, which a fuzzer cannot
+# tell from a hang, so none is generated.
+HUGE_INTS = st.sampled_from([2**31, 2**32, 2**63, 10**12, 10**300])
+HUGE_SETS = st.builds(lambda key, v: f"{key}={v}",
+                      st.sampled_from(["method.teacher_train.epochs", "method.student_train.epochs",
+                                       "method.student_train.batch_size", "method.num_samples", "run.num_threads",
+                                       "run.checkpoint_every", "method.model_kwargs.hidden"]),
+                      HUGE_INTS)
 TRAIN_OPTIONS = st.fixed_dictionaries({}, optional={
-    "--teachers": st.integers(-2, 3),
-    "--rounds": st.integers(-1, 2),
-    "--queries": st.integers(-1, 30),
+    "--teachers": st.one_of(st.integers(-2, 3), HUGE_INTS),
+    "--rounds": st.one_of(st.integers(-1, 2), HUGE_INTS),
+    "--queries": st.one_of(st.integers(-1, 30), HUGE_INTS),
     "--gamma": st.one_of(st.floats(), EXTREME_FLOATS),
     "--seed": st.one_of(st.integers(-1, 5), EXTREME_INTS),
     "--dataset": st.sampled_from(["digits", "mnist", "imagenet", ""]),
     "--config": st.sampled_from(["bad", "binary", "fifo", "missing"]),
+    "--set": HUGE_SETS,
 })
 
 
@@ -467,6 +475,34 @@ def _train(opts):
 
 
 test_fuzz_train_options, test_fuzz_train_options_slow = _train
+
+
+# Issue 12's finding: huge sizes were accepted by `train` and then ran for ever. Each is refused at once: exit 2,
+# one line naming the setting as written, its supported range and the value.
+KNOWN_TRAIN_CASES = [
+    ("fredy", "--rounds 2147483648", "'rounds'", "[1, 1000000]"),
+    ("fredy", "--teachers 2147483648", "'teachers'", "[1, 100000]"),
+    ("fredy", "--queries 2147483648", "'queries'", "[1, 100000000]"),
+    ("fredy", "--set method.teacher_train.epochs=2147483648", "'epochs'", "[1, 100000]"),
+    ("pate", "--teachers 2147483648", "'teachers'", "[1, 100000]"),
+    ("fedkt", "--set method.parties=2147483648", "'parties'", "[1, 100000]"),
+    ("privatekt", "--rounds 2147483648", "'rounds'", "[1, 1000000]"),
+    ("privatekt", "--set data.num_clients=2147483648", "'num_clients'", "[1, 100000]"),
+    ("proxyfl", "--rounds 2147483648", "'rounds'", "[1, 1000000]"),
+    ("proxyfl", "--set data.samples_per_client=2147483648", "'samples_per_client'", "[1, 100000000]"),
+    ("centrain", "--set method.epochs=2147483648", "'epochs'", "[1, 100000]"),
+    ("fedavg-ldp", "--set run.stop_after=2147483648", "'stop_after'", "[0, 1000000]"),
+]
+
+
+@pytest.mark.parametrize("method,args,name,allowed", KNOWN_TRAIN_CASES)
+def test_known_train_size_findings(tmp_path, method, args, name, allowed):
+    COUNTS["train size findings"] += 1
+    argv = ["train", method, "--out", tmp_path / "rel", "--quiet", *args.split()]
+    code, _, err = run_cli(argv)
+    assert_clean(code, err, argv=argv)
+    assert code == 2 and name in err and allowed in err and "2147483648" in err, err
+    assert not (tmp_path / "rel").exists() and not (tmp_path / ".rel.checkpoints").exists()
 
 
 # ---- account -------------------------------------------------------------------------------------------------

@@ -156,3 +156,51 @@ def test_cli_old_flat_config_warns_in_one_line_first(tmp_path: Path, capsys, mon
     with pytest.raises(SystemExit) as exc:
         main(["train", "pate", "--config", "/dev/null", "--out", str(tmp_path / "o")])
     assert exc.value.code == 2 and "is not a regular file" in capsys.readouterr().err
+
+
+TINY_FREDY = ["--teachers", "2", "--rounds", "2", "--queries", "30", "--set", "method.num_samples=300",
+              "--set", "method.nonprivate_baseline=false", "--set", "method.model_kwargs={hidden=[8]}",
+              "--set", "method.teacher_train.epochs=1", "--set", "method.student_train.epochs=1"]
+
+
+def test_a_second_train_into_the_same_out_stops_naming_the_first(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`dpaudit train` holds the release's lock from before its output preparation to the end: a second train
+    into the same --out stops at once (one line, exit 2) naming the first, and touches nothing of it; the lock
+    dies with its holder, so the next run after a kill proceeds."""
+    import os
+    import signal
+    import time
+
+    import dpaudit.training.methods.fredy as fredy
+    from dpaudit.cli import main
+
+    out = tmp_path / "r"
+    argv = ["train", "fredy", "--dataset", "digits", "--seed", "1", "--quiet", "--out", str(out), *TINY_FREDY]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the first train: signals once it is training, then holds on
+        try:
+            def stalled(*args, **kwargs):
+                os.write(w, b"x")
+                time.sleep(60)
+
+            monkeypatch.setattr(fredy, "train_group", stalled)
+            main(argv)
+        finally:
+            os._exit(0)
+    try:
+        os.read(r, 1)
+        ck = tmp_path / ".r.checkpoints"
+        before = sorted(p.name for p in ck.iterdir())
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"{out} is in use by dpaudit train fredy (pid {pid})" in err
+        assert sorted(p.name for p in ck.iterdir()) == before and not out.exists()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    with pytest.raises(SystemExit) as exc:  # the killed holder's lock is gone: this run resumes and finishes
+        main(argv)
+    assert exc.value.code in (0, None) and (out / "model.safetensors").is_file()

@@ -183,3 +183,29 @@ def test_reference_variants_match_the_reference_layer_shapes(name, shape, params
     assert sum(p.numel() for p in default.parameters()) != params
     with pytest.raises(ParameterError, match="'variant'"):
         build_model(ModelSpec("cnn_fredy", shape, 10, {"variant": "reference"}))
+
+
+def test_canonical_safetensors_same_bytes_whatever_the_metadata_order():
+    # safetensors writes its metadata in Rust HashMap order (random per process): a resumed run's release had
+    # other bytes than an uninterrupted one's. The canonical header is sorted; the file still loads the same.
+    import tempfile
+
+    from safetensors import safe_open
+    from safetensors.torch import load, save
+
+    from dpaudit.training.models import canonical_safetensors
+
+    tensors = {"b.weight": torch.arange(6.0).reshape(2, 3), "a.bias": torch.ones(3, dtype=torch.float64)}
+    meta = {f"k{i}": str(i) * i for i in range(1, 9)}
+    blobs = {canonical_safetensors(save(dict(reversed(tensors.items())) if i % 2 else tensors,
+                                        metadata=dict(reversed(meta.items())) if i % 3 else meta)) for i in range(6)}
+    assert len(blobs) == 1
+    blob = blobs.pop()
+    assert int.from_bytes(blob[:8], "little") % 8 == 0
+    back = load(blob)
+    assert set(back) == set(tensors) and all(torch.equal(back[k], v) for k, v in tensors.items())
+    with tempfile.NamedTemporaryFile(suffix=".safetensors") as fh:
+        fh.write(blob)
+        fh.flush()
+        with safe_open(fh.name, "pt") as f:
+            assert f.metadata() == meta

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dpaudit.errors import check_float, check_int
+from dpaudit.training.limits import MAX_EPOCHS, MAX_RECORDS
 from dpaudit.training.methods.fl_common import ConfigDict, DataSettings, model_spec_from
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
@@ -26,8 +27,8 @@ class CenTrainConfig(ConfigDict):
 
     def __post_init__(self) -> None:
         o = "CenTrainConfig"
-        check_int(self.epochs, "epochs", o, low=1)
-        check_int(self.batch_size, "batch_size", o, low=1)
+        check_int(self.epochs, "epochs", o, low=1, high=MAX_EPOCHS)
+        check_int(self.batch_size, "batch_size", o, low=1, high=MAX_RECORDS)
         check_float(self.lr, "lr", o, low=0.0, low_open=True)
 
 

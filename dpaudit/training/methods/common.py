@@ -23,6 +23,7 @@ import numpy as np
 from dpaudit._io import save_npz
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError, check_float, check_int, check_probability
+from dpaudit.training.limits import MAX_RECORDS
 from dpaudit.progress import Reporter, as_reporter
 
 __all__ = [
@@ -497,7 +498,7 @@ def check_split(cfg: Any, owner: str) -> None:
             f"The split fractions of {owner} (public + test + attacker) must sum to < 1 to leave private data. Got {total} instead."
         )
     if cfg.num_samples is not None:
-        check_int(cfg.num_samples, "num_samples", owner, low=10)
+        check_int(cfg.num_samples, "num_samples", owner, low=10, high=MAX_RECORDS)
 
 
 def schedule(**kwargs: Any) -> Any:

@@ -28,7 +28,8 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from dpaudit.accountants.events import LaplaceNoisyMax
-from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.training.limits import MAX_MODELS, MAX_RECORDS
 from dpaudit.training.ensemble import TrainConfig
 from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, config_to_dict,
     consistent_vote_counts, data_independent_ledger, DataBundle, derive_rng, derive_seed, disjoint_splits,
@@ -116,16 +117,20 @@ class FedKTConfig(FamilySettings):
 
     def __post_init__(self) -> None:
         o = "FedKTConfig"
-        check_int(self.parties, "parties", o, low=1)
-        check_int(self.partitions, "partitions", o, low=1)
-        check_int(self.teachers, "teachers", o, low=1)
+        check_int(self.parties, "parties", o, low=1, high=MAX_MODELS)
+        check_int(self.partitions, "partitions", o, low=1, high=MAX_MODELS)
+        check_int(self.teachers, "teachers", o, low=1, high=MAX_MODELS)
+        models = self.parties * self.partitions * self.teachers
+        if models > MAX_MODELS:
+            raise ParameterError(f"FedKT trains parties x partitions x teachers models, at most {MAX_MODELS}. Got "
+                                 f"{self.parties} x {self.partitions} x {self.teachers} = {models} instead.")
         check_choice(self.partition, "partition", o, PARTITIONS)
         check_float(self.beta, "beta", o, low=0.0, low_open=True)
         check_choice(self.level, "level", o, LEVELS)
         check_float(self.gamma, "gamma", o, low=0.0, low_open=True)
-        for name in ("party_queries", "server_queries", "pate_teachers"):
+        for name, high in (("party_queries", MAX_RECORDS), ("server_queries", MAX_RECORDS), ("pate_teachers", MAX_MODELS)):
             if getattr(self, name) is not None:
-                check_int(getattr(self, name), name, o, low=1)
+                check_int(getattr(self, name), name, o, low=1, high=high)
         check_probability(self.party_query_fraction, "party_query_fraction", o, allow_one=True)
         check_probability(self.server_query_fraction, "server_query_fraction", o, allow_one=True)
         check_bool(self.consistent_voting, "consistent_voting", o)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from dpaudit.errors import ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.training.limits import MAX_EPOCHS, MAX_MODELS, MAX_RECORDS, MAX_ROUNDS
 
 __all__ = [
     "rr_perturb",
@@ -463,13 +464,13 @@ class RoundSettings(ConfigDict):
 
     def check_rounds(self, owner: str, *, min_local_epochs: int) -> None:
         check_float(self.epsilon, "epsilon", owner, low=0.0, low_open=True)
-        check_int(self.rounds, "rounds", owner, low=1)
+        check_int(self.rounds, "rounds", owner, low=1, high=MAX_ROUNDS)
         check_float(self.client_fraction, "client_fraction", owner, low=0.0, high=1.0, low_open=True)
-        check_int(self.local_epochs, "local_epochs", owner, low=min_local_epochs)
-        check_int(self.local_batch_size, "local_batch_size", owner, low=1)
+        check_int(self.local_epochs, "local_epochs", owner, low=min_local_epochs, high=MAX_EPOCHS)
+        check_int(self.local_batch_size, "local_batch_size", owner, low=1, high=MAX_RECORDS)
         check_float(self.local_lr, "local_lr", owner, low=0.0, low_open=True)
         check_float(self.server_lr, "server_lr", owner, low=0.0, low_open=True)
-        check_int(self.eval_every, "eval_every", owner, low=0)
+        check_int(self.eval_every, "eval_every", owner, low=0, high=MAX_ROUNDS)
         check_float(self.delta, "delta", owner, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
@@ -624,7 +625,10 @@ class DataSettings:
 
     def __post_init__(self) -> None:
         o = "DataSettings"
-        check_int(self.num_clients, "num_clients", o, low=1)
+        check_int(self.num_clients, "num_clients", o, low=1, high=MAX_MODELS)
+        for name in ("samples_per_client", "num_samples"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name, o, low=1, high=MAX_RECORDS)
         check_choice(self.partition, "partition", o, PARTITIONS)
         check_float(self.alpha, "alpha", o, low=0.0, low_open=True)
         check_float(self.p_major, "p_major", o, low=0.0, high=1.0)

@@ -26,6 +26,7 @@ import numpy as np
 
 from dpaudit.accountants.events import LaplaceNoisyMax
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.training.limits import MAX_MODELS, MAX_RECORDS, MAX_ROUNDS
 from dpaudit.training.ensemble import TrainConfig
 from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, central_ledger,
     config_to_dict, derive_rng, derive_seed, FamilySettings, model_spec, new_ledger, no_privacy_result,
@@ -94,12 +95,12 @@ class FREDYConfig(FamilySettings):
     def __post_init__(self) -> None:
         o = "FREDYConfig"
         check_choice(self.baseline_data, "baseline_data", o, ("private", "student"))
-        check_int(self.teachers, "teachers", o, low=1)
-        check_int(self.rounds, "rounds", o, low=1)
+        check_int(self.teachers, "teachers", o, low=1, high=MAX_MODELS)
+        check_int(self.rounds, "rounds", o, low=1, high=MAX_ROUNDS)
         if self.gamma is not None:
             check_float(self.gamma, "gamma", o, low=0.0, low_open=True)
         if self.queries is not None:
-            check_int(self.queries, "queries", o, low=1)
+            check_int(self.queries, "queries", o, low=1, high=MAX_RECORDS)
         check_probability(self.query_fraction, "query_fraction", o, allow_one=True)
         check_choice(self.sensitivity, "sensitivity", o, ("worst_case", "pate"))
         check_bool(self.nonprivate_baseline, "nonprivate_baseline", o)

@@ -21,6 +21,7 @@ import numpy as np
 
 from dpaudit.accountants.events import LaplaceNoisyMax
 from dpaudit.errors import check_float, check_int, check_probability
+from dpaudit.training.limits import MAX_MODELS, MAX_RECORDS
 from dpaudit.training.ensemble import TrainConfig
 from dpaudit.training.methods.common import (accounting_result, balanced_membership, central_ledger,
     config_to_dict, data_independent_ledger, DataBundle, derive_rng, derive_seed, FamilySettings, model_spec,
@@ -69,11 +70,11 @@ class PATEConfig(FamilySettings):
 
     def __post_init__(self) -> None:
         o = "PATEConfig"
-        check_int(self.teachers, "teachers", o, low=1)
+        check_int(self.teachers, "teachers", o, low=1, high=MAX_MODELS)
         if self.gamma is not None:
             check_float(self.gamma, "gamma", o, low=0.0, low_open=True)
         if self.queries is not None:
-            check_int(self.queries, "queries", o, low=1)
+            check_int(self.queries, "queries", o, low=1, high=MAX_RECORDS)
         check_probability(self.query_fraction, "query_fraction", o, allow_one=True)
         self.check_family(o)
 

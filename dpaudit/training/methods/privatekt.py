@@ -53,6 +53,7 @@ import torch
 
 from dpaudit.accountants.events import RandomizedResponse, rr_keep_probability
 from dpaudit.errors import check_bool, check_choice, check_float, check_int
+from dpaudit.training.limits import MAX_RECORDS, MAX_STEPS
 from dpaudit.training.engine import party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
     GlobalModelResult,
@@ -121,9 +122,9 @@ class PrivateKTConfig(RoundSettings):
         check_choice(self.local_optimizer, "local_optimizer", o, ("adam", "sgd"))
         check_choice(self.server_optimizer, "server_optimizer", o, ("adam", "sgd"))
         self.check_rounds(o, min_local_epochs=0)
-        check_int(self.samples_per_round, "samples_per_round", o, low=1)
-        check_int(self.buffer_rounds, "buffer_rounds", o, low=1)
-        check_int(self.server_steps, "server_steps", o, low=0)
+        check_int(self.samples_per_round, "samples_per_round", o, low=1, high=MAX_RECORDS)
+        check_int(self.buffer_rounds, "buffer_rounds", o, low=1, high=MAX_STEPS)
+        check_int(self.server_steps, "server_steps", o, low=0, high=MAX_STEPS)
         check_float(self.self_train_fraction, "self_train_fraction", o, low=0.0, high=1.0)
         check_choice(self.label_mode, "label_mode", o, ("hard", "soft"))
         check_choice(self.self_train_targets, "self_train_targets", o, ("hard", "soft"))

@@ -61,6 +61,7 @@ from torch.func import functional_call, grad, vmap
 from dpaudit.accountants.events import SubsampledGaussian
 from dpaudit.training.dpsgd import DPSGDStep, clip_and_noise, poisson_masks
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
+from dpaudit.training.limits import MAX_RECORDS, MAX_ROUNDS
 from dpaudit.training.engine import PerClient, RoundEngine, party_seed
 from dpaudit.training.methods.fl_common import (ConfigDict, DataSettings, FederatedData, exponential_peer,
                                                 init_model_state, make_classifier, model_spec_from)
@@ -143,8 +144,8 @@ class ProxyFLConfig(ConfigDict):
 
     def __post_init__(self) -> None:
         o = "ProxyFLConfig"
-        check_int(self.rounds, "rounds", o, low=1)
-        check_int(self.batch_size, "batch_size", o, low=1)
+        check_int(self.rounds, "rounds", o, low=1, high=MAX_ROUNDS)
+        check_int(self.batch_size, "batch_size", o, low=1, high=MAX_RECORDS)
         check_float(self.lr, "lr", o, low=0.0, low_open=True)
         check_float(self.weight_decay, "weight_decay", o, low=0.0)
         check_float(self.alpha, "alpha", o, low=0.0, high=1.0)
@@ -158,7 +159,7 @@ class ProxyFLConfig(ConfigDict):
             check_float(self.delta, "delta", o, low=0.0, high=1.0, low_open=True, high_open=True)
         if self.budget is not None:
             check_float(self.budget, "budget", o, low=0.0, low_open=True)
-        check_int(self.eval_every, "eval_every", o, low=0)
+        check_int(self.eval_every, "eval_every", o, low=0, high=MAX_ROUNDS)
 
 
 

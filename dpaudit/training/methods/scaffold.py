@@ -9,7 +9,8 @@ exports
   method's training body.
 
 :func:`execute` does what every method needs around its training: it validates the config and the seed,
-checks the device before any work, prepares the output (refusing a finished release unless ``overwrite``,
+checks the device before any work, takes the output's lock (a second run writing the same release stops at
+once, naming the first), prepares the output (refusing a finished release unless ``overwrite``,
 resuming the checkpoints of an interrupted run with the same settings), sets torch's thread count, reports
 progress on stderr (:mod:`dpaudit.progress`), writes the release bundle(s) the body describes and removes
 the checkpoints once they are written.
@@ -40,8 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from dpaudit._io import dumps_json, parse_toml_value, read_json, read_toml, write_json
+from dpaudit._io import dumps_json, exclusive_lock, parse_toml_value, read_json, read_toml, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int
+from dpaudit.training.limits import MAX_ROUNDS, MAX_THREADS
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit.training.methods.common import StageCache, config_to_dict
 
@@ -61,6 +63,7 @@ __all__ = [
     "build_dataclass",
     "check_device",
     "checkpoint_dir_for",
+    "lock_file_for",
     "prepare_out",
     "torch_threads",
 ]
@@ -235,10 +238,10 @@ class RunSettings:
         o = "[run]"
         check_device(self.device)
         if self.num_threads is not None:
-            check_int(self.num_threads, "num_threads", o, low=1)
-        check_int(self.checkpoint_every, "checkpoint_every", o, low=0)
+            check_int(self.num_threads, "num_threads", o, low=1, high=MAX_THREADS)
+        check_int(self.checkpoint_every, "checkpoint_every", o, low=0, high=MAX_ROUNDS)
         if self.stop_after is not None:
-            check_int(self.stop_after, "stop_after", o, low=0)
+            check_int(self.stop_after, "stop_after", o, low=0, high=MAX_ROUNDS)
 
 
 @dataclass(frozen=True)
@@ -438,6 +441,14 @@ def checkpoint_dir_for(out: str | Path) -> Path:
     return out.parent / f".{out.name}.checkpoints"
 
 
+def lock_file_for(out: str | Path) -> Path:
+    """The lock a run writing the release ``out`` holds: a hidden sibling ``.<name>.lock`` (the release directory
+    itself must not exist before the run ends). It stays after the run (removing a lock file races with a run
+    that opened it); a lock dies with its process, so a killed run never blocks the next one."""
+    out = Path(out)
+    return out.parent / f".{out.name}.lock"
+
+
 def prepare_out(out: str | Path, overwrite: bool, fingerprint: Mapping[str, Any]) -> Path:
     """Check ``out`` before any work and return the checkpoint directory to use.
 
@@ -512,17 +523,19 @@ def execute(config: MethodConfig, out: str | Path, *, seed: int, progress: bool 
     rep = as_reporter(progress)
     t0 = time.perf_counter()
     out = Path(out)
-    ck = prepare_out(out, overwrite, config.fingerprint(seed))
-    ctx = RunContext(out=out, seed=seed, reporter=rep, checkpoints=ck, cache=StageCache(ck, rep))
-    rep.log(f"{config.name} on {config.dataset} (seed {seed}) -> {out}")
-    with torch_threads(config.run.num_threads):
-        outcome = body(config, ctx)
-    if outcome is None:
-        rep.log(f"stopped early ([run] stop_after); checkpoints kept in {ck}: the same command resumes")
-        return None
-    path = outcome.release.write(out, seed=seed, overwrite=overwrite)
-    extras = {name: r.write(out / name, seed=seed, overwrite=True) for name, r in outcome.extras.items()}
-    shutil.rmtree(ck, ignore_errors=True)
+    # one writer per release: a second run into the same out stops here, naming the first (before any work)
+    with exclusive_lock(out, f"dpaudit train {config.name}", lock_file=lock_file_for(out)):
+        ck = prepare_out(out, overwrite, config.fingerprint(seed))
+        ctx = RunContext(out=out, seed=seed, reporter=rep, checkpoints=ck, cache=StageCache(ck, rep))
+        rep.log(f"{config.name} on {config.dataset} (seed {seed}) -> {out}")
+        with torch_threads(config.run.num_threads):
+            outcome = body(config, ctx)
+        if outcome is None:
+            rep.log(f"stopped early ([run] stop_after); checkpoints kept in {ck}: the same command resumes")
+            return None
+        path = outcome.release.write(out, seed=seed, overwrite=overwrite)
+        extras = {name: r.write(out / name, seed=seed, overwrite=True) for name, r in outcome.extras.items()}
+        shutil.rmtree(ck, ignore_errors=True)
     rep.log(f"release written to {path}")
     rel = outcome.release
     return RunResult(method=config.name, release=path, utility=dict(rel.utility), accounting=rel.statement,
