@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from dpaudit.audit.runner import AttackSpec, AuditConfig, ModelRun, run_audit
 from dpaudit.errors import DataError
@@ -64,6 +65,10 @@ def _fork_and_kill(out: Path, when: str, n_models: int, timeout: float = 120.0) 
     pid = os.fork()
     if pid == 0:  # child: run until killed
         try:
+            # the parent's OpenMP thread pool does not survive fork(): a child entering a parallel region hangs
+            # (seen with 2 threads, the default on 2 cores), so the child trains on one thread; the final numbers
+            # are still compared with an uninterrupted run
+            torch.set_num_threads(1)
             run_audit(_config(n_models), out, progress=False)
         finally:
             os._exit(0)
