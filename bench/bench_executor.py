@@ -116,9 +116,12 @@ def bench_audit(workers: int) -> dict:
             ex.shutdown()
 
         def numbers(rep, root):
-            d = json.loads(json.dumps(rep.to_dict()).replace(str(root), "RUN"))
-            d.pop("elapsed_seconds", None)
-            return d
+            """The report without its run times (``elapsed_seconds`` at any depth) and run folder."""
+            def drop(x):
+                if isinstance(x, dict):
+                    return {k: drop(v) for k, v in x.items() if k != "elapsed_seconds"}
+                return [drop(v) for v in x] if isinstance(x, list) else x
+            return drop(json.loads(json.dumps(rep.to_dict()).replace(str(root), "RUN")))
 
         out.update(ray_workers=workers, ray_startup_s=startup, ray_s=t_ray, ray_plus_startup_s=t_ray + startup,
                    speedup_without_startup=t_local / t_ray, speedup_with_startup=t_local / (t_ray + startup),
