@@ -122,7 +122,7 @@ def pure_composition_epsilon(eps0: float, k: int, delta: float) -> float:
     for _ in range(200):
         if hi - lo <= 1e-12 * max(1.0, hi):
             break
-        mid = 0.5 * (lo + hi)
+        mid = lo + 0.5 * (hi - lo)  # (lo + hi) / 2 overflows near the float maximum
         if pure_composition_delta(eps0, k, mid) <= delta:
             hi = mid
         else:

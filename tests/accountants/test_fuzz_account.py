@@ -235,3 +235,12 @@ def test_fuzz_budget_was_spent():
     if "cli account" in GENERATED:
         assert GENERATED["cli account"] >= FAST_EXAMPLES
     assert sum(v for k, v in GENERATED.items() if k.startswith("api")) >= 0
+
+
+@pytest.mark.parametrize("eps0, delta", [(1.5e308, 0.5), (1e308, 1e-5), (1.7e308, 0.9)])
+def test_pure_composition_bisection_near_the_float_maximum(eps0, delta):
+    # found by the slow fuzz run: the bisection's midpoint (lo + hi) / 2 overflowed to inf near 1.8e308
+    from dpaudit.accountants.closed_form import pure_composition_epsilon
+
+    eps = pure_composition_epsilon(eps0, 1, delta)
+    assert math.isfinite(eps) and 0.0 <= eps <= eps0
