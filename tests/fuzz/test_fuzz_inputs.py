@@ -338,6 +338,8 @@ def _mutate(bundle: Path, mutation) -> Path:
         os.mkfifo(bundle / where)
     elif kind == "symlink":
         if where == ".":
+            if bundle.is_symlink():  # already a link to the bundle: applying the mutation twice changes nothing
+                return bundle
             link = bundle.parent / "link"
             link.symlink_to(bundle, target_is_directory=True)
             return link
