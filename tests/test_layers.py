@@ -1,4 +1,4 @@
-"""The one direction of dependency (../shared/ARCHITECTURE.md): checked on the source, import by import."""
+"""The one direction of dependency between the layers (CONTRIBUTING.md): checked on the source, import by import."""
 
 from __future__ import annotations
 
