@@ -696,7 +696,11 @@ def _load_adult(data_dir: Path) -> Dataset:
     for f in _ADULT_FILES:
         path = _find(data_dir, "adult", f)
         text = read_input_bytes(path, "the Adult data file").decode("utf-8", errors="replace")
-        for rec in csv.reader(io.StringIO(text)):
+        try:
+            records = list(csv.reader(io.StringIO(text, newline="")))  # newline="": bare \r inside a field is data
+        except csv.Error as exc:
+            raise DataError(f"{path}: not a valid Adult CSV file ({exc}).") from None
+        for rec in records:
             rec = [c.strip() for c in rec]
             if len(rec) == 1 and rec[0].startswith("|") or not any(rec):
                 continue  # adult.test starts with "|1x3 Cross validator"; blank lines

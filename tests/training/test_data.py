@@ -214,6 +214,10 @@ def test_adult_csv(tmp_path):
     (tmp_path / "adult.test").write_text("1, 2, 3\n")
     with pytest.raises(DataError, match="15 comma-separated"):
         load_dataset("adult", data_dir=tmp_path)
+    # a bare carriage return inside a field (found by the slow loader fuzz) is one clear error, not csv.Error
+    (tmp_path / "adult.test").write_text("\r0\n")
+    with pytest.raises(DataError, match="15 comma-separated"):
+        load_dataset("adult", data_dir=tmp_path)
 
 
 def test_registry_lists_everything():
