@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from dpaudit.audit.canary_audit import CanaryAuditResult, canary_audit_release, run_canary_audit
-from dpaudit.errors import DataError, ParameterError
+from dpaudit.errors import ParameterError
 from dpaudit.training.data import load_dataset, split_dataset
 from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, fit_classifier
 from dpaudit.training.models import ModelSpec
@@ -84,20 +83,12 @@ def test_release_audit_and_bad_input(data, tmp_path):
         canary_audit_release(rel, audit="one-run", canary="dirac", score="loss", canaries=5)
 
 
-def _cli(args, capsys):
-    from dpaudit.cli import main
 
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
-
-
-def test_attack_cli_canary_audit(data, tmp_path, capsys):
+def test_attack_cli_canary_audit(data, tmp_path, cli):
     ds, sp = data
     rel = _release(tmp_path / "dp", ds, sp, _cfg(1.0, epochs=1))
     out = tmp_path / "out"
-    code, stdout, _ = _cli(["attack", str(rel), "--audit", "one-run", "--canaries", "40", "--out", str(out)], capsys)
+    code, stdout, _ = cli(["attack", str(rel), "--audit", "one-run", "--canaries", "40", "--out", str(out)])
     assert code in (0, None) and "certified epsilon >=" in stdout
     data_ = CanaryAuditResult.from_dict(__import__("json").loads((out / "canary_audit.json").read_text()))
     assert data_.kind == "certified" and data_.bound.trials == 40
@@ -107,7 +98,7 @@ def test_attack_cli_canary_audit(data, tmp_path, capsys):
                        (["attack", str(trees), "--audit", "one-run", "--canary", "dirac"], "exposes no"),
                        (["attack", str(rel), "--audit", "one-run", "--canary", "mislabeled", "--canaries", "99999"], "'canaries'")):
         bad = tmp_path / "bad"
-        code, stdout, err = _cli(args + ["--out", str(bad)], capsys)
+        code, stdout, err = cli(args + ["--out", str(bad)])
         assert code == 2 and what in err and len(err.strip().splitlines()) == 1 and stdout == ""
         assert not bad.exists()
 

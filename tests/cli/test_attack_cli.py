@@ -8,40 +8,17 @@ import numpy as np
 import pytest
 
 from dpaudit.attacks import AttackReport
-from dpaudit.cli import main
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    from dpaudit.training.data import load_dataset
-    from dpaudit.training.ensemble import fit_classifier
-    from dpaudit.training.models import ModelSpec
-    from dpaudit.training.release import write_release
+def release(forest_release):
+    return forest_release(members=300, trees=20,
+                          claim={"epsilon": float("inf"), "delta": 1e-5, "granularity": "record", "text": "no DP"})
 
-    ds = load_dataset("digits", seed=0)
-    perm = np.random.default_rng(0).permutation(len(ds))
-    mem, non, att = perm[:300], perm[300:600], perm[600:1200]
-    spec = ModelSpec("random_forest", ds.input_shape, ds.num_classes, {"n_estimators": 20})
-    clf = fit_classifier(spec, ds.X[mem], ds.y[mem], None, 0)
-    out = tmp_path_factory.mktemp("rel") / "forest"
-    write_release(out, method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None}, params={},
-                  seed=0, utility={"test_accuracy": 0.5}, classifier=clf, train_config=None, ledger=None, statement=None,
-                  claim={"epsilon": float("inf"), "delta": 1e-5, "granularity": "record", "text": "no DP"},
-                  membership={"members": mem, "nonmembers": non, "attacker": att})
-    return out
-
-
-def _run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
-
-
-def test_attack_cli_threshold_writes_report(release, tmp_path, capsys):
+def test_attack_cli_threshold_writes_report(release, tmp_path, cli):
     out = tmp_path / "a"
-    code, stdout, err = _run([ "attack", str(release), "--attack", "threshold", "--classifier", "logreg",
-                              "--bootstrap", "50", "--out", str(out)], capsys)
+    code, stdout, err = cli([ "attack", str(release), "--attack", "threshold", "--classifier", "logreg",
+                              "--bootstrap", "50", "--out", str(out)])
     assert code == 0, err
     assert "AUC" in stdout and "blind" in stdout and "(estimate)" in stdout and "delta 1e-05" in stdout
     assert "estimate, not certified: records are coupled through one model" in stdout
@@ -54,36 +31,36 @@ def test_attack_cli_threshold_writes_report(release, tmp_path, capsys):
     assert b.kind == "estimate" and b.num_splits == 5 and b.split_low <= b.epsilon <= b.split_high
     assert report.blind is not None and (out / "roc.png").stat().st_size > 1000
     # same seed, same numbers
-    code, _, _ = _run(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
-                       "--bootstrap", "50", "--out", str(tmp_path / "b")], capsys)
+    code, _, _ = cli(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
+                       "--bootstrap", "50", "--out", str(tmp_path / "b")])
     again = json.loads((tmp_path / "b" / "attack.json").read_text())
     assert again["attack"] == json.loads((out / "attack.json").read_text())["attack"]
 
 
-def test_attack_cli_quiet_prints_nothing_on_stderr(release, tmp_path, capsys):
-    code, stdout, err = _run(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
-                              "--bootstrap", "0", "--out", str(tmp_path / "q"), "--quiet"], capsys)
+def test_attack_cli_quiet_prints_nothing_on_stderr(release, tmp_path, cli):
+    code, stdout, err = cli(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
+                              "--bootstrap", "0", "--out", str(tmp_path / "q"), "--quiet"])
     assert code == 0 and err == "" and "AUC" in stdout
 
 
-def test_attack_cli_shadow(release, tmp_path, capsys):
-    code, stdout, err = _run(["attack", str(release), "--attack", "shadow", "--shadows", "2", "--classifier",
-                              "logreg", "--bootstrap", "20", "--out", str(tmp_path / "s")], capsys)
+def test_attack_cli_shadow(release, tmp_path, cli):
+    code, stdout, err = cli(["attack", str(release), "--attack", "shadow", "--shadows", "2", "--classifier",
+                              "logreg", "--bootstrap", "20", "--out", str(tmp_path / "s")])
     assert code == 0, err
     rep = json.loads((tmp_path / "s" / "attack.json").read_text())
     assert rep["attack"]["metrics"]["auc"] > 0.65 and rep["settings"]["num_shadows"] == 2
 
 
-def test_attack_cli_errors(release, tmp_path, capsys):
-    code, _, err = _run(["attack", str(tmp_path / "missing"), "--attack", "threshold"], capsys)
+def test_attack_cli_errors(release, tmp_path, cli):
+    code, _, err = cli(["attack", str(tmp_path / "missing"), "--attack", "threshold"])
     assert code == 2 and err.count("\n") == 1 and "not found" in err
-    code, _, err = _run(["attack", str(release), "--attack", "threshold", "--confidence", "1.5",
-                         "--out", str(tmp_path / "x")], capsys)
+    code, _, err = cli(["attack", str(release), "--attack", "threshold", "--confidence", "1.5",
+                         "--out", str(tmp_path / "x")])
     assert code == 2 and "'confidence' parameter of run_attack" in err and "Traceback" not in err
 
 
 @pytest.mark.slow   # ~50 s on 2 shared cores: trains the target and 4 ensemble shadows
-def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, capsys):
+def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, cli):
     # a torch MLP release: shadow models come from Release.train_many (the ensemble trainer)
     from dpaudit.training.data import load_dataset
     from dpaudit.training.ensemble import TrainConfig
@@ -102,18 +79,18 @@ def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, c
                   seed=0, utility={"test_accuracy": 0.5}, classifier=clf, train_config=config, ledger=None, statement=None,
                   claim={"epsilon": float("inf"), "delta": 0.0, "granularity": "record", "text": "no DP"},
                   membership={"members": mem, "nonmembers": non, "attacker": att})
-    code, stdout, err = _run(["attack", str(rel), "--attack", "lira", "--shadows", "4", "--classifier", "logreg",
-                              "--bootstrap", "20", "--out", str(tmp_path / "l")], capsys)
+    code, stdout, err = cli(["attack", str(rel), "--attack", "lira", "--shadows", "4", "--classifier", "logreg",
+                              "--bootstrap", "20", "--out", str(tmp_path / "l")])
     assert code == 0, err
     rep = AttackReport.from_dict(json.loads((tmp_path / "l" / "attack.json").read_text()))
     assert rep.settings["recipe"] == "batch_train_fn" and rep.settings["online"] is True
     assert rep.attack.metrics.auc > 0.55          # an overfit MLP on 150 records leaks
 
 
-def test_attack_cli_rerun_trains_no_finished_shadow_group(release, tmp_path, capsys, monkeypatch):
+def test_attack_cli_rerun_trains_no_finished_shadow_group(release, tmp_path, cli, monkeypatch):
     args = ["attack", str(release), "--attack", "shadow", "--shadows", "2", "--classifier", "logreg",
             "--bootstrap", "20", "--out", str(tmp_path / "s"), "--executor", "local"]
-    code, _, err = _run(args, capsys)
+    code, _, err = cli(args)
     assert code == 0, err
     assert [p.name for p in (tmp_path / "s" / "units").glob("*.npz")] == ["models-0-2.npz"]
     first = json.loads((tmp_path / "s" / "attack.json").read_text())
@@ -123,14 +100,14 @@ def test_attack_cli_rerun_trains_no_finished_shadow_group(release, tmp_path, cap
         raise AssertionError("a checkpointed group of shadow models was trained again")
 
     monkeypatch.setattr(shadow, "train_shadow_models", boom)
-    code, _, err = _run(args, capsys)
+    code, _, err = cli(args)
     assert code == 0, err
     assert json.loads((tmp_path / "s" / "attack.json").read_text())["attack"] == first["attack"]
 
 
-def test_attack_cli_executor_flags(release, tmp_path, capsys):
-    code, _, err = _run(["attack", str(release), "--attack", "threshold", "--ray-address", "10.0.0.1:6379",
-                         "--out", str(tmp_path / "x")], capsys)
+def test_attack_cli_executor_flags(release, tmp_path, cli):
+    code, _, err = cli(["attack", str(release), "--attack", "threshold", "--ray-address", "10.0.0.1:6379",
+                         "--out", str(tmp_path / "x")])
     assert code == 2 and err.count("\n") == 1 and "'ray_address'" in err and "--executor ray" in err
-    code, _, err = _run(["attack", str(release), "--executor", "dask"], capsys)
+    code, _, err = cli(["attack", str(release), "--executor", "dask"])
     assert code == 2 and "'dask' is not one of 'local', 'ray'" in err

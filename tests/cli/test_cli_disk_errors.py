@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 
 from dpaudit.cli import main
@@ -58,22 +57,8 @@ def test_train_out_under_proc(capsys):
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    from dpaudit.training.data import load_dataset
-    from dpaudit.training.ensemble import fit_classifier
-    from dpaudit.training.models import ModelSpec
-    from dpaudit.training.release import write_release
-
-    ds = load_dataset("digits")
-    perm = np.random.default_rng(0).permutation(len(ds))
-    mem, non, att = perm[:100], perm[100:200], perm[200:400]
-    clf = fit_classifier(ModelSpec("random_forest", ds.input_shape, 10, {"n_estimators": 2}), ds.X[mem], ds.y[mem], None, 0)
-    return write_release(tmp_path_factory.mktemp("r") / "rel", method="baseline", params={}, seed=0,
-                         dataset={"name": "digits", "seed": 0, "num_samples": None}, utility={"test_accuracy": 0.5},
-                         classifier=clf, train_config=None, ledger=None, statement=None,
-                         claim={"epsilon": 1.0, "delta": 1e-5, "granularity": "example", "text": "t"},
-                         membership={"members": mem, "nonmembers": non, "attacker": att})
-
+def release(forest_release):
+    return forest_release(members=100, trees=2)
 
 @pytest.mark.parametrize("where", ["under-file", "proc"])
 def test_attack_out_disk_errors(capsys, release, blocker, where):

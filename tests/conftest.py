@@ -1,0 +1,52 @@
+"""Fixtures shared across the test folders: a small release bundle of dpaudit's own kind, and the CLI run in
+this process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def forest_release(tmp_path_factory) -> Callable[..., Path]:
+    """``forest_release(members=300, trees=20, claim=None, votes=None) -> Path``: a release bundle of a random
+    forest on digits, trained on ``members`` records; as many non-members and twice as many attacker records,
+    drawn by one seeded permutation."""
+
+    def make(members: int = 300, trees: int = 20, claim: dict[str, Any] | None = None,
+             votes: np.ndarray | None = None) -> Path:
+        from dpaudit.training.data import load_dataset
+        from dpaudit.training.ensemble import fit_classifier
+        from dpaudit.training.models import ModelSpec
+        from dpaudit.training.release import write_release
+
+        ds = load_dataset("digits", seed=0)
+        perm = np.random.default_rng(0).permutation(len(ds))
+        mem, non, att = perm[:members], perm[members:2 * members], perm[2 * members:4 * members]
+        spec = ModelSpec("random_forest", ds.input_shape, ds.num_classes, {"n_estimators": trees})
+        clf = fit_classifier(spec, ds.X[mem], ds.y[mem], None, 0)
+        out = tmp_path_factory.mktemp("rel") / "forest"
+        return write_release(out, method="baseline", dataset={"name": "digits", "seed": 0, "num_samples": None},
+                             params={}, seed=0, utility={"test_accuracy": 0.5}, classifier=clf, train_config=None,
+                             ledger=None, statement=None,
+                             claim=claim or {"epsilon": 1.0, "delta": 1e-5, "granularity": "example", "text": "t"},
+                             membership={"members": mem, "nonmembers": non, "attacker": att}, votes=votes)
+
+    return make
+
+
+@pytest.fixture
+def cli(capsys) -> Callable[[list], tuple[int, str, str]]:
+    """``cli(argv) -> (exit code, stdout, stderr)`` of ``dpaudit ARGV`` run in this process."""
+    from dpaudit.cli import main
+
+    def run(argv: list) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main([str(a) for a in argv])
+        cap = capsys.readouterr()
+        return exc.value.code, cap.out, cap.err
+
+    return run
