@@ -363,11 +363,11 @@ class ZooAudit:
 
 def run_zoo_audit(name: str, *, trials: int = 2000, seed: int = 0, confidence: float = 0.95) -> ZooAudit:
     """Run zoo pipeline ``name`` (:mod:`dpaudit.training.zoo`) ``trials`` times and certify a lower bound on its
-    epsilon (multi-run: each run is an independent trial; score = the sum of the observations)."""
+    epsilon (multi-run: each run is an independent trial; score = the sum of the observations the auditor watches)."""
     from dpaudit.training.zoo import run_zoo
 
     run = run_zoo(name, trials=trials, seed=seed)
-    b = multi_run_certified(run.observations.sum(axis=1), run.included, delta=run.delta, confidence=confidence,
+    b = multi_run_certified(run.scores(), run.included, delta=run.delta, confidence=confidence,
                             seed=seed, score="sum")
     return ZooAudit(name, b, run.claimed_epsilon, run.broken)
 

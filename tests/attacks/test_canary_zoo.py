@@ -14,8 +14,8 @@ CORRECT = [n for n in ZOO if n not in BROKEN]
 
 def test_zoo_lists_broken_pipelines_with_correct_twins():
     assert set(BROKEN) == {"dpsgd-noise-on-mean", "dpsgd-clip-after-average", "dpsgd-no-clip",
-                           "pate-noise-ignores-sensitivity", "rr-eps-per-sample"}
-    assert set(CORRECT) == {"dpsgd", "pate", "rr"}
+                           "pate-noise-ignores-sensitivity", "rr-eps-per-sample", "dpsgd-fixed-batches"}
+    assert set(CORRECT) == {"dpsgd", "pate", "rr", "dpsgd-poisson-batches"}
     with pytest.raises(ParameterError, match="'pipeline'"):
         run_zoo("dpsgd-typo")
 
