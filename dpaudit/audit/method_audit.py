@@ -9,13 +9,14 @@ ideal-attack reference at the same number of trials.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from dpaudit.attacks.canary import CanaryBound
-from dpaudit.errors import check_choice
+from dpaudit.errors import ParameterError, check_choice
 
-__all__ = ["MethodRunAudit", "METHOD_RUN_AUDITS", "audit_method_run"]
+__all__ = ["MethodRunAudit", "METHOD_RUN_AUDITS", "audit_method_run", "method_run_parameters"]
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,21 @@ class MethodRunAudit:
 METHOD_RUN_AUDITS: dict[str, Callable[..., MethodRunAudit]] = {}
 
 
-def audit_method_run(method: str, **params: Any) -> MethodRunAudit:
-    """Run the certified audit of ``method``'s full training run (see the module docstring); ``params`` are the
-    family's audit parameters (documented on each ``audit_run``)."""
+def method_run_parameters(method: str) -> dict[str, Any]:
+    """The audit parameters of ``method`` and their defaults (``inspect.Parameter.empty`` when required)."""
     check_choice(method, "method", "audit_method_run", tuple(METHOD_RUN_AUDITS))
-    return METHOD_RUN_AUDITS[method](**params)
+    sig = inspect.signature(METHOD_RUN_AUDITS[method])
+    return {n: p.default for n, p in sig.parameters.items()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n != "progress"}
+
+
+def audit_method_run(method: str, *, progress: Any = False, **params: Any) -> MethodRunAudit:
+    """Run the certified audit of ``method``'s full training run (see the module docstring); ``params`` are the
+    family's audit parameters (documented on each ``audit_run``; :func:`method_run_parameters` lists them).
+    An unknown parameter is a :class:`~dpaudit.errors.ParameterError` naming it and the known ones."""
+    known = method_run_parameters(method)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ParameterError(f"The audit of {method!r} takes the parameters {', '.join(sorted(known))}. Got unknown "
+                             f"parameter(s) {', '.join(unknown)} instead.")
+    return METHOD_RUN_AUDITS[method](progress=progress, **params)

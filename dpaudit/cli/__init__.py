@@ -19,7 +19,7 @@ from dpaudit.errors import DPAuditError
 __all__ = ["cli", "main"]
 
 # Each module below defines a click command named ``command``; a module that is absent is skipped.
-_COMMAND_MODULES = ("account", "train", "attack", "audit", "check", "release", "reproduce")
+_COMMAND_MODULES = ("account", "train", "attack", "audit", "audit_method", "check", "release", "reproduce")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
