@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from dpaudit.attacks.canary import CanaryBound
 from dpaudit.errors import ParameterError, check_choice
 
-__all__ = ["MethodRunAudit", "METHOD_RUN_AUDITS", "audit_method_run", "method_run_parameters"]
+__all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_method_run", "method_run_parameters"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,34 @@ def audit_method_run(method: str, *, progress: Any = False, **params: Any) -> Me
         raise ParameterError(f"The audit of {method!r} takes the parameters {', '.join(sorted(known))}. Got unknown "
                              f"parameter(s) {', '.join(unknown)} instead.")
     return METHOD_RUN_AUDITS[method](progress=progress, **params)
+
+
+@dataclass(frozen=True)
+class MethodAuditSpec:
+    """One ``[[method_audits]]`` entry of an audit config: ``method`` (a key of :data:`METHOD_RUN_AUDITS`), its audit
+    ``params`` (checked against the method's audit parameters when the config is read) and a ``name`` (default:
+    the method). The audit's seed and confidence are the audit config's."""
+
+    method: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        o = "method_audits"
+        check_choice(self.method, "method", o, tuple(METHOD_RUN_AUDITS))
+        if not isinstance(self.params, Mapping):
+            raise ParameterError(f"The 'params' parameter of {o} must be a table. Got {self.params!r} instead.")
+        known = method_run_parameters(self.method)
+        bad = sorted(set(self.params) - set(known) | set(self.params) & {"seed", "confidence"})
+        if bad:
+            allowed = sorted(set(known) - {"seed", "confidence"})
+            raise ParameterError(f"The 'params' table of {o} entry {self.method!r} takes {', '.join(allowed)} (seed and "
+                                 f"confidence come from the audit config). Got {', '.join(bad)} instead.")
+        name = self.name or self.method
+        if not isinstance(name, str) or "/" in name:
+            raise ParameterError(f"The 'name' parameter of {o} must be a string without '/'. Got {name!r} instead.")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "params", dict(self.params))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "method": self.method, "params": dict(self.params)}

@@ -135,6 +135,7 @@ class AuditConfig:
     n_bootstrap: int = 200
     data_dir: str | None = None
     canary_audits: tuple = ()  # CanaryAuditSpec entries: certified audits of DP-SGD recipes ([[canary_audits]])
+    method_audits: tuple = ()  # MethodAuditSpec entries: certified audits of methods' whole runs ([[method_audits]])
 
     def __post_init__(self) -> None:
         from dpaudit.training.data import DATASETS
@@ -149,9 +150,13 @@ class AuditConfig:
         if len(set(cnames)) != len(cnames):
             raise ParameterError(f"Canary audit names of an audit must be distinct. Got {cnames} instead.")
         object.__setattr__(self, "canary_audits", tuple(self.canary_audits))
-        if not self.models and not self.canary_audits:
-            raise ParameterError("An audit config needs at least one model ([[models]]) or canary audit "
-                                 "([[canary_audits]]). Got none instead.")
+        mnames = [c.name for c in self.method_audits]
+        if len(set(mnames)) != len(mnames):
+            raise ParameterError(f"Method audit names of an audit must be distinct. Got {mnames} instead.")
+        object.__setattr__(self, "method_audits", tuple(self.method_audits))
+        if not self.models and not self.canary_audits and not self.method_audits:
+            raise ParameterError("An audit config needs at least one model ([[models]]), canary audit "
+                                 "([[canary_audits]]) or method audit ([[method_audits]]). Got none instead.")
         if self.models and not self.attacks:
             raise ParameterError("An audit config needs at least one attack ([[attacks]]). Got none instead.")
         if not isinstance(self.title, str):
@@ -197,7 +202,7 @@ def default_config() -> AuditConfig:
 
 
 _TOP_KEYS = {"title", "dataset", "seed", "confidence", "delta", "n_bootstrap", "data_dir", "models", "attacks",
-             "canary_audits"}
+             "canary_audits", "method_audits"}
 
 
 def load_audit_config(path: str | Path) -> AuditConfig:
@@ -262,12 +267,21 @@ def load_audit_config(path: str | Path) -> AuditConfig:
             canary_audits.append(CanaryAuditSpec(**c))
         except TypeError as exc:  # a required key missing
             raise ParameterError(f"[[canary_audits]] entry #{i + 1} of {p}: {exc}.") from None
+    from dpaudit.audit.method_audit import MethodAuditSpec
+
+    method_audits = []
+    for i, c in enumerate(tables("method_audits", [])):
+        bad = sorted(set(c) - {"name", "method", "params"})
+        if bad or "method" not in c:
+            raise ParameterError(f"[[method_audits]] entry #{i + 1} of {p} takes the keys method (required), params and "
+                                 f"name. Got {sorted(c)} instead.")
+        method_audits.append(MethodAuditSpec(**c))
     return AuditConfig(
         title=data.get("title", f"dpaudit audit: {p.stem}"), dataset=data.get("dataset", "digits"),
         models=tuple(models), attacks=tuple(attacks), seed=data.get("seed", 0),
         confidence=data.get("confidence", 0.95), delta=data.get("delta", 1e-5),
         n_bootstrap=data.get("n_bootstrap", 200), data_dir=rel(data_dir) if data_dir is not None else None,
-        canary_audits=tuple(canary_audits),
+        canary_audits=tuple(canary_audits), method_audits=tuple(method_audits),
     )
 
 
@@ -450,6 +464,24 @@ def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, re
     return res.to_dict()
 
 
+def _method_audit(spec: Any, cfg: AuditConfig, out: Path, rep: Reporter) -> dict:
+    """Run (or reuse) one certified audit of a method's whole run; its result dict (``kind: "certified"``)."""
+    from dpaudit.audit.method_audit import audit_method_run
+
+    stage = out / "method_audits" / spec.name
+    key = _hash({"spec": spec.to_dict(), "seed": cfg.seed, "confidence": cfg.confidence, "version": __version__})
+    done, result = stage / "stage.json", stage / "method_audit.json"
+    if done.is_file() and result.is_file() and read_json(done).get("key") == key:
+        rep.log(f"method audit {spec.name}: cached (same settings)")
+        return read_json(result)
+    rep.log(f"method audit {spec.name}: certified audit of {spec.method}'s whole run")
+    res = audit_method_run(spec.method, seed=cfg.seed, confidence=cfg.confidence, progress=rep, **spec.params)
+    d = {"name": spec.name, **res.to_dict()}
+    write_json(result, d)
+    write_json(done, {"key": key})
+    return d
+
+
 def _attack_unit(path: Path, spec: AttackSpec, cfg: AuditConfig, cache: Path, rep: Reporter) -> AttackSummary:
     """One executor unit: one attack on one release (loaded and digested where the unit runs)."""
     return _attack(_load_release(path, cfg), release_digest(path), spec, cfg, cache, rep)
@@ -538,11 +570,12 @@ def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter
     for j, (run, i, name, path) in enumerate(targets):
         audits.append(_model_audit(name, run, _load_release(path, config), summaries[j * per:(j + 1) * per], is_primary=(i == 0)))
     certified = tuple(_canary_audit(c, config, out, device, rep) for c in config.canary_audits)
+    method_audits = tuple(_method_audit(c, config, out, rep) for c in config.method_audits)
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
         models=tuple(audits), flags=tuple(compute_flags(audits)), config=config.to_dict(),
         created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
-        verdicts=tuple(compute_verdicts(audits)), certified=certified,
+        verdicts=tuple(compute_verdicts(audits)), certified=certified, method_audits=method_audits,
     )
     write_report(report, out)
     rep.log(f"report written to {out}/report.html (and report.md, report.json)")

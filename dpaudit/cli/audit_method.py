@@ -42,7 +42,7 @@ def _parameters_help() -> str:
 
 
 @click.command("audit-method", epilog="Audit parameters (--set KEY=VALUE), by method:\n\n" + _parameters_help())
-@click.argument("method", type=click.Choice(sorted(METHOD_RUN_AUDITS)))
+@click.argument("method", metavar="METHOD")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="One audit parameter, e.g. --set canary_clients=500 (repeatable).")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
@@ -53,10 +53,11 @@ def _parameters_help() -> str:
 @click.option("--quiet", is_flag=True, help="No progress on stderr (results still go to stdout).")
 def command(method: str, sets: tuple[str, ...], seed: int, confidence: float, out: Path | None, as_json: bool,
             quiet: bool) -> None:
-    """Certified canary audit of METHOD's whole training run (its real round loop / teacher training / proxy
+    """Certified canary audit of METHOD's whole training run (METHOD: one of the methods listed below) (its real round loop / teacher training / proxy
     training with auditor-planted canaries): a lower bound on its epsilon that holds with the stated confidence,
     beside the paper's claim, dpaudit's accounting and the ideal-attack reference at the same number of trials."""
     params = parse_sets(sets)
+    method_run_parameters(method)  # an unknown METHOD: one line naming the known ones
     for flag in ("seed", "confidence"):
         if flag in params:
             raise ParameterError(f"The '--set' option cannot set {flag}; use --{flag}. Got --set {flag}=... instead.")

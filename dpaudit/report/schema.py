@@ -259,12 +259,15 @@ class AuditReport:
     schema: str = SCHEMA
     verdicts: tuple[Verdict, ...] = ()
     certified: tuple[Mapping[str, Any], ...] = ()  # certified canary audits (CanaryAuditResult.to_dict())
+    method_audits: tuple[Mapping[str, Any], ...] = ()  # certified audits of methods' whole runs (MethodRunAudit.to_dict())
 
     def verdict_for(self, model: str) -> Verdict | None:
         return next((v for v in self.verdicts if v.model == model), None)
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"certified_audits": [dict(c) for c in self.certified]} if self.certified else {}
+        if self.method_audits:
+            extra["method_audits"] = [dict(c) for c in self.method_audits]
         return {
             "schema": self.schema,
             "title": self.title,
@@ -292,4 +295,5 @@ class AuditReport:
             created_by=d.get("created_by", ""), elapsed_seconds=d.get("elapsed_seconds"), schema=d["schema"],
             verdicts=tuple(Verdict.from_dict(v) for v in d.get("verdicts", ())),
             certified=tuple(dict(c) for c in d.get("certified_audits", ())),
+            method_audits=tuple(dict(c) for c in d.get("method_audits", ())),
         )
