@@ -13,60 +13,10 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from dpaudit.attacks.canary import CanaryBound
+from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice
 
 __all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_method_run", "method_run_parameters"]
-
-
-@dataclass(frozen=True)
-class MethodRunAudit:
-    """A certified audit of one method's full training run.
-
-    ``bound``: the certified bound (``kind = "certified"``) with the ideal-attack reference; ``claimed_epsilon``: the
-    paper's claim at these settings (None when the paper makes none); ``accounted_epsilon``: dpaudit's accounting of
-    the same run; ``trials``: canaries (one-run) or runs (multi-run) counted by the bound."""
-
-    method: str
-    audit: str
-    bound: CanaryBound
-    claimed_epsilon: float | None
-    accounted_epsilon: float | None
-    trials: int
-    settings: Mapping[str, Any]
-    elapsed_seconds: float
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def kind(self) -> str:
-        return self.bound.kind
-
-    @property
-    def refutes_claim(self) -> bool:
-        """True when the certified bound exceeds the paper's claimed epsilon."""
-        return self.claimed_epsilon is not None and self.bound.epsilon > self.claimed_epsilon
-
-    @property
-    def refutes_accounting(self) -> bool:
-        """True when the certified bound exceeds dpaudit's own accounting (a bug in the method or the accountant)."""
-        return self.accounted_epsilon is not None and self.bound.epsilon > self.accounted_epsilon
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": 1, "method": self.method, "audit": self.audit, "kind": self.kind,
-                "bound": self.bound.to_dict(), "claimed_epsilon": self.claimed_epsilon,
-                "accounted_epsilon": self.accounted_epsilon, "refutes_claim": self.refutes_claim,
-                "refutes_accounting": self.refutes_accounting, "trials": self.trials,
-                "settings": dict(self.settings), "elapsed_seconds": self.elapsed_seconds, "notes": list(self.notes)}
-
-    def summary(self) -> str:
-        b = self.bound
-        ideal = "–" if b.ideal_epsilon is None else f"{b.ideal_epsilon:.3f}"
-        claim = "none" if self.claimed_epsilon is None else f"{self.claimed_epsilon:.3g}"
-        acc = "–" if self.accounted_epsilon is None else f"{self.accounted_epsilon:.3g}"
-        verdict = "REFUTED" if self.refutes_claim else "not refuted"
-        return (f"{self.method} ({self.audit}, full run): certified epsilon >= {b.epsilon:.3f} at confidence "
-                f"{b.confidence:g} over {self.trials} trials (ideal attack {ideal}); paper's claim {claim}: {verdict}; "
-                f"dpaudit's accounting {acc}.")
 
 
 # method name -> the module function that audits its run; filled in below as each family lands

@@ -1,0 +1,64 @@
+"""The result type of a certified audit of a method's whole training run (see :mod:`dpaudit.audit.method_audit`).
+
+It lives here, apart from the registry, so that each family module of this package can build it while
+:mod:`dpaudit.audit.method_audit` imports the families to register them (no import circle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from dpaudit.attacks.canary import CanaryBound
+
+__all__ = ["MethodRunAudit"]
+
+
+@dataclass(frozen=True)
+class MethodRunAudit:
+    """A certified audit of one method's full training run.
+
+    ``bound``: the certified bound (``kind = "certified"``) with the ideal-attack reference; ``claimed_epsilon``: the
+    paper's claim at these settings (None when the paper makes none); ``accounted_epsilon``: dpaudit's accounting of
+    the same run; ``trials``: canaries (one-run) or runs (multi-run) counted by the bound."""
+
+    method: str
+    audit: str
+    bound: CanaryBound
+    claimed_epsilon: float | None
+    accounted_epsilon: float | None
+    trials: int
+    settings: Mapping[str, Any]
+    elapsed_seconds: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def kind(self) -> str:
+        return self.bound.kind
+
+    @property
+    def refutes_claim(self) -> bool:
+        """True when the certified bound exceeds the paper's claimed epsilon."""
+        return self.claimed_epsilon is not None and self.bound.epsilon > self.claimed_epsilon
+
+    @property
+    def refutes_accounting(self) -> bool:
+        """True when the certified bound exceeds dpaudit's own accounting (a bug in the method or the accountant)."""
+        return self.accounted_epsilon is not None and self.bound.epsilon > self.accounted_epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": 1, "method": self.method, "audit": self.audit, "kind": self.kind,
+                "bound": self.bound.to_dict(), "claimed_epsilon": self.claimed_epsilon,
+                "accounted_epsilon": self.accounted_epsilon, "refutes_claim": self.refutes_claim,
+                "refutes_accounting": self.refutes_accounting, "trials": self.trials,
+                "settings": dict(self.settings), "elapsed_seconds": self.elapsed_seconds, "notes": list(self.notes)}
+
+    def summary(self) -> str:
+        b = self.bound
+        ideal = "–" if b.ideal_epsilon is None else f"{b.ideal_epsilon:.3f}"
+        claim = "none" if self.claimed_epsilon is None else f"{self.claimed_epsilon:.3g}"
+        acc = "–" if self.accounted_epsilon is None else f"{self.accounted_epsilon:.3g}"
+        verdict = "REFUTED" if self.refutes_claim else "not refuted"
+        return (f"{self.method} ({self.audit}, full run): certified epsilon >= {b.epsilon:.3f} at confidence "
+                f"{b.confidence:g} over {self.trials} trials (ideal attack {ideal}); paper's claim {claim}: {verdict}; "
+                f"dpaudit's accounting {acc}.")
