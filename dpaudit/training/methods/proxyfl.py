@@ -231,7 +231,18 @@ class ProxyFLMethod:
     """ProxyFL (and the baselines of :data:`PROXYFL_VARIANTS`) as engine step functions."""
 
     def __init__(self, config: ProxyFLConfig, data: FederatedData, private_spec: Any, proxy_spec: Any,
-                 *, device: str | None = None) -> None:
+                 *, device: str | None = None, canary_hook: Any = None) -> None:
+        """``canary_hook`` (off by default; for certified audits only): an object with
+        ``extra_gradient(t, clients, q) -> {name: (len(clients), *shape)} | None`` and
+        ``observe(t, clients, noised_sums)``, called in every DP-SGD step ``t = round * max(steps) + j`` of the
+        proxies with the clients that step and their sampling rates: the extra gradients (white-box canaries, each
+        of norm <= C, like one more clipped example) are added to the clipped sum before the normalisation, and
+        ``observe`` then sees each stepping client's noised sum (private gradient times :math:`q_k n_k`), e.g.
+        :class:`dpaudit.training.canaries.DiracHook`. Without a hook nothing of the step changes."""
+        if canary_hook is not None and not config.dp:
+            raise ParameterError("The 'canary_hook' parameter of ProxyFLMethod needs DP-SGD proxies (dp = true). "
+                                 "Got dp = false instead.")
+        self.canary_hook = canary_hook
         self.config = config
         self.data = data
         if device is None:
@@ -428,9 +439,12 @@ class ProxyFLMethod:
                                           device=dev)
             if cfg.dp:
                 noise = torch.stack([torch.randn(proxy.shape[-1], generator=gens[i]) for i in range(M)]).to(dev)
-                g = proxy_f.flatten_stacked(dp_step.private_grads(
+                parts = dp_step.private_grads(
                     proxy_f.unflatten_stacked(proxy), {}, xb, yb, mask, max_grad_norm=C, noise_multiplier=sigma,
-                    expected_batch=expected.reshape(-1), noise=proxy_f.unflatten_stacked(noise), extra=teacher_priv))
+                    expected_batch=expected.reshape(-1), noise=proxy_f.unflatten_stacked(noise), extra=teacher_priv)
+                if self.canary_hook is not None:  # audits only: white-box canaries and the observer's view
+                    parts = self._hooked(parts, t * int(self.steps.max()) + j, ids, gate_cpu, q, expected.reshape(-1))
+                g = proxy_f.flatten_stacked(parts)
             else:
                 g = proxy_grad_nodp(proxy, xb, yb, mask, teacher_priv)
             proxy_opt.update_where({"flat": proxy}, {"flat": g}, gate_cpu.numpy() > 0)
@@ -447,6 +461,29 @@ class ProxyFLMethod:
                 ns.update({"private": {k: v.clone() for k, v in private_f.unflatten(priv[i]).items()},
                            "private_m": qm[i].clone(), "private_v": qv[i].clone(), "private_step": int(qstep[i])})
             out.append(ns)
+        return out
+
+    def _hooked(self, grads: dict, step: int, ids: list, gate: torch.Tensor, q: torch.Tensor,
+                expected: torch.Tensor) -> dict:
+        """The canary hook on one step's private gradients (see ``__init__``): the stepping clients' canary
+        gradients added to the clipped sum (divided by the same :math:`q_k n_k`), then their noised sums observed."""
+        hook = self.canary_hook
+        live = np.flatnonzero(gate.numpy() > 0)
+        if live.size == 0:
+            return grads
+        clients = np.asarray(ids)[live]
+        extra = hook.extra_gradient(step, clients, q.numpy()[live])
+        rows = torch.as_tensor(live, device=expected.device)
+        e = expected.index_select(0, rows)
+        out, noised = {}, {}
+        for name, v in grads.items():
+            shape = (-1,) + (1,) * (v.dim() - 1)
+            v = v.clone()
+            if extra is not None:
+                v.index_add_(0, rows, extra[name].to(v.device, v.dtype) / e.reshape(shape).to(v.dtype))
+            out[name] = v
+            noised[name] = v.index_select(0, rows) * e.reshape(shape).to(v.dtype)
+        hook.observe(step, clients, noised)
         return out
 
     def server_step(self, state: dict, replies: Mapping[int, dict]) -> tuple[dict, Any]:
