@@ -12,13 +12,14 @@ Canaries
 ``"dirac"`` (white-box): each canary is a worst-case *record* of client ``k`` whose clipped gradient is ``C e_j``
     on one first-layer weight ``j`` of an input feature that is zero in every one of the client's records (so no
     real gradient, distillation term included, ever touches it; :func:`~dpaudit.training.canaries.dirac_coordinates`
-    per client). The proxy's real DP-SGD step (``DPSGDStep.private_grads`` in ``ProxyFLMethod._train``) calls the
+    per client; beyond those, random coordinates, where the real gradient competes and the audit is weaker). The proxy's real DP-SGD step (``DPSGDStep.private_grads`` in ``ProxyFLMethod._train``) calls the
     method's ``canary_hook``: in every step an included canary is Poisson-sampled with the client's rate ``q_k`` and
     added to the clipped sum before normalisation; the hook records the client's noised sum at its canary
     coordinates -- what an observer of the proxy's iterates sees (more than the per-round proxies ProxyFL sends;
     DP-SGD's accounting covers it). Scored by the mixture likelihood ratio
     (:func:`~dpaudit.attacks.canary.dirac_scores`, ``"dirac-lr"``). A Dirac record enters only the proxy's loss,
-    not the private model's, so this audit tests the DP-SGD step in its real code path, not the distillation.
+    not the private model's, so this audit tests the DP-SGD step in its real code path, not the distillation: w.r.t.
+    a Dirac record the whole run is post-processing of the client's DP-SGD steps, and the paper's figure holds.
 ``"mislabeled"`` / ``"ood"`` (black-box): input canaries (held-out records with a wrong label / uniform noise
     inputs with random labels, :func:`~dpaudit.training.canaries.make_input_canaries`) appended to client ``k``'s
     private data when included. They train the non-private private model too, so whatever reaches the proxy
