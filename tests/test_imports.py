@@ -151,3 +151,12 @@ def test_checker_finds_a_circle_and_a_private_import(tmp_path: Path) -> None:
     _, edges, private = scan(pkg)
     assert cycles(edges) == [["dpaudit.sub.a", "dpaudit.sub.b"]]
     assert private == [("dpaudit.sub.b", "dpaudit.sub.c", "_hidden")]
+
+
+def test_cli_start_does_not_import_torch():
+    """``dpaudit account`` / ``--help`` stay fast: the command modules import torch only when a command needs it."""
+    import subprocess
+    import sys
+
+    code = "import sys, dpaudit.cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -9,11 +9,11 @@ ideal-attack reference at the same number of trials.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from dpaudit.audit.method_runs import proxyfl as proxyfl_run
 from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice
 
@@ -24,26 +24,7 @@ __all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_meth
 METHOD_RUN_AUDITS: dict[str, Callable[..., MethodRunAudit]] = {}
 
 
-class _FamilyAudit:
-    """A registry entry that imports its family's module (``audit_run``) on first use: the family module imports
-    this one (for :class:`MethodRunAudit`), so importing it here would close an import circle. Its signature is
-    ``audit_run``'s, so :func:`method_run_parameters` sees the family's parameters."""
-
-    def __init__(self, module: str) -> None:
-        self.module = module
-
-    def function(self) -> Callable[..., MethodRunAudit]:
-        return importlib.import_module(self.module).audit_run
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        return inspect.signature(self.function())
-
-    def __call__(self, **params: Any) -> MethodRunAudit:
-        return self.function()(**params)
-
-
-METHOD_RUN_AUDITS["proxyfl"] = _FamilyAudit("dpaudit.audit.method_runs.proxyfl")
+METHOD_RUN_AUDITS["proxyfl"] = proxyfl_run.audit_run
 
 
 def method_run_parameters(method: str) -> dict[str, Any]:

@@ -47,10 +47,9 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import torch
 
 from dpaudit.attacks.canary import dirac_scores, ideal_one_run_epsilon, loss_scores, one_run_certified
-from dpaudit.audit.method_audit import MethodRunAudit
+from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice, check_float, check_int, check_probability
 from dpaudit.progress import as_reporter
 
@@ -90,11 +89,13 @@ class ClientDiracHook:
         self.width = max(1, max(c.size for c in self.coords))
         self._obs: dict[int, dict[int, np.ndarray]] = {}
 
-    def extra_gradient(self, t: int, clients, q) -> dict[str, torch.Tensor] | None:
+    def extra_gradient(self, t: int, clients, q) -> dict[str, Any] | None:
         K = len(self.coords)
         u = np.random.default_rng(np.random.SeedSequence([self.seed, int(t), 0x9F1])).random((K, self.width))
         clients = np.asarray(clients)
         qs = np.broadcast_to(np.asarray(q, dtype=float).reshape(-1), (len(clients),))
+        import torch
+
         flat = torch.zeros((len(clients), sum(self.sizes)), dtype=torch.float32)
         any_added = False
         for row, (k, qk) in enumerate(zip(clients, qs)):
@@ -108,7 +109,9 @@ class ClientDiracHook:
         parts = torch.split(flat, self.sizes, dim=1)
         return {k: p.reshape((len(clients),) + s) for (k, s), p in zip(self.shapes, parts)}
 
-    def observe(self, t: int, clients, noised: dict[str, torch.Tensor]) -> None:
+    def observe(self, t: int, clients, noised: dict[str, Any]) -> None:
+        import torch
+
         flat = torch.cat([noised[k].reshape(noised[k].shape[0], -1) for k, _ in self.shapes], dim=1)
         flat = flat.detach().cpu().double().numpy()
         self._obs[int(t)] = {int(k): flat[row, self.coords[k]] / (self.sigma * self.C)
