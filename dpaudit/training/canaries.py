@@ -22,9 +22,22 @@ Inclusion
 ``"multi-run"`` (Jagielski et al. 2020; Nasr et al. 2021, 2023): N models, model ``i`` includes the canaries by one
 fair coin of its own; each model is one independent trial.
 
-``canaries.npz`` holds what the attacker may see (``X``, ``y`` or ``coords``, ``kind``, ``mode``) under plain keys,
-and the inclusion bits under ``truth/included``; :func:`load_canaries` returns only the former,
-:func:`load_canary_truth` only the latter.
+``canaries.npz`` of an audit's output folder holds what the attacker may see (``X``, ``y`` or ``coords``, ``kind``,
+``mode``) under plain keys, and the inclusion bits under ``truth/included``; :func:`load_canaries` returns only the
+former, :func:`load_canary_truth` only the latter.
+
+Canaries in a release bundle
+----------------------------
+A method config's ``[canaries]`` table (:class:`CanarySettings`: ``kind``, ``count`` = m, ``seed``) plants ``m``
+one-run canaries in the training data of the *released* model. The bundle then holds two files, kept apart so
+that whatever scores the canaries never opens the answer:
+
+``canaries.npz``        the attacker's view (:data:`RELEASE_VIEW_KEYS`): ``X``, ``y`` (input kinds) or ``coords``
+                        and ``observations`` (Dirac: the ``(T, 1, m)`` noised gradient sums at the canary
+                        coordinates, in units of ``sigma C``, recorded by :class:`DiracHook` during the real run).
+``canaries_truth.npz``  ``included``: the ``(m,)`` fair coins, read only to compute the bound.
+
+``release.json["canaries"]`` records the kind, count, seed, audit mode and both file names.
 """
 
 from __future__ import annotations
@@ -53,11 +66,76 @@ __all__ = [
     "write_canaries",
     "load_canaries",
     "load_canary_truth",
+    "CanarySettings",
+    "MAX_CANARIES",
+    "RELEASE_CANARIES_FILE",
+    "RELEASE_TRUTH_FILE",
+    "RELEASE_VIEW_KEYS",
+    "release_canary_files",
 ]
 
 CANARY_KINDS = ("mislabeled", "ood", "dirac")
 INPUT_KINDS = ("mislabeled", "ood")
 AUDIT_MODES = ("one-run", "multi-run")
+#: Most canaries a ``[canaries]`` table may ask for (beyond this a bundle's canary files would be unbounded).
+MAX_CANARIES = 1_000_000
+RELEASE_CANARIES_FILE = "canaries.npz"
+RELEASE_TRUTH_FILE = "canaries_truth.npz"
+#: The keys of a release's ``canaries.npz`` by canary kind (the attacker's view; never the inclusion bits).
+RELEASE_VIEW_KEYS = {"mislabeled": ("X", "y"), "ood": ("X", "y"), "dirac": ("coords", "observations")}
+
+
+@dataclass(frozen=True)
+class CanarySettings:
+    """The ``[canaries]`` table of a method config: plant ``count`` one-run canaries of ``kind`` in the training
+    data of the released model, each included by its own fair coin drawn from ``seed``.
+
+    ``kind``: ``"mislabeled"`` / ``"ood"`` (black-box, scored on the released weights) or ``"dirac"`` (white-box
+    gradient canaries; only where the method trains its released model by DP-SGD). ``count``: m >= 2 (the one-run
+    bound needs at least two). ``seed``: the canaries' own seed (coins, records, labels, coordinates), so the
+    same run seed can be audited with fresh canaries.
+    """
+
+    kind: str = "mislabeled"
+    count: int = 100
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        o = "[canaries]"
+        check_choice(self.kind, "kind", o, CANARY_KINDS)
+        check_int(self.count, "count", o, low=2, high=MAX_CANARIES)
+        check_int(self.seed, "seed", o, low=0, high=2**63 - 1)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "count": int(self.count), "seed": int(self.seed)}
+
+
+def release_canary_files(canaries: Canaries, observations: np.ndarray | None = None
+                         ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, object]]:
+    """The files a release bundle gets for one-run ``canaries`` (``{file name: {key: array}}``) and the
+    ``release.json["canaries"]`` entry. Dirac canaries need ``observations`` (``(T, 1, m)``, from
+    :meth:`DiracHook.observations`); input canaries take none."""
+    owner = "release_canary_files"
+    if not isinstance(canaries, Canaries) or canaries.mode != "one-run":
+        raise ParameterError(f"The 'canaries' parameter of {owner} must be one-run Canaries. Got {canaries!r:.80} instead.")
+    m = canaries.num_canaries
+    if canaries.kind == "dirac":
+        obs = None if observations is None else np.asarray(observations, dtype=np.float64)
+        if obs is None or obs.ndim != 3 or obs.shape[1:] != (1, m):
+            raise ParameterError(f"The 'observations' parameter of {owner} must be a (T, 1, {m}) array for Dirac "
+                                 f"canaries. Got {None if obs is None else obs.shape} instead.")
+        view = {"coords": np.asarray(canaries.coords, dtype=np.int64), "observations": obs}
+    else:
+        if observations is not None:
+            raise ParameterError(f"The 'observations' parameter of {owner} is for Dirac canaries only.")
+        view = {"X": np.asarray(canaries.X, dtype=np.float32), "y": np.asarray(canaries.y, dtype=np.int64)}
+    meta = {"kind": canaries.kind, "count": m, "seed": int(canaries.seed), "audit": "one-run",
+            "file": RELEASE_CANARIES_FILE, "truth_file": RELEASE_TRUTH_FILE}
+    if canaries.kind == "dirac":
+        meta["steps"] = int(view["observations"].shape[0])
+    files = {RELEASE_CANARIES_FILE: view,
+             RELEASE_TRUTH_FILE: {"included": np.asarray(canaries.included[0], dtype=bool)}}
+    return files, meta
 
 
 @dataclass(frozen=True, eq=False)

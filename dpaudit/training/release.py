@@ -7,6 +7,9 @@ A release is a directory written atomically (built under a temporary name, renam
     model.*           model.safetensors (+ model.json spec) | model.skops | model.cbm -- never a pickle
     votes.npy         PATE-style methods only (curator-only vote histograms), allow_pickle=False
     membership.npz    members / nonmembers / attacker: int64 indices into load_dataset(**dataset)
+    canaries.npz      only with a [canaries] table: the planted one-run canaries as the attacker sees them
+                      (X, y | coords, observations); release.json["canaries"] says they are there
+    canaries_truth.npz  the canaries' inclusion bits, apart from what the attacker sees (read only for the bound)
 
 :func:`load_release` checks every file and cross-reference and raises :class:`DataError` with the
 offending file and field; :meth:`Release.train_fn` / :meth:`Release.train_many` rebuild the target's
@@ -178,6 +181,7 @@ def write_release(
     overwrite: bool = False,
     model_meta: Mapping[str, Any] | None = None,
     arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    canaries: tuple[Mapping[str, Mapping[str, np.ndarray]], Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write a release bundle to ``out_dir`` atomically (the whole directory appears at once).
 
@@ -205,6 +209,10 @@ def write_release(
         :mod:`dpaudit.training.external`); ``classifier`` may be None only with ``kind = "scores"``.
     arrays : dict, optional
         ``{file name: {key: array}}``: further npz files of the bundle (``data.npz``, ``scores.npz``).
+    canaries : (files, entry), optional
+        Canaries planted in the released model's training data, as
+        :func:`~dpaudit.training.canaries.release_canary_files` returns them: ``canaries.npz`` (the attacker's
+        view), ``canaries_truth.npz`` (the inclusion bits) and the ``release.json["canaries"]`` entry.
     """
     owner = "write_release"
     if not isinstance(method, str) or not method:
@@ -260,13 +268,20 @@ def write_release(
         "flags": _flags(flags),
         "created_by": f"dpaudit {__version__}",
     }
+    canary_files: dict[str, Mapping[str, np.ndarray]] = {}
+    if canaries is not None:
+        if classifier is None:
+            raise ParameterError(f"The 'canaries' parameter of {owner} needs a released model (not a scores-only release).")
+        canary_files, entry = dict(canaries[0]), _as_dict(canaries[1], "canaries")
+        _check_canary_entry(entry, owner)
+        meta["canaries"] = entry
     try:
         ctx = atomic_dir(out_dir, overwrite=overwrite)
         with ctx as tmp:
             if classifier is not None:
                 model_path = save_classifier(classifier, tmp / "model")
                 meta["model"]["file"] = model_path.name
-            for fname, content in (arrays or {}).items():
+            for fname, content in {**(arrays or {}), **canary_files}.items():
                 save_npz(tmp / fname, **content)
             save_npz(tmp / "membership.npz", **mem)
             if votes is not None:
@@ -286,6 +301,31 @@ class Release:
     model: Classifier | None        # None: a scores-only release (see scores())
     votes: np.ndarray | None
     membership: dict[str, np.ndarray]
+    #: The attacker's view of the planted canaries (``canaries.npz``: X, y | coords, observations), checked against
+    #: ``meta["canaries"]``; None when the release holds none. The inclusion bits are never here (see
+    #: :meth:`canary_truth`).
+    canaries: dict[str, np.ndarray] | None = None
+
+    @property
+    def canary_info(self) -> dict | None:
+        """``release.json["canaries"]`` (kind, count, seed, audit, files), or None."""
+        return self.meta.get("canaries")
+
+    def canary_truth(self) -> np.ndarray:
+        """The ``(m,)`` inclusion bits of the planted canaries (``canaries_truth.npz``): for computing a bound
+        from scores already made, never for scoring."""
+        info = self.canary_info
+        if info is None:
+            raise DataError(f"{self.path}: the release holds no canaries (no 'canaries' in release.json).")
+        real_root = self.path.resolve()
+        f = _bundle_file(self.path, real_root, info["truth_file"])
+        m = int(info["count"])
+        raw = load_npz_file(f, "the canary truth file", kinds="b", max_bytes=m + 64 * 1024)
+        inc = raw.get("included")
+        if set(raw) != {"included"} or inc is None or inc.shape != (m,):
+            raise DataError(f"{f}: expected exactly one array 'included' of shape ({m},) (release.json's canaries.count); "
+                            f"got {sorted(raw)} with shape {None if inc is None else inc.shape}.")
+        return inc.astype(bool)
 
     @property
     def spec(self) -> ModelSpec:
@@ -483,7 +523,87 @@ def _finish_loading(root: Path, real_root: Path, meta: dict, spec: Any, model: C
         if spec is None or votes.shape[1] != spec.num_classes:
             raise DataError(f"{votes_path}: {votes.shape[1]} vote columns but the model has "
                             f"{None if spec is None else spec.num_classes} classes.")
-    return Release(path=root, meta=meta, model=model, votes=votes, membership=membership)
+    canaries = None
+    if meta.get("canaries") is not None:
+        canaries = _load_canaries(root, real_root, meta, spec)
+    return Release(path=root, meta=meta, model=model, votes=votes, membership=membership, canaries=canaries)
+
+
+def _check_canary_entry(entry: Any, where: str) -> dict:
+    """``release.json["canaries"]``: kind, count, seed, audit, the two file names (and steps for Dirac)."""
+    from dpaudit.training.canaries import (CANARY_KINDS, MAX_CANARIES, RELEASE_CANARIES_FILE, RELEASE_TRUTH_FILE)
+    from dpaudit.training.limits import MAX_STEPS
+
+    if not isinstance(entry, dict):
+        raise DataError(f"{where}: 'canaries' must be an object (kind, count, seed, audit, file, truth_file). "
+                        f"Got {format_value(entry)} instead.")
+    try:
+        if entry.get("kind") not in CANARY_KINDS:
+            raise DataError(f"{where}: canaries.kind must be one of {', '.join(map(repr, CANARY_KINDS))}. "
+                            f"Got {format_value(entry.get('kind'))} instead.")
+        check_int(entry.get("count"), "canaries.count", where, low=2, high=MAX_CANARIES)
+        check_int(entry.get("seed"), "canaries.seed", where, low=0, high=2**63 - 1)
+        if entry["kind"] == "dirac":
+            check_int(entry.get("steps"), "canaries.steps", where, low=1, high=MAX_STEPS)
+    except ParameterError as exc:
+        raise DataError(str(exc)) from None
+    for key, want in (("audit", "one-run"), ("file", RELEASE_CANARIES_FILE), ("truth_file", RELEASE_TRUTH_FILE)):
+        if entry.get(key) != want:
+            raise DataError(f"{where}: canaries.{key} must be {want!r}. Got {format_value(entry.get(key))} instead.")
+    return entry
+
+
+def _load_canaries(root: Path, real_root: Path, meta: dict, spec: Any) -> dict[str, np.ndarray]:
+    """The attacker's view of the release's canaries (``canaries.npz``), every array's shape and range checked
+    against ``release.json`` and the model spec; sizes are checked before any array is read."""
+    from dpaudit.training.canaries import RELEASE_VIEW_KEYS
+
+    where = f"{root / 'release.json'}"
+    info = _check_canary_entry(meta["canaries"], where)
+    if spec is None:
+        raise DataError(f"{where}: canaries need a released model; this release has none.")
+    kind, m = info["kind"], int(info["count"])
+    f = _bundle_file(root, real_root, info["file"])
+    truth = _bundle_file(root, real_root, info["truth_file"])
+    for p in (f, truth):
+        if not p.is_file():
+            raise DataError(f"{root}: release.json lists canaries but {p.name} is missing.")
+    if kind == "dirac":
+        expected = m * 8 + int(info["steps"]) * m * 8
+    else:
+        expected = m * (4 * math.prod(spec.input_shape) + 8)
+    raw = load_npz_file(f, "the canaries file", kinds="iuf", max_bytes=expected + 64 * 1024)
+    want = set(RELEASE_VIEW_KEYS[kind])
+    if set(raw) != want:
+        raise DataError(f"{f}: {kind} canaries hold exactly {sorted(want)}; found {sorted(raw)}.")
+    if kind == "dirac":
+        coords, obs = raw["coords"], raw["observations"]
+        total = _parameter_count(spec)
+        if coords.shape != (m,) or coords.dtype.kind not in "iu" or (m and (coords.min() < 0 or coords.max() >= total)) \
+                or np.unique(coords).size != m:
+            raise DataError(f"{f}[coords]: expected {m} distinct integer parameter coordinates in [0, {total}); got "
+                            f"shape {coords.shape}, dtype {coords.dtype}.")
+        if obs.shape != (int(info["steps"]), 1, m) or obs.dtype.kind != "f" or np.isinf(obs).any():
+            raise DataError(f"{f}[observations]: expected a finite float array of shape ({info['steps']}, 1, {m}); got "
+                            f"shape {obs.shape}, dtype {obs.dtype}.")
+        return {"coords": coords.astype(np.int64), "observations": obs.astype(np.float64)}
+    X, y = raw["X"], raw["y"]
+    if X.shape != (m, *spec.input_shape) or X.dtype.kind != "f" or not np.isfinite(X).all():
+        raise DataError(f"{f}[X]: expected finite floats of shape {(m, *spec.input_shape)}; got shape {X.shape}, dtype {X.dtype}.")
+    if y.shape != (m,) or y.dtype.kind not in "iu" or (m and (y.min() < 0 or y.max() >= spec.num_classes)):
+        raise DataError(f"{f}[y]: expected {m} integer labels in [0, {spec.num_classes}); got shape {y.shape}, dtype {y.dtype}.")
+    return {"X": X.astype(np.float32), "y": y.astype(np.int64)}
+
+
+def _parameter_count(spec: ModelSpec) -> int:
+    if not spec.is_torch:
+        return 0
+    import torch
+
+    from dpaudit.training.models import build_model
+
+    with torch.device("meta"):
+        return int(sum(p.numel() for p in build_model(spec).parameters()))
 
 
 def _check_meta_fields(meta: dict, where: str) -> None:

@@ -22,6 +22,9 @@ The TOML dialect (``configs/*.toml``)::
     [method]          # the method's own parameters (PATE family: also split fractions and per-role models)
     [method.teacher_train]   # training schedules of the PATE family, merged over their defaults
     [run]             # device, num_threads, checkpoint_every, stop_after
+    [canaries]        # optional: kind = "mislabeled"|"ood"|"dirac", count = m, seed -- one-run canaries planted in
+                      # the released model's training data (methods whose Config lists canary_kinds; see
+                      # dpaudit.training.canaries); the bundle gains canaries.npz and canaries_truth.npz
 
 Command-line ``--set table.key=value`` (a TOML value; a bare word is a string) and the methods' shorthand
 flags (``--gamma 0.1`` is ``--set method.gamma=0.1``) are merged over the file, which is merged over the
@@ -68,7 +71,7 @@ __all__ = [
     "torch_threads",
 ]
 
-TABLES = ("data", "model", "method", "run")
+TABLES = ("data", "model", "method", "run", "canaries")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -88,7 +91,8 @@ def read_config_file(path: str | Path, *, flat_family: str | None = None) -> dic
     loose = sorted(k for k, v in raw.items() if k not in TABLES or not isinstance(v, dict))
     if loose:
         if flat_family is None:
-            raise DataError(f"The config file {p} has key(s) {loose} outside the tables [data], [model], [method], [run].")
+            raise DataError(f"The config file {p} has key(s) {loose} outside the tables [data], [model], [method], [run], "
+                            "[canaries].")
         declared = raw.pop("method", None) if not isinstance(raw.get("method"), dict) else None
         if declared is not None and declared != flat_family:
             raise DataError(f"The config file {p} is a {declared} config, not a {flat_family} config.")
@@ -251,10 +255,15 @@ class MethodConfig:
     ``name``: the registry name (``"fedavg-ldp"``); ``dataset``/``data_dir``: ``[data] name``/``data_dir``;
     ``data``: the rest of ``[data]`` (federated methods: their ``DataSettings``; PATE family: None);
     ``model``: the ``[model]`` table (federated methods); ``method``: the method's typed parameters;
-    ``run``: :class:`RunSettings`.
+    ``run``: :class:`RunSettings`; ``canaries``: the ``[canaries]`` table
+    (:class:`~dpaudit.training.canaries.CanarySettings`), None when the config has none.
 
     Each method module subclasses it as ``Config`` and sets ``method_cls`` (the ``[method]`` dataclass),
-    ``defaults`` (tables under the file) and, for the federated methods, ``data_cls``.
+    ``defaults`` (tables under the file) and, for the federated methods, ``data_cls``. A method that can plant
+    canaries in its released model lists the kinds in ``canary_kinds`` and overrides :meth:`check_canaries`
+    (kinds it can plant only under some settings, e.g. Dirac canaries only with DP-SGD) and
+    :meth:`check_canaries_fit` (the canaries against the prepared data); other methods refuse a ``[canaries]``
+    table.
     """
 
     name: str
@@ -264,8 +273,10 @@ class MethodConfig:
     data: Any = None
     model: Mapping[str, Any] = field(default_factory=dict)
     run: RunSettings = field(default_factory=RunSettings)
+    canaries: Any = None
 
     method_cls: ClassVar[type] = object
+    canary_kinds: ClassVar[tuple[str, ...]] = ()
     data_cls: ClassVar[type | None] = None
     defaults: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     flat_family: ClassVar[str | None] = None
@@ -296,8 +307,34 @@ class MethodConfig:
             raise ParameterError(f"{name} names its models in [method] (e.g. teacher_model); its [model] table must be empty. "
                                  f"Got {sorted(model)} instead.")
         run = build_dataclass(RunSettings, t.get("run", {}), f"[run] of {name}")
-        return cls(name=name, method=cls.method_table(name, t.get("method", {})), dataset=dataset,
-                   data_dir=None if data_dir is None else str(data_dir), data=data_obj, model=model, run=run)
+        canaries = None
+        if t.get("canaries"):
+            from dpaudit.training.canaries import CanarySettings
+
+            canaries = build_dataclass(CanarySettings, t["canaries"], f"[canaries] of {name}")
+        config = cls(name=name, method=cls.method_table(name, t.get("method", {})), dataset=dataset,
+                     data_dir=None if data_dir is None else str(data_dir), data=data_obj, model=model, run=run,
+                     canaries=canaries)
+        if canaries is not None:
+            config.check_canaries()
+        return config
+
+    def check_canaries(self) -> None:
+        """Refuse a ``[canaries]`` table this method cannot plant (before any data is loaded)."""
+        c = self.canaries
+        if c is None:
+            return
+        if not self.canary_kinds:
+            raise ParameterError(f"The [canaries] table is not supported by method {self.name}: it cannot plant "
+                                 "canaries in its released model (supported: centrain).")
+        if c.kind not in self.canary_kinds:
+            raise ParameterError(f"The 'kind' parameter of [canaries] of {self.name} must be one of "
+                                 f"{', '.join(map(repr, self.canary_kinds))}. Got {c.kind!r} instead.")
+
+    def check_canaries_fit(self, seed: int) -> None:
+        """Refuse canaries that do not fit the data a run with ``seed`` would prepare (e.g. more mislabeled
+        canaries than records to take them from); called before the output is touched."""
+        return None
 
     @classmethod
     def load(cls, name: str, path: str | Path | None = None, *,
@@ -317,8 +354,11 @@ class MethodConfig:
     def fingerprint(self, seed: int) -> dict[str, Any]:
         """What the run's results depend on (checkpoints are reused only under the same fingerprint)."""
         data = None if self.data is None else config_to_dict(self.data)
-        return {"method": self.name, "dataset": self.dataset, "data_dir": self.data_dir, "data": data,
-                "model": dict(self.model), "params": config_to_dict(self.method), "seed": int(seed)}
+        out = {"method": self.name, "dataset": self.dataset, "data_dir": self.data_dir, "data": data,
+               "model": dict(self.model), "params": config_to_dict(self.method), "seed": int(seed)}
+        if self.canaries is not None:
+            out["canaries"] = self.canaries.to_dict()
+        return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -360,6 +400,7 @@ class Release:
     votes: Any = None
     assumptions: Sequence[str] = ()
     flags: Sequence[tuple[str, str]] = ()
+    canaries: Any = None   # (files, entry) of training.canaries.release_canary_files, or None
 
     def write(self, out: Path, *, seed: int, overwrite: bool) -> Path:
         from dpaudit.training.release import write_release
@@ -520,6 +561,9 @@ def execute(config: MethodConfig, out: str | Path, *, seed: int, progress: bool 
     seed = check_int(seed, "seed", config.name, low=0)
     overwrite = check_bool(overwrite, "overwrite", config.name)
     check_device(config.run.device)
+    if config.canaries is not None:
+        config.check_canaries()
+        config.check_canaries_fit(seed)   # before the output (lock, checkpoints) is touched
     rep = as_reporter(progress)
     t0 = time.perf_counter()
     out = Path(out)
