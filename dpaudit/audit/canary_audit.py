@@ -13,9 +13,17 @@ gradient canaries observed in every step's noised gradient sum; scored by ``"dir
 The result is a :class:`~dpaudit.attacks.canary.CanaryBound` (``kind = "certified"``) beside the accounted epsilon
 of the recipe and the ideal-attack reference at the same number of trials.
 
-What is audited is the *training recipe* (the release's ``train_config`` run by dpaudit's ensemble trainer), not
-the released weights themselves; the sampling rate is fixed to ``B / n`` of the base data for every model so the
-accounting is exact.
+What :func:`run_canary_audit` audits is the *training recipe* (the release's ``train_config`` run by dpaudit's
+ensemble trainer), not the released weights themselves; the sampling rate is fixed to ``B / n`` of the base data for
+every model so the accounting is exact.
+
+:func:`audit_release_canaries` audits *the released model itself*: when a release was trained with a ``[canaries]``
+table (its bundle holds ``canaries.npz`` and ``canaries_truth.npz``), the canaries are scored on the released
+weights (input canaries: ``"loss"``) or on the noised gradient sums the run recorded at their coordinates (Dirac:
+``"dirac-lr"`` / ``"dirac-sum"``) by :func:`release_canary_scores`, which reads only the attacker's view; the
+inclusion bits are read afterwards, only to certify the one-run bound (Steinke, Nasr, Jagielski 2023, Thm 3). No
+model is trained. :func:`canary_audit_release` picks it for ``audit="one-run"`` on such a release and otherwise
+retrains the recipe, saying so in the result's notes.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from dpaudit.attacks.canary import (
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
 from dpaudit.progress import as_reporter
 
-__all__ = ["CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "audit_method_step", "MethodStepAudit", "METHOD_STEPS", "canary_audit_release",
+__all__ = ["audit_release_canaries", "release_canary_scores", "CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "audit_method_step", "MethodStepAudit", "METHOD_STEPS", "canary_audit_release",
            "dpsgd_noise_for_epsilon", "default_score"]
 
 
@@ -85,7 +93,9 @@ class CanaryAuditResult:
         b = self.bound
         ideal = "–" if b.ideal_epsilon is None else f"{b.ideal_epsilon:.3f}"
         acc = "–" if self.accounted_epsilon is None else f"{self.accounted_epsilon:.3f}"
-        return (f"{b.audit} canary audit ({self.settings.get('canary')}, score {b.score}): certified epsilon >= "
+        target = self.settings.get("target")
+        what = f" of {target}" if target else ""
+        return (f"{b.audit} canary audit{what} ({self.settings.get('canary')}, score {b.score}): certified epsilon >= "
                 f"{b.epsilon:.3f} at confidence {b.confidence:g}, delta {b.delta:g}, over {b.trials} trials; "
                 f"ideal attack at the same trials: {ideal}; accounted epsilon: {acc}.")
 
@@ -126,7 +136,8 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
                      models: int = 2, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
                      reference_models: int = 8, seed: int = 0, device: str | None = None, out: str | Path | None = None,
                      progress: Any = False, ideal_replicates: int = 21,
-                     extra_settings: Mapping[str, Any] | None = None) -> CanaryAuditResult:
+                     extra_settings: Mapping[str, Any] | None = None,
+                     extra_notes: tuple[str, ...] = ()) -> CanaryAuditResult:
     """Run one certified canary audit of the DP-SGD recipe ``(spec, config)`` (see the module docstring).
 
     ``canaries`` (one-run) is m; ``models`` (multi-run) is N >= 2. ``reference_models``: LiRA's reference models
@@ -190,7 +201,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
             f"{steps} DP-SGD steps (q = {q:.4g}, sigma = {sigma:g})")
     ens = train_ensemble(spec, datasets, cfg, seed=seed, device=device, progress=False, canary_hook=hook)
     inc = can.included
-    notes: list[str] = []
+    notes: list[str] = list(extra_notes)
     if canary == "dirac":
         s = dirac_scores(hook.observations(), sampling_rate=q, noise_multiplier=sigma, method=score.split("-")[1])
         notes.append("white-box: the observation is every step's noised gradient sum at the canary coordinates "
@@ -224,7 +235,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
                                         confidence=confidence, replicates=ideal_replicates, seed=seed)
     bound = bound.with_ideal(ideal)
     accounted = _account(q, sigma, int(steps), delta) if delta > 0 else None
-    settings = {**dict(extra_settings or {}), "audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
+    settings = {"target": "the training recipe (retrained)", **dict(extra_settings or {}), "audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
                 "confidence": confidence, "seed": seed, "reference_models": R, "model": spec.to_dict(),
                 "train_config": cfg.to_dict(), "num_train": n, "ideal_replicates": ideal_replicates}
     notes.append("ideal reference: median over {ideal_replicates} simulated audits of the exact likelihood-ratio test of the "
@@ -241,22 +252,152 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
     return result
 
 
-def canary_audit_release(release, **kwargs) -> CanaryAuditResult:
-    """:func:`run_canary_audit` of a release's recipe: its architecture and ``train_config``, base data = its
-    members, canary pool = its non-members and attacker records."""
+def canary_audit_release(release, *, audit: str = "one-run", canary: str | None = None, canaries: int | None = None,
+                         **kwargs) -> CanaryAuditResult:
+    """A certified canary audit of a release.
+
+    ``audit="one-run"`` on a release whose bundle holds canaries: :func:`audit_release_canaries` (the released model
+    itself, nothing retrained; ``canary`` / ``canaries`` are the bundle's, so other values are refused). Otherwise
+    :func:`run_canary_audit` of the release's recipe: its architecture and ``train_config``, base data = its members,
+    canary pool = its non-members and attacker records (``canary`` default ``"dirac"``, ``canaries`` default 1000);
+    the result's notes say that the recipe, not the released weights, was audited."""
     from dpaudit.training.release import Release, load_release
 
     rel = release if isinstance(release, Release) else load_release(release)
+    check_choice(audit, "audit", "canary audit", ("one-run", "multi-run"))
+    info = rel.canary_info
+    if info is not None and audit == "one-run":
+        if canary is not None and canary != info["kind"]:
+            raise ParameterError(f"The 'canary' parameter of the canary audit of release {rel.path} must be the bundle's "
+                                 f"kind {info['kind']!r} (its canaries are already planted). Got {canary!r} instead.")
+        if canaries is not None and canaries != info["count"]:
+            raise ParameterError(f"The 'canaries' parameter of the canary audit of release {rel.path} must be the "
+                                 f"bundle's count {info['count']} (its canaries are already planted). Got {canaries!r} instead.")
+        keep = {k: kwargs[k] for k in ("score", "delta", "confidence", "seed", "out", "progress", "ideal_replicates")
+                if k in kwargs}
+        return audit_release_canaries(rel, **keep)
+    canary = "dirac" if canary is None else canary
+    canaries = 1000 if canaries is None else canaries
     config = rel.train_config
-    if config is None or config.dp is None or not rel.spec.is_torch:
-        kind = kwargs.get("canary", "mislabeled")
-        what = "white-box (Dirac) canaries need" if kind == "dirac" else "a certified canary audit needs"
+    if config is None or config.dp is None or rel.spec is None or not rel.spec.is_torch:
+        what = "white-box (Dirac) canaries need" if canary == "dirac" else "a certified canary audit needs"
         raise ParameterError(f"Release {rel.path}: {what} a torch model trained by DP-SGD; method "
                              f"{rel.meta.get('method')!r} exposes no DP-SGD iterates (no dp in its train_config).")
+    if info is None:
+        note = ("the release holds no canaries (it was trained without a [canaries] table), so this audits its training "
+                "recipe retrained by dpaudit with freshly planted canaries, not the released weights.")
+    else:
+        note = ("multi-run audits need many models: this audits the release's training recipe retrained by dpaudit; "
+                "the bundle's own one-run canaries are not used (audit them with audit='one-run').")
     ds = rel.dataset()
     mem = np.asarray(rel.membership["members"])
     pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
-    return run_canary_audit(rel.spec, config, ds.X[mem], ds.y[mem], ds.X[pool], ds.y[pool], **kwargs)
+    return run_canary_audit(rel.spec, config, ds.X[mem], ds.y[mem], ds.X[pool], ds.y[pool], audit=audit,
+                            canary=canary, canaries=canaries, extra_notes=(note,), **kwargs)
+
+
+def release_canary_scores(release, score: str | None = None) -> np.ndarray:
+    """The ``(m,)`` scores (larger = more likely included) of the canaries planted in a release, from what the
+    attacker sees alone: the released model's log-likelihood of each input canary's label (``"loss"``), or the
+    white-box statistic of the noised gradient sums recorded at each Dirac canary's coordinate (``"dirac-lr"``,
+    ``"dirac-sum"``). The inclusion bits (``canaries_truth.npz``) are never read here."""
+    owner = "release canary scores"
+    info, view = release.canary_info, release.canaries
+    if info is None or view is None:
+        raise ParameterError(f"Release {release.path}: it holds no canaries (trained without a [canaries] table).")
+    kind = info["kind"]
+    score = default_score(kind) if score is None else score
+    allowed = ("dirac-lr", "dirac-sum") if kind == "dirac" else ("loss",)
+    if score not in allowed:
+        why = "" if kind == "dirac" else " (LiRA needs reference models; the released-model audit trains none)"
+        raise ParameterError(f"The 'score' parameter of the {owner} must be one of {', '.join(map(repr, allowed))} for "
+                             f"{kind} canaries{why}. Got {score!r} instead.")
+    if kind != "dirac":
+        return loss_scores(release.model.predict_proba(view["X"])[None], view["y"])[0]
+    dp = None if release.train_config is None else release.train_config.dp
+    if dp is None or dp.sampling_rate is None:
+        raise DataError(f"{release.path}: Dirac canaries need the release's DP-SGD recipe with its sampling rate "
+                        "(model.train_config.dp.sampling_rate in release.json).")
+    return dirac_scores(view["observations"], sampling_rate=dp.sampling_rate, noise_multiplier=dp.noise_multiplier,
+                        method=score.split("-")[1])[0]
+
+
+def _ideal_without_dp(m: int, *, delta: float, confidence: float, replicates: int, seed: int) -> float:
+    """The ideal reference of a release without DP: a perfect attack (scores = the coins), the median of the
+    one-run bound over ``replicates`` fair-coin draws -- the most ``m`` canaries can certify."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1DEA]))
+    vals = []
+    for _ in range(replicates):
+        inc = rng.random(m) < 0.5
+        vals.append(one_run_certified(inc.astype(float), inc, delta=delta, confidence=confidence).epsilon)
+    return float(np.median(vals))
+
+
+def audit_release_canaries(release, *, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
+                           seed: int = 0, out: str | Path | None = None, progress: Any = False,
+                           ideal_replicates: int = 21) -> CanaryAuditResult:
+    """Certified one-run audit of *the released model* from the canaries planted in its training data (see the
+    module docstring): scores from :func:`release_canary_scores`, then the bound of
+    :func:`~dpaudit.attacks.canary.one_run_certified` with the bundle's inclusion bits, beside the ideal-attack
+    reference (DP-SGD: the exact likelihood-ratio test of the subsampled Gaussian at the release's parameters; no
+    DP: a perfect attack) and the accounted epsilon. ``out``: ``canary_audit.json`` is written there."""
+    from dpaudit.training.ensemble import dp_steps_per_epoch
+    from dpaudit.training.release import Release, load_release
+
+    owner = "canary audit"
+    rel = release if isinstance(release, Release) else load_release(release)
+    delta = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    confidence = check_probability(confidence, "confidence", owner)
+    seed = check_int(seed, "seed", owner, low=0)
+    R = check_int(ideal_replicates, "ideal_replicates", owner, low=1)
+    rep = as_reporter(progress)
+    t0 = time.perf_counter()
+    info = rel.canary_info
+    if info is None:
+        raise ParameterError(f"Release {rel.path}: it holds no canaries (trained without a [canaries] table).")
+    kind, m = info["kind"], int(info["count"])
+    score = default_score(kind) if score is None else score
+    rep.log(f"{owner}: one-run, {m} {kind} canaries planted in the released model of {rel.path}; scoring them on "
+            "the released " + ("run's recorded gradient sums" if kind == "dirac" else "weights"))
+    s = release_canary_scores(rel, score)      # the attacker's view only
+    inc = rel.canary_truth()                   # read after scoring, for the bound alone
+    bound = one_run_certified(s, inc, delta=delta, confidence=confidence, score=score)
+    cfg = rel.train_config
+    notes = ["the released model itself is audited: its canaries were planted in its training data by independent "
+             "fair coins, scored without the coins, and the coins used only for the bound (nothing retrained)."]
+    if cfg is not None and cfg.dp is not None:
+        q = cfg.dp.sampling_rate
+        if q is None:
+            q = min(1.0, cfg.batch_size / max(1, len(rel.membership["members"])))
+        steps = int(info["steps"]) if kind == "dirac" else cfg.epochs * dp_steps_per_epoch(
+            len(rel.membership["members"]), replace(cfg, dp=replace(cfg.dp, sampling_rate=q)))
+        mechanism: dict[str, Any] = {"kind": "subsampled_gaussian", "sampling_rate": float(q),
+                                     "noise_multiplier": cfg.dp.noise_multiplier, "steps": int(steps)}
+        ideal = ideal_one_run_epsilon(mechanism, m, delta=delta, confidence=confidence, replicates=R, seed=seed)
+        accounted = _account(float(q), cfg.dp.noise_multiplier, int(steps), delta) if delta > 0 else None
+        notes.append(f"ideal reference: median over {R} simulated audits of the exact likelihood-ratio test of the "
+                     "Poisson-subsampled Gaussian at the release's parameters (a white-box Dirac canary on a dead "
+                     "coordinate), same canaries and confidence rule.")
+    else:
+        mechanism = {"kind": "none"}
+        ideal = _ideal_without_dp(m, delta=delta, confidence=confidence, replicates=R, seed=seed)
+        accounted = None
+        notes.append(f"no DP mechanism (accounted epsilon: none, the claim is infinite); ideal reference: a perfect "
+                     f"attack, median over {R} fair-coin draws of the bound {m} canaries can certify.")
+    if kind == "dirac":
+        notes.append("white-box: the observation is every step's noised gradient sum at the canary coordinates, "
+                     "recorded during the real training run.")
+    bound = bound.with_ideal(ideal)
+    settings = {"target": "the released model", "release": str(rel.path), "audit": "one-run", "canary": kind,
+                "canaries": m, "canary_seed": int(info["seed"]), "models": 1, "score": score, "delta": delta,
+                "confidence": confidence, "seed": seed, "model": None if rel.spec is None else rel.spec.to_dict(),
+                "train_config": None if cfg is None else cfg.to_dict(),
+                "num_train": int(len(rel.membership["members"])), "ideal_replicates": R}
+    result = CanaryAuditResult(bound, accounted, mechanism, settings, round(time.perf_counter() - t0, 2), tuple(notes))
+    if out is not None:
+        write_json(Path(out) / "canary_audit.json", result.to_dict())
+    rep.log(result.summary())
+    return result
 
 
 @dataclass(frozen=True)

@@ -82,22 +82,27 @@ def render(report: AttackReport) -> str:
               help="Read the data from the dataset.data_dir named in release.json even when it lies outside the bundle.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr (results still go to stdout).")
 @click.option("--audit", "audit", type=click.Choice(("one-run", "multi-run")), default=None,
-              help="Certified canary audit of the release's DP-SGD recipe instead of a membership attack "
-                   "(writes canary_audit.json and canaries.npz).")
-@click.option("--canary", type=click.Choice(("mislabeled", "ood", "dirac")), default="dirac", show_default=True,
-              help="Canary audit: input canaries (black-box) or Dirac gradient canaries (white-box).")
-@click.option("--canaries", type=int, default=1000, show_default=True, help="One-run audit: number of canaries m.")
+              help="Certified canary audit instead of a membership attack (writes canary_audit.json). one-run on a "
+                   "release trained with [canaries]: the released model itself, from the canaries in its bundle; "
+                   "otherwise the release's DP-SGD recipe is retrained with fresh canaries (also writes canaries.npz).")
+@click.option("--canary", type=click.Choice(("mislabeled", "ood", "dirac")), default=None,
+              help="Canary audit: input canaries (black-box) or Dirac gradient canaries (white-box). Default: the "
+                   "bundle's kind if it holds canaries, else dirac.")
+@click.option("--canaries", type=int, default=None,
+              help="One-run audit: number of canaries m. Default: the bundle's count if it holds canaries, else 1000.")
 @click.option("--models", type=int, default=200, show_default=True, help="Multi-run audit: number of models N.")
 @click.option("--score", type=click.Choice(("loss", "lira", "dirac-lr", "dirac-sum")), default=None,
               help="Canary score (default: dirac-lr for Dirac canaries, loss otherwise).")
 @executor_options
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
             offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
-            data_dir: Path | None, trust_data_dir: bool, quiet: bool, audit: str | None, canary: str, canaries: int,
+            data_dir: Path | None, trust_data_dir: bool, quiet: bool, audit: str | None, canary: str | None,
+            canaries: int | None,
             models: int, score: str | None, executor: str, ray_address: str | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
-    With --audit, run a certified canary audit of the release's DP-SGD recipe instead."""
+    With --audit, run a certified canary audit instead: of the released model itself when the bundle holds canaries
+    (one-run), else of the release's DP-SGD recipe, retrained."""
     from dpaudit.audit.attack_release import attack_release
     from dpaudit.executors import make_executor
     from dpaudit.training.release import load_release
@@ -106,10 +111,13 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     if audit is not None:
         from dpaudit.audit.canary_audit import canary_audit_release
 
-        result = canary_audit_release(release, audit=audit, canary=canary, canaries=canaries, models=models,
+        bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir)
+        result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
                                       score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
                                       seed=seed, out=Path(release) / "attack" if out is None else out, progress=rep)
         click.echo(result.summary())
+        for note in result.notes:
+            click.echo(f"note: {note}")
         return
     bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir)
     out = Path(release) / "attack" if out is None else out
