@@ -51,7 +51,7 @@ def _command(name: str, entry: MethodEntry) -> click.Command:
 
     params: list[click.Parameter] = [
         click.Option(["--config", "config_path"], type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="TOML file with [data], [model], [method], [run] tables (see configs/)."),
+                     help="TOML file with [data], [model], [method], [run] (and, to plant canaries, [canaries]) tables (see configs/)."),
         click.Option(["--set", "sets"], multiple=True, metavar="TABLE.KEY=VALUE",
                      help="Override one setting, e.g. --set method.gamma=0.1 (repeatable; wins over --config)."),
         click.Option(["--seed"], type=int, default=0, show_default=True, help="Seed of everything random in the run."),

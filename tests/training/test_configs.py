@@ -26,7 +26,7 @@ CONFIG_METHOD = {
     "privatekt.toml": "privatekt", "privatekt_ablation_no_buffer.toml": "privatekt",
     "privatekt_ablation_no_selftrain.toml": "privatekt", "privatekt_ablation_uniform.toml": "privatekt",
     "fedmd_ldp.toml": "fedmd-ldp", "fedavg_ldp.toml": "fedavg-ldp", "fedsgd_ldp.toml": "fedsgd-ldp",
-    "centrain.toml": "centrain", "proxyfl.toml": "proxyfl", "proxyfl_replace.toml": "proxyfl",
+    "centrain.toml": "centrain", "centrain_canaries.toml": "centrain", "proxyfl.toml": "proxyfl", "proxyfl_replace.toml": "proxyfl",
 }
 FILE_DATASETS = {"mnist": write_mnist, "adult": write_adult, "cifar10": write_cifar10}
 SLOW_DATASETS = {"cifar10"}  # its format fixes 3 KB a record: 180 MB to write
@@ -62,7 +62,7 @@ def test_every_config_file_has_a_home():
             assert "models" in raw, p.name
             continue
         assert p.name in CONFIG_METHOD, p.name
-        assert set(raw) <= {"data", "model", "method", "run"} and all(isinstance(v, dict) for v in raw.values()), p.name
+        assert set(raw) <= {"data", "model", "method", "run", "canaries"} and all(isinstance(v, dict) for v in raw.values()), p.name
         assert CONFIG_METHOD[p.name] in METHODS
 
 
@@ -77,6 +77,8 @@ def _params(name: str):
 def test_config_fits_its_data_set_at_real_size(path, data_dirs):
     cfg = _load(path, data_dirs)
     cfg.prepare_data(0)
+    if cfg.canaries is not None:   # the planted canaries fit the data too
+        cfg.check_canaries_fit(0)
 
 
 SMALL = sorted(n for n in CONFIG_METHOD if "paper" not in n and read_toml(CONFIGS / n).get("data", {}).get("name", "digits")
