@@ -29,12 +29,12 @@ from dpaudit.errors import ParameterError, check_bool, check_choice, check_float
 from dpaudit.training.limits import MAX_MODELS, MAX_RECORDS, MAX_ROUNDS
 from dpaudit.training.ensemble import TrainConfig
 from dpaudit.training.methods.common import (accounting_result, accuracy, balanced_membership, central_ledger,
-    config_to_dict, derive_rng, derive_seed, FamilySettings, model_spec, new_ledger, no_privacy_result,
-    noiseless_accounting, noisy_argmax, schedule, select_queries, stage_key, student_utility, teacher_parts, train_group,
-    vote_counts)
+    config_to_dict, derive_rng, derive_seed, FamilySettings, model_spec, ModelGroup, new_ledger, no_privacy_result,
+    noiseless_accounting, noisy_argmax, schedule, select_queries, StageCache, stage_key, student_utility, teacher_parts,
+    train_group, vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
-__all__ = ["Config", "FREDYConfig", "run", "fedavg", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
+__all__ = ["Config", "FREDYConfig", "run", "fedavg", "fedavg_teachers", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
 
 FEDAVG_ASSUMPTION = (
     "PATE's sensitivity argument assumes one record affects one teacher. FREDY trains its teachers with FedAvg, so "
@@ -164,6 +164,40 @@ def _from_npz(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}
 
 
+def fedavg_teachers(spec: Any, datasets: list[tuple[np.ndarray, np.ndarray]], train: TrainConfig, *, rounds: int,
+                    w0: Mapping[str, Any], seed: int, device: str | None, cache: StageCache, progress: bool,
+                    group_size: int | None = None) -> ModelGroup:
+    """FREDY's teacher training (Algorithm 1): from ``w0``, FedAvg rounds 1..n-1 (each client trains from the global
+    model, the server averages the clients; each round checkpointed in ``cache``), then the local last round, whose
+    models are the teachers. Returns the trained teachers.
+
+    ``group_size``: ``None`` (a run: all ``datasets`` are one federation) or ``T``: ``datasets`` are consecutive
+    independent federations of ``T`` clients each, trained in the same ensemble calls and averaged only within their
+    federation (how an audit runs many FREDY trainings at once; each model's randomness depends on its index only).
+    """
+    M = len(datasets)
+    T = M if group_size is None else check_int(group_size, "group_size", "fedavg_teachers", low=1, high=M)
+    if M % T:
+        raise ParameterError(f"The 'group_size' parameter of fedavg_teachers must divide the {M} datasets. Got {T} instead.")
+    state: Mapping[str, Any] = w0
+    for r in range(1, rounds):
+        def one_round(r: int = r, start: Mapping[str, Any] = state) -> dict[str, np.ndarray]:
+            cache.reporter.log(f"FedAvg round {r}/{rounds}: {T} clients x {train.epochs} local epochs"
+                               + ("" if T == M else f", {M // T} federations"))
+            g = train_group(spec, datasets, train, seed=derive_seed(seed, "fedavg", r), device=device,
+                            checkpoint_dir=cache.subdir(f"round{r}.ckpt"), progress=progress, init_state=start)
+            avgs = [fedavg([g.state_dict(i) for i in range(f, f + T)]) for f in range(0, M, T)]
+            if len(avgs) == 1:
+                return _to_npz(avgs[0])
+            # one state per model: its federation's average
+            return {k: np.repeat(np.stack([a[k].numpy() for a in avgs]), T, axis=0) for k in avgs[0]}
+
+        state = _from_npz(cache.get_or_run(f"round{r}", one_round))
+    cache.reporter.log(f"round {rounds}/{rounds}: teachers train locally and keep their models")
+    return train_group(spec, datasets, train, seed=derive_seed(seed, "fedavg", rounds), device=device,
+                       checkpoint_dir=cache.subdir("teachers.ckpt"), progress=progress, init_state=state)
+
+
 class Config(MethodConfig):
     """A FREDY run: ``[data] name``/``data_dir``, ``[method]`` (:class:`FREDYConfig`, with
     ``[method.teacher_train]``, ``[method.student_train]``, ``[method.baseline_train]``) and ``[run]``."""
@@ -200,18 +234,8 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
 
     # -- FedAvg rounds 1..n-1 (each checkpointed), then the local last round -------------------------
     def teachers() -> dict[str, np.ndarray]:
-        state = w0
-        for r in range(1, cfg.rounds):
-            def one_round(r: int = r, start: Mapping[str, Any] = state) -> dict[str, np.ndarray]:
-                log(f"FedAvg round {r}/{cfg.rounds}: {cfg.teachers} clients x {cfg.teacher_train.epochs} local epochs")
-                g = train_group(spec, datasets, cfg.teacher_train, seed=derive_seed(seed, "fedavg", r), device=device,
-                                checkpoint_dir=cache.subdir(f"round{r}.ckpt"), progress=progress, init_state=start)
-                return _to_npz(fedavg([g.state_dict(i) for i in range(g.num_models)]))
-
-            state = _from_npz(cache.get_or_run(f"round{r}", one_round))
-        log(f"round {cfg.rounds}/{cfg.rounds}: teachers train locally and keep their models")
-        g = train_group(spec, datasets, cfg.teacher_train, seed=derive_seed(seed, "fedavg", cfg.rounds), device=device,
-                        checkpoint_dir=cache.subdir("teachers.ckpt"), progress=progress, init_state=state)
+        g = fedavg_teachers(spec, datasets, cfg.teacher_train, rounds=cfg.rounds, w0=w0, seed=seed, device=device,
+                            cache=cache, progress=progress)
         return {"preds": g.predict(X_pub), "test_acc": (g.predict(X_te) == y_te[None, :]).mean(axis=1)}
 
     # the teachers depend on exactly these settings (not on gamma, the queries, the student or the baseline), so a
