@@ -34,7 +34,7 @@ from dpaudit.training.methods.common import (accounting_result, accuracy, balanc
     train_group, vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
-__all__ = ["Config", "FREDYConfig", "run", "fedavg", "fedavg_teachers", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
+__all__ = ["Config", "FREDYConfig", "run", "fedavg", "fedavg_teachers", "initial_state", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
 
 FEDAVG_ASSUMPTION = (
     "PATE's sensitivity argument assumes one record affects one teacher. FREDY trains its teachers with FedAvg, so "
@@ -142,7 +142,7 @@ def fedavg(states: list[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _initial_state(spec: Any, seed: int) -> dict[str, Any]:
+def initial_state(spec: Any, seed: int) -> dict[str, Any]:
     """:math:`W^0`: the seeded initial weights shared by every teacher and by the student."""
     import torch
 
@@ -230,7 +230,7 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
     X_te, y_te = data.xy(data.splits.test)
 
     datasets = [data.xy(p) for p in parts]
-    w0 = _initial_state(spec, derive_seed(seed, "fedavg", 0))
+    w0 = initial_state(spec, derive_seed(seed, "fedavg", 0))
 
     # -- FedAvg rounds 1..n-1 (each checkpointed), then the local last round -------------------------
     def teachers() -> dict[str, np.ndarray]:
