@@ -27,7 +27,7 @@ Which code is the methods' own, and what is batched:
 - FedKT's students: ``common.train_group`` on the partitions' labels of the party queries (``fedkt.party_labels``:
   noiseless at L1), all trials' students in one call; the server's histogram is ``fedkt.server_votes`` (consistent
   voting) and its answer ``fedkt.server_labels`` (Laplace noisy max at L1). The orchestration between these stages
-  (flattening over parties/partitions/trials) is written here, as ``fedkt._party_side`` does for one run.
+  (flattening over parties/partitions/trials) is written here, as FedKT's party-side stage does for one run.
 - Aggregation and release: ``common.vote_counts`` and ``common.noisy_argmax`` (PATE, FREDY), one row per trial
   (each row gets its own Laplace draws). Not run: the students/final models trained on the answers (they are
   post-processing of the answers, which cannot raise epsilon), and the other queries of a run (a run answers
@@ -43,10 +43,13 @@ Figures (``MethodRunAudit``):
   FedAvg: one record influences every teacher).
 - ideal: the same multi-run rule on simulated answers of the same ``noisy_argmax`` to the best-case histogram pair
   at the accounted shift (``sensitivity / 2`` votes moved from a competitor to the canary's label), median over
-  ``replicates`` simulated audits with the same numbers of trials (:func:`noisy_max_ideal_epsilon`).
+  ``replicates`` simulated audits with the same numbers of trials (:func:`noisy_max_ideal_epsilon`). It is a
+  reference, not a ceiling: a real run's histograms differ from the pair (e.g. FREDY's trials without the canary
+  spread their votes over several classes), and with few trials either figure may come out ahead by chance.
 
-The canary's label is chosen before the trials, from ``pilot`` extra trainings without the canary (independent
-seeds): the class the teachers vote for least on the query.
+The canary's label is chosen before the trials, from ``pilot`` extra trainings without the canary (seeds
+independent of the trials', so the test is fixed before any trial is drawn): the class the teachers vote for least
+on the query.
 """
 
 from __future__ import annotations
