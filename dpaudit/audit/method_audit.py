@@ -13,6 +13,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from dpaudit.audit.method_runs import pate_family
 from dpaudit.audit.method_runs import proxyfl as proxyfl_run
 from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice
@@ -25,6 +26,10 @@ METHOD_RUN_AUDITS: dict[str, Callable[..., MethodRunAudit]] = {}
 
 
 METHOD_RUN_AUDITS["proxyfl"] = proxyfl_run.audit_run
+# the PATE family: one-query noisy max after the real teacher training (PATE, FedKT-L1, FREDY)
+METHOD_RUN_AUDITS["pate"] = pate_family.audit_pate_run
+METHOD_RUN_AUDITS["fedkt"] = pate_family.audit_fedkt_run
+METHOD_RUN_AUDITS["fredy"] = pate_family.audit_fredy_run
 
 
 def method_run_parameters(method: str) -> dict[str, Any]:
@@ -76,30 +81,3 @@ class MethodAuditSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "method": self.method, "params": dict(self.params)}
-
-
-class _FamilyAudit:
-    """A registry entry that imports its family module (``dpaudit.audit.method_runs.<module>``) at first use: the
-    family modules import :class:`MethodRunAudit` from here, so a static import of them would be an import circle.
-    Its signature is the family function's (for :func:`method_run_parameters`)."""
-
-    def __init__(self, module: str, name: str) -> None:
-        self.module, self.name = module, name
-
-    def function(self) -> Callable[..., MethodRunAudit]:
-        import importlib
-
-        return getattr(importlib.import_module(f"dpaudit.audit.method_runs.{self.module}"), self.name)
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        return inspect.signature(self.function())
-
-    def __call__(self, **params: Any) -> MethodRunAudit:
-        return self.function()(**params)
-
-
-# The PATE family (PATE, FedKT-L1, FREDY): one-query noisy max after the real teacher training
-METHOD_RUN_AUDITS["pate"] = _FamilyAudit("pate_family", "audit_pate_run")
-METHOD_RUN_AUDITS["fedkt"] = _FamilyAudit("pate_family", "audit_fedkt_run")
-METHOD_RUN_AUDITS["fredy"] = _FamilyAudit("pate_family", "audit_fredy_run")

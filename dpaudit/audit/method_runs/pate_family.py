@@ -61,7 +61,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dpaudit.attacks.canary import multi_run_certified
-from dpaudit.audit.method_audit import MethodRunAudit
+from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_float, check_int
 
 __all__ = ["audit_pate_run", "audit_fedkt_run", "audit_fredy_run", "noisy_max_ideal_epsilon", "canary_input"]
