@@ -179,8 +179,10 @@ class AuditConfig:
 def default_config() -> AuditConfig:
     """The embedded default: FREDY-style students on digits at three noise levels, plus the non-private
     baseline, attacked by the loss-threshold, shadow-model (CatBoost, 16 shadows) and LiRA (16 shadows) attacks;
-    and one certified audit: a one-run white-box audit (1000 Dirac canaries) of DP-SGD at epsilon 8 on digits."""
+    and two certified audits: a one-run white-box audit (1000 Dirac canaries) of DP-SGD at epsilon 8 on digits, and a
+    multi-run audit of FREDY's whole training (400 trainings with or without a canary record) at gamma 0.3."""
     from dpaudit.audit.canary_audit import CanaryAuditSpec
+    from dpaudit.audit.method_audit import MethodAuditSpec
 
     gammas = (0.05, 0.3, 2.0)
     models = []
@@ -198,6 +200,7 @@ def default_config() -> AuditConfig:
         seed=0,
         canary_audits=(CanaryAuditSpec("dpsgd-eps8-one-run-whitebox", audit="one-run", canary="dirac", canaries=1000,
                                        epsilon=8.0),),
+        method_audits=(MethodAuditSpec("fredy", {"gamma": 0.3, "trials": 400}, name="fredy-gamma0.3-run"),),
     )
 
 

@@ -233,6 +233,9 @@ def test_default_config_is_the_documented_one():
     assert cfg.dataset == "digits"
     assert [m.method for m in cfg.models] == ["fredy"] * 3 and cfg.models[0].extra == ("nonprivate",)
     assert {a.kind for a in cfg.attacks} == {"threshold", "shadow", "lira"}
+    assert [m.method for m in cfg.method_audits] == ["fredy"]  # FREDY's whole run, certified
+    fredy = load_audit_config(Path(__file__).resolve().parents[2] / "configs" / "audit_fredy.toml")
+    assert fredy.method_audits == cfg.method_audits and fredy.canary_audits == cfg.canary_audits
 
 
 def test_cli_bad_config_is_one_line_exit_2(tmp_path, capsys):
