@@ -37,7 +37,7 @@ from dpaudit._io import read_json, write_json
 from dpaudit.errors import DPAuditError, DataError, ParameterError, format_value, check_choice, check_float, check_int, check_probability
 from dpaudit.executors import Executor, LocalExecutor, Unit
 from dpaudit.progress import QUIET, Reporter, as_reporter
-from dpaudit.report.flags import compute_flags
+from dpaudit.report.flags import compute_flags, method_audit_flags
 from dpaudit.report.render import write_report
 from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit
 from dpaudit.report.verdict import compute_verdicts
@@ -576,7 +576,7 @@ def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter
     method_audits = tuple(_method_audit(c, config, out, rep) for c in config.method_audits)
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
-        models=tuple(audits), flags=tuple(compute_flags(audits)), config=config.to_dict(),
+        models=tuple(audits), flags=tuple(compute_flags(audits) + method_audit_flags(method_audits)), config=config.to_dict(),
         created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
         verdicts=tuple(compute_verdicts(audits)), certified=certified, method_audits=method_audits,
     )

@@ -28,8 +28,9 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, exe
     stderr; the summary, the verdicts and the flags to stdout.
     """
     from dpaudit.audit.runner import default_config, load_audit_config, run_audit
-    from dpaudit.report.render import (CERTIFIED_HEAD, INTRO, POWER_HEAD, SUMMARY_HEAD, certified_rows, grouped_flags,
-                                       power_rows, summary_rows, verdict_lines)
+    from dpaudit.report.render import (CERTIFIED_HEAD, INTRO, METHOD_AUDIT_HEAD, POWER_HEAD, SUMMARY_HEAD,
+                                       certified_rows, grouped_flags, method_audit_rows, power_rows, summary_rows,
+                                       verdict_lines)
     from dpaudit.executors import make_executor
 
     cfg = default_config() if config is None else load_audit_config(config)
@@ -49,6 +50,13 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, exe
         for row in certified_rows(report):
             ctable.add_row(*(escape(c) for c in row))
         console.print(ctable)
+    if report.method_audits:
+        mtable = Table(title="certified audits of the methods' whole training runs", title_justify="left")
+        for col in METHOD_AUDIT_HEAD:
+            mtable.add_column(col)
+        for row in method_audit_rows(report):
+            mtable.add_row(*(escape(c) for c in row))
+        console.print(mtable)
     power = power_rows(report)
     if power:
         ptable = Table(title="attack power (on the non-private reference)", title_justify="left")

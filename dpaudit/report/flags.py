@@ -7,13 +7,13 @@ for the occasion, so a flag appears whenever its condition holds.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from dpaudit.attacks.results import ESTIMATE_CAVEAT
 from dpaudit.report.schema import Flag, ModelAudit
 from dpaudit.report.verdict import CHANCE_MARGIN, near_chance
 
-__all__ = ["compute_flags", "RELEASE_FLAG_SEVERITY"]
+__all__ = ["compute_flags", "method_audit_flags", "RELEASE_FLAG_SEVERITY"]
 
 #: Severity of the machine-readable flags a method attaches to its release (release.json "flags";
 #: codes in dpaudit.training.release.FLAG_CODES). An unknown code is shown as a warning.
@@ -112,4 +112,25 @@ def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
                 "This model was trained without a privacy mechanism: its theoretical epsilon is infinite. It is the "
                 "reference an attack should find vulnerable.",
             ))
+    return flags
+
+
+def method_audit_flags(method_audits: Iterable[Mapping[str, Any]]) -> list[Flag]:
+    """Red flags from certified audits of methods' whole runs: a certified bound above the paper's claim refutes the
+    claim (``claim_refuted``); one above dpaudit's own accounting (``accounting_refuted``) means a bug in the method or
+    the accountant. Each flag is attached to the method audit's name."""
+    flags: list[Flag] = []
+    for c in method_audits:
+        b = c.get("bound", {})
+        eps, name, method = float(b.get("epsilon", 0.0)), str(c.get("name", c.get("method"))), c.get("method")
+        where = (f"the certified audit of {method}'s whole training run ({c.get('audit')}, {c.get('trials')} trials) "
+                 f"shows epsilon >= {eps:.3g} at confidence {b.get('confidence')}")
+        if c.get("refutes_accounting"):
+            flags.append(Flag("red", "accounting_refuted", name,
+                              f"{where}, above dpaudit's accounting of the same run ({float(c['accounted_epsilon']):.3g}): "
+                              "the method's code or the accountant is wrong."))
+        if c.get("refutes_claim"):
+            flags.append(Flag("red", "claim_refuted", name,
+                              f"{where}, above the paper's claimed epsilon ({float(c['claimed_epsilon']):.3g}): the claim "
+                              "is false for this training run (certified evidence, not an estimate)."))
     return flags

@@ -73,6 +73,7 @@ def test_audit_config_runs_and_reports_method_audits(toy, tmp_path):
     assert "method-audits" in (tmp_path / "out" / "report.html").read_text()
     js = json.loads((tmp_path / "out" / "report.json").read_text())
     assert js["method_audits"][0]["bound"]["epsilon"] == m["bound"]["epsilon"]
+    assert [(f["code"], f["model"], f["severity"]) for f in js["flags"]] == [("claim_refuted", "rr-5", "red")]
     run_audit(cfg, tmp_path / "out", progress=False)  # same settings: cached, not re-run
     assert CALLS == [2]
     p.write_text('seed = 2\n[[method_audits]]\nmethod = "toy"\nname = "rr-5"\nparams = {rounds = 6, trials = 1000}\n')
