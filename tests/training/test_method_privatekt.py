@@ -193,6 +193,24 @@ def test_same_seed_same_model_and_resume_is_exact(small, tmp_path):
     assert not all(torch.equal(a.params[k], d.params[k]) for k in a.params)
 
 
+def test_observer_sees_every_upload_and_changes_nothing(small):
+    data, spec = small
+    cfg = PrivateKTConfig(rounds=4, local_epochs=1, samples_per_round=3)
+    seen = []
+    plain = run_privatekt(data, spec, cfg, seed=5)
+    watched = run_privatekt(data, spec, cfg, seed=5, observer=lambda t, uploads: seen.append((t, uploads)))
+    assert all(torch.equal(plain.params[k], watched.params[k]) for k in plain.params)  # bit-identical run
+    assert plain.test_accuracy == watched.test_accuracy
+    assert np.array_equal(plain.reports_per_client, watched.reports_per_client)
+    assert [t for t, _ in seen] == [0, 1, 2, 3]
+    counts = np.zeros(data.num_clients, dtype=int)
+    for _, uploads in seen:
+        for cid, labels in uploads.items():
+            assert labels.shape == (3,) and labels.dtype == np.int64
+            counts[cid] += 1
+    assert np.array_equal(counts, watched.reports_per_client)  # one upload per ledger report
+
+
 def test_release_audits_the_no_accumulation_claim(tmp_path):
     from dpaudit.training.release import load_release
 

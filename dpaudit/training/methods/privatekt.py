@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Any, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -136,8 +136,10 @@ class PrivateKTConfig(RoundSettings):
 class PrivateKTMethod(GlobalModelSteps):
     """PrivateKT as engine step functions (see the module docstring)."""
 
-    def __init__(self, config: PrivateKTConfig, data: FederatedData, spec: Any, *, device: str | None = None) -> None:
+    def __init__(self, config: PrivateKTConfig, data: FederatedData, spec: Any, *, device: str | None = None,
+                 observer: Callable[[int, Mapping[int, np.ndarray]], None] | None = None) -> None:
         self.config = config
+        self.observer = observer
         self.data = data
         self.spec = spec
         self.device = device
@@ -209,6 +211,8 @@ class PrivateKTMethod(GlobalModelSteps):
         for cid in sorted(replies):
             ledger.record(f"client{cid}", replies[cid]["event"])
             reports[cid] += 1
+        if self.observer is not None:  # an auditor reading what the server receives (copies: it cannot alter the run)
+            self.observer(t, {cid: np.array(replies[cid]["labels"], copy=True) for cid in sorted(replies)})
         labels = np.stack([replies[c]["labels"] for c in sorted(replies)])  # (G, K)
         estimate = rr_debias(labels, self.beta, self.num_classes)  # Eq. 3
         targets = to_distribution(estimate, cfg.label_mode)
@@ -243,10 +247,16 @@ class PrivateKTResult(GlobalModelResult):
 
 
 def run_privatekt(data: FederatedData, spec: Any, config: PrivateKTConfig, *, seed: int, device: str | None = None,
+                  observer: Callable[[int, Mapping[int, np.ndarray]], None] | None = None,
                   **engine: Any) -> PrivateKTResult:
     """Run PrivateKT on prepared federated data and return the global model with its ledger (``engine``:
-    checkpoint_dir, checkpoint_every, progress, stop_after of :func:`~.fl_common.run_global_model`)."""
-    method = PrivateKTMethod(config, data, spec, device=device)
+    checkpoint_dir, checkpoint_every, progress, stop_after of :func:`~.fl_common.run_global_model`).
+
+    ``observer(round, uploads)``, when given, is called once per round computed in this call with what the server
+    received: ``{client_id: perturbed labels (K,)}`` (copies). It is for auditors (see
+    :mod:`dpaudit.audit.method_runs.privatekt`); it draws no randomness, so the run's numbers are the same with or
+    without it. Rounds restored from a checkpoint are not replayed to it."""
+    method = PrivateKTMethod(config, data, spec, device=device, observer=observer)
     return run_global_model(method, data, config, seed=seed, result=PrivateKTResult, beta=method.beta, **engine)
 
 
