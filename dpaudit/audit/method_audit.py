@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from dpaudit.audit.method_runs import pate_family
+from dpaudit.audit.method_runs import privatekt as privatekt_run
 from dpaudit.audit.method_runs import proxyfl as proxyfl_run
 from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice
@@ -30,6 +31,7 @@ METHOD_RUN_AUDITS["proxyfl"] = proxyfl_run.audit_run
 METHOD_RUN_AUDITS["pate"] = pate_family.audit_pate_run
 METHOD_RUN_AUDITS["fedkt"] = pate_family.audit_fedkt_run
 METHOD_RUN_AUDITS["fredy"] = pate_family.audit_fredy_run
+METHOD_RUN_AUDITS["privatekt"] = privatekt_run.audit_run
 
 
 def method_run_parameters(method: str) -> dict[str, Any]:
