@@ -67,6 +67,14 @@ def test_bad_input_names_the_parameter(params, name):
         audit_method_run("privatekt", **{"num_clients": 2, "rounds": 1, "hidden": 4, "canary_records": 2, **params})
 
 
+def test_direct_call_takes_other_config_fields_and_names_unknown_ones():
+    with pytest.raises(ParameterError, match="not_a_field"):
+        audit_run(canary_clients=4, rounds=1, num_clients=2, hidden=4, canary_records=2, not_a_field=1)
+    r = audit_run(canary_clients=4, rounds=2, num_clients=2, hidden=4, canary_records=2, local_epochs=1,
+                  importance_sampling=False, replicates=1)
+    assert r.settings["method_config"]["importance_sampling"] is False and r.trials == 4
+
+
 @pytest.mark.slow
 def test_one_run_refutes_eps_5_for_the_whole_process():
     """PrivateKT's paper settings (eps = 5 per report over K = 2 samples, C = 10, client fraction 0.5): 2000 canary

@@ -130,10 +130,6 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
     n_rec = check_int(canary_records, "canary_records", _OWNER, low=1, high=100_000)
     width = check_int(hidden, "hidden", _OWNER, low=1, high=100_000)
     check_int(replicates, "replicates", _OWNER, low=1, high=10_000)
-    reserved = {"epsilon", "samples_per_round", "rounds", "client_fraction", "local_epochs", "local_lr",
-                "local_batch_size", "server_steps", "server_lr"} & set(config_overrides)
-    if reserved:  # unreachable through keywords, but a **dict could try
-        raise ParameterError(f"{_OWNER}: give {sorted(reserved)} as parameters of audit_run, not as overrides.")
     config = build_dataclass(PrivateKTConfig, {**config_overrides, "local_epochs": local_epochs, "local_lr": local_lr,
                                                "local_batch_size": local_batch_size, "server_steps": server_steps,
                                                "server_lr": server_lr, "epsilon": epsilon, "samples_per_round": samples_per_round,
