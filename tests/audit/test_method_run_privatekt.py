@@ -78,7 +78,8 @@ def test_direct_call_takes_other_config_fields_and_names_unknown_ones():
 @pytest.mark.slow
 def test_one_run_refutes_eps_5_for_the_whole_process():
     """PrivateKT's paper settings (eps = 5 per report over K = 2 samples, C = 10, client fraction 0.5): 2000 canary
-    clients in one 20-round run (about 10 reports each) certify eps > 5 (measured: see the README)."""
+    clients in one 20-round run (about 10 reports each) certify eps > 5 (measured: 5.339 = the ideal reference,
+    accounted 85, about 30 s on 2 CPU cores)."""
     r = audit_method_run("privatekt", canary_clients=2000, rounds=20, seed=0)
     assert r.kind == "certified" and r.claimed_epsilon == 5.0
     assert r.refutes_claim and not r.refutes_accounting
