@@ -18,17 +18,23 @@ A claims file (schema 1)::
     party = "client-0"                          # optional, release/ledger only: that party's figure
     allow_data_dependent = true                 # optional: false fails data-dependent figures
     attack = { kind = "threshold", shadows = 8, confidence = 0.95, seed = 0 }   # optional, release only
+    # or, on any subject: a certified audit of a method's whole training run (dpaudit.audit.method_audit)
+    # attack = { kind = "method-run", method = "fredy", params = { gamma = 1.0, trials = 60 }, confidence = 0.95, seed = 0 }
 
 Paths are relative to the claims file's directory. Everything that can be decided from the file alone is
 checked here and raises :class:`~dpaudit.errors.ParameterError` (malformed TOML:
 :class:`~dpaudit.errors.DataError`) naming the claim and the key: unknown keys, wrong types, out-of-range
 values, a granularity the mechanism's accounting does not cover (usage errors, exit 2 in ``dpaudit check``).
+A ``method-run`` attack's ``method`` and ``params`` are checked here too (a registered method, its audit's parameter
+names, the types of their defaults, no ``seed``/``confidence``/``delta`` inside ``params``: those are the attack's
+and the claim's), as is the claim's granularity against the neighbouring relation the audit's canary changes.
 Facts about the subject that contradict the claim (a release accounted at another granularity or a larger
 delta) make the claim *fail* instead; see :mod:`dpaudit.audit.evaluate`.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -39,6 +45,7 @@ __all__ = [
     "GRANULARITIES",
     "MECHANISMS",
     "ATTACK_KINDS",
+    "METHOD_RUN_GRANULARITIES",
     "AttackBudget",
     "MechanismSubject",
     "ReleaseSubject",
@@ -51,7 +58,20 @@ __all__ = [
 
 GRANULARITIES: tuple[str, ...] = ("example", "party", "report", "round", "user")
 MECHANISMS: tuple[str, ...] = ("ldp", "dpsgd", "pate", "gnmax", "laplace", "gaussian")
-ATTACK_KINDS: tuple[str, ...] = ("threshold", "shadow", "lira", "canary")
+ATTACK_KINDS: tuple[str, ...] = ("threshold", "shadow", "lira", "canary", "method-run")
+
+#: Claim granularities a certified whole-run audit of each method (``attack.kind = "method-run"``) can refute. The
+#: PATE family's and ProxyFL's canary is one record: a record-level bound refutes a claim at the record level and at
+#: any level whose neighbours include a changed record (a party's or a user's whole data), but not a per-report or
+#: per-round claim (one record changes many reports). PrivateKT's canary is a whole client (client-level
+#: substitution), so its bound refutes only user-level claims.
+METHOD_RUN_GRANULARITIES: dict[str, tuple[str, ...]] = {
+    "pate": ("example", "party", "user"),
+    "fedkt": ("example", "party", "user"),
+    "fredy": ("example", "party", "user"),
+    "proxyfl": ("example", "party", "user"),
+    "privatekt": ("user",),
+}
 
 #: Granularities each mechanism's accounting covers. laplace/gaussian: the unit their sensitivity is defined
 #: over, so any; ldp: one report ("report", or "round": one report per round), or with ``rounds`` a user's whole
@@ -67,7 +87,8 @@ MECHANISM_GRANULARITIES: dict[str, tuple[str, ...]] = {
 
 _CLAIM_KEYS = {"name", "epsilon", "delta", "granularity", "description", "mechanism", "params", "release",
                "ledger", "party", "attack", "allow_data_dependent"}
-_ATTACK_KEYS = {"kind", "shadows", "confidence", "seed", "audit", "canary", "canaries", "models"}
+_ATTACK_KEYS = {"kind", "shadows", "confidence", "seed", "audit", "canary", "canaries", "models", "method", "params"}
+_METHOD_RUN_KEYS = {"kind", "method", "params", "confidence", "seed"}
 _TOP_KEYS = {"schema", "claim"}
 
 
@@ -76,7 +97,9 @@ class AttackBudget:
     """An attack to run against a release: ``kind``, number of ``shadows`` models, the ``confidence`` of the
     empirical epsilon lower bound (e.g. 0.95), and its ``seed``. ``kind = "canary"``: a certified canary audit of
     the release's DP-SGD recipe (``audit`` one-run|multi-run, ``canary`` dirac|mislabeled|ood, ``canaries`` m,
-    ``models`` N); only certified bounds can fail a claim."""
+    ``models`` N); only certified bounds can fail a claim. ``kind = "method-run"``: the certified audit of
+    ``method``'s whole training run (:func:`dpaudit.audit.method_audit.audit_method_run`) with the audit parameters
+    ``params`` and this budget's ``seed`` and ``confidence`` (and the claim's delta where the audit takes one)."""
 
     kind: str
     shadows: int = 8
@@ -86,8 +109,13 @@ class AttackBudget:
     canary: str = "dirac"
     canaries: int = 1000
     models: int = 200
+    method: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.kind == "method-run":
+            return {"kind": self.kind, "method": self.method, "params": dict(self.params),
+                    "confidence": self.confidence, "seed": self.seed}
         d = {"kind": self.kind, "shadows": self.shadows, "confidence": self.confidence, "seed": self.seed}
         if self.kind == "canary":
             d.update(audit=self.audit, canary=self.canary, canaries=self.canaries, models=self.models)
@@ -194,6 +222,71 @@ def _path(value: Any, name: str, owner: str, base: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
+def _param_type_error(key: str, default: Any, value: Any, owner: str) -> None:
+    """Raise when ``value`` cannot be what the audit's parameter ``key`` (default ``default``) takes."""
+    if default is None or default is inspect.Parameter.empty:
+        return  # no typed default: the audit checks the value when it runs
+    if isinstance(default, bool):
+        ok, want = isinstance(value, bool), "a boolean"
+    elif isinstance(default, int):
+        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(default, float):
+        ok, want = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif isinstance(default, str):
+        ok, want = isinstance(value, str), "a string"
+    elif isinstance(default, (tuple, list)):
+        ok, want = isinstance(value, (tuple, list)), "an array"
+    else:
+        return
+    if not ok:
+        raise ParameterError(f"The 'params.{key}' parameter of {owner} must be {want} (its default is {default!r}). "
+                             f"Got {value!r} instead.")
+
+
+def _method_run_attack(a: Mapping[str, Any], owner: str, granularity: str) -> AttackBudget:
+    """Validate a ``kind = "method-run"`` attack table against the registered method audits."""
+    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, method_run_parameters
+
+    _unknown(set(a), _METHOD_RUN_KEYS, f"{owner} (kind = \"method-run\")")
+    if "method" not in a:
+        raise ParameterError(f"The 'method' parameter of {owner} is required for kind = \"method-run\". "
+                             f"Got nothing instead.")
+    method = check_choice(a["method"], "method", owner, tuple(METHOD_RUN_AUDITS))
+    allowed = METHOD_RUN_GRANULARITIES.get(method)
+    if allowed is None:
+        raise ParameterError(f"The 'method' parameter of {owner} names an audit whose neighbouring relation is not "
+                             f"stated in METHOD_RUN_GRANULARITIES; stated: "
+                             f"{', '.join(sorted(METHOD_RUN_GRANULARITIES))}. Got {method!r} instead.")
+    if granularity not in allowed:
+        raise ParameterError(
+            f"The 'granularity' parameter of the claim must be one of {', '.join(repr(g) for g in allowed)} for a "
+            f"{method!r} method-run audit (the neighbouring relation its canary changes). Got {granularity!r} instead.")
+    params = a.get("params", {})
+    if not isinstance(params, Mapping):
+        raise ParameterError(f"The 'params' parameter of {owner} must be a table. Got {params!r:.60} instead.")
+    known = method_run_parameters(method)
+    reserved = {"seed": "the attack's 'seed'", "confidence": "the attack's 'confidence'",
+                "delta": "the claim's 'delta'"}
+    for key in sorted(params):
+        if key in reserved and key in known:
+            raise ParameterError(f"The 'params' table of {owner} must not set '{key}': {reserved[key]} is used. "
+                                 f"Got {key}={params[key]!r} instead.")
+        if key not in known:
+            takes = sorted(set(known) - set(reserved))
+            raise ParameterError(f"Unknown key {key!r} in the 'params' table of {owner}; the {method!r} audit takes: "
+                                 f"{', '.join(takes)}.")
+        _param_type_error(key, known[key], params[key], owner)
+    missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in params)
+    if missing:
+        raise ParameterError(f"The 'params.{missing[0]}' parameter of {owner} is required by the {method!r} audit. "
+                             f"Got nothing instead.")
+    return AttackBudget(
+        kind="method-run", method=method, params=dict(params),
+        confidence=check_probability(a.get("confidence", 0.95), "confidence", owner),
+        seed=check_int(a.get("seed", 0), "seed", owner, low=0),
+    )
+
+
 def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
     if not isinstance(raw, Mapping):
         raise ParameterError(f"Claim #{index + 1} must be a table ([[claim]]). Got {raw!r:.60} instead.")
@@ -220,7 +313,8 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
     kind = given[0]
     if "params" in raw and kind != "mechanism":
         raise ParameterError(f"The 'params' parameter of {owner} applies to 'mechanism' subjects only. Got a {kind} subject instead.")
-    if "attack" in raw and kind != "release":
+    method_run = isinstance(raw.get("attack"), Mapping) and raw["attack"].get("kind") == "method-run"
+    if "attack" in raw and kind != "release" and not method_run:
         raise ParameterError(f"The 'attack' parameter of {owner} applies to 'release' subjects only. Got a {kind} subject instead.")
     if "party" in raw and kind == "mechanism":
         raise ParameterError(f"The 'party' parameter of {owner} applies to 'release' and 'ledger' subjects only. Got a mechanism subject instead.")
@@ -262,16 +356,23 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
         aowner = f"the attack of {owner}"
         if "kind" not in a:
             raise ParameterError(f"The 'kind' parameter of {aowner} is required. Got nothing instead.")
-        attack = AttackBudget(
-            kind=check_choice(a["kind"], "kind", aowner, ATTACK_KINDS),
-            shadows=check_int(a.get("shadows", 8), "shadows", aowner, low=1),
-            confidence=check_probability(a.get("confidence", 0.95), "confidence", aowner),
-            seed=check_int(a.get("seed", 0), "seed", aowner, low=0),
-            audit=check_choice(a.get("audit", "one-run"), "audit", aowner, ("one-run", "multi-run")),
-            canary=check_choice(a.get("canary", "dirac"), "canary", aowner, ("dirac", "mislabeled", "ood")),
-            canaries=check_int(a.get("canaries", 1000), "canaries", aowner, low=2),
-            models=check_int(a.get("models", 200), "models", aowner, low=2),
-        )
+        if method_run:
+            attack = _method_run_attack(a, aowner, granularity)
+        else:
+            for key in ("method", "params"):
+                if key in a:
+                    raise ParameterError(f"The '{key}' parameter of {aowner} applies to kind = \"method-run\" only. "
+                                         f"Got kind = {a['kind']!r} instead.")
+            attack = AttackBudget(
+                kind=check_choice(a["kind"], "kind", aowner, ATTACK_KINDS),
+                shadows=check_int(a.get("shadows", 8), "shadows", aowner, low=1),
+                confidence=check_probability(a.get("confidence", 0.95), "confidence", aowner),
+                seed=check_int(a.get("seed", 0), "seed", aowner, low=0),
+                audit=check_choice(a.get("audit", "one-run"), "audit", aowner, ("one-run", "multi-run")),
+                canary=check_choice(a.get("canary", "dirac"), "canary", aowner, ("dirac", "mislabeled", "ood")),
+                canaries=check_int(a.get("canaries", 1000), "canaries", aowner, low=2),
+                models=check_int(a.get("models", 200), "models", aowner, low=2),
+            )
     return Claim(name=name, epsilon=epsilon, delta=delta, granularity=granularity, subject=subject, party=party,
                  attack=attack, allow_data_dependent=allow_dd, description=description)
 

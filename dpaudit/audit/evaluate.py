@@ -11,7 +11,11 @@ A claim **fails** when any of these holds (all reasons are collected, not just t
    itself DP);
 5. a **certified** empirical epsilon lower bound, at the stated confidence, exceeds the claimed epsilon.
    Estimates (``kind = "estimate"``: the single-model Clopper-Pearson figure, whose records are coupled through
-   one model) never fail a claim; one above the claim is reported as a warning.
+   one model) never fail a claim; one above the claim is reported as a warning. An ``attack.kind = "method-run"``
+   budget (any subject) runs the certified audit of a method's whole training run
+   (:func:`dpaudit.audit.method_audit.audit_method_run`) and compares its bound with the *claim's* epsilon (the
+   paper's figure inside the audit and the audit's own accounting are reported, not used for the verdict). A
+   bound at a smaller delta than the claim's cannot refute the claim and is reported as a warning.
 
 Problems that can be seen in the claims file alone (unknown keys, bad values, a granularity the mechanism's
 accounting cannot cover, unknown mechanism parameters) are usage errors (:class:`~dpaudit.errors.ParameterError`),
@@ -58,6 +62,7 @@ __all__ = [
     "check_claims",
     "write_junit",
     "default_attack_runner",
+    "method_run_bound",
 ]
 
 
@@ -85,8 +90,12 @@ class EmpiricalBound(HasBoundKind):
         rel = ">=" if self.certified else "~"
         rng = self.details.get("split_range")
         spread = f", range {rng[0]:.3g}-{rng[1]:.3g} over split seeds" if rng and not self.certified else ""
+        trials = self.details.get("trials")
+        ideal = self.details.get("ideal_epsilon")
+        extra = "" if trials is None else f", {trials} trials"
+        extra += "" if ideal is None else f", ideal attack {_fmt_eps(_unnum(ideal))}"
         return (f"epsilon {rel} {_fmt_eps(self.epsilon_lower_bound)} ({self.kind}, {self.attack}, confidence "
-                f"{self.confidence:g}{spread})")
+                f"{self.confidence:g}{extra}{spread})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"attack": self.attack, "kind": self.kind, "epsilon_lower_bound": _num(self.epsilon_lower_bound),
@@ -216,6 +225,9 @@ class ClaimsReport:
         lines.append("")
         lines.append(f"{n - f} of {n} claims hold" + ("." if not f else f"; {f} failed: {', '.join(r.name for r in self.failures)}."))
         for r in self.results:
+            if r.empirical is not None and r.empirical.details.get("trials") is not None:
+                lines.append(f"audit ({r.name}): {r.empirical.describe()}")
+        for r in self.results:
             for w in r.warnings:
                 lines.append(f"warning ({r.name}): {w}")
         return "\n".join(lines)
@@ -236,6 +248,13 @@ class ClaimsReport:
                 ET.SubElement(props, "property", {"name": "empirical_kind", "value": r.empirical.kind})
                 ET.SubElement(props, "property", {"name": "empirical_epsilon",
                                                   "value": _fmt_eps(r.empirical.epsilon_lower_bound)})
+                ET.SubElement(props, "property", {"name": "empirical_attack", "value": r.empirical.attack})
+                ET.SubElement(props, "property", {"name": "empirical_confidence", "value": f"{r.empirical.confidence:g}"})
+                for key in ("trials", "ideal_epsilon"):
+                    if r.empirical.details.get(key) is not None:
+                        v = r.empirical.details[key]
+                        ET.SubElement(props, "property", {"name": f"empirical_{key}",
+                                                          "value": str(v) if key == "trials" else _fmt_eps(_unnum(v))})
             for w in r.warnings:
                 ET.SubElement(props, "property", {"name": "warning", "value": w})
             if not r.held:
@@ -350,6 +369,29 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     )
 
 
+def method_run_bound(budget: AttackBudget, delta: float) -> EmpiricalBound:
+    """Run the certified audit of ``budget.method``'s whole training run
+    (:func:`dpaudit.audit.method_audit.audit_method_run` with ``budget.params``, ``budget.seed`` and
+    ``budget.confidence``; an audit that takes a ``delta`` gets the claim's ``delta``) and return its bound as an
+    :class:`EmpiricalBound` of the audit's kind (certified), at the bound's own delta."""
+    from dpaudit.audit.method_audit import audit_method_run, method_run_parameters
+
+    params = dict(budget.params)
+    if "delta" in method_run_parameters(budget.method):
+        params["delta"] = delta
+    res = audit_method_run(budget.method, seed=budget.seed, confidence=budget.confidence, **params)
+    b = res.bound
+    return EmpiricalBound(
+        attack=f"method-run {res.method}", epsilon_lower_bound=float(b.epsilon),
+        confidence=float(b.confidence), delta=float(b.delta),
+        details={"method": res.method, "audit": res.audit, "trials": int(res.trials),
+                 "ideal_epsilon": None if b.ideal_epsilon is None else _num(float(b.ideal_epsilon)),
+                 "score": b.score, "paper_claimed_epsilon": res.claimed_epsilon,
+                 "accounted_epsilon": res.accounted_epsilon, "params": dict(budget.params), "seed": budget.seed,
+                 "settings": dict(res.settings), "elapsed_seconds": res.elapsed_seconds, "notes": list(res.notes)},
+        kind=res.kind)
+
+
 # --------------------------------------------------------------------------------------------------
 # Evaluation
 # --------------------------------------------------------------------------------------------------
@@ -406,7 +448,27 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
         else:
             reasons.append("the accounted epsilon is data-dependent (not itself DP) and the claim does not allow that")
 
-    if claim.attack is not None and isinstance(subject, ReleaseSubject):
+    if claim.attack is not None and claim.attack.kind == "method-run":
+        empirical = method_run_bound(claim.attack, claim.delta)
+        notes += [str(n) for n in empirical.details.get("notes", ())]
+        if empirical.epsilon_lower_bound > claim.epsilon:
+            if not empirical.certified:
+                notes.append(f"the empirical {empirical.describe()} is above the claimed epsilon {claim.epsilon:g}; "
+                             f"it is an {ESTIMATE_CAVEAT}, so it does not fail the claim.")
+            elif empirical.delta < claim.delta:
+                notes.append(f"the certified {empirical.describe()} is above the claimed epsilon {claim.epsilon:g} "
+                             f"but holds at delta {empirical.delta:g}, below the claimed delta {claim.delta:g}, so it "
+                             "does not refute the claim.")
+            else:
+                reasons.append(f"certified empirical lower bound {_fmt_eps(empirical.epsilon_lower_bound)} "
+                               f"({empirical.attack}, {empirical.details['trials']} trials, confidence "
+                               f"{empirical.confidence:g}) > claimed {claim.epsilon:g}")
+        acc = empirical.details.get("accounted_epsilon")
+        if empirical.certified and acc is not None and empirical.epsilon_lower_bound > acc:
+            notes.append(f"the certified lower bound ({_fmt_eps(empirical.epsilon_lower_bound)}) is above dpaudit's "
+                         f"accounting of the {empirical.details['method']} run ({_fmt_eps(acc)}): an accounting or "
+                         "implementation bug.")
+    elif claim.attack is not None and isinstance(subject, ReleaseSubject):
         runner = attack_runner or default_attack_runner
         empirical = runner(subject.path, claim.attack, claim.delta)
         notes += [str(n) for n in empirical.details.get("notes", ())]
