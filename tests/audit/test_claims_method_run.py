@@ -210,3 +210,12 @@ def test_fredy_example_fails_on_its_certified_bound(cli):
     assert len(r.reasons) == 1 and r.reasons[0].startswith("certified empirical lower bound")
     code, out, _ = cli(["check", EXAMPLES / "method_run_fails.toml", "--quiet"])
     assert code == 1 and "fredy-per-query" in out and "60 trials" in out
+
+
+def test_fredy_example_parses_without_running():
+    from dpaudit.audit.claims import load_claims
+
+    (c,) = load_claims(EXAMPLES / "method_run_fails.toml").claims
+    assert c.attack == AttackBudget("method-run", confidence=0.95, seed=0, method="fredy",
+                                    params={"gamma": 1.0, "trials": 60})
+    assert c.epsilon == 1.0 and c.delta == 0.0 and c.granularity == "example"
