@@ -222,30 +222,9 @@ def _path(value: Any, name: str, owner: str, base: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def _param_type_error(key: str, default: Any, value: Any, owner: str) -> None:
-    """Raise when ``value`` cannot be what the audit's parameter ``key`` (default ``default``) takes."""
-    if default is None or default is inspect.Parameter.empty:
-        return  # no typed default: the audit checks the value when it runs
-    if isinstance(default, bool):
-        ok, want = isinstance(value, bool), "a boolean"
-    elif isinstance(default, int):
-        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
-    elif isinstance(default, float):
-        ok, want = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
-    elif isinstance(default, str):
-        ok, want = isinstance(value, str), "a string"
-    elif isinstance(default, (tuple, list)):
-        ok, want = isinstance(value, (tuple, list)), "an array"
-    else:
-        return
-    if not ok:
-        raise ParameterError(f"The 'params.{key}' parameter of {owner} must be {want} (its default is {default!r}). "
-                             f"Got {value!r} instead.")
-
-
 def _method_run_attack(a: Mapping[str, Any], owner: str, granularity: str) -> AttackBudget:
     """Validate a ``kind = "method-run"`` attack table against the registered method audits."""
-    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, method_run_parameters
+    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, check_param_type, method_run_parameters
 
     _unknown(set(a), _METHOD_RUN_KEYS, f"{owner} (kind = \"method-run\")")
     if "method" not in a:
@@ -275,7 +254,7 @@ def _method_run_attack(a: Mapping[str, Any], owner: str, granularity: str) -> At
             takes = sorted(set(known) - set(reserved))
             raise ParameterError(f"Unknown key {key!r} in the 'params' table of {owner}; the {method!r} audit takes: "
                                  f"{', '.join(takes)}.")
-        _param_type_error(key, known[key], params[key], owner)
+        check_param_type(key, known[key], params[key], owner)
     missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in params)
     if missing:
         raise ParameterError(f"The 'params.{missing[0]}' parameter of {owner} is required by the {method!r} audit. "

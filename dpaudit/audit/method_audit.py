@@ -19,7 +19,8 @@ from dpaudit.audit.method_runs import proxyfl as proxyfl_run
 from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice
 
-__all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_method_run", "method_run_parameters"]
+__all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_method_run", "check_param_type",
+           "method_run_parameters"]
 
 
 # method name -> the module function that audits its run; filled in below as each family lands
@@ -54,6 +55,30 @@ def audit_method_run(method: str, *, progress: Any = False, **params: Any) -> Me
     return METHOD_RUN_AUDITS[method](progress=progress, **params)
 
 
+def check_param_type(key: str, default: Any, value: Any, owner: str) -> None:
+    """Raise a ParameterError naming ``params.KEY`` of ``owner`` when ``value`` cannot be what the audit's parameter
+    ``key`` (default ``default``) takes (checked when a config or claims file is read; ranges are checked by the
+    audit when it runs)."""
+    if default is None or default is inspect.Parameter.empty:
+        return  # no typed default: the audit checks the value when it runs
+    if isinstance(default, bool):
+        ok, want = isinstance(value, bool), "a boolean"
+    elif isinstance(default, int):
+        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(default, float):
+        ok, want = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif isinstance(default, str):
+        ok, want = isinstance(value, str), "a string"
+    elif isinstance(default, (tuple, list)):
+        ok, want = isinstance(value, (tuple, list)), "an array"
+    else:
+        return
+    if not ok:
+        raise ParameterError(f"The 'params.{key}' parameter of {owner} must be {want} (its default is {default!r}). "
+                             f"Got {value!r} instead.")
+
+
+
 @dataclass(frozen=True)
 class MethodAuditSpec:
     """One ``[[method_audits]]`` entry of an audit config: ``method`` (a key of :data:`METHOD_RUN_AUDITS`), its audit
@@ -75,6 +100,13 @@ class MethodAuditSpec:
             allowed = sorted(set(known) - {"seed", "confidence"})
             raise ParameterError(f"The 'params' table of {o} entry {self.method!r} takes {', '.join(allowed)} (seed and "
                                  f"confidence come from the audit config). Got {', '.join(bad)} instead.")
+        for key, value in self.params.items():
+            check_param_type(key, known[key], value, f"{o} entry {self.method!r}")
+        missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in self.params
+                         and k not in ("seed", "confidence"))
+        if missing:
+            raise ParameterError(f"The 'params.{missing[0]}' parameter of {o} entry {self.method!r} is required by the "
+                                 f"audit. Got nothing instead.")
         name = self.name or self.method
         if not isinstance(name, str) or "/" in name:
             raise ParameterError(f"The 'name' parameter of {o} must be a string without '/'. Got {name!r} instead.")

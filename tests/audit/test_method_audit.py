@@ -101,3 +101,16 @@ def test_cli_audit_method(toy, cli, tmp_path):
         assert code == 2 and match in err and "Traceback" not in err and out == ""
     code, out, err = cli(["audit-method", "nope", "--quiet"])
     assert code == 2 and "'method'" in err and "toy" in err
+
+
+def test_method_audit_spec_checks_types_and_required(toy, monkeypatch):
+    with pytest.raises(ParameterError, match=r"'params.rounds'.*must be an integer.*Got 'many'"):
+        MethodAuditSpec("toy", {"rounds": "many"})
+    assert MethodAuditSpec("toy", {"epsilon": 2}).params == {"epsilon": 2}  # an int where a float is taken
+
+    def needs(*, clients: int, seed: int = 0, confidence: float = 0.95, progress=False):
+        raise AssertionError("not run")
+
+    monkeypatch.setitem(method_audit.METHOD_RUN_AUDITS, "needs", needs)
+    with pytest.raises(ParameterError, match=r"'params.clients'.*required"):
+        MethodAuditSpec("needs", {})
