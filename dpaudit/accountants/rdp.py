@@ -205,7 +205,8 @@ class RdpAccountant(Accountant):
         new_assumptions = join_assumptions(*(event_assumptions(l) for l, _ in leaves))
         # all computed: now mutate
         pure = sum(_pure_epsilon(leaf) * mult for leaf, mult in leaves) * count
-        self._rdp = self._rdp + add
+        with np.errstate(over="ignore"):  # a sum beyond the float range is +inf: a valid (infinite) bound
+            self._rdp = self._rdp + add
         self._pure = self._pure + pure
         append_event(self._events, event, count)
         for a in new_assumptions:

@@ -100,6 +100,10 @@ class CanaryAuditResult:
                 f"ideal attack at the same trials: {ideal}; accounted epsilon: {acc}.")
 
 
+MAX_NOISE_MULTIPLIER = 1e6
+"""The largest noise multiplier :func:`dpsgd_noise_for_epsilon` searches (an epsilon needing more is refused)."""
+
+
 def dpsgd_noise_for_epsilon(epsilon: float, *, sampling_rate: float, steps: int, delta: float, tol: float = 1e-3) -> float:
     """Smallest noise multiplier (to ``tol``, rounded up) whose RDP-accounted epsilon is <= ``epsilon``."""
     from dpaudit.accountants.events import SubsampledGaussian
@@ -114,6 +118,10 @@ def dpsgd_noise_for_epsilon(epsilon: float, *, sampling_rate: float, steps: int,
     lo, hi = 0.05, 1.0
     while acc(hi) > eps:
         lo, hi = hi, hi * 2
+        if hi > MAX_NOISE_MULTIPLIER:
+            raise ParameterError(f"The 'epsilon' parameter of dpsgd_noise_for_epsilon is too small to calibrate: it needs "
+                                 f"a noise multiplier above {MAX_NOISE_MULTIPLIER:g} at sampling rate {sampling_rate:g}, "
+                                 f"{steps} steps and delta {delta:g}. Got {eps!r} instead.")
     while hi - lo > tol:
         mid = (lo + hi) / 2
         if acc(mid) > eps:

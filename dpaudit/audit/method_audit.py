@@ -52,6 +52,9 @@ def audit_method_run(method: str, *, progress: Any = False, **params: Any) -> Me
     if unknown:
         raise ParameterError(f"The audit of {method!r} takes the parameters {', '.join(sorted(known))}. Got unknown "
                              f"parameter(s) {', '.join(unknown)} instead.")
+    missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in params)
+    if missing:
+        raise ParameterError(f"The '{missing[0]}' parameter of the audit of {method!r} is required. Got nothing instead.")
     return METHOD_RUN_AUDITS[method](progress=progress, **params)
 
 

@@ -36,7 +36,7 @@ def parse_sets(sets: tuple[str, ...]) -> dict[str, Any]:
 def _parameters_help() -> str:
     lines = []
     for name in sorted(METHOD_RUN_AUDITS):
-        params = ", ".join(sorted(method_run_parameters(name)))
+        params = ", ".join(sorted(set(method_run_parameters(name)) - {"seed", "confidence"}))
         lines.append(f"{name}: {params}")
     return "\n\n".join(lines)
 

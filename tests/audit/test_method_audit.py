@@ -114,3 +114,29 @@ def test_method_audit_spec_checks_types_and_required(toy, monkeypatch):
     monkeypatch.setitem(method_audit.METHOD_RUN_AUDITS, "needs", needs)
     with pytest.raises(ParameterError, match=r"'params.clients'.*required"):
         MethodAuditSpec("needs", {})
+    with pytest.raises(ParameterError, match=r"'clients' parameter.*required"):
+        audit_method_run("needs")
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["pate", "--set", "trials=100000000"], "'trials'"),
+    (["fredy", "--set", "trials=50000"], "'trials'.*models in all"),
+    (["fedkt", "--set", "trials=100000"], "'trials'.*models in all"),
+    (["pate", "--set", "pilot=100000000"], "'pilot'"),
+    (["proxyfl", "--set", "ideal_replicates=1000000000"], "'ideal_replicates'"),
+    (["proxyfl", "--set", "epsilon=1e-300"], "'epsilon'.*too small"),
+    (["privatekt"], "'canary_clients'.*required"),
+    (["privatekt", "--set", "canary_clients=1000000000"], "'canary_clients'"),
+])
+def test_cli_audit_method_refuses_sizes_before_work(cli, argv, match):
+    """Found by hand-fuzzing: these hung, ran out of memory or raised TypeError before the checks."""
+    import re
+
+    code, out, err = cli(["audit-method", *argv, "--quiet"])
+    assert code == 2 and re.search(match, err) and "Traceback" not in err and out == "", err
+
+
+def test_privatekt_run_audit_at_extreme_epsilon_is_finite_or_infinite_not_a_crash():
+    r = audit_method_run("privatekt", canary_clients=4, rounds=1, num_clients=2, canary_records=4, local_epochs=1,
+                         epsilon=1e308, seed=0)
+    assert r.kind == "certified" and r.bound.epsilon >= 0 and r.accounted_epsilon >= 1e308  # inf past 1 report

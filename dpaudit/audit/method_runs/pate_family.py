@@ -63,6 +63,7 @@ import numpy as np
 from dpaudit.attacks.canary import multi_run_certified
 from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_float, check_int
+from dpaudit.training.limits import MAX_EPOCHS, MAX_MODELS, MAX_RECORDS, MAX_WIDTH
 
 __all__ = ["audit_pate_run", "audit_fedkt_run", "audit_fredy_run", "noisy_max_ideal_epsilon", "canary_input"]
 
@@ -185,17 +186,25 @@ def _run_audit(method: str, *, votes_fn: Callable[[np.ndarray, int, int], np.nda
 
 def _common_checks(o: str, trials: int, pilot: int, seed: int, gamma: float, confidence: float, replicates: int,
                    canary_features: int, canary_scale: float, num_samples: int, hidden: int, epochs: int) -> None:
-    check_int(trials, "trials", o, low=4)
-    check_int(pilot, "pilot", o, low=1)
+    check_int(trials, "trials", o, low=4, high=MAX_MODELS)
+    check_int(pilot, "pilot", o, low=1, high=1000)
     check_int(seed, "seed", o, low=0)
     check_float(gamma, "gamma", o, low=0.0, low_open=True)
     check_float(confidence, "confidence", o, low=0.0, high=1.0, low_open=True, high_open=True)
-    check_int(replicates, "replicates", o, low=1)
-    check_int(canary_features, "canary_features", o, low=1)
+    check_int(replicates, "replicates", o, low=1, high=1001)
+    check_int(canary_features, "canary_features", o, low=1, high=MAX_WIDTH)
     check_float(canary_scale, "canary_scale", o, low=0.0, low_open=True)
-    check_int(num_samples, "num_samples", o, low=10)
-    check_int(hidden, "hidden", o, low=1)
-    check_int(epochs, "epochs", o, low=1)
+    check_int(num_samples, "num_samples", o, low=10, high=MAX_RECORDS)
+    check_int(hidden, "hidden", o, low=1, high=MAX_WIDTH)
+    check_int(epochs, "epochs", o, low=1, high=MAX_EPOCHS)
+
+
+def _check_models(o: str, trials: int, per_trial: int, what: str) -> None:
+    """All trials' models are trained in one ensemble: refuse more than the training layer's MAX_MODELS before any
+    allocation, naming ``trials``."""
+    if trials * per_trial > MAX_MODELS:
+        raise ParameterError(f"The 'trials' parameter of {o} must be an int <= {MAX_MODELS // per_trial} ({per_trial} "
+                             f"{what} per trial, at most {MAX_MODELS} models in all). Got {trials} instead.")
 
 
 def _train_config(epochs: int, lr: float, o: str) -> Any:
@@ -226,7 +235,8 @@ def audit_pate_run(*, trials: int = 400, teachers: int = 5, gamma: float = 1.0, 
     o = "audit_pate_run"
     _common_checks(o, trials, pilot, seed, gamma, confidence, replicates, canary_features, canary_scale, num_samples,
                    hidden, epochs)
-    M = check_int(teachers, "teachers", o, low=1)
+    M = check_int(teachers, "teachers", o, low=1, high=MAX_MODELS)
+    _check_models(o, trials, M, "teachers")
     cfg = pate.PATEConfig(teachers=M, gamma=gamma, num_samples=num_samples, teacher_model="mlp",
                           teacher_model_kwargs={"hidden": [hidden]}, teacher_train=_train_config(epochs, lr, o))
     data, parts = pate.Config(name="pate", method=cfg, dataset=dataset).prepare_data(seed)
@@ -278,9 +288,10 @@ def audit_fedkt_run(*, trials: int = 400, parties: int = 2, partitions: int = 2,
     o = "audit_fedkt_run"
     _common_checks(o, trials, pilot, seed, gamma, confidence, replicates, canary_features, canary_scale, num_samples,
                    hidden, epochs)
-    n, s, t = (check_int(v, k, o, low=1) for v, k in ((parties, "parties"), (partitions, "partitions"),
+    n, s, t = (check_int(v, k, o, low=1, high=MAX_MODELS) for v, k in ((parties, "parties"), (partitions, "partitions"),
                                                        (teachers, "teachers")))
-    kq = check_int(party_queries, "party_queries", o, low=1)
+    kq = check_int(party_queries, "party_queries", o, low=1, high=MAX_RECORDS)
+    _check_models(o, trials, n * s * (t + 1), "teachers and students")
     train = _train_config(epochs, lr, o)
     cfg = fedkt.FedKTConfig(parties=n, partitions=s, teachers=t, partition="iid", level="L1", gamma=gamma,
                             num_samples=num_samples, teacher_model="mlp", teacher_model_kwargs={"hidden": [hidden]},
@@ -353,8 +364,9 @@ def audit_fredy_run(*, trials: int = 400, teachers: int = 5, rounds: int = 2, ga
     o = "audit_fredy_run"
     _common_checks(o, trials, pilot, seed, gamma, confidence, replicates, canary_features, canary_scale, num_samples,
                    hidden, epochs)
-    T = check_int(teachers, "teachers", o, low=1)
-    R = check_int(rounds, "rounds", o, low=1)
+    T = check_int(teachers, "teachers", o, low=1, high=MAX_MODELS)
+    R = check_int(rounds, "rounds", o, low=1, high=1000)
+    _check_models(o, trials, T, "teachers")
     train = _train_config(epochs, lr, o)
     cfg = fredy.FREDYConfig(teachers=T, rounds=R, gamma=gamma, num_samples=num_samples, model="mlp",
                             model_kwargs={"hidden": [hidden]}, teacher_train=train)

@@ -71,7 +71,8 @@ def rr_ideal_one_run_epsilon(reports: np.ndarray, *, samples: int, classes: int,
         inc = rng.random(r.size) < 0.5
         n = r * K
         true = rng.binomial(n, p_true)                       # labels of the canary's own class
-        other = rng.binomial(n - true, p_other / (1.0 - p_true))  # labels of the other audited class
+        rest = p_other / (1.0 - p_true) if p_true < 1.0 else 0.0  # keep probability 1 in floating point: no rest
+        other = rng.binomial(n - true, rest)                  # labels of the other audited class
         score = np.where(inc, 1.0, -1.0) * _count_score(true, other)
         out.append(one_run_certified(score, inc, confidence=confidence, score="count").epsilon)
     return float(np.median(out))

@@ -165,7 +165,7 @@ def audit_run(*, canary: str = "dirac", canaries: int = 1000, epsilon: float | N
     delta = check_float(delta, "delta", owner, low=0.0, high=1.0, low_open=True, high_open=True)
     confidence = check_probability(confidence, "confidence", owner)
     seed = check_int(seed, "seed", owner, low=0)
-    reps = check_int(ideal_replicates, "ideal_replicates", owner, low=1)
+    reps = check_int(ideal_replicates, "ideal_replicates", owner, low=1, high=1001)
     C = check_float(max_grad_norm, "max_grad_norm", owner, low=0.0, low_open=True)
     if not isinstance(hidden, (list, tuple)) or not hidden:
         raise ParameterError(f"The 'hidden' parameter of {owner} must be a non-empty list of widths. Got {hidden!r} instead.")
