@@ -68,6 +68,14 @@ LDP_ASSUMPTION = (
 
 
 @quiet_overflow
+def _log_expm1(z: np.ndarray) -> np.ndarray:
+    """log(e^z - 1) for z > 0, accurate for small z and without overflow for large z."""
+    z = np.asarray(z, dtype=np.float64)
+    big = z > 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(big, z + np.log(-np.expm1(-np.where(big, z, 1.0))), np.log(np.expm1(np.where(big, 1.0, z))))
+
+
 def rdp_randomized_response(label_epsilon: float, num_classes: int, orders: Any) -> np.ndarray:
     """RDP of ONE label of C-ary randomized response with per-label epsilon :math:`L`, at each order.
 
@@ -94,11 +102,13 @@ def rdp_randomized_response(label_epsilon: float, num_classes: int, orders: Any)
         return np.full(a.shape, eps)
     finite = np.isfinite(a)
     af = np.where(finite, a, 2.0)
-    terms = np.stack(np.broadcast_arrays(af * eps, (1.0 - af) * eps, np.full(af.shape, math.log(c - 2) if c > 2 else -np.inf)))
-    with np.errstate(divide="ignore"):
-        num = special.logsumexp(terms, axis=0)
-    den = np.logaddexp(eps, math.log(c - 1))
-    rdp = (num - den) / (af - 1.0)
+    # The bracket is log(1 + D / (e^L + C - 1)) with D = e^{aL} + e^{(1-a)L} - e^L - 1 = expm1(x) e^{-x} expm1(L + x),
+    # x = (a - 1) L > 0: a product of positive factors, so no cancellation near a = 1 (subtracting the two logs
+    # lost ~1e-12 there and could fall below the exact value); log D is formed in log space against overflow.
+    x = (af - 1.0) * eps
+    log_d = _log_expm1(x) - x + _log_expm1(eps + x)
+    log_ratio = log_d - np.logaddexp(eps, math.log(c - 1))
+    rdp = np.logaddexp(0.0, log_ratio) / (af - 1.0)
     rdp = np.where(finite, rdp, eps)
     cap = np.minimum(eps, np.where(finite, af, np.inf) * eps * eps / 2.0)
     return np.clip(rdp, 0.0, cap)
