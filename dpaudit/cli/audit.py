@@ -37,34 +37,23 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, exe
     with make_executor(executor, address=ray_address) as ex:
         report = run_audit(cfg, out, device=device, progress=not quiet, executor=ex)
     console = make_console()
-    table = Table(title=report.title, title_justify="left")
-    for col in SUMMARY_HEAD:
-        table.add_column(col, no_wrap=col in ("model", "method", "test accuracy"))
-    for row in summary_rows(report):
-        table.add_row(*(escape(c) for c in row))
-    console.print(table)
+
+    def print_table(title: str, head: list[str], rows: list[list[str]], no_wrap=lambda col: False) -> None:
+        table = Table(title=title, title_justify="left")
+        for col in head:
+            table.add_column(col, no_wrap=no_wrap(col))
+        for row in rows:
+            table.add_row(*(escape(c) for c in row))
+        console.print(table)
+
+    print_table(report.title, SUMMARY_HEAD, summary_rows(report), lambda col: col in ("model", "method", "test accuracy"))
     if report.certified:
-        ctable = Table(title="certified canary audits (DP-SGD recipes)", title_justify="left")
-        for col in CERTIFIED_HEAD:
-            ctable.add_column(col)
-        for row in certified_rows(report):
-            ctable.add_row(*(escape(c) for c in row))
-        console.print(ctable)
+        print_table("certified canary audits (DP-SGD recipes)", CERTIFIED_HEAD, certified_rows(report))
     if report.method_audits:
-        mtable = Table(title="certified audits of the methods' whole training runs", title_justify="left")
-        for col in METHOD_AUDIT_HEAD:
-            mtable.add_column(col)
-        for row in method_audit_rows(report):
-            mtable.add_row(*(escape(c) for c in row))
-        console.print(mtable)
+        print_table("certified audits of the methods' whole training runs", METHOD_AUDIT_HEAD, method_audit_rows(report))
     power = power_rows(report)
     if power:
-        ptable = Table(title="attack power (on the non-private reference)", title_justify="left")
-        for col in POWER_HEAD:
-            ptable.add_column(col, no_wrap=True)
-        for row in power:
-            ptable.add_row(*(escape(c) for c in row))
-        console.print(ptable)
+        print_table("attack power (on the non-private reference)", POWER_HEAD, power, lambda col: True)
     else:
         console.print("attack power: unknown (no non-private reference in this audit)")
     console.print(escape(INTRO), soft_wrap=True)
