@@ -34,7 +34,6 @@ delta) make the claim *fail* instead; see :mod:`dpaudit.audit.evaluate`.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -224,7 +223,7 @@ def _path(value: Any, name: str, owner: str, base: Path) -> Path:
 
 def _method_run_attack(a: Mapping[str, Any], owner: str, granularity: str) -> AttackBudget:
     """Validate a ``kind = "method-run"`` attack table against the registered method audits."""
-    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, check_param_type, method_run_parameters
+    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, check_method_params
 
     _unknown(set(a), _METHOD_RUN_KEYS, f"{owner} (kind = \"method-run\")")
     if "method" not in a:
@@ -243,22 +242,8 @@ def _method_run_attack(a: Mapping[str, Any], owner: str, granularity: str) -> At
     params = a.get("params", {})
     if not isinstance(params, Mapping):
         raise ParameterError(f"The 'params' parameter of {owner} must be a table. Got {params!r:.60} instead.")
-    known = method_run_parameters(method)
-    reserved = {"seed": "the attack's 'seed'", "confidence": "the attack's 'confidence'",
-                "delta": "the claim's 'delta'"}
-    for key in sorted(params):
-        if key in reserved and key in known:
-            raise ParameterError(f"The 'params' table of {owner} must not set '{key}': {reserved[key]} is used. "
-                                 f"Got {key}={params[key]!r} instead.")
-        if key not in known:
-            takes = sorted(set(known) - set(reserved))
-            raise ParameterError(f"Unknown key {key!r} in the 'params' table of {owner}; the {method!r} audit takes: "
-                                 f"{', '.join(takes)}.")
-        check_param_type(key, known[key], params[key], owner)
-    missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in params)
-    if missing:
-        raise ParameterError(f"The 'params.{missing[0]}' parameter of {owner} is required by the {method!r} audit. "
-                             f"Got nothing instead.")
+    check_method_params(method, params, owner, {"seed": "the attack's 'seed'", "confidence": "the attack's 'confidence'",
+                                                 "delta": "the claim's 'delta'"})
     return AttackBudget(
         kind="method-run", method=method, params=dict(params),
         confidence=check_probability(a.get("confidence", 0.95), "confidence", owner),

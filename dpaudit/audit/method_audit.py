@@ -19,8 +19,8 @@ from dpaudit.audit.method_runs import proxyfl as proxyfl_run
 from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice
 
-__all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_method_run", "check_param_type",
-           "method_run_parameters"]
+__all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_method_run", "check_method_params",
+           "check_param_type", "method_run_parameters"]
 
 
 # method name -> the module function that audits its run; filled in below as each family lands
@@ -82,6 +82,27 @@ def check_param_type(key: str, default: Any, value: Any, owner: str) -> None:
 
 
 
+def check_method_params(method: str, params: Mapping[str, Any], owner: str, reserved: Mapping[str, str]) -> None:
+    """Check a ``params`` table for ``method``'s audit when a config or claims file is read: every key is one of the
+    audit's parameters and not in ``reserved`` (key -> what is used instead), every value has its default's type
+    (:func:`check_param_type`), and every required parameter is given. Raises a ParameterError naming the key and
+    ``owner``; ranges are checked by the audit when it runs."""
+    known = method_run_parameters(method)
+    for key in sorted(params):
+        if key in reserved and key in known:
+            raise ParameterError(f"The 'params' table of {owner} must not set '{key}': {reserved[key]} is used. "
+                                 f"Got {key}={params[key]!r} instead.")
+        if key not in known:
+            takes = sorted(set(known) - set(reserved))
+            raise ParameterError(f"Unknown key {key!r} in the 'params' table of {owner}; the {method!r} audit takes "
+                                 f"{', '.join(takes)}. Got {key} instead.")
+        check_param_type(key, known[key], params[key], owner)
+    missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in params)
+    if missing:
+        raise ParameterError(f"The 'params.{missing[0]}' parameter of {owner} is required by the {method!r} audit. "
+                             f"Got nothing instead.")
+
+
 @dataclass(frozen=True)
 class MethodAuditSpec:
     """One ``[[method_audits]]`` entry of an audit config: ``method`` (a key of :data:`METHOD_RUN_AUDITS`), its audit
@@ -97,19 +118,8 @@ class MethodAuditSpec:
         check_choice(self.method, "method", o, tuple(METHOD_RUN_AUDITS))
         if not isinstance(self.params, Mapping):
             raise ParameterError(f"The 'params' parameter of {o} must be a table. Got {self.params!r} instead.")
-        known = method_run_parameters(self.method)
-        bad = sorted(set(self.params) - set(known) | set(self.params) & {"seed", "confidence"})
-        if bad:
-            allowed = sorted(set(known) - {"seed", "confidence"})
-            raise ParameterError(f"The 'params' table of {o} entry {self.method!r} takes {', '.join(allowed)} (seed and "
-                                 f"confidence come from the audit config). Got {', '.join(bad)} instead.")
-        for key, value in self.params.items():
-            check_param_type(key, known[key], value, f"{o} entry {self.method!r}")
-        missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in self.params
-                         and k not in ("seed", "confidence"))
-        if missing:
-            raise ParameterError(f"The 'params.{missing[0]}' parameter of {o} entry {self.method!r} is required by the "
-                                 f"audit. Got nothing instead.")
+        check_method_params(self.method, self.params, f"{o} entry {self.method!r}",
+                            {"seed": "the audit config's 'seed'", "confidence": "the audit config's 'confidence'"})
         name = self.name or self.method
         if not isinstance(name, str) or "/" in name:
             raise ParameterError(f"The 'name' parameter of {o} must be a string without '/'. Got {name!r} instead.")
