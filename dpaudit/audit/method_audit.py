@@ -107,7 +107,8 @@ def check_method_params(method: str, params: Mapping[str, Any], owner: str, rese
 class MethodAuditSpec:
     """One ``[[method_audits]]`` entry of an audit config: ``method`` (a key of :data:`METHOD_RUN_AUDITS`), its audit
     ``params`` (checked against the method's audit parameters when the config is read) and a ``name`` (default:
-    the method). The audit's seed and confidence are the audit config's."""
+    the method). The audit's seed and confidence are the audit config's, and so are its data set and data_dir
+    unless ``params`` names them."""
 
     method: str
     params: Mapping[str, Any] = field(default_factory=dict)

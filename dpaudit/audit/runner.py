@@ -469,16 +469,21 @@ def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, re
 
 def _method_audit(spec: Any, cfg: AuditConfig, out: Path, rep: Reporter) -> dict:
     """Run (or reuse) one certified audit of a method's whole run; its result dict (``kind: "certified"``)."""
-    from dpaudit.audit.method_audit import audit_method_run
+    from dpaudit.audit.method_audit import audit_method_run, method_run_parameters
 
+    # the audit config's data set (and data_dir) unless the entry names its own
+    taken = method_run_parameters(spec.method)
+    defaults = {"dataset": cfg.dataset, "data_dir": cfg.data_dir}
+    params = {**{k: v for k, v in defaults.items() if k in taken and v is not None}, **spec.params}
     stage = out / "method_audits" / spec.name
-    key = _hash({"spec": spec.to_dict(), "seed": cfg.seed, "confidence": cfg.confidence, "version": __version__})
+    key = _hash({"spec": spec.to_dict(), "params": params, "seed": cfg.seed, "confidence": cfg.confidence,
+                 "version": __version__})
     done, result = stage / "stage.json", stage / "method_audit.json"
     if done.is_file() and result.is_file() and read_json(done).get("key") == key:
         rep.log(f"method audit {spec.name}: cached (same settings)")
         return read_json(result)
     rep.log(f"method audit {spec.name}: certified audit of {spec.method}'s whole run")
-    res = audit_method_run(spec.method, seed=cfg.seed, confidence=cfg.confidence, progress=rep, **spec.params)
+    res = audit_method_run(spec.method, seed=cfg.seed, confidence=cfg.confidence, progress=rep, **params)
     d = {"name": spec.name, **res.to_dict()}
     write_json(result, d)
     write_json(done, {"key": key})

@@ -19,6 +19,16 @@ CALLS = []
 def _rr_run(*, trials: int = 2000, rounds: int = 5, epsilon: float = 1.0, seed: int = 0, confidence: float = 0.95,
             progress=False) -> MethodRunAudit:
     CALLS.append(seed)
+    return _rr(trials, rounds, epsilon, seed, confidence)
+
+
+def _rr_run_on(*, dataset: str = "digits", trials: int = 200, seed: int = 0, confidence: float = 0.95,
+               progress=False) -> MethodRunAudit:
+    CALLS.append(dataset)
+    return _rr(trials, 5, 1.0, seed, confidence)
+
+
+def _rr(trials: int, rounds: int, epsilon: float, seed: int, confidence: float) -> MethodRunAudit:
     rng = np.random.default_rng(seed)
     inc = rng.random(trials) < 0.5
     keep = np.exp(epsilon) / (1 + np.exp(epsilon))
@@ -140,3 +150,16 @@ def test_privatekt_run_audit_at_extreme_epsilon_is_finite_or_infinite_not_a_cras
     r = audit_method_run("privatekt", canary_clients=4, rounds=1, num_clients=2, canary_records=4, local_epochs=1,
                          epsilon=1e308, seed=0)
     assert r.kind == "certified" and r.bound.epsilon >= 0 and r.accounted_epsilon >= 1e308  # inf past 1 report
+
+
+def test_method_audits_take_the_audit_configs_data_set_unless_named(monkeypatch, tmp_path):
+    from dpaudit.audit.runner import load_audit_config, run_audit
+
+    monkeypatch.setitem(method_audit.METHOD_RUN_AUDITS, "toy-data", _rr_run_on)
+    CALLS.clear()
+    p = tmp_path / "a.toml"
+    p.write_text('dataset = "breast_cancer"\n[[method_audits]]\nmethod = "toy-data"\n')
+    run_audit(load_audit_config(p), tmp_path / "out", progress=False)
+    p.write_text('dataset = "breast_cancer"\n[[method_audits]]\nmethod = "toy-data"\nparams = {dataset = "digits"}\n')
+    run_audit(load_audit_config(p), tmp_path / "out", progress=False)  # another data set: re-run, not cached
+    assert CALLS == ["breast_cancer", "digits"]
