@@ -207,7 +207,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
         datasets = canary_datasets(X_base, y_base, can)
     rep.log(f"{owner}: {audit}, {canary} canaries (m = {m}), training {N} model(s) x {spec.name}, "
             f"{steps} DP-SGD steps (q = {q:.4g}, sigma = {sigma:g})")
-    ens = train_ensemble(spec, datasets, cfg, seed=seed, device=device, progress=False, canary_hook=hook)
+    ens = train_ensemble(spec, datasets, cfg, seed=seed, device=device, progress=rep, canary_hook=hook)
     inc = can.included
     notes: list[str] = list(extra_notes)
     if canary == "dirac":
@@ -220,7 +220,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
             s = loss_scores(probs, can.y)
         elif audit == "one-run":
             rep.log(f"{owner}: training {R} LiRA reference models without canaries")
-            ref = train_ensemble(spec, [(X_base, y_base)] * R, cfg, seed=seed + 1, device=device, progress=False)
+            ref = train_ensemble(spec, [(X_base, y_base)] * R, cfg, seed=seed + 1, device=device, progress=rep)
             s = lira_scores(logit_confidence(probs, can.y), logit_confidence(ref.predict_proba(can.X), can.y))
             notes.append(f"offline LiRA with {R} reference models trained without canaries.")
         else:

@@ -378,9 +378,9 @@ class RunContext:
     cache: StageCache
 
     @property
-    def progress(self) -> bool:
-        """Whether progress is shown (for the trainers that take a flag)."""
-        return self.reporter.enabled
+    def progress(self) -> Reporter:
+        """The reporter, for the trainers that take ``progress`` (their stages draw under the run's)."""
+        return self.reporter
 
 
 @dataclass(frozen=True)
