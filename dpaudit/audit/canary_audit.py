@@ -35,6 +35,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from dpaudit._format import fmt_number
 from dpaudit._io import write_json
 from dpaudit.attacks.canary import (
     SCORE_KINDS,
@@ -96,7 +97,7 @@ class CanaryAuditResult:
         target = self.settings.get("target")
         what = f" of {target}" if target else ""
         return (f"{b.audit} canary audit{what} ({self.settings.get('canary')}, score {b.score}): certified epsilon >= "
-                f"{b.epsilon:.3f} at confidence {b.confidence:g}, delta {b.delta:g}, over {b.trials} trials; "
+                f"{b.epsilon:.3f} at confidence {fmt_number(b.confidence)}, delta {fmt_number(b.delta)}, over {b.trials} trials; "
                 f"ideal attack at the same trials: {ideal}; accounted epsilon: {acc}.")
 
 
@@ -121,7 +122,7 @@ def dpsgd_noise_for_epsilon(epsilon: float, *, sampling_rate: float, steps: int,
         if hi > MAX_NOISE_MULTIPLIER:
             raise ParameterError(f"The 'epsilon' parameter of dpsgd_noise_for_epsilon is too small to calibrate: it needs "
                                  f"a noise multiplier above {MAX_NOISE_MULTIPLIER:g} at sampling rate {sampling_rate:g}, "
-                                 f"{steps} steps and delta {delta:g}. Got {eps!r} instead.")
+                                 f"{steps} steps and delta {fmt_number(delta)}. Got {eps!r} instead.")
     while hi - lo > tol:
         mid = (lo + hi) / 2
         if acc(mid) > eps:

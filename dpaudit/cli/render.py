@@ -18,7 +18,8 @@ from rich.text import Text
 from dpaudit._format import fmt_number, make_console, print_table
 from dpaudit.accountants.statement import AccountingResult
 
-__all__ = ["render_result", "result_json", "format_number", "make_console", "print_table", "warn", "print_warnings"]
+__all__ = ["render_result", "render_run", "result_json", "format_number", "make_console", "print_table", "warn",
+           "print_warnings"]
 
 #: The one number format (:func:`dpaudit._format.fmt_number`), under the name the commands import.
 format_number = fmt_number
@@ -77,3 +78,22 @@ def render_result(result: AccountingResult, console: Console | None = None) -> N
         for a, n in numbers.items():
             console.print(Text(f"  {n}. {a}"), soft_wrap=True)
     print_warnings(result.warnings)
+
+
+def render_run(result: Any, console: Console | None = None) -> None:
+    """Print a method run's :class:`~dpaudit.training.methods.scaffold.RunResult`: where the release went, its
+    utility, its accounting (:func:`render_result`) and the claimed epsilon."""
+    console = console or make_console()
+    rounds = f", {result.rounds_run} rounds" if result.rounds_run is not None else ""
+    console.print(Text(f"{result.method}: release written to {result.release} ({result.seconds:.1f} s{rounds})"),
+                  soft_wrap=True)
+    for name, path in result.extra_releases.items():
+        console.print(Text(f"  {name} release: {path}"), soft_wrap=True)
+    utility = [[k, fmt_number(v)] for k, v in result.utility.items() if isinstance(v, (int, float, str))]
+    if utility:
+        print_table(console, ["utility", "value"], utility, right=(1,))
+    render_result(result.accounting, console)
+    claimed = result.claimed_epsilon
+    console.print(Text.assemble(("claimed ε: ", "bold"), fmt_number(claimed) + (" (no guarantee claimed)" if
+                                                                              math.isinf(claimed) else "")),
+                  soft_wrap=True)
