@@ -48,7 +48,8 @@ class _Live:
 
         self.progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 console=console, transient=True)
+                                 console=console, transient=True,
+                                 redirect_stdout=False)  # stdout is results: never routed through the bars' stream
         self.tasks = 0
         self.progress.start()
 

@@ -100,3 +100,11 @@ def test_train_ensemble_reports_its_epochs_as_a_stage():
                    progress=Reporter(True, stream=stream, prefix="t"))
     lines = stream.getvalue().splitlines()
     assert lines[0] == "[t] training 2 x mlp, 3 epoch(s) ..." and lines[-1].startswith("[t] training 2 x mlp")
+
+
+def test_stdout_written_during_a_bar_stays_on_stdout(capsys):
+    tty = Tty()
+    with Reporter(True, stream=tty).stage("bar", total=2) as st:
+        print("a result")
+        st.advance(2)
+    assert capsys.readouterr().out == "a result\n" and "a result" not in tty.getvalue()
