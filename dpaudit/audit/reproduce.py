@@ -150,6 +150,8 @@ class ReproductionTable:
     rows: tuple[RowResult, ...]
     verdicts: tuple[ClaimVerdict, ...]
     seconds: float
+    #: The root the tables were written under (``--out``), when not the default: the Markdown's "Made by" says it.
+    out: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         g = self.grid
@@ -179,7 +181,7 @@ class ReproductionTable:
         lines = [f"# Reproduction: {g.title}", "", f"{g.citation}", "",
                  f"Scale: **{g.scale}** (data: {', '.join(g.datasets)}); seeds: {', '.join(map(str, self.seeds))}; "
                  f"wall time {self.seconds:.0f} s. Made by `dpaudit reproduce {g.paper} --scale {g.scale} "
-                 f"--seeds {len(self.seeds)}`.", ""]
+                 f"--seeds {len(self.seeds)}{'' if self.out is None else ' --out ' + self.out}`.", ""]
         lines += [f"- {n}" for n in g.notes] + ([""] if g.notes else [])
         lines += ["## Settings", "", "| " + " | ".join(SETTINGS_HEAD) + " |", "|---" * len(SETTINGS_HEAD) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in self.setting_rows()]
@@ -613,7 +615,8 @@ def reproduce(paper: str, *, scale: str = "cpu", data_dir: str | Path | None = N
                     f"{rows[s.key].std:.3f}, accounted ε = {_fmt(rows[s.key].accounted_epsilon)} "
                     f"({time.perf_counter() - t1:.0f} s)")
     verdicts = tuple(_verdict(c, rows, g.scale) for c in g.claims)
-    table = ReproductionTable(g, tuple(range(n_seeds)), tuple(rows.values()), verdicts, time.perf_counter() - t0)
+    root = None if out is None or Path(out) == DEFAULT_OUT else Path(out).as_posix()
+    table = ReproductionTable(g, tuple(range(n_seeds)), tuple(rows.values()), verdicts, time.perf_counter() - t0, root)
     write_text(md_path, table.to_markdown())
     write_json(json_path, table.to_dict())
     rep.log(f"tables written to {md_path} and .json")

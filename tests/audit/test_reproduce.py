@@ -70,6 +70,7 @@ def test_tiny_grid_writes_markdown_and_json(tmp_path, monkeypatch):
     assert d["claims"][1]["verdict"] == "reproduced"
     md = (out / "fredy.md").read_text()
     assert "| gamma 1 | 0.900 (Fig. X) |" in md and "**reproduced**" in md
+    assert "Made by `dpaudit reproduce fredy --scale cpu --seeds 2`." in md  # the default root goes unsaid
     assert t.rows[0].std >= 0 and (tmp_path / "w" / "shared_stages").is_dir()
     # the teachers do not depend on gamma: the second setting reused them
     assert len(list((tmp_path / "w" / "shared_stages").glob("teachers-*.npz"))) == 2  # one per seed
@@ -143,3 +144,10 @@ def test_cli_reports_missing_files_in_one_line(tmp_path, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "train-images-idx3-ubyte" in err
+
+
+def test_made_by_line_names_the_root_of_the_committed_tables():
+    from dpaudit.audit.reproduce import ReproductionTable
+
+    t = ReproductionTable(_tiny_grid(), (0, 1), (), (), 3.0, "reports/reproduce")
+    assert "Made by `dpaudit reproduce fredy --scale cpu --seeds 2 --out reports/reproduce`." in t.to_markdown()
