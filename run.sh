@@ -6,7 +6,8 @@
 # On a machine without an NVIDIA GPU, the CPU build of torch is installed first, so that pip never
 # pulls the multi-GB CUDA build.
 # Every install step prints one line to stderr saying what it installs, and the total time at the end;
-# the job's own output follows unchanged.
+# pip's own output goes to $venv/.dpaudit-pip.log and is shown only when an install fails. The job's own
+# output follows unchanged.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -15,27 +16,38 @@ python="${PYTHON:-python3}"
 stamp="$venv/.dpaudit-installed"
 t_start=$SECONDS
 step() { echo "[run.sh] $*" >&2; }
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+pip_log="$venv/.dpaudit-pip.log"
+# pip ARGS...: quiet; its output is appended to $pip_log, and on failure shown on stderr before the script stops
+pip_quiet() {
+    if ! "$venv/bin/python" -m pip "$@" >>"$pip_log" 2>&1; then
+        step "pip $* failed; its output (the whole log: $pip_log):"
+        tail -n 200 "$pip_log" >&2
+        exit 1
+    fi
+}
 
 if [ ! -x "$venv/bin/python" ]; then
     step "creating the virtual environment $venv ($("$python" --version 2>&1))"
     "$python" -m venv "$venv"
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    : >"$pip_log"
     step "installing dpaudit and its dependencies into $venv (first run only; a few minutes on a slow network)"
     step "upgrading pip"
-    "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+    "$venv/bin/python" -m pip install -q --upgrade pip >>"$pip_log" 2>&1 || true   # an old pip still works
     if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
         if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
             step "installing torch (CUDA build: an NVIDIA GPU is present)"
-            "$venv/bin/python" -m pip install -q torch
+            pip_quiet install -q torch
         else
             # a CPU wheel already on the machine (pip's find-links) first, then PyTorch's CPU-only index
-            if "$venv/bin/python" -m pip install -q --no-index --no-deps "torch==2.13.0" 2>/dev/null; then
+            if "$venv/bin/python" -m pip install -q --no-index --no-deps "torch==2.13.0" >>"$pip_log" 2>&1; then
                 step "installing torch 2.13.0 (CPU build found on this machine) and its small dependencies"
-                "$venv/bin/python" -m pip install -q "torch==2.13.0"   # its small dependencies
+                pip_quiet install -q "torch==2.13.0"   # its small dependencies
             else
                 step "installing torch (CPU-only build from download.pytorch.org: no NVIDIA GPU here)"
-                "$venv/bin/python" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+                pip_quiet install -q torch --index-url https://download.pytorch.org/whl/cpu
             fi
         fi
     fi
@@ -52,7 +64,7 @@ print(", ".join(n for n in names if n != "torch"))
 PY
 )"
     step "installing dpaudit (editable) with $deps"
-    "$venv/bin/python" -m pip install -q -e ".[test]"
+    pip_quiet install -q -e ".[test]"
     touch "$stamp"
     step "installed in $((SECONDS - t_start)) s"
 fi

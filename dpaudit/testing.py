@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from dpaudit._format import fmt_number
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.attacks.mechanism_audit import MechanismAuditResult, audit_mechanism
 from dpaudit.errors import ParameterError, check_float, check_probability
@@ -59,7 +60,7 @@ def statement_of(subject: Any, *, party: str | None = None) -> PrivacyStatement:
 
 
 def _describe_statement(st: PrivacyStatement) -> str:
-    parts = [f"epsilon={st.epsilon:.6g}", f"delta={st.delta:g}", f"method={st.method}"]
+    parts = [f"epsilon={st.epsilon:.6g}", f"delta={fmt_number(st.delta)}", f"method={st.method}"]
     if st.order is not None:
         parts.append(f"order={st.order:g}")
     if st.label:
@@ -108,9 +109,9 @@ def assert_epsilon_at_most(
     who = f" for party {party!r}" if party is not None else ""
     problems = []
     if not st.epsilon <= epsilon:  # also catches nan
-        problems.append(f"accounted epsilon {st.epsilon:.6g} exceeds the claimed {epsilon:g}")
+        problems.append(f"accounted epsilon {st.epsilon:.6g} exceeds the claimed {fmt_number(epsilon)}")
     if delta is not None and st.delta > delta:
-        problems.append(f"accounted delta {st.delta:g} exceeds the claimed {delta:g}")
+        problems.append(f"accounted delta {fmt_number(st.delta)} exceeds the claimed {fmt_number(delta)}")
     if not allow_data_dependent and st.data_dependent:
         problems.append("the figure is data-dependent (not itself differentially private)")
     if problems:

@@ -249,7 +249,7 @@ def test_assert_epsilon_at_most_message_has_figure_method_and_assumptions() -> N
 
 
 def test_assert_epsilon_at_most_delta_and_data_dependence() -> None:
-    with pytest.raises(AssertionError, match="delta 1e-05 exceeds the claimed 1e-06"):
+    with pytest.raises(AssertionError, match="delta 1e-5 exceeds the claimed 1e-6"):
         assert_epsilon_at_most(_statement(1.0), 2.0, 1e-6)
     dd = _statement(1.0, data_dependent=True)
     assert_epsilon_at_most(dd, 2.0)

@@ -30,6 +30,7 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special, stats
 
+from dpaudit._format import fmt_number
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, MAX_FFT_COMPOSITIONS, quiet_overflow
 from dpaudit.accountants.events import RandomizedResponse, rr_epsilon_from_keep_probability, rr_keep_probability
@@ -250,7 +251,7 @@ def shuffle_closed_form(epsilon0: float, num_users: int, delta: float) -> Shuffl
     """
     e0, n, delta = _check_shuffle(epsilon0, num_users, delta, "shuffle_closed_form")
     limit = math.log(n) - math.log(16.0) - math.log(math.log(2.0) - math.log(delta))  # no overflow for tiny delta
-    cond = f"eps0 = {e0:.4g} <= log(n / (16 log(2/delta))) = {limit:.4g} (n = {n}, delta = {delta:g})"
+    cond = f"eps0 = {e0:.4g} <= log(n / (16 log(2/delta))) = {limit:.4g} (n = {n}, delta = {fmt_number(delta)})"
     if e0 > limit:
         return ShuffleBound(e0, delta, e0, n, "shuffling closed form (FMT 2021, Thm 3.1)", False, "violated: " + cond)
     ee = math.exp(e0)  # e0 <= limit < log(n): no overflow
@@ -407,7 +408,7 @@ def _shuffled_pld_epsilon(epsilon0: float, n: int, rounds: int, delta: float) ->
     ``(inf, (reason,))`` when that route cannot be computed here."""
     if rounds > MAX_FFT_COMPOSITIONS or delta <= 2.0 * FFT_DELTA_ALLOWANCE:
         why = (f"{rounds} rounds exceed the PLD route's supported range (<= {MAX_FFT_COMPOSITIONS})" if rounds > MAX_FFT_COMPOSITIONS
-               else f"delta = {delta:g} is within the FFT round-off allowance ({FFT_DELTA_ALLOWANCE:g})")
+               else f"delta = {fmt_number(delta)} is within the FFT round-off allowance ({fmt_number(FFT_DELTA_ALLOWANCE)})")
         return math.inf, (f"The shuffled PLD composition was not computed: {why}.",)
     try:
         with np.errstate(all="ignore"):
@@ -552,7 +553,7 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                              "grows with the number of rounds.") + pld_note))
             warnings_.append(
                 "PrivateKT's claim that shuffling stops the accumulation over rounds does not hold: shuffling gives a "
-                f"central (eps, delta) per round ({numer.epsilon:.4g}, {delta:g}) that still composes, to {eps_sh:.4g} over "
+                f"central (eps, delta) per round ({fmt_number(numer.epsilon)}, {fmt_number(delta)}) that still composes, to {eps_sh:.4g} over "
                 f"T = {t} rounds.")
     return AccountingResult("ldp (PrivateKT randomized response)", tuple(statements), headline=headline,
                             parameters=params, facts=facts, warnings=tuple(warnings_))

@@ -11,6 +11,7 @@ import math
 import warnings
 from typing import Any, Mapping
 
+from dpaudit._format import fmt_number
 from dpaudit.accountants.base import Accountant
 from dpaudit.accountants.events import Composed, DpEvent, Repeated, event_from_dict
 from dpaudit.accountants.pld import PldAccountant
@@ -108,7 +109,7 @@ class PrivacyLedger:
         if self.budget is not None and eps > self.budget:
             self._exhausted.setdefault(party, None)
             raise BudgetExceededError(
-                f"Party {party!r} would reach epsilon {eps:.4g} > budget {self.budget:g} (delta {self.delta:g}); "
+                f"Party {party!r} would reach epsilon {fmt_number(eps)} > budget {fmt_number(self.budget)} (delta {fmt_number(self.delta)}); "
                 "the event was not recorded.")
         self._acc[party] = acc
         self._eps[party] = eps

@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from scipy import optimize, stats
 
+from dpaudit._format import fmt_number
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 from dpaudit.attacks.bounds import clopper_pearson_lower, clopper_pearson_upper
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
@@ -168,9 +169,9 @@ class MechanismAuditResult:
         verdict = "consistent with" if self.passed else "REFUTES"
         text = (
             f"mechanism test ({self.samples} runs, {self.output_kind} outputs, seed {self.seed}, "
-            f"alpha {self.alpha:g}) {verdict} the claim (epsilon={self.epsilon:g}, delta={self.delta:g}): "
-            f"hockey-stick divergence >= {self.divergence_lower_bound:.4g} at epsilon {self.epsilon:g}, "
-            f"epsilon >= {self.epsilon_lower_bound:.4g} at delta {self.delta:g} (both at confidence {1 - self.alpha:g})."
+            f"alpha {self.alpha:g}) {verdict} the claim (epsilon={fmt_number(self.epsilon)}, delta={fmt_number(self.delta)}): "
+            f"hockey-stick divergence >= {self.divergence_lower_bound:.4g} at epsilon {fmt_number(self.epsilon)}, "
+            f"epsilon >= {fmt_number(self.epsilon_lower_bound)} at delta {fmt_number(self.delta)} (both at confidence {1 - self.alpha:g})."
         )
         if self.witness is not None:
             w = self.witness

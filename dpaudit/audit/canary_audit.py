@@ -35,6 +35,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from dpaudit._format import fmt_number
 from dpaudit._io import write_json
 from dpaudit.attacks.canary import (
     SCORE_KINDS,
@@ -96,7 +97,7 @@ class CanaryAuditResult:
         target = self.settings.get("target")
         what = f" of {target}" if target else ""
         return (f"{b.audit} canary audit{what} ({self.settings.get('canary')}, score {b.score}): certified epsilon >= "
-                f"{b.epsilon:.3f} at confidence {b.confidence:g}, delta {b.delta:g}, over {b.trials} trials; "
+                f"{b.epsilon:.3f} at confidence {fmt_number(b.confidence)}, delta {fmt_number(b.delta)}, over {b.trials} trials; "
                 f"ideal attack at the same trials: {ideal}; accounted epsilon: {acc}.")
 
 
@@ -121,7 +122,7 @@ def dpsgd_noise_for_epsilon(epsilon: float, *, sampling_rate: float, steps: int,
         if hi > MAX_NOISE_MULTIPLIER:
             raise ParameterError(f"The 'epsilon' parameter of dpsgd_noise_for_epsilon is too small to calibrate: it needs "
                                  f"a noise multiplier above {MAX_NOISE_MULTIPLIER:g} at sampling rate {sampling_rate:g}, "
-                                 f"{steps} steps and delta {delta:g}. Got {eps!r} instead.")
+                                 f"{steps} steps and delta {fmt_number(delta)}. Got {eps!r} instead.")
     while hi - lo > tol:
         mid = (lo + hi) / 2
         if acc(mid) > eps:
@@ -207,7 +208,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
         datasets = canary_datasets(X_base, y_base, can)
     rep.log(f"{owner}: {audit}, {canary} canaries (m = {m}), training {N} model(s) x {spec.name}, "
             f"{steps} DP-SGD steps (q = {q:.4g}, sigma = {sigma:g})")
-    ens = train_ensemble(spec, datasets, cfg, seed=seed, device=device, progress=False, canary_hook=hook)
+    ens = train_ensemble(spec, datasets, cfg, seed=seed, device=device, progress=rep, canary_hook=hook)
     inc = can.included
     notes: list[str] = list(extra_notes)
     if canary == "dirac":
@@ -220,7 +221,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
             s = loss_scores(probs, can.y)
         elif audit == "one-run":
             rep.log(f"{owner}: training {R} LiRA reference models without canaries")
-            ref = train_ensemble(spec, [(X_base, y_base)] * R, cfg, seed=seed + 1, device=device, progress=False)
+            ref = train_ensemble(spec, [(X_base, y_base)] * R, cfg, seed=seed + 1, device=device, progress=rep)
             s = lira_scores(logit_confidence(probs, can.y), logit_confidence(ref.predict_proba(can.X), can.y))
             notes.append(f"offline LiRA with {R} reference models trained without canaries.")
         else:

@@ -1,21 +1,31 @@
 """Evaluate claims: accounted epsilon (and, for releases, an attack's empirical lower bound) against each claim.
 
-A claim **fails** when any of these holds (all reasons are collected, not just the first):
+Each claim gets one of three verdicts (every reason is collected, not just the first):
 
-1. the accounted epsilon exceeds the claimed epsilon (no tolerance: accountants round up);
+**REFUTED** -- certified evidence that the claim is false: a **certified** empirical epsilon lower bound, at
+the stated confidence and at a delta no smaller than the claim's, exceeds the claimed epsilon. Estimates
+(``kind = "estimate"``: the single-model Clopper-Pearson figure, whose records are coupled through one model)
+never refute a claim; one above the claim is reported as a warning. An ``attack.kind = "method-run"`` budget
+(any subject) runs the certified audit of a method's whole training run
+(:func:`dpaudit.audit.method_audit.audit_method_run`) and compares its bound with the *claim's* epsilon (the
+paper's figure inside the audit and the audit's own accounting are reported, not used for the verdict). A bound
+at a smaller delta than the claim's cannot refute the claim and is reported as a warning.
+
+**UNPROVEN** -- no certified evidence against the claim, but the accounting cannot show it:
+
+1. the accounted epsilon exceeds the claimed epsilon (no tolerance: accountants round up). An accounted
+   epsilon is an upper bound, so this says the guarantee is not established, not that the claim is false;
 2. the accounted delta exceeds the claimed delta (a guarantee at a larger delta does not support the claim;
    a smaller one does, with the same epsilon). Mechanism subjects are accounted *at* the claimed delta;
 3. the subject states a different granularity than the claim (a release's ``claim.granularity``): the figures
    are about different neighbouring relations, so the claim is unsupported;
 4. ``allow_data_dependent = false`` and the figure is data-dependent (a function of the private data, not
-   itself DP);
-5. a **certified** empirical epsilon lower bound, at the stated confidence, exceeds the claimed epsilon.
-   Estimates (``kind = "estimate"``: the single-model Clopper-Pearson figure, whose records are coupled through
-   one model) never fail a claim; one above the claim is reported as a warning. An ``attack.kind = "method-run"``
-   budget (any subject) runs the certified audit of a method's whole training run
-   (:func:`dpaudit.audit.method_audit.audit_method_run`) and compares its bound with the *claim's* epsilon (the
-   paper's figure inside the audit and the audit's own accounting are reported, not used for the verdict). A
-   bound at a smaller delta than the claim's cannot refute the claim and is reported as a warning.
+   itself DP).
+
+**HOLDS** -- the accounting shows the claim and no certified evidence contradicts it.
+
+A refuted claim is REFUTED whatever its accounting says. ``dpaudit check`` exits with the worst verdict's code
+(:data:`EXIT_CODES`: 0 HOLDS, 3 UNPROVEN, 1 REFUTED).
 
 Problems that can be seen in the claims file alone (unknown keys, bad values, a granularity the mechanism's
 accounting cannot cover, unknown mechanism parameters) are usage errors (:class:`~dpaudit.errors.ParameterError`),
@@ -24,7 +34,7 @@ as are missing or malformed subject files (:class:`~dpaudit.errors.DataError`): 
 
 from __future__ import annotations
 
-import math
+import functools
 import time
 import warnings
 import xml.etree.ElementTree as ET
@@ -32,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from dpaudit._format import fmt_number, table_text
 from dpaudit._io import read_json, write_text
 from dpaudit.accountants import mechanisms
 from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
@@ -47,10 +58,18 @@ from dpaudit.audit.claims import (
     load_claims,
 )
 from dpaudit.errors import DataError, DPAuditError
+from dpaudit.executors import LocalExecutor
+from dpaudit.progress import Reporter, as_reporter
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
 from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, HasBoundKind
 
 __all__ = [
+    "HOLDS",
+    "UNPROVEN",
+    "REFUTED",
+    "VERDICTS",
+    "EXIT_CODES",
+    "VERDICT_MEANINGS",
     "EmpiricalBound",
     "AttackRunner",
     "ClaimResult",
@@ -64,6 +83,24 @@ __all__ = [
     "default_attack_runner",
     "method_run_bound",
 ]
+
+
+#: The verdicts, best first.
+HOLDS, UNPROVEN, REFUTED = "HOLDS", "UNPROVEN", "REFUTED"
+VERDICTS: tuple[str, ...] = (HOLDS, UNPROVEN, REFUTED)
+
+#: ``dpaudit check``'s exit status for a report whose worst verdict is the key (2 is kept for usage errors):
+#: any non-zero status fails a CI job; a job that tolerates unproven claims but not refuted ones can accept 3.
+EXIT_CODES: dict[str, int] = {HOLDS: 0, REFUTED: 1, UNPROVEN: 3}
+
+#: One line per verdict, for readers (the console legend, JUnit).
+VERDICT_MEANINGS: dict[str, str] = {
+    HOLDS: "the accounting shows the claim and no certified evidence contradicts it",
+    UNPROVEN: "the accounting cannot show the claim (its epsilon, delta or granularity does not support it); "
+              "no certified evidence says the claim is false",
+    REFUTED: "certified empirical evidence (a lower bound at the stated confidence) is above the claimed epsilon: "
+             "the claim is false",
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -93,9 +130,9 @@ class EmpiricalBound(HasBoundKind):
         trials = self.details.get("trials")
         ideal = self.details.get("ideal_epsilon")
         extra = "" if trials is None else f", {trials} trials"
-        extra += "" if ideal is None else f", ideal attack {_fmt_eps(_unnum(ideal))}"
-        return (f"epsilon {rel} {_fmt_eps(self.epsilon_lower_bound)} ({self.kind}, {self.attack}, confidence "
-                f"{self.confidence:g}{extra}{spread})")
+        extra += "" if ideal is None else f", ideal attack {fmt_number(_unnum(ideal))}"
+        return (f"epsilon {rel} {fmt_number(self.epsilon_lower_bound)} ({self.kind}, {self.attack}, confidence "
+                f"{fmt_number(self.confidence)}{extra}{spread})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"attack": self.attack, "kind": self.kind, "epsilon_lower_bound": _num(self.epsilon_lower_bound),
@@ -114,15 +151,18 @@ AttackRunner = Callable[[Path, AttackBudget, float], EmpiricalBound]
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
-    """The verdict on one claim, with every number that went into it."""
+    """The verdict on one claim, with every number that went into it.
+
+    ``refuted_by``: the certified evidence above the claim (non-empty: REFUTED); ``unproven_because``: why the
+    accounting cannot show the claim (non-empty and nothing refutes it: UNPROVEN); both empty: HOLDS."""
 
     name: str
     subject: str
     claimed_epsilon: float
     claimed_delta: float
     granularity: str
-    held: bool
-    reasons: tuple[str, ...]
+    refuted_by: tuple[str, ...]
+    unproven_because: tuple[str, ...]
     accounted: PrivacyStatement
     empirical: EmpiricalBound | None = None
     warnings: tuple[str, ...] = ()
@@ -130,7 +170,17 @@ class ClaimResult:
 
     @property
     def verdict(self) -> str:
-        return "pass" if self.held else "FAIL"
+        """REFUTED, UNPROVEN or HOLDS (:data:`VERDICTS`)."""
+        return REFUTED if self.refuted_by else (UNPROVEN if self.unproven_because else HOLDS)
+
+    @property
+    def held(self) -> bool:
+        return self.verdict == HOLDS
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Every reason the claim does not hold: the refuting evidence first."""
+        return self.refuted_by + self.unproven_because
 
     @property
     def reason(self) -> str:
@@ -140,14 +190,14 @@ class ClaimResult:
         """Every number in one paragraph (JUnit failure text, logs)."""
         a = self.accounted
         text = (
-            f"claim {self.name!r} ({self.subject}): claimed epsilon={self.claimed_epsilon:g}, delta={self.claimed_delta:g}, "
-            f"granularity={self.granularity}; accounted epsilon={a.epsilon:.6g} at delta={a.delta:g} ({a.method}"
+            f"claim {self.name!r} ({self.subject}): claimed epsilon={fmt_number(self.claimed_epsilon)}, delta={fmt_number(self.claimed_delta)}, "
+            f"granularity={self.granularity}; accounted epsilon={a.epsilon:.6g} at delta={fmt_number(a.delta)} ({a.method}"
             f"{', order ' + format(a.order, 'g') if a.order is not None else ''}"
             f"{', DATA-DEPENDENT' if a.data_dependent else ''})"
         )
         if self.empirical is not None:
             text += f"; empirical {self.empirical.describe()}"
-        text += f". Verdict: {self.verdict}: {self.reason}."
+        text += f". Verdict: {self.verdict} ({VERDICT_MEANINGS[self.verdict]}): {self.reason}."
         if a.assumptions:
             text += " Assumptions: " + " ".join(a.assumptions)
         if self.warnings:
@@ -157,8 +207,9 @@ class ClaimResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "subject": self.subject, "claimed_epsilon": self.claimed_epsilon,
-            "claimed_delta": self.claimed_delta, "granularity": self.granularity, "held": self.held,
-            "verdict": self.verdict, "reasons": list(self.reasons), "accounted": self.accounted.to_dict(),
+            "claimed_delta": self.claimed_delta, "granularity": self.granularity, "verdict": self.verdict,
+            "held": self.held, "refuted_by": list(self.refuted_by), "unproven_because": list(self.unproven_because),
+            "accounted": self.accounted.to_dict(),
             "empirical": None if self.empirical is None else self.empirical.to_dict(),
             "warnings": list(self.warnings), "seconds": self.seconds,
         }
@@ -167,22 +218,18 @@ class ClaimResult:
     def from_dict(cls, d: Mapping[str, Any]) -> "ClaimResult":
         return cls(
             name=d["name"], subject=d["subject"], claimed_epsilon=float(d["claimed_epsilon"]),
-            claimed_delta=float(d["claimed_delta"]), granularity=d["granularity"], held=bool(d["held"]),
-            reasons=tuple(d["reasons"]), accounted=PrivacyStatement.from_dict(d["accounted"]),
+            claimed_delta=float(d["claimed_delta"]), granularity=d["granularity"],
+            refuted_by=tuple(d["refuted_by"]), unproven_because=tuple(d["unproven_because"]),
+            accounted=PrivacyStatement.from_dict(d["accounted"]),
             empirical=None if d.get("empirical") is None else EmpiricalBound.from_dict(d["empirical"]),
             warnings=tuple(d.get("warnings", ())), seconds=float(d.get("seconds", 0.0)),
         )
 
 
-def _fmt_eps(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return "inf" if math.isinf(x) else f"{x:.4g}"
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimsReport:
-    """The verdicts on every claim of a claims file. ``exit_code``: 0 when all hold, 1 otherwise."""
+    """The verdicts on every claim of a claims file; :attr:`verdict` is the worst of them and :attr:`exit_code`
+    its exit status (:data:`EXIT_CODES`)."""
 
     path: str | None
     results: tuple[ClaimResult, ...]
@@ -193,43 +240,59 @@ class ClaimsReport:
 
     @property
     def failures(self) -> tuple[ClaimResult, ...]:
+        """The claims that do not hold (REFUTED or UNPROVEN)."""
         return tuple(r for r in self.results if not r.held)
 
     @property
+    def verdict(self) -> str:
+        """The worst verdict: REFUTED when any claim is refuted, else UNPROVEN when any is unproven, else HOLDS."""
+        found = {r.verdict for r in self.results}
+        return next((v for v in reversed(VERDICTS) if v in found), HOLDS)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Claims per verdict (every verdict listed, HOLDS first)."""
+        return {v: sum(r.verdict == v for r in self.results) for v in VERDICTS}
+
+    @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        return EXIT_CODES[self.verdict]
+
+    TABLE_HEAD = ("claim", "claimed ε / δ", "granularity", "accounted ε (δ)", "empirical ε (kind)", "verdict", "why")
+
+    def rows(self) -> list[list[str]]:
+        """One row per claim under :attr:`TABLE_HEAD` (the console table)."""
+        rows = []
+        for r in self.results:
+            emp = r.empirical
+            rows.append([
+                r.name, f"{fmt_number(r.claimed_epsilon)} / {fmt_number(r.claimed_delta)}", r.granularity,
+                f"{fmt_number(r.accounted.epsilon)} ({fmt_number(r.accounted.delta)})",
+                "–" if emp is None else f"{'≥' if emp.certified else '≈'} {fmt_number(emp.epsilon_lower_bound)} ({emp.kind})",
+                r.verdict, r.reason,
+            ])
+        return rows
+
+    def summary(self) -> str:
+        """``3 claims: 1 HOLDS, 2 UNPROVEN (a, b), 0 REFUTED.``"""
+        counts = self.counts
+        parts = []
+        for v in VERDICTS:
+            names = [r.name for r in self.results if r.verdict == v]
+            parts.append(f"{counts[v]} {v}" + (f" ({', '.join(names)})" if names and v != HOLDS else ""))
+        n = len(self.results)
+        return f"{n} claim{'s' if n != 1 else ''}: {', '.join(parts)}."
+
+    def audit_lines(self) -> list[str]:
+        """One line per certified audit run for a claim (its trials, bound and ideal reference)."""
+        return [f"audit ({r.name}): {r.empirical.describe()}" for r in self.results
+                if r.empirical is not None and r.empirical.details.get("trials") is not None]
 
     def table(self) -> str:
-        """A plain-text table: claim, claimed eps/delta, accounted eps, empirical lower bound, verdict, reason."""
-        head = ("claim", "claimed eps / delta", "granularity", "accounted eps (delta)", "empirical eps (kind)", "verdict",
-                "reason")
-        rows = [head]
-        for r in self.results:
-            rows.append((
-                r.name,
-                f"{r.claimed_epsilon:g} / {r.claimed_delta:g}",
-                r.granularity,
-                f"{_fmt_eps(r.accounted.epsilon)} ({r.accounted.delta:g})",
-                "-" if r.empirical is None else (f"{'>=' if r.empirical.certified else '~'} "
-                                                 f"{_fmt_eps(r.empirical.epsilon_lower_bound)} ({r.empirical.kind})"),
-                r.verdict,
-                r.reason,
-            ))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
-        lines = []
-        for j, row in enumerate(rows):
-            lines.append("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1])
-            if j == 0:
-                lines.append("  ".join("-" * w for w in widths) + "  " + "-" * len(head[-1]))
-        n, f = len(self.results), len(self.failures)
-        lines.append("")
-        lines.append(f"{n - f} of {n} claims hold" + ("." if not f else f"; {f} failed: {', '.join(r.name for r in self.failures)}."))
-        for r in self.results:
-            if r.empirical is not None and r.empirical.details.get("trials") is not None:
-                lines.append(f"audit ({r.name}): {r.empirical.describe()}")
-        for r in self.results:
-            for w in r.warnings:
-                lines.append(f"warning ({r.name}): {w}")
+        """The console table (:meth:`rows`), the summary, the audit lines and the warnings, as plain text."""
+        lines = [table_text(list(self.TABLE_HEAD), self.rows()), "", self.summary()]
+        lines += self.audit_lines()
+        lines += [f"warning ({r.name}): {w}" for r in self.results for w in r.warnings]
         return "\n".join(lines)
 
     def junit_xml(self) -> str:
@@ -243,22 +306,24 @@ class ClaimsReport:
         for r in self.results:
             case = ET.SubElement(suite, "testcase", {"classname": classname, "name": r.name, "time": f"{r.seconds:.3f}"})
             props = ET.SubElement(case, "properties")
-            ET.SubElement(props, "property", {"name": "accounted_epsilon", "value": _fmt_eps(r.accounted.epsilon)})
+            ET.SubElement(props, "property", {"name": "verdict", "value": r.verdict})
+            ET.SubElement(props, "property", {"name": "accounted_epsilon", "value": fmt_number(r.accounted.epsilon)})
             if r.empirical is not None:
                 ET.SubElement(props, "property", {"name": "empirical_kind", "value": r.empirical.kind})
                 ET.SubElement(props, "property", {"name": "empirical_epsilon",
-                                                  "value": _fmt_eps(r.empirical.epsilon_lower_bound)})
+                                                  "value": fmt_number(r.empirical.epsilon_lower_bound)})
                 ET.SubElement(props, "property", {"name": "empirical_attack", "value": r.empirical.attack})
-                ET.SubElement(props, "property", {"name": "empirical_confidence", "value": f"{r.empirical.confidence:g}"})
+                ET.SubElement(props, "property", {"name": "empirical_confidence", "value": fmt_number(r.empirical.confidence)})
                 for key in ("trials", "ideal_epsilon"):
                     if r.empirical.details.get(key) is not None:
                         v = r.empirical.details[key]
                         ET.SubElement(props, "property", {"name": f"empirical_{key}",
-                                                          "value": str(v) if key == "trials" else _fmt_eps(_unnum(v))})
+                                                          "value": str(v) if key == "trials" else fmt_number(_unnum(v))})
             for w in r.warnings:
                 ET.SubElement(props, "property", {"name": "warning", "value": w})
             if not r.held:
-                fail = ET.SubElement(case, "failure", {"message": r.reason, "type": "PrivacyClaimFailed"})
+                kind = "PrivacyClaimRefuted" if r.verdict == REFUTED else "PrivacyClaimUnproven"
+                fail = ET.SubElement(case, "failure", {"message": f"{r.verdict}: {r.reason}", "type": kind})
                 fail.text = r.message()
             else:
                 out = ET.SubElement(case, "system-out")
@@ -269,7 +334,8 @@ class ClaimsReport:
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "passed": self.passed, "results": [r.to_dict() for r in self.results]}
+        return {"path": self.path, "verdict": self.verdict, "exit_code": self.exit_code, "counts": self.counts,
+                "passed": self.passed, "results": [r.to_dict() for r in self.results]}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ClaimsReport":
@@ -334,7 +400,8 @@ def _release_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> EmpiricalBound:
+def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *,
+                          progress: "bool | Reporter" = False) -> EmpiricalBound:
     """Run ``budget.kind`` against a release with the attacks layer and return its empirical lower bound.
 
     The release is loaded with ``dpaudit.training.release.load_release`` (the contract in
@@ -344,12 +411,14 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     release's own recipe). The figure is the attack's Clopper-Pearson epsilon at ``budget.confidence`` and the
     claim's ``delta``, with the kind the attacks layer gives it (on one model: an estimate, with its split-seed
     range in ``details["split_range"]``); the attacks layer's caveats travel in ``details["notes"]``.
+    ``progress``: bars (or lines) on stderr for the shadow models / the canary audit's training.
     """
     if budget.kind == "canary":
         from dpaudit.audit.canary_audit import canary_audit_release
 
         res = canary_audit_release(release, audit=budget.audit, canary=budget.canary, canaries=budget.canaries,
-                                   models=budget.models, delta=delta, confidence=budget.confidence, seed=budget.seed)
+                                   models=budget.models, delta=delta, confidence=budget.confidence, seed=budget.seed,
+                                   progress=progress)
         b = res.bound
         return EmpiricalBound(
             attack=f"canary-{b.audit}", epsilon_lower_bound=float(b.epsilon), confidence=budget.confidence,
@@ -358,7 +427,8 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=budget.kind, num_shadows=budget.shadows, confidence=budget.confidence,
-                            delta=delta, n_bootstrap=0, blind=False, seed=budget.seed)
+                            delta=delta, n_bootstrap=0, blind=False, seed=budget.seed,
+                            executor=LocalExecutor(progress=progress))
     res = report.attack
     return EmpiricalBound(
         attack=budget.kind, epsilon_lower_bound=float(res.bound.epsilon), confidence=budget.confidence, delta=delta,
@@ -369,7 +439,7 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float) -> 
     )
 
 
-def method_run_bound(budget: AttackBudget, delta: float) -> EmpiricalBound:
+def method_run_bound(budget: AttackBudget, delta: float, *, progress: "bool | Reporter" = False) -> EmpiricalBound:
     """Run the certified audit of ``budget.method``'s whole training run
     (:func:`dpaudit.audit.method_audit.audit_method_run` with ``budget.params``, ``budget.seed`` and
     ``budget.confidence``; an audit that takes a ``delta`` gets the claim's ``delta``) and return its bound as an
@@ -379,7 +449,7 @@ def method_run_bound(budget: AttackBudget, delta: float) -> EmpiricalBound:
     params = dict(budget.params)
     if "delta" in method_run_parameters(budget.method):
         params["delta"] = delta
-    res = audit_method_run(budget.method, seed=budget.seed, confidence=budget.confidence, **params)
+    res = audit_method_run(budget.method, seed=budget.seed, confidence=budget.confidence, progress=progress, **params)
     b = res.bound
     return EmpiricalBound(
         attack=f"method-run {res.method}", epsilon_lower_bound=float(b.epsilon),
@@ -397,10 +467,13 @@ def method_run_bound(budget: AttackBudget, delta: float) -> EmpiricalBound:
 # --------------------------------------------------------------------------------------------------
 
 
-def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, base_dir: str | Path = ".") -> ClaimResult:
-    """Account ``claim``'s subject (and run its attack budget) and decide whether the claim holds."""
+def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, base_dir: str | Path = ".",
+                   progress: "bool | Reporter" = False) -> ClaimResult:
+    """Account ``claim``'s subject (and run its attack budget) and give it its verdict (REFUTED, UNPROVEN or
+    HOLDS). ``progress``: the attack's or audit's progress on stderr (the default attack runner only)."""
     t0 = time.perf_counter()
-    reasons: list[str] = []
+    unproven: list[str] = []  # why the accounting cannot show the claim
+    refuted: list[str] = []  # certified evidence above the claim
     notes: list[str] = []
     empirical = None
     subject = claim.subject
@@ -435,77 +508,84 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
                 notes += list(res.warnings)
             stated = (meta.get("claim") or {}).get("granularity")
             if stated is not None and stated != claim.granularity:
-                reasons.append(f"granularity mismatch: the release is accounted at {stated!r} level, the claim is at {claim.granularity!r}")
+                unproven.append(f"granularity mismatch: the release is accounted at {stated!r} level, the claim is at {claim.granularity!r}")
     notes += [str(w.message) for w in caught]
 
     if not st.epsilon <= claim.epsilon:
-        reasons.insert(0, f"accounted epsilon {_fmt_eps(st.epsilon)} > claimed {claim.epsilon:g}")
+        unproven.insert(0, f"accounted epsilon {fmt_number(st.epsilon)} > claimed {fmt_number(claim.epsilon)}")
     if st.delta > claim.delta:
-        reasons.append(f"accounted delta {st.delta:g} > claimed {claim.delta:g}")
+        unproven.append(f"accounted delta {fmt_number(st.delta)} > claimed {fmt_number(claim.delta)}")
     if st.data_dependent:
         if claim.allow_data_dependent:
             notes.append("the accounted epsilon is data-dependent: it depends on the private data and is not itself DP.")
         else:
-            reasons.append("the accounted epsilon is data-dependent (not itself DP) and the claim does not allow that")
+            unproven.append("the accounted epsilon is data-dependent (not itself DP) and the claim does not allow that")
 
     if claim.attack is not None and claim.attack.kind == "method-run":
-        empirical = method_run_bound(claim.attack, claim.delta)
+        empirical = method_run_bound(claim.attack, claim.delta, progress=progress)
         notes += [str(n) for n in empirical.details.get("notes", ())]
         if empirical.epsilon_lower_bound > claim.epsilon:
             if not empirical.certified:
-                notes.append(f"the empirical {empirical.describe()} is above the claimed epsilon {claim.epsilon:g}; "
+                notes.append(f"the empirical {empirical.describe()} is above the claimed epsilon {fmt_number(claim.epsilon)}; "
                              f"it is an {ESTIMATE_CAVEAT}, so it does not fail the claim.")
             elif empirical.delta < claim.delta:
-                notes.append(f"the certified {empirical.describe()} is above the claimed epsilon {claim.epsilon:g} "
-                             f"but holds at delta {empirical.delta:g}, below the claimed delta {claim.delta:g}, so it "
+                notes.append(f"the certified {empirical.describe()} is above the claimed epsilon {fmt_number(claim.epsilon)} "
+                             f"but holds at delta {fmt_number(empirical.delta)}, below the claimed delta {fmt_number(claim.delta)}, so it "
                              "does not refute the claim.")
             else:
-                reasons.append(f"certified empirical lower bound {_fmt_eps(empirical.epsilon_lower_bound)} "
+                refuted.append(f"certified empirical lower bound {fmt_number(empirical.epsilon_lower_bound)} "
                                f"({empirical.attack}, {empirical.details['trials']} trials, confidence "
-                               f"{empirical.confidence:g}) > claimed {claim.epsilon:g}")
+                               f"{fmt_number(empirical.confidence)}) > claimed {fmt_number(claim.epsilon)}")
         acc = empirical.details.get("accounted_epsilon")
         if empirical.certified and acc is not None and empirical.epsilon_lower_bound > acc:
-            notes.append(f"the certified lower bound ({_fmt_eps(empirical.epsilon_lower_bound)}) is above dpaudit's "
-                         f"accounting of the {empirical.details['method']} run ({_fmt_eps(acc)}): an accounting or "
+            notes.append(f"the certified lower bound ({fmt_number(empirical.epsilon_lower_bound)}) is above dpaudit's "
+                         f"accounting of the {empirical.details['method']} run ({fmt_number(acc)}): an accounting or "
                          "implementation bug.")
     elif claim.attack is not None and isinstance(subject, ReleaseSubject):
-        runner = attack_runner or default_attack_runner
+        runner = attack_runner or functools.partial(default_attack_runner, progress=progress)
         empirical = runner(subject.path, claim.attack, claim.delta)
         notes += [str(n) for n in empirical.details.get("notes", ())]
         if empirical.epsilon_lower_bound > claim.epsilon:
             if empirical.certified:
-                reasons.append(f"certified empirical lower bound {_fmt_eps(empirical.epsilon_lower_bound)} "
-                               f"({empirical.attack}, confidence {empirical.confidence:g}) > claimed {claim.epsilon:g}")
+                refuted.append(f"certified empirical lower bound {fmt_number(empirical.epsilon_lower_bound)} "
+                               f"({empirical.attack}, confidence {fmt_number(empirical.confidence)}) > claimed {fmt_number(claim.epsilon)}")
             else:
-                notes.append(f"the empirical {empirical.describe()} is above the claimed epsilon {claim.epsilon:g}; "
+                notes.append(f"the empirical {empirical.describe()} is above the claimed epsilon {fmt_number(claim.epsilon)}; "
                              f"it is an {ESTIMATE_CAVEAT}, so it does not fail the claim (a certified canary audit "
                              "would settle it).")
         if empirical.epsilon_lower_bound > st.epsilon:
             if empirical.certified:
                 notes.append(
-                    f"the certified empirical lower bound ({_fmt_eps(empirical.epsilon_lower_bound)}) is above the "
-                    f"accounted epsilon ({_fmt_eps(st.epsilon)}): the accounting does not describe the released model "
+                    f"the certified empirical lower bound ({fmt_number(empirical.epsilon_lower_bound)}) is above the "
+                    f"accounted epsilon ({fmt_number(st.epsilon)}): the accounting does not describe the released model "
                     "(an accounting or implementation bug)."
                 )
             else:
                 notes.append(
-                    f"the empirical estimate ({_fmt_eps(empirical.epsilon_lower_bound)}, not certified) is above the "
-                    f"accounted epsilon ({_fmt_eps(st.epsilon)})."
+                    f"the empirical estimate ({fmt_number(empirical.epsilon_lower_bound)}, not certified) is above the "
+                    f"accounted epsilon ({fmt_number(st.epsilon)})."
                 )
     return ClaimResult(
         name=claim.name, subject=subject.describe(), claimed_epsilon=claim.epsilon, claimed_delta=claim.delta,
-        granularity=claim.granularity, held=not reasons, reasons=tuple(reasons), accounted=st, empirical=empirical,
+        granularity=claim.granularity, refuted_by=tuple(refuted), unproven_because=tuple(unproven), accounted=st, empirical=empirical,
         warnings=tuple(dict.fromkeys(notes)), seconds=time.perf_counter() - t0,
     )
 
 
-def evaluate_claims(claims: ClaimsFile, *, attack_runner: AttackRunner | None = None) -> ClaimsReport:
+def evaluate_claims(claims: ClaimsFile, *, attack_runner: AttackRunner | None = None,
+                    progress: "bool | Reporter" = False) -> ClaimsReport:
     """Evaluate every claim of a parsed claims file (paths already resolved against its directory)."""
     base = claims.path.parent if claims.path is not None else Path(".")
-    results = tuple(evaluate_claim(c, attack_runner=attack_runner, base_dir=base) for c in claims.claims)
-    return ClaimsReport(path=None if claims.path is None else str(claims.path), results=results)
+    rep = as_reporter(progress)
+    results = []
+    for c in claims.claims:
+        if c.attack is not None:
+            rep.log(f"claim {c.name!r}: running its {c.attack.kind} attack")
+        results.append(evaluate_claim(c, attack_runner=attack_runner, base_dir=base, progress=rep))
+    return ClaimsReport(path=None if claims.path is None else str(claims.path), results=tuple(results))
 
 
-def check_claims(path: str | Path, *, attack_runner: AttackRunner | None = None) -> ClaimsReport:
+def check_claims(path: str | Path, *, attack_runner: AttackRunner | None = None,
+                 progress: "bool | Reporter" = False) -> ClaimsReport:
     """Load, validate and evaluate a claims TOML file: the library call behind ``dpaudit check``."""
-    return evaluate_claims(load_claims(path), attack_runner=attack_runner)
+    return evaluate_claims(load_claims(path), attack_runner=attack_runner, progress=progress)

@@ -42,6 +42,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from dpaudit._format import fmt_number
 from dpaudit._io import load_json_file, load_toml_file, read_json
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
@@ -139,7 +140,7 @@ def parse_claim(items: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
     gran = _GRANULARITY_ALIASES.get(gran, gran)
     if gran not in GRANULARITIES:
         raise ParameterError(f"The 'granularity' of --claim must be one of record, {', '.join(GRANULARITIES)}. Got {gran!r} instead.")
-    text = str(raw.get("text") or f"({eps:g}, {delta:g})-DP at {gran} level")
+    text = str(raw.get("text") or f"({fmt_number(eps)}, {fmt_number(delta)})-DP at {gran} level")
     return {"epsilon": eps, "delta": delta, "granularity": gran, "text": text}
 
 

@@ -27,16 +27,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from dpaudit._io import write_json, write_text
-from dpaudit.errors import DataError, ParameterError, check_choice, check_int
+from dpaudit._format import fmt_number
+from dpaudit._io import load_json_file, write_json, write_text
+from dpaudit.errors import DataError, OutputError, ParameterError, check_bool, check_choice, check_int
 from dpaudit.progress import Reporter, as_reporter
 
 __all__ = ["PAPERS", "SCALES", "VERDICTS", "Setting", "PaperClaim", "Grid", "RowResult", "ClaimVerdict",
-           "ReproductionTable", "paper_grid", "grid_settings", "reproduce", "check_data_files"]
+           "ReproductionTable", "paper_grid", "grid_settings", "reproduce", "check_data_files", "check_replace",
+           "table_paths", "DEFAULT_OUT", "COMMITTED_OUT", "SETTINGS_HEAD", "CLAIMS_HEAD"]
 
 PAPERS = ("privatekt", "fedkt", "fredy", "proxyfl")
 SCALES = ("cpu", "paper")
 VERDICTS = ("reproduced", "not reproduced at this scale", "not reproduced", "cannot be checked here")
+
+#: Where ``dpaudit reproduce`` writes its tables by default (scratch: git ignores ``runs/``), and the committed
+#: tables, which change only with an explicit ``--out reports/reproduce``.
+DEFAULT_OUT = Path("runs") / "reproduce"
+COMMITTED_OUT = Path("reports") / "reproduce"
+
+SETTINGS_HEAD = ("setting", "paper (source)", "dpaudit (mean ± std)", "accounted ε", "claimed ε", "empirical ε (kind)")
+CLAIMS_HEAD = ("claim", "source", "verdict", "evidence")
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,8 @@ class ReproductionTable:
     rows: tuple[RowResult, ...]
     verdicts: tuple[ClaimVerdict, ...]
     seconds: float
+    #: The root the tables were written under (``--out``), when not the default: the Markdown's "Made by" says it.
+    out: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         g = self.grid
@@ -147,32 +159,44 @@ class ReproductionTable:
                 "seeds": list(self.seeds), "seconds": round(self.seconds, 1), "notes": list(g.notes),
                 "rows": [r.to_dict() for r in self.rows], "claims": [v.to_dict() for v in self.verdicts]}
 
+    def setting_rows(self) -> list[list[str]]:
+        """One row per setting under :data:`SETTINGS_HEAD` (the Markdown table and the console's)."""
+        rows = []
+        for r in self.rows:
+            s = r.setting
+            paper = "–" if s.paper is None else f"{s.paper:.3f}"
+            emp = "–" if r.empirical_epsilon is None else (f"{_fmt(r.empirical_epsilon)} ({r.empirical_kind}; "
+                                                            f"AUC {r.attack_auc:.3f})")
+            rows.append([s.label, f"{paper} ({s.source or 'no number in the paper'})",
+                         f"{r.mean:.3f} ± {r.std:.3f} ({s.metric})", _fmt(r.accounted_epsilon), _fmt(r.claimed_epsilon),
+                         emp])
+        return rows
+
+    def claim_rows(self) -> list[list[str]]:
+        """One row per claim of the paper under :data:`CLAIMS_HEAD`."""
+        return [[v.claim.text, v.claim.source, v.verdict, v.evidence] for v in self.verdicts]
+
     def to_markdown(self) -> str:
         g = self.grid
         lines = [f"# Reproduction: {g.title}", "", f"{g.citation}", "",
                  f"Scale: **{g.scale}** (data: {', '.join(g.datasets)}); seeds: {', '.join(map(str, self.seeds))}; "
                  f"wall time {self.seconds:.0f} s. Made by `dpaudit reproduce {g.paper} --scale {g.scale} "
-                 f"--seeds {len(self.seeds)}`.", ""]
+                 f"--seeds {len(self.seeds)}{'' if self.out is None else ' --out ' + self.out}`.", ""]
         lines += [f"- {n}" for n in g.notes] + ([""] if g.notes else [])
-        lines += ["## Settings", "",
-                  "| setting | paper (source) | dpaudit (mean ± std) | accounted ε | claimed ε | empirical ε (kind) |",
-                  "|---|---|---|---|---|---|"]
-        for r in self.rows:
-            s = r.setting
-            paper = "–" if s.paper is None else f"{s.paper:.3f}"
-            emp = "–" if r.empirical_epsilon is None else (f"{r.empirical_epsilon:.3g} ({r.empirical_kind}; "
-                                                            f"AUC {r.attack_auc:.3f})")
-            lines.append(f"| {s.label} | {paper} ({s.source or 'no number in the paper'}) | {r.mean:.3f} ± {r.std:.3f} "
-                         f"({s.metric}) | {_fmt(r.accounted_epsilon)} | {_fmt(r.claimed_epsilon)} | {emp} |")
-        lines += ["", "## Claims", "", "| claim | source | verdict | evidence |", "|---|---|---|---|"]
-        for v in self.verdicts:
-            lines.append(f"| {v.claim.text} | {v.claim.source} | **{v.verdict}** | {v.evidence} |")
-        lines += ["", "Accounted ε: dpaudit's headline statement for the run's released model (∞ where no finite "
-                  "guarantee is established, and for baselines without a privacy mechanism). Claimed ε: what the "
-                  "paper's analysis gives for the same run. Empirical ε: a "
-                  "loss-threshold membership attack on the first seed's release; on one model it is an estimate, "
-                  "never a certified bound.", ""]
+        lines += ["## Settings", "", "| " + " | ".join(SETTINGS_HEAD) + " |", "|---" * len(SETTINGS_HEAD) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in self.setting_rows()]
+        lines += ["", "## Claims", "", "| " + " | ".join(CLAIMS_HEAD) + " |", "|---" * len(CLAIMS_HEAD) + "|"]
+        lines += [f"| {text} | {source} | **{verdict}** | {evidence} |"
+                  for text, source, verdict, evidence in self.claim_rows()]
+        lines += ["", NOTE, ""]
         return "\n".join(lines)
+
+
+#: What the table's ε columns mean (below the Markdown table and the console's).
+NOTE = ("Accounted ε: dpaudit's headline statement for the run's released model (∞ where no finite guarantee is "
+        "established, and for baselines without a privacy mechanism). Claimed ε: what the paper's analysis gives for "
+        "the same run. Empirical ε: a loss-threshold membership attack on the first seed's release; on one model it "
+        "is an estimate, never a certified bound.")
 
 
 def _num(x: float) -> float | str:
@@ -180,7 +204,7 @@ def _num(x: float) -> float | str:
 
 
 def _fmt(x: float) -> str:
-    return "∞" if math.isinf(x) else ("–" if math.isnan(x) else f"{x:.3g}")
+    return "–" if math.isnan(x) else fmt_number(x, 3)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -503,28 +527,68 @@ def _verdict(claim: PaperClaim, rows: Mapping[str, RowResult], scale: str) -> Cl
                         f"{b.std:.3f}{bound}: {'yes' if ok else 'no'}")
 
 
+def table_paths(paper: str, out: str | Path | None = None) -> tuple[Path, Path]:
+    """The Markdown and JSON tables of ``paper`` under the root ``out`` (default :data:`DEFAULT_OUT`):
+    ``OUT/<paper>/<paper>.md`` and ``.json``."""
+    folder = (DEFAULT_OUT if out is None else Path(out)) / paper
+    return folder / f"{paper}.md", folder / f"{paper}.json"
+
+
+def check_replace(grid: Grid, seeds: int, json_path: str | Path) -> None:
+    """Refuse (:class:`~dpaudit.errors.OutputError`) to replace the table at ``json_path`` with a poorer one: fewer
+    seeds, fewer settings (``--only``) or another scale than it was made with. Nothing there: nothing to check."""
+    path = Path(json_path)
+    if not path.exists():
+        return
+    try:
+        old = load_json_file(path, "the reproduction table")
+        old_seeds, old_scale = len(old["seeds"]), str(old["scale"])
+        old_keys = [str(r["key"]) for r in old["rows"]]
+    except (DataError, KeyError, TypeError) as exc:
+        raise OutputError(f"dpaudit reproduce would replace {path}, which is not a reproduction table it can read "
+                          f"({exc}); pass --force to replace it, or choose another --out.") from None
+    lost = []
+    if seeds < old_seeds:
+        lost.append(f"{old_seeds} seeds, this run {seeds}")
+    missing = [k for k in old_keys if k not in {st.key for st in grid.settings}]
+    if missing:
+        lost.append(f"settings {', '.join(missing)} that this run (--only) leaves out")
+    if old_scale != grid.scale:
+        lost.append(f"scale {old_scale}, this run {grid.scale}")
+    if lost:
+        raise OutputError(f"dpaudit reproduce refuses to replace the table at {path} with a poorer one (it has "
+                          f"{'; '.join(lost)}): pass --force to replace it, or choose another --out (the default, "
+                          f"{DEFAULT_OUT}, is scratch space).")
+
+
 def reproduce(paper: str, *, scale: str = "cpu", data_dir: str | Path | None = None, seeds: int = 5,
               out: str | Path | None = None, work_dir: str | Path | None = None, device: str | None = None,
-              attacks: bool = True, grid: Grid | None = None, progress: bool | Reporter = True) -> ReproductionTable:
-    """Run ``paper``'s grid at ``scale`` over seeds ``0 .. seeds-1`` and write ``OUT/<paper>.md`` and ``.json``
-    (``out`` default ``reports/reproduce/<paper>``); the releases go to ``work_dir`` (default
-    ``runs/reproduce/<paper>``, scratch). Teachers shared across settings are trained once (``shared_stages``).
-    ``grid`` replaces the built-in grid (tests use a tiny one)."""
+              attacks: bool = True, grid: Grid | None = None, force: bool = False,
+              progress: bool | Reporter = True) -> ReproductionTable:
+    """Run ``paper``'s grid at ``scale`` over seeds ``0 .. seeds-1`` and write ``OUT/<paper>/<paper>.md`` and
+    ``.json`` (:func:`table_paths`; ``out`` default :data:`DEFAULT_OUT`, scratch; the committed tables are
+    ``out = "reports/reproduce"``); the releases go to ``work_dir`` (default ``runs/reproduce/<paper>``, scratch).
+    A table already there made with more seeds, more settings or at another scale is not replaced unless
+    ``force`` (checked before anything runs). Teachers shared across settings are trained once
+    (``shared_stages``). ``grid`` replaces the built-in grid (tests use a tiny one)."""
     from dpaudit.training.methods import run_method
     from dpaudit.training.methods.common import shared_stages
 
     n_seeds = check_int(seeds, "seeds", "dpaudit reproduce", low=1)
+    force = check_bool(force, "force", "dpaudit reproduce")
     g = grid if grid is not None else paper_grid(paper, scale)
+    md_path, json_path = table_paths(g.paper, out)
+    if not force:
+        check_replace(g, n_seeds, json_path)
     check_data_files(g, data_dir)
     rep = as_reporter(progress, prefix=f"dpaudit reproduce {g.paper}")
-    out = Path(out) if out is not None else Path("reports") / "reproduce" / g.paper
     work = Path(work_dir) if work_dir is not None else Path("runs") / "reproduce" / g.paper
     t0 = time.perf_counter()
     rows: dict[str, RowResult] = {}
     runs: dict[str, Any] = {}  # settings that differ only in the metric read (FedKT, SOLO, PATE) share their runs
-    with shared_stages(work / "shared_stages"):
+    with shared_stages(work / "shared_stages"), \
+            rep.stage(f"{g.paper}: {len(g.settings)} settings x {n_seeds} seed(s)", total=len(g.settings) * n_seeds) as stage:
         for i, s in enumerate(g.settings):
-            rep.log(f"[{i + 1}/{len(g.settings)}] {s.label} ({s.method}, {n_seeds} seed(s))")
             t1 = time.perf_counter()
             values, acc, claimed, emp = [], [], [], (None, None, None)
             for seed in range(n_seeds):
@@ -542,17 +606,20 @@ def reproduce(paper: str, *, scale: str = "cpu", data_dir: str | Path | None = N
                 claimed.append(float(res.claimed_epsilon))
                 if seed == 0 and s.attack and attacks:
                     emp = _empirical(Path(res.release), float(res.accounting.delta), seed)
+                stage.advance()
             if s.no_privacy:
                 acc, claimed = [math.inf], [math.inf]
             rows[s.key] = RowResult(s, tuple(values), max(acc), max(claimed), emp[0], emp[1], time.perf_counter() - t1,
                                     emp[2])
-            rep.log(f"    {s.metric} = {rows[s.key].mean:.3f} ± {rows[s.key].std:.3f}, accounted ε = "
-                    f"{_fmt(rows[s.key].accounted_epsilon)} ({time.perf_counter() - t1:.0f} s)")
+            rep.log(f"[{i + 1}/{len(g.settings)}] {s.label}: {s.metric} = {rows[s.key].mean:.3f} ± "
+                    f"{rows[s.key].std:.3f}, accounted ε = {_fmt(rows[s.key].accounted_epsilon)} "
+                    f"({time.perf_counter() - t1:.0f} s)")
     verdicts = tuple(_verdict(c, rows, g.scale) for c in g.claims)
-    table = ReproductionTable(g, tuple(range(n_seeds)), tuple(rows.values()), verdicts, time.perf_counter() - t0)
-    write_text(out / f"{g.paper}.md", table.to_markdown())
-    write_json(out / f"{g.paper}.json", table.to_dict())
-    rep.log(f"tables written to {out / (g.paper + '.md')} and .json")
+    root = None if out is None or Path(out) == DEFAULT_OUT else Path(out).as_posix()
+    table = ReproductionTable(g, tuple(range(n_seeds)), tuple(rows.values()), verdicts, time.perf_counter() - t0, root)
+    write_text(md_path, table.to_markdown())
+    write_json(json_path, table.to_dict())
+    rep.log(f"tables written to {md_path} and .json")
     return table
 
 

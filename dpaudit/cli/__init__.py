@@ -2,7 +2,8 @@
 
 Every command is one call of a library function plus printing. Errors the library raises on purpose
 (:class:`~dpaudit.errors.DPAuditError`) and click's usage errors become one line on stderr and exit
-code 2 — never a traceback.
+code 2 — never a traceback. A bug (any other exception) exits 70 (``EX_SOFTWARE``), so that no script mistakes
+it for a command's own answer (``dpaudit check`` exits 1 for a refuted claim, 3 for an unproven one).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import click
 from dpaudit import __version__
 from dpaudit.errors import DPAuditError
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "INTERNAL_ERROR"]
+
+#: Exit status of an internal error (a bug): sysexits' EX_SOFTWARE.
+INTERNAL_ERROR = 70
 
 # Each module below defines a click command named ``command``; a module that is absent is skipped.
 _COMMAND_MODULES = ("account", "train", "attack", "audit", "audit_method", "check", "release", "reproduce")
@@ -81,5 +85,5 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("DPAUDIT_TRACEBACK"):
             raise
         _fail(f"internal error ({type(exc).__name__}: {str(exc)[:300]}); please report it, and set "
-              "DPAUDIT_TRACEBACK=1 to see the traceback".replace("\n", " "), 1)
+              "DPAUDIT_TRACEBACK=1 to see the traceback".replace("\n", " "), INTERNAL_ERROR)
     sys.exit(rv if isinstance(rv, int) else 0)

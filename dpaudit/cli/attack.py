@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit._format import fmt_number, make_console, table_text
 from dpaudit._io import atomic_path, write_json
 from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
@@ -22,9 +23,9 @@ from dpaudit.progress import as_reporter
 def _empirical(r: AttackResult) -> str:
     b = r.bound
     if b.certified:
-        return f">= {b.epsilon:.3f} (certified)"
-    rng = f" [{b.split_low:.3f}, {b.split_high:.3f}]" if b.num_splits > 1 else ""
-    return f"~ {b.epsilon:.3f}{rng} (estimate)"
+        return f"≥ {fmt_number(b.epsilon)} (certified)"
+    rng = f" [{fmt_number(b.split_low)}, {fmt_number(b.split_high)}]" if b.num_splits > 1 else ""
+    return f"≈ {fmt_number(b.epsilon)}{rng} (estimate)"
 
 
 def _row(r: AttackResult) -> list[str]:
@@ -37,23 +38,22 @@ def _row(r: AttackResult) -> list[str]:
 
 
 def render(report: AttackReport) -> str:
-    """The table ``dpaudit attack`` prints."""
+    """What ``dpaudit attack`` prints: the table (the one table style, at the console's width) and its notes."""
     m, b = report.attack.metrics, report.attack.bound
-    fprs = "/".join(f"{f:g}" for f, _ in m.tpr_at_fpr)
-    head = ["attack", "AUC [CI]", f"TPR@FPR {fprs}", "acc", "prec", "rec", "F1", "empirical eps (kind)"]
+    fprs = " / ".join(fmt_number(f) for f, _ in m.tpr_at_fpr)
+    head = ["attack", "AUC [CI]", f"TPR @ FPR {fprs}", "acc", "prec", "rec", "F1", "empirical ε (kind)"]
     rows = [_row(report.attack)] + ([_row(report.blind)] if report.blind is not None else [])
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-    out = [report.attack.description, line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    out = [table_text(head, rows, title=report.attack.description, right=range(1, 7), width=make_console().width)]
     out.append(f"members / non-members evaluated: {m.num_members} / {m.num_nonmembers} (balanced); "
-               f"precision/recall/F1 are macro averages at threshold {m.threshold:.4g} ({m.threshold_rule}).")
+               f"precision/recall/F1 are macro averages at threshold {fmt_number(m.threshold)} ({m.threshold_rule}).")
     if b.certified:
-        out.append(f"empirical epsilon: certified lower bound {b.epsilon:.3f} at confidence {b.confidence:g}, "
-                   f"delta {b.delta:g} (Clopper-Pearson over independent trials).")
+        out.append(f"empirical epsilon: certified lower bound {fmt_number(b.epsilon)} at confidence "
+                   f"{fmt_number(b.confidence)}, delta {fmt_number(b.delta)} (Clopper-Pearson over independent trials).")
     else:
-        out.append(f"empirical epsilon: {ESTIMATE_CAVEAT}. Median {b.epsilon:.3f} over {b.num_splits} split seeds, "
-                   f"range [{b.split_low:.3f}, {b.split_high:.3f}], at confidence {b.confidence:g}, delta {b.delta:g} "
-                   f"(Clopper-Pearson formula, threshold chosen on a disjoint half: FPR {b.fpr:.3f}, FNR {b.fnr:.3f}).")
+        out.append(f"empirical epsilon: {ESTIMATE_CAVEAT}. Median {fmt_number(b.epsilon)} over {b.num_splits} split "
+                   f"seeds, range [{fmt_number(b.split_low)}, {fmt_number(b.split_high)}], at confidence "
+                   f"{fmt_number(b.confidence)}, delta {fmt_number(b.delta)} (Clopper-Pearson formula, threshold "
+                   f"chosen on a disjoint half: FPR {fmt_number(b.fpr)}, FNR {fmt_number(b.fnr)}).")
     out.extend(f"note: {n}" for n in report.notes)
     return "\n".join(out)
 

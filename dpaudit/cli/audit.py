@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from dpaudit.cli.executor_options import executor_options
 from dpaudit.cli.render import make_console
+from dpaudit.cli.render import print_table as shared_print_table
 
 
 @click.command("audit")
@@ -37,14 +37,15 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, exe
     with make_executor(executor, address=ray_address) as ex:
         report = run_audit(cfg, out, device=device, progress=not quiet, executor=ex)
     console = make_console()
+    printed: list[str] = []
 
-    def print_table(title: str, head: list[str], rows: list[list[str]], no_wrap=lambda col: False) -> None:
-        table = Table(title=title, title_justify="left")
-        for col in head:
-            table.add_column(col, no_wrap=no_wrap(col))
-        for row in rows:
-            table.add_row(*(escape(c) for c in row))
-        console.print(table)
+    def print_table(title: str, head: list[str], rows: list[list[str]], no_wrap=None) -> None:
+        """The one table style (:func:`dpaudit.cli.render.print_table`), a blank line between tables: nothing is
+        ever cut (``no_wrap`` is accepted and ignored: cells wrap at spaces only)."""
+        if printed:
+            console.print()
+        printed.append(title)
+        shared_print_table(console, head, rows, title=title)
 
     print_table(report.title, SUMMARY_HEAD, summary_rows(report), lambda col: col in ("model", "method", "test accuracy"))
     if report.certified:
@@ -65,4 +66,4 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, exe
         for msg, models in msgs:
             console.print(f"[{colour.get(sev, 'white')}]{sev.upper()}[/] {code} ({escape(', '.join(models))}): "
                           f"{escape(msg)}", soft_wrap=True)
-    console.print(f"report: {out / 'report.html'} (and report.md, report.json, figures)")
+    console.print(f"report: {escape(str(out / 'report.html'))} (and report.md, report.json, figures)", soft_wrap=True)

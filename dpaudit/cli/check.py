@@ -1,35 +1,61 @@
-"""``dpaudit check CLAIMS.toml [--junit FILE]``: does every privacy claim hold? (exit 0 yes, 1 no, 2 usage error)"""
+"""``dpaudit check CLAIMS.toml [--junit FILE] [--json]``: does every privacy claim hold?
+
+Exit status: 0 when every claim HOLDS, 1 when any is REFUTED, 3 when none is refuted but some are UNPROVEN,
+2 on usage errors (:data:`dpaudit.audit.evaluate.EXIT_CODES`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
+from rich.text import Text
 
 from dpaudit._io import dumps_json
 from dpaudit.audit import check_claims, write_junit
+from dpaudit.audit.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
+from dpaudit.cli.render import make_console, print_table, print_warnings
 from dpaudit.progress import as_reporter
 
 
 @click.command("check")
 @click.argument("claims", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the verdicts as JUnit XML (one testcase per claim) to this file.")
+              help="Also write the verdicts as JUnit XML (one testcase per claim; REFUTED and UNPROVEN claims are "
+                   "failures of type PrivacyClaimRefuted / PrivacyClaimUnproven) to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON instead of the table.")
-@click.option("--quiet", is_flag=True, help="Nothing on stderr (the verdict table still goes to stdout).")
+@click.option("--quiet", is_flag=True, help="No progress on stderr (warnings about the claims still go there).")
 @click.pass_context
 def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool, quiet: bool) -> None:
-    """Check the privacy claims listed in CLAIMS (a TOML file).
+    """Check the privacy claims listed in CLAIMS (a TOML file); each gets one of three verdicts.
 
-    A claim fails when its accounted epsilon (or delta) exceeds the claimed one, when the subject is accounted
-    at another granularity, or when a certified empirical lower bound exceeds the claimed epsilon (a certified
-    canary audit of a release, or attack.kind = "method-run": the audit of a method's whole run). Empirical
-    estimates (one model's records, not independent trials) never fail a claim: they are reported as warnings.
-    Exit status: 0 when every claim holds, 1 when any fails, 2 on usage errors.
+    \b
+    REFUTED   certified evidence is above the claimed epsilon: a certified canary audit of a release, or
+              attack.kind = "method-run" (the audit of a method's whole run). The claim is false.
+    UNPROVEN  no certified evidence against the claim, but the accounting cannot show it: the accounted
+              epsilon (or delta) is above the claimed one, or the subject is accounted at another
+              granularity. The claim may be true; dpaudit cannot support it.
+    HOLDS     the accounting shows the claim and nothing certified contradicts it.
+
+    Empirical estimates (one model's records, not independent trials) never fail a claim: they are reported as
+    warnings. Exit status: 0 when every claim holds, 1 when any is refuted, 3 when some are unproven and none is
+    refuted, 2 on usage errors.
     """
     rep = as_reporter(not quiet, prefix="dpaudit check")
-    report = check_claims(claims)
-    click.echo(dumps_json(report.to_dict()) if as_json else report.table())
+    report = check_claims(claims, progress=rep)
+    if as_json:
+        click.echo(dumps_json(report.to_dict()))
+    else:
+        console = make_console()
+        print_table(console, list(report.TABLE_HEAD), report.rows())
+        console.print(Text(report.summary(), style="bold"), soft_wrap=True)
+        for v in VERDICTS:
+            if v != HOLDS and report.counts[v]:
+                console.print(Text(f"{v}: {VERDICT_MEANINGS[v]}."), soft_wrap=True)
+        for line in report.audit_lines():
+            console.print(Text(line), soft_wrap=True)
+    for r in report.results:
+        print_warnings(r.warnings, where=f" ({r.name})")
     if junit is not None:
         write_junit(report, junit)
         rep.log(f"JUnit XML written to {junit}")

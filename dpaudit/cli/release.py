@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit._format import fmt_number
 from dpaudit.errors import ParameterError
 
 _PATH = click.Path(dir_okay=False, path_type=Path)
@@ -91,7 +92,8 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
     click.echo(f"claim: {meta['claim']['text']}")
     if st is not None:
         for s in st["statements"]:
-            click.echo(f"accounted: epsilon = {s['epsilon']} at delta = {s['delta']:g} ({s['label'] or s['method']})")
+            eps = float(s["epsilon"]) if isinstance(s["epsilon"], str) else s["epsilon"]  # "inf" in JSON
+            click.echo(f"accounted: ε = {fmt_number(eps)} at δ = {fmt_number(s['delta'])} ({s['label'] or s['method']})")
     click.echo(f"attacks possible: {', '.join(meta['params'].get('possible_attacks', []))}")
     for f in meta.get("flags", []):
         click.echo(f"red flag ({f['code']}): {f['message']}")

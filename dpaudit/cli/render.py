@@ -1,46 +1,39 @@
 """Rendering of an :class:`~dpaudit.accountants.statement.AccountingResult` for the terminal (rich) and as JSON.
 
 Shared by every command that prints accounting: a table of the statements (each row pointing at its
-assumptions by number), the derived facts, the numbered assumptions, and the warnings.
+assumptions by number), the derived facts, the numbered assumptions (stdout), and the warnings (stderr). The
+console, table and number helpers every command prints with (:mod:`dpaudit._format`) are re-exported here.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Iterable
 
+import click
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
+from dpaudit._format import fmt_number, make_console, print_table
 from dpaudit.accountants.statement import AccountingResult
 
-__all__ = ["render_result", "result_json", "format_number", "make_console"]
+__all__ = ["render_result", "render_run", "result_json", "format_number", "make_console", "print_table", "warn",
+           "print_warnings"]
+
+#: The one number format (:func:`dpaudit._format.fmt_number`), under the name the commands import.
+format_number = fmt_number
 
 
+def warn(message: str) -> None:
+    """One ``dpaudit: warning: ...`` line on stderr (stdout holds results only)."""
+    click.echo(f"dpaudit: warning: {message}", err=True)
 
-def make_console() -> Console:
-    """A rich console: the terminal's width on a terminal, 120 columns when piped or logged (rich's default
-    of 80 would fold every table)."""
-    import sys
 
-    return Console() if sys.stdout.isatty() else Console(width=120)
-
-def format_number(x: Any) -> str:
-    """Numbers for people: 4 significant digits, inf as 'inf', ints as they are."""
-    if isinstance(x, bool) or x is None:
-        return str(x)
-    if isinstance(x, int):
-        return str(x)
-    if isinstance(x, float):
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        if x == 0:
-            return "0"
-        if 1e-3 <= abs(x) < 1e6:
-            return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.1f}"
-        return f"{x:.3e}"
-    return str(x)
+def print_warnings(warnings: Iterable[str], *, where: str = "") -> None:
+    """Each warning on stderr, once, as :func:`warn` (``where``: ``" (claim a)"`` after "warning")."""
+    for w in dict.fromkeys(warnings):
+        click.echo(f"dpaudit: warning{where}: {w}", err=True)
 
 
 def _jsonable(x: Any) -> Any:
@@ -61,35 +54,46 @@ def result_json(result: AccountingResult) -> str:
 
 
 def render_result(result: AccountingResult, console: Console | None = None) -> None:
-    """Print ``result``: statements (headline marked), facts, numbered assumptions, warnings."""
+    """Print ``result``: statements (headline marked), facts, numbered assumptions on stdout; its warnings on
+    stderr."""
     console = console or make_console()
     numbers: dict[str, int] = {}
     for st in result.statements:
         for a in st.assumptions:
             numbers.setdefault(a, len(numbers) + 1)
-
-    table = Table(title=f"{result.mechanism}", title_justify="left", show_lines=False)
-    for col, kw in (("", {}), ("figure", {}), ("epsilon", {"justify": "right"}), ("delta", {"justify": "right"}),
-                    ("method", {}), ("order", {"justify": "right"}), ("assumptions", {})):
-        table.add_column(col, **kw)
+    rows = []
     for i, st in enumerate(result.statements):
-        mark = "*" if i == result.headline else ""
-        eps = format_number(st.epsilon) + (" (data-dep.)" if st.data_dependent else "")
-        table.add_row(mark, st.label or "-", eps, format_number(st.delta), st.method,
-                      "-" if st.order is None else format_number(st.order),
-                      ",".join(str(numbers[a]) for a in st.assumptions))
-    console.print(table)
-    console.print(f"[bold]* headline:[/bold] epsilon = {format_number(result.epsilon)}, delta = {format_number(result.delta)}")
+        rows.append([("* " if i == result.headline else "") + (st.label or "-"),
+                     fmt_number(st.epsilon) + (" (data-dep.)" if st.data_dependent else ""), fmt_number(st.delta),
+                     st.method, fmt_number(st.order), ",".join(str(numbers[a]) for a in st.assumptions)])
+    print_table(console, ["figure", "ε", "δ", "method", "order", "assumptions"], rows, title=result.mechanism,
+                right=(1, 2, 4))
+    console.print(Text.assemble(("* headline: ", "bold"),
+                                f"ε = {fmt_number(result.epsilon)}, δ = {fmt_number(result.delta)}"), soft_wrap=True)
     if result.facts:
-        facts = Table(title="facts", title_justify="left", show_header=False)
-        facts.add_column("name")
-        facts.add_column("value", justify="right")
-        for k, v in result.facts.items():
-            facts.add_row(k, format_number(v))
-        console.print(facts)
+        print_table(console, ["fact", "value"], [[k, fmt_number(v)] for k, v in result.facts.items()], title="facts",
+                    right=(1,))
     if numbers:
-        console.print("[bold]assumptions[/bold]")
+        console.print(Text("assumptions", style="bold"))
         for a, n in numbers.items():
-            console.print(f"  {n}. {a}", highlight=False)
-    for w in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+            console.print(Text(f"  {n}. {a}"), soft_wrap=True)
+    print_warnings(result.warnings)
+
+
+def render_run(result: Any, console: Console | None = None) -> None:
+    """Print a method run's :class:`~dpaudit.training.methods.scaffold.RunResult`: where the release went, its
+    utility, its accounting (:func:`render_result`) and the claimed epsilon."""
+    console = console or make_console()
+    rounds = f", {result.rounds_run} rounds" if result.rounds_run is not None else ""
+    console.print(Text(f"{result.method}: release written to {result.release} ({result.seconds:.1f} s{rounds})"),
+                  soft_wrap=True)
+    for name, path in result.extra_releases.items():
+        console.print(Text(f"  {name} release: {path}"), soft_wrap=True)
+    utility = [[k, fmt_number(v)] for k, v in result.utility.items() if isinstance(v, (int, float, str))]
+    if utility:
+        print_table(console, ["utility", "value"], utility, right=(1,))
+    render_result(result.accounting, console)
+    claimed = result.claimed_epsilon
+    console.print(Text.assemble(("claimed ε: ", "bold"), fmt_number(claimed) + (" (no guarantee claimed)" if
+                                                                              math.isinf(claimed) else "")),
+                  soft_wrap=True)

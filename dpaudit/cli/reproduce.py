@@ -1,12 +1,20 @@
-"""``dpaudit reproduce PAPER``: rerun a paper's experiment grid and write its reproduction table."""
+"""``dpaudit reproduce PAPER``: rerun a paper's experiment grid and write its reproduction table.
+
+Tables go to ``runs/reproduce/PAPER/`` (scratch) unless ``--out`` says otherwise; the committed tables change only
+with ``--out reports/reproduce``, and a table made with more seeds (or settings, or at another scale) is replaced
+only with ``--force``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
+from rich.text import Text
 
-from dpaudit.audit.reproduce import PAPERS, SCALES, paper_grid, grid_settings, reproduce
+from dpaudit.audit.reproduce import (CLAIMS_HEAD, COMMITTED_OUT, DEFAULT_OUT, NOTE, PAPERS, SCALES, SETTINGS_HEAD,
+                                     grid_settings, paper_grid, reproduce)
+from dpaudit.cli.render import make_console, print_table
 
 
 @click.command("reproduce")
@@ -16,15 +24,17 @@ from dpaudit.audit.reproduce import PAPERS, SCALES, paper_grid, grid_settings, r
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory with the real data files (needed with --scale paper).")
 @click.option("--seeds", type=int, default=5, show_default=True, help="Seeds 0..N-1 per setting (mean ± std).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the tables go (default reports/reproduce/PAPER).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT, show_default=True,
+              help=f"Root of the tables: OUT/PAPER/PAPER.md and .json. The committed tables are --out {COMMITTED_OUT}.")
+@click.option("--force", is_flag=True,
+              help="Replace a table at OUT made with more seeds, more settings (--only) or at another scale.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the releases go (default runs/reproduce/PAPER).")
 @click.option("--only", default=None, help="Comma-separated setting keys: run only these (and the claims they decide).")
 @click.option("--no-attacks", is_flag=True, help="Skip the empirical (threshold-attack) column.")
 @click.option("--device", default=None, help="Torch device (default: cuda when available, else cpu).")
-@click.option("--quiet", is_flag=True, help="Nothing on stderr.")
-def command(paper: str, scale: str, data_dir: Path | None, seeds: int, out: Path | None, work_dir: Path | None,
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+def command(paper: str, scale: str, data_dir: Path | None, seeds: int, out: Path, force: bool, work_dir: Path | None,
             only: str | None, no_attacks: bool, device: str | None, quiet: bool) -> None:
     """Rerun PAPER's experiment grid (privatekt, fedkt, fredy, proxyfl) and write a Markdown and a JSON table:
     the paper's number, dpaudit's reproduction (mean ± std over seeds), accounted, claimed and empirical
@@ -33,5 +43,12 @@ def command(paper: str, scale: str, data_dir: Path | None, seeds: int, out: Path
     if only:
         grid = grid_settings(grid, [k.strip() for k in only.split(",") if k.strip()])
     table = reproduce(paper, scale=scale, data_dir=data_dir, seeds=seeds, out=out, work_dir=work_dir, device=device,
-                      attacks=not no_attacks, grid=grid, progress=not quiet)
-    click.echo(table.to_markdown())
+                      attacks=not no_attacks, grid=grid, force=force, progress=not quiet)
+    console = make_console()
+    g = table.grid
+    print_table(console, list(SETTINGS_HEAD), table.setting_rows(),
+                title=f"{g.title}: {g.scale} scale, {len(table.seeds)} seed(s), {table.seconds:.0f} s")
+    console.print()
+    print_table(console, list(CLAIMS_HEAD), table.claim_rows(), title="claims")
+    console.print()
+    console.print(Text(NOTE), soft_wrap=True)

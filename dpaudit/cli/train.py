@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from dpaudit.cli.render import render_run
 from dpaudit.training.methods import METHODS, MethodEntry, Shorthand
 
 _TYPES: dict[str, Any] = {"int": int, "float": float, "str": str}
@@ -47,7 +48,7 @@ def _command(name: str, entry: MethodEntry) -> click.Command:
         if result is None:
             click.echo(f"{name}: stopped early ([run] stop_after); run the same command again to resume.")
         else:
-            click.echo(result.summary())
+            render_run(result)
 
     params: list[click.Parameter] = [
         click.Option(["--config", "config_path"], type=click.Path(dir_okay=False, path_type=Path), default=None,

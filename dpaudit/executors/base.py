@@ -227,7 +227,8 @@ class Executor:
         results: list[Any] = [None] * len(units)
         pending: list[int] = []
         ckpt = self.checkpoint_dir
-        with rep.stage(f"{label}: {len(units)} units on {self.describe()}", total=len(units)) as stage:
+        with rep.stage(f"{label}: {len(units)} units on {self.describe()}", total=len(units),
+                       plain_progress=False) as stage:  # the tally prints its own lines (done/running/failed, eta)
             tally = _Tally(rep, label, len(units), stage)
             for i, u in enumerate(units):
                 hit = load_checkpoint(ckpt, u, salt=self.salt) if ckpt is not None else None

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
+from dpaudit._format import fmt_number
 from dpaudit.attacks.results import ESTIMATE_CAVEAT
 from dpaudit.report.schema import Flag, ModelAudit
-from dpaudit.report.verdict import CHANCE_MARGIN, near_chance
+from dpaudit.report.verdict import CHANCE_MARGIN, fmt_epsilon, near_chance
 
 __all__ = ["compute_flags", "method_audit_flags", "RELEASE_FLAG_SEVERITY"]
 
@@ -48,8 +49,8 @@ def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
                 if a.certified:
                     flags.append(Flag(
                         "red", "empirical_exceeds_theory", m.name,
-                        f"The {a.attack} attack certifies epsilon >= {a.epsilon_lower:.3g} (confidence {a.confidence:g}) "
-                        f"but the accountant claims epsilon = {eps_theory:.3g}. One of them is wrong: either the mechanism "
+                        f"The {a.attack} attack certifies epsilon >= {fmt_epsilon(a.epsilon_lower)} (confidence {fmt_number(a.confidence)}) "
+                        f"but the accountant claims epsilon = {fmt_epsilon(eps_theory)}. One of them is wrong: either the mechanism "
                         "as implemented is not the one that was accounted (noise too small, clipping missing, sensitivity "
                         "underestimated), or the accounting assumptions do not hold for this release, or the attack's "
                         "evaluation split is not a fair member/non-member split (compare with the blind baseline).",
@@ -57,22 +58,22 @@ def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
                 else:
                     flags.append(Flag(
                         "warning", "estimate_exceeds_theory", m.name,
-                        f"The {a.attack} attack's estimate, epsilon ~ {a.epsilon_lower:.3g}, is above the accounted "
-                        f"epsilon = {eps_theory:.3g} ({ESTIMATE_CAVEAT}). Not proof of a bug; a certified canary audit "
+                        f"The {a.attack} attack's estimate, epsilon ~ {fmt_epsilon(a.epsilon_lower)}, is above the accounted "
+                        f"epsilon = {fmt_epsilon(eps_theory)} ({ESTIMATE_CAVEAT}). Not proof of a bug; a certified canary audit "
                         "of this release would settle it.",
                     ))
             if a.blind_epsilon_lower > 0 or a.blind_auc > 0.55:
                 flags.append(Flag(
                     "warning", "blind_baseline_leaks", m.name,
                     f"The blind baseline (never queries the model) reaches AUC {a.blind_auc:.3f} / epsilon >= "
-                    f"{a.blind_epsilon_lower:.3g} for {a.attack}: members and non-members are distinguishable without "
+                    f"{fmt_epsilon(a.blind_epsilon_lower)} for {a.attack}: members and non-members are distinguishable without "
                     "the model, so part of the measured leakage may be a distribution mismatch.",
                 ))
         # 2. data-dependent epsilon that is not itself private
         if head.get("data_dependent"):
             flags.append(Flag(
                 "red", "data_dependent_epsilon", m.name,
-                f"The headline epsilon ({eps_theory:.3g}) is data-dependent: it is computed from the private vote "
+                f"The headline epsilon ({fmt_epsilon(eps_theory)}) is data-dependent: it is computed from the private vote "
                 "histograms and is not itself differentially private. Publishing it leaks information unless it is "
                 "released through smooth sensitivity; the data-independent figure is the one that can be published.",
             ))
@@ -85,8 +86,8 @@ def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
         if isinstance(c_eps, (int, float)) and math.isfinite(eps_theory) and eps_theory > float(c_eps) * (1 + 1e-9):
             flags.append(Flag(
                 "red", "claim_below_accounting", m.name,
-                f"The release claims epsilon = {float(c_eps):.3g} ({claim.get('text', 'as stated')}), but the accounting "
-                f"over everything the release did gives epsilon = {eps_theory:.3g}: the claim leaves out part of the "
+                f"The release claims epsilon = {fmt_epsilon(float(c_eps))} ({claim.get('text', 'as stated')}), but the accounting "
+                f"over everything the release did gives epsilon = {fmt_epsilon(eps_theory)}: the claim leaves out part of the "
                 "mechanism (typically the composition over rounds or queries).",
             ))
         # 5. delta larger than 1/n
@@ -94,7 +95,7 @@ def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
         if d is not None and m.num_train > 0 and d > 1.0 / m.num_train:
             flags.append(Flag(
                 "warning", "delta_above_one_over_n", m.name,
-                f"delta = {d:.3g} exceeds 1/n = {1.0 / m.num_train:.3g} (n = {m.num_train} training records): a mechanism "
+                f"delta = {fmt_number(d)} exceeds 1/n = {fmt_number(1.0 / m.num_train, 3)} (n = {m.num_train} training records): a mechanism "
                 "that publishes a random record in full satisfies such a guarantee.",
             ))
         # 6. a model whose utility is near chance (a private model that learned nothing is trivially private)
@@ -124,13 +125,13 @@ def method_audit_flags(method_audits: Iterable[Mapping[str, Any]]) -> list[Flag]
         b = c.get("bound", {})
         eps, name, method = float(b.get("epsilon", 0.0)), str(c.get("name", c.get("method"))), c.get("method")
         where = (f"the certified audit of {method}'s whole training run ({c.get('audit')}, {c.get('trials')} trials) "
-                 f"shows epsilon >= {eps:.3g} at confidence {b.get('confidence')}")
+                 f"shows epsilon >= {fmt_epsilon(eps)} at confidence {b.get('confidence')}")
         if c.get("refutes_accounting"):
             flags.append(Flag("red", "accounting_refuted", name,
-                              f"{where}, above dpaudit's accounting of the same run ({float(c['accounted_epsilon']):.3g}): "
+                              f"{where}, above dpaudit's accounting of the same run ({fmt_epsilon(float(c['accounted_epsilon']))}): "
                               "the method's code or the accountant is wrong."))
         if c.get("refutes_claim"):
             flags.append(Flag("red", "claim_refuted", name,
-                              f"{where}, above the paper's claimed epsilon ({float(c['claimed_epsilon']):.3g}): the claim "
+                              f"{where}, above the paper's claimed epsilon ({fmt_epsilon(float(c['claimed_epsilon']))}): the claim "
                               "is false for this training run (certified evidence, not an estimate)."))
     return flags

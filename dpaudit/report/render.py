@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from dpaudit._format import fmt_number
 from dpaudit._io import dumps_json, write_bytes, write_text
 from dpaudit.attacks.results import ESTIMATE_CAVEAT
 from dpaudit.report import figures as F
@@ -77,7 +78,7 @@ def summary_rows(report: AuditReport) -> list[list[str]]:
             emp = "0 (none found)" if m.attacks else "–"
         rows.append([
             m.name, m.method, f"{util:.3f}" if isinstance(util, (int, float)) else "–",
-            fmt_epsilon(m.theoretical_epsilon) + (f" (δ={m.theoretical_delta:.0e})" if m.theoretical_delta else ""),
+            fmt_epsilon(m.theoretical_epsilon) + (f" (δ = {fmt_number(m.theoretical_delta)})" if m.theoretical_delta else ""),
             emp, "–" if strongest is None else f"{strongest.auc:.3f} ({strongest.attack})",
         ])
     return rows
@@ -113,9 +114,9 @@ def _model_rows(m: ModelAudit) -> list[list[str]]:
     for a in m.attacks:
         rows.append([
             a.attack, f"{a.auc:.3f}" + (f" [{a.auc_ci[0]:.3f}, {a.auc_ci[1]:.3f}]" if a.auc_ci else ""),
-            " / ".join(f"{float(v):.3g}" for v in a.tpr_at_fpr.values()),
+            " / ".join(fmt_number(float(v), 3) for v in a.tpr_at_fpr.values()),
             f"{a.accuracy:.3f}", f"{a.precision:.3f}", f"{a.recall:.3f}", f"{a.f1:.3f}",
-            f"{fmt_empirical(a)} (conf. {a.confidence:g}, δ={a.delta:.0e})",
+            f"{fmt_empirical(a)} (conf. {fmt_number(a.confidence)}, δ = {fmt_number(a.delta)})",
             f"{a.blind_auc:.3f} / {fmt_epsilon(a.blind_epsilon_lower)}",
         ])
     return rows
@@ -135,7 +136,8 @@ def _statement_rows(m: ModelAudit) -> list[list[str]]:
     for s in (m.theoretical or {}).get("statements", []):
         e = s["epsilon"]
         e = float(e) if isinstance(e, str) else e
-        rows.append([s.get("label") or "–", fmt_epsilon(e), f"{s['delta']:.0e}", s["method"], str(s.get("order") or "–")])
+        rows.append([s.get("label") or "–", fmt_epsilon(e), fmt_number(float(s["delta"])), s["method"],
+                     fmt_number(s.get("order"))])
     return rows
 
 
@@ -162,7 +164,7 @@ def certified_rows(report: AuditReport) -> list[list[str]]:
         num = lambda v: "–" if v is None else fmt_epsilon(float(v))  # noqa: E731
         size = f"m = {st.get('canaries')}" if b.get("audit") == "one-run" else f"N = {st.get('models')}"
         rows.append([str(st.get("name", "–")), f"{b.get('audit')} ({st.get('canary')})", f"{size}, {b.get('trials')} trials",
-                     str(b.get("score")), f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ={float(b.get('delta', 0)):.0e})",
+                     str(b.get("score")), f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ = {fmt_number(float(b.get('delta', 0)))})",
                      num(b.get("ideal_epsilon")), num(c.get("accounted_epsilon")), str(c.get("kind", b.get("kind")))])
     return rows
 
@@ -192,7 +194,7 @@ def method_audit_rows(report: AuditReport) -> list[list[str]]:
         claim = c.get("claimed_epsilon")
         verdict = "none made" if claim is None else ("refuted" if c.get("refutes_claim") else "not refuted")
         rows.append([str(c.get("name", c.get("method"))), str(c.get("method")), str(c.get("audit")), str(c.get("trials")),
-                     f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ={float(b.get('delta', 0)):.0e})",
+                     f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ = {fmt_number(float(b.get('delta', 0)))})",
                      num(b.get("ideal_epsilon")), num(claim), num(c.get("accounted_epsilon")), verdict])
     return rows
 
@@ -224,7 +226,7 @@ def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None 
     for m in report.models:
         parts += [f"## {m.name}", ""]
         parts.append(f"Method `{m.method}`, release `{m.release}`; utility: "
-                     + ", ".join(f"{k} = {v:.4g}" if isinstance(v, (int, float)) else f"{k} = {v}" for k, v in m.utility.items()))
+                     + ", ".join(f"{k} = {fmt_number(v)}" for k, v in m.utility.items()))
         parts.append("")
         if m.theoretical is not None:
             parts += [_md_table(["figure", "ε", "δ", "method", "order"], _statement_rows(m)), ""]

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from dpaudit._format import fmt_number
 from dpaudit.attacks.results import ESTIMATE_CAVEAT
 from dpaudit.report.schema import AttackSummary, ModelAudit, Verdict
 
@@ -40,8 +41,8 @@ POWER_FPR = 0.01
 
 
 def fmt_epsilon(x: float) -> str:
-    """An epsilon for readers: 3 significant digits, ∞ for infinity."""
-    return "∞" if not math.isfinite(x) else f"{x:.3g}"
+    """An epsilon for readers: :func:`dpaudit._format.fmt_number` to 3 significant digits (∞ for infinity)."""
+    return fmt_number(x, 3)
 
 
 def fmt_empirical(a: AttackSummary) -> str:
@@ -141,7 +142,7 @@ def verdict(m: ModelAudit, power: dict[str, AttackPower] | None = None) -> Verdi
                         f"accounted guarantee not meaningful (ε = {fmt_epsilon(eps_theory)} > {MEANINGFUL_EPSILON:g})"))
     else:
         d = m.theoretical_delta
-        clauses.append(("accounted", f"accounted ε = {fmt_epsilon(eps_theory)}" + (f" at δ = {d:.0e}" if d else "")))
+        clauses.append(("accounted", f"accounted ε = {fmt_epsilon(eps_theory)}" + (f" at δ = {fmt_number(d)}" if d else "")))
     nc = near_chance(m)
     if nc is not None:
         clauses.append(("utility_near_chance",

@@ -42,9 +42,10 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 import torch
 
+from dpaudit._format import fmt_number
 from dpaudit._io import atomic_dir, read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int
-from dpaudit.progress import QUIET, Reporter, as_reporter
+from dpaudit.progress import QUIET, Reporter, as_reporter, format_eta
 
 __all__ = [
     "FederatedMethod",
@@ -323,6 +324,7 @@ class RoundEngine:
             if self._reporter.enabled:
                 self._progress = self._report_progress
         self._t0 = 0.0
+        self._first_round = 0
 
     # -- checkpoints ---------------------------------------------------------------------------
     @property
@@ -358,8 +360,11 @@ class RoundEngine:
         """A line on stderr every ~10% of the rounds (when no bar is drawn)."""
         every = max(1, rounds // 10)
         if not self._reporter.interactive and ((t + 1) % every == 0 or t + 1 == rounds):
-            extra = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items())
-            self._reporter.log(f"round {t + 1}/{rounds} ({time.perf_counter() - self._t0:.1f}s) {extra}".rstrip())
+            extra = " ".join(f"{k}={fmt_number(v)}" for k, v in info.items())
+            elapsed = time.perf_counter() - self._t0
+            done = t + 1 - self._first_round
+            eta = f", eta {format_eta(elapsed / done * (rounds - t - 1))}" if 0 < done and t + 1 < rounds else ""
+            self._reporter.log(f"round {t + 1}/{rounds} ({format_eta(elapsed)}{eta}) {extra}".rstrip())
 
     # -- run, in stages: start (fresh or resumed), one round at a time, finish ------------------------
     def run(self) -> EngineResult:
@@ -368,7 +373,9 @@ class RoundEngine:
         st = self._start()
         run_here = 0
         todo = self.rounds - st.start
-        with self._reporter.stage(f"{todo} rounds", total=todo) as stage:
+        self._first_round = st.start
+        # the engine prints its own plain lines (every ~10% of the rounds, with the method's metrics)
+        with self._reporter.stage(f"{todo} rounds", total=todo, plain_progress=False) as stage:
             for t in range(st.start, self.rounds):
                 if self.stop_after is not None and run_here >= self.stop_after:
                     break

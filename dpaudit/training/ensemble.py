@@ -46,6 +46,7 @@ is; resuming gives bit-identical results to an uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -60,6 +61,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dpaudit._io import atomic_dir, read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int
+from dpaudit.progress import Reporter, as_reporter
 from dpaudit.training.limits import MAX_ENSEMBLE_BYTES, MAX_EPOCHS, MAX_RECORDS
 from dpaudit.training.dpsgd import DP_METHODS, DPSGDStep, cross_entropy_rows
 from dpaudit.training.models import (
@@ -445,7 +447,7 @@ def train_ensemble(
     seed: int,
     device=None,
     checkpoint_dir=None,
-    progress: bool = True,
+    progress: "bool | Reporter" = False,
     init_state: dict | None = None,
     checkpoint_every: int = 1,
     eval_data: tuple[np.ndarray, np.ndarray] | None = None,
@@ -473,8 +475,9 @@ def train_ensemble(
         Default: CUDA when available, else CPU.
     checkpoint_dir : path, optional
         Save every ``checkpoint_every`` rounds; if a matching checkpoint exists, resume from it.
-    progress : bool
-        Show a rich progress bar (only when stderr is a terminal).
+    progress : bool or Reporter
+        The epochs as one stage of :mod:`dpaudit.progress` (a bar with its ETA on a terminal, a few lines
+        otherwise); False (default): nothing.
     init_state : dict, optional
         Start from these weights instead of a fresh init: a ``state_dict`` of one model (copied to every
         model) or of stacked tensors ``(M, *shape)``.
@@ -511,7 +514,8 @@ def train_ensemble(
     if not isinstance(config, TrainConfig):
         raise ParameterError(f"The 'config' parameter of {owner} must be a TrainConfig. Got {type(config).__name__} instead.")
     seed = check_int(seed, "seed", owner, low=0)
-    check_bool(progress, "progress", owner)
+    if not isinstance(progress, Reporter):
+        check_bool(progress, "progress", owner)
     checkpoint_every = check_int(checkpoint_every, "checkpoint_every", owner, low=1)
     eval_every = check_int(eval_every, "eval_every", owner, low=1)
     if stop_after_epochs is not None:
@@ -540,8 +544,10 @@ def train_ensemble(
         start_epoch, history = _maybe_resume(ckpt, fp, params, buffers, opt)
 
     end_epoch = config.epochs if stop_after_epochs is None else min(config.epochs, stop_after_epochs)
-    bar = _progress(progress, end_epoch - start_epoch, plan.M, spec.name)
-    try:
+    todo = end_epoch - start_epoch
+    stage = as_reporter(progress).stage(f"training {plan.M} x {spec.name}, {todo} epoch(s)", total=todo) if todo > 0 \
+        else contextlib.nullcontext(None)
+    with stage as bar:
         for g in range(start_epoch, end_epoch):
             _train_round(g, plan, model, params, buffers, opt, config, seed, dp_chunk_bytes, canaries, canary_hook)
             done = g + 1
@@ -549,11 +555,7 @@ def train_ensemble(
                 history.append(_evaluate(spec, params, buffers, eval_data, done, dev, config, seed))
             if ckpt is not None and (done % checkpoint_every == 0 or done == end_epoch):
                 _save_checkpoint(ckpt, fp, done, params, buffers, opt, history, spec, config, seed, plan.sizes)
-            if bar is not None:
-                bar[0].advance(bar[1])
-    finally:
-        if bar is not None:
-            bar[0].stop()
+            bar.advance()
     return Ensemble(spec, {k: v.cpu() for k, v in params.items()}, {k: v.cpu() for k, v in buffers.items()},
                     config=config, seed=seed, history=history, device=dev)
 
@@ -712,24 +714,6 @@ def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: S
                 params[k].index_copy_(0, sel, v)
             for k, v in b_step.items():
                 buffers[k].index_copy_(0, sel, v)
-
-
-def _progress(show: bool, total: int, M: int, name: str):
-    if not show or total <= 0:
-        return None
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-    except ImportError:  # pragma: no cover - rich is a dependency
-        return None
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        return None
-    p = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                 console=console, transient=True)
-    task = p.add_task(f"training {M} x {name}", total=total)
-    p.start()
-    return (p, task)
 
 
 def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):

@@ -164,7 +164,7 @@ def test_check_fails_a_claim_on_a_certified_canary_bound(data, tmp_path):
         'attack = { kind = "canary", audit = "one-run", canary = "dirac", canaries = 200 }\n')
     res = check_claims(tmp_path / "claims.toml").results[0]
     assert res.empirical.kind == "certified" and res.empirical.attack == "canary-one-run"
-    assert not res.held and "certified empirical lower bound" in res.reason
+    assert res.verdict == "REFUTED" and "certified empirical lower bound" in res.reason
 
 
 @pytest.mark.slow  # ~1-2 min on 2 shared cores

@@ -113,10 +113,14 @@ def test_laplace_claim_holds_exactly_at_its_epsilon_and_fails_above():
                                            claim(name="bad", epsilon=0.4, params={"scale": 2.0, "count": 1}),
                                            claim(name="composed", epsilon=1.0, params={"scale": 2.0, "count": 3}))))
     ok, bad, composed = rep.results
-    assert ok.held and ok.accounted.epsilon == 0.5
-    assert not bad.held and bad.reasons == ("accounted epsilon 0.5 > claimed 0.4",)
-    assert not composed.held and composed.accounted.epsilon == pytest.approx(1.5)  # 3 x 1/2, basic composition
-    assert rep.exit_code == 1 and not rep.passed and [r.name for r in rep.failures] == ["bad", "composed"]
+    assert ok.held and ok.verdict == "HOLDS" and ok.accounted.epsilon == 0.5
+    # an accounted epsilon above the claim: the accounting cannot show it, nothing shows it false
+    assert bad.verdict == "UNPROVEN" and bad.reasons == ("accounted epsilon 0.5 > claimed 0.4",)
+    assert bad.unproven_because == bad.reasons and bad.refuted_by == ()
+    assert composed.verdict == "UNPROVEN" and composed.accounted.epsilon == pytest.approx(1.5)  # 3 x 1/2, basic composition
+    assert rep.verdict == "UNPROVEN" and rep.exit_code == 3 and not rep.passed
+    assert [r.name for r in rep.failures] == ["bad", "composed"]
+    assert rep.counts == {"HOLDS": 1, "UNPROVEN": 2, "REFUTED": 0}
 
 
 def test_gaussian_mechanism_epsilon_against_dp_accounting_pld():
@@ -156,9 +160,12 @@ def test_unknown_mechanism_parameters_are_usage_errors():
 
 
 def test_examples_verdicts():
-    assert check_claims(EXAMPLES / "holds.toml").exit_code == 0
+    holds = check_claims(EXAMPLES / "holds.toml")
+    assert holds.verdict == "HOLDS" and holds.exit_code == 0
+    # fails.toml fails on the accounted epsilon alone: UNPROVEN (exit 3), not REFUTED (no certified evidence)
     rep = check_claims(EXAMPLES / "fails.toml")
-    assert [r.held for r in rep.results] == [True, False, False]
+    assert [r.verdict for r in rep.results] == ["HOLDS", "UNPROVEN", "UNPROVEN"]
+    assert rep.verdict == "UNPROVEN" and rep.exit_code == 3
     assert rep.results[1].accounted.epsilon > 100  # 250 rounds of 5-LDP reports
 
 
@@ -184,9 +191,9 @@ def test_ledger_subject_overall_and_party(tmp_path):
     ), base_dir=tmp_path)
     rep = evaluate_claims(cf)
     overall, alice, tight = rep.results
-    assert not overall.held and overall.accounted.epsilon == pytest.approx(eps_b)
+    assert overall.verdict == "UNPROVEN" and overall.accounted.epsilon == pytest.approx(eps_b)
     assert alice.held and alice.accounted.epsilon == pytest.approx(eps_a)
-    assert not tight.held and "accounted delta 1e-05 > claimed 1e-06" in tight.reasons
+    assert tight.verdict == "UNPROVEN" and "accounted delta 1e-5 > claimed 1e-6" in tight.reasons
     bad = parse_claims(doc(claim(mechanism=None, params=None, ledger="ledger.json", party="carol")), base_dir=tmp_path)
     with pytest.raises(DataError, match="'carol' is not in the ledger"):
         evaluate_claims(bad)
@@ -225,9 +232,10 @@ def test_release_subject_statement_granularity_delta_and_data_dependence(tmp_pat
     ), base_dir=tmp_path)
     r = {x.name: x for x in evaluate_claims(cf).results}
     assert r["holds"].held and any("data-dependent" in w for w in r["holds"].warnings)
-    assert not r["wrong-granularity"].held and "granularity mismatch" in r["wrong-granularity"].reason
-    assert not r["smaller-delta"].held and "accounted delta" in r["smaller-delta"].reason
-    assert not r["strict"].held and "data-dependent" in r["strict"].reason
+    # what the accounting cannot show is UNPROVEN, never REFUTED
+    assert r["wrong-granularity"].verdict == "UNPROVEN" and "granularity mismatch" in r["wrong-granularity"].reason
+    assert r["smaller-delta"].verdict == "UNPROVEN" and "accounted delta" in r["smaller-delta"].reason
+    assert r["strict"].verdict == "UNPROVEN" and "data-dependent" in r["strict"].reason
     assert r["party-alice"].held and r["party-alice"].accounted.label != "student"  # from the ledger, not the headline
 
 
@@ -250,12 +258,13 @@ def test_release_attack_budget_uses_the_runner_and_fails_only_on_a_high_certifie
     mid = evaluate_claims(cf, attack_runner=runner(2.5)).results[0]  # above accounted 2.0, below claimed 3.0
     assert mid.held and any("above the accounted epsilon" in w for w in mid.warnings)
     high = evaluate_claims(cf, attack_runner=runner(3.5)).results[0]
-    assert not high.held and "certified empirical lower bound 3.5 (threshold, confidence 0.9) > claimed 3" in high.reason
+    assert high.verdict == "REFUTED" and "certified empirical lower bound 3.5 (threshold, confidence 0.9) > claimed 3" in high.reason
+    assert high.refuted_by == high.reasons and high.unproven_because == ()
     # the same figure as an estimate (one model's records) is a warning, never a failure
     est = evaluate_claims(cf, attack_runner=runner(3.5, "estimate")).results[0]
     assert est.held and est.empirical.kind == "estimate"
     assert any("above the claimed epsilon 3" in w and "not certified" in w for w in est.warnings)
-    assert "~ 3.5 (estimate)" in ClaimsReport("x", (est,)).table()
+    assert "≈ 3.5 (estimate)" in ClaimsReport("x", (est,)).table()
     root = ET.fromstring(ClaimsReport("x", (est, high)).junit_xml())
     cases = root.find("testsuite").findall("testcase")
     assert cases[0].find("failure") is None and cases[1].find("failure") is not None
@@ -264,6 +273,37 @@ def test_release_attack_budget_uses_the_runner_and_fails_only_on_a_high_certifie
     assert "estimate" in cases[0].find("system-out").text
     with pytest.raises(ParameterError, match="'kind' parameter of EmpiricalBound"):
         EmpiricalBound("threshold", 1.0, 0.95, 0.0, kind="proven")
+
+
+def test_refuted_beats_unproven_in_a_claim_and_in_the_report(tmp_path):
+    """A claim the accounting cannot show AND certified evidence refutes is REFUTED; the report's verdict and exit
+    code are its worst claim's (REFUTED 1 over UNPROVEN 3 over HOLDS 0)."""
+    _fake_release(tmp_path / "rel", epsilon=2.0)
+
+    def certified(lb):
+        return lambda path, budget, delta: EmpiricalBound(attack=budget.kind, epsilon_lower_bound=lb,
+                                                          confidence=budget.confidence, delta=delta, kind="certified")
+
+    att = {"kind": "canary"}
+    both = parse_claims(doc(_release_claim(name="both", epsilon=1.0, delta=1e-5, attack=att)), base_dir=tmp_path)
+    r = evaluate_claims(both, attack_runner=certified(1.5)).results[0]
+    assert r.verdict == "REFUTED" and len(r.refuted_by) == 1 and r.unproven_because == ("accounted epsilon 2 > claimed 1",)
+    assert r.reasons[0].startswith("certified empirical lower bound 1.5")  # the refutation first
+    unproven = evaluate_claims(both, attack_runner=certified(0.5)).results[0]
+    assert unproven.verdict == "UNPROVEN"
+    holds = evaluate_claims(parse_claims(doc(_release_claim(name="ok", epsilon=2.0, delta=1e-5)), base_dir=tmp_path)).results[0]
+    assert holds.verdict == "HOLDS"
+    for results, verdict, code in (((holds,), "HOLDS", 0), ((holds, unproven), "UNPROVEN", 3),
+                                   ((holds, unproven, r), "REFUTED", 1), ((r, unproven), "REFUTED", 1)):
+        rep = ClaimsReport("x.toml", results)
+        assert rep.verdict == verdict and rep.exit_code == code
+        assert ClaimsReport.from_dict(rep.to_dict()) == rep
+    rep = ClaimsReport("x.toml", (holds, unproven, r))
+    cases = ET.fromstring(rep.junit_xml()).find("testsuite").findall("testcase")
+    assert [c.find("failure").get("type") if c.find("failure") is not None else None for c in cases] == \
+        [None, "PrivacyClaimUnproven", "PrivacyClaimRefuted"]
+    assert cases[2].find("failure").get("message").startswith("REFUTED: certified empirical lower bound 1.5")
+    assert "Verdict: REFUTED" in cases[2].find("failure").text
 
 
 def test_release_errors(tmp_path):
@@ -336,14 +376,21 @@ def test_report_round_trip_table_and_junit():
     rep = check_claims(EXAMPLES / "fails.toml")
     assert ClaimsReport.from_dict(rep.to_dict()) == rep
     table = rep.table()
-    assert "privatekt-whole-run" in table and "FAIL" in table and "1 of 3 claims hold" in table
+    assert "privatekt-whole-run" in table and "UNPROVEN" in table
+    assert "3 claims: 1 HOLDS, 2 UNPROVEN (privatekt-whole-run, dpsgd-digits-100-epochs), 0 REFUTED." in table
+    d = rep.to_dict()
+    assert d["verdict"] == "UNPROVEN" and d["exit_code"] == 3 and d["counts"] == {"HOLDS": 1, "UNPROVEN": 2, "REFUTED": 0}
+    assert [r["verdict"] for r in d["results"]] == ["HOLDS", "UNPROVEN", "UNPROVEN"]
     root = ET.fromstring(rep.junit_xml())
     suite = root.find("testsuite")
     assert suite.get("tests") == "3" and suite.get("failures") == "2"
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["laplace-count", "privatekt-whole-run", "dpsgd-digits-100-epochs"]
+    assert [{p.get("name"): p.get("value") for p in c.find("properties")}["verdict"] for c in cases] == \
+        ["HOLDS", "UNPROVEN", "UNPROVEN"]
     fail = cases[2].find("failure")
-    assert fail is not None and "accounted epsilon" in fail.get("message") and "claimed 3" in fail.get("message")
+    assert fail is not None and fail.get("type") == "PrivacyClaimUnproven"
+    assert fail.get("message").startswith("UNPROVEN: accounted epsilon") and "claimed 3" in fail.get("message")
     assert "q = 64/1437" in fail.text  # the accountant's assumptions travel with the failure
     assert cases[0].find("failure") is None
 

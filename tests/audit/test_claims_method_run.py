@@ -132,7 +132,7 @@ def test_fails_only_when_the_certified_bound_exceeds_the_claims_epsilon(toy):
     assert e.kind == "certified" and e.certified and 1.0 < e.epsilon_lower_bound <= 5.0 and e.confidence == 0.9
     assert e.details["trials"] == 1000 and e.details["ideal_epsilon"] == 5.0 and e.details["method"] == "toy"
     assert low.accounted.epsilon == pytest.approx(1.0)  # the mechanism's accounting holds; the audit fails it
-    assert not low.held and len(low.reasons) == 1
+    assert low.verdict == "REFUTED" and len(low.reasons) == 1
     assert low.reasons[0].startswith(f"certified empirical lower bound {e.epsilon_lower_bound:.4g} (method-run toy, "
                                      "1000 trials, confidence 0.9) > claimed 1")
     assert "toy audit" in low.warnings
@@ -147,7 +147,7 @@ def test_fails_only_when_the_certified_bound_exceeds_the_claims_epsilon(toy):
 def test_a_bound_at_a_smaller_delta_cannot_refute_the_claim(toy):
     r = evaluate_claims(parse_claims(doc(claim(epsilon=1.0, delta=1e-3)))).results[0]
     # the toy audit takes a delta: it gets the claim's
-    assert CALLS[-1]["delta"] == 1e-3 and r.empirical.delta == 1e-3 and not r.held
+    assert CALLS[-1]["delta"] == 1e-3 and r.empirical.delta == 1e-3 and r.verdict == "REFUTED"
 
     def no_delta(*, trials: int = 1000, seed: int = 0, confidence: float = 0.95, progress=False):
         return _rr_run(trials=trials, seed=seed, confidence=confidence)
@@ -188,9 +188,11 @@ def test_cli_exit_codes(toy, cli, tmp_path):
     assert code == 0, out + err
     f.write_text(head + "epsilon = 1.0\n" + att)
     code, out, err = cli(["check", f, "--quiet", "--junit", tmp_path / "j.xml"])
-    assert code == 1 and "FAIL" in out and "method-run toy" in out and (tmp_path / "j.xml").is_file()
+    assert code == 1 and "REFUTED" in out and "method-run toy" in out and (tmp_path / "j.xml").is_file()
     code, out, err = cli(["check", f, "--quiet", "--json"])
-    assert code == 1 and json.loads(out)["results"][0]["empirical"]["kind"] == "certified"
+    d = json.loads(out)
+    assert code == 1 and d["results"][0]["empirical"]["kind"] == "certified"
+    assert d["verdict"] == "REFUTED" and d["exit_code"] == 1 and d["results"][0]["verdict"] == "REFUTED"
     for old, new, match in (('method = "toy"', 'method = "nope"', "'method'"), ("rounds = 5", "roundz = 5", "roundz"),
                             ("trials = 1000", "trials = 1000, seed = 1", "seed"),
                             ("trials = 1000", 'trials = "x"', "'params.trials'")):
@@ -205,7 +207,7 @@ def test_cli_exit_codes(toy, cli, tmp_path):
 def test_fredy_example_fails_on_its_certified_bound(cli):
     rep = check_claims(EXAMPLES / "method_run_fails.toml")
     (r,) = rep.results
-    assert rep.exit_code == 1 and r.accounted.epsilon == pytest.approx(1.0)
+    assert rep.exit_code == 1 and r.verdict == "REFUTED" and r.accounted.epsilon == pytest.approx(1.0)
     assert r.empirical.certified and r.empirical.details["trials"] == 60 and r.empirical.epsilon_lower_bound > 1.0
     assert len(r.reasons) == 1 and r.reasons[0].startswith("certified empirical lower bound")
     code, out, _ = cli(["check", EXAMPLES / "method_run_fails.toml", "--quiet"])

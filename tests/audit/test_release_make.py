@@ -24,7 +24,7 @@ def digits(tmp_path_factory):
 
 def test_parse_claim() -> None:
     assert parse_claim(CLAIM) == {"epsilon": 8.0, "delta": 1e-5, "granularity": "example",
-                                  "text": "(8, 1e-05)-DP at example level"}
+                                  "text": "(8, 1e-5)-DP at example level"}
     assert parse_claim({"epsilon": "inf", "delta": 0, "granularity": "user"})["granularity"] == "user"
 
 

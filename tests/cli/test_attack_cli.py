@@ -20,7 +20,7 @@ def test_attack_cli_threshold_writes_report(release, tmp_path, cli):
     code, stdout, err = cli([ "attack", str(release), "--attack", "threshold", "--classifier", "logreg",
                               "--bootstrap", "50", "--out", str(out)])
     assert code == 0, err
-    assert "AUC" in stdout and "blind" in stdout and "(estimate)" in stdout and "delta 1e-05" in stdout
+    assert "AUC" in stdout and "blind" in stdout and "(estimate)" in stdout and "delta 1e-5" in stdout
     assert "estimate, not certified: records are coupled through one model" in stdout
     assert "over 5 split seeds, range [" in stdout
     # stdout carries results only: progress and the paths written go to stderr
@@ -111,3 +111,15 @@ def test_attack_cli_executor_flags(release, tmp_path, cli):
     assert code == 2 and err.count("\n") == 1 and "'ray_address'" in err and "--executor ray" in err
     code, _, err = cli(["attack", str(release), "--executor", "dask"])
     assert code == 2 and "'dask' is not one of 'local', 'ray'" in err
+
+
+def test_attack_table_is_whole_at_60_columns(release, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")
+    code, stdout, err = cli(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
+                             "--bootstrap", "20", "--out", str(tmp_path / "c")])
+    assert code == 0, err
+    report = AttackReport.from_dict(json.loads((tmp_path / "c" / "attack.json").read_text()))
+    words = {w.rstrip(":") for w in stdout.split()}
+    assert "…" not in stdout
+    for r in (report.attack, report.blind):  # every attack's name and its AUC, whole
+        assert r.name in words and f"{r.metrics.auc:.3f}" in words, r.name

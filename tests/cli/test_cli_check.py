@@ -1,13 +1,16 @@
-"""`dpaudit check`: table on stdout, exit 0 / 1 / 2, JUnit XML, one-line usage errors."""
+"""`dpaudit check`: table on stdout, warnings on stderr, exit 0 HOLDS / 1 REFUTED / 3 UNPROVEN / 2 usage errors,
+JUnit XML and JSON carrying the verdict, one-line usage errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dpaudit.cli import main
@@ -31,26 +34,71 @@ def test_all_hold_exit_0(tmp_path, capsys):
     f.write_text(LAPLACE_OK)
     code, out, err = run(["check", str(f)], capsys)
     assert code == 0 and err == ""
-    assert "accounted eps" in out and "1 of 1 claims hold." in out
+    assert "accounted ε" in out and "HOLDS" in out and "1 claim: 1 HOLDS, 0 UNPROVEN, 0 REFUTED." in out
 
 
-def test_a_failing_claim_exits_1_and_junit_is_written(tmp_path, capsys):
+def test_an_unproven_claim_exits_3_and_junit_is_written(tmp_path, capsys):
     f = tmp_path / "c.toml"
     f.write_text(LAPLACE_OK + "\n" + LAPLACE_BAD)
     junit = tmp_path / "out" / "claims.xml"
     code, out, err = run(["check", str(f), "--junit", str(junit)], capsys)
-    assert code == 1 and "FAIL" in out and "accounted epsilon 1 > claimed 0.5" in out
+    assert code == 3 and "UNPROVEN" in out and "accounted epsilon 1 > claimed 0.5" in out
+    assert "REFUTED" in out  # the summary line counts every verdict
+    assert "UNPROVEN: the accounting cannot show the claim" in out  # the legend of the verdicts that occurred
     assert "JUnit XML written" in err and "JUnit" not in out          # stdout: results only
     code, out, err = run(["check", str(f), "--junit", str(junit), "--quiet"], capsys)
-    assert code == 1 and err == "" and "FAIL" in out
+    assert code == 3 and err == "" and "UNPROVEN" in out
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    fail = suite.findall("testcase")[1].find("failure")
+    assert fail.get("type") == "PrivacyClaimUnproven" and fail.get("message").startswith("UNPROVEN: ")
     assert [p.name for p in junit.parent.iterdir()] == ["claims.xml"]  # atomic write left no temp file
 
 
+def test_json_is_pure_json_with_the_verdicts(tmp_path, capsys):
+    f = tmp_path / "c.toml"
+    f.write_text(LAPLACE_OK + "\n" + LAPLACE_BAD)
+    code, out, err = run(["check", str(f), "--json"], capsys)
+    d = json.loads(out)
+    assert code == 3 and d["verdict"] == "UNPROVEN" and d["exit_code"] == 3
+    assert d["counts"] == {"HOLDS": 1, "UNPROVEN": 1, "REFUTED": 0}
+    assert [(r["name"], r["verdict"]) for r in d["results"]] == [("a", "HOLDS"), ("b", "UNPROVEN")]
+    assert d["results"][1]["unproven_because"] == ["accounted epsilon 1 > claimed 0.5"]
+
+
+def test_warnings_go_to_stderr(tmp_path, capsys):
+    votes = tmp_path / "votes.npy"
+    np.save(votes, np.array([[9, 1, 0], [5, 4, 1]]))
+    f = tmp_path / "c.toml"
+    f.write_text('[[claim]]\nname = "p"\nmechanism = "pate"\nparams = { votes = "votes.npy", gamma = 0.1 }\n'
+                 'epsilon = 100.0\ndelta = 1e-5\ngranularity = "example"\n')
+    for extra in ([], ["--quiet"]):
+        code, out, err = run(["check", str(f), *extra], capsys)
+        assert code == 0 and "data-dependent" not in out, extra
+        assert "dpaudit: warning (p): " in err and "data-dependent" in err
+    code, out, err = run(["check", str(f), "--json"], capsys)
+    d = json.loads(out)  # stdout is the JSON alone; the warning is in it as data, and on stderr for people
+    assert any("data-dependent" in w for w in d["results"][0]["warnings"]) and "dpaudit: warning (p): " in err
+
+
 def test_example_that_fails_on_purpose(capsys):
+    # fails.toml's claims fail on the accounted epsilon: UNPROVEN (exit 3), not REFUTED
     code, out, _ = run(["check", str(EXAMPLES / "fails.toml")], capsys)
-    assert code == 1 and "privatekt-whole-run" in out
+    assert code == 3 and "privatekt-whole-run" in out and "UNPROVEN" in out
+    assert "0 REFUTED" in out
+
+
+def test_a_bug_exits_70_never_a_verdicts_code(tmp_path, capsys, monkeypatch):
+    import dpaudit.cli.check as check_cli
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(check_cli, "check_claims", boom)
+    f = tmp_path / "c.toml"
+    f.write_text(LAPLACE_OK)
+    code, out, err = run(["check", str(f)], capsys)
+    assert code == 70 and out == "" and err.startswith("dpaudit: error: internal error (RuntimeError: boom)")
 
 
 @pytest.mark.parametrize(

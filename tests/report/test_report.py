@@ -74,7 +74,7 @@ def test_verdicts_from_structured_data():
     assert v["private"].codes == ("no_leakage_demonstrated", "accounted")
     assert v["private"].text.startswith("no leakage demonstrated; the same attacks reach AUC 0.800 (threshold) "
                                         "on the non-private reference ref")
-    assert v["loose"].codes[-1] == "guarantee_not_meaningful" and "(ε = 8.98e+03 > 10)" in v["loose"].text
+    assert v["loose"].codes[-1] == "guarantee_not_meaningful" and "(ε = 8980 > 10)" in v["loose"].text
     assert v["leaky"].codes[0] == "leakage_certified" and "leakage demonstrated (certified)" in v["leaky"].text
     assert v["ref"].codes == ("leakage_estimated", "no_guarantee")
     assert "estimate, not certified: records are coupled through one model" in v["ref"].text
@@ -108,7 +108,7 @@ def test_summary_names_no_best_attack_when_nothing_was_found_and_quotes_one_auc(
     # one AUC per model: the strongest attack's, the same figure in the Markdown, HTML and console rows
     assert rows["quiet"][5] == "0.610 (lira)" and rows["found"][5] == "0.700 (threshold)"
     md, html = to_markdown(rep), to_html(rep)
-    assert "| quiet | pate | 0.900 | 2 (δ=1e-05) | 0 (none found) | 0.610 (lira) |" in md
+    assert "| quiet | pate | 0.900 | 2 (δ = 1e-5) | 0 (none found) | 0.610 (lira) |" in md
     assert "<td>0.610 (lira)</td>" in html
 
 

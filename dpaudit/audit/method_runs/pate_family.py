@@ -63,6 +63,7 @@ import numpy as np
 from dpaudit.attacks.canary import multi_run_certified
 from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_float, check_int
+from dpaudit.progress import as_reporter
 from dpaudit.training.limits import MAX_EPOCHS, MAX_MODELS, MAX_RECORDS, MAX_WIDTH
 
 __all__ = ["audit_pate_run", "audit_fedkt_run", "audit_fredy_run", "noisy_max_ideal_epsilon", "canary_input"]
@@ -158,8 +159,6 @@ def _run_audit(method: str, *, votes_fn: Callable[[np.ndarray, int, int], np.nda
                sensitivity: float, voters: float, gamma: float, settings: dict[str, Any], notes: tuple[str, ...],
                start: float, progress: Any) -> MethodRunAudit:
     """Pilot -> label; trials -> votes -> answers -> certified bound, ideal reference and the result."""
-    from dpaudit.progress import as_reporter
-
     log = as_reporter(progress).log
     log(f"{method} run audit: {pilot} pilot trainings without the canary (to choose its label)")
     pv = votes_fn(np.zeros(pilot, bool), 0, _seed(seed, 3))
@@ -249,7 +248,7 @@ def audit_pate_run(*, trials: int = 400, teachers: int = 5, gamma: float = 1.0, 
         aug, ci = _augmented(data, x, label, np.empty(0, np.int64))
         flat = [np.r_[p, ci] if (b and m == 0) else p for b in inc for m, p in enumerate(parts)]
         tp = pate.teacher_predictions(spec, flat, aug, cfg.teacher_train, seed=s, device=device,
-                                      cache=StageCache(None), stage="teachers")
+                                      cache=StageCache(None, as_reporter(progress)), stage="teachers")
         return vote_counts(tp["preds"][:, -1].reshape(len(inc), M).T, C)  # (trials, C)
 
     return _run_audit(
@@ -314,7 +313,8 @@ def audit_fedkt_run(*, trials: int = 400, parties: int = 2, partitions: int = 2,
         plain = fedkt.party_teacher_subsets(party_idx, s, t, seed)
         with_c = fedkt.party_teacher_subsets([np.r_[party_idx[0], ci]] + party_idx[1:], s, t, seed)
         flat = [(with_c if b else plain)[i][j][k] for b in inc for i in range(n) for j in range(s) for k in range(t)]
-        tp = pate.teacher_predictions(spec, flat, aug, train, seed=sd, device=device, cache=StageCache(None),
+        tp = pate.teacher_predictions(spec, flat, aug, train, seed=sd, device=device,
+                                      cache=StageCache(None, as_reporter(progress)),
                                       stage="teachers")
         N, P = len(inc), kq + 1
         preds = tp["preds"].reshape(N, n, s, t, P)
@@ -322,7 +322,7 @@ def audit_fedkt_run(*, trials: int = 400, parties: int = 2, partitions: int = 2,
         plabels = fedkt.party_labels(pv.reshape(N * n, s, P, C), "L1", gamma, np.random.default_rng(0))
         X_pub = aug.xy(aug.splits.public)[0]
         students = train_group(spec, [(X_pub, lab) for lab in plabels.reshape(N * n * s, P)], train,
-                               seed=_seed(sd, 1), device=device, progress=False)
+                               seed=_seed(sd, 1), device=device, progress=as_reporter(progress))
         sp = students.predict(X_pub[-1:])[:, 0].reshape(N, n, s, 1)
         return np.concatenate([fedkt.server_votes(sp[b], C, True) for b in range(N)])  # (trials, C)
 
@@ -380,8 +380,9 @@ def audit_fredy_run(*, trials: int = 400, teachers: int = 5, rounds: int = 2, ga
     def votes_fn(inc: np.ndarray, label: int, sd: int) -> np.ndarray:
         aug, ci = _augmented(data, x, label, np.empty(0, np.int64))
         flat = [aug.xy(np.r_[p, ci] if (b and m == 0) else p) for b in inc for m, p in enumerate(parts)]
-        g = fredy.fedavg_teachers(spec, flat, train, rounds=R, w0=w0, seed=sd, device=device, cache=StageCache(None),
-                                  progress=False, group_size=T)
+        g = fredy.fedavg_teachers(spec, flat, train, rounds=R, w0=w0, seed=sd, device=device,
+                                  cache=StageCache(None, as_reporter(progress)), progress=as_reporter(progress),
+                                  group_size=T)
         return vote_counts(g.predict(x[None])[:, 0].reshape(len(inc), T).T, C)  # (trials, C)
 
     sens = fredy.fredy_sensitivity(T, R)

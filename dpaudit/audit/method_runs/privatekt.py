@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit._format import fmt_number
 from dpaudit.accountants.events import RandomizedResponse, flatten, rr_epsilon_from_keep_probability, \
     rr_keep_probability
 from dpaudit.attacks.canary import one_run_certified
@@ -209,7 +210,7 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
     notes = (
         "Claimed: the paper's eps for the whole process (model shuffling); accounted: basic composition of the "
         f"worst canary's {int(reports[worst])} reports in the run's ledger ({accounted:g}; its RDP figure at delta "
-        f"{config.delta:g}: {rdp_worst:.4g}).",
+        f"{fmt_number(config.delta)}: {fmt_number(rdp_worst)}).",
         f"Observed share of class-{a} labels uploaded by 'in' canaries: {share:.4f} (perfectly deterministic "
         f"predictions give {p_true:.4f}); the ideal reference assumes the latter.",
         f"Global model's test accuracy after the audited run: {res.test_accuracy:.4f} ({m} canaries among "

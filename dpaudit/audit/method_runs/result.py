@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from dpaudit._format import fmt_number
 from dpaudit.attacks.canary import CanaryBound
 
 __all__ = ["MethodRunAudit"]
@@ -56,9 +57,9 @@ class MethodRunAudit:
     def summary(self) -> str:
         b = self.bound
         ideal = "–" if b.ideal_epsilon is None else f"{b.ideal_epsilon:.3f}"
-        claim = "none" if self.claimed_epsilon is None else f"{self.claimed_epsilon:.3g}"
-        acc = "–" if self.accounted_epsilon is None else f"{self.accounted_epsilon:.3g}"
+        claim = "none" if self.claimed_epsilon is None else fmt_number(self.claimed_epsilon, 3)
+        acc = fmt_number(self.accounted_epsilon, 3)
         verdict = "REFUTED" if self.refutes_claim else "not refuted"
         return (f"{self.method} ({self.audit}, full run): certified epsilon >= {b.epsilon:.3f} at confidence "
-                f"{b.confidence:g} over {self.trials} trials (ideal attack {ideal}); paper's claim {claim}: {verdict}; "
+                f"{fmt_number(b.confidence)} over {self.trials} trials (ideal attack {ideal}); paper's claim {claim}: {verdict}; "
                 f"dpaudit's accounting {acc}.")

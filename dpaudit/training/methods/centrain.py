@@ -127,7 +127,7 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome:
     ctx.reporter.log(f"training one {spec.name} model on the {len(members)} pooled client records"
                      + (" by DP-SGD" if dp else "") + (f" with {cfg.canaries.count} {cfg.canaries.kind} canaries"
                                                        if cfg.canaries else ""))
-    ens = train_ensemble(spec, datasets, train_cfg, seed=ctx.seed, device=cfg.run.device, progress=False,
+    ens = train_ensemble(spec, datasets, train_cfg, seed=ctx.seed, device=cfg.run.device, progress=ctx.reporter,
                          canary_hook=hook)
     clf = ens.member(0)
     acc = float((clf.predict(data.X[data.test]) == data.y[data.test]).mean())

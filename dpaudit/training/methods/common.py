@@ -464,7 +464,7 @@ def train_group(
     seed: int,
     device: str | None = None,
     checkpoint_dir: Path | None = None,
-    progress: bool = True,
+    progress: bool | Reporter = True,
     init_state: Mapping[str, Any] | None = None,
 ) -> ModelGroup:
     """Train model i on ``datasets[i]`` for every i: torch specs all at once with the ensemble trainer

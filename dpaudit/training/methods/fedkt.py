@@ -360,7 +360,7 @@ def _party_side(cfg: FedKTConfig, specs: _Specs, parties: list[np.ndarray], data
         group = train_group(
             specs.student, [(X_pub[q_party], plabels[i, j]) for i in range(n) for j in range(s)], cfg.student_train,
             seed=derive_seed(seed, "students"), device=device, checkpoint_dir=cache.subdir("students.ckpt"),
-            progress=cache.reporter.enabled,
+            progress=cache.reporter,
         )
         return {"preds": group.predict(X_pub), "test_acc": (group.predict(X_te) == y_te[None, :]).mean(axis=1)}
 
@@ -381,7 +381,7 @@ def _server_side(cfg: FedKTConfig, specs: _Specs, party: _PartySide, data: DataB
     cache.reporter.log(f"final: training the {specs.final.name} final model on {len(q_server)} labelled queries")
     final = train_group(specs.final, [(X_pub[q_server], slabels)], cfg.final_train, seed=derive_seed(seed, "final"),
                         device=device, checkpoint_dir=cache.subdir("final.ckpt"),
-                        progress=cache.reporter.enabled).member(0)
+                        progress=cache.reporter).member(0)
     return final, q_server, sv, slabels
 
 
@@ -396,7 +396,7 @@ def _baselines(cfg: FedKTConfig, specs: _Specs, parties: list[np.ndarray], data:
         def solo() -> dict[str, np.ndarray]:
             cache.reporter.log(f"SOLO baseline: {n} {specs.final.name} models, one per party")
             g = train_group(specs.final, [data.xy(p) for p in parties], cfg.final_train, seed=derive_seed(seed, "solo"),
-                            device=device, checkpoint_dir=cache.subdir("solo.ckpt"), progress=cache.reporter.enabled)
+                            device=device, checkpoint_dir=cache.subdir("solo.ckpt"), progress=cache.reporter)
             return {"test_acc": (g.predict(X_te) == y_te[None, :]).mean(axis=1)}
 
         utility["solo_accuracy"] = float(np.mean(cache.get_or_run("solo", solo)["test_acc"]))

@@ -102,7 +102,7 @@ def teacher_predictions(
         cache.reporter.log(f"{stage}: training {len(parts)} {spec.name} models")
         group = train_group(
             spec, [data.xy(p) for p in parts], train, seed=seed, device=device,
-            checkpoint_dir=cache.subdir(stage + ".ckpt"), progress=cache.reporter.enabled,
+            checkpoint_dir=cache.subdir(stage + ".ckpt"), progress=cache.reporter,
         )
         X_pub, _ = data.xy(data.splits.public)
         X_te, y_te = data.xy(data.splits.test)
@@ -143,7 +143,7 @@ def pate_student(
     cache.reporter.log(f"{stage}: training the student on {len(q)} labelled queries")
     group = train_group(
         student_spec, [(X_pub[q], labels)], student_train, seed=derive_seed(seed, "students"), device=device,
-        checkpoint_dir=cache.subdir(stage + ".ckpt"), progress=cache.reporter.enabled,
+        checkpoint_dir=cache.subdir(stage + ".ckpt"), progress=cache.reporter,
     )
     return group.member(0), q, votes, labels
 

@@ -58,6 +58,7 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
+from dpaudit._format import fmt_number
 from dpaudit.accountants.events import SubsampledGaussian
 from dpaudit.training.dpsgd import DPSGDStep, clip_and_noise, poisson_masks
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
@@ -629,7 +630,7 @@ def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: 
     overall = ledger.overall()
     warnings_ = []
     if overall.epsilon > 10:
-        warnings_.append(f"The shared model's epsilon is large ({overall.epsilon:.4g} at delta {overall.delta:.3g}): "
+        warnings_.append(f"The shared model's epsilon is large ({fmt_number(overall.epsilon)} at delta {fmt_number(overall.delta)}): "
                          "with these settings DP-SGD gives a weak guarantee. It is reported as is.")
     facts = {"epsilon_per_client_own_delta": [float(e) for e in result.epsilon],
              "delta_per_client": [float(d) for d in result.delta],
@@ -646,7 +647,7 @@ def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: 
             math.inf, float(overall.delta), "not established", label=NOT_ESTABLISHED_LABEL,
             assumptions=(dml_dp_assumption(), "No accounting of the private model's influence on the proxy exists here, "
                          "so no finite epsilon is established for the released proxy. The DP-SGD figure "
-                         f"({overall.epsilon:.4g} at delta {overall.delta:.3g}) is the paper's, under an assumption that "
+                         f"({fmt_number(overall.epsilon)} at delta {fmt_number(overall.delta)}) is the paper's, under an assumption that "
                          "does not hold."))
         return AccountingResult(f"{variant}: DP-SGD (Poisson subsampled Gaussian) per client, distilling from a "
                                 "non-private model", (none,) + paper, headline=0, facts=facts, warnings=tuple(warnings_),

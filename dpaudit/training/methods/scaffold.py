@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
+from dpaudit._format import fmt_number
 from dpaudit._io import dumps_json, exclusive_lock, parse_toml_value, read_json, read_toml, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int
 from dpaudit.training.limits import MAX_ROUNDS, MAX_THREADS
@@ -378,9 +379,9 @@ class RunContext:
     cache: StageCache
 
     @property
-    def progress(self) -> bool:
-        """Whether progress is shown (for the trainers that take a flag)."""
-        return self.reporter.enabled
+    def progress(self) -> Reporter:
+        """The reporter, for the trainers that take ``progress`` (their stages draw under the run's)."""
+        return self.reporter
 
 
 @dataclass(frozen=True)
@@ -455,17 +456,15 @@ class RunResult:
         lines += [f"  {name} release: {path}" for name, path in self.extra_releases.items()]
         lines.append("utility:")
         for k, v in self.utility.items():
-            if isinstance(v, float):
-                lines.append(f"  {k:<28} {v:.4f}")
-            elif isinstance(v, (int, str)):
-                lines.append(f"  {k:<28} {v}")
+            if isinstance(v, (int, float, str)):
+                lines.append(f"  {k:<28} {fmt_number(v)}")
         lines.append("privacy:")
         for i, st in enumerate(self.accounting.statements):
             mark = "*" if i == self.accounting.headline else " "
-            eps = "inf (no guarantee)" if math.isinf(st.epsilon) else f"{st.epsilon:.4g}"
+            eps = "∞ (no guarantee)" if math.isinf(st.epsilon) else fmt_number(st.epsilon)
             dd = ", data-dependent" if st.data_dependent else ""
-            lines.append(f" {mark} epsilon = {eps} at delta = {st.delta:.3g}  [{st.label or st.method}{dd}]")
-        claimed = "inf (no guarantee claimed)" if math.isinf(self.claimed_epsilon) else f"{self.claimed_epsilon:.4g}"
+            lines.append(f" {mark} epsilon = {eps} at delta = {fmt_number(st.delta)}  [{st.label or st.method}{dd}]")
+        claimed = "∞ (no guarantee claimed)" if math.isinf(self.claimed_epsilon) else fmt_number(self.claimed_epsilon)
         lines.append(f"  claimed epsilon: {claimed}")
         head = self.accounting.statement
         if head.assumptions:
