@@ -42,7 +42,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import load_json_file, load_toml_file, read_json
+from dpaudit._io import (check_input_file, check_replaceable, load_json_file, load_npy_file, load_npz_file, load_toml_file,
+                         read_json)
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
@@ -75,19 +76,14 @@ def _existing(path: Any, what: str) -> Path:
         raise DataError(f"{what} {str(p)!r} does not exist (or is not a file).")
     from dpaudit.training.external import refuse_pickle
 
+    check_input_file(p, what, allow_empty=True)     # a regular file within the input size cap
     refuse_pickle(p, what)
     return p
 
 
 def _load_npz(path: Path, what: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except ValueError as exc:
-        hint = " (it holds pickled objects; dpaudit never unpickles)" if "pickle" in str(exc).lower() else ""
-        raise DataError(f"{what} {str(path)!r} is not a readable npz{hint}: {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{what} {str(path)!r} is not a readable npz: {exc}") from None
+    """Every array of a user's npz through the one capped loader (zip directory checked before unpacking)."""
+    return load_npz_file(path, what, kinds=None)
 
 
 def _load_array(path: Path, what: str) -> np.ndarray:
@@ -97,13 +93,7 @@ def _load_array(path: Path, what: str) -> np.ndarray:
             raise DataError(f"{what} {str(path)!r} must hold one array; it holds {sorted(arrays)}.")
         return next(iter(arrays.values()))
     if path.suffix == ".npy":
-        try:
-            return np.load(path, allow_pickle=False)
-        except ValueError as exc:
-            hint = " (it holds pickled objects; dpaudit never unpickles)" if "pickle" in str(exc).lower() else ""
-            raise DataError(f"{what} {str(path)!r} is not a readable .npy{hint}: {exc}") from None
-        except (OSError, EOFError) as exc:
-            raise DataError(f"{what} {str(path)!r} is not a readable .npy: {exc}") from None
+        return load_npy_file(path, what, kinds=None)     # header checked against the file before allocating
     if path.suffix in (".txt", ".csv"):
         try:
             return np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None, ndmin=1)
@@ -441,6 +431,10 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     from dpaudit.training.release import write_release
 
     seed = check_int(seed, "seed", "make_release", low=0)
+    if Path(out).exists() or Path(out).is_symlink():   # before reading anything: what --overwrite may replace
+        if not overwrite:
+            raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
+        check_replaceable(out)
     factory, train_fn = absolute_import_path(factory), absolute_import_path(train_fn)
     claim_d = parse_claim(claim)
     if (model is None) == (scores is None):
