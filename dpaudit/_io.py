@@ -335,6 +335,15 @@ def _array_cap(max_bytes: int | None) -> int:
     return cap if max_bytes is None else min(int(max_bytes), cap)
 
 
+def _check_array_file(path: str | os.PathLike, what: str, cap: int) -> Path:
+    p = check_input_file(path, what, max_bytes=None)
+    size = p.stat().st_size
+    if size > cap:
+        raise DataError(f"{_cap(what)} {p} is {size} bytes; dpaudit reads at most {cap} here (set {ARRAY_BYTES_ENV} "
+                        "to raise the limit).")
+    return p
+
+
 def check_zip_archive(path: str | os.PathLike, what: str, *, max_bytes: int | None = None,
                       kind: str = "zip archive") -> list[zipfile.ZipInfo]:
     """Read only the zip directory of ``path`` and refuse it before anything is unpacked when it holds more than
@@ -342,7 +351,7 @@ def check_zip_archive(path: str | os.PathLike, what: str, *, max_bytes: int | No
     bound: :func:`max_array_bytes`). Returns the members. (Reading a member never yields more than the size its
     directory entry states, so these sizes bound every later allocation.)"""
     cap = _array_cap(max_bytes)
-    p = check_input_file(path, what, max_bytes=cap)
+    p = _check_array_file(path, what, cap)
     try:
         with zipfile.ZipFile(p) as zf:
             infos = zf.infolist()
@@ -390,7 +399,7 @@ def load_npy_file(path: str | os.PathLike, what: str, *, kinds: str | None = "bi
     refused with a :class:`DataError` naming the file. ``max_bytes``: the largest file read (default and upper
     bound: :func:`max_array_bytes`).
     """
-    p = check_input_file(path, what, max_bytes=_array_cap(max_bytes))
+    p = _check_array_file(path, what, _array_cap(max_bytes))
     size = p.stat().st_size
     try:
         with open(p, "rb") as fh:

@@ -295,7 +295,7 @@ def load_bundle_npz(root: Path, fname: str) -> dict[str, np.ndarray]:
     from dpaudit._io import load_npz_file
 
     p = _bundle_file(root, fname, fname.split(".")[0])
-    return load_npz_file(p, f"the bundle file {fname}", kinds=None)
+    return load_npz_file(p, "the bundle file", kinds=None)
 
 
 def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | None = None):

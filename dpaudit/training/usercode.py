@@ -109,7 +109,7 @@ def _roots() -> list[tuple[str, Path]]:
         p = Path(prefix).resolve()
         if p != Path(p.anchor):
             out.append(("the Python installation", p))
-    return out
+    return sorted(out, key=lambda item: -len(item[1].parts))     # the deepest folder names the reason
 
 
 def _foreign(file: Path) -> str | None:
@@ -126,6 +126,11 @@ def _foreign(file: Path) -> str | None:
     return None
 
 
+class _Foreign(DataError):
+    """An import path naming code that is never the user's own (standard library, dpaudit, an installed package, a
+    package, compiled code)."""
+
+
 def _resolve(ip: ImportPath, what: str, base: Path | None) -> Path:
     """The one source file ``ip`` names (checked: exists, regular file, not a package, not foreign code)."""
     if ip.is_file:
@@ -137,16 +142,16 @@ def _resolve(ip: ImportPath, what: str, base: Path | None) -> Path:
         except (OSError, RuntimeError):
             raise DataError(f"{what} {ip.text!r}: the file {str(raw)!r} does not exist.") from None
         if file.name == "__init__.py":
-            raise DataError(f"{what} {ip.text!r}: {file} is a package's __init__.py; dpaudit runs one module file, "
+            raise _Foreign(f"{what} {ip.text!r}: {file} is a package's __init__.py; dpaudit runs one module file, "
                             "not a package.")
     else:
         top = ip.target
         if top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names:
-            raise DataError(f"{what} {ip.text!r}: dpaudit runs factories and training functions from your own code "
-                            "only, not from the standard library.")
+            raise _Foreign(f"{what} {ip.text!r}: dpaudit runs factories and training functions from your own code "
+                           "only, not from the standard library.")
         if top == "dpaudit":
-            raise DataError(f"{what} {ip.text!r}: dpaudit runs factories and training functions from your own code "
-                            "only, not from dpaudit.")
+            raise _Foreign(f"{what} {ip.text!r}: dpaudit runs factories and training functions from your own code "
+                           "only, not from dpaudit.")
         try:
             spec = importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path])
         except (ImportError, ValueError, OSError) as exc:
@@ -157,18 +162,18 @@ def _resolve(ip: ImportPath, what: str, base: Path | None) -> Path:
         origin = Path(spec.origin).resolve()
         why = _foreign(origin)
         if why is not None:
-            raise DataError(f"{what} {ip.text!r}: module {top!r} is part of {why}; dpaudit runs factories and "
+            raise _Foreign(f"{what} {ip.text!r}: module {top!r} is part of {why}; dpaudit runs factories and "
                             "training functions from your own code only.")
         if spec.submodule_search_locations is not None:
-            raise DataError(f"{what} {ip.text!r}: {top!r} is a package ({origin}); importing it runs files the "
+            raise _Foreign(f"{what} {ip.text!r}: {top!r} is a package ({origin}); importing it runs files the "
                             "digest does not cover. Name one module file instead (path/to/module.py:function).")
         file = origin
     why = _foreign(file)
     if why is not None:
-        raise DataError(f"{what} {ip.text!r}: {file} is part of {why}; dpaudit runs factories and training "
+        raise _Foreign(f"{what} {ip.text!r}: {file} is part of {why}; dpaudit runs factories and training "
                         "functions from your own code only.")
     if file.suffix != ".py":
-        raise DataError(f"{what} {ip.text!r}: {file} is not a Python source file (.py); dpaudit runs source it can "
+        raise _Foreign(f"{what} {ip.text!r}: {file} is not a Python source file (.py); dpaudit runs source it can "
                         "hash, never compiled modules or bytecode.")
     return file
 
@@ -345,6 +350,12 @@ class BundleCode:
             raise DataError(f"{bundle}/release.json: the {what} {rec.text!r} has no valid recorded code digest "
                             f"({field}_sha256); dpaudit runs only code pinned by the release. Re-make it with "
                             "dpaudit release make.")
+        try:        # what the bundle names is never run if it is not someone's own code (nothing is read or run here)
+            _resolve(rec, where, Path(bundle))
+        except _Foreign:
+            raise
+        except DataError:
+            pass    # not on this machine: the user's own copy decides
         mine = getattr(self, role)
         if mine is not None:
             pinned = pin_code(mine, flag)
