@@ -2,7 +2,7 @@
 attack``, ``dpaudit audit`` and ``dpaudit check`` work on it unchanged.
 
 Model (one of)
-    * a PyTorch module: ``factory="pkg.module:build"`` or ``"path/to/file.py:build"`` (called with
+    * a PyTorch module: ``factory="path/to/file.py:build"`` or ``"module:build"`` (called with
       ``factory_kwargs``; a file path is stored absolute) + ``model=weights.safetensors``
       (``.pt`` / ``.pth`` are refused: convert with ``safetensors.torch.save_file(model.state_dict(), path)``);
     * a scikit-learn classifier in ``.skops``; a CatBoost ``.cbm``;
@@ -16,8 +16,9 @@ Data (with a model)
     boolean masks of its length. The attacker's pool defaults to every record that is neither member nor non-member.
 
 Training recipe for shadow / reference models (optional; without one only the threshold attack is possible)
-    ``train_fn="pkg.module:train"`` -- the user's ``train(X, y, seed) -> model with predict_proba``. **This runs
-    their code**, now (to check the import) and whenever the release is attacked. Or ``recipe_model`` (a dpaudit
+    ``train_fn="path/to/file.py:train"`` -- the user's ``train(X, y, seed) -> model with predict_proba``. **This runs
+    their code**, now (to check the import), and when the release is attacked by someone who names the same code
+    (``--train-fn``, checked against the recorded sha256) or passes ``--trust-bundle-code``. Or ``recipe_model`` (a dpaudit
     architecture, e.g. ``mlp``) with ``recipe_config`` (a JSON / TOML file of :class:`TrainConfig` fields).
 
 Accounting (at most one)
@@ -302,7 +303,7 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
     shape = tuple(X.shape[1:])
     if p.suffix == ".safetensors":
         if not factory:
-            raise ParameterError("A .safetensors weights file needs --factory pkg.module:build (the function that builds "
+            raise ParameterError("A .safetensors weights file needs --factory FILE.py:build (the function that builds "
                                  "the torch.nn.Module). Got nothing instead.")
         digest = code_digest(factory, "--factory")
         module = load_torch_factory(factory, p, factory_kwargs=factory_kwargs, factory_sha256=digest)
@@ -495,7 +496,8 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
                            "threshold attack.")
     elif recipe.get("train_fn"):
         assumptions.append(f"Shadow / reference models are trained by the release maker's own code {recipe['train_fn']!r}; "
-                           "attacking this release runs it.")
+                           "attacking this release runs it only for an auditor who names the same code (--train-fn, "
+                           "checked against its sha256) or passes --trust-bundle-code.")
     return write_release(
         out, method="external", dataset=ds_spec, params=params, seed=seed,
         utility={"test_accuracy": acc, "test_split": "non-members"}, classifier=clf, train_config=None,

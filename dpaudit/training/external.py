@@ -3,7 +3,7 @@
 =================  ===========================================================================================
 kind               what the release holds / how it is loaded
 =================  ===========================================================================================
-``torch_factory``  ``model.safetensors`` + an import path ``pkg.module:build`` to a function returning the
+``torch_factory``  ``model.safetensors`` + an import path ``file.py:build`` to a function returning the
                    ``torch.nn.Module`` (called with the stored keyword arguments); the weights must match the
                    module's ``state_dict`` exactly (every missing, unexpected or mis-shaped tensor is named)
 ``sklearn``        ``model.skops``: any scikit-learn classifier with ``predict_proba``; the file's types beyond
