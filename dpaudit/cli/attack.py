@@ -120,12 +120,14 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     (one-run), else of the release's DP-SGD recipe, retrained.
 
     \b
-    Output: attack.json, roc.png and OUT/units (or canary_audit.json, canaries.npz) in --out, by default
-    runs/attack/<bundle name>-<attack or audit>; never inside the bundle (its files, cached results included, may
-    come from the party audited). Earlier results are replaced only with --overwrite.
-    Code: a bundle may name code (a torch factory, a training function); dpaudit runs it only when you pass the
-    same code (--factory / --train-fn, checked against the bundle's sha256) or --trust-bundle-code. Nothing in a
-    bundle is unpickled; symbolic links in it are refused."""
+    Output: attack.json, roc.png and OUT/units (or canary_audit.json, canaries.npz)
+    in --out, by default runs/attack/<bundle name>-<attack or audit>; never inside
+    the bundle (its files, cached results included, may come from the party
+    audited). Earlier results are replaced only with --overwrite.
+    Code: a bundle may name code (a torch factory, a training function); dpaudit
+    runs it only when you pass the same code (--factory / --train-fn, checked
+    against the bundle's sha256) or --trust-bundle-code. Nothing in a bundle is
+    unpickled; symbolic links in it are refused."""
     from dpaudit.audit.attack_release import attack_out_dir, attack_output, attack_release
     from dpaudit.executors import make_executor
     from dpaudit.training.release import load_release

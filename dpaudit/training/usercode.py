@@ -243,12 +243,14 @@ def run_pinned(pinned: PinnedCode, what: str) -> Callable:
         module = types.ModuleType(name)
         module.__file__ = str(pinned.file)
         module.__dict__["__builtins__"] = builtins
-        sys.modules[name] = module        # as an import would (dataclasses, typing look their module up)
+        sys.modules[name] = module        # while it runs, as an import would (dataclasses look their module up)
         try:
             exec(code, module.__dict__)   # noqa: S102 - the user's own code, pinned by its digest
         except Exception as exc:  # noqa: BLE001 - the user's file failed while running: one line
-            sys.modules.pop(name, None)
             raise DataError(f"{label}: running {str(pinned.file)!r} failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            # not importable by name afterwards: a remote executor gets its functions by value, never re-reads a file
+            sys.modules.pop(name, None)
         _MODULES[pinned.sha256] = module
     target = pinned.path.target if not pinned.path.is_file else str(pinned.file)
     if pinned.path.name not in module.__dict__:

@@ -201,3 +201,12 @@ def test_check_reads_no_linked_release_json(forest_release, tmp_path, cli, victi
     code, _, err = cli(["check", tmp_path / "claims.toml"])
     _one_error(code, err, "symbolic link")
     assert Path(tmp_path / "outside.json").is_file()
+
+
+def test_an_audit_run_directory_inside_a_release_bundle_is_refused(forest_release, tmp_path, cli):
+    b = tmp_path / "bundle"
+    shutil.copytree(forest_release(members=100, trees=3), b)
+    (tmp_path / "audit.toml").write_text(f'[[models]]\nname = "m"\nrelease = "{b}"\n\n[[attacks]]\nkind = "threshold"\n')
+    code, _, err = cli(["audit", tmp_path / "audit.toml", "--out", b / "run", "--quiet"])
+    _one_error(code, err, "inside the release bundle")
+    assert not (b / "run").exists()

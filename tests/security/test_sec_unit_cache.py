@@ -53,8 +53,17 @@ def recorder(monkeypatch):
 
 
 def _args(bundle, *extra):
-    return ["attack", bundle, "--attack", "shadow", "--shadows", "2", "--classifier", "logreg", "--bootstrap", "0",
-            "--quiet", *extra]
+    return ["attack", bundle, "--attack", "shadow", "--shadows", "2", "--classifier", "logreg", "--global-model",
+            "--bootstrap", "0", "--quiet", *extra]
+
+
+def _lib(bundle, units):
+    """The shadow attack through the library, shadow models checkpointed in ``units``: its result dict."""
+    from dpaudit.audit.attack_release import attack_release
+
+    rep = attack_release(bundle, attack="shadow", num_shadows=2, classifier="logreg", per_class=False, n_bootstrap=0,
+                         blind=False, checkpoint_dir=units)
+    return rep.to_dict()["attack"]
 
 
 def _attack(path):
@@ -95,21 +104,18 @@ def test_units_shipped_inside_a_bundle_are_never_read(forest, tmp_path, cli, tra
     assert code == 2 and "inside the release bundle" in err
 
 
-def test_an_edited_checkpoint_in_the_users_folder_is_recomputed(forest, tmp_path, cli, trained):
-    code, _, err = cli(_args(forest, "--out", tmp_path / "o"))
-    assert code == 0, err
-    honest = _attack(tmp_path / "o")
-    unit = tmp_path / "o" / "units" / "models-0-2.npz"
+def test_an_edited_checkpoint_in_the_users_folder_is_recomputed(forest, tmp_path, trained):
+    honest = _lib(forest, tmp_path / "units")
+    unit = tmp_path / "units" / "models-0-2.npz"
     np.savez(unit, **_forged(unit))                    # content changed, old digest kept
     trained.clear()
-    code, _, err = cli(_args(forest, "--out", tmp_path / "o", "--overwrite"))
-    assert code == 0, err
-    assert trained == [1] and _attack(tmp_path / "o") == honest
+    assert _lib(forest, tmp_path / "units") == honest and trained == [1]
+    trained.clear()
+    assert _lib(forest, tmp_path / "units") == honest and trained == []    # its own, re-sealed checkpoint: reused
 
 
-def test_a_checkpoint_of_another_bundle_is_recomputed(forest, tmp_path, cli, trained):
-    code, _, err = cli(_args(forest, "--out", tmp_path / "a"))
-    assert code == 0, err
+def test_a_checkpoint_of_another_bundle_is_recomputed(forest, tmp_path, trained):
+    _lib(forest, tmp_path / "a")
     other = tmp_path / "other"
     shutil.copytree(forest, other)
     meta = json.loads((other / "release.json").read_text())
@@ -117,12 +123,11 @@ def test_a_checkpoint_of_another_bundle_is_recomputed(forest, tmp_path, cli, tra
     (other / "release.json").write_text(json.dumps(meta))
     shutil.copytree(tmp_path / "a", tmp_path / "b")    # a's valid checkpoint, offered for the other bundle
     trained.clear()
-    code, _, err = cli(_args(other, "--out", tmp_path / "b", "--overwrite"))
-    assert code == 0, err
+    _lib(other, tmp_path / "b")
     assert trained == [1]
     trained.clear()
-    code, _, err = cli(_args(forest, "--out", tmp_path / "a", "--overwrite"))   # its own bundle: reused
-    assert code == 0 and trained == [], err
+    _lib(forest, tmp_path / "a")                       # its own bundle: reused
+    assert trained == []
 
 
 def _double(x):
