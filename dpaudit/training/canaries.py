@@ -348,7 +348,7 @@ def _read(path: str | Path) -> dict[str, np.ndarray]:
     p = Path(path)
     if not p.is_file():
         raise DataError(f"The canaries file {p} does not exist.")
-    return load_npz_file(p, "the canaries file")      # the one capped loader: zip directory checked first
+    return load_npz_file(p, "the canaries file", kinds=None)   # the one capped loader: zip directory checked first
 
 
 def load_canaries(path: str | Path) -> dict[str, np.ndarray]:

@@ -143,7 +143,7 @@ def _resolve(ip: ImportPath, what: str, base: Path | None) -> Path:
             raise DataError(f"{what} {ip.text!r}: the file {str(raw)!r} does not exist.") from None
         if file.name == "__init__.py":
             raise _Foreign(f"{what} {ip.text!r}: {file} is a package's __init__.py; dpaudit runs one module file, "
-                            "not a package.")
+                           "not a package.")
     else:
         top = ip.target
         if top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names:
@@ -163,18 +163,18 @@ def _resolve(ip: ImportPath, what: str, base: Path | None) -> Path:
         why = _foreign(origin)
         if why is not None:
             raise _Foreign(f"{what} {ip.text!r}: module {top!r} is part of {why}; dpaudit runs factories and "
-                            "training functions from your own code only.")
+                           "training functions from your own code only.")
         if spec.submodule_search_locations is not None:
             raise _Foreign(f"{what} {ip.text!r}: {top!r} is a package ({origin}); importing it runs files the "
-                            "digest does not cover. Name one module file instead (path/to/module.py:function).")
+                           "digest does not cover. Name one module file instead (path/to/module.py:function).")
         file = origin
     why = _foreign(file)
     if why is not None:
         raise _Foreign(f"{what} {ip.text!r}: {file} is part of {why}; dpaudit runs factories and training "
-                        "functions from your own code only.")
+                       "functions from your own code only.")
     if file.suffix != ".py":
         raise _Foreign(f"{what} {ip.text!r}: {file} is not a Python source file (.py); dpaudit runs source it can "
-                        "hash, never compiled modules or bytecode.")
+                       "hash, never compiled modules or bytecode.")
     return file
 
 
