@@ -11,6 +11,7 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import sys
@@ -22,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from dpaudit.errors import DataError, OutputError
+from dpaudit.errors import DataError, OutputError, ParameterError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,11 +32,21 @@ else:  # pragma: no cover
 
 __all__ = ["json_number", "parse_json_number", "atomic_path", "write_bytes", "write_text", "write_json", "read_json",
            "save_npz", "save_npy", "atomic_dir", "check_input_file", "read_input_bytes", "read_input_text",
-           "load_toml_file", "read_toml", "parse_toml_value", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES"]
+           "load_toml_file", "read_toml", "parse_toml_value", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES",
+           "ARRAY_BYTES_ENV", "DEFAULT_MAX_ARRAY_BYTES", "MAX_ZIP_MEMBERS", "max_array_bytes", "check_zip_archive",
+           "OUTPUT_MARKER", "write_output_marker", "is_dpaudit_output", "check_replaceable", "make_output_dir"]
 
 #: The largest input file dpaudit reads whole (TOML/JSON/CSV/votes/membership): 1 GiB. Larger inputs are refused
 #: with a :class:`DataError` before anything is allocated.
 MAX_INPUT_BYTES = 1 << 30
+
+#: The environment variable that sets the largest number of bytes the arrays of one ``.npz`` / ``.npy`` input may
+#: unpack to (every npz dpaudit reads: bundle arrays, ``release make`` inputs, canary files, cached unit checkpoints).
+ARRAY_BYTES_ENV = "DPAUDIT_MAX_ARRAY_BYTES"
+#: Its default: 1 GiB.
+DEFAULT_MAX_ARRAY_BYTES = 1 << 30
+#: The most members an ``.npz`` archive may hold (its directory is read before anything else).
+MAX_ZIP_MEMBERS = 4096
 
 
 def json_number(x: Any) -> Any:
@@ -169,15 +180,19 @@ def save_npy(target: str | os.PathLike, array: np.ndarray) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+def atomic_dir(target: str | os.PathLike, overwrite: bool = False, *, kind: str = "output") -> Iterator[Path]:
     """Build a directory under a temporary name and rename it onto ``target`` only when complete.
 
-    If ``target`` exists and ``overwrite`` is true, it is replaced (the old one is removed only after the
-    new one is complete); otherwise :class:`FileExistsError` is raised before anything is written.
+    If ``target`` exists and ``overwrite`` is true, it is replaced (the old one is removed only after the new one
+    is complete) -- but only when it is a folder dpaudit wrote (:func:`check_replaceable`; checked before anything
+    is written); otherwise :class:`FileExistsError` is raised before anything is written. The new folder gets
+    dpaudit's marker (:data:`OUTPUT_MARKER`, of ``kind``).
     """
     target = Path(target)
-    if target.exists() and not overwrite:
-        raise FileExistsError(f"{target} already exists")
+    if target.exists() or target.is_symlink():
+        if not overwrite:
+            raise FileExistsError(f"{target} already exists")
+        check_replaceable(target)
     make_dirs(target.parent)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -186,9 +201,13 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
-        if target.exists():
+        write_output_marker(tmp, kind)
+        if target.exists() or target.is_symlink():
+            check_replaceable(target)   # again: it may have changed while the new one was built
             old = target.with_name(f".{target.name}.old")
-            if old.exists():
+            if old.is_symlink() or old.is_file():
+                old.unlink()
+            elif old.exists():
                 shutil.rmtree(old)
             os.replace(target, old)
             os.replace(tmp, target)
@@ -295,6 +314,58 @@ def load_json_file(path: str | os.PathLike, what: str) -> Any:
 _NPY_MAGIC = b"\x93NUMPY"
 
 
+def max_array_bytes() -> int:
+    """The cap on what one array input may unpack to: ``$DPAUDIT_MAX_ARRAY_BYTES`` (a positive integer number of
+    bytes) or :data:`DEFAULT_MAX_ARRAY_BYTES` (1 GiB)."""
+    raw = os.environ.get(ARRAY_BYTES_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_ARRAY_BYTES
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ParameterError(f"The environment variable {ARRAY_BYTES_ENV} must be a positive integer number of bytes "
+                             f"(default {DEFAULT_MAX_ARRAY_BYTES}). Got {raw[:40]!r} instead.")
+    return value
+
+
+def _array_cap(max_bytes: int | None) -> int:
+    cap = max_array_bytes()
+    return cap if max_bytes is None else min(int(max_bytes), cap)
+
+
+def _check_array_file(path: str | os.PathLike, what: str, cap: int) -> Path:
+    p = check_input_file(path, what, max_bytes=None)
+    size = p.stat().st_size
+    if size > cap:
+        raise DataError(f"{_cap(what)} {p} is {size} bytes; dpaudit reads at most {cap} here (set {ARRAY_BYTES_ENV} "
+                        "to raise the limit).")
+    return p
+
+
+def check_zip_archive(path: str | os.PathLike, what: str, *, max_bytes: int | None = None,
+                      kind: str = "zip archive") -> list[zipfile.ZipInfo]:
+    """Read only the zip directory of ``path`` and refuse it before anything is unpacked when it holds more than
+    :data:`MAX_ZIP_MEMBERS` members or its members would unpack to more than ``max_bytes`` (default and upper
+    bound: :func:`max_array_bytes`). Returns the members. (Reading a member never yields more than the size its
+    directory entry states, so these sizes bound every later allocation.)"""
+    cap = _array_cap(max_bytes)
+    p = _check_array_file(path, what, cap)
+    try:
+        with zipfile.ZipFile(p) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
+        raise DataError(f"{_cap(what)} {p} is not a readable {kind} (truncated or corrupt? {str(exc)[:200]}).") from None
+    if len(infos) > MAX_ZIP_MEMBERS:
+        raise DataError(f"{_cap(what)} {p} holds {len(infos)} members; dpaudit reads at most {MAX_ZIP_MEMBERS}.")
+    total = sum(i.file_size for i in infos)
+    if total > cap:
+        raise DataError(f"{_cap(what)} {p} would unpack to {total} bytes; dpaudit reads at most {cap} here "
+                        f"(set {ARRAY_BYTES_ENV} to raise the limit).")
+    return infos
+
+
 def _npy_header(fh: Any, what: str, where: str) -> tuple[tuple[int, ...], np.dtype, int]:
     """Read an .npy header from ``fh``: ``(shape, dtype, data bytes)``; refuses object dtypes before any pickle."""
     try:
@@ -308,8 +379,8 @@ def _npy_header(fh: Any, what: str, where: str) -> tuple[tuple[int, ...], np.dty
     except (ValueError, OSError, EOFError, SyntaxError, TypeError, RecursionError, MemoryError) as exc:
         raise DataError(f"{_cap(what)} {where} is not a readable .npy array ({str(exc)[:200]}).") from None
     if dtype.hasobject:
-        raise DataError(f"{_cap(what)} {where} is not a plain numeric array: it holds Python objects (dtype {dtype}); "
-                        "loading them would need pickle, which dpaudit never uses on user files.")
+        raise DataError(f"{_cap(what)} {where} is not a plain numeric array: it holds Python objects (dtype {dtype}), "
+                        "which only pickle can load, and dpaudit never unpickles user files.")
     count = math.prod(int(s) for s in shape)
     return tuple(int(s) for s in shape), dtype, count * dtype.itemsize
 
@@ -320,14 +391,15 @@ def _check_kind(dtype: np.dtype, kinds: str | None, what: str, where: str) -> No
 
 
 def load_npy_file(path: str | os.PathLike, what: str, *, kinds: str | None = "biuf",
-                  max_bytes: int = MAX_INPUT_BYTES) -> np.ndarray:
+                  max_bytes: int | None = None) -> np.ndarray:
     """Load a plain ``.npy`` array without pickle, checking its header against the file size before allocating.
 
     ``kinds`` restricts the dtype kinds (numpy's ``dtype.kind``; default: bool, ints, floats). An ``.npz``
     archive under a ``.npy`` name, a truncated file or a header promising more data than the file has are
-    refused with a :class:`DataError` naming the file.
+    refused with a :class:`DataError` naming the file. ``max_bytes``: the largest file read (default and upper
+    bound: :func:`max_array_bytes`).
     """
-    p = check_input_file(path, what, max_bytes=max_bytes)
+    p = _check_array_file(path, what, _array_cap(max_bytes))
     size = p.stat().st_size
     try:
         with open(p, "rb") as fh:
@@ -351,20 +423,19 @@ def load_npy_file(path: str | os.PathLike, what: str, *, kinds: str | None = "bi
 
 
 def load_npz_file(path: str | os.PathLike, what: str, *, kinds: str | None = "biuf",
-                  max_bytes: int = MAX_INPUT_BYTES) -> dict[str, np.ndarray]:
-    """Load every array of an ``.npz`` archive without pickle.
+                  max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """Load every array of an ``.npz`` archive without pickle: the one loader of every npz dpaudit reads.
 
-    Before reading any data the zip directory is checked: every member must be an ``.npy`` whose header's size
-    matches the member's recorded size, and the members together must unpack to at most ``max_bytes`` (a zip
-    bomb is refused, not unpacked).
+    Before reading any data the zip directory is checked (:func:`check_zip_archive`): the members together must
+    unpack to at most ``max_bytes`` (default and upper bound: :func:`max_array_bytes`, 1 GiB unless
+    ``$DPAUDIT_MAX_ARRAY_BYTES`` says otherwise), so a zip bomb is refused, not unpacked; then every member must be
+    an ``.npy`` whose header's size matches the member's recorded size and whose dtype is of ``kinds`` (numpy's
+    ``dtype.kind`` letters; None: any but objects).
     """
-    p = check_input_file(path, what, max_bytes=max_bytes)
+    infos = check_zip_archive(path, what, max_bytes=max_bytes, kind=".npz archive")
+    p = Path(path)
     try:
         with zipfile.ZipFile(p) as zf:
-            infos = zf.infolist()
-            total = sum(i.file_size for i in infos)
-            if total > max_bytes:
-                raise DataError(f"{_cap(what)} {p} would unpack to {total} bytes; dpaudit reads at most {max_bytes} here.")
             for info in infos:
                 if not info.filename.endswith(".npy") or info.is_dir():
                     raise DataError(f"{_cap(what)} {p} holds {info.filename!r}, which is not an .npy array.")
@@ -392,6 +463,15 @@ def load_npz_file(path: str | os.PathLike, what: str, *, kinds: str | None = "bi
 # --------------------------------------------------------------------------------------------------
 
 
+_LOCK_NAME = ".dpaudit.lock"
+_LOCK_TEXT = re.compile(rb"[ -~]{1,160} \(pid [0-9]{1,10}\)\n?")
+
+
+def _lock_refused(lock: Path, why: str) -> OutputError:
+    return OutputError(f"The lock file {lock} {why}; dpaudit never follows, truncates or writes into a file it did "
+                       "not make. Remove it, or choose another --out.")
+
+
 @contextlib.contextmanager
 def exclusive_lock(directory: str | os.PathLike, what: str = "dpaudit", *,
                    lock_file: str | os.PathLike | None = None) -> Iterator[Path]:
@@ -401,20 +481,36 @@ def exclusive_lock(directory: str | os.PathLike, what: str = "dpaudit", *,
     the process that holds it. The lock dies with its process (SIGKILL included), so a stale lock file never
     blocks the next run. ``lock_file``: lock this file instead (its folder is created, ``directory`` is not),
     for a directory that must not exist before the run ends (a release is written atomically as a whole).
+
+    The lock file is opened with ``O_NOFOLLOW`` and without ``O_TRUNC``: a symbolic link planted in its place is
+    refused (never followed), and so is anything that is not a regular file of one link holding nothing or a
+    lock line of dpaudit's -- a foreign file is never truncated or written.
     """
     import fcntl
 
     d = Path(directory)
     if lock_file is None:
-        lock = make_dirs(directory) / ".dpaudit.lock"
+        lock = make_dirs(directory) / _LOCK_NAME
     else:
         lock = Path(lock_file)
         make_dirs(lock.parent)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        fd = os.open(lock, flags, 0o666 & ~_umask())
     except OSError as exc:
+        if exc.errno == errno.ELOOP or lock.is_symlink():
+            raise _lock_refused(lock, "is a symbolic link") from None
         raise _output_error(lock, exc) from None
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _lock_refused(lock, "is not a regular file")
+        if st.st_nlink != 1:
+            raise _lock_refused(lock, f"has {st.st_nlink} hard links (another name points at the same file)")
+        if st.st_size:
+            head = os.pread(fd, 200, 0)
+            if st.st_size > 200 or not _LOCK_TEXT.fullmatch(head):
+                raise _lock_refused(lock, "exists and is not a dpaudit lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -423,11 +519,109 @@ def exclusive_lock(directory: str | os.PathLike, what: str = "dpaudit", *,
             except OSError:
                 holder = "another process"
             raise DataError(f"{d} is in use by {holder}; wait for it to finish or choose another --out.") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{what} (pid {os.getpid()})\n".encode(), 0)
+        os.ftruncate(fd, 0)   # ours: empty, or a dpaudit lock line (checked above)
+        text = " ".join(f"{what}".split())[:120].encode("ascii", "replace")
+        os.pwrite(fd, text + f" (pid {os.getpid()})\n".encode(), 0)
         yield lock
     finally:
         os.close(fd)  # releases the lock
+
+
+# --------------------------------------------------------------------------------------------------
+# Output folders: dpaudit's marker, and what --overwrite may replace
+# --------------------------------------------------------------------------------------------------
+
+#: The marker file dpaudit writes into every output folder it creates (release bundles, attack, audit and
+#: checkpoint folders): ``{"schema": "dpaudit-output", "version": 1, "kind": ...}``. ``--overwrite`` replaces
+#: only a folder that holds it.
+OUTPUT_MARKER = ".dpaudit-output.json"
+_MARKER_SCHEMA = "dpaudit-output"
+
+
+def write_output_marker(directory: str | os.PathLike, kind: str) -> Path:
+    """Write dpaudit's marker into ``directory`` (deterministic content: no time, no host)."""
+    return write_json(Path(directory) / OUTPUT_MARKER, {"schema": _MARKER_SCHEMA, "version": 1, "kind": str(kind)})
+
+
+def _small_json(path: Path) -> Any:
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > (64 << 20):
+            return None
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def is_dpaudit_output(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` is a folder dpaudit wrote: it holds dpaudit's marker (:data:`OUTPUT_MARKER`), or --
+    for bundles written before the marker existed -- a ``release.json`` whose ``created_by`` names dpaudit."""
+    d = Path(directory)
+    if d.is_symlink() or not d.is_dir():
+        return False
+    marker = _small_json(d / OUTPUT_MARKER)
+    if isinstance(marker, dict) and marker.get("schema") == _MARKER_SCHEMA:
+        return True
+    meta = _small_json(d / "release.json")
+    return isinstance(meta, dict) and str(meta.get("created_by", "")).startswith("dpaudit ")
+
+
+def _protected(p: Path) -> str | None:
+    """Why ``p`` may never be replaced (None: it may, as far as its place goes)."""
+    if p.name in (".", "..") or str(p) in (".", "..", ""):
+        return f"{str(p)!r}"
+    real = p.resolve()
+    if real == Path(real.anchor):
+        return "the root folder"
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):
+        home = None
+    if home is not None and real == home:
+        return "your home folder"
+    cwd = Path.cwd().resolve()
+    if real == cwd:
+        return "the current folder"
+    if real in cwd.parents:
+        return "a folder above the current one"
+    return None
+
+
+def check_replaceable(target: str | os.PathLike, what: str = "--out") -> None:
+    """Refuse (one :class:`OutputError`) to replace ``target`` unless it is a folder dpaudit wrote
+    (:func:`is_dpaudit_output`) and not ``.``, ``..``, ``/``, the home folder, the current folder or a folder
+    above it, and not a symbolic link."""
+    p = Path(target)
+    why = _protected(p)
+    if why is not None:
+        raise OutputError(f"{what} {p} is {why}; --overwrite never replaces '.', '..', '/', your home folder, the "
+                          "current folder or a folder above it. Choose a new folder.")
+    if p.is_symlink():
+        raise OutputError(f"{what} {p} is a symbolic link; --overwrite replaces only a folder dpaudit wrote, never "
+                          "a link. Remove the link or choose another folder.")
+    if not p.is_dir():
+        raise OutputError(f"{what} {p} is a file, not a folder dpaudit wrote; --overwrite will not replace it.")
+    if not is_dpaudit_output(p):
+        raise OutputError(f"{what} {p} was not written by dpaudit (it holds no {OUTPUT_MARKER}); --overwrite replaces "
+                          "only dpaudit's own output folders. Remove it yourself or choose another folder.")
+
+
+def make_output_dir(directory: str | os.PathLike, kind: str) -> Path:
+    """Create the output folder ``directory`` (``mkdir -p``) and mark it as dpaudit's when it is new or empty
+    (an existing folder with other content is never marked, so ``--overwrite`` can never later remove it)."""
+    p = Path(directory)
+    if p.is_symlink():
+        raise OutputError(f"The output folder {p} is a symbolic link; dpaudit writes only into a folder itself.")
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"Cannot write {p}: it is a file, not a folder.")
+    make_dirs(p)
+    try:
+        with os.scandir(p) as it:
+            names = {e.name for _, e in zip(range(8), it)}
+    except OSError as exc:
+        raise _output_error(p, exc) from None
+    if not (names - {_LOCK_NAME, OUTPUT_MARKER}) and not is_dpaudit_output(p):
+        write_output_marker(p, kind)
+    return p
 
 
 def parse_toml_value(text: str) -> Any:

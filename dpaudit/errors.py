@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Any, Iterable
 
 import numpy as np
@@ -28,6 +29,8 @@ __all__ = [
     "check_probability",
     "check_choice",
     "check_bool",
+    "NAME_PATTERN",
+    "check_name",
 ]
 
 
@@ -145,3 +148,17 @@ def check_bool(value: Any, name: str, owner: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ParameterError(f"The '{name}' parameter of {owner} must be a bool. Got {format_value(value)} instead.")
     return bool(value)
+
+
+#: Names from configs that become folder or file names (models, canary audits, method audits): a letter or digit,
+#: then up to 63 letters, digits, ``_``, ``.`` or ``-`` -- so ``..``, ``/``, NUL and control characters never reach
+#: a path.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_name(value: Any, name: str, owner: str) -> str:
+    """``value`` if it is a string matching :data:`NAME_PATTERN` (a safe folder name), else a :class:`ParameterError`."""
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+        raise ParameterError(f"The '{name}' parameter of {owner} must be a name of 1-64 letters, digits, '_', '.' or '-' "
+                             f"starting with a letter or digit (it names a folder). Got {format_value(value)} instead.")
+    return value

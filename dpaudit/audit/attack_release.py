@@ -1,27 +1,86 @@
-"""Attack a release bundle: the one place that joins a release (training layer) to the attacks layer."""
+"""Attack a release bundle: the one place that joins a release (training layer) to the attacks layer, and where
+``dpaudit attack`` puts its output (never inside the bundle: see :func:`attack_out_dir`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from dpaudit.attacks import AttackReport, run_attack
 from dpaudit.attacks.scores import scores_attack
-from dpaudit.errors import DataError
+from dpaudit._io import OUTPUT_MARKER, check_replaceable, is_dpaudit_output, make_output_dir
+from dpaudit.errors import DataError, OutputError
 from dpaudit.executors import Executor, LocalExecutor
 from dpaudit.training.release import Release, load_release
 
-__all__ = ["attack_release"]
+__all__ = ["attack_release", "attack_out_dir", "attack_output", "ATTACK_RESULTS", "DEFAULT_ATTACK_ROOT"]
+
+#: The files ``dpaudit attack`` writes as results (an earlier one is replaced only with ``--overwrite``).
+ATTACK_RESULTS = ("attack.json", "roc.png", "canary_audit.json", "canaries.npz")
+#: Where ``dpaudit attack`` writes by default: ``runs/attack/<bundle name>-<attack>`` (relative to the current folder).
+DEFAULT_ATTACK_ROOT = Path("runs") / "attack"
+
+
+def attack_out_dir(release: str | Path, name: str, out: str | Path | None = None, *, overwrite: bool = False) -> Path:
+    """The output folder of an attack (or canary audit) ``name`` on the bundle ``release``: ``out``, or
+    ``runs/attack/<bundle name>-<name>``; checked, not created (see :func:`attack_output`).
+
+    Refused (:class:`OutputError`, before any work): a folder inside the bundle (a bundle's content -- cached unit
+    checkpoints included -- may be the audited party's, so nothing is read from or written into it); a folder that
+    already holds results of an earlier attack (:data:`ATTACK_RESULTS`) unless ``overwrite``, and then only when
+    dpaudit wrote it (:func:`dpaudit._io.check_replaceable`); an existing non-empty folder dpaudit did not write.
+    """
+    bundle = Path(release).resolve()
+    o = Path(out) if out is not None else DEFAULT_ATTACK_ROOT / f"{bundle.name or 'release'}-{name}"
+    real = o.resolve()
+    if real == bundle or bundle in real.parents:
+        raise OutputError(f"--out {o} lies inside the release bundle {release}; dpaudit never writes into a bundle (its "
+                          "content may come from the party being audited, so results found there are never trusted). "
+                          f"Choose a folder outside it (default: {DEFAULT_ATTACK_ROOT}/<bundle>-<attack>).")
+    if o.is_symlink():
+        raise OutputError(f"--out {o} is a symbolic link; dpaudit writes only into a folder itself.")
+    if o.exists():
+        if not o.is_dir():
+            raise OutputError(f"--out {o} is a file, not a folder.")
+        earlier = [f for f in ATTACK_RESULTS if (o / f).exists() or (o / f).is_symlink()]
+        if earlier:
+            if not overwrite:
+                raise OutputError(f"--out {o} already holds the results of an earlier attack ({', '.join(earlier)}); "
+                                  "pass --overwrite to replace them, or choose another --out.")
+            check_replaceable(o)
+        elif any(o.iterdir()) and not is_dpaudit_output(o):
+            raise OutputError(f"--out {o} exists and was not written by dpaudit (it holds no {OUTPUT_MARKER}); choose "
+                              "a new or empty folder.")
+    return o
+
+
+@contextlib.contextmanager
+def attack_output(release: str | Path, name: str, out: str | Path | None = None, *,
+                  overwrite: bool = False) -> Iterator[Path]:
+    """:func:`attack_out_dir`, created and marked as dpaudit's for the body; a folder this call created is removed
+    again when the body fails before writing anything into it."""
+    o = attack_out_dir(release, name, out, overwrite=overwrite)
+    created = not o.exists()
+    make_output_dir(o, "attack")
+    try:
+        yield o
+    except BaseException:
+        if created and o.is_dir() and not o.is_symlink() and {p.name for p in o.iterdir()} <= {OUTPUT_MARKER}:
+            shutil.rmtree(o, ignore_errors=True)
+        raise
 
 
 def attack_release(release: Release | str | Path, *, attack: str, num_shadows: int = 16, classifier: Any = "catboost",
                    per_class: bool = True, threshold_kind: str = "loss", lira_online: bool = True,
                    confidence: float = 0.95, delta: float | None = None, n_bootstrap: int = 1000, blind: bool = True,
-                   seed: int = 0, executor: Executor | None = None, checkpoint_dir: str | Path | None = None) -> AttackReport:
+                   seed: int = 0, executor: Executor | None = None, checkpoint_dir: str | Path | None = None,
+                   code: Any = None) -> AttackReport:
     """Run :func:`dpaudit.attacks.run_attack` on a release's model.
 
     Members, non-members and the attacker's pool are the release's ``membership.npz`` indices into its data set
@@ -29,10 +88,13 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
     (``Release.train_fn``, and ``Release.train_many`` — the ensemble trainer — for torch models). ``delta`` defaults
     to the release's claimed delta (0 when it claims none). ``executor`` trains the shadow models (default: this
     process); with ``checkpoint_dir``, finished groups of shadow models are kept there, so a re-run (after a
-    crash) trains only the missing ones -- keyed by the release's recipe and the settings, so a changed
-    setting retrains. Other arguments: see ``run_attack``.
+    crash) trains only the missing ones -- keyed by the content of the bundle (every file), its data set and the
+    settings, and sealed with a digest of their own content, so a changed setting retrains and a checkpoint made
+    elsewhere (another bundle, or shipped inside this one) is never used. ``code``
+    (:class:`~dpaudit.training.usercode.BundleCode`): for a bundle given by path, the code the user names for its
+    factory / training function (none of the bundle's own runs without it). Other arguments: see ``run_attack``.
     """
-    rel = release if isinstance(release, Release) else load_release(release)
+    rel = release if isinstance(release, Release) else load_release(release, code=code)
     if delta is None:
         delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
     kind = getattr(rel, "kind", "dpaudit")        # duck-typed releases (the contract) are dpaudit's own
@@ -55,8 +117,8 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
             batch_fn = rel.train_many()
     if checkpoint_dir is not None:
         salt = hashlib.sha256(json.dumps(
-            {"model": rel.meta.get("model"), "created_at": rel.meta.get("created_at"), "dataset": rel.meta.get("dataset"),
-             "attack": attack, "num_shadows": num_shadows, "seed": seed}, sort_keys=True, default=str).encode()).hexdigest()
+            {"bundle": _content(rel), "dataset": rel.meta.get("dataset"), "attack": attack, "num_shadows": num_shadows,
+             "seed": seed}, sort_keys=True, default=str).encode()).hexdigest()
         executor = (executor or LocalExecutor()).with_checkpoints(checkpoint_dir, salt=salt)
     X, y = ds.X, ds.y
     return run_attack(
@@ -65,6 +127,17 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
         threshold_kind=threshold_kind, lira_online=lira_online, confidence=confidence, delta=delta,
         n_bootstrap=n_bootstrap, blind=blind, seed=seed, executor=executor,
     )
+
+
+def _content(rel: Any) -> str:
+    """The digest of the attacked bundle's content (every file the loader reads), which salts the shadow-model
+    checkpoints: a checkpoint made for another bundle, or shipped with this one, never matches."""
+    from dpaudit.training.release import bundle_digest
+
+    path = getattr(rel, "path", None)
+    if path is not None and Path(path).is_dir():
+        return bundle_digest(path)
+    return hashlib.sha256(json.dumps(getattr(rel, "meta", None), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _attack_scores(rel: Release, *, attack: str, lira_online: bool, confidence: float, delta: float, n_bootstrap: int,

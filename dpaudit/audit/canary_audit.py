@@ -49,7 +49,7 @@ from dpaudit.attacks.canary import (
     multi_run_certified,
     one_run_certified,
 )
-from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_name, check_probability
 from dpaudit.progress import as_reporter
 
 __all__ = ["audit_release_canaries", "release_canary_scores", "CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "audit_method_step", "MethodStepAudit", "METHOD_STEPS", "canary_audit_release",
@@ -262,17 +262,18 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
 
 
 def canary_audit_release(release, *, audit: str = "one-run", canary: str | None = None, canaries: int | None = None,
-                         **kwargs) -> CanaryAuditResult:
+                         code: Any = None, **kwargs) -> CanaryAuditResult:
     """A certified canary audit of a release.
 
     ``audit="one-run"`` on a release whose bundle holds canaries: :func:`audit_release_canaries` (the released model
     itself, nothing retrained; ``canary`` / ``canaries`` are the bundle's, so other values are refused). Otherwise
     :func:`run_canary_audit` of the release's recipe: its architecture and ``train_config``, base data = its members,
     canary pool = its non-members and attacker records (``canary`` default ``"dirac"``, ``canaries`` default 1000);
-    the result's notes say that the recipe, not the released weights, was audited."""
+    the result's notes say that the recipe, not the released weights, was audited. ``code``: see
+    :func:`~dpaudit.training.release.load_release` (for a release given by path)."""
     from dpaudit.training.release import Release, load_release
 
-    rel = release if isinstance(release, Release) else load_release(release)
+    rel = release if isinstance(release, Release) else load_release(release, code=code)
     check_choice(audit, "audit", "canary audit", ("one-run", "multi-run"))
     info = rel.canary_info
     if info is not None and audit == "one-run":
@@ -433,8 +434,7 @@ class CanaryAuditSpec:
 
     def __post_init__(self) -> None:
         o = "canary_audits"
-        if not isinstance(self.name, str) or not self.name or "/" in self.name:
-            raise ParameterError(f"The 'name' parameter of {o} must be a non-empty string without '/'. Got {self.name!r} instead.")
+        check_name(self.name, "name", o)      # it names the audit's folder under the run directory
         check_choice(self.audit, "audit", o, ("one-run", "multi-run"))
         check_choice(self.canary, "canary", o, ("mislabeled", "ood", "dirac"))
         if self.score is not None:

@@ -14,6 +14,8 @@ A claims file (schema 1)::
     mechanism = "dpsgd"                         # ldp | dpsgd | pate | gnmax | laplace | gaussian
     params = { dataset_size = 1437, batch_size = 64, noise_multiplier = 1.1, epochs = 20 }
     # release = "runs/fredy"                    # a release bundle directory (release.json)
+    # factory = "net.py:build"                  # optional, release only: your copy of the code the bundle names
+    # train_fn = "train.py:train"               #   (run only when its sha256 matches the bundle's record)
     # ledger = "ledger.json"                    # a PrivacyLedger.to_dict() JSON file
     party = "client-0"                          # optional, release/ledger only: that party's figure
     allow_data_dependent = true                 # optional: false fails data-dependent figures
@@ -85,7 +87,7 @@ MECHANISM_GRANULARITIES: dict[str, tuple[str, ...]] = {
 }
 
 _CLAIM_KEYS = {"name", "epsilon", "delta", "granularity", "description", "mechanism", "params", "release",
-               "ledger", "party", "attack", "allow_data_dependent"}
+               "ledger", "party", "attack", "allow_data_dependent", "factory", "train_fn"}
 _ATTACK_KEYS = {"kind", "shadows", "confidence", "seed", "audit", "canary", "canaries", "models", "method", "params"}
 _METHOD_RUN_KEYS = {"kind", "method", "params", "confidence", "seed"}
 _TOP_KEYS = {"schema", "claim"}
@@ -141,15 +143,20 @@ class MechanismSubject:
 
 @dataclass(frozen=True, slots=True)
 class ReleaseSubject:
-    """A release bundle directory; its accounted epsilon comes from ``release.json``."""
+    """A release bundle directory; its accounted epsilon comes from ``release.json``. ``factory`` / ``train_fn``:
+    the user's copy of the code the bundle names, for attacks that load its model or train shadow models (see
+    :class:`~dpaudit.training.usercode.BundleCode`)."""
 
     path: Path
+    factory: str | None = None
+    train_fn: str | None = None
 
     def describe(self) -> str:
         return f"release {self.path}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"release": str(self.path)}
+        return {"release": str(self.path), **{k: v for k, v in (("factory", self.factory), ("train_fn", self.train_fn))
+                                               if v is not None}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +228,19 @@ def _path(value: Any, name: str, owner: str, base: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
+def _code_path(value: Any, name: str, owner: str, base: Path) -> str | None:
+    """``FILE.py:NAME`` (a relative file taken from the claims file's folder) or ``module:NAME``, form checked."""
+    from dpaudit.training.usercode import parse_import_path
+
+    if value is None:
+        return None
+    try:
+        ip = parse_import_path(value, name)
+    except ParameterError as exc:
+        raise ParameterError(f"{owner.capitalize()}: {exc}") from None
+    return f"{_path(ip.target, name, owner, base)}:{ip.name}" if ip.is_file else value
+
+
 def _method_run_attack(a: Mapping[str, Any], owner: str, granularity: str) -> AttackBudget:
     """Validate a ``kind = "method-run"`` attack table against the registered method audits."""
     from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, check_method_params
@@ -280,6 +300,9 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
     method_run = isinstance(raw.get("attack"), Mapping) and raw["attack"].get("kind") == "method-run"
     if "attack" in raw and kind != "release" and not method_run:
         raise ParameterError(f"The 'attack' parameter of {owner} applies to 'release' subjects only. Got a {kind} subject instead.")
+    for key in ("factory", "train_fn"):
+        if key in raw and kind != "release":
+            raise ParameterError(f"The '{key}' parameter of {owner} applies to 'release' subjects only. Got a {kind} subject instead.")
     if "party" in raw and kind == "mechanism":
         raise ParameterError(f"The 'party' parameter of {owner} applies to 'release' and 'ledger' subjects only. Got a mechanism subject instead.")
 
@@ -306,7 +329,9 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
             )
         subject = MechanismSubject(kind=mech, params=dict(params))
     elif kind == "release":
-        subject = ReleaseSubject(path=_path(raw["release"], "release", owner, base))
+        subject = ReleaseSubject(path=_path(raw["release"], "release", owner, base),
+                                 factory=_code_path(raw.get("factory"), "factory", owner, base),
+                                 train_fn=_code_path(raw.get("train_fn"), "train_fn", owner, base))
     else:
         subject = LedgerSubject(path=_path(raw["ledger"], "ledger", owner, base))
 

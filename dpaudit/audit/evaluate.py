@@ -34,7 +34,6 @@ as are missing or malformed subject files (:class:`~dpaudit.errors.DataError`): 
 
 from __future__ import annotations
 
-import functools
 import time
 import warnings
 import xml.etree.ElementTree as ET
@@ -388,19 +387,18 @@ def _ledger_statement(ledger_dict: Mapping[str, Any], party: str | None, where: 
 
 
 def _release_meta(path: Path) -> dict[str, Any]:
+    from dpaudit.training.release import read_release_meta
+
     f = path / "release.json"
-    if not f.is_file():
+    if not path.is_symlink() and path.is_dir() and not f.is_symlink() and not f.exists():
         raise DataError(f"Release {str(path)!r} has no release.json (is it a release directory?).")
-    try:
-        meta = read_json(f)
-    except ValueError as exc:
-        raise DataError(f"{str(f)!r} is not valid JSON: {exc}") from None
+    meta = read_release_meta(path)      # the bundle checked (no links at any depth), release.json read capped
     if not isinstance(meta, dict) or meta.get("schema") != 1:
         raise DataError(f"{str(f)!r} is not a schema-1 release (got schema {meta.get('schema') if isinstance(meta, dict) else None!r}).")
     return meta
 
 
-def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *,
+def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, code: Any = None,
                           progress: "bool | Reporter" = False) -> EmpiricalBound:
     """Run ``budget.kind`` against a release with the attacks layer and return its empirical lower bound.
 
@@ -410,13 +408,14 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *,
     :func:`dpaudit.attacks.run_attack` (members vs non-members; shadows trained on the attacker's pool with the
     release's own recipe). The figure is the attack's Clopper-Pearson epsilon at ``budget.confidence`` and the
     claim's ``delta``, with the kind the attacks layer gives it (on one model: an estimate, with its split-seed
-    range in ``details["split_range"]``); the attacks layer's caveats travel in ``details["notes"]``.
+    range in ``details["split_range"]``); the attacks layer's caveats travel in ``details["notes"]``. ``code``: the
+    :class:`~dpaudit.training.usercode.BundleCode` for the code the bundle names (none of it runs without).
     ``progress``: bars (or lines) on stderr for the shadow models / the canary audit's training.
     """
     if budget.kind == "canary":
         from dpaudit.audit.canary_audit import canary_audit_release
 
-        res = canary_audit_release(release, audit=budget.audit, canary=budget.canary, canaries=budget.canaries,
+        res = canary_audit_release(release, code=code, audit=budget.audit, canary=budget.canary, canaries=budget.canaries,
                                    models=budget.models, delta=delta, confidence=budget.confidence, seed=budget.seed,
                                    progress=progress)
         b = res.bound
@@ -427,7 +426,7 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *,
     from dpaudit.audit.attack_release import attack_release
 
     report = attack_release(release, attack=budget.kind, num_shadows=budget.shadows, confidence=budget.confidence,
-                            delta=delta, n_bootstrap=0, blind=False, seed=budget.seed,
+                            delta=delta, n_bootstrap=0, blind=False, seed=budget.seed, code=code,
                             executor=LocalExecutor(progress=progress))
     res = report.attack
     return EmpiricalBound(
@@ -468,9 +467,11 @@ def method_run_bound(budget: AttackBudget, delta: float, *, progress: "bool | Re
 
 
 def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, base_dir: str | Path = ".",
-                   progress: "bool | Reporter" = False) -> ClaimResult:
+                   progress: "bool | Reporter" = False, trust_bundle_code: bool = False) -> ClaimResult:
     """Account ``claim``'s subject (and run its attack budget) and give it its verdict (REFUTED, UNPROVEN or
-    HOLDS). ``progress``: the attack's or audit's progress on stderr (the default attack runner only)."""
+    HOLDS). ``progress``: the attack's or audit's progress on stderr (the default attack runner only). A release's
+    attack runs the code its bundle names only through the claim's ``factory`` / ``train_fn`` (the user's copy,
+    digest-checked) or with ``trust_bundle_code``."""
     t0 = time.perf_counter()
     unproven: list[str] = []  # why the accounting cannot show the claim
     refuted: list[str] = []  # certified evidence above the claim
@@ -542,8 +543,13 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
                          f"accounting of the {empirical.details['method']} run ({fmt_number(acc)}): an accounting or "
                          "implementation bug.")
     elif claim.attack is not None and isinstance(subject, ReleaseSubject):
-        runner = attack_runner or functools.partial(default_attack_runner, progress=progress)
-        empirical = runner(subject.path, claim.attack, claim.delta)
+        if attack_runner is None:
+            from dpaudit.training.usercode import BundleCode
+
+            code = BundleCode(factory=subject.factory, train_fn=subject.train_fn, trust_bundle=bool(trust_bundle_code))
+            empirical = default_attack_runner(subject.path, claim.attack, claim.delta, code=code, progress=progress)
+        else:
+            empirical = attack_runner(subject.path, claim.attack, claim.delta)
         notes += [str(n) for n in empirical.details.get("notes", ())]
         if empirical.epsilon_lower_bound > claim.epsilon:
             if empirical.certified:
@@ -573,7 +579,7 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
 
 
 def evaluate_claims(claims: ClaimsFile, *, attack_runner: AttackRunner | None = None,
-                    progress: "bool | Reporter" = False) -> ClaimsReport:
+                    progress: "bool | Reporter" = False, trust_bundle_code: bool = False) -> ClaimsReport:
     """Evaluate every claim of a parsed claims file (paths already resolved against its directory)."""
     base = claims.path.parent if claims.path is not None else Path(".")
     rep = as_reporter(progress)
@@ -581,11 +587,14 @@ def evaluate_claims(claims: ClaimsFile, *, attack_runner: AttackRunner | None = 
     for c in claims.claims:
         if c.attack is not None:
             rep.log(f"claim {c.name!r}: running its {c.attack.kind} attack")
-        results.append(evaluate_claim(c, attack_runner=attack_runner, base_dir=base, progress=rep))
+        results.append(evaluate_claim(c, attack_runner=attack_runner, base_dir=base, progress=rep,
+                                      trust_bundle_code=trust_bundle_code))
     return ClaimsReport(path=None if claims.path is None else str(claims.path), results=tuple(results))
 
 
 def check_claims(path: str | Path, *, attack_runner: AttackRunner | None = None,
-                 progress: "bool | Reporter" = False) -> ClaimsReport:
-    """Load, validate and evaluate a claims TOML file: the library call behind ``dpaudit check``."""
-    return evaluate_claims(load_claims(path), attack_runner=attack_runner, progress=progress)
+                 progress: "bool | Reporter" = False, trust_bundle_code: bool = False) -> ClaimsReport:
+    """Load, validate and evaluate a claims TOML file: the library call behind ``dpaudit check``
+    (``trust_bundle_code``: ``--trust-bundle-code``, see :func:`evaluate_claim`)."""
+    return evaluate_claims(load_claims(path), attack_runner=attack_runner, progress=progress,
+                           trust_bundle_code=trust_bundle_code)

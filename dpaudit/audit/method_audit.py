@@ -17,7 +17,7 @@ from dpaudit.audit.method_runs import pate_family
 from dpaudit.audit.method_runs import privatekt as privatekt_run
 from dpaudit.audit.method_runs import proxyfl as proxyfl_run
 from dpaudit.audit.method_runs.result import MethodRunAudit
-from dpaudit.errors import ParameterError, check_choice
+from dpaudit.errors import ParameterError, check_choice, check_name
 
 __all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_method_run", "check_method_params",
            "check_param_type", "method_run_parameters"]
@@ -121,9 +121,7 @@ class MethodAuditSpec:
             raise ParameterError(f"The 'params' parameter of {o} must be a table. Got {self.params!r} instead.")
         check_method_params(self.method, self.params, f"{o} entry {self.method!r}",
                             {"seed": "the audit config's 'seed'", "confidence": "the audit config's 'confidence'"})
-        name = self.name or self.method
-        if not isinstance(name, str) or "/" in name:
-            raise ParameterError(f"The 'name' parameter of {o} must be a string without '/'. Got {name!r} instead.")
+        name = check_name(self.name or self.method, "name", o)    # it names the audit's folder under the run directory
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "params", dict(self.params))
 

@@ -2,7 +2,7 @@
 attack``, ``dpaudit audit`` and ``dpaudit check`` work on it unchanged.
 
 Model (one of)
-    * a PyTorch module: ``factory="pkg.module:build"`` or ``"path/to/file.py:build"`` (called with
+    * a PyTorch module: ``factory="path/to/file.py:build"`` or ``"module:build"`` (called with
       ``factory_kwargs``; a file path is stored absolute) + ``model=weights.safetensors``
       (``.pt`` / ``.pth`` are refused: convert with ``safetensors.torch.save_file(model.state_dict(), path)``);
     * a scikit-learn classifier in ``.skops``; a CatBoost ``.cbm``;
@@ -16,8 +16,9 @@ Data (with a model)
     boolean masks of its length. The attacker's pool defaults to every record that is neither member nor non-member.
 
 Training recipe for shadow / reference models (optional; without one only the threshold attack is possible)
-    ``train_fn="pkg.module:train"`` -- the user's ``train(X, y, seed) -> model with predict_proba``. **This runs
-    their code**, now (to check the import) and whenever the release is attacked. Or ``recipe_model`` (a dpaudit
+    ``train_fn="path/to/file.py:train"`` -- the user's ``train(X, y, seed) -> model with predict_proba``. **This runs
+    their code**, now (to check the import), and when the release is attacked by someone who names the same code
+    (``--train-fn``, checked against the recorded sha256) or passes ``--trust-bundle-code``. Or ``recipe_model`` (a dpaudit
     architecture, e.g. ``mlp``) with ``recipe_config`` (a JSON / TOML file of :class:`TrainConfig` fields).
 
 Accounting (at most one)
@@ -43,7 +44,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from dpaudit._format import fmt_number
-from dpaudit._io import load_json_file, load_toml_file, read_json
+from dpaudit._io import (check_input_file, check_replaceable, load_json_file, load_npy_file, load_npz_file, load_toml_file,
+                         read_json)
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
@@ -76,19 +78,14 @@ def _existing(path: Any, what: str) -> Path:
         raise DataError(f"{what} {str(p)!r} does not exist (or is not a file).")
     from dpaudit.training.external import refuse_pickle
 
+    check_input_file(p, what, allow_empty=True)     # a regular file within the input size cap
     refuse_pickle(p, what)
     return p
 
 
 def _load_npz(path: Path, what: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except ValueError as exc:
-        hint = " (it holds pickled objects; dpaudit never unpickles)" if "pickle" in str(exc).lower() else ""
-        raise DataError(f"{what} {str(path)!r} is not a readable npz{hint}: {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{what} {str(path)!r} is not a readable npz: {exc}") from None
+    """Every array of a user's npz through the one capped loader (zip directory checked before unpacking)."""
+    return load_npz_file(path, what, kinds=None)
 
 
 def _load_array(path: Path, what: str) -> np.ndarray:
@@ -98,13 +95,7 @@ def _load_array(path: Path, what: str) -> np.ndarray:
             raise DataError(f"{what} {str(path)!r} must hold one array; it holds {sorted(arrays)}.")
         return next(iter(arrays.values()))
     if path.suffix == ".npy":
-        try:
-            return np.load(path, allow_pickle=False)
-        except ValueError as exc:
-            hint = " (it holds pickled objects; dpaudit never unpickles)" if "pickle" in str(exc).lower() else ""
-            raise DataError(f"{what} {str(path)!r} is not a readable .npy{hint}: {exc}") from None
-        except (OSError, EOFError) as exc:
-            raise DataError(f"{what} {str(path)!r} is not a readable .npy: {exc}") from None
+        return load_npy_file(path, what, kinds=None)     # header checked against the file before allocating
     if path.suffix in (".txt", ".csv"):
         try:
             return np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None, ndmin=1)
@@ -313,7 +304,7 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
     shape = tuple(X.shape[1:])
     if p.suffix == ".safetensors":
         if not factory:
-            raise ParameterError("A .safetensors weights file needs --factory pkg.module:build (the function that builds "
+            raise ParameterError("A .safetensors weights file needs --factory FILE.py:build (the function that builds "
                                  "the torch.nn.Module). Got nothing instead.")
         digest = code_digest(factory, "--factory")
         module = load_torch_factory(factory, p, factory_kwargs=factory_kwargs, factory_sha256=digest)
@@ -442,6 +433,10 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     from dpaudit.training.release import write_release
 
     seed = check_int(seed, "seed", "make_release", low=0)
+    if Path(out).exists() or Path(out).is_symlink():   # before reading anything: what --overwrite may replace
+        if not overwrite:
+            raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
+        check_replaceable(out)
     factory, train_fn = absolute_import_path(factory), absolute_import_path(train_fn)
     claim_d = parse_claim(claim)
     if (model is None) == (scores is None):
@@ -502,7 +497,8 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
                            "threshold attack.")
     elif recipe.get("train_fn"):
         assumptions.append(f"Shadow / reference models are trained by the release maker's own code {recipe['train_fn']!r}; "
-                           "attacking this release runs it.")
+                           "attacking this release runs it only for an auditor who names the same code (--train-fn, "
+                           "checked against its sha256) or passes --trust-bundle-code.")
     return write_release(
         out, method="external", dataset=ds_spec, params=params, seed=seed,
         utility={"test_accuracy": acc, "test_split": "non-members"}, classifier=clf, train_config=None,

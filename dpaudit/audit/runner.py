@@ -33,8 +33,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from dpaudit import __version__
-from dpaudit._io import read_json, write_json
-from dpaudit.errors import DPAuditError, DataError, ParameterError, format_value, check_choice, check_float, check_int, check_probability
+from dpaudit._io import make_output_dir, read_json, write_json
+from dpaudit.errors import (DPAuditError, DataError, OutputError, ParameterError, format_value, check_choice, check_float, check_int,
+                            check_name, check_probability)
 from dpaudit.executors import Executor, LocalExecutor, Unit
 from dpaudit.progress import QUIET, Reporter, as_reporter
 from dpaudit.report.flags import compute_flags, method_audit_flags
@@ -82,7 +83,10 @@ class ModelRun:
     Either ``method`` (a method name, run with ``config_file`` and the inline ``params`` overrides) or
     ``release`` (an existing release directory). ``extra`` names further releases the method run writes
     (FREDY's ``"nonprivate"`` baseline) that are audited too, under ``extra_names``. ``noise`` and
-    ``noise_label`` place the model on the privacy-utility curve.
+    ``noise_label`` place the model on the privacy-utility curve. ``factory`` / ``train_fn`` (release models only):
+    your copy of the code the bundle names (``FILE.py:NAME``; a relative file is relative to the config file), run
+    only when its sha256 matches the bundle's record -- a bundle's own code never runs otherwise (see
+    :class:`~dpaudit.training.usercode.BundleCode`; ``dpaudit audit --trust-bundle-code`` opts in to it).
     """
 
     name: str
@@ -94,10 +98,13 @@ class ModelRun:
     extra_names: tuple[str, ...] = ()
     noise: float | None = None
     noise_label: str = ""
+    factory: str | None = None
+    train_fn: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip() or "/" in self.name or self.name in (".", ".."):
-            raise ParameterError(f"The 'name' parameter of ModelRun must be a non-empty string without '/'. Got {format_value(self.name)} instead.")
+        from dpaudit.training.usercode import parse_import_path
+
+        check_name(self.name, "name", "ModelRun")     # it names the model's folder under the run directory
         owner = f"model {self.name!r}"
         for key in ("method", "release", "config_file"):
             v = getattr(self, key)
@@ -109,6 +116,15 @@ class ModelRun:
             raise ParameterError(f"The 'params' parameter of {owner} must be a table (e.g. params = {{ gamma = 0.1 }}). Got {format_value(self.params)} instead.")
         if self.params and self.release is not None:
             raise ParameterError(f"The 'params' parameter of {owner} applies to 'method' models only. Got a release model instead.")
+        for key in ("factory", "train_fn"):
+            v = getattr(self, key)
+            if v is not None:
+                if self.release is None:
+                    raise ParameterError(f"The '{key}' parameter of {owner} applies to 'release' models only. Got a method model instead.")
+                try:
+                    parse_import_path(v, key)
+                except ParameterError as exc:
+                    raise ParameterError(f"Model {self.name!r}: {exc}") from None
         for key in ("extra", "extra_names"):
             v = getattr(self, key)
             if isinstance(v, str) or not isinstance(v, (list, tuple)) or not all(isinstance(e, str) and e.strip() and "/" not in e for e in v):
@@ -117,6 +133,8 @@ class ModelRun:
             raise ParameterError(f"The 'noise_label' parameter of {owner} must be a string. Got {format_value(self.noise_label)} instead.")
         object.__setattr__(self, "extra", tuple(self.extra))
         object.__setattr__(self, "extra_names", tuple(self.extra_names) or tuple(f"{self.name}-{e}" for e in self.extra))
+        for e in self.extra_names:
+            check_name(e, "extra_names", owner)
         if len(self.extra_names) != len(self.extra):
             raise ParameterError(f"Model {self.name!r}: 'extra_names' must name each of 'extra' ({len(self.extra)}). Got {len(self.extra_names)} instead.")
         if self.noise is not None:
@@ -245,6 +263,10 @@ def load_audit_config(path: str | Path) -> AuditConfig:
         for key in ("config_file", "release"):
             if key in m:
                 m[key] = rel(m[key])
+        for key in ("factory", "train_fn"):   # file.py:name relative to the config file
+            v = m.get(key)
+            if isinstance(v, str) and v.count(":") == 1 and v.split(":")[0].endswith(".py"):
+                m[key] = f"{rel(v.split(':')[0])}:{v.split(':')[1]}"
         if "name" not in m:
             raise ParameterError(f"The 'name' key of [[models]] entry #{i + 1} of {p} is required. Got nothing instead.")
         models.append(ModelRun(**m))
@@ -288,12 +310,23 @@ def load_audit_config(path: str | Path) -> AuditConfig:
     )
 
 
-def _load_release(path: str | Path, cfg: AuditConfig) -> Any:
+def _load_release(path: str | Path, cfg: AuditConfig, code: Any = None) -> Any:
     """A release of the audit: the config's ``data_dir`` (the user's choice) overrides the one a release names; a
-    release naming a data directory outside itself needs it (see :func:`~dpaudit.training.release.load_release`)."""
+    release naming a data directory outside itself needs it (see :func:`~dpaudit.training.release.load_release`).
+    ``code``: the :class:`~dpaudit.training.usercode.BundleCode` of its model entry."""
     from dpaudit.training.release import load_release
 
-    return load_release(path, data_dir=cfg.data_dir)
+    return load_release(path, data_dir=cfg.data_dir, code=code)
+
+
+def _code_of(run: ModelRun | None, trust: bool) -> Any:
+    """What code a model entry's release may run: the entry's own ``factory`` / ``train_fn`` (the user's), or the
+    bundle's with ``trust`` (``--trust-bundle-code``); a method's release of dpaudit runs dpaudit's code only."""
+    from dpaudit.training.usercode import BundleCode
+
+    if run is None or run.release is None:
+        return BundleCode()
+    return BundleCode(factory=run.factory, train_fn=run.train_fn, trust_bundle=bool(trust))
 
 
 def check_audit_config(config: AuditConfig, *, device: str | None = None) -> None:
@@ -339,22 +372,12 @@ def _hash(obj: Any) -> str:
 
 
 def release_digest(path: str | Path) -> str:
-    """SHA-256 of a release bundle's content: the name and bytes of every file at its top level (model weights,
-    ``release.json``, ``membership.npz``, ``votes.npy``, ...), in name order. Sub-directories (e.g. the
-    ``attack/`` output of ``dpaudit attack``) are not part of the bundle and are not hashed; a symbolic link is
-    hashed by its target path, never read through."""
-    h = hashlib.sha256()
-    root = Path(path)
-    for f in sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file()):
-        h.update(f.name.encode() + b"\0")
-        if f.is_symlink():      # hashed by where it points, never followed (loading refuses links anyway)
-            h.update(b"link:" + str(f.readlink()).encode())
-        else:
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-        h.update(b"\0")
-    return h.hexdigest()
+    """SHA-256 of a release bundle's content (:func:`dpaudit.training.release.bundle_digest`): the name and bytes of
+    every file at its top level, in name order; sub-directories are not hashed, a symbolic link is hashed by its
+    target path, never read through."""
+    from dpaudit.training.release import bundle_digest
+
+    return bundle_digest(path)
 
 
 def _digests(releases: Mapping[str, Path]) -> dict[str, str]:
@@ -490,9 +513,10 @@ def _method_audit(spec: Any, cfg: AuditConfig, out: Path, rep: Reporter) -> dict
     return d
 
 
-def _attack_unit(path: Path, spec: AttackSpec, cfg: AuditConfig, cache: Path, rep: Reporter) -> AttackSummary:
+def _attack_unit(path: Path, spec: AttackSpec, cfg: AuditConfig, cache: Path, rep: Reporter,
+                 code: Any = None) -> AttackSummary:
     """One executor unit: one attack on one release (loaded and digested where the unit runs)."""
-    return _attack(_load_release(path, cfg), release_digest(path), spec, cfg, cache, rep)
+    return _attack(_load_release(path, cfg, code), release_digest(path), spec, cfg, cache, rep)
 
 
 def _unit_key(*parts: Any) -> str:
@@ -540,14 +564,17 @@ def _per_party(ledger: Mapping[str, Any]) -> dict[str, float]:
 
 
 def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None,
-              progress: bool | Reporter = True, executor: Executor | None = None) -> AuditReport:
+              progress: bool | Reporter = True, executor: Executor | None = None,
+              trust_bundle_code: bool = False) -> AuditReport:
     """Run every stage of ``config`` into the run directory ``out`` and write the report there.
 
     ``progress``: True (stderr), False (silent) or a :class:`~dpaudit.progress.Reporter`: one line per
     training stage, and one display over the attack units (a bar with ETA on a terminal).
     ``executor`` (default: this process) runs the independent units: the models (one unit each), then every
     attack on every release (one unit each; their shadow models are checkpointed in groups under the run
-    directory). The report's numbers do not depend on it."""
+    directory). The report's numbers do not depend on it. ``trust_bundle_code``: let release models run the code
+    their bundles name (see :class:`~dpaudit.training.usercode.BundleCode`; a model entry's own ``factory`` /
+    ``train_fn`` is the other way)."""
     from dpaudit.training.release import load_release
 
     from dpaudit._io import exclusive_lock
@@ -555,11 +582,25 @@ def run_audit(config: AuditConfig, out: str | Path, *, device: str | None = None
     check_audit_config(config, device=device)  # the whole config, before anything trains
     rep = as_reporter(progress, prefix="dpaudit audit")
     out = Path(out)
+    _outside_releases(config, out)
+    make_output_dir(out, "audit")
     with exclusive_lock(out, "dpaudit audit"):  # a second audit into the same --out stops here, naming this one
-        return _run_audit(config, out, device, rep, executor)
+        return _run_audit(config, out, device, rep, executor, bool(trust_bundle_code))
 
 
-def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter, executor: Executor | None) -> AuditReport:
+def _outside_releases(config: AuditConfig, out: Path) -> None:
+    """The run directory may not lie inside a release the audit reads (nothing is written into a bundle)."""
+    real = out.resolve()
+    for run in config.models:
+        if run.release is not None:
+            b = Path(run.release).resolve()
+            if real == b or b in real.parents:
+                raise OutputError(f"--out {out} lies inside the release bundle {run.release} of model {run.name!r}; "
+                                  "dpaudit never writes into a bundle. Choose a run directory outside it.")
+
+
+def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter, executor: Executor | None,
+               trust: bool = False) -> AuditReport:
     t0 = time.perf_counter()
     ex = executor if executor is not None else LocalExecutor()
     inline = rep if ex.in_process else QUIET  # units elsewhere report through the executor's display only
@@ -570,13 +611,13 @@ def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter
     targets = [(run, i, name, Path(path)) for run in config.models
                for i, (name, path) in enumerate(releases_of.get(run.name, {run.name: run.release}).items())]
     summaries = ex.map([Unit(_unit_key("attack", j, name, spec.label), _attack_unit,
-                             (path, spec, config, out / "models" / name / "attacks", inline))
-                        for j, (_, _, name, path) in enumerate(targets) for spec in config.attacks],
+                             (path, spec, config, out / "models" / name / "attacks", inline, _code_of(run, trust)))
+                        for j, (run, _, name, path) in enumerate(targets) for spec in config.attacks],
                        label=f"{len(config.attacks)} attack(s) on each of {len(targets)} release(s)", progress=rep)
     audits: list[ModelAudit] = []
     per = len(config.attacks)
     for j, (run, i, name, path) in enumerate(targets):
-        audits.append(_model_audit(name, run, _load_release(path, config), summaries[j * per:(j + 1) * per], is_primary=(i == 0)))
+        audits.append(_model_audit(name, run, _load_release(path, config, _code_of(run, trust)), summaries[j * per:(j + 1) * per], is_primary=(i == 0)))
     certified = tuple(_canary_audit(c, config, out, device, rep) for c in config.canary_audits)
     method_audits = tuple(_method_audit(c, config, out, rep) for c in config.method_audits)
     report = AuditReport(

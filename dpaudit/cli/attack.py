@@ -1,7 +1,9 @@
 """``dpaudit attack RELEASE``: attack a release bundle and print / write what leaks.
 
-Loads the release (never unpickling), hands its model, member / non-member / attacker records and training
-recipe to :func:`dpaudit.audit.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``).
+Loads the release (never unpickling, running no code it names unless the user names the same code or passes
+``--trust-bundle-code``), hands its model, member / non-member / attacker records and training recipe to
+:func:`dpaudit.audit.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``)
+into the folder :func:`~dpaudit.audit.attack_release.attack_out_dir` chooses (never inside the bundle).
 Results go to stdout; progress and the paths written to stderr (``--quiet``: nothing on stderr).
 """
 
@@ -74,8 +76,21 @@ def render(report: AttackReport) -> str:
 @click.option("--bootstrap", type=click.IntRange(0, 100_000), default=1000, show_default=True, help="Bootstrap replicates.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output directory (default: RELEASE/attack). Finished groups of shadow models are kept in "
-                   "OUT/units, so a re-run trains only what is missing.")
+              help="Output folder (default: runs/attack/<bundle name>-<attack>, under the current folder; never "
+                   "inside the bundle). Finished groups of shadow models are kept in OUT/units, so a re-run trains "
+                   "only what is missing.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the results of an earlier attack in OUT (only in a folder dpaudit wrote).")
+@click.option("--factory", default=None, metavar="FILE.py:NAME",
+              help="Your copy of the code that builds the bundle's torch model (FILE.py:NAME or module:NAME). It runs "
+                   "only if NAME and the file's sha256 match what the bundle records.")
+@click.option("--train-fn", "train_fn", default=None, metavar="FILE.py:NAME",
+              help="Your copy of the bundle's training function for shadow / reference models, checked the same way.")
+@click.option("--trust-bundle-code", is_flag=True,
+              help="Run the factory / training function the bundle names (one source file of the recorded sha256; "
+                   "never the standard library, dpaudit or an installed package), after printing the file, digest, "
+                   "function and arguments to stderr. Without this or --factory / --train-fn, no code a bundle "
+                   "names runs.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory of the release's data files (instead of the dataset.data_dir its release.json names).")
 @click.option("--trust-data-dir", is_flag=True,
@@ -97,31 +112,44 @@ def render(report: AttackReport) -> str:
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
             offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
             data_dir: Path | None, trust_data_dir: bool, quiet: bool, audit: str | None, canary: str | None,
-            canaries: int | None,
-            models: int, score: str | None, executor: str, ray_address: str | None) -> None:
+            canaries: int | None, models: int, score: str | None, overwrite: bool, factory: str | None,
+            train_fn: str | None, trust_bundle_code: bool, executor: str, ray_address: str | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
     With --audit, run a certified canary audit instead: of the released model itself when the bundle holds canaries
-    (one-run), else of the release's DP-SGD recipe, retrained."""
-    from dpaudit.audit.attack_release import attack_release
+    (one-run), else of the release's DP-SGD recipe, retrained.
+
+    \b
+    Output: attack.json, roc.png and OUT/units (or canary_audit.json, canaries.npz)
+    in --out, by default runs/attack/<bundle name>-<attack or audit>; never inside
+    the bundle (its files, cached results included, may come from the party
+    audited). Earlier results are replaced only with --overwrite.
+    Code: a bundle may name code (a torch factory, a training function); dpaudit
+    runs it only when you pass the same code (--factory / --train-fn, checked
+    against the bundle's sha256) or --trust-bundle-code. Nothing in a bundle is
+    unpickled; symbolic links in it are refused."""
+    from dpaudit.audit.attack_release import attack_out_dir, attack_output, attack_release
     from dpaudit.executors import make_executor
     from dpaudit.training.release import load_release
+    from dpaudit.training.usercode import BundleCode
 
     rep = as_reporter(not quiet, prefix="dpaudit attack")
+    code = BundleCode(factory=factory, train_fn=train_fn, trust_bundle=trust_bundle_code)
+    out = attack_out_dir(release, audit or attack, out, overwrite=overwrite)   # refused before any work
+    bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir, code=code)
     if audit is not None:
         from dpaudit.audit.canary_audit import canary_audit_release
 
-        bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir)
-        result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
-                                      score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
-                                      seed=seed, out=Path(release) / "attack" if out is None else out, progress=rep)
+        with attack_output(release, audit, out, overwrite=overwrite):
+            result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
+                                          score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
+                                          seed=seed, out=out, progress=rep)
         click.echo(result.summary())
         for note in result.notes:
             click.echo(f"note: {note}")
         return
-    bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir)
-    out = Path(release) / "attack" if out is None else out
-    with make_executor(executor, address=ray_address, progress=rep) as ex, rep.stage(f"{attack} attack on {release}"):
+    with attack_output(release, attack, out, overwrite=overwrite), \
+            make_executor(executor, address=ray_address, progress=rep) as ex, rep.stage(f"{attack} attack on {release}"):
         report = attack_release(bundle, attack=attack, num_shadows=shadows, classifier=classifier,
                                 per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
                                 confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,

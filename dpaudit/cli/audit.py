@@ -18,8 +18,12 @@ from dpaudit.cli.render import print_table as shared_print_table
               help="Run directory: releases, attack results and the report. Re-running resumes what is complete.")
 @click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr (results still go to stdout).")
+@click.option("--trust-bundle-code", is_flag=True,
+              help="Let release models run the factory / training function their bundles name (printed to stderr "
+                   "first). Without it, only the code a [[models]] entry names itself (factory = / train_fn =, "
+                   "checked against the bundle's sha256) runs.")
 @executor_options
-def command(config: Path | None, out: Path, device: str | None, quiet: bool, executor: str,
+def command(config: Path | None, out: Path, device: str | None, quiet: bool, trust_bundle_code: bool, executor: str,
             ray_address: str | None) -> None:
     """Audit released models: theoretical epsilon beside empirical attack figures, a verdict per model.
 
@@ -35,7 +39,7 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, exe
 
     cfg = default_config() if config is None else load_audit_config(config)
     with make_executor(executor, address=ray_address) as ex:
-        report = run_audit(cfg, out, device=device, progress=not quiet, executor=ex)
+        report = run_audit(cfg, out, device=device, progress=not quiet, executor=ex, trust_bundle_code=trust_bundle_code)
     console = make_console()
     printed: list[str] = []
 

@@ -25,8 +25,12 @@ from dpaudit.progress import as_reporter
                    "failures of type PrivacyClaimRefuted / PrivacyClaimUnproven) to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON instead of the table.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr (warnings about the claims still go there).")
+@click.option("--trust-bundle-code", is_flag=True,
+              help="Let release claims' attacks run the factory / training function their bundles name (printed to "
+                   "stderr first). Without it, only code a claim names itself (factory = / train_fn =) runs.")
 @click.pass_context
-def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool, quiet: bool) -> None:
+def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool, quiet: bool,
+            trust_bundle_code: bool) -> None:
     """Check the privacy claims listed in CLAIMS (a TOML file); each gets one of three verdicts.
 
     \b
@@ -42,7 +46,7 @@ def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool,
     refuted, 2 on usage errors.
     """
     rep = as_reporter(not quiet, prefix="dpaudit check")
-    report = check_claims(claims, progress=rep)
+    report = check_claims(claims, progress=rep, trust_bundle_code=trust_bundle_code)
     if as_json:
         click.echo(dumps_json(report.to_dict()))
     else:

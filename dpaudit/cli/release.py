@@ -37,8 +37,9 @@ def command() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Bundle directory to write.")
 @click.option("--model", type=_PATH, default=None,
               help="Model file: .safetensors (with --factory), .skops (scikit-learn) or .cbm (CatBoost). Never a pickle.")
-@click.option("--factory", default=None, help="pkg.module:build or path/to/file.py:build, the function building the torch module "
-              "(its code runs).")
+@click.option("--factory", default=None, help="path/to/file.py:build or module:build, the function building the torch module "
+              "(THIS RUNS YOUR CODE; its sha256 is recorded, and attacking the bundle runs it again only when you name "
+              "the same code).")
 @click.option("--factory-kwargs", default=None, help="JSON object of keyword arguments for --factory.")
 @click.option("--scores", type=_PATH, default=None, help="Scores-only release: an .npz of the model's outputs "
               "(logits_/probs_/loss_ train/test, labels_train/test, optional reference_* arrays).")
@@ -52,8 +53,9 @@ def command() -> None:
 @click.option("--nonmembers", type=_PATH, default=None, help="Non-members: .npy/.txt indices or a boolean mask.")
 @click.option("--attacker", type=_PATH, default=None,
               help="The attacker's records for shadow models (default: every record neither member nor non-member).")
-@click.option("--train-fn", default=None, help="pkg.module:train or file.py:train, train(X, y, seed) -> model, the recipe "
-              "for shadow / reference models (THIS RUNS YOUR CODE, now and when the release is attacked).")
+@click.option("--train-fn", default=None, help="file.py:train or module:train, train(X, y, seed) -> model, the recipe "
+              "for shadow / reference models (THIS RUNS YOUR CODE, now, and when the release is attacked with the same "
+              "--train-fn).")
 @click.option("--recipe-model", default=None, help="Instead of --train-fn: a dpaudit architecture (mlp, cnn_fedkt, "
               "random_forest, ...) trained with --recipe-config.")
 @click.option("--recipe-kwargs", default=None, help="JSON object of architecture keyword arguments for --recipe-model.")
@@ -66,7 +68,7 @@ def command() -> None:
 @click.option("--claim", "claims", multiple=True, required=True,
               help="KEY=VALUE, repeated: epsilon=8, delta=1e-5, granularity=record (or example|user|party|...), text=...")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--overwrite", is_flag=True, help="Replace an existing bundle at --out.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing bundle at --out (only a folder dpaudit wrote).")
 def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str | None, scores: Path | None,
          data: Path | None, labels: Path | None, label_column: str | None, dataset: str | None, data_dir: Path | None,
          members: Path | None, nonmembers: Path | None, attacker: Path | None, train_fn: str | None,
@@ -76,6 +78,7 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
     `dpaudit check` work on it."""
     from dpaudit.audit.release_make import make_release
     from dpaudit.training.release import load_release
+    from dpaudit.training.usercode import BundleCode
 
     path = make_release(
         out, claim=list(claims), model=model, factory=factory, factory_kwargs=_json_kwargs(factory_kwargs, "--factory-kwargs"),
@@ -84,7 +87,7 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
         scores=scores, train_fn=train_fn, recipe_model=recipe_model,
         recipe_kwargs=_json_kwargs(recipe_kwargs, "--recipe-kwargs"), recipe_config=recipe_config, ledger=ledger,
         dp_events=dp_events, opacus=opacus, seed=seed, overwrite=overwrite)
-    rel = load_release(path)
+    rel = load_release(path, code=BundleCode(factory=factory, train_fn=train_fn))   # the code you just named
     meta = rel.meta
     st = meta.get("statement")
     click.echo(f"wrote {path} ({rel.kind} model, {len(rel.membership['members'])} members, "

@@ -10,7 +10,8 @@ Checkpoints: an executor given a folder (:meth:`Executor.with_checkpoints`) writ
 result there atomically (``<key>.npz``, numpy arrays only, read back with ``allow_pickle=False``) and, on the
 next call, loads it instead of running the unit again -- a re-run after a crash (of a worker or of the
 driver) does only what is missing. A checkpoint is reused only when its fingerprint (the unit's own
-fingerprint of its inputs, salted with the folder's context) matches, so a changed setting recomputes.
+fingerprint of its inputs, salted with the folder's context) matches, so a changed setting recomputes; the
+digest also covers the checkpoint's own content, so an edited or ready-made checkpoint is recomputed, never used.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import save_npz
-from dpaudit.errors import DPAuditError, ParameterError, check_int
+from dpaudit._io import load_npz_file, save_npz
+from dpaudit.errors import DataError, DPAuditError, ParameterError, check_int
 from dpaudit.progress import Reporter, as_reporter
 
 __all__ = ["Unit", "UnitFailed", "Executor", "derive_seed", "fingerprint_arrays", "load_checkpoint", "save_checkpoint",
@@ -111,8 +112,26 @@ def _full_fingerprint(unit: Unit, salt: str) -> str:
     return hashlib.sha256(f"{salt}\0{unit.key}\0{unit.fingerprint}".encode()).hexdigest()[:24]
 
 
+def _content_digest(arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 over every array of a checkpoint: name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _seal(unit: Unit, salt: str, arrays: Mapping[str, np.ndarray]) -> str:
+    """The checkpoint's digest: its unit's inputs (salted with the run's context -- for an attack, the content of
+    the bundle attacked) and its own content, so a checkpoint edited, copied from another bundle or run, or
+    shipped ready-made is recomputed, never used."""
+    return hashlib.sha256(f"{_full_fingerprint(unit, salt)}\0{_content_digest(arrays)}".encode()).hexdigest()
+
+
 def save_checkpoint(directory: str | Path, unit: Unit, result: Any, *, salt: str = "") -> Path:
-    """Write ``result`` (a dict of numpy arrays) of ``unit`` to ``directory/<key>.npz`` atomically."""
+    """Write ``result`` (a dict of numpy arrays) of ``unit`` to ``directory/<key>.npz`` atomically, sealed with a
+    digest of the unit's inputs and the result's content."""
     if not isinstance(result, Mapping) or not all(isinstance(k, str) and k != _FP for k in result):
         raise ParameterError(f"A checkpointed unit must return a dict of numpy arrays; unit {unit.key!r} returned "
                              f"{type(result).__name__}.")
@@ -120,22 +139,23 @@ def save_checkpoint(directory: str | Path, unit: Unit, result: Any, *, salt: str
     bad = [k for k, v in arrays.items() if v.dtype == object]
     if bad:
         raise ParameterError(f"A checkpointed unit must return numpy arrays; unit {unit.key!r} returned objects in {bad}.")
-    arrays[_FP] = np.array(_full_fingerprint(unit, salt))
+    arrays[_FP] = np.array(_seal(unit, salt, arrays))
     return save_npz(Path(directory) / f"{unit.key}.npz", **arrays)
 
 
 def load_checkpoint(directory: str | Path, unit: Unit, *, salt: str = "") -> dict[str, np.ndarray] | None:
-    """The checkpointed result of ``unit``, or ``None`` when absent, unreadable or of other inputs."""
+    """The checkpointed result of ``unit``, or ``None`` (recompute) when absent, unreadable, too large, or when its
+    digest does not match the unit's inputs and its own content (see :func:`save_checkpoint`). Read through the
+    capped loader (:func:`dpaudit._io.load_npz_file`); a symbolic link is never followed."""
     path = Path(directory) / f"{unit.key}.npz"
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError):  # a torn or foreign file: recompute (writes are atomic, so rare)
+        data = load_npz_file(path, "the unit checkpoint", kinds=None)
+    except DataError:  # a torn, foreign or oversized file: recompute (writes are atomic, so rare)
         return None
     fp = data.pop(_FP, None)
-    if fp is None or str(fp) != _full_fingerprint(unit, salt):
+    if fp is None or fp.shape != () or fp.dtype.kind != "U" or str(fp) != _seal(unit, salt, data):
         return None
     return data
 

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dpaudit._io import save_npz
+from dpaudit._io import load_npz_file, save_npz
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int
 from dpaudit.training.models import ModelSpec, build_model
 
@@ -344,25 +344,21 @@ def write_canaries(path: str | Path, canaries: Canaries) -> Path:
     return save_npz(path, **canaries.attacker_view(), **{"truth/included": canaries.included})
 
 
-def _read(path: str | Path):
+def _read(path: str | Path) -> dict[str, np.ndarray]:
     p = Path(path)
     if not p.is_file():
         raise DataError(f"The canaries file {p} does not exist.")
-    try:
-        return np.load(p, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{p}: not a canaries .npz file ({exc}).") from None
+    return load_npz_file(p, "the canaries file", kinds=None)   # the one capped loader: zip directory checked first
 
 
 def load_canaries(path: str | Path) -> dict[str, np.ndarray]:
     """The attacker's view of ``canaries.npz`` (no inclusion bits)."""
-    with _read(path) as z:
-        return {k: z[k] for k in z.files if not k.startswith("truth/")}
+    return {k: v for k, v in _read(path).items() if not k.startswith("truth/")}
 
 
 def load_canary_truth(path: str | Path) -> np.ndarray:
     """The inclusion bits ``(M, m)`` of ``canaries.npz`` (for computing the bound, never for scoring)."""
-    with _read(path) as z:
-        if "truth/included" not in z.files:
-            raise DataError(f"{path}: no 'truth/included' array; not a canaries file written by dpaudit.")
-        return np.asarray(z["truth/included"], dtype=bool)
+    z = _read(path)
+    if "truth/included" not in z:
+        raise DataError(f"{path}: no 'truth/included' array; not a canaries file written by dpaudit.")
+    return np.asarray(z["truth/included"], dtype=bool)

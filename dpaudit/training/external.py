@@ -3,7 +3,7 @@
 =================  ===========================================================================================
 kind               what the release holds / how it is loaded
 =================  ===========================================================================================
-``torch_factory``  ``model.safetensors`` + an import path ``pkg.module:build`` to a function returning the
+``torch_factory``  ``model.safetensors`` + an import path ``file.py:build`` to a function returning the
                    ``torch.nn.Module`` (called with the stored keyword arguments); the weights must match the
                    module's ``state_dict`` exactly (every missing, unexpected or mis-shaped tensor is named)
 ``sklearn``        ``model.skops``: any scikit-learn classifier with ``predict_proba``; the file's types beyond
@@ -12,21 +12,40 @@ kind               what the release holds / how it is loaded
 ``scores``         no model: ``scores.npz`` holds the model's outputs (scores-only audits)
 =================  ===========================================================================================
 
-**Import paths run code.** A factory (``pkg.module:build``) or a training function (``pkg.module:train``)
-named in a release is imported -- its module's top-level code runs -- and called, when the release is made
-and again when it is loaded or attacked. Only make and load releases whose import paths point at code you trust
-(your own). Two guards: the sha256 of the code's source file is recorded when the release is made and checked
-before the code runs again (a release runs the code it was made with, or nothing), and standard-library or
-dpaudit functions are refused (a hand-edited ``release.json`` cannot name ``os:system``). A release handed to you
-with a factory is code handed to you: read it first. Files are never unpickled: ``.pt`` / ``.pth`` / ``.pkl`` / ``.joblib`` files and pickled numpy
-arrays are refused with a message on how to convert them.
+Security model
+--------------
+A release bundle may come from the party being audited, so everything here treats it as hostile. Reading,
+attacking, auditing or checking a bundle (``load_release``, ``dpaudit attack / audit / check``) guarantees:
+
+* **no code from the bundle runs.** A bundle may *describe* code (a torch factory ``file.py:build``, a training
+  function ``file.py:train``) but it runs only when the user names the same code on the command line
+  (``--factory FILE:NAME``, ``--train-fn FILE:NAME``: same function name, and the file's sha256 equal to the one
+  the bundle records), or opts in with ``--trust-bundle-code``, which first prints the file, its sha256, the
+  function and its keyword arguments to stderr. Either way the code is one source file, executed from the very
+  bytes that were hashed (no bytecode cache, no second read), called by one identifier (no attribute chains),
+  with keyword arguments that are JSON scalars and lists only; standard-library, dpaudit and installed
+  (third-party) callables, packages and relative imports are refused (:mod:`dpaudit.training.usercode`).
+* **nothing is unpickled.** Weights are safetensors, scikit-learn models skops with an allow-list, CatBoost its
+  own format, arrays ``allow_pickle=False``; ``.pt`` / ``.pth`` / ``.pkl`` / ``.joblib`` files and pickled numpy
+  arrays are refused with a message on how to convert them.
+* **no file outside the bundle is read, none outside the chosen output folder written.** Bundle files are plain
+  names inside the bundle; a symbolic link anywhere in it (at any depth) is refused; a ``data_dir`` outside the
+  bundle is followed only with ``--data-dir`` / ``--trust-data-dir``. Outputs go to the folder the user chose --
+  never into the bundle, whose cached results are never trusted -- and ``--overwrite`` replaces only a folder
+  dpaudit wrote (it holds :data:`dpaudit._io.OUTPUT_MARKER`).
+* **no allocation beyond stated caps.** Every npz / npy is read through the capped loaders of
+  :mod:`dpaudit._io` (zip directory and ``.npy`` headers checked before anything is unpacked; 1 GiB by default,
+  ``$DPAUDIT_MAX_ARRAY_BYTES`` to change it); JSON / TOML nesting and integer sizes are bounded; model specs are
+  sized before anything is built.
+
+What it does not guarantee: code that *you* name (``--factory``, ``--train-fn``, ``release make``'s options, or
+a bundle's code after ``--trust-bundle-code``) is your code, and runs with your rights; what it imports is an
+ordinary import of your environment. Data files you name (``--data-dir``) are read as yours.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +54,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from dpaudit.errors import DataError, ParameterError, check_int
+from dpaudit.training.usercode import BundleCode, check_code_kwargs, code_digest, load_callable
 
 __all__ = ["EXTERNAL_KINDS", "ExternalSpec", "import_object", "refuse_pickle", "load_torch_factory", "load_external_model",
            "load_bundle_npz", "load_bundled_dataset", "recipe_train_fn", "recipe_train_many", "absolute_import_path", "code_digest",
-           "load_sklearn_model", "load_catboost_model", "external_train_fn", "PICKLE_SUFFIXES"]
+           "load_sklearn_model", "load_catboost_model", "external_train_fn", "PICKLE_SUFFIXES", "BundleCode"]
 
 EXTERNAL_KINDS = ("torch_factory", "sklearn", "catboost", "scores")
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".joblib", ".ckpt", ".bin", ".sav")
@@ -84,99 +104,12 @@ class ExternalSpec:
             raise DataError(f"An external model spec needs 'name', 'input_shape', 'num_classes' ({exc!r}).") from None
 
 
-def _split_import_path(path: Any, what: str) -> tuple[str, str]:
-    if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
-        raise ParameterError(f"The '{what}' parameter must be an import path 'pkg.module:function' or "
-                             f"'path/to/file.py:function'. Got {path!r} instead.")
-    mod_name, attr = path.split(":")
-    top = mod_name.split(".")[0]
-    if not mod_name.endswith(".py") and (top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names
-                                         or top == "dpaudit"):
-        raise DataError(f"{what} {path!r}: dpaudit runs factories and training functions from your own code only, "
-                        f"not from {'dpaudit' if top == 'dpaudit' else 'the standard library'}.")
-    return mod_name, attr
-
-
-def code_digest(path: str, what: str) -> str:
-    """sha256 of the source file an import path points into (recorded when a release is made and checked before the
-    code runs again when it is loaded, so a release runs the code it was made with or nothing)."""
-    import hashlib
-    import importlib.util
-
-    mod_name, _ = _split_import_path(path, what)
-    if mod_name.endswith(".py"):
-        origin = Path(mod_name).resolve()
-    else:
-        if "" not in sys.path and "." not in sys.path:
-            sys.path.insert(0, "")
-        try:
-            spec = importlib.util.find_spec(mod_name)
-        except ModuleNotFoundError as exc:
-            raise DataError(f"{what} {path!r}: no module named {exc.name!r} (is it on PYTHONPATH / in the current "
-                            "directory?).") from None
-        except (ImportError, ValueError) as exc:
-            raise DataError(f"{what} {path!r}: cannot locate module {mod_name!r} ({exc}).") from None
-        if spec is None:
-            raise DataError(f"{what} {path!r}: no module named {mod_name!r} (is it on PYTHONPATH / in the current directory?).")
-        if not spec.origin or not Path(spec.origin).is_file():
-            raise DataError(f"{what} {path!r}: module {mod_name!r} has no source file to pin (built-in or namespace).")
-        origin = Path(spec.origin)
-    if not origin.is_file():
-        raise DataError(f"{what} {path!r}: the file {str(origin)!r} does not exist.")
-    return hashlib.sha256(origin.read_bytes()).hexdigest()
-
-
-def import_object(path: str, what: str, *, sha256: str | None = None) -> Callable:
-    """Resolve ``"pkg.module:name"`` or ``"path/to/file.py:name"`` to a callable (importing the module runs its code
-    -- see the module docstring). ``what`` names the parameter in the messages (e.g. ``"--factory"``). With
-    ``sha256``, the module's source file must have that digest (:func:`code_digest`) before anything of it runs."""
-    mod_name, attr = _split_import_path(path, what)
-    if sha256 is not None:
-        now = code_digest(path, what)
-        if now != sha256:
-            raise DataError(f"{what} {path!r}: the code changed since the release was made (sha256 {now[:12]}... is "
-                            f"not the recorded {str(sha256)[:12]}...); dpaudit runs only the code a release was made "
-                            "with. Re-make the release if the change is yours.")
-    if mod_name.endswith(".py"):
-        module = _import_file(Path(mod_name), path, what)
-    else:
-        if "" not in sys.path and "." not in sys.path:   # a user's own module beside the command, as `python -m` does
-            sys.path.insert(0, "")
-        try:
-            module = importlib.import_module(mod_name)
-        except ModuleNotFoundError as exc:
-            raise DataError(f"{what} {path!r}: no module named {exc.name!r} (is it on PYTHONPATH / in the current "
-                            "directory?).") from None
-        except Exception as exc:  # noqa: BLE001 - the user's module failed while importing: one line, not their traceback
-            raise DataError(f"{what} {path!r}: importing {mod_name!r} failed: {type(exc).__name__}: {exc}") from None
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise DataError(f"{what} {path!r}: module {mod_name!r} has no attribute {attr!r}.")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise DataError(f"{what} {path!r}: {attr!r} is a {type(obj).__name__}, not a function.")
-    return obj
-
-
-def _import_file(file: Path, path: str, what: str):
-    import hashlib
-    import importlib.util
-
-    file = file.resolve()
-    if not file.is_file():
-        raise DataError(f"{what} {path!r}: the file {str(file)!r} does not exist.")
-    name = f"_dpaudit_user_{file.stem}_{hashlib.sha256(str(file).encode()).hexdigest()[:8]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(spec)      # type: ignore[arg-type]
-    try:
-        spec.loader.exec_module(module)                 # type: ignore[union-attr]
-    except Exception as exc:  # noqa: BLE001 - the user's file failed while importing: one line
-        raise DataError(f"{what} {path!r}: running {str(file)!r} failed: {type(exc).__name__}: {exc}") from None
-    sys.modules[name] = module
-    return module
+def import_object(path: str, what: str, *, sha256: str | None = None):
+    """The function or class ``"module:name"`` / ``"path/to/file.py:name"`` names, its one source file executed
+    from the bytes that were hashed (see :mod:`dpaudit.training.usercode`); with ``sha256``, that file must have
+    that digest before anything of it runs. ``what`` names the parameter in the messages (e.g. ``"--factory"``).
+    For code the user names; a bundle's code goes through :class:`BundleCode`."""
+    return load_callable(path, what, sha256=sha256)
 
 
 def absolute_import_path(path: str | None) -> str | None:
@@ -217,27 +150,35 @@ def refuse_pickle(path: Path, what: str) -> None:
 
 def load_torch_factory(factory: str, weights: Path, *, factory_kwargs: Mapping[str, Any] | None = None,
                        factory_sha256: str | None = None):
-    """Build the module with ``factory(**factory_kwargs)`` and load ``weights`` (.safetensors) into it, strictly.
+    """Build the module with the user's ``factory(**factory_kwargs)`` and load ``weights`` (.safetensors) into it,
+    strictly. Every missing, unexpected or mis-shaped tensor is named in one :class:`DataError` line."""
+    weights = _check_weights(weights)
+    kwargs = check_code_kwargs(factory_kwargs, "--factory-kwargs", error=ParameterError)
+    build = import_object(factory, "--factory", sha256=factory_sha256)
+    return _build_and_load(build, repr(factory), weights, kwargs)
 
-    Every missing, unexpected or mis-shaped tensor is named in one :class:`DataError` line.
-    """
-    import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
+def _check_weights(weights: Path) -> Path:
     weights = Path(weights)
     refuse_pickle(weights, "The weights file")
     if weights.suffix != ".safetensors":
         raise DataError(f"The weights file {str(weights)!r} must be a .safetensors file (got {weights.suffix or 'no suffix'}).")
     if not weights.is_file():
         raise DataError(f"The weights file {str(weights)!r} does not exist.")
-    build = import_object(factory, "--factory", sha256=factory_sha256)
+    return weights
+
+
+def _build_and_load(build: Any, label: str, weights: Path, kwargs: Mapping[str, Any]):
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     try:
-        module = build(**dict(factory_kwargs or {}))
+        module = build(**dict(kwargs))
     except Exception as exc:  # noqa: BLE001 - the user's factory failed: one line
-        raise DataError(f"--factory {factory!r}: calling it failed: {type(exc).__name__}: {exc}") from None
+        raise DataError(f"--factory {label}: calling it failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(module, torch.nn.Module):
-        raise DataError(f"--factory {factory!r} returned a {type(module).__name__}, not a torch.nn.Module.")
+        raise DataError(f"--factory {label} returned a {type(module).__name__}, not a torch.nn.Module.")
     try:
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -250,7 +191,7 @@ def load_torch_factory(factory: str, weights: Path, *, factory_kwargs: Mapping[s
     if missing or unexpected or shaped:
         parts = [f"missing {', '.join(missing)}" if missing else "", f"unexpected {', '.join(unexpected)}" if unexpected else "",
                  f"mis-shaped (file vs module) {'; '.join(shaped)}" if shaped else ""]
-        raise DataError(f"{weights} does not match the module built by {factory!r}: "
+        raise DataError(f"{weights} does not match the module built by {label}: "
                         + "; ".join(p for p in parts if p) + ".")
     module.load_state_dict(state, strict=True)
     return module.eval()
@@ -265,6 +206,9 @@ def load_sklearn_model(path: Path):
     refuse_pickle(p, "The model file")
     if p.suffix != ".skops":
         raise DataError(f"The model file {str(p)!r} must be .safetensors (with --factory), .skops or .cbm. Got {p.suffix or 'no suffix'}.")
+    from dpaudit._io import check_zip_archive
+
+    check_zip_archive(p, "the model file")      # sizes from the zip directory, before anything is unpacked
     try:
         with zipfile.ZipFile(p) as zf:
             top = json.loads(zf.read("schema.json")).get("__module__", "")
@@ -295,17 +239,20 @@ def load_catboost_model(path: Path):
 
 
 def external_train_fn(path: str, num_classes: int, *, sha256: str | None = None):
-    """``(X, y, seed) -> model`` from the user's ``pkg.module:train`` (their code runs), checked to return something
-    with ``predict_proba``; its outputs are padded to ``num_classes`` columns through ``classes_`` when present."""
-    train = import_object(path, "--train-fn", sha256=sha256)
+    """``(X, y, seed) -> model`` from the user's ``module:train`` / ``file.py:train`` (their code runs), checked to
+    return something with ``predict_proba``; its outputs are padded to ``num_classes`` columns through ``classes_``
+    when present."""
+    return _wrap_train(import_object(path, "--train-fn", sha256=sha256), repr(path), num_classes)
 
+
+def _wrap_train(train: Any, label: str, num_classes: int):
     def fn(X: np.ndarray, y: np.ndarray, seed: int):
         try:
             model = train(X, y, int(seed))
         except Exception as exc:  # noqa: BLE001 - the user's training failed: one line
-            raise DataError(f"--train-fn {path!r} failed: {type(exc).__name__}: {exc}") from None
+            raise DataError(f"--train-fn {label} failed: {type(exc).__name__}: {exc}") from None
         if not callable(getattr(model, "predict_proba", None)):
-            raise DataError(f"--train-fn {path!r} returned a {type(model).__name__} without predict_proba.")
+            raise DataError(f"--train-fn {label} returned a {type(model).__name__} without predict_proba.")
         return _Padded(model, num_classes)
 
     return fn
@@ -343,33 +290,41 @@ def _bundle_file(root: Path, fname: Any, what: str) -> Path:
 
 
 def load_bundle_npz(root: Path, fname: str) -> dict[str, np.ndarray]:
-    """All arrays of an npz file inside a bundle (``allow_pickle=False``)."""
+    """All arrays of an npz file inside a bundle, through the one capped loader (:func:`dpaudit._io.load_npz_file`:
+    zip directory and headers checked before unpacking, never pickle)."""
+    from dpaudit._io import load_npz_file
+
     p = _bundle_file(root, fname, fname.split(".")[0])
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{p}: not a readable npz without pickled objects ({exc}).") from None
+    return load_npz_file(p, "the bundle file", kinds=None)
 
 
-def load_external_model(root: Path, m: Mapping[str, Any]):
-    """The released outside model of ``release.json["model"]`` (``None`` for a scores-only release)."""
+def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | None = None):
+    """The released outside model of ``release.json["model"]`` (``None`` for a scores-only release). A torch
+    factory runs only as ``code`` allows (see :class:`BundleCode`)."""
     from dpaudit.training.models import Classifier
 
     kind = m.get("kind")
     if kind not in EXTERNAL_KINDS:
         raise DataError(f"{root}/release.json: model kind {kind!r} is unknown; known: {', '.join(EXTERNAL_KINDS)}.")
+    code = BundleCode.of(code)
+    if code.factory is not None and kind != "torch_factory":
+        raise ParameterError(f"--factory applies to a bundle whose model is built by a torch factory; the model of "
+                             f"{root} is of kind {kind!r}. Got --factory {code.factory!r} instead.")
     if kind == "scores":
         load_bundle_npz(root, "scores.npz")     # present and readable
         return None
     spec = ExternalSpec.from_dict(m["spec"] or {})
     path = _bundle_file(root, m["file"], "model")
     if kind == "torch_factory":
-        if not spec.kwargs.get("factory_sha256"):
+        kw = spec.kwargs
+        if not kw.get("factory_sha256"):
             raise DataError(f"{root}/release.json: the torch factory has no recorded code digest (factory_sha256); "
                             "dpaudit runs only code pinned by the release. Re-make it with dpaudit release make.")
-        module = load_torch_factory(spec.kwargs.get("factory"), path, factory_kwargs=spec.kwargs.get("factory_kwargs"),
-                                    factory_sha256=spec.kwargs["factory_sha256"])
+        weights = _check_weights(path)
+        kwargs = check_code_kwargs(kw.get("factory_kwargs"), f"{root}/release.json: model.spec.kwargs.factory_kwargs")
+        build, label = code.callable_for("factory", kw.get("factory"), kw.get("factory_sha256"), bundle=root,
+                                         kwargs=kwargs)
+        module = _build_and_load(build, label, weights, kwargs)
         return Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
     est = load_sklearn_model(path) if kind == "sklearn" else load_catboost_model(path)
     return Classifier(spec, estimator=est)              # type: ignore[arg-type]
@@ -392,16 +347,19 @@ def load_bundled_dataset(root: Path, d: Mapping[str, Any]):
     return ds
 
 
-def recipe_train_fn(meta: Mapping[str, Any]):
-    """``(X, y, seed) -> model`` of an outside release's recipe: the user's ``train`` function, or a dpaudit
-    architecture with a :class:`~dpaudit.training.ensemble.TrainConfig`."""
+def recipe_train_fn(meta: Mapping[str, Any], code: BundleCode | None = None, root: str | Path = "."):
+    """``(X, y, seed) -> model`` of an outside release's recipe: the training function it names (run only as
+    ``code`` allows, see :class:`BundleCode`; ``root`` is the bundle folder), or a dpaudit architecture with a
+    :class:`~dpaudit.training.ensemble.TrainConfig`."""
     recipe = meta["model"].get("recipe") or {}
     num_classes = int((meta["model"].get("spec") or {}).get("num_classes") or meta["dataset"].get("num_classes") or 2)
     if recipe.get("train_fn"):
         if not recipe.get("train_fn_sha256"):
             raise DataError("The release's training function has no recorded code digest (train_fn_sha256); dpaudit "
                             "runs only code pinned by the release. Re-make it with dpaudit release make.")
-        return external_train_fn(recipe["train_fn"], num_classes, sha256=recipe["train_fn_sha256"])
+        train, label = BundleCode.of(code).callable_for("train_fn", recipe["train_fn"], recipe["train_fn_sha256"],
+                                                        bundle=Path(root))
+        return _wrap_train(train, label, num_classes)
     if recipe.get("model"):
         from dpaudit.training.ensemble import TrainConfig, fit_classifier
         from dpaudit.training.models import ModelSpec
@@ -409,14 +367,14 @@ def recipe_train_fn(meta: Mapping[str, Any]):
         spec, config = ModelSpec.from_dict(recipe["model"]), TrainConfig.from_dict(recipe.get("train_config") or {})
         return lambda X, y, seed: fit_classifier(spec, X, y, config, int(seed))
     raise DataError("This release has no training recipe for shadow / reference models (make it with --train-fn "
-                    "pkg.module:train or --recipe-model NAME); only the threshold attack is possible.")
+                    "FILE.py:train or --recipe-model NAME); only the threshold attack is possible.")
 
 
-def recipe_train_many(meta: Mapping[str, Any]):
+def recipe_train_many(meta: Mapping[str, Any], code: BundleCode | None = None, root: str | Path = "."):
     """``(datasets, seed) -> [model]`` of an outside release's recipe (the ensemble trainer for dpaudit torch
     architectures; one at a time otherwise). Model ``i`` depends only on ``datasets[i]``, ``seed`` and ``i``."""
     recipe = meta["model"].get("recipe") or {}
-    one = recipe_train_fn(meta)
+    one = recipe_train_fn(meta, code, root)
     if recipe.get("model"):
         from dpaudit.training.ensemble import TrainConfig, train_ensemble
         from dpaudit.training.models import ModelSpec

@@ -622,6 +622,9 @@ def load_classifier(path, spec: ModelSpec) -> Classifier:
         return Classifier(spec, estimator=est)
     import zipfile
 
+    from dpaudit._io import check_zip_archive
+
+    check_zip_archive(found, "the model file")   # sizes from the zip directory, before anything is unpacked
     try:  # check the top-level class from the archive's schema before skops builds anything
         with zipfile.ZipFile(found) as zf:
             top = json.loads(zf.read("schema.json")).get("__class__")

@@ -19,8 +19,10 @@ method code.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -34,7 +36,9 @@ from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
 
-__all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release"]
+__all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release", "bundle_digest",
+           "read_release_meta",
+           "MAX_BUNDLE_ENTRIES"]
 
 SCHEMA_VERSION = 1
 #: Largest data set a release may point into, and largest class count / input size of its model spec:
@@ -43,6 +47,8 @@ MAX_RECORDS = 100_000_000
 MAX_CLASSES = 100_000
 MAX_INPUT_SIZE = 100_000_000
 MEMBERSHIP_KEYS = ("members", "nonmembers", "attacker")
+#: The most files and folders a bundle may hold (all depths): checking it for links walks every one.
+MAX_BUNDLE_ENTRIES = 100_000
 _CLAIM_KEYS = ("epsilon", "delta", "granularity", "text")
 
 
@@ -276,7 +282,7 @@ def write_release(
         _check_canary_entry(entry, owner)
         meta["canaries"] = entry
     try:
-        ctx = atomic_dir(out_dir, overwrite=overwrite)
+        ctx = atomic_dir(out_dir, overwrite=overwrite, kind="release")
         with ctx as tmp:
             if classifier is not None:
                 model_path = save_classifier(classifier, tmp / "model")
@@ -305,6 +311,9 @@ class Release:
     #: ``meta["canaries"]``; None when the release holds none. The inclusion bits are never here (see
     #: :meth:`canary_truth`).
     canaries: dict[str, np.ndarray] | None = None
+    #: The user's decision about code the bundle names (its recipe's training function): see
+    #: :class:`~dpaudit.training.usercode.BundleCode`. None: run none.
+    code: Any = None
 
     @property
     def canary_info(self) -> dict | None:
@@ -374,7 +383,7 @@ class Release:
         if self.kind != "dpaudit":
             from dpaudit.training.external import recipe_train_fn
 
-            return recipe_train_fn(self.meta)
+            return recipe_train_fn(self.meta, self.code, self.path)
         spec, config = self.spec, self.train_config
 
         def train(X: np.ndarray, y: np.ndarray, seed: int) -> Classifier:
@@ -388,7 +397,7 @@ class Release:
         if self.kind != "dpaudit":
             from dpaudit.training.external import recipe_train_many
 
-            return recipe_train_many(self.meta)
+            return recipe_train_many(self.meta, self.code, self.path)
         spec, config = self.spec, self.train_config
 
         def train(datasets: Sequence[tuple[np.ndarray, np.ndarray]], seed: int) -> list[Classifier]:
@@ -436,30 +445,50 @@ def _resolve_data_dir(meta_dir: Any, root: Path, real_root: Path, data_dir: Any,
     )
 
 
-def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bool = False) -> Release:
+def _refuse_links(root: Path) -> None:
+    """Refuse a bundle holding a symbolic link anywhere (any depth), without following any."""
+    seen = 0
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError as exc:
+            raise DataError(f"The release directory {root} cannot be read ({d}: {exc.strerror or exc}).") from None
+        for e in sorted(entries, key=lambda e: e.name):
+            seen += 1
+            if seen > MAX_BUNDLE_ENTRIES:
+                raise DataError(f"The release directory {root} holds more than {MAX_BUNDLE_ENTRIES} files and folders; "
+                                "a release bundle is a handful of files.")
+            if e.is_symlink():
+                f = Path(e.path)
+                if d == root:
+                    _bundle_file(root, root.resolve(), e.name)      # the message for a top-level file
+                raise DataError(f"{root}: {f.relative_to(root)} is a symbolic link (to {_link_target(f)}); a release "
+                                "bundle must hold its files and folders itself, so dpaudit refuses links at any depth.")
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+
+
+def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bool = False,
+                 code: Any = None) -> Release:
     """Load and check a release bundle; any missing or inconsistent file gives a :class:`DataError`.
 
-    Every file must lie in the bundle directory itself (symbolic links, and a bundle directory that is itself a
-    link, are refused). ``release.json``'s ``dataset.data_dir`` is followed only inside the bundle, unless
-    ``data_dir`` overrides it or ``trust_data_dir`` accepts it as written.
+    Every file must lie in the bundle directory itself (symbolic links at any depth, and a bundle directory that is
+    itself a link, are refused). ``release.json``'s ``dataset.data_dir`` is followed only inside the bundle, unless
+    ``data_dir`` overrides it or ``trust_data_dir`` accepts it as written. ``code``
+    (:class:`~dpaudit.training.usercode.BundleCode`): the code the user names for the bundle's torch factory and
+    training function, or their opt-in to the bundle's own; without it no code the bundle names runs (a torch
+    factory bundle is then refused with a message saying what to pass).
     """
+    from dpaudit.training.usercode import BundleCode
+
+    code = BundleCode.of(code)
     root = Path(path)
-    if root.is_symlink():
-        raise DataError(f"The release directory {root} is a symbolic link (to {_link_target(root)}); pass the "
-                        "directory itself, dpaudit does not follow links into or out of release bundles.")
-    if not root.is_dir():
-        raise DataError(f"Release directory not found: {root}.")
+    meta = read_release_meta(root)
     real_root = root.resolve()
-    try:
-        linked = sorted(f for f in root.iterdir() if f.is_symlink())
-    except OSError as exc:
-        raise DataError(f"The release directory {root} cannot be read: {exc.strerror or exc}.") from None
-    if linked:  # any file of the bundle (model, membership, votes, an outside model's data.npz / scores.npz)
-        _bundle_file(root, real_root, linked[0].name)
-    meta_path = _bundle_file(root, real_root, "release.json")
-    if not meta_path.exists():
-        raise DataError(f"{root}: release.json is missing; not a release bundle.")
-    meta = load_json_file(meta_path, "the release file")
+    meta_path = root / "release.json"
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: expected a JSON object.")
     if meta.get("schema") != SCHEMA_VERSION:
@@ -472,16 +501,59 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
     m = meta["model"]
     if not isinstance(m, dict) or "spec" not in m or "file" not in m:
         raise DataError(f"{meta_path}: 'model' must hold 'spec' and 'file'.")
+    if code.train_fn is not None and not (isinstance(m.get("recipe"), dict) and m["recipe"].get("train_fn")):
+        raise ParameterError(f"--train-fn applies to a bundle whose recipe names a training function; {root}'s does "
+                             f"not. Got --train-fn {code.train_fn!r} instead.")
     if m.get("kind") is not None:   # an outside model (dpaudit release make)
         from dpaudit.training.external import load_external_model
 
-        model = load_external_model(root, m)
+        model = load_external_model(root, m, code)
         spec = None if model is None else model.spec
     else:
+        if code.factory is not None:
+            raise ParameterError(f"--factory applies to a bundle whose model is built by a torch factory; {root} is a "
+                                 f"release of dpaudit's own method {meta['method']!r}. Got --factory {code.factory!r} instead.")
         spec, model = _load_own_model(root, real_root, m, meta_path)
     release = _finish_loading(root, real_root, meta, spec, model)
+    release.code = code
     meta["dataset"]["data_dir"] = _resolve_data_dir(meta["dataset"].get("data_dir"), root, real_root, data_dir, trust_data_dir)
     return release
+
+
+def read_release_meta(path: str | Path) -> Any:
+    """The parsed ``release.json`` of the bundle ``path``, after the checks every read of a bundle makes: the
+    folder is not a link and holds no link at any depth, ``release.json`` is a plain file inside it, read through
+    the capped JSON loader. Nothing else of the bundle is read (its fields are checked by :func:`load_release`)."""
+    root = Path(path)
+    if root.is_symlink():
+        raise DataError(f"The release directory {root} is a symbolic link (to {_link_target(root)}); pass the "
+                        "directory itself, dpaudit does not follow links into or out of release bundles.")
+    if not root.is_dir():
+        raise DataError(f"Release directory not found: {root}.")
+    _refuse_links(root)
+    meta_path = _bundle_file(root, root.resolve(), "release.json")
+    if not meta_path.exists():
+        raise DataError(f"{root}: release.json is missing; not a release bundle.")
+    return load_json_file(meta_path, "the release file")
+
+
+def bundle_digest(path: str | Path) -> str:
+    """SHA-256 of a release bundle's content: the name and bytes of every file at its top level (model weights,
+    ``release.json``, ``membership.npz``, ``votes.npy``, ... -- everything the loader reads), in name order.
+    Sub-directories are not part of what is loaded and are not hashed; a symbolic link is hashed by its target
+    path, never read through."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for f in sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file()):
+        h.update(f.name.encode("utf-8", "surrogateescape") + b"\0")
+        if f.is_symlink():      # hashed by where it points, never followed (loading refuses links anyway)
+            h.update(b"link:" + str(f.readlink()).encode("utf-8", "surrogateescape"))
+        else:
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 def _load_own_model(root: Path, real_root: Path, m: dict, meta_path: Path) -> tuple[ModelSpec, Classifier]:

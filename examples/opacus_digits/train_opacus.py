@@ -80,13 +80,15 @@ def main(out: str | Path, *, epsilon: float = 4.0, delta: float = 1e-5, epochs: 
         acc = float((net(torch.from_numpy(X[nonmembers])).argmax(1).numpy() == y[nonmembers]).mean())
     opacus_eps = float(engine.get_epsilon(delta))
 
+    # the bundle's model is built by your code: name it (dpaudit checks it against the sha256 the release records)
+    factory = json.dumps(f"{HERE / 'digits_cnn.py'}:build")
     (out / "audit.toml").write_text(
         'title = "Opacus DP-SGD CNN on digits, audited from outside"\n'
-        f'seed = {seed}\ndelta = {delta}\n\n[[models]]\nname = "opacus-cnn"\nrelease = "release"\n\n'
-        '[[attacks]]\nkind = "threshold"\n')
+        f'seed = {seed}\ndelta = {delta}\n\n[[models]]\nname = "opacus-cnn"\nrelease = "release"\n'
+        f'factory = {factory}\n\n[[attacks]]\nkind = "threshold"\n')
     (out / "claims.toml").write_text(
-        f'[[claim]]\nname = "opacus-cnn"\nrelease = "release"\nepsilon = {epsilon}\ndelta = {delta}\n'
-        'granularity = "example"\nattack = { kind = "threshold", confidence = 0.95, seed = 0 }\n')
+        f'[[claim]]\nname = "opacus-cnn"\nrelease = "release"\nfactory = {factory}\nepsilon = {epsilon}\n'
+        f'delta = {delta}\ngranularity = "example"\nattack = {{ kind = "threshold", confidence = 0.95, seed = 0 }}\n')
     info = {"opacus_epsilon": opacus_eps, "target_epsilon": epsilon, "test_accuracy": acc,
             "noise_multiplier": float(opt.noise_multiplier), "steps": run.steps}
     print(json.dumps(info))

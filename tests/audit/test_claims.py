@@ -353,7 +353,7 @@ def test_default_attack_runner_through_the_release_contract(tmp_path, monkeypatc
 
     import dpaudit.audit.attack_release as attack_release
 
-    monkeypatch.setattr(attack_release, "load_release", lambda path: Release())
+    monkeypatch.setattr(attack_release, "load_release", lambda path, **kw: Release())
     _fake_release(tmp_path / "rel", epsilon=0.5)
     cf = parse_claims(doc(_release_claim(name="small", epsilon=0.5, delta=1e-5, attack={"kind": "threshold", "confidence": 0.95}),
                           _release_claim(name="huge", epsilon=50.0, delta=1e-5, attack={"kind": "threshold"})),

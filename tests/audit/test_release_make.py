@@ -13,6 +13,7 @@ from dpaudit.audit.attack_release import attack_release
 from dpaudit.audit.release_make import make_release, parse_claim
 from dpaudit.errors import DataError
 from dpaudit.training.release import load_release
+from dpaudit.training.usercode import BundleCode
 
 CLAIM = ["epsilon=8", "delta=1e-5", "granularity=record"]
 
@@ -52,7 +53,9 @@ def test_torch_factory_release_with_recipe_and_masks(digits, tmp_path) -> None:
     out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=f"{t['factory_module']}:build",
                        factory_kwargs={"hidden": 16}, data=digits["data"], members=tmp_path / "mask.npy",
                        nonmembers=digits["nonmembers"], train_fn="byomtrain:train")
-    rel = load_release(out)
+    with pytest.raises(DataError, match="dpaudit runs no code a bundle names. Pass --factory FILE.py:build"):
+        load_release(out)                  # the bundle's factory runs only when the user names the same code
+    rel = load_release(out, code=BundleCode(factory=f"{t['factory_module']}:build", train_fn="byomtrain:train"))
     assert rel.kind == "torch_factory" and rel.spec.is_torch
     assert rel.spec.kwargs["factory"] == f"{t['factory_module'].resolve()}:build"     # file form, stored absolute
     assert np.array_equal(rel.membership["members"], np.flatnonzero(mem_mask))

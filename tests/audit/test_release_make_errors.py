@@ -90,17 +90,19 @@ def test_weights_not_matching_the_factory(art, tmp_path, capsys):
 def test_import_paths_that_do_not_exist(art, tmp_path, capsys):
     root, f = art
     w = {"--model": f["weights"]}
-    _fail(_model_args(f, **w, **{"--factory": "no_such_pkg.mod:build"}), tmp_path, capsys, "no module named 'no_such_pkg'")
+    _fail(_model_args(f, **w, **{"--factory": "no_such_mod:build"}), tmp_path, capsys, "no module named 'no_such_mod'")
+    _fail(_model_args(f, **w, **{"--factory": "no_such_pkg.mod:build"}), tmp_path, capsys, "a module of a package")
     _fail(_model_args(f, **w, **{"--factory": "byomnet:nothing"}), tmp_path, capsys, "has no attribute 'nothing'")
-    _fail(_model_args(f, **w, **{"--factory": "byomnet"}), tmp_path, capsys, "import path 'pkg.module:function'")
+    _fail(_model_args(f, **w, **{"--factory": "byomnet"}), tmp_path, capsys, "import path 'module:function'")
     _fail(_model_args(f, **{"--train-fn": "byomtrain:missing"}), tmp_path, capsys, "has no attribute 'missing'")
     _fail(_model_args(f, **w, **{"--factory": str(tmp_path / "gone.py") + ":build"}), tmp_path, capsys, "does not exist")
     _fail(_model_args(f, **w, **{"--factory": "os:system"}), tmp_path, capsys, "not from the standard library")
 
 
 def test_changed_or_injected_code_does_not_run_at_load(art, tmp_path, capsys):
-    """A release runs the code it was made with or nothing: an edited factory file or a release.json naming
-    another function is refused in one line when the release is attacked."""
+    """A release runs the code it was made with or nothing: without --factory / --trust-bundle-code its code never
+    runs; an edited factory file or a release.json naming another function is refused in one line when the release
+    is attacked."""
     import json
     import shutil
 
@@ -112,17 +114,27 @@ def test_changed_or_injected_code_does_not_run_at_load(art, tmp_path, capsys):
               "--factory": f"{tmp_path / 'net2.py'}:build"})])
     assert exc.value.code == 0
     capsys.readouterr()
+    out = ["--out", str(tmp_path / "attack")]
+    with pytest.raises(SystemExit) as exc:          # the bundle's code is not the user's: refused, says what to pass
+        main(["attack", str(rel), "--attack", "threshold", *out])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--factory FILE.py:build" in err and "--trust-bundle-code" in err
     (tmp_path / "net2.py").write_text((tmp_path / "net2.py").read_text() + "\nprint('changed')\n")
     with pytest.raises(SystemExit) as exc:
-        main(["attack", str(rel), "--attack", "threshold"])
+        main(["attack", str(rel), "--attack", "threshold", "--trust-bundle-code", *out])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "the code changed since the release was made" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["attack", str(rel), "--attack", "threshold", "--factory", f"{tmp_path / 'net2.py'}:build", *out])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "only from the very code it was made with" in err
     meta = json.loads((rel / "release.json").read_text())
     meta["model"]["spec"]["kwargs"]["factory"] = "subprocess:getoutput"
     (rel / "release.json").write_text(json.dumps(meta))
     with pytest.raises(SystemExit) as exc:
-        main(["attack", str(rel), "--attack", "threshold"])
+        main(["attack", str(rel), "--attack", "threshold", "--trust-bundle-code", *out])
     assert exc.value.code == 2 and "not from the standard library" in capsys.readouterr().err
+    assert not (tmp_path / "attack").exists()
 
 
 def test_pickle_based_files_are_refused(art, tmp_path, capsys):

@@ -50,7 +50,8 @@ def test_opacus_example_end_to_end(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_sklearn_scores_example_end_to_end(tmp_path, capsys):
+def test_sklearn_scores_example_end_to_end(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)        # attack results go to runs/attack/<bundle>-<attack> under the cwd
     scores = _example("examples/sklearn_scores/make_scores.py").main(tmp_path, references=8)
     code, out = _cli(["release", "make", "--out", tmp_path / "release", "--scores", scores, "--claim", "epsilon=1",
                       "--claim", "delta=1e-5"], capsys)
@@ -58,5 +59,6 @@ def test_sklearn_scores_example_end_to_end(tmp_path, capsys):
     for attack in ("threshold", "lira"):
         code, out = _cli(["attack", tmp_path / "release", "--attack", attack, "--bootstrap", "0"], capsys)
         assert code == 0 and "estimate" in out, out
+        assert (tmp_path / "runs" / "attack" / f"release-{attack}" / "attack.json").is_file()
     code, out = _cli(["attack", tmp_path / "release", "--attack", "shadow"], capsys)
     assert code == 2 and "Possible here: threshold, lira" in out

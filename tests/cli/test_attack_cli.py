@@ -100,7 +100,9 @@ def test_attack_cli_rerun_trains_no_finished_shadow_group(release, tmp_path, cli
         raise AssertionError("a checkpointed group of shadow models was trained again")
 
     monkeypatch.setattr(shadow, "train_shadow_models", boom)
-    code, _, err = cli(args)
+    code, _, err = cli(args)                    # the finished attack's results are not replaced silently
+    assert code == 2 and "already holds the results of an earlier attack" in err and "--overwrite" in err
+    code, _, err = cli(args + ["--overwrite"])
     assert code == 0, err
     assert json.loads((tmp_path / "s" / "attack.json").read_text())["attack"] == first["attack"]
 

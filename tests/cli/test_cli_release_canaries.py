@@ -19,7 +19,8 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def test_train_then_attack_the_released_model(tmp_path, cli):
+def test_train_then_attack_the_released_model(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)        # the default output folder is runs/attack/<bundle>-<audit> under the cwd
     cfg = tmp_path / "c.toml"
     cfg.write_text('[canaries]\nkind = "dirac"\ncount = 200\nseed = 1\n')
     rel = tmp_path / "rel"
@@ -28,15 +29,17 @@ def test_train_then_attack_the_released_model(tmp_path, cli):
     meta = json.loads((rel / "release.json").read_text())
     assert meta["canaries"]["kind"] == "dirac" and meta["canaries"]["count"] == 200
     runs = []
-    for _ in range(2):
-        code, out, err = cli(["attack", rel, "--audit", "one-run", "--seed", "2", "--quiet"])
+    for again in ([], ["--overwrite"]):    # a second run replaces the first's results only with --overwrite
+        code, out, err = cli(["attack", rel, "--audit", "one-run", "--seed", "2", "--quiet", *again])
         assert code in (0, None) and err == ""
         assert "one-run canary audit of the released model (dirac" in out and "nothing retrained" in out
-        runs.append(json.loads((rel / "attack" / "canary_audit.json").read_text())["bound"])
+        runs.append(json.loads((tmp_path / "runs" / "attack" / "rel-one-run" / "canary_audit.json").read_text())["bound"])
+    assert not (rel / "attack").exists()   # nothing is written into the bundle
     assert runs[0] == runs[1] and runs[0]["epsilon"] > 0 and runs[0]["kind"] == "certified"
 
 
-def test_attack_without_canaries_says_it_retrains(tmp_path, cli):
+def test_attack_without_canaries_says_it_retrains(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     rel = tmp_path / "rel"
     code, _, _ = cli(["train", "centrain", "--out", rel, "--quiet", *SETS])
     assert code in (0, None) and not (rel / "canaries.npz").exists()

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import save_npz
+from dpaudit._io import load_npz_file, save_npz
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError, check_float, check_int, check_probability
 from dpaudit.training.limits import MAX_RECORDS
@@ -416,8 +416,7 @@ class StageCache:
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+    return load_npz_file(path, "the stage checkpoint", kinds=None)   # the one capped loader
 
 
 # --------------------------------------------------------------------------------------------------

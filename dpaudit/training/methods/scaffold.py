@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from dpaudit._format import fmt_number
-from dpaudit._io import dumps_json, exclusive_lock, parse_toml_value, read_json, read_toml, write_json
-from dpaudit.errors import DataError, ParameterError, check_bool, check_int
+from dpaudit._io import check_replaceable, dumps_json, exclusive_lock, parse_toml_value, read_json, read_toml, write_json
+from dpaudit.errors import DataError, OutputError, ParameterError, check_bool, check_int
 from dpaudit.training.limits import MAX_ROUNDS, MAX_THREADS
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit.training.methods.common import StageCache, config_to_dict
@@ -498,20 +498,28 @@ def prepare_out(out: str | Path, overwrite: bool, fingerprint: Mapping[str, Any]
     ``overwrite`` discards them.
     """
     out = Path(out)
-    if out.exists() and not overwrite:
+    if (out.exists() or out.is_symlink()) and not overwrite:
         raise DataError(f"The release directory {out} already exists; replace it with --overwrite.")
     if out.exists() and not out.is_dir():
         raise DataError(f"The release directory {out} is a file.")
+    if out.exists() or out.is_symlink():
+        check_replaceable(out)            # only a folder dpaudit wrote, never '.', '..', home, ...: before any work
     ck = checkpoint_dir_for(out)
     text = dumps_json(fingerprint)
     digest = hashlib.sha256(text.encode()).hexdigest()
     meta = ck / "run.json"
+    if ck.is_symlink():
+        raise OutputError(f"The checkpoint folder {ck} is a symbolic link; dpaudit never follows links when writing. "
+                          "Remove it, or choose another --out.")
     if ck.exists():
-        old = read_json(meta).get("digest") if meta.exists() else None
+        old = read_json(meta).get("digest") if meta.is_file() and not meta.is_symlink() else None
         if old != digest:
             if old is not None and not overwrite:
                 raise DataError(f"The checkpoints in {ck} come from a run with other settings; "
                                 "discard them with --overwrite.")
+            if old is None and any(ck.iterdir()):
+                raise OutputError(f"{ck} exists but holds no run.json of dpaudit's; dpaudit removes only checkpoint "
+                                  "folders it wrote. Remove it yourself, or choose another --out.")
             shutil.rmtree(ck)
     ck.mkdir(parents=True, exist_ok=True)
     write_json(meta, {"digest": digest, "fingerprint": json.loads(text)})
