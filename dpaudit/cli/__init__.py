@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -48,7 +49,7 @@ for _name in _COMMAND_MODULES:
         cli.add_command(_cmd)
 
 
-def _fail(message: str, code: int = 2) -> "NoReturn":  # type: ignore[name-defined]
+def _fail(message: str, code: int = 2) -> NoReturn:
     click.echo(f"dpaudit: error: {message}", err=True)
     sys.exit(code)
 
