@@ -16,8 +16,10 @@ from dpaudit.accountants.gnmax import (
     account_gnmax,
     gaussian_log_q,
     gnmax_dd_applies,
+    gnmax_mu2,
     rdp_gnmax_data_dependent,
     rdp_gnmax_data_independent,
+    rdp_gnmax_mu2,
     rdp_threshold,
 )
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
@@ -101,7 +103,9 @@ def test_account_gnmax_shapes_and_ordering():
     rdp_di = rdp_to_epsilon(grid, 1000 * grid / 1600, 1e-5, warn=False)[0]
     exact = gaussian_mechanism_epsilon(math.sqrt(1000 * 2 / 1600), 1e-5)
     assert res.statements[1].epsilon == pytest.approx(min(rdp_di, exact))
-    assert res.statements[1].details["routes"]["rdp"] == pytest.approx(rdp_di)
+    assert res.statements[1].details["routes"]["data-independent RDP"] == pytest.approx(rdp_di)
+    assert res.statements[1].method == res.statements[1].details["route"] == "data-independent Gaussian DP"
+    assert res.statement.method == res.statement.details["route"] == "data-dependent RDP"
     assert res.facts["data_dependent_queries"] == 1000
     # the same through the registered RDP of the event
     ev = GaussianNoisyMax(sigma=40.0, votes=votes)
@@ -153,9 +157,10 @@ def test_vectorised_total_equals_per_query_sum_and_never_below(sigma):
     votes = np.vstack([votes, [[250] + [0] * 9, [125, 125] + [0] * 8, [0] * 10, [1e300] + [0] * 9]])
     grid = np.array(DEFAULT_ORDERS)
     res = account_gnmax(votes, sigma=sigma, delta=1e-5)
-    ref_rdp = rdp_gnmax_data_dependent(gaussian_log_q(votes, sigma), sigma, grid).sum(axis=0)
+    ref_rdp = rdp_gnmax_mu2(gnmax_mu2(votes, sigma), sigma, grid).sum(axis=0)
     ref = rdp_to_epsilon(grid, ref_rdp, 1e-5, warn=False)[0]
-    ours = res.statement.details["routes"]["data-dependent rdp"]
+    ours = res.statements[0].epsilon
+    assert res.statements[0].details["route"] == "data-dependent RDP"
     assert ref <= ours <= ref * (1 + 1e-10) + 1e-12
 
 
@@ -167,7 +172,8 @@ def test_coarse_to_fine_order_search_finds_the_full_grid_minimum(sigma):
     votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(3000)], float)
     res = account_gnmax(votes, sigma=sigma, delta=1e-5)
     grid = np.array(DEFAULT_ORDERS)
-    assert res.statement.details["orders_evaluated"] < grid.size
+    dd = res.statements[0]
+    assert dd.details["orders_evaluated"] < grid.size
     full = rdp_gnmax_data_dependent(gaussian_log_q(votes, sigma), sigma, grid).sum(axis=0)
     ref = rdp_to_epsilon(grid, np.minimum(full, votes.shape[0] * grid / sigma**2), 1e-5, warn=False)[0]
-    assert ref <= res.statement.details["routes"]["data-dependent rdp"] <= ref * (1 + 1e-10) + 1e-12
+    assert ref <= dd.epsilon <= ref * (1 + 1e-10) + 1e-12
