@@ -346,9 +346,9 @@ def rdp_threshold_data_dependent(log_pr: Any, sigma1: float, orders: Any) -> np.
 
 _FAST_ROWS = 1 << 13
 #: Up to this many (query, order) pairs the data-dependent figure evaluates every order of the grid; beyond it a
-#: coarse-to-fine search over about 16 + 2 * (grid size / 16) orders.
+#: coarse-to-fine search over about 20 orders (:func:`_search_grid`).
 _FULL_GRID_WORK = 400_000
-_COARSE_ORDERS = 16
+_COARSE_ORDERS = 8
 _TINY_Q = 1e-280
 #: Where the second term of Theorem 6's log-sum is below e^-50 of the first at every order, the sum is the first term
 #: plus at most e^-50 (added, so the figure stays an upper bound): no exp/log per (query, order).
@@ -357,7 +357,10 @@ _DOMINANCE = -50.0
 
 class _RowSum:
     """Sum over rows (with weights) of min(Theorem 6, l/sigma^2) at any orders, and per order the weight of rows whose
-    conditions hold there. Per-row constants are computed once."""
+    conditions hold there. Per-row constants are computed once.
+
+    Theorem 6's bound is log(e^F + e^E)/(l-1) with F = log(1-q) + (l-1) log A and E - F = A0 + (l-1) A1 linear in l,
+    i.e. log A + (log(1-q) + log(1 + e^(E-F)))/(l-1): one exp and one log1p per (row, order)."""
 
     def __init__(self, mu2: np.ndarray, sigma: float, weights: np.ndarray | None = None) -> None:
         self.mu2 = mu2
@@ -368,73 +371,107 @@ class _RowSum:
         self.idx = np.flatnonzero(ok)
         self.log1q, self.log_a, self.mu1 = log1q[self.idx], log_a[self.idx], mu1[self.idx]
         self.plain_w = float(self.w[~ok].sum())
-        srt = np.argsort(self.mu1, kind="stable")
-        self._mu1_sorted = self.mu1[srt]
-        self._w_cum = np.concatenate([[0.0], np.cumsum(self.w[self.idx][srt])])
+        inv = inv_square(sigma)
+        m2 = mu2[self.idx]
+        self.linear = math.isfinite(inv)
+        if self.linear:
+            with np.errstate(over="ignore", invalid="ignore"):
+                self.a1 = (2.0 * m2 + 1.0) * (1.0 + _E2_SLACK) * inv - self.log_a
+                self.a0 = -np.square(m2) * (1.0 - _E2_SLACK) * inv - self.log1q
+            self.linear = bool(np.all(np.isfinite(self.a1)) and np.all(np.isfinite(self.a0)))
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        self._unit = weights is None
 
     def passing(self, orders: np.ndarray) -> np.ndarray:
         """Weight of rows where Theorem 6's conditions hold at each order (lambda < mu1 and the order-free ones)."""
-        k = np.searchsorted(self._mu1_sorted, orders, side="right")
-        return self._w_cum[-1] - self._w_cum[k]
+        if self._sorted is None:
+            if self._unit:
+                self._sorted = (np.sort(self.mu1), np.arange(self.mu1.size + 1, dtype=np.float64))
+            else:
+                srt = np.argsort(self.mu1, kind="stable")
+                self._sorted = (self.mu1[srt], np.concatenate([[0.0], np.cumsum(self.w[self.idx][srt])]))
+        mu1_sorted, w_cum = self._sorted
+        k = np.searchsorted(mu1_sorted, orders, side="right")
+        return w_cum[-1] - w_cum[k]
 
     def total(self, orders: np.ndarray) -> np.ndarray:
-        inv = inv_square(self.sigma)
-        base = orders * inv
+        base = orders * inv_square(self.sigma)
         total = np.zeros(orders.size)
         if self.plain_w:  # (0 * an infinite base would be NaN)
             total += self.plain_w * base
         if self.idx.size == 0:
             return total
-        mu2 = self.mu2[self.idx]
         w = self.w[self.idx]
-        lo = float(orders.min())
-        hi = np.minimum(float(orders.max()), self.mu1)
-
-        def diff(lam):  # second exponent minus first, linear in lambda
-            return _exponent2(mu2, lam - 1.0, inv) - (self.log1q + (lam - 1.0) * self.log_a)
-
-        with np.errstate(invalid="ignore", over="ignore"):
-            dom = (diff(lo) < _DOMINANCE) & (diff(hi) < _DOMINANCE)
-        inv_l = 1.0 / (orders - 1.0)
-        tiny = math.exp(_DOMINANCE)
-        d_idx = np.flatnonzero(dom)
-        for s0 in range(0, d_idx.size, _FAST_ROWS):
-            sel = d_idx[s0:s0 + _FAST_ROWS]
-            f = np.multiply.outer(self.log1q[sel] + tiny, inv_l)
-            f += self.log_a[sel, None]
-            np.maximum(f, 0.0, out=f)
-            np.minimum(f, base, out=f)
-            f = np.where(orders[None, :] < self.mu1[sel, None], f, base[None, :])
-            total += w[sel] @ f
-        rest = np.flatnonzero(~dom)
-        for s0 in range(0, rest.size, _CHUNK):
-            sel = rest[s0:s0 + _CHUNK]
-            parts = (np.ones(sel.size, dtype=bool), self.log1q[sel], self.log_a[sel], self.mu1[sel])
-            b, _ = _theorem6(mu2[sel], self.sigma, orders, parts)
-            total += w[sel] @ np.minimum(b, base[None, :])
+        lm1 = orders - 1.0
+        inv_l = 1.0 / lm1
+        for s0 in range(0, self.idx.size, _FAST_ROWS):
+            sl = slice(s0, s0 + _FAST_ROWS)
+            if self.linear:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    f = np.multiply.outer(self.a1[sl], lm1)
+                    f += self.a0[sl, None]
+                    # log(1 + e^f) = max(f, 0) + log1p(e^-|f|), |f| capped at 700 (adds at most e^-700): exp and log1p
+                    # vectorise where logaddexp does not, and never see a subnormal
+                    pos = np.maximum(f, 0.0)
+                    np.abs(f, out=f)
+                    np.minimum(f, 700.0, out=f)
+                    np.negative(f, out=f)
+                    np.exp(f, out=f)
+                    np.log1p(f, out=f)
+                    f += pos
+                    f += self.log1q[sl, None]
+                    f *= inv_l
+                    f += self.log_a[sl, None]
+                    np.maximum(f, 0.0, out=f)
+                    np.minimum(f, base, out=f)
+            else:  # sigma so small that 1/sigma^2 overflows: the general form
+                mu2 = self.mu2[self.idx[sl]]
+                parts = (np.ones(mu2.size, dtype=bool), self.log1q[sl], self.log_a[sl], self.mu1[sl])
+                f = np.minimum(_theorem6(mu2, self.sigma, orders, parts)[0], base[None, :])
+            f = np.where(orders[None, :] < self.mu1[sl, None], f, base[None, :])
+            total += w[sl] @ f
         return total
 
 
+#: Integer votes up to this count take q's terms from a table (one ndtr per possible gap, not per (query, class)).
+_TABLE_MAX = 1_000_000
+
+
 def _log_q_fast(votes: np.ndarray, sigma: float) -> np.ndarray:
-    """:func:`gaussian_log_q` computed in linear space on transposed blocks (``ndtr`` is 4x cheaper than ``log_ndtr``;
-    a sum of positive terms loses no precision); rows with q < 1e-280 are redone in log space."""
+    """:func:`gaussian_log_q` computed in linear space on transposed blocks (a sum of positive terms loses no precision);
+    for integer counts the terms come from a table of ``ndtr`` over the possible gaps (the same values, computed once);
+    rows with q < 1e-280 are redone in log space."""
     nq, nc = votes.shape
     out = np.empty(nq)
     scale = 1.0 / (_SQRT2 * sigma) if sigma > 0 else math.inf
     cap = math.log1p(-1.0 / nc)
+    table = None
+    vmax = float(votes.max())
+    if vmax <= _TABLE_MAX and np.array_equal(votes, np.floor(votes)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = np.arange(int(vmax) + 1, dtype=np.float64) * -scale
+            np.nan_to_num(z, copy=False, nan=0.0, neginf=-np.inf)
+        table = ndtr(z)
+        table[0] = 0.0  # ties with the winner are counted below (Phi(0) = 1/2 each)
     for start in range(0, nq, _FAST_ROWS):
         block = votes[start:start + _FAST_ROWS]
-        bt = np.ascontiguousarray(block.T)
-        top = bt.max(axis=0)
-        with np.errstate(over="ignore", invalid="ignore"):
-            z = np.subtract(top, bt)
-            pos = z > 0.0
-            z *= -scale
-            np.nan_to_num(z, copy=False, nan=0.0, neginf=-np.inf)
-        t = ndtr(z)
-        t *= pos
-        q = t.sum(axis=0)
-        q += 0.5 * (nc - np.count_nonzero(pos, axis=0) - 1)  # classes tied with the winner: Phi(0) = 1/2 each
+        if table is not None:
+            gaps = (block.max(axis=1, keepdims=True) - block).astype(np.int64)
+            ties = np.count_nonzero(gaps == 0, axis=1)
+            q = table[gaps].sum(axis=1)
+        else:
+            bt = np.ascontiguousarray(block.T)
+            top = bt.max(axis=0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                z = np.subtract(top, bt)
+                pos = z > 0.0
+                z *= -scale
+                np.nan_to_num(z, copy=False, nan=0.0, neginf=-np.inf)
+            t = ndtr(z)
+            t *= pos
+            q = t.sum(axis=0)
+            ties = nc - np.count_nonzero(pos, axis=0)
+        q += 0.5 * (ties - 1)  # classes tied with the winner: Phi(0) = 1/2 each
         with np.errstate(divide="ignore"):
             lq = np.log(q)
         tiny = q < _TINY_Q
@@ -557,6 +594,40 @@ def _conditions(orders: np.ndarray, gn_pass: np.ndarray, n_gn: int, thr_pass: np
     if thr_pass is not None:
         details.update({"threshold_passing": [int(x) for x in thr_pass], "threshold_charged": n_thr})
     return "; ".join(parts) + ".", details
+
+
+def _search_grid(rdp_at: Callable[[np.ndarray], np.ndarray], orders: np.ndarray, delta: float) -> np.ndarray:
+    """Indices of the orders to evaluate for the smallest epsilon, when evaluating all of them is costly: every k-th
+    order (about 9), then a bisection on the sign of epsilon's slope between the best coarse order's neighbours, then
+    the final order's neighbours. Any evaluated order gives a valid epsilon; where epsilon(order) is unimodal on the
+    grid (the usual case) this finds the full grid's minimum with about 20 orders evaluated."""
+    n = orders.size
+    cache: dict[int, float] = {}
+
+    def best_of(ix: list[int]) -> int:
+        """The index among ix with the smallest epsilon (rdp_to_epsilon's choice)."""
+        todo = sorted({i for i in ix if i not in cache})
+        if todo:
+            for i, r in zip(todo, rdp_at(orders[todo])):
+                cache[i] = float(r)
+        ix = sorted(set(ix))
+        _, o = rdp_to_epsilon(orders[ix], [cache[i] for i in ix], delta, warn=False)
+        return ix[0] if o is None else ix[int(np.flatnonzero(orders[ix] == o)[0])]
+
+    step = max(1, n // _COARSE_ORDERS)
+    coarse = sorted(set(range(0, n, step)) | {n - 1})
+    b = coarse.index(best_of(coarse))
+    lo = coarse[b - 1] if b > 0 else 0
+    hi = coarse[b + 1] if b + 1 < len(coarse) else n - 1
+    while hi - lo > 2:
+        mid = (lo + hi) // 2
+        if best_of([mid, mid + 1]) == mid + 1:
+            lo = mid + 1
+        else:
+            hi = mid
+    best = best_of(list(range(lo, hi + 1)))
+    best_of([max(best - 1, 0), best, min(best + 1, n - 1)])
+    return np.array(sorted(cache))
 
 
 def _di_statement(n_gn: int, n_thr: int, *, sigma: float, sigma1: float | None, delta: float, grid: np.ndarray,
@@ -734,18 +805,9 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
 
     n_orders = grid.size
     if v.shape[0] * n_orders <= _FULL_GRID_WORK:
-        search_ix = np.arange(n_orders)
+        evaluated = np.arange(n_orders)
     else:
-        # coarse-to-fine over the order grid: every k-th order, then every order between the best one's coarse
-        # neighbours. Any evaluated order gives a valid epsilon; where epsilon(order) is unimodal on the grid (the
-        # usual case) this finds the full grid's minimum, at a fraction of the cost for many queries.
-        step = max(1, n_orders // _COARSE_ORDERS)
-        search_ix = np.unique(np.r_[np.arange(0, n_orders, step), n_orders - 1])
-    _, best_order = rdp_to_epsilon(grid[search_ix], dd_at(grid[search_ix]), delta, warn=False)
-    best = 0 if best_order is None else int(np.flatnonzero(grid[search_ix] == best_order)[0])
-    lo_i = int(search_ix[best - 1]) if best > 0 else 0
-    hi_i = int(search_ix[best + 1]) if best + 1 < search_ix.size else n_orders - 1
-    evaluated = np.unique(np.r_[search_ix, np.arange(lo_i, hi_i + 1)])
+        evaluated = _search_grid(dd_at, grid, delta)
     dd_search = search_rdp_orders(dd_at, grid[evaluated], delta, rdp=dd_at(grid[evaluated]), extend=extend)
     dd_eps, dd_order = dd_search.epsilon, dd_search.order
 
