@@ -596,6 +596,12 @@ def _conditions(orders: np.ndarray, gn_pass: np.ndarray, n_gn: int, thr_pass: np
     return "; ".join(parts) + ".", details
 
 
+def _edge_warnings(statements: list[PrivacyStatement], searches: list[OrderSearch]) -> list[str]:
+    """One warning per RDP figure whose best order is still at the edge of the orders searched (a grid the caller gave,
+    or the search limit)."""
+    return [f"{s.label}: {w}" for s, f in zip(statements, searches) if s.order is not None for w in f.warning()]
+
+
 def _search_grid(rdp_at: Callable[[np.ndarray], np.ndarray], orders: np.ndarray, delta: float) -> np.ndarray:
     """Indices of the orders to evaluate for the smallest epsilon, when evaluating all of them is costly: every k-th
     order (about 9), then a bisection on the sign of epsilon's slope between the best coarse order's neighbours, then
@@ -781,7 +787,7 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     facts: dict[str, Any] = {"num_queries": queries, "answered": n_answered}
     if v is None or data_independent:
         head = int(np.argmin([s.epsilon for s in statements]))  # ties: the first (a priori) figure
-        warnings_ += searches[head].warning() if statements[head].order is not None else []
+        warnings_ += _edge_warnings(statements, searches)
         return AccountingResult("gnmax", tuple(statements), head, params, facts, tuple(warnings_))
 
     # ---- data-dependent RDP
@@ -846,7 +852,7 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     # the headline: the smallest valid figure; on a tie a data-independent one (it does not look at the votes)
     eps_all = [s.epsilon for s in statements]
     best_i = min(range(len(statements)), key=lambda i: (eps_all[i], i == 0))
-    warnings_ += searches[best_i].warning() if statements[best_i].order is not None else []
+    warnings_ += _edge_warnings(statements, searches)
     warnings_.append("A data-dependent figure is shown unreleased: " + ADAPTIVITY_CAVEAT.split(": ", 1)[1])
     q = np.exp(lq)
     facts.update({"q_min": float(q.min()), "q_median": float(np.median(q)), "q_mean": float(q.mean()),
