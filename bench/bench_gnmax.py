@@ -136,7 +136,7 @@ def run(queries: int = 10_000, big: int = 1_000_000, sigma: float = 40.0, delta:
     out["small"] = _case(votes, sigma, delta, orders, baseline_rows, repeat, rounds)
     if big:
         v_big = np.concatenate([votes, _votes(max(big - queries, 0), rng)])[:big]
-        out["big"] = _case(v_big, sigma, delta, orders, baseline_rows, 1, max(1, rounds - 1))
+        out["big"] = _case(v_big, sigma, delta, orders, baseline_rows, 2, rounds)
     if release:
         mask = votes.max(axis=1) >= 150
         t_rel, rel = _time(lambda: release_gnmax_epsilon(votes, sigma=sigma, delta=delta, seed=seed, threshold=150.0,

@@ -181,13 +181,24 @@ def gnmax_mu2(votes: Any, sigma: float, log_q: Any = None) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------
 
 
+def _log1mexp_upper(x: np.ndarray) -> np.ndarray:
+    """log(1 - e^x), rounded up to 0 below x = -700 (|true value| < 1e-304; keeps exp away from slow subnormals)."""
+    return np.where(x < -700.0, 0.0, log1mexp(np.maximum(x, -700.0)))
+
+
+def _log1mexp_lower(x: np.ndarray) -> np.ndarray:
+    """log(1 - e^x), rounded down to log(1 - e^-700) below x = -700."""
+    return log1mexp(np.maximum(x, -700.0))
+
+
 def _parts(mu2: np.ndarray, sigma: float):
-    """Per row: validity (mu2 > 1, finite, the monotonicity condition), log(1 - q), log A, mu1 = mu2 + 1."""
+    """Per row: validity (mu2 > 1, finite, the monotonicity condition), log(1 - q), log A, mu1 = mu2 + 1. Both logs
+    are rounded up (the bound grows with each), by less than 1e-304."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
         m = mu2 - 1.0  # exact near mu2 = 1 (Sterbenz)
         r = mu2 / sigma  # sqrt(log 1/q)
-        log1q = log1mexp(-np.square(r))
-        log_a = log1q - log1mexp(-np.square(m / sigma))
+        log1q = _log1mexp_upper(-np.square(r))
+        log_a = log1q - _log1mexp_lower(-np.square(m / sigma))
         mono = (sigma * sigma) * np.log((mu2 + 1.0) / m) <= 2.0 * mu2 - 1.0
         ok = np.isfinite(mu2) & (m > 0.0) & mono & np.isfinite(log_a)
     return ok, log1q, log_a, mu2 + 1.0
@@ -349,6 +360,8 @@ _FAST_ROWS = 1 << 13
 #: coarse-to-fine search over about 20 orders (:func:`_search_grid`).
 _FULL_GRID_WORK = 400_000
 _COARSE_ORDERS = 8
+#: Above 4x this many charged queries, the order search first runs on a subsample of this size.
+_SUB_ROWS = 20_000
 _TINY_Q = 1e-280
 #: Where the second term of Theorem 6's log-sum is below e^-50 of the first at every order, the sum is the first term
 #: plus at most e^-50 (added, so the figure stays an upper bound): no exp/log per (query, order).
@@ -363,52 +376,61 @@ class _RowSum:
     i.e. log A + (log(1-q) + log(1 + e^(E-F)))/(l-1): one exp and one log1p per (row, order)."""
 
     def __init__(self, mu2: np.ndarray, sigma: float, weights: np.ndarray | None = None) -> None:
-        self.mu2 = mu2
         self.sigma = sigma
-        self.w = np.ones(mu2.size) if weights is None else weights
+        w_all = np.ones(mu2.size) if weights is None else weights
         ok, log1q, log_a, mu1 = _parts(mu2, sigma)
-        self.ok = ok
-        self.idx = np.flatnonzero(ok)
-        self.log1q, self.log_a, self.mu1 = log1q[self.idx], log_a[self.idx], mu1[self.idx]
-        self.plain_w = float(self.w[~ok].sum())
+        self.plain_w = float(w_all[~ok].sum())
+        idx = np.flatnonzero(ok)
+        # rows sorted by mu1, largest first: in a block of rows, the orders where every row's bound applies, where
+        # some do and where none does are three runs of columns (no mask for the first and last)
+        idx = idx[np.argsort(-mu1[idx], kind="stable")]
+        self.mu2, self.w = mu2[idx], w_all[idx]
+        self.log1q, self.log_a, self.mu1 = log1q[idx], log_a[idx], mu1[idx]
         inv = inv_square(sigma)
-        m2 = mu2[self.idx]
         self.linear = math.isfinite(inv)
         if self.linear:
             with np.errstate(over="ignore", invalid="ignore"):
-                self.a1 = (2.0 * m2 + 1.0) * (1.0 + _E2_SLACK) * inv - self.log_a
-                self.a0 = -np.square(m2) * (1.0 - _E2_SLACK) * inv - self.log1q
+                self.a1 = (2.0 * self.mu2 + 1.0) * (1.0 + _E2_SLACK) * inv - self.log_a
+                self.a0 = -np.square(self.mu2) * (1.0 - _E2_SLACK) * inv - self.log1q
             self.linear = bool(np.all(np.isfinite(self.a1)) and np.all(np.isfinite(self.a0)))
-        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
         self._unit = weights is None
 
     def passing(self, orders: np.ndarray) -> np.ndarray:
         """Weight of rows where Theorem 6's conditions hold at each order (lambda < mu1 and the order-free ones)."""
-        if self._sorted is None:
-            if self._unit:
-                self._sorted = (np.sort(self.mu1), np.arange(self.mu1.size + 1, dtype=np.float64))
-            else:
-                srt = np.argsort(self.mu1, kind="stable")
-                self._sorted = (self.mu1[srt], np.concatenate([[0.0], np.cumsum(self.w[self.idx][srt])]))
-        mu1_sorted, w_cum = self._sorted
-        k = np.searchsorted(mu1_sorted, orders, side="right")
-        return w_cum[-1] - w_cum[k]
+        o = np.asarray(orders, dtype=np.float64)
+        srt = np.argsort(o, kind="stable")
+        # rows with mu1 in (o_(j), o_(j+1)] pass at the j + 1 smallest orders: bin mu1 among the few orders
+        bins = np.searchsorted(o[srt], self.mu1, side="left")
+        w = np.bincount(bins, weights=None if self._unit else self.w, minlength=o.size + 1)
+        passing_sorted = np.cumsum(w[::-1])[::-1][1:]  # rows with mu1 > o_(j)
+        out = np.empty(o.size)
+        out[srt] = passing_sorted
+        return out
 
     def total(self, orders: np.ndarray) -> np.ndarray:
-        base = orders * inv_square(self.sigma)
-        total = np.zeros(orders.size)
+        orders = np.asarray(orders, dtype=np.float64)
+        srt = np.argsort(orders, kind="stable")
+        o = orders[srt]
+        base = o * inv_square(self.sigma)
+        total = np.zeros(o.size)
         if self.plain_w:  # (0 * an infinite base would be NaN)
             total += self.plain_w * base
-        if self.idx.size == 0:
-            return total
-        w = self.w[self.idx]
-        lm1 = orders - 1.0
+        lm1 = o - 1.0
         inv_l = 1.0 / lm1
-        for s0 in range(0, self.idx.size, _FAST_ROWS):
+        for s0 in range(0, self.mu1.size, _FAST_ROWS):
             sl = slice(s0, s0 + _FAST_ROWS)
+            w = self.w[sl]
+            mu1 = self.mu1[sl]
+            j_lo = int(np.searchsorted(o, mu1[-1], side="left"))  # orders below every row's mu1
+            j_hi = int(np.searchsorted(o, mu1[0], side="left"))  # orders from here on: no row's bound applies
+            if j_hi < o.size:
+                total[j_hi:] += w.sum() * base[j_hi:]
+            if j_hi == 0:
+                continue
+            cols = slice(0, j_hi)
             if self.linear:
                 with np.errstate(over="ignore", invalid="ignore"):
-                    f = np.multiply.outer(self.a1[sl], lm1)
+                    f = np.multiply.outer(self.a1[sl], lm1[cols])
                     f += self.a0[sl, None]
                     # log(1 + e^f) = max(f, 0) + log1p(e^-|f|), |f| capped at 700 (adds at most e^-700): exp and log1p
                     # vectorise where logaddexp does not, and never see a subnormal
@@ -420,17 +442,20 @@ class _RowSum:
                     np.log1p(f, out=f)
                     f += pos
                     f += self.log1q[sl, None]
-                    f *= inv_l
+                    f *= inv_l[cols]
                     f += self.log_a[sl, None]
                     np.maximum(f, 0.0, out=f)
-                    np.minimum(f, base, out=f)
+                    np.minimum(f, base[cols], out=f)
             else:  # sigma so small that 1/sigma^2 overflows: the general form
-                mu2 = self.mu2[self.idx[sl]]
-                parts = (np.ones(mu2.size, dtype=bool), self.log1q[sl], self.log_a[sl], self.mu1[sl])
-                f = np.minimum(_theorem6(mu2, self.sigma, orders, parts)[0], base[None, :])
-            f = np.where(orders[None, :] < self.mu1[sl, None], f, base[None, :])
-            total += w[sl] @ f
-        return total
+                parts = (np.ones(mu1.size, dtype=bool), self.log1q[sl], self.log_a[sl], mu1)
+                f = np.minimum(_theorem6(self.mu2[sl], self.sigma, o[cols], parts)[0], base[None, cols])
+            if j_lo < j_hi:  # the orders where only some rows' bounds apply
+                mixed = f[:, j_lo:j_hi]
+                f[:, j_lo:j_hi] = np.where(o[None, j_lo:j_hi] < mu1[:, None], mixed, base[None, j_lo:j_hi])
+            total[cols] += w @ f
+        out = np.empty(o.size)
+        out[srt] = total
+        return out
 
 
 #: Integer votes up to this count take q's terms from a table (one ndtr per possible gap, not per (query, class)).
@@ -455,13 +480,13 @@ def _log_q_fast(votes: np.ndarray, sigma: float) -> np.ndarray:
         table[0] = 0.0  # ties with the winner are counted below (Phi(0) = 1/2 each)
     for start in range(0, nq, _FAST_ROWS):
         block = votes[start:start + _FAST_ROWS]
+        bt = np.ascontiguousarray(block.T)  # classes x rows: every reduction runs over the long axis
+        top = bt.max(axis=0)
         if table is not None:
-            gaps = (block.max(axis=1, keepdims=True) - block).astype(np.int64)
-            ties = np.count_nonzero(gaps == 0, axis=1)
-            q = table[gaps].sum(axis=1)
+            gaps = np.subtract(top, bt).astype(np.int64)
+            ties = np.count_nonzero(gaps == 0, axis=0)
+            q = table[gaps].sum(axis=0)
         else:
-            bt = np.ascontiguousarray(block.T)
-            top = bt.max(axis=0)
             with np.errstate(over="ignore", invalid="ignore"):
                 z = np.subtract(top, bt)
                 pos = z > 0.0
@@ -602,38 +627,57 @@ def _edge_warnings(statements: list[PrivacyStatement], searches: list[OrderSearc
     return [f"{s.label}: {w}" for s, f in zip(statements, searches) if s.order is not None for w in f.warning()]
 
 
-def _search_grid(rdp_at: Callable[[np.ndarray], np.ndarray], orders: np.ndarray, delta: float) -> np.ndarray:
-    """Indices of the orders to evaluate for the smallest epsilon, when evaluating all of them is costly: every k-th
-    order (about 9), then a bisection on the sign of epsilon's slope between the best coarse order's neighbours, then
-    the final order's neighbours. Any evaluated order gives a valid epsilon; where epsilon(order) is unimodal on the
-    grid (the usual case) this finds the full grid's minimum with about 20 orders evaluated."""
-    n = orders.size
-    cache: dict[int, float] = {}
+class _GridEval:
+    """epsilon at delta of a route's RDP at grid indices, cached; ``best(ix)`` is rdp_to_epsilon's choice among ix."""
 
-    def best_of(ix: list[int]) -> int:
-        """The index among ix with the smallest epsilon (rdp_to_epsilon's choice)."""
-        todo = sorted({i for i in ix if i not in cache})
+    def __init__(self, rdp_at: Callable[[np.ndarray], np.ndarray], orders: np.ndarray, delta: float) -> None:
+        self.rdp_at, self.orders, self.delta = rdp_at, orders, delta
+        self.cache: dict[int, float] = {}
+
+    def best(self, ix: list[int]) -> int:
+        todo = sorted({i for i in ix if i not in self.cache})
         if todo:
-            for i, r in zip(todo, rdp_at(orders[todo])):
-                cache[i] = float(r)
+            for i, r in zip(todo, self.rdp_at(self.orders[todo])):
+                self.cache[i] = float(r)
         ix = sorted(set(ix))
-        _, o = rdp_to_epsilon(orders[ix], [cache[i] for i in ix], delta, warn=False)
-        return ix[0] if o is None else ix[int(np.flatnonzero(orders[ix] == o)[0])]
+        _, o = rdp_to_epsilon(self.orders[ix], [self.cache[i] for i in ix], self.delta, warn=False)
+        return ix[0] if o is None else ix[int(np.flatnonzero(self.orders[ix] == o)[0])]
 
+
+def _search_grid(rdp_at: Callable[[np.ndarray], np.ndarray], orders: np.ndarray, delta: float) -> tuple[np.ndarray, int]:
+    """(indices evaluated, best index) for the smallest epsilon over a grid when evaluating all of it is costly: every
+    k-th order (about 9), then a bisection on the sign of epsilon's slope between the best coarse order's neighbours,
+    then the final order's neighbours. Any evaluated order gives a valid epsilon; where epsilon(order) is unimodal on
+    the grid (the usual case) this finds the full grid's minimum with about 20 orders evaluated."""
+    n = orders.size
+    ev = _GridEval(rdp_at, orders, delta)
     step = max(1, n // _COARSE_ORDERS)
     coarse = sorted(set(range(0, n, step)) | {n - 1})
-    b = coarse.index(best_of(coarse))
+    b = coarse.index(ev.best(coarse))
     lo = coarse[b - 1] if b > 0 else 0
     hi = coarse[b + 1] if b + 1 < len(coarse) else n - 1
     while hi - lo > 2:
         mid = (lo + hi) // 2
-        if best_of([mid, mid + 1]) == mid + 1:
+        if ev.best([mid, mid + 1]) == mid + 1:
             lo = mid + 1
         else:
             hi = mid
-    best = best_of(list(range(lo, hi + 1)))
-    best_of([max(best - 1, 0), best, min(best + 1, n - 1)])
-    return np.array(sorted(cache))
+    best = ev.best(list(range(lo, hi + 1)))
+    best = ev.best([max(best - 1, 0), best, min(best + 1, n - 1)])
+    return np.array(sorted(ev.cache)), best
+
+
+def _descend(rdp_at: Callable[[np.ndarray], np.ndarray], orders: np.ndarray, delta: float, start: int) -> np.ndarray:
+    """Indices evaluated walking from ``start`` to a local minimum of epsilon over the grid (the neighbours of the
+    returned best are evaluated and larger)."""
+    n = orders.size
+    ev = _GridEval(rdp_at, orders, delta)
+    best = ev.best([max(start - 1, 0), start, min(start + 1, n - 1)])
+    while True:
+        nxt = ev.best([max(best - 1, 0), best, min(best + 1, n - 1)])
+        if nxt == best:
+            return np.array(sorted(ev.cache))
+        best = nxt
 
 
 def _di_statement(n_gn: int, n_thr: int, *, sigma: float, sigma1: float | None, delta: float, grid: np.ndarray,
@@ -810,10 +854,23 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
         return np.array([cache[float(x)] for x in a])
 
     n_orders = grid.size
+    charged = gn.mu1.size + int(round(gn.plain_w))
     if v.shape[0] * n_orders <= _FULL_GRID_WORK:
         evaluated = np.arange(n_orders)
+    elif charged > 4 * _SUB_ROWS:
+        # locate the best order on an evenly spaced subsample of the charged queries (their RDP scaled up), then walk
+        # to a local minimum on all of them: the figure only ever comes from orders evaluated on every query
+        step = charged // _SUB_ROWS
+        sub = _RowSum((mu2 if mask is None else mu2[mask])[::step], sigma)
+        scale = charged / (sub.mu1.size + round(sub.plain_w))
+
+        def approx(a: np.ndarray) -> np.ndarray:
+            return sub.total(a) * scale + (thr.total(a) if thr is not None else 0.0)
+
+        _, guess = _search_grid(approx, grid, delta)
+        evaluated = _descend(dd_at, grid, delta, guess)
     else:
-        evaluated = _search_grid(dd_at, grid, delta)
+        evaluated = _search_grid(dd_at, grid, delta)[0]
     dd_search = search_rdp_orders(dd_at, grid[evaluated], delta, rdp=dd_at(grid[evaluated]), extend=extend)
     dd_eps, dd_order = dd_search.epsilon, dd_search.order
 
