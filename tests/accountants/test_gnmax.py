@@ -286,3 +286,18 @@ def test_load_answered_formats_and_errors(tmp_path):
             load_answered(tmp_path / name, 4)
     with pytest.raises(DataError, match=".npy, .txt or .csv"):
         load_answered(tmp_path / "x.json", 4)
+
+
+@pytest.mark.parametrize("sigma", [10.0, 40.0, 150.0])
+def test_subsampled_order_search_lands_on_the_full_grid_minimum(sigma, monkeypatch):
+    from dpaudit.accountants import gnmax as gnmax_mod
+    monkeypatch.setattr(gnmax_mod, "_SUB_ROWS", 150)  # 3000 queries > 4 x 150: the search starts on a subsample
+    rng = np.random.default_rng(11)
+    votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(3000)], float)
+    grid = np.array(DEFAULT_ORDERS)
+    res = account_gnmax(votes, sigma=sigma, delta=1e-5, orders=grid)
+    full = rdp_gnmax_mu2(gnmax_mu2(votes, sigma), sigma, grid).sum(axis=0)
+    ref = rdp_to_epsilon(grid, full, 1e-5, warn=False)[0]
+    dd = res.statements[0]
+    assert dd.details["orders_evaluated"] < 20
+    assert ref <= dd.epsilon <= ref * (1 + 1e-10) + 1e-12
