@@ -363,9 +363,6 @@ _COARSE_ORDERS = 8
 #: Above 4x this many charged queries, the order search first runs on a subsample of this size.
 _SUB_ROWS = 20_000
 _TINY_Q = 1e-280
-#: Where the second term of Theorem 6's log-sum is below e^-50 of the first at every order, the sum is the first term
-#: plus at most e^-50 (added, so the figure stays an upper bound): no exp/log per (query, order).
-_DOMINANCE = -50.0
 
 
 class _RowSum:
@@ -807,7 +804,7 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     if threshold is not None:
         what = "Interactive GNMax (PATE 2018, Algorithm 2; the check's statistic has sensitivity 1)" if interactive else "Confident-GNMax"
         base.append(f"{what}: every one of the {queries} queries pays the threshold check (T = {threshold:g}, sigma1 = {sigma1:g}).")
-    di_assumptions = base + ([f"Every query is charged GNMax as well, answered or not: a guarantee fixed before any answer."]
+    di_assumptions = base + (["Every query is charged GNMax as well, answered or not: a guarantee fixed before any answer."]
                              if threshold is not None else [])
     di_label = f"data-independent, {queries} queries" + (" (every query charged check + GNMax)" if threshold is not None else "")
     di_stmt, di_search = _di_statement(queries, n_thr, sigma=sigma, sigma1=sigma1, delta=delta, grid=grid, extend=extend,

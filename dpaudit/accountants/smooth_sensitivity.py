@@ -25,7 +25,9 @@ where one step moves one teacher's vote. How dpaudit bounds :math:`A^{(d)}` (the
    data-independent :math:`\\lambda/\\sigma^2`) are located to adjacent floats by bisection, its interior local extrema
    are bracketed on a fine scan and refined by golden-section search, and between consecutive such points
    :math:`\\ell` is monotone; so the supremum over any interval is the larger of its end values (where the adjacent
-   piece slopes towards the end) and the values at the points inside. No grid enters the result. (PATE 2018's
+   piece slopes towards the end) and the values at the points inside. The scan (64 points per unit of the
+   standardised gap, geometric in the far tail) only brackets the extrema: the values come from the refined points and
+   the interval's own ends, not from scan points (the tests check against a far denser scan). (PATE 2018's
    Algorithm 3 assumes the shape of its conditions C5-C6 instead — a peak at :math:`q_1 = B_L(q_0)` and a plateau — which
    fails for small :math:`\\sigma`, where :math:`\\ell` has an interior maximum, and by about 2% at :math:`\\sigma = 40`.)
 
@@ -43,7 +45,9 @@ The release (PATE 2018, Theorem 23, "GNSS"): publish :math:`\\epsilon_\\lambda(n
 the release itself is :math:`(\\lambda, \\lambda e^{2\\beta}/\\sigma_s^2 + (\\beta\\lambda - \\tfrac12\\log(1-2\\lambda\\beta))/(\\lambda-1))`-RDP
 for :math:`1 < \\lambda < 1/(2\\beta)`. :func:`release_gnmax_epsilon` searches :math:`\\beta` and :math:`\\sigma_s`.
 
-Supported range: :math:`10^{-2} \\le \\sigma \\le 10^{8}` and integer vote counts (one vote moves at a time).
+The smooth sensitivity is rounded up by a relative 1e-9 (the released function and the bound sum log q's terms in
+different orders). Supported range: :math:`10^{-2} \\le \\sigma \\le 10^{8}` and integer vote counts (one vote moves
+at a time).
 """
 
 from __future__ import annotations
@@ -56,8 +60,7 @@ from typing import Any, Mapping
 import numpy as np
 from scipy.special import log_ndtr, ndtri_exp
 
-from dpaudit.accountants.gnmax import (ADAPTIVITY_CAVEAT, account_gnmax, gaussian_log_q, mu2_from_log_q, rdp_gnmax_mu2,
-                                       threshold_mu2)
+from dpaudit.accountants.gnmax import account_gnmax, gaussian_log_q, mu2_from_log_q, rdp_gnmax_mu2, threshold_mu2
 from dpaudit.accountants._common import validated_votes
 from dpaudit.accountants.rdp import rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
@@ -82,8 +85,9 @@ _MAX_ORDER = 1e5
 #: The scan that brackets the local extrema of ell: this many points per unit of the standardised gap x.
 _SCAN_PER_UNIT = 64
 _MAX_SCAN = 600_000
-#: Rows per block when summing local sensitivities over queries (memory stays flat).
-_BLOCK = 512
+#: The smooth sensitivity is rounded up by this relative amount: the released function and the bound evaluate log q
+#: in different summation orders (last-bit differences), and the bound must cover the function's exact changes.
+_SS_SLACK = 1.0 + 1e-9
 
 
 def _check_sigma(sigma: Any, name: str, owner: str) -> float:
@@ -470,7 +474,7 @@ def smooth_sensitivity_gnmax(votes: Any, *, sigma: float, order: float, beta: fl
         sigma1 = _check_sigma(sigma1, "sigma1", owner)
     a = _total_a(v, sigma=sigma, order=order, threshold=threshold, sigma1=sigma1,
                  answered=_answered_mask(answered, v.shape[0], owner))
-    return float(np.max(a * np.exp(-beta * np.arange(a.size))))
+    return float(np.max(a * np.exp(-beta * np.arange(a.size)))) * _SS_SLACK
 
 
 def rdp_gnss(beta: float, sigma_ss: float, order: float) -> float:
@@ -565,7 +569,7 @@ def release_noisy_epsilon(votes: Any, *, sigma: float, order: float, beta: float
     mask = _answered_mask(answered, v.shape[0], owner)
     private = _private_total(v, sigma=sigma, order=order, threshold=threshold, sigma1=sigma1, answered=mask)
     a = _total_a(v, sigma=sigma, order=order, threshold=threshold, sigma1=sigma1, answered=mask)
-    ss = float(np.max(a * np.exp(-beta * np.arange(a.size))))
+    ss = float(np.max(a * np.exp(-beta * np.arange(a.size)))) * _SS_SLACK
     return _release(private, ss, order=order, beta=beta, sigma_ss=sigma_ss, delta=delta, seed=seed)
 
 
@@ -640,7 +644,7 @@ def release_gnmax_epsilon(votes: Any, *, sigma: float, delta: float, seed: int |
         searched.append("sigma_ss")
     best: tuple[float, float, float, float] | None = None  # (objective, beta, sigma_ss, ss)
     for b in betas:
-        ss = float(np.max(a * np.exp(-b * d)))
+        ss = float(np.max(a * np.exp(-b * d))) * _SS_SLACK
         if ss == 0.0:  # the released function is constant: nothing to hide, nothing to pay
             s_ss = math.inf if sigma_ss is None else sigma_ss
             cost = 0.0 if math.isinf(s_ss) else rdp_gnss(b, s_ss, order)
