@@ -6,7 +6,9 @@ Run ``python bench/bench_gnmax.py [--queries 10000] [--big 1000000] [--out runs/
 Like for like: every arm analyses the same votes over **the same orders**, the order set of the reference PATE 2018
 analysis (tensorflow_privacy ``research/pate_2018``: ``np.concatenate((np.arange(2, 100 + 1, .5),
 np.logspace(np.log10(100), np.log10(500), num=100)))``, 298 orders; printed), and must give the same data-dependent
-epsilon (checked). dpaudit gets the orders as an explicit grid, so it does not extend it.
+epsilon (checked). dpaudit gets the orders as an explicit grid, so it does not extend it; it does not evaluate every
+order on every query either (a search on a subsample of the queries, then a walk to the local minimum over all of them;
+"orders evaluated" counts the orders evaluated on all queries), which is part of what is measured.
 
 - "reference organisation": a Python loop over queries as tensorflow_privacy's analysis is organised: per row, the log
   of Proposition 7's q (``scipy.stats.norm.logsf`` on the row's gaps, a Python-level log-sum-exp), then Theorem 6 for

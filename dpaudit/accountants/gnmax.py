@@ -360,8 +360,10 @@ _FAST_ROWS = 1 << 13
 #: coarse-to-fine search over about 20 orders (:func:`_search_grid`).
 _FULL_GRID_WORK = 400_000
 _COARSE_ORDERS = 8
-#: Above 4x this many charged queries, the order search first runs on a subsample of this size.
+#: From 4x _SUB_MIN charged queries on, the order search first runs on every 4th (or, beyond 4 x _SUB_ROWS, on about
+#: _SUB_ROWS evenly spaced) charged queries.
 _SUB_ROWS = 20_000
+_SUB_MIN = 2_000
 _TINY_Q = 1e-280
 
 
@@ -854,10 +856,10 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     charged = gn.mu1.size + int(round(gn.plain_w))
     if v.shape[0] * n_orders <= _FULL_GRID_WORK:
         evaluated = np.arange(n_orders)
-    elif charged > 4 * _SUB_ROWS:
+    elif charged >= 4 * _SUB_MIN:
         # locate the best order on an evenly spaced subsample of the charged queries (their RDP scaled up), then walk
         # to a local minimum on all of them: the figure only ever comes from orders evaluated on every query
-        step = charged // _SUB_ROWS
+        step = max(4, charged // _SUB_ROWS)
         sub = _RowSum((mu2 if mask is None else mu2[mask])[::step], sigma)
         scale = charged / (sub.mu1.size + round(sub.plain_w))
 

@@ -291,7 +291,8 @@ def test_load_answered_formats_and_errors(tmp_path):
 @pytest.mark.parametrize("sigma", [10.0, 40.0, 150.0])
 def test_subsampled_order_search_lands_on_the_full_grid_minimum(sigma, monkeypatch):
     from dpaudit.accountants import gnmax as gnmax_mod
-    monkeypatch.setattr(gnmax_mod, "_SUB_ROWS", 150)  # 3000 queries > 4 x 150: the search starts on a subsample
+    monkeypatch.setattr(gnmax_mod, "_SUB_ROWS", 150)  # 3000 queries: the search starts on a subsample
+    monkeypatch.setattr(gnmax_mod, "_SUB_MIN", 150)
     rng = np.random.default_rng(11)
     votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(3000)], float)
     grid = np.array(DEFAULT_ORDERS)
