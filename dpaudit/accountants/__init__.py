@@ -8,12 +8,13 @@ of its events with :func:`~dpaudit.accountants.base.register_rdp` when imported.
 ``base`` (and ``_common`` for shared helpers), never the reverse, so there is no import circle.
 """
 
-from dpaudit.accountants import events, base, rdp, pure, ldp, pate, gnmax, pld, dpsgd, smooth_sensitivity  # noqa: F401
+from dpaudit.accountants import events, base, rdp, order_search, pure, ldp, pate, gnmax, pld, dpsgd, smooth_sensitivity  # noqa: F401
 from dpaudit.accountants import closed_form, ledger, mechanisms  # noqa: F401
 from dpaudit.accountants.events import *  # noqa: F401,F403
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.accountants.base import Accountant, UnsupportedEventError, register_rdp, rdp_function_for
 from dpaudit.accountants.rdp import *  # noqa: F401,F403
+from dpaudit.accountants.order_search import OrderSearch, search_rdp_orders
 from dpaudit.accountants.pure import *  # noqa: F401,F403
 from dpaudit.accountants.pld import *  # noqa: F401,F403
 from dpaudit.accountants.ldp import *  # noqa: F401,F403
@@ -42,5 +43,6 @@ __all__ = [
     "rdp_pure_dp", "rdp_randomized_response", "rdp_subsampled_gaussian", "rdp_threshold", "rdp_to_epsilon",
     "register_rdp", "release_noisy_epsilon", "rr_epsilon_from_keep_probability", "rr_keep_probability",
     "shuffle_closed_form", "shuffle_delta", "shuffle_numerical", "shuffle_pld", "smooth_sensitivity_gnmax",
-    "local_sensitivity_bounds_threshold",
+    "local_sensitivity_bounds_threshold", "mu2_from_log_q", "gnmax_mu2", "rdp_gnmax_mu2", "threshold_log_q", "threshold_mu2",
+    "load_answered", "release_gnmax_epsilon", "OrderSearch", "search_rdp_orders",
 ]

@@ -34,7 +34,8 @@ from dpaudit._format import fmt_number
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, MAX_FFT_COMPOSITIONS, quiet_overflow
 from dpaudit.accountants.events import RandomizedResponse, rr_epsilon_from_keep_probability, rr_keep_probability
-from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+from dpaudit.accountants.order_search import search_rdp_orders
+from dpaudit.accountants.rdp import DEFAULT_ORDERS
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
@@ -512,12 +513,18 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
             if rounds != t:
                 cases.append((rounds, f"all {rounds} rounds, worst case", "Worst case: the client is picked in every round."))
             for tt, lab, why in cases:
-                eps_r, order = rdp_to_epsilon(DEFAULT_ORDERS, tt * rdp1, delta, warn=False)
+                # the order grid is extended past an edge where the optimum sits (search_rdp_orders)
+                def rdp_t(a: np.ndarray, tt: int = tt) -> np.ndarray:
+                    return tt * _rdp_rr_event(event, a)
+
+                found = search_rdp_orders(rdp_t, DEFAULT_ORDERS, delta, rdp=tt * rdp1)
+                eps_r, order = found.epsilon, found.order
                 eps_r = min(eps_r, tt * epsilon)  # never worse than basic composition (a valid bound too)
                 statements.append(PrivacyStatement(
                     eps_r, delta, "rdp", order=order, label=f"client, {lab} (RDP)",
                     assumptions=(LDP_ASSUMPTION, rr, why, comp,
-                                 "RDP of the report summed over rounds, converted to (eps, delta) (Canonne-Kamath-Steinke 2020).")))
+                                 "RDP of the report summed over rounds, converted to (eps, delta) (Canonne-Kamath-Steinke 2020)."
+                                 + (" " + found.note() if found.note() else ""))))
                 if tt == t:
                     headline = len(statements) - 1
                     local_rdp_t = eps_r
@@ -542,13 +549,18 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                     warnings_.append(f"{b.method}: {b.condition}; the shuffled figure falls back to eps0 = {epsilon:g}.")
             eps_pld, pld_note = _shuffled_pld_epsilon(epsilon, n, t, delta)
             facts["shuffled_composed_pld_epsilon"] = eps_pld
+            # basic composition of T rounds at (eps_r, delta_r) gives (T eps_r, T delta_r): each round's numerical
+            # bound is taken at delta / T so that the T rounds together stay within delta
+            numer_t = numer if t == 1 else shuffle_numerical(epsilon, n, delta / t)
+            facts["shuffled_basic_composition_epsilon"] = t * numer_t.epsilon
             # the shuffled output is a post-processing of the local reports, so the local RDP figure bounds it too
-            eps_sh = min(eps_pld, local_rdp_t if local_rdp_t is not None else math.inf, t * numer.epsilon)
+            eps_sh = min(eps_pld, local_rdp_t if local_rdp_t is not None else math.inf, t * numer_t.epsilon)
             statements.append(PrivacyStatement(
                 eps_sh, delta, "shuffling numerical + PLD composition", label=f"shuffled, T = {t} rounds (central)",
                 assumptions=(central, tdesc, comp,
                              "Each round is dominated by FMT 2021's pair (P, Q) for n users; the T pairs are composed with "
-                             "dp_accounting's pessimistic PLD; the smaller of that and the local RDP figure is "
+                             "dp_accounting's pessimistic PLD; the smallest of that, basic composition of the per-round bound "
+                             "taken at delta / T (T rounds at (eps, delta / T) give (T eps, delta)) and the local RDP figure is "
                              "reported (the shuffled output is a post-processing of the reports). Shuffling does NOT stop accumulation: the central epsilon still "
                              "grows with the number of rounds.") + pld_note))
             warnings_.append(

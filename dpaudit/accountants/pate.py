@@ -60,6 +60,7 @@ from dpaudit.accountants.base import Accountant, register_rdp
 from dpaudit.accountants.closed_form import pure_composition_epsilon
 from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, quiet_overflow, validated_votes
 from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, flatten
+from dpaudit.accountants.order_search import search_rdp_orders
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
@@ -577,7 +578,7 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
                    workers=check_int(workers, "workers", owner, low=1, high=64), mechanism="pate", relation="replace-one record (one teacher's vote changes)",
                    parameters={"gamma": gamma, "delta": delta, "sensitivity": sensitivity, "queries": queries,
                                "conversion": conversion, "orders": grid.tolist(), "data_independent": v is None},
-                   extra_assumptions=(), details={"eps_query": eps_q})
+                   extra_assumptions=(), details={"eps_query": eps_q}, extend=orders is None)
 
 
 def _query_epsilon(factor: float, gamma: float, owner: str) -> float:
@@ -589,10 +590,44 @@ def _query_epsilon(factor: float, gamma: float, owner: str) -> float:
     return eps_q
 
 
+def _rdp_of(v, gamma: float, eps_q: float, queries: int):
+    """The RDP route's curve at any Rényi orders: data-independent (v None) or summed over the vote blocks."""
+    def rdp_of(a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a, dtype=np.float64)
+        if v is None:
+            return data_independent_log_moments(eps_q, queries, a - 1.0) / (a - 1.0)
+        blocks = [v] if isinstance(v, np.ndarray) else list(v)
+        total = sum(laplace_total_log_moments(b, gamma, a - 1.0, sensitivity=eps_q / gamma) for b in blocks)
+        return np.asarray(total) / (a - 1.0)
+    return rdp_of
+
+
+def _extend_rdp_routes(figs: list, routes: list, rdp_of, delta: float, notes: list[str]) -> list:
+    """Where an RDP route's best order sits at its grid's edge, extend the grid past it (search_rdp_orders)."""
+    out = list(figs)
+    for k, (conv, g) in enumerate(routes):
+        eps, order, method = out[k]
+        if conv != "rdp" or order is None or order not in (float(g.min()), float(g.max())):
+            continue
+        found = search_rdp_orders(rdp_of, g, delta)
+        if found.epsilon <= eps:
+            out[k] = (found.epsilon, found.order, method)
+            if found.note():
+                notes.append(found.note())
+    return out
+
+
 def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, relation, parameters, extra_assumptions,
-            details, label_prefix: str = "", data_dependent_forced: bool = False, workers: int = 1) -> AccountingResult:
+            details, label_prefix: str = "", data_dependent_forced: bool = False, workers: int = 1,
+            extend: bool = True) -> AccountingResult:
     routes = _routes(grid, conversion)
     dd, di = _laplace_figures(v, gamma=gamma, delta=delta, eps_query=eps_q, queries=queries, routes=routes, workers=workers)
+    notes: list[str] = []
+    if extend:  # default grids only: a grid the caller chose is used as it is
+        di = _extend_rdp_routes(di, routes, _rdp_of(None, gamma, eps_q, queries), delta, notes)
+        if dd is not None:
+            dd = (_extend_rdp_routes(dd[0], routes, _rdp_of(v, gamma, eps_q, queries), delta, notes), dd[1])
+    extra_assumptions = tuple(extra_assumptions) + tuple(dict.fromkeys(notes))
     grids = {("moments (PATE 2017)" if conv == "moments" else "rdp"): g for conv, g in routes}
     what = {"moments (PATE 2017)": "moment order", "rdp": "Rényi order"}
     di_all = list(di) + (_pure_routes(eps_q, queries, delta) if conversion == "best" else [])
@@ -778,7 +813,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
                       parameters={"level": level, "granularity": granularity, "gamma": gamma, "delta": delta, "partitions": s,
                                   "z": z, "queries": nq, "conversion": conversion, "orders": grid.tolist(),
                                   "consistent_voting": consistent_voting},
-                      extra_assumptions=extra, details=details, label_prefix=f"FedKT-{level} {granularity}-level, ",
+                      extra_assumptions=extra, details=details, label_prefix=f"FedKT-{level} {granularity}-level, ", extend=orders is None,
                       data_dependent_forced=data_dep_forced)
         return res
 
@@ -806,6 +841,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
         extra.append("Parallel composition over parties (disjoint data): the final model's epsilon is the max over parties.")
         return _result(None, gamma=gamma, delta=delta, eps_q=eps_q, queries=nq_total, grid=grid, conversion=conversion,
                        mechanism="fedkt", relation=relation, parameters={**params, "queries": nq}, extra_assumptions=extra,
+                       extend=orders is None,
                        details=details, label_prefix=prefix)
     parties = _split_parties(votes, owner)
     per_party: list[AccountingResult] = []
@@ -815,7 +851,7 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
         nq_total = sum(b.shape[0] for b in blocks)
         per_party.append(_result(blocks, gamma=gamma, delta=delta, eps_q=eps_q, queries=nq_total, grid=grid,
                                  conversion=conversion, mechanism="fedkt", relation=relation, parameters=params,
-                                 extra_assumptions=extra, details=details, label_prefix=prefix))
+                                 extra_assumptions=extra, details=details, label_prefix=prefix, extend=orders is None))
     worst_i = int(np.argmax([r.epsilon for r in per_party]))
     worst = per_party[worst_i]
     note = ("Parallel composition over parties (disjoint data): the final model's epsilon is the max over "

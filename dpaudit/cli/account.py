@@ -8,7 +8,9 @@ from typing import Any
 import click
 
 from dpaudit.accountants import mechanisms
+from dpaudit.accountants.gnmax import load_answered
 from dpaudit.accountants.pate import load_votes
+from dpaudit.accountants.smooth_sensitivity import release_gnmax_epsilon
 from dpaudit.accountants.rdp import parse_orders
 from dpaudit.cli.render import render_result, result_json
 
@@ -24,6 +26,8 @@ _FLAG = {
     "fedkt_level": "--fedkt-level", "granularity": "--granularity", "partitions": "--partitions",
     "teachers": "--teachers", "z": "--z", "data_independent": "--data-independent", "orders": "--orders",
     "conversion": "--conversion", "sigma": "--sigma", "threshold": "--threshold", "sigma1": "--sigma1",
+    "answered": "--answered", "interactive": "--interactive", "release_epsilon": "--release-epsilon", "seed": "--seed",
+    "release_order": "--release-order", "release_beta": "--release-beta", "release_sigma_ss": "--release-sigma-ss",
 }
 
 # mechanism -> (required options, optional options)
@@ -31,11 +35,14 @@ _USES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ldp": (("epsilon", "samples", "classes"), ("rounds", "participation", "users", "delta")),
     "dpsgd": (("dataset_size", "batch_size", "noise_multiplier", "delta"), ("epochs", "steps", "accountant")),
     "laplace": (("gamma", "queries", "delta"), ("sensitivity", "orders", "conversion")),
-    "gaussian": (("sigma", "queries", "delta"), ("orders", "threshold", "sigma1")),
+    "gaussian": (("sigma", "queries", "delta"), ("orders", "threshold", "sigma1", "answered", "interactive")),
     "pate": (("votes", "gamma", "delta"), ("sensitivity", "queries", "fedkt_level", "granularity", "partitions",
                                           "teachers", "z", "data_independent", "orders", "conversion")),
-    "gnmax": (("votes", "sigma", "delta"), ("queries", "threshold", "sigma1", "data_independent", "orders")),
+    "gnmax": (("votes", "sigma", "delta"), ("queries", "threshold", "sigma1", "data_independent", "orders", "answered",
+                                           "interactive", "release_epsilon", "seed", "release_order", "release_beta",
+                                           "release_sigma_ss")),
 }
+_RELEASE_ONLY = ("seed", "release_order", "release_beta", "release_sigma_ss")
 
 
 def _check_options(mechanism: str, given: dict[str, Any]) -> None:
@@ -50,6 +57,13 @@ def _check_options(mechanism: str, given: dict[str, Any]) -> None:
             f"(it takes {', '.join(_FLAG[n] for n in required + optional)}).")
     if mechanism == "dpsgd" and (given.get("epochs") is None) == (given.get("steps") is None):
         raise click.UsageError("exactly one of --epochs or --steps is required for --mechanism dpsgd.")
+    if mechanism == "gnmax" and not given.get("release_epsilon"):
+        extra = [_FLAG[n] for n in _RELEASE_ONLY if given.get(n) is not None]
+        if extra:
+            raise click.UsageError(f"{', '.join(extra)} {'is' if len(extra) == 1 else 'are'} used only with --release-epsilon.")
+    if mechanism == "gnmax" and given.get("release_epsilon") and (given.get("data_independent") or given.get("interactive")):
+        raise click.UsageError("--release-epsilon releases the data-dependent figure: it cannot be combined with "
+                               "--data-independent or --interactive.")
 
 
 def _call(mechanism: str, o: dict[str, Any]):
@@ -75,10 +89,19 @@ def _call(mechanism: str, o: dict[str, Any]):
                            partitions=o["partitions"], teachers=o["teachers"], z=o["z"], orders=orders,
                            conversion=o["conversion"] or "best", **extra)
     if mechanism == "gaussian":
+        answered = None if o["answered"] is None else load_answered(o["answered"], o["queries"])
         return fns["gnmax"](None, sigma=o["sigma"], delta=o["delta"], queries=o["queries"], threshold=o["threshold"],
-                            sigma1=o["sigma1"], data_independent=True, orders=orders)
-    return fns["gnmax"](load_votes(o["votes"]), sigma=o["sigma"], delta=o["delta"], queries=o["queries"],
-                        threshold=o["threshold"], sigma1=o["sigma1"], data_independent=o["data_independent"], orders=orders)
+                            sigma1=o["sigma1"], data_independent=True, orders=orders,
+                            answered=None if answered is None else int(answered.sum()), interactive=o["interactive"])
+    votes = load_votes(o["votes"])
+    answered = None if o["answered"] is None else load_answered(o["answered"], votes.shape[0])
+    if o["release_epsilon"]:
+        return release_gnmax_epsilon(votes, sigma=o["sigma"], delta=o["delta"], seed=o["seed"], threshold=o["threshold"],
+                                     sigma1=o["sigma1"], answered=answered, order=o["release_order"],
+                                     beta=o["release_beta"], sigma_ss=o["release_sigma_ss"])
+    return fns["gnmax"](votes, sigma=o["sigma"], delta=o["delta"], queries=o["queries"], threshold=o["threshold"],
+                        sigma1=o["sigma1"], data_independent=o["data_independent"], orders=orders, answered=answered,
+                        interactive=o["interactive"])
 
 
 @click.command("account")
@@ -111,6 +134,18 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--sigma", type=float, help="[gaussian, gnmax] GNMax noise std.")
 @click.option("--threshold", type=float, help="[gaussian, gnmax] Confident-GNMax threshold T.")
 @click.option("--sigma1", type=float, help="[gaussian, gnmax] Confident-GNMax threshold noise std.")
+@click.option("--answered", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="[gaussian, gnmax] which queries Confident-GNMax answered: a bool mask (.npy, or true/false text) or "
+                   "0-based indices (integer .npy or text). Every query pays the check; only these pay GNMax.")
+@click.option("--interactive", is_flag=True, help="[gaussian, gnmax] Interactive GNMax (PATE 2018 Alg. 2): data-independent "
+                                                 "figures only (its data-dependent analysis is refused).")
+@click.option("--release-epsilon", is_flag=True, help="[gnmax] release the data-dependent epsilon privately (PATE 2018 "
+                                                     "smooth-sensitivity release; searches beta and the noise scale).")
+@click.option("--seed", type=int, help="[gnmax --release-epsilon] seed of the release noise (default: a fresh random "
+                                       "seed, printed; keep it private).")
+@click.option("--release-order", type=float, help="[gnmax --release-epsilon] fix the Rényi order of the release.")
+@click.option("--release-beta", type=float, help="[gnmax --release-epsilon] fix the smooth sensitivity's beta.")
+@click.option("--release-sigma-ss", type=float, help="[gnmax --release-epsilon] fix the release's noise multiplier.")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON.")
 def command(mechanism: str, as_json: bool, **options: Any) -> None:
     """Theoretical epsilon of a mechanism, with every figure's assumptions."""

@@ -16,8 +16,10 @@ from dpaudit.accountants.gnmax import (
     account_gnmax,
     gaussian_log_q,
     gnmax_dd_applies,
+    gnmax_mu2,
     rdp_gnmax_data_dependent,
     rdp_gnmax_data_independent,
+    rdp_gnmax_mu2,
     rdp_threshold,
 )
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
@@ -101,7 +103,9 @@ def test_account_gnmax_shapes_and_ordering():
     rdp_di = rdp_to_epsilon(grid, 1000 * grid / 1600, 1e-5, warn=False)[0]
     exact = gaussian_mechanism_epsilon(math.sqrt(1000 * 2 / 1600), 1e-5)
     assert res.statements[1].epsilon == pytest.approx(min(rdp_di, exact))
-    assert res.statements[1].details["routes"]["rdp"] == pytest.approx(rdp_di)
+    assert res.statements[1].details["routes"]["data-independent RDP"] == pytest.approx(rdp_di)
+    assert res.statements[1].method == res.statements[1].details["route"] == "data-independent Gaussian DP"
+    assert res.statement.method == res.statement.details["route"] == "data-dependent RDP"
     assert res.facts["data_dependent_queries"] == 1000
     # the same through the registered RDP of the event
     ev = GaussianNoisyMax(sigma=40.0, votes=votes)
@@ -153,9 +157,10 @@ def test_vectorised_total_equals_per_query_sum_and_never_below(sigma):
     votes = np.vstack([votes, [[250] + [0] * 9, [125, 125] + [0] * 8, [0] * 10, [1e300] + [0] * 9]])
     grid = np.array(DEFAULT_ORDERS)
     res = account_gnmax(votes, sigma=sigma, delta=1e-5)
-    ref_rdp = rdp_gnmax_data_dependent(gaussian_log_q(votes, sigma), sigma, grid).sum(axis=0)
+    ref_rdp = rdp_gnmax_mu2(gnmax_mu2(votes, sigma), sigma, grid).sum(axis=0)
     ref = rdp_to_epsilon(grid, ref_rdp, 1e-5, warn=False)[0]
-    ours = res.statement.details["routes"]["data-dependent rdp"]
+    ours = res.statements[0].epsilon
+    assert res.statements[0].details["route"] == "data-dependent RDP"
     assert ref <= ours <= ref * (1 + 1e-10) + 1e-12
 
 
@@ -167,7 +172,133 @@ def test_coarse_to_fine_order_search_finds_the_full_grid_minimum(sigma):
     votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(3000)], float)
     res = account_gnmax(votes, sigma=sigma, delta=1e-5)
     grid = np.array(DEFAULT_ORDERS)
-    assert res.statement.details["orders_evaluated"] < grid.size
+    dd = res.statements[0]
+    assert dd.details["orders_evaluated"] < grid.size
     full = rdp_gnmax_data_dependent(gaussian_log_q(votes, sigma), sigma, grid).sum(axis=0)
     ref = rdp_to_epsilon(grid, np.minimum(full, votes.shape[0] * grid / sigma**2), 1e-5, warn=False)[0]
-    assert ref <= res.statement.details["routes"]["data-dependent rdp"] <= ref * (1 + 1e-10) + 1e-12
+    assert ref <= dd.epsilon <= ref * (1 + 1e-10) + 1e-12
+
+
+# ------------------------------------------------------------------------------------------ issue 29
+
+
+def test_headline_names_its_route_and_ties_go_to_the_data_independent_figure():
+    from dpaudit.accountants.gnmax import ROUTE_DATA_DEPENDENT, ROUTE_GDP, ROUTE_RDP
+    strong = account_gnmax(np.tile([250.0, 0, 0], (50, 1)), sigma=40.0, delta=1e-5)
+    assert strong.statement.method == strong.statement.details["route"] == ROUTE_DATA_DEPENDENT
+    assert strong.facts["headline_route"] == ROUTE_DATA_DEPENDENT and strong.statement.data_dependent
+    weak = account_gnmax(np.tile([5.0, 5, 5], (50, 1)), sigma=40.0, delta=1e-5)  # Theorem 6 never applies
+    assert weak.statement.method in (ROUTE_GDP, ROUTE_RDP) and not weak.statement.data_dependent
+    assert weak.statements[0].epsilon >= weak.epsilon
+    js = weak.to_dict()
+    assert js["headline"]["details"]["route"] == weak.statement.method
+
+
+def test_adaptivity_caveat_whenever_a_data_dependent_figure_is_shown():
+    from dpaudit.accountants.gnmax import ADAPTIVITY_CAVEAT
+    res = account_gnmax(np.tile([250.0, 0, 0], (5, 1)), sigma=40.0, delta=1e-5)
+    assert ADAPTIVITY_CAVEAT in res.statements[0].assumptions
+    assert any("released privately" in w or "Release it privately" in w for w in res.warnings)
+    di = account_gnmax(sigma=40.0, delta=1e-5, queries=5)
+    assert not any(ADAPTIVITY_CAVEAT in s.assumptions for s in di.statements) and not di.warnings
+
+
+def test_conditions_are_reported_per_order():
+    rng = np.random.default_rng(2)
+    votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(300)], float)
+    res = account_gnmax(votes, sigma=40.0, delta=1e-5, threshold=150.0, sigma1=50.0, answered=votes.max(axis=1) >= 150)
+    cond = res.statements[0].details["conditions_by_order"]
+    orders = np.array(cond["orders"])
+    mask = votes.max(axis=1) >= 150
+    # an independent count: Theorem 6's conditions per (answered query, order) from the public function
+    want = gnmax_dd_applies(gaussian_log_q(votes[mask], 40.0), 40.0, orders).sum(axis=0)
+    np.testing.assert_array_equal(cond["gnmax_passing"], want)
+    assert cond["gnmax_charged"] == int(mask.sum()) and cond["threshold_charged"] == 300
+    assert len(cond["threshold_passing"]) == orders.size
+    text = res.facts["data_dependent_conditions"]
+    assert text.startswith(f"at the best order {res.statements[0].order:g}:") and "pass at" in text
+
+
+def test_confident_data_independent_figure_charges_every_query_and_the_answered_one_is_labelled():
+    votes = np.tile([200.0, 40, 10] + [0] * 7, (100, 1))
+    answered = np.arange(100) % 4 == 0
+    res = account_gnmax(votes, sigma=40.0, delta=1e-5, threshold=150.0, sigma1=100.0, answered=answered)
+    di = res.statements[1]
+    assert di.epsilon == pytest.approx(gaussian_mechanism_epsilon(math.sqrt(100 * 2 / 1600 + 100 / 100.0**2), 1e-5))
+    cond = res.statements[2]
+    assert "conditioned on 25 answered" in cond.label and "conditioned on the answered count" in cond.method
+    assert cond.epsilon == pytest.approx(gaussian_mechanism_epsilon(math.sqrt(25 * 2 / 1600 + 100 / 100.0**2), 1e-5))
+    assert any("ex-post" in a for a in cond.assumptions)
+    assert res.epsilon == min(s.epsilon for s in res.statements)
+
+
+def test_interactive_gnmax_is_accounted_data_independently_or_refused():
+    with pytest.raises(ParameterError, match="Interactive GNMax"):
+        account_gnmax(np.ones((3, 3)), sigma=40.0, delta=1e-5, threshold=1.0, sigma1=1.0, interactive=True)
+    with pytest.raises(ParameterError, match="'interactive'"):
+        account_gnmax(sigma=40.0, delta=1e-5, queries=3, interactive=True)
+    res = account_gnmax(sigma=40.0, delta=1e-5, queries=100, threshold=150.0, sigma1=100.0, answered=25, interactive=True)
+    conf = account_gnmax(sigma=40.0, delta=1e-5, queries=100, threshold=150.0, sigma1=100.0, answered=25)
+    assert [s.epsilon for s in res.statements] == [s.epsilon for s in conf.statements]
+    assert any("Interactive GNMax" in a for a in res.statement.assumptions)
+
+
+def test_order_grid_is_extended_past_its_edges():
+    # a unanimous query with a huge margin: the data-dependent optimum is far above 4096
+    v = np.array([[1e6, 0.0]])
+    res = account_gnmax(v, sigma=1000.0, delta=1e-5)
+    dd = res.statements[0]
+    assert dd.order > 4096 and not res.warnings[:-1]
+    fine = np.geomspace(1.01, 1e8, 3000)
+    best_fine = rdp_to_epsilon(fine, rdp_gnmax_mu2(gnmax_mu2(v, 1000.0), 1000.0, fine)[0], 1e-5, warn=False)[0]
+    at_4096 = rdp_to_epsilon(DEFAULT_ORDERS, rdp_gnmax_mu2(gnmax_mu2(v, 1000.0), 1000.0, DEFAULT_ORDERS)[0], 1e-5,
+                             warn=False)[0]
+    assert best_fine * (1 - 1e-9) <= dd.epsilon <= best_fine * 1.05 and dd.epsilon < 0.5 * at_4096
+    assert any("extended" in a for a in dd.assumptions)
+    # below the grid: 1e4 queries at a small sigma (the data-independent RDP route's optimum is near order 1)
+    r = account_gnmax(sigma=0.3, delta=1e-5, queries=10_000)
+    rdp_route = r.statement.details["routes"]["data-independent RDP"]
+    grid_only = rdp_to_epsilon(DEFAULT_ORDERS, 10_000 * DEFAULT_ORDERS / 0.09, 1e-5, warn=False)[0]
+    assert rdp_route < grid_only
+    # a grid the caller gives is used as given, with the warning
+    given_ = account_gnmax(v, sigma=1000.0, delta=1e-5, orders=[2.0, 8.0, 32.0])
+    assert given_.statements[0].order == 32.0 and any("edge" in w for w in given_.warnings)
+
+
+def test_load_answered_formats_and_errors(tmp_path):
+    from dpaudit.accountants.gnmax import load_answered
+    from dpaudit.errors import DataError
+    mask = np.array([True, False, True, False])
+    np.save(tmp_path / "m.npy", mask)
+    np.save(tmp_path / "i.npy", np.array([0, 2]))
+    (tmp_path / "m.txt").write_text("true,false\ntrue false")
+    (tmp_path / "i.csv").write_text("0, 2\n")
+    for name in ("m.npy", "i.npy", "m.txt", "i.csv"):
+        np.testing.assert_array_equal(load_answered(tmp_path / name, 4), mask)
+    (tmp_path / "bad1.txt").write_text("0,4")
+    (tmp_path / "bad2.txt").write_text("1,1")
+    (tmp_path / "bad3.txt").write_text("true,1")
+    (tmp_path / "bad4.txt").write_text("true,false")
+    np.save(tmp_path / "bad5.npy", np.zeros((2, 2), dtype=bool))
+    for name, needle in (("bad1.txt", "outside"), ("bad2.txt", "repeats"), ("bad3.txt", "not a mix"),
+                         ("bad4.txt", "one per query"), ("bad5.npy", "1-D"), ("missing.npy", "missing")):
+        with pytest.raises(DataError, match=needle):
+            load_answered(tmp_path / name, 4)
+    with pytest.raises(DataError, match=".npy, .txt or .csv"):
+        load_answered(tmp_path / "x.json", 4)
+
+
+@pytest.mark.parametrize("sigma", [10.0, 40.0, 150.0])
+def test_subsampled_order_search_lands_on_the_full_grid_minimum(sigma, monkeypatch):
+    from dpaudit.accountants import gnmax as gnmax_mod
+    monkeypatch.setattr(gnmax_mod, "_SUB_ROWS", 150)  # 3000 queries: the search starts on a subsample
+    monkeypatch.setattr(gnmax_mod, "_SUB_MIN", 150)
+    rng = np.random.default_rng(11)
+    votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.3))) for _ in range(3000)], float)
+    grid = np.array(DEFAULT_ORDERS)
+    res = account_gnmax(votes, sigma=sigma, delta=1e-5, orders=grid)
+    full = rdp_gnmax_mu2(gnmax_mu2(votes, sigma), sigma, grid).sum(axis=0)
+    ref = rdp_to_epsilon(grid, full, 1e-5, warn=False)[0]
+    dd = res.statements[0]
+    assert dd.details["orders_evaluated"] < 20
+    assert ref <= dd.epsilon <= ref * (1 + 1e-10) + 1e-12

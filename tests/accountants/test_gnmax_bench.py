@@ -1,4 +1,4 @@
-"""The GNMax benchmark runs and both organisations give the same data-dependent epsilon."""
+"""The GNMax benchmark runs and every organisation gives the same data-dependent epsilon on the same orders."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ def test_bench_gnmax_smoke_and_agreement():
     spec = importlib.util.spec_from_file_location("bench_gnmax", BENCH)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    res = mod.run(queries=300, big=0)
-    assert res["epsilons_agree"], res
-    assert res["speedup"] > 0
+    assert mod.REFERENCE_ORDERS.size == 298 and mod.REFERENCE_ORDERS.min() == 2.0 and abs(mod.REFERENCE_ORDERS.max() - 500.0) < 1e-9
+    res = mod.run(queries=300, big=600, baseline_rows=200, release=False, repeat=1, rounds=1)
+    assert res["small"]["epsilons_agree"] and res["big"]["epsilons_agree"], res
+    assert res["big"]["baseline_scaled"] and res["small"]["speedup_vs_reference"] > 0

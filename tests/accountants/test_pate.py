@@ -24,6 +24,7 @@ from dpaudit.accountants.pate import (
     moments_to_epsilon,
     rdp_laplace_noisy_max,
 )
+from dpaudit.accountants.rdp import rdp_to_epsilon
 from dpaudit.errors import DataError, ParameterError
 
 SKEWED = [150, 60, 40, 0, 0, 0, 0, 0, 0, 0]
@@ -387,3 +388,34 @@ def test_ties_at_the_top_count_every_other_class():
     assert math.exp(laplace_log_q(np.array([[100.0, 100.0, 0.0]]), 0.05)[0]) == pytest.approx(want, rel=1e-12)
     got = laplace_total_log_moments(np.array([[100.0, 100.0, 0.0]]), 0.05, [1.0], return_details=True)[1]
     assert math.exp(got[0]) == pytest.approx(want, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ issue 29: orders wide enough
+
+
+def test_best_conversion_searches_orders_past_128():
+    from dpaudit.accountants.pate import PATE_RDP_ORDERS, laplace_log_moments, laplace_log_q
+    # one unanimous query at gamma = 0.02: the data-dependent RDP is smallest at an order far beyond 128 (the grid's
+    # edge); it was reported at 128 (0.0677), 1.7x the wider search's figure
+    v = np.array([[250.0] + [0.0] * 9])
+    res = account_pate(v, gamma=0.02, delta=1e-5)
+    dd = res.statements[0].details["routes"]["data-dependent rdp"]
+    fine = np.geomspace(1.001, 1e7, 4000)
+    rdp = laplace_log_moments(laplace_log_q(v, 0.02), 0.04, fine - 1.0).sum(axis=0) / (fine - 1.0)
+    best_fine = rdp_to_epsilon(fine, rdp, 1e-5, warn=False)[0]
+    at_edge = rdp_to_epsilon(PATE_RDP_ORDERS, laplace_log_moments(laplace_log_q(v, 0.02), 0.04, PATE_RDP_ORDERS - 1.0)[0]
+                             / (PATE_RDP_ORDERS - 1.0), 1e-5, warn=False)[0]
+    assert dd < 0.7 * at_edge
+    assert best_fine * (1 - 1e-9) <= dd <= best_fine * 1.02
+    assert not res.warnings
+    # data-independent: 1e4 queries at gamma 5e-5 (the RDP route's optimum near order 400)
+    di = account_pate(None, gamma=5e-5, delta=1e-5, queries=10_000)
+    assert di.statement.details["routes"]["rdp"] == pytest.approx(
+        account_pate(None, gamma=5e-5, delta=1e-5, queries=10_000, conversion="rdp").epsilon, rel=1e-9)
+
+
+def test_a_given_grid_is_used_as_given():
+    v = np.array([[250.0] + [0.0] * 9])
+    res = account_pate(v, gamma=0.02, delta=1e-5, conversion="rdp", orders=[2.0, 4.0, 8.0])
+    assert res.statements[0].order in (2.0, 4.0, 8.0)
+    assert any("wider grid" in w for w in res.warnings)

@@ -155,7 +155,7 @@ def test_randomized_response_pld_capped_by_basic_composition():
 
 def test_gnmax_data_independent_takes_exact_gaussian_route():
     r = account_gnmax(None, sigma=100.0, queries=5000, delta=1e-14)
-    assert r.statement.method == "gaussian-dp exact"
+    assert r.statement.method == r.statement.details["route"] == "data-independent Gaussian DP"
     assert r.epsilon == pytest.approx(exact_gaussian_eps(1.0, 1e-14), abs=1e-6)
 
 

@@ -99,3 +99,85 @@ def test_laplace_needs_pate_module_or_skips(capsys, tmp_path):
     code, out, err = run(capsys, "account", "--mechanism", "pate", "--votes", str(tmp_path / "v.npy"), "--gamma", "0.05",
                          "--delta", "1e-5", "--json")
     assert code == 0, err
+
+
+# ------------------------------------------------------------------------------------------ issue 29: Confident-GNMax
+
+
+@pytest.fixture()
+def gnmax_files(tmp_path):
+    rng = np.random.default_rng(0)
+    votes = np.array([rng.multinomial(100, rng.dirichlet(np.full(5, 0.3))) for _ in range(60)])
+    np.save(tmp_path / "votes.npy", votes)
+    np.save(tmp_path / "answered.npy", votes.max(axis=1) >= 70)
+    (tmp_path / "answered.txt").write_text(",".join(str(i) for i in np.flatnonzero(votes.max(axis=1) >= 70)))
+    return tmp_path, votes
+
+
+GN = ["account", "--mechanism", "gnmax", "--sigma", "10", "--delta", "1e-5", "--threshold", "70", "--sigma1", "8"]
+
+
+def test_gnmax_answered_file_and_routes(capsys, gnmax_files):
+    d, votes = gnmax_files
+    k = int((votes.max(axis=1) >= 70).sum())
+    outs = []
+    for f in ("answered.npy", "answered.txt"):
+        code, out, err = run(capsys, *GN, "--votes", str(d / "votes.npy"), "--answered", str(d / f), "--json")
+        assert code == 0, err
+        outs.append(json.loads(out))
+    assert outs[0]["statements"] == outs[1]["statements"]
+    res = outs[0]
+    assert res["facts"]["answered"] == k and res["parameters"]["answered"] == k
+    labels = [s["label"] for s in res["statements"]]
+    assert any(f"conditioned on {k} answered of 60" in l for l in labels)
+    assert res["headline"]["details"]["route"] == res["facts"]["headline_route"]
+    assert "at the best order" in res["facts"]["data_dependent_conditions"]
+    assert any("Adaptivity caveat" in a for a in res["statements"][0]["assumptions"])
+    code, out, _ = run(capsys, *GN, "--votes", str(d / "votes.npy"), "--answered", str(d / "answered.npy"))
+    assert code == 0 and "data_dependent_conditions" in out and "Adaptivity caveat" in out and "conditioned on" in out
+
+
+def test_gnmax_release_epsilon(capsys, gnmax_files):
+    d, _ = gnmax_files
+    args = [*GN, "--votes", str(d / "votes.npy"), "--answered", str(d / "answered.npy"), "--release-epsilon", "--seed", "5",
+            "--json"]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["facts"]["seed"] == 5 and res["parameters"]["seed"] == 5
+    assert res["headline"]["details"]["route"].startswith("smooth-sensitivity release")
+    assert {"order", "beta", "sigma_ss"} <= set(res["facts"]) and any("keep it" in w for w in res["warnings"])
+    code, out2, _ = run(capsys, *args)
+    assert out2 == out  # the same seed gives the same numbers
+    code, out, err = run(capsys, *GN, "--votes", str(d / "votes.npy"), "--release-epsilon", "--release-order", "8",
+                         "--release-beta", "0.02", "--release-sigma-ss", "3")
+    assert code == 0, err
+    assert "released total" in out and "NOISY ESTIMATE" in out
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--seed", "3"], "--seed is used only with --release-epsilon"),
+    (["--release-beta", "0.1"], "--release-beta is used only with --release-epsilon"),
+    (["--interactive"], "Interactive GNMax"),
+    (["--release-epsilon", "--data-independent"], "cannot be combined"),
+    (["--answered", "BAD"], "answered-queries file"),
+    (["--release-epsilon", "--release-beta", "0.9"], "'beta'"),
+])
+def test_gnmax_bad_input_one_line_exit_2(capsys, gnmax_files, extra, needle):
+    d, _ = gnmax_files
+    if "BAD" in extra:
+        (d / "bad.txt").write_text("0,999")
+        extra = ["--answered", str(d / "bad.txt")]
+    code, out, err = run(capsys, *GN, "--votes", str(d / "votes.npy"), *extra)
+    assert code == 2 and needle in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_gaussian_interactive_is_accounted_data_independently(capsys, tmp_path):
+    (tmp_path / "a.txt").write_text("0,1,2")
+    code, out, err = run(capsys, "account", "--mechanism", "gaussian", "--sigma", "40", "--queries", "10", "--delta", "1e-5",
+                         "--threshold", "150", "--sigma1", "100", "--answered", str(tmp_path / "a.txt"), "--interactive",
+                         "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["parameters"]["answered"] == 3 and res["parameters"]["interactive"]
