@@ -79,7 +79,9 @@ def render_result(result: AccountingResult, console: Console | None = None) -> N
                       "-" if st.order is None else format_number(st.order),
                       ",".join(str(numbers[a]) for a in st.assumptions))
     console.print(table)
-    console.print(f"[bold]* headline:[/bold] epsilon = {format_number(result.epsilon)}, delta = {format_number(result.delta)}")
+    route = f" (route: {result.headline_route})" if result.headline_route else ""
+    console.print(f"[bold]* headline:[/bold] epsilon = {format_number(result.epsilon)}, delta = {format_number(result.delta)}"
+                  f"{route}", highlight=False)
     if result.facts:
         facts = Table(title="facts", title_justify="left", show_header=False)
         facts.add_column("name")
