@@ -22,7 +22,7 @@ import numpy as np
 from dpaudit.accountants._common import inv_square, quiet_overflow
 from dpaudit.accountants._dp_accounting import rdp_poisson_subsampled_gaussian
 from dpaudit.accountants.base import register_rdp
-from dpaudit.accountants.events import DpEvent, FixedBatchGaussian, ShuffledBatchGaussian, SubsampledGaussian
+from dpaudit.accountants.events import DpEvent, FixedBatchGaussian, ShuffledBatchGaussian, SubsampledGaussian, flatten
 from dpaudit.accountants.pld import PldAccountant
 from dpaudit.accountants.prv import PrvAccountant
 from dpaudit.accountants.rdp import RdpAccountant
@@ -221,9 +221,10 @@ def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str,
     makers = (("rdp", lambda: RdpAccountant(orders)), ("pld", PldAccountant), ("prv", PrvAccountant))
     for name, make in makers:
         acc = make()
-        if not acc.supports(event):
-            skipped[name] = f"it does not apply to {type(event).__name__}" + (
-                " under substitution" if getattr(event, "neighbouring", "") == "substitution" else "")
+        if not all(acc.supports(leaf) for leaf, _ in flatten(event)):
+            kinds = sorted({type(leaf).__name__ + (" under substitution" if getattr(leaf, "neighbouring", "") == "substitution"
+                                                    else "") for leaf, _ in flatten(event) if not acc.supports(leaf)})
+            skipped[name] = f"it does not apply to {', '.join(kinds)}"
             continue
         try:
             st = acc.compose(event).get_statement(delta)

@@ -27,7 +27,7 @@ from prv_accountant.privacy_random_variables import PoissonSubsampledGaussianMec
 from scipy import special
 
 from dpaudit.accountants._common import append_event
-from dpaudit.accountants.base import Accountant, UnsupportedEventError
+from dpaudit.accountants.base import Accountant, UnsupportedEventError, rdp_function_for
 from dpaudit.accountants.events import DpEvent, FixedBatchGaussian, SubsampledGaussian, flatten
 from dpaudit.accountants.rdp import event_assumptions
 from dpaudit.accountants.sampling import poisson_equivalent
@@ -44,6 +44,40 @@ MAX_PRV_POINTS = 4_000_000
 MAX_PRV_COMPOSITIONS = 10_000_000
 
 
+#: The orders at which prv_accountant sizes its grid (its RDP accountant's default grid).
+_DOMAIN_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + [float(a) for a in range(12, 64)])
+
+
+class _RdpTable:
+    """RDP of the Poisson-subsampled Gaussian at :data:`_DOMAIN_ORDERS` from dpaudit's exact, vectorised RDP (an upper
+    bound, rounded up), so that sizing the grid does not run prv_accountant's per-order series (seconds at large q)."""
+
+    def __init__(self, q: float, sigma: float) -> None:
+        ev = SubsampledGaussian(q, sigma, 1)
+        values = rdp_function_for(ev)(ev, np.asarray(_DOMAIN_ORDERS))
+        self.table = dict(zip(_DOMAIN_ORDERS, (float(v) for v in values)))
+        self.q, self.sigma = q, sigma
+
+    def __call__(self, alpha: float) -> float:
+        hit = self.table.get(float(alpha))
+        if hit is not None:
+            return hit
+        ev = SubsampledGaussian(self.q, self.sigma, 1)
+        return float(rdp_function_for(ev)(ev, np.asarray([float(alpha)]))[0])
+
+
+class _RemoveDirectionSubsampledGaussian(PoissonSubsampledGaussianMechanism):
+    """prv_accountant's privacy random variable of the Poisson-subsampled Gaussian (the "remove" direction), with
+    dpaudit's RDP for sizing the grid."""
+
+    def __init__(self, sampling_probability: float, noise_multiplier: float, rdp: _RdpTable) -> None:
+        super().__init__(sampling_probability=sampling_probability, noise_multiplier=noise_multiplier)
+        self._rdp = rdp
+
+    def rdp(self, alpha: float) -> float:
+        return self._rdp(alpha)
+
+
 class _AddDirectionSubsampledGaussian(PrivacyRandomVariable):
     """Privacy loss of the "add" direction of the Poisson-subsampled Gaussian (noise multiplier sigma, rate q):
     :math:`Y = \\log\\frac{N(0,\\sigma^2)}{(1-q)N(0,\\sigma^2) + qN(1,\\sigma^2)}(X)`, :math:`X \\sim N(0, \\sigma^2)`.
@@ -53,10 +87,10 @@ class _AddDirectionSubsampledGaussian(PrivacyRandomVariable):
     :math:`r = (e^{-t} - (1-q))/q`. Its RDP (used only to size the grid) is bounded by the remove direction's
     (Mironov, Talwar, Zhang 2019, Theorem 5)."""
 
-    def __init__(self, sampling_probability: float, noise_multiplier: float) -> None:
+    def __init__(self, sampling_probability: float, noise_multiplier: float, rdp: _RdpTable) -> None:
         self.q = float(sampling_probability)
         self.sigma = float(noise_multiplier)
-        self._remove = PoissonSubsampledGaussianMechanism(sampling_probability=self.q, noise_multiplier=self.sigma)
+        self._rdp = rdp
 
     def cdf(self, t: Any) -> np.ndarray:
         t = np.asarray(t, dtype=np.float64)
@@ -71,7 +105,7 @@ class _AddDirectionSubsampledGaussian(PrivacyRandomVariable):
         return out
 
     def rdp(self, alpha: float) -> float:
-        return float(self._remove.rdp(alpha))
+        return self._rdp(alpha)
 
 
 def _prv_epsilon(parts: list[tuple[float, float, int]], delta: float, eps_error: float) -> tuple[float, float, int]:
@@ -79,19 +113,20 @@ def _prv_epsilon(parts: list[tuple[float, float, int]], delta: float, eps_error:
     ``parts`` = [(q, sigma, steps)], the larger of the remove and add directions. ParameterError when the grid would
     exceed :data:`MAX_PRV_POINTS` (checked before it is built)."""
     counts = [t for _, _, t in parts]
-    remove = [PoissonSubsampledGaussianMechanism(sampling_probability=q, noise_multiplier=s) for q, s, _ in parts]
+    tables = [_RdpTable(q, s) for q, s, _ in parts]
+    remove = [_RemoveDirectionSubsampledGaussian(q, s, tab) for (q, s, _), tab in zip(parts, tables)]
+    add = [_AddDirectionSubsampledGaussian(q, s, tab) for (q, s, _), tab in zip(parts, tables)]
+    # prv_accountant's own grid size (its remark 5.6), computed once for both directions (the add direction's RDP is
+    # bounded by the remove direction's), then handed to both accountants as eps_max
     half_width = compute_safe_domain_size(remove, counts, eps_error=eps_error, delta_error=delta * 1e-3)
     mesh = eps_error / math.sqrt(sum(counts) / 2.0 * math.log(12.0 / (delta * 1e-3)))
     if not 2.0 * half_width / mesh <= MAX_PRV_POINTS:
         raise ParameterError(f"{sum(counts)} compositions need a PRV grid of about {2.0 * half_width / mesh:,.0f} points "
                              f"(out of the route's supported range, <= {MAX_PRV_POINTS:,}).")
     worst_up, worst_est, points = 0.0, 0.0, 0
-    for direction in ("remove", "add"):
-        prvs: list[PrivacyRandomVariable] = []
-        for q, sigma, _ in parts:
-            prvs.append(PoissonSubsampledGaussianMechanism(sampling_probability=q, noise_multiplier=sigma)
-                        if direction == "remove" else _AddDirectionSubsampledGaussian(q, sigma))
-        acc = _Prv(prvs=prvs, max_self_compositions=counts, eps_error=eps_error, delta_error=delta * 1e-3)
+    for prvs in (remove, add):
+        acc = _Prv(prvs=list(prvs), max_self_compositions=counts, eps_error=eps_error, delta_error=delta * 1e-3,
+                   eps_max=half_width)
         points = max(points, max(len(d.pmf) for d in acc.composer.prvs))
         low, est, up = acc.compute_epsilon(delta=delta, num_self_compositions=counts)
         if math.isnan(up) or math.isnan(est):
