@@ -27,6 +27,7 @@ DP-SGD with these parameters can give (it is attained by a valid dataset), not a
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -35,12 +36,13 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special
 
+from dpaudit.accountants._dp_accounting import rdp_sample_wor_gaussian
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, LOG2, inv_square, log1mexp, logsumexp_rows, quiet_overflow
 from dpaudit.accountants.base import rdp_function_for, register_rdp
 from dpaudit.accountants.events import FixedBatchGaussian, ShuffledBatchGaussian, SubsampledGaussian
 from dpaudit.errors import DPAuditError, ParameterError, check_float, check_probability
 
-__all__ = ["rdp_wor_gaussian", "rdp_fixed_batch", "rdp_shuffled_batches", "shuffle_lower_bound", "ShuffleLowerBound",
+__all__ = ["rdp_wor_gaussian", "rdp_wor_gaussian_theorem9", "rdp_fixed_batch", "rdp_shuffled_batches", "shuffle_lower_bound", "ShuffleLowerBound",
            "poisson_equivalent", "WBK_MAX_ORDER"]
 
 #: Largest order at which Theorem 9's sum is evaluated; above it only the unsampled Gaussian bound is used.
@@ -79,12 +81,37 @@ def rdp_wor_gaussian(sampling_rate: float, noise_multiplier: float, orders, *, s
 
     The base mechanism adds :math:`N(0, \\sigma^2)` to a sum of L2 sensitivity ``sensitivity`` (in units of the
     clipping norm; 2 for a clipped-gradient sum under substitution), so :math:`\\epsilon(j) = j s^2/(2\\sigma^2)`.
-    Integer orders: WBK 2019 Theorem 9 (above). Fractional orders: the chord of :math:`(\\alpha-1)\\epsilon(\\alpha)`
-    between the neighbouring integer orders (WBK Corollary 10: the cumulant generating function is convex; at
-    :math:`\\alpha < 2` the chord from :math:`(1, 0)`). Each order also takes the unsampled Gaussian's
-    :math:`\\alpha s^2/(2\\sigma^2)` when smaller (sampling never hurts: joint convexity).
+    The smallest at each order of three valid bounds:
+
+    - WBK 2019 Theorem 9 (:func:`rdp_wor_gaussian_theorem9`, dpaudit's own, vectorised);
+    - dp_accounting's ``SampledWithoutReplacementDpEvent`` RDP (WBK Theorem 27, tighter for large sigma; with
+      ``GaussianDpEvent(sigma / s)`` under ``REPLACE_ONE``);
+    - the unsampled Gaussian's :math:`\\alpha s^2/(2\\sigma^2)` (sampling never hurts: joint convexity).
     """
-    owner = "rdp_wor_gaussian"
+    theorem9 = rdp_wor_gaussian_theorem9(sampling_rate, noise_multiplier, orders, sensitivity=sensitivity)
+    a = tuple(float(x) for x in np.asarray(orders, dtype=np.float64))
+    return np.minimum(theorem9, _wor_dp_accounting(float(sampling_rate), float(noise_multiplier) / float(sensitivity), a))
+
+
+@functools.lru_cache(maxsize=64)
+def _wor_dp_accounting(q: float, sigma: float, orders: tuple[float, ...]) -> np.ndarray:
+    if not 1e-3 <= sigma <= 1e6 or q >= 1.0:   # outside, its float arithmetic is not trusted here: Theorem 9 alone
+        return np.full(len(orders), np.inf)
+    out = rdp_sample_wor_gaussian(q, sigma, orders)
+    out.setflags(write=False)
+    return out
+
+
+def rdp_wor_gaussian_theorem9(sampling_rate: float, noise_multiplier: float, orders, *,
+                              sensitivity: float = 2.0) -> np.ndarray:
+    """WBK 2019 Theorem 9 for the Gaussian base mechanism of :func:`rdp_wor_gaussian`, at every order.
+
+    Integer orders: :func:`_wbk_log_a`. Fractional orders: the chord of :math:`(\\alpha-1)\\epsilon(\\alpha)`
+    between the neighbouring integer orders (WBK Corollary 10: the cumulant generating function is convex; at
+    :math:`\\alpha < 2` the chord from :math:`(1, 0)`). Each order also takes the unsampled Gaussian's bound when
+    smaller. Orders above :data:`WBK_MAX_ORDER` take the Gaussian bound only.
+    """
+    owner = "rdp_wor_gaussian_theorem9"
     gamma = check_float(sampling_rate, "sampling_rate", owner, low=0.0, high=1.0, low_open=True)
     sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
     s = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
