@@ -375,21 +375,21 @@ class FixedBatchGaussian(DpEvent):
 
     Each step draws a batch of exactly ``batch_size`` (B) of the ``dataset_size`` (n) records uniformly without
     replacement, independently of the other steps, clips per-example gradients to L2 norm C and adds
-    :math:`\mathcal{N}(0, (\sigma C)^2)` to their sum (``noise_multiplier`` :math:`\sigma`).
+    :math:`\\mathcal{N}(0, (\\sigma C)^2)` to their sum (``noise_multiplier`` :math:`\\sigma`).
 
-    Neighbouring relation (``neighbouring``), with :math:`\gamma = B/n`:
+    Neighbouring relation (``neighbouring``), with :math:`\\gamma = B/n`:
 
     - ``"substitution"`` (one record replaced; n public): Wang, Balle, Kasiviswanathan, "Subsampled Rényi differential
       privacy and analytical moments accountant", AISTATS 2019, Theorem 9, for the Gaussian base mechanism whose
-      substitution sensitivity is 2C (RDP :math:`2\alpha/\sigma^2`); dp_accounting's ``SampledWithoutReplacementDpEvent``
+      substitution sensitivity is 2C (RDP :math:`2\\alpha/\\sigma^2`); dp_accounting's ``SampledWithoutReplacementDpEvent``
       with ``GaussianDpEvent(sigma / 2)`` under ``REPLACE_ONE`` is the same setting.
     - ``"add-remove"``: coupling the batch of D u {x} with that of D (x displaces one uniformly chosen member of D's
-      batch), each step is a mixture, over the coupling, of the pairs :math:`((1-\gamma)N(m, \sigma^2C^2) +
-      \gamma N(m + v, \sigma^2C^2),\ N(m, \sigma^2C^2))` with :math:`\|v\| \le 2C`; by joint convexity it is
-      bounded by the Poisson-subsampled Gaussian with rate :math:`\gamma` (the larger dataset's n can only lower it)
-      and noise multiplier :math:`\sigma/2` -- a fixed batch size doubles the sensitivity under add/remove.
-    - ``"zero-out"``: the same coupling with :math:`\|v\| \le C`: the Poisson-subsampled Gaussian with rate
-      :math:`\gamma` and noise multiplier :math:`\sigma`.
+      batch), each step is a mixture, over the coupling, of the pairs :math:`((1-\\gamma)N(m, \\sigma^2C^2) +
+      \\gamma N(m + v, \\sigma^2C^2),\\ N(m, \\sigma^2C^2))` with :math:`\\|v\\| \\le 2C`; by joint convexity it is
+      bounded by the Poisson-subsampled Gaussian with rate :math:`\\gamma` (the larger dataset's n can only lower it)
+      and noise multiplier :math:`\\sigma/2` -- a fixed batch size doubles the sensitivity under add/remove.
+    - ``"zero-out"``: the same coupling with :math:`\\|v\\| \\le C`: the Poisson-subsampled Gaussian with rate
+      :math:`\\gamma` and noise multiplier :math:`\\sigma`.
     """
 
     dataset_size: int
@@ -410,7 +410,7 @@ class FixedBatchGaussian(DpEvent):
 
     @property
     def sampling_rate(self) -> float:
-        """:math:`\gamma = B / n`."""
+        """:math:`\\gamma = B / n`."""
         return self.batch_size / self.dataset_size
 
 
@@ -421,13 +421,13 @@ class ShuffledBatchGaussian(DpEvent):
     Every epoch the ``dataset_size`` (n) records are permuted uniformly at random and cut into consecutive batches of
     ``batch_size`` (B): T = ceil(n/B) batches, the last one shorter, or T = floor(n/B) with ``drop_last`` (the left-over
     records skip that epoch). Each step clips per-example gradients to L2 norm C and adds
-    :math:`\mathcal{N}(0, (\sigma C)^2)` to their sum. ``first_step`` is the global index of this event's first step
+    :math:`\\mathcal{N}(0, (\\sigma C)^2)` to their sum. ``first_step`` is the global index of this event's first step
     (a phase of a longer run), so that the epochs it touches are counted right.
 
     A record is in at most one batch per epoch, so over the epochs the steps touch it is in at most
     :attr:`participations` batches. Conditioning on the permutations (which can only help the adversary), the run is
     that many adaptive Gaussian mechanisms of sensitivity C (``"zero-out"``) or 2C (``"substitution"``): mu-GDP with
-    :math:`\mu = s\sqrt{P}/\sigma`, exact for deterministic batches and a valid upper bound with shuffling, which
+    :math:`\\mu = s\\sqrt{P}/\\sigma`, exact for deterministic batches and a valid upper bound with shuffling, which
     amplifies by an amount no known analysis certifies. Chua et al., "How private are DP-SGD implementations?",
     ICML 2024, give lower bounds showing the Poisson figure can be far below the truth.
 
@@ -480,8 +480,8 @@ class ShuffledBatchGaussian(DpEvent):
 
 
 def tnb_expected_runs(eta: float, gamma: float) -> float:
-    """E[K] of the truncated negative binomial :math:`\mathcal{D}_{\eta,\gamma}` (Papernot & Steinke 2022, Sec. 2):
-    :math:`\eta(1-\gamma)/(\gamma(1-\gamma^\eta))`, and :math:`(1/\gamma - 1)/\log(1/\gamma)` at :math:`\eta = 0`."""
+    """E[K] of the truncated negative binomial :math:`\\mathcal{D}_{\\eta,\\gamma}` (Papernot & Steinke 2022, Sec. 2):
+    :math:`\\eta(1-\\gamma)/(\\gamma(1-\\gamma^\\eta))`, and :math:`(1/\\gamma - 1)/\\log(1/\\gamma)` at :math:`\\eta = 0`."""
     if eta == 0.0:
         return (1.0 / gamma - 1.0) / math.log(1.0 / gamma)
     return eta * (1.0 - gamma) / (gamma * -math.expm1(eta * math.log(gamma)))
@@ -495,11 +495,12 @@ class RandomStoppingTuning(DpEvent):
 
     ``distribution``:
 
-    - ``"truncated-negative-binomial"``: :math:`K \sim \mathcal{D}_{\eta,\gamma}` on {1, 2, ...} with
-      :math:`P[K=k] \propto (1-\gamma)^k \binom{k+\eta-1}{k}`, ``eta`` > -1 and ``gamma`` in (0, 1); ``eta = 1`` is
+    - ``"truncated-negative-binomial"``: :math:`K \\sim \\mathcal{D}_{\\eta,\\gamma}` on {1, 2, ...} with
+      :math:`P[K=k] \\propto (1-\\gamma)^k \\binom{k+\\eta-1}{k}`, ``eta`` > -1 and ``gamma`` in (0, 1); ``eta = 1`` is
       the geometric distribution, ``eta = 0`` the logarithmic one. Papernot & Steinke, "Hyperparameter tuning with
       Rényi differential privacy", ICLR 2022, Theorem 2.
-    - ``"poisson"``: K ~ Poisson(``mu``) (nothing is released when K = 0). Ibid., Theorem 6.
+    - ``"poisson"``: K ~ Poisson(``mu``) (nothing is released when K = 0), ``mu`` >= 1. Ibid., Theorem 6 (below one
+      expected run its bound falls under the exact divergence of a concrete best-of-K mechanism, so it is refused).
 
     Neighbouring relation: that of ``event``.
     """
@@ -520,7 +521,10 @@ class RandomStoppingTuning(DpEvent):
             if self.eta is not None or self.gamma is not None:
                 raise ParameterError(f"The Poisson distribution of {owner} takes 'mu' only. Got eta={self.eta!r}, "
                                      f"gamma={self.gamma!r} instead.")
-            object.__setattr__(self, "mu", check_float(self.mu, "mu", owner, low=0.0, high=1e12, low_open=True))
+            # mu >= 1: below one expected run, Theorem 6's epsilon' = eps + mu delta_hat + log(mu)/(lambda - 1) goes
+            # below the exact Rényi divergence of a concrete best-of-K mechanism (measured in tests/accountants/
+            # test_tuning.py with binary randomized response at mu = 0.5 and 0.9), so it is not used there
+            object.__setattr__(self, "mu", check_float(self.mu, "mu", owner, low=1.0, high=1e12))
         else:
             if self.mu is not None:
                 raise ParameterError(f"The truncated negative binomial of {owner} takes 'eta' and 'gamma', not 'mu'. "

@@ -43,7 +43,7 @@ from dpaudit.accountants.events import FixedBatchGaussian, ShuffledBatchGaussian
 from dpaudit.errors import DPAuditError, ParameterError, check_float, check_probability
 
 __all__ = ["rdp_wor_gaussian", "rdp_wor_gaussian_theorem9", "rdp_fixed_batch", "rdp_shuffled_batches", "shuffle_lower_bound", "ShuffleLowerBound",
-           "poisson_equivalent", "WBK_MAX_ORDER"]
+           "poisson_equivalent", "WBK_MAX_ORDER", "max_statistic_log_cdf"]
 
 #: Largest order at which Theorem 9's sum is evaluated; above it only the unsampled Gaussian bound is used.
 WBK_MAX_ORDER = 10_000
@@ -217,8 +217,10 @@ def _windows(events: Sequence[ShuffledBatchGaussian]) -> list[tuple[int, float, 
     return list(best.values())
 
 
-def _log_cdf_max(c: np.ndarray, m: float, sigma: float, k: int, w: float) -> np.ndarray:
-    """log P(max of the k observed batch sums <= c) when the target adds m to one of them with probability w."""
+def max_statistic_log_cdf(c: np.ndarray, m: float, sigma: float, k: int, w: float) -> np.ndarray:
+    """log P(max of the k observed batch sums <= c) when the target adds m to one of them with probability w (the noise
+    of each sum is N(0, sigma^2); the other records' known contribution subtracted): the law of Chua et al.'s test
+    statistic, :math:`w\\Phi((c-m)/\\sigma)\\Phi(c/\\sigma)^{k-1} + (1-w)\\Phi(c/\\sigma)^k`."""
     log_phi = special.log_ndtr(c / sigma)
     inc = special.log_ndtr((c - m) / sigma) + (k - 1) * log_phi
     if w >= 1.0:
@@ -228,7 +230,7 @@ def _log_cdf_max(c: np.ndarray, m: float, sigma: float, k: int, w: float) -> np.
 
 def _binned_log_pmf(m: float, edges: np.ndarray, sigma: float, k: int, w: float) -> np.ndarray:
     """log masses of the bins (-inf, e0], (e0, e1], ..., (e_last, inf) of the maximum under MoG(m)."""
-    log_f = _log_cdf_max(edges, m, sigma, k, w)
+    log_f = max_statistic_log_cdf(edges, m, sigma, k, w)
     with np.errstate(divide="ignore", invalid="ignore"):
         mid = log_f[1:] + log1mexp(np.minimum(log_f[:-1] - log_f[1:], 0.0))
     return np.concatenate([[log_f[0]], mid, [float(log1mexp(min(float(log_f[-1]), 0.0)))]])

@@ -7,7 +7,8 @@ Papernot and Steinke, "Hyperparameter tuning with Rényi differential privacy", 
   :math:`(\\lambda, \\epsilon')`-RDP with
   :math:`\\epsilon' = \\epsilon + (1+\\eta)(1 - 1/\\hat\\lambda)\\hat\\epsilon + (1+\\eta)\\log(1/\\gamma)/\\hat\\lambda
   + \\log E[K] / (\\lambda - 1)`; dpaudit takes the smallest over :math:`\\hat\\lambda` in the order grid.
-- Theorem 6 (K ~ Poisson(mu)): if one run is :math:`(\\lambda, \\epsilon)`-RDP and :math:`(\\hat\\epsilon,
+- Theorem 6 (K ~ Poisson(mu), mu >= 1 here: below, the formula falls under the exact divergence of a concrete
+  best-of-K mechanism, see the tests): if one run is :math:`(\\lambda, \\epsilon)`-RDP and :math:`(\\hat\\epsilon,
   \\hat\\delta)`-DP with :math:`e^{\\hat\\epsilon} \\le 1 + 1/(\\lambda - 1)`, the best of K runs is
   :math:`(\\lambda, \\epsilon + \\mu\\hat\\delta + \\log(\\mu)/(\\lambda - 1))`-RDP; dpaudit takes
   :math:`\\hat\\epsilon = \\log(\\lambda/(\\lambda-1))` and :math:`\\hat\\delta` from the run's RDP (the conversion of
@@ -106,7 +107,7 @@ def tuning_event(run, *, runs_distribution: str, mean_runs: float, eta: float | 
         if eta is not None:
             raise ParameterError(f"The 'eta' parameter of {owner} applies to the truncated negative binomial only. Got "
                                  f"eta={eta!r} with runs_distribution='poisson' instead.")
-        m = check_float(mean_runs, "mean_runs", owner, low=0.0, high=1e9, low_open=True)
+        m = check_float(mean_runs, "mean_runs", owner, low=1.0, high=1e9)
         return RandomStoppingTuning(run, "poisson", mu=m)
     fixed = {"geometric": 1.0, "logarithmic": 0.0}
     if dist in fixed:
