@@ -16,6 +16,7 @@ and the route takes the larger epsilon of the two.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any, cast
@@ -39,7 +40,7 @@ __all__ = ["PrvAccountant", "PRV_EPS_ERROR", "MAX_PRV_POINTS"]
 #: The PRV accountant's epsilon error (Opacus's default); the certified figure is the estimate plus at most this.
 PRV_EPS_ERROR = 0.01
 #: Most grid points of the discretised PRV; the route is skipped (with the reason) beyond it.
-MAX_PRV_POINTS = 4_000_000
+MAX_PRV_POINTS = 2_000_000
 #: Most compositions the route accepts.
 MAX_PRV_COMPOSITIONS = 10_000_000
 
@@ -106,6 +107,11 @@ class _AddDirectionSubsampledGaussian(PrivacyRandomVariable):
 
     def rdp(self, alpha: float) -> float:
         return self._rdp(alpha)
+
+
+@functools.lru_cache(maxsize=128)
+def _prv_cached(parts: tuple[tuple[float, float, int], ...], delta: float, eps_error: float) -> tuple[float, float, int]:
+    return _prv_epsilon(list(parts), delta, eps_error)
 
 
 def _prv_epsilon(parts: list[tuple[float, float, int]], delta: float, eps_error: float) -> tuple[float, float, int]:
@@ -216,7 +222,7 @@ class PrvAccountant(Accountant):
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
-                up, est, points = _prv_epsilon(parts, delta, self.eps_error)
+                up, est, points = _prv_cached(tuple(sorted(parts)), delta, self.eps_error)
         except (ValueError, RuntimeError, OverflowError, FloatingPointError, ZeroDivisionError, MemoryError) as exc:
             if isinstance(exc, ParameterError):
                 raise

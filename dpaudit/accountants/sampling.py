@@ -51,6 +51,9 @@ WBK_MAX_ORDER = 10_000
 MAX_LOWER_BOUND_BINS = 100_000
 #: Most epochs the lower bound composes (beyond, the first ones only: fewer epochs observed is still a lower bound).
 MAX_LOWER_BOUND_EPOCHS = 100_000
+#: Most points of the composed privacy-loss grid of the lower bound: the interval coarsens past it (optimistic
+#: rounding on a coarser grid is still a lower bound).
+MAX_LOWER_BOUND_POINTS = 2_000_000
 
 
 @quiet_overflow
@@ -62,6 +65,9 @@ def _wbk_log_a(log_gamma: float, c: float, alphas: np.ndarray) -> np.ndarray:
               + \\sum_{j=3}^{\\alpha} 2\\gamma^j\\binom{\\alpha}{j} e^{(j-1)\\epsilon(j)}
     """
     amax = int(alphas.max())
+    rows = max(1, 4_000_000 // amax)          # at most ~32 MB of terms at a time
+    if alphas.size > rows:
+        return np.concatenate([_wbk_log_a(log_gamma, c, alphas[i:i + rows]) for i in range(0, alphas.size, rows)])
     j = np.arange(2, amax + 1, dtype=np.float64)
     a = alphas[:, None]
     with np.errstate(invalid="ignore"):
@@ -93,11 +99,20 @@ def rdp_wor_gaussian(sampling_rate: float, noise_multiplier: float, orders, *, s
     return np.minimum(theorem9, _wor_dp_accounting(float(sampling_rate), float(noise_multiplier) / float(sensitivity), a))
 
 
+#: dp_accounting's without-replacement RDP is a Python loop per order (quadratic up to order 256): it is asked only at
+#: orders up to this, and for grids of at most _WOR_MAX_ORDERS orders; elsewhere Theorem 9 alone (valid, looser).
+_WOR_DP_ACCOUNTING_MAX_ORDER = 1024.0
+_WOR_MAX_ORDERS = 512
+
+
 @functools.lru_cache(maxsize=64)
 def _wor_dp_accounting(q: float, sigma: float, orders: tuple[float, ...]) -> np.ndarray:
-    if not 1e-3 <= sigma <= 1e6 or q >= 1.0:   # outside, its float arithmetic is not trusted here: Theorem 9 alone
-        return np.full(len(orders), np.inf)
-    out = rdp_sample_wor_gaussian(q, sigma, orders)
+    out = np.full(len(orders), np.inf)
+    if not 1e-3 <= sigma <= 1e6 or q >= 1.0 or len(orders) > _WOR_MAX_ORDERS:
+        return out   # outside, its float arithmetic or its cost is not affordable here: Theorem 9 alone
+    use = [i for i, a in enumerate(orders) if a <= _WOR_DP_ACCOUNTING_MAX_ORDER]
+    if use:
+        out[use] = rdp_sample_wor_gaussian(q, sigma, [orders[i] for i in use])
     out.setflags(write=False)
     return out
 
@@ -236,19 +251,26 @@ def _binned_log_pmf(m: float, edges: np.ndarray, sigma: float, k: int, w: float)
     return np.concatenate([[log_f[0]], mid, [float(log1mexp(min(float(log_f[-1]), 0.0)))]])
 
 
-def _pair_pld(a: float, b: float, sigma: float, k: int, w: float, vdi: float, reverse: bool):
-    """dp_accounting's optimistic PLD of the binned maximum, upper = MoG(a), lower = MoG(b) (swapped if reverse)."""
+def _binned_pair(a: float, b: float, sigma: float, k: int, w: float, vdi: float,
+                 reverse: bool) -> tuple[np.ndarray, np.ndarray]:
+    """log masses (upper, lower) of the binned maximum, upper = MoG(a), lower = MoG(b) (swapped if reverse); bins where
+    either is zero are left out (dropping outcomes is a post-processing: still a lower bound)."""
     lo = sigma * float(special.ndtri(math.exp(-45.0 / k)))
     hi = a + sigma * float(-special.ndtri(math.exp(-45.0) / (k + 1)))
     h = max(vdi * sigma * sigma / (a - b), (hi - lo) / MAX_LOWER_BOUND_BINS)
-    edges = np.arange(lo, hi + h, h)
+    edges = np.linspace(lo, hi, int(min(MAX_LOWER_BOUND_BINS, math.ceil((hi - lo) / h))) + 1)
     lp_a = _binned_log_pmf(a, edges, sigma, k, w)
     lp_b = _binned_log_pmf(b, edges, sigma, k, w)
     upper, lower = (lp_b, lp_a) if reverse else (lp_a, lp_b)
     keep = np.isfinite(upper) & np.isfinite(lower)
-    idx = np.flatnonzero(keep)
+    return upper[keep], lower[keep]
+
+
+def _pair_pld(upper: np.ndarray, lower: np.ndarray, vdi: float):
+    """dp_accounting's optimistic PLD of one binned pair."""
+    idx = range(upper.size)
     return pld_lib.from_two_probability_mass_functions(
-        dict(zip(idx.tolist(), lower[keep].tolist())), dict(zip(idx.tolist(), upper[keep].tolist())),
+        dict(zip(idx, lower.tolist())), dict(zip(idx, upper.tolist())),
         pessimistic_estimate=False, value_discretization_interval=vdi)
 
 
@@ -279,19 +301,23 @@ def shuffle_lower_bound(events: ShuffledBatchGaussian | Sequence[ShuffledBatchGa
         for reverse in (False, True):
             try:
                 with np.errstate(all="ignore"):
+                    binned = {g: _binned_pair(a, b, g[2], g[0], g[1], vdi, reverse) for g in groups if g[1] > 0.0}
+                    # the composed loss spans at most the sum of the epochs' spans: coarsen the grid to keep it small
+                    span = sum(groups[g] * float(np.ptp(up - lo)) for g, (up, lo) in binned.items() if up.size)
+                    step = max(vdi, span / MAX_LOWER_BOUND_POINTS)
                     total = None
-                    for (k, w, sigma), count in groups.items():
-                        if w <= 0.0:
+                    for g, (up, lo) in binned.items():
+                        if not up.size:
                             continue
-                        one = _pair_pld(a, b, sigma, k, w, vdi, reverse).self_compose(count)
+                        one = _pair_pld(up, lo, step).self_compose(groups[g])
                         total = one if total is None else total.compose(one)
                     if total is None:
                         continue
                     eps = float(total.get_epsilon_for_delta(min(delta + FFT_DELTA_ALLOWANCE, 1.0)))
-            except (OverflowError, ValueError, FloatingPointError, MemoryError, ZeroDivisionError) as exc:
+            except (OverflowError, ValueError, FloatingPointError, MemoryError, ZeroDivisionError, IndexError) as exc:
                 if isinstance(exc, DPAuditError):
                     raise
-                continue  # this construction could not be evaluated: the others still bound below
+                continue  # dp_accounting could not evaluate this construction: the others (or 0) still bound below
             if math.isfinite(eps) and eps > best[0]:
                 best = (eps, f"{name}, {'remove' if not reverse else 'add'} direction")
     return ShuffleLowerBound(max(best[0], 0.0), delta, best[1], len(_windows(evs)))

@@ -90,7 +90,7 @@ def test_never_below_the_exact_best_of_k_randomized_response(dist, params, eps0)
 
 
 def test_account_tuning_headline_and_one_run_beside_it():
-    base = dict(dataset_size=60000, batch_size=150, noise_multiplier=1.3, epochs=15, delta=1e-5)
+    base = dict(dataset_size=6000, batch_size=150, noise_multiplier=1.3, epochs=3, delta=1e-5)
     r = account_tuning(runs_distribution="geometric", mean_runs=10, **base)
     one = account_dpsgd(**base)
     assert r.headline_route == "rdp" and r.statement.route == "rdp"
