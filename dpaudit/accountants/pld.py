@@ -131,7 +131,8 @@ class PldAccountant(Accountant):
 
     def _leaf_pld(self, event: DpEvent, count: int, vdi: float) -> Any:
         inner = {SubsampledGaussian: "steps", RandomizedResponse: "num_samples", LaplaceNoisyMax: "num_queries",
-                 GaussianNoisyMax: "num_queries", FixedBatchGaussian: "steps"}.get(type(event))
+                 GaussianNoisyMax: "num_queries", FixedBatchGaussian: "steps",
+                 ShuffledBatchGaussian: "participations"}.get(type(event))
         n = count * (int(getattr(event, inner)) if inner else 1)
         if n > MAX_FFT_COMPOSITIONS:
             raise ParameterError(f"{n} compositions are out of the FFT route's supported range (<= {MAX_FFT_COMPOSITIONS}).")
