@@ -289,7 +289,9 @@ def shuffle_lower_bound(events: ShuffledBatchGaussian | Sequence[ShuffledBatchGa
         raise ParameterError(f"The 'events' parameter of {owner} must be ShuffledBatchGaussian events. Got {events!r:.80} instead.")
     delta = check_probability(delta, "delta", owner)
     vdi = check_float(value_discretization_interval, "value_discretization_interval", owner, low=1e-6, high=1.0)
-    relation = evs[0].neighbouring
+    # zero-out's constructions are substitution instances too (a record with zero gradient replaces the target); the
+    # substitution-only pair needs every phase to be analysed under substitution
+    relation = "substitution" if all(e.neighbouring == "substitution" for e in evs) else "zero-out"
     pairs = [(2.0, 1.0, "target +1, others -1, neighbour 0 (Chua et al. 2024)"), (1.0, 0.0, "target +1, others 0, neighbour 0")]
     if relation == "substitution":
         pairs.append((2.0, 0.0, "target +1, others -1, neighbour -1"))

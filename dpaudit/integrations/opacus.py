@@ -291,6 +291,10 @@ class OpacusRun:
         if self.batches:
             n, b, drop, note = self._batch_structure()
             common = common + ((f"Fixed-size batches: n = {n}, B = {b}, drop_last = {drop}.",) if not note else (note,))
+            if self.sampling == "sequential":
+                common = common + ("The loader does not shuffle (shuffle=False): the same batches every epoch, a "
+                                   "special case of the shuffled-batch event, for which the no-amplification bound is "
+                                   "exact.",)
         if runs > 1:
             common = common + (f"The release is the best of {runs} training runs (a hyper-parameter search): the runs "
                                "are composed; choosing the best is a post-processing of their outputs and scores.",)
