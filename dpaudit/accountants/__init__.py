@@ -9,9 +9,10 @@ of its events with :func:`~dpaudit.accountants.base.register_rdp` when imported.
 """
 
 from dpaudit.accountants import events, base, rdp, order_search, pure, ldp, pate, gnmax, pld, dpsgd, smooth_sensitivity  # noqa: F401
+from dpaudit.accountants import sampling, prv, tuning  # noqa: F401
 from dpaudit.accountants import closed_form, ledger, mechanisms  # noqa: F401
 from dpaudit.accountants.events import *  # noqa: F401,F403
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, smallest_route
 from dpaudit.accountants.base import Accountant, UnsupportedEventError, register_rdp, rdp_function_for
 from dpaudit.accountants.rdp import *  # noqa: F401,F403
 from dpaudit.accountants.order_search import OrderSearch, search_rdp_orders
@@ -25,6 +26,9 @@ from dpaudit.accountants.smooth_sensitivity import *  # noqa: F401,F403
 from dpaudit.accountants.closed_form import *  # noqa: F401,F403
 from dpaudit.accountants.mechanisms import *  # noqa: F401,F403
 from dpaudit.accountants.ledger import *  # noqa: F401,F403
+from dpaudit.accountants.sampling import *  # noqa: F401,F403
+from dpaudit.accountants.prv import *  # noqa: F401,F403
+from dpaudit.accountants.tuning import *  # noqa: F401,F403
 
 __all__ = [
     "ACCOUNTING_FUNCTIONS", "Accountant", "AccountingResult", "BudgetExceededError", "Composed", "DEFAULT_ORDERS",
@@ -45,4 +49,8 @@ __all__ = [
     "shuffle_closed_form", "shuffle_delta", "shuffle_numerical", "shuffle_pld", "smooth_sensitivity_gnmax",
     "local_sensitivity_bounds_threshold", "mu2_from_log_q", "gnmax_mu2", "rdp_gnmax_mu2", "threshold_log_q", "threshold_mu2",
     "load_answered", "release_gnmax_epsilon", "OrderSearch", "search_rdp_orders",
+    "FixedBatchGaussian", "ShuffledBatchGaussian", "RandomStoppingTuning", "NEIGHBOURING_RELATIONS", "tnb_expected_runs",
+    "rdp_wor_gaussian", "rdp_fixed_batch", "rdp_shuffled_batches", "shuffle_lower_bound", "ShuffleLowerBound",
+    "poisson_equivalent", "PrvAccountant", "account_tuning", "rdp_random_stopping", "tnb_gamma_for_mean",
+    "RUNS_DISTRIBUTIONS", "SAMPLING_SCHEMES", "dpsgd_event", "smallest_route",
 ]

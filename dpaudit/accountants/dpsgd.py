@@ -1,4 +1,8 @@
-"""DP-SGD: the Poisson-subsampled Gaussian mechanism, by RDP or PLD (both from dp_accounting).
+"""DP-SGD: the Poisson-subsampled Gaussian mechanism, and the account of a DP-SGD run under its batch sampler.
+
+:func:`account_dpsgd` accounts Poisson sampling, fixed-size batches without replacement and shuffled batches
+(:mod:`dpaudit.accountants.sampling`) by every route that applies -- RDP, PLD and the PRV accountant
+(:mod:`dpaudit.accountants.prv`) -- and makes the smallest valid upper bound the headline.
 
 References
 ----------
@@ -18,21 +22,40 @@ import numpy as np
 from dpaudit.accountants._common import inv_square, quiet_overflow
 from dpaudit.accountants._dp_accounting import rdp_poisson_subsampled_gaussian
 from dpaudit.accountants.base import register_rdp
-from dpaudit.accountants.events import SubsampledGaussian
+from dpaudit.accountants.events import DpEvent, FixedBatchGaussian, ShuffledBatchGaussian, SubsampledGaussian, flatten
 from dpaudit.accountants.pld import PldAccountant
+from dpaudit.accountants.prv import PrvAccountant
 from dpaudit.accountants.rdp import RdpAccountant
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.errors import ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.accountants.sampling import shuffle_lower_bound
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, smallest_route
+from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
-__all__ = ["rdp_subsampled_gaussian", "dpsgd_steps", "account_dpsgd", "DPSGD_ASSUMPTIONS"]
+__all__ = ["rdp_subsampled_gaussian", "dpsgd_steps", "dpsgd_event", "account_dpsgd", "dpsgd_routes", "DPSGD_ASSUMPTIONS",
+           "SAMPLING_SCHEMES", "SAMPLING_NAMES"]
+
+#: The batch samplers ``account_dpsgd`` accounts: Poisson (each example independently with probability q = B/n),
+#: ``fixed-wor`` (exactly B examples without replacement, independently at each step), ``shuffle`` (a random
+#: permutation per epoch cut into consecutive batches of B: PyTorch's ``DataLoader(shuffle=True)``).
+SAMPLING_SCHEMES = ("poisson", "shuffle", "fixed-wor")
+#: How each scheme is named in every output.
+SAMPLING_NAMES = {"poisson": "Poisson sampling", "fixed-wor": "fixed-size batches sampled without replacement",
+                  "shuffle": "shuffled fixed-size batches"}
 
 DPSGD_ASSUMPTIONS = (
     "Neighbouring datasets differ by adding or removing one example (example-level DP).",
     "Each step samples every example independently with probability q (Poisson sampling); shuffled fixed-size "
-    "batches are NOT covered by this analysis.",
+    "batches are NOT covered by this analysis (account them with sampling='shuffle').",
     "Per-example gradients are clipped to L2 norm C and Gaussian noise of standard deviation sigma*C is added to their sum.",
     "Only the released model/updates are accounted; hyper-parameter tuning and any other use of the data are not.",
 )
+_SCHEME_ASSUMPTION = {
+    "fixed-wor": "Each step draws exactly B of the n examples uniformly without replacement, independently of the other "
+                 "steps (not shuffling: an example may be in two consecutive batches).",
+    "shuffle": "Each epoch permutes the n examples uniformly at random and cuts them into consecutive batches of B; an "
+               "example is in at most one batch per epoch. No privacy amplification by shuffling is counted: the "
+               "upper bound is that of deterministic batches, valid whatever the order (Chua et al., ICML 2024, show "
+               "that the Poisson analysis does not bound shuffled batches).",
+}
 
 
 #: Most DP-SGD steps accepted (the RDP is exact at any count; the PLD route stops at 1e7 compositions).
@@ -148,38 +171,131 @@ def dpsgd_steps(*, dataset_size: int, batch_size: int, epochs: float | None = No
     return t, b / n
 
 
+def dpsgd_event(*, dataset_size: int, batch_size: int, noise_multiplier: float, epochs: float | None = None,
+                steps: int | None = None, sampling: str = "poisson", neighbouring: str | None = None,
+                drop_last: bool = False, owner: str = "account_dpsgd") -> DpEvent:
+    """The DP event of a DP-SGD run: ``SubsampledGaussian`` (Poisson), ``FixedBatchGaussian`` (fixed-wor) or
+    ``ShuffledBatchGaussian`` (shuffle). With ``epochs``, shuffled runs take ceil(epochs * T) steps (T batches per
+    epoch), the others ceil(epochs * n / B). ``neighbouring`` defaults to add-remove (Poisson, fixed-wor) and zero-out
+    (shuffle); Poisson takes add-remove or zero-out (the same pair)."""
+    sampling = check_choice(sampling, "sampling", owner, SAMPLING_SCHEMES)
+    sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
+    drop_last = check_bool(drop_last, "drop_last", owner)
+    if drop_last and sampling != "shuffle":
+        raise ParameterError(f"The 'drop_last' parameter of {owner} applies to sampling='shuffle' only. Got it with "
+                             f"sampling={sampling!r} instead.")
+    if sampling == "shuffle":
+        relation = check_choice("zero-out" if neighbouring is None else neighbouring, "neighbouring", owner,
+                                ("zero-out", "substitution"))
+        n = check_int(dataset_size, "dataset_size", owner, low=1)
+        b = check_int(batch_size, "batch_size", owner, low=1)
+        if b > n:
+            raise ParameterError(f"The 'batch_size' parameter of {owner} must be an int <= dataset_size ({n}). Got {b} instead.")
+        per_epoch = n // b if drop_last else -(-n // b)
+        if epochs is not None and steps is None:
+            e = check_float(epochs, "epochs", owner, low=0.0, low_open=True)
+            if not e * per_epoch <= MAX_STEPS:
+                raise ParameterError(f"The 'epochs' parameter of {owner} is out of the supported range: epochs * batches "
+                                     f"per epoch must be at most {MAX_STEPS:g} steps. Got epochs={e!r} instead.")
+            steps = max(1, math.ceil(e * per_epoch - 1e-9))
+            epochs = None
+        t, _ = dpsgd_steps(dataset_size=n, batch_size=b, epochs=epochs, steps=steps)
+        return ShuffledBatchGaussian(n, b, sigma, t, drop_last=drop_last, neighbouring=relation)
+    t, q = dpsgd_steps(dataset_size=dataset_size, batch_size=batch_size, epochs=epochs, steps=steps)
+    if sampling == "fixed-wor":
+        relation = check_choice("add-remove" if neighbouring is None else neighbouring, "neighbouring", owner,
+                                ("add-remove", "zero-out", "substitution"))
+        return FixedBatchGaussian(int(dataset_size), int(batch_size), sigma, t, neighbouring=relation)
+    check_choice("add-remove" if neighbouring is None else neighbouring, "neighbouring", owner, ("add-remove", "zero-out"))
+    return SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=t)
+
+
+def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str, ...] = (),
+                 orders=None) -> tuple[list[PrivacyStatement], dict[str, str], list[str]]:
+    """Every route that applies to a DP-SGD ``event`` (RDP on ``orders``, PLD, PRV): ``(statements, {route: why it was
+    not used}, warnings)``. Each statement names its route; the caller picks the headline with
+    :func:`~dpaudit.accountants.statement.smallest_route`."""
+    stmts: list[PrivacyStatement] = []
+    skipped: dict[str, str] = {}
+    warns: list[str] = []
+    makers = (("rdp", lambda: RdpAccountant(orders)), ("pld", PldAccountant), ("prv", PrvAccountant))
+    for name, make in makers:
+        acc = make()
+        if not all(acc.supports(leaf) for leaf, _ in flatten(event)):
+            kinds = sorted({type(leaf).__name__ + (" under substitution" if getattr(leaf, "neighbouring", "") == "substitution"
+                                                    else "") for leaf, _ in flatten(event) if not acc.supports(leaf)})
+            skipped[name] = f"it does not apply to {', '.join(kinds)}"
+            continue
+        try:
+            st = acc.compose(event).get_statement(delta)
+        except ParameterError as exc:
+            skipped[name] = str(exc)
+            continue
+        stmts.append(PrivacyStatement(st.epsilon, st.delta, st.method, order=st.order, label=f"{label} ({name})",
+                                      assumptions=st.assumptions + common, details=st.details, route=name))
+        warns.extend(getattr(acc, "warnings", ()))
+    return stmts, skipped, warns
+
+
 @quiet_overflow
 def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float, epochs: float | None = None,
-                  steps: int | None = None, delta: float, accountant: str = "best") -> AccountingResult:
-    """Epsilon of DP-SGD with Poisson sampling rate q = batch_size/dataset_size and noise multiplier sigma.
+                  steps: int | None = None, delta: float, accountant: str = "best", sampling: str = "poisson",
+                  neighbouring: str | None = None, drop_last: bool = False) -> AccountingResult:
+    """Epsilon of DP-SGD with batch size B = ``batch_size`` of n = ``dataset_size`` examples and noise multiplier
+    sigma, under its batch sampler (``sampling``, :data:`SAMPLING_SCHEMES`).
 
-    Two routes are always computed: ``"rdp"`` (:class:`~dpaudit.accountants.rdp.RdpAccountant`: exact RDP of the
-    sampled Gaussian at every order, Canonne-Kamath-Steinke conversion) and ``"pld"``
-    (:class:`~dpaudit.accountants.pld.PldAccountant`: the exact Gaussian-DP closed form at q = 1, dp_accounting's
-    pessimistic PLD otherwise). ``accountant="best"`` (default) makes the smaller the headline; ``"rdp"`` or
-    ``"pld"`` forces that route's figure as the headline (e.g. to reproduce a published RDP figure).
+    Every route that applies is computed and named: ``"rdp"`` (:class:`~dpaudit.accountants.rdp.RdpAccountant`),
+    ``"pld"`` (:class:`~dpaudit.accountants.pld.PldAccountant`: exact Gaussian-DP where the run is a composition of
+    Gaussian mechanisms, dp_accounting's pessimistic PLD otherwise) and ``"prv"``
+    (:class:`~dpaudit.accountants.prv.PrvAccountant`, certified upper bound; Poisson and fixed-size batches under
+    add/remove or zero-out). ``accountant="best"`` (default) makes the smallest the headline; a route name forces that
+    route's figure (e.g. to reproduce a published RDP figure) and the result names it (``headline_route``).
+
+    Shuffled batches (``"shuffle"``): the headline is the valid no-amplification upper bound; beside it, the facts give
+    Chua et al.'s certified lower bound (:func:`~dpaudit.accountants.sampling.shuffle_lower_bound`) and the Poisson
+    figure of the same parameters, which is NOT a guarantee for this run, so that the reader sees the uncertainty.
     """
     owner = "account_dpsgd"
-    accountant = check_choice(accountant, "accountant", owner, ("best", "rdp", "pld"))
+    accountant = check_choice(accountant, "accountant", owner, ("best", "rdp", "pld", "prv"))
     sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
-    t, q = dpsgd_steps(dataset_size=dataset_size, batch_size=batch_size, epochs=epochs, steps=steps)
-    event = SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=t)
-
-    sdesc = f"q = {batch_size}/{dataset_size} = {q:.6g}, sigma = {sigma:g}, {t} steps."
-    stmts = []
-    warns: list[str] = []
-    for name in ("rdp", "pld"):
-        acc = RdpAccountant() if name == "rdp" else PldAccountant()
-        st = acc.compose(event).get_statement(delta)
-        stmts.append(PrivacyStatement(st.epsilon, st.delta, st.method, order=st.order, label=f"DP-SGD ({name})",
-                                      assumptions=st.assumptions + (sdesc,), details=st.details))
-        warns.extend(getattr(acc, "warnings", ()))
-    best = 0 if stmts[0].epsilon <= stmts[1].epsilon else 1
-    headline = {"rdp": 0, "pld": 1}.get(accountant, best)
+    event = dpsgd_event(dataset_size=dataset_size, batch_size=batch_size, noise_multiplier=sigma, epochs=epochs,
+                        steps=steps, sampling=sampling, neighbouring=neighbouring, drop_last=drop_last)
+    t = event.steps  # type: ignore[attr-defined]
+    q = int(batch_size) / int(dataset_size)
+    relation = getattr(event, "neighbouring", "add-remove" if neighbouring is None else neighbouring)
+    scheme = SAMPLING_NAMES[sampling]
+    sdesc = f"{scheme}: q = {batch_size}/{dataset_size} = {q:.6g} (batch size B / n), sigma = {sigma:g}, {t} steps."
+    common: tuple[str, ...] = (sdesc,)
+    if sampling in _SCHEME_ASSUMPTION:
+        common = (_SCHEME_ASSUMPTION[sampling],) + common
+    stmts, skipped, warns = dpsgd_routes(event, delta, label=f"DP-SGD, {scheme}", common=common)
+    headline = smallest_route(stmts, None if accountant == "best" else accountant, owner=owner)
+    best = smallest_route(stmts)
+    by_route = {s.route: s for s in stmts}
     params = {"dataset_size": int(dataset_size), "batch_size": int(batch_size), "noise_multiplier": sigma,
-              "epochs": epochs, "steps": t, "delta": delta, "accountant": accountant}
-    facts = {"sampling_rate": q, "steps": t, "winning_route": ("rdp", "pld")[best], "rdp_order": stmts[0].order,
-             "pld_route": stmts[1].details.get("route")}
-    return AccountingResult("dpsgd (Poisson-subsampled Gaussian)", tuple(stmts), headline=headline, parameters=params,
+              "epochs": epochs, "steps": t, "delta": delta, "accountant": accountant, "sampling": sampling,
+              "neighbouring": relation, "drop_last": bool(drop_last)}
+    facts: dict = {"sampling": scheme, "neighbouring": relation, "sampling_rate": q, "steps": t,
+                   "headline_route": stmts[headline].route, "smallest_route": stmts[best].route}
+    if "rdp" in by_route:
+        facts["rdp_order"] = by_route["rdp"].order
+    if "pld" in by_route:
+        facts["pld_route"] = by_route["pld"].details.get("route")
+    if "prv" in by_route:
+        facts["prv_estimate"] = by_route["prv"].details.get("estimate")
+    for name, why in skipped.items():
+        facts[f"route {name} not used"] = why
+    if isinstance(event, ShuffledBatchGaussian):
+        lower = shuffle_lower_bound(event, delta)
+        poisson = [s.epsilon for s in dpsgd_routes(SubsampledGaussian(q, sigma, t), delta, label="")[0] if s.route != "prv"]
+        facts.update({"batches_per_epoch": event.batches_per_epoch, "participations": event.participations,
+                      "lower_bound_epsilon": lower.epsilon, "lower_bound_construction": lower.construction,
+                      "poisson_epsilon_not_valid_here": min(poisson)})
+        warns.append(
+            f"Shuffled batches: epsilon <= {stmts[headline].epsilon:.4g} is a valid upper bound (no amplification "
+            f"counted); Chua et al.'s construction certifies that no analysis of these parameters can give less than "
+            f"{lower.epsilon:.4g}; the Poisson figure of the same parameters ({min(poisson):.4g}) is not a guarantee "
+            "for shuffled batches.")
+    return AccountingResult(f"dpsgd ({scheme}, {relation})", tuple(stmts), headline=headline, parameters=params,
                             facts=facts, warnings=tuple(warns))

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Mapping, Sequence, cast
 import numpy as np
 
 from dpaudit.accountants._common import as_votes
-from dpaudit.errors import ParameterError, check_float, check_int, check_probability
+from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
 __all__ = [
     "DpEvent",
@@ -26,6 +26,11 @@ __all__ = [
     "LaplaceNoisyMax",
     "GaussianNoisyMax",
     "SubsampledGaussian",
+    "FixedBatchGaussian",
+    "ShuffledBatchGaussian",
+    "RandomStoppingTuning",
+    "NEIGHBOURING_RELATIONS",
+    "tnb_expected_runs",
     "Composed",
     "Repeated",
     "Shuffled",
@@ -347,6 +352,192 @@ class SubsampledGaussian(DpEvent):
             self, "noise_multiplier", check_float(self.noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
         )
         object.__setattr__(self, "steps", check_int(self.steps, "steps", owner, low=1))
+
+
+#: Neighbouring relations of the fixed-size batch samplers. ``"add-remove"``: one record added or removed (the dataset
+#: size changes); ``"zero-out"``: one record replaced by a null record whose clipped gradient is zero (Kairouz et al.,
+#: "Practical and private (deep) learning without sampling or shuffling", ICML 2021; the dataset size stays public);
+#: ``"substitution"``: one record replaced by any other record.
+NEIGHBOURING_RELATIONS = ("add-remove", "zero-out", "substitution")
+
+
+def _check_batches(owner: str, dataset_size: Any, batch_size: Any) -> tuple[int, int]:
+    n = check_int(dataset_size, "dataset_size", owner, low=1)
+    b = check_int(batch_size, "batch_size", owner, low=1)
+    if b > n:
+        raise ParameterError(f"The 'batch_size' parameter of {owner} must be an int <= dataset_size ({n}). Got {b} instead.")
+    return n, b
+
+
+@dataclass(frozen=True, slots=True)
+class FixedBatchGaussian(DpEvent):
+    """``steps`` steps of DP-SGD on fixed-size batches sampled without replacement.
+
+    Each step draws a batch of exactly ``batch_size`` (B) of the ``dataset_size`` (n) records uniformly without
+    replacement, independently of the other steps, clips per-example gradients to L2 norm C and adds
+    :math:`\\mathcal{N}(0, (\\sigma C)^2)` to their sum (``noise_multiplier`` :math:`\\sigma`).
+
+    Neighbouring relation (``neighbouring``), with :math:`\\gamma = B/n`:
+
+    - ``"substitution"`` (one record replaced; n public): Wang, Balle, Kasiviswanathan, "Subsampled Rényi differential
+      privacy and analytical moments accountant", AISTATS 2019, Theorem 9, for the Gaussian base mechanism whose
+      substitution sensitivity is 2C (RDP :math:`2\\alpha/\\sigma^2`); dp_accounting's ``SampledWithoutReplacementDpEvent``
+      with ``GaussianDpEvent(sigma / 2)`` under ``REPLACE_ONE`` is the same setting.
+    - ``"add-remove"``: coupling the batch of D u {x} with that of D (x displaces one uniformly chosen member of D's
+      batch), each step is a mixture, over the coupling, of the pairs :math:`((1-\\gamma)N(m, \\sigma^2C^2) +
+      \\gamma N(m + v, \\sigma^2C^2),\\ N(m, \\sigma^2C^2))` with :math:`\\|v\\| \\le 2C`; by joint convexity it is
+      bounded by the Poisson-subsampled Gaussian with rate :math:`\\gamma` (the larger dataset's n can only lower it)
+      and noise multiplier :math:`\\sigma/2` -- a fixed batch size doubles the sensitivity under add/remove.
+    - ``"zero-out"``: the same coupling with :math:`\\|v\\| \\le C`: the Poisson-subsampled Gaussian with rate
+      :math:`\\gamma` and noise multiplier :math:`\\sigma`.
+    """
+
+    dataset_size: int
+    batch_size: int
+    noise_multiplier: float
+    steps: int = 1
+    neighbouring: str = "add-remove"
+
+    def __post_init__(self) -> None:
+        owner = "FixedBatchGaussian"
+        n, b = _check_batches(owner, self.dataset_size, self.batch_size)
+        object.__setattr__(self, "dataset_size", n)
+        object.__setattr__(self, "batch_size", b)
+        object.__setattr__(self, "noise_multiplier",
+                           check_float(self.noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True))
+        object.__setattr__(self, "steps", check_int(self.steps, "steps", owner, low=1))
+        object.__setattr__(self, "neighbouring", check_choice(self.neighbouring, "neighbouring", owner, NEIGHBOURING_RELATIONS))
+
+    @property
+    def sampling_rate(self) -> float:
+        """:math:`\\gamma = B / n`."""
+        return self.batch_size / self.dataset_size
+
+
+@dataclass(frozen=True, slots=True)
+class ShuffledBatchGaussian(DpEvent):
+    """``steps`` steps of DP-SGD on shuffled fixed-size batches (PyTorch's ``DataLoader(shuffle=True)``).
+
+    Every epoch the ``dataset_size`` (n) records are permuted uniformly at random and cut into consecutive batches of
+    ``batch_size`` (B): T = ceil(n/B) batches, the last one shorter, or T = floor(n/B) with ``drop_last`` (the left-over
+    records skip that epoch). Each step clips per-example gradients to L2 norm C and adds
+    :math:`\\mathcal{N}(0, (\\sigma C)^2)` to their sum. ``first_step`` is the global index of this event's first step
+    (a phase of a longer run), so that the epochs it touches are counted right.
+
+    A record is in at most one batch per epoch, so over the epochs the steps touch it is in at most
+    :attr:`participations` batches. Conditioning on the permutations (which can only help the adversary), the run is
+    that many adaptive Gaussian mechanisms of sensitivity C (``"zero-out"``) or 2C (``"substitution"``): mu-GDP with
+    :math:`\\mu = s\\sqrt{P}/\\sigma`, exact for deterministic batches and a valid upper bound with shuffling, which
+    amplifies by an amount no known analysis certifies. Chua et al., "How private are DP-SGD implementations?",
+    ICML 2024, give lower bounds showing the Poisson figure can be far below the truth.
+
+    Neighbouring relation (``neighbouring``): ``"zero-out"`` (default: one record replaced by a null record with zero
+    gradient, the relation of Chua et al.'s comparison; for Poisson sampling it gives the same pair as add/remove) or
+    ``"substitution"``. Add/remove is not offered: adding a record changes the number of batches per epoch, which
+    the output reveals.
+    """
+
+    dataset_size: int
+    batch_size: int
+    noise_multiplier: float
+    steps: int = 1
+    drop_last: bool = False
+    first_step: int = 0
+    neighbouring: str = "zero-out"
+
+    def __post_init__(self) -> None:
+        owner = "ShuffledBatchGaussian"
+        n, b = _check_batches(owner, self.dataset_size, self.batch_size)
+        object.__setattr__(self, "dataset_size", n)
+        object.__setattr__(self, "batch_size", b)
+        object.__setattr__(self, "noise_multiplier",
+                           check_float(self.noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True))
+        object.__setattr__(self, "steps", check_int(self.steps, "steps", owner, low=1))
+        object.__setattr__(self, "drop_last", check_bool(self.drop_last, "drop_last", owner))
+        object.__setattr__(self, "first_step", check_int(self.first_step, "first_step", owner, low=0))
+        if self.neighbouring == "add-remove":
+            raise ParameterError(f"The 'neighbouring' parameter of {owner} must be one of 'zero-out', 'substitution'. Got "
+                                 "'add-remove' instead (adding a record changes the number of batches per epoch, which "
+                                 "the training reveals; use zero-out, the fixed-size counterpart of add/remove).")
+        object.__setattr__(self, "neighbouring", check_choice(self.neighbouring, "neighbouring", owner, ("zero-out", "substitution")))
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """T: ceil(n/B), or floor(n/B) with ``drop_last``."""
+        n, b = self.dataset_size, self.batch_size
+        return n // b if self.drop_last else -(-n // b)
+
+    @property
+    def participations(self) -> int:
+        """Most batches one record is in: the number of epochs the steps touch."""
+        t = self.batches_per_epoch
+        return (self.first_step + self.steps - 1) // t - self.first_step // t + 1
+
+    @property
+    def sensitivity(self) -> float:
+        """Sensitivity of the clipped-gradient sum in units of C: 1 (zero-out) or 2 (substitution)."""
+        return 1.0 if self.neighbouring == "zero-out" else 2.0
+
+
+def tnb_expected_runs(eta: float, gamma: float) -> float:
+    """E[K] of the truncated negative binomial :math:`\\mathcal{D}_{\\eta,\\gamma}` (Papernot & Steinke 2022, Sec. 2):
+    :math:`\\eta(1-\\gamma)/(\\gamma(1-\\gamma^\\eta))`, and :math:`(1/\\gamma - 1)/\\log(1/\\gamma)` at :math:`\\eta = 0`."""
+    if eta == 0.0:
+        return (1.0 / gamma - 1.0) / math.log(1.0 / gamma)
+    return eta * (1.0 - gamma) / (gamma * -math.expm1(eta * math.log(gamma)))
+
+
+@dataclass(frozen=True, slots=True)
+class RandomStoppingTuning(DpEvent):
+    """Hyperparameter tuning by random stopping: ``event`` (one training run, candidate hyperparameters drawn
+    independently of the data) is run K times, K random and independent of the data, and only the best run (by a
+    score the run itself outputs) is released.
+
+    ``distribution``:
+
+    - ``"truncated-negative-binomial"``: :math:`K \\sim \\mathcal{D}_{\\eta,\\gamma}` on {1, 2, ...} with
+      :math:`P[K=k] \\propto (1-\\gamma)^k \\binom{k+\\eta-1}{k}`, ``eta`` > -1 and ``gamma`` in (0, 1); ``eta = 1`` is
+      the geometric distribution, ``eta = 0`` the logarithmic one. Papernot & Steinke, "Hyperparameter tuning with
+      Rényi differential privacy", ICLR 2022, Theorem 2.
+    - ``"poisson"``: K ~ Poisson(``mu``) (nothing is released when K = 0), ``mu`` >= 1. Ibid., Theorem 6 (below one
+      expected run its bound falls under the exact divergence of a concrete best-of-K mechanism, so it is refused).
+
+    Neighbouring relation: that of ``event``.
+    """
+
+    event: DpEvent
+    distribution: str
+    mu: float | None = None
+    eta: float | None = None
+    gamma: float | None = None
+
+    def __post_init__(self) -> None:
+        owner = "RandomStoppingTuning"
+        if not isinstance(self.event, DpEvent):
+            raise ParameterError(f"The 'event' parameter of {owner} must be a DpEvent. Got {self.event!r:.80} instead.")
+        dist = check_choice(self.distribution, "distribution", owner, ("poisson", "truncated-negative-binomial"))
+        object.__setattr__(self, "distribution", dist)
+        if dist == "poisson":
+            if self.eta is not None or self.gamma is not None:
+                raise ParameterError(f"The Poisson distribution of {owner} takes 'mu' only. Got eta={self.eta!r}, "
+                                     f"gamma={self.gamma!r} instead.")
+            # mu >= 1: below one expected run, Theorem 6's epsilon' = eps + mu delta_hat + log(mu)/(lambda - 1) goes
+            # below the exact Rényi divergence of a concrete best-of-K mechanism (measured in tests/accountants/
+            # test_tuning.py with binary randomized response at mu = 0.5 and 0.9), so it is not used there
+            object.__setattr__(self, "mu", check_float(self.mu, "mu", owner, low=1.0, high=1e12))
+        else:
+            if self.mu is not None:
+                raise ParameterError(f"The truncated negative binomial of {owner} takes 'eta' and 'gamma', not 'mu'. "
+                                     f"Got mu={self.mu!r} instead.")
+            object.__setattr__(self, "eta", check_float(self.eta, "eta", owner, low=-1.0, high=1e6, low_open=True))
+            object.__setattr__(self, "gamma", check_float(self.gamma, "gamma", owner, low=1e-12, high=1.0, high_open=True))
+
+    @property
+    def expected_runs(self) -> float:
+        """E[K]."""
+        if self.distribution == "poisson":
+            return float(self.mu)  # type: ignore[arg-type]
+        return tnb_expected_runs(float(self.eta), float(self.gamma))  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------------

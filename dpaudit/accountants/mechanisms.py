@@ -5,6 +5,7 @@ mapping from a mechanism's name to its math exists once.
 
 - ``laplace`` / ``gaussian``: the plain Laplace and Gaussian mechanisms (``scale`` or ``sigma``, ``sensitivity``,
   ``count``), in closed form (:mod:`dpaudit.accountants.closed_form`).
+- ``tuning``: :func:`~dpaudit.accountants.tuning.account_tuning` (the best of K DP-SGD runs, K random).
 - ``ldp``, ``dpsgd``, ``pate``, ``gnmax``: :func:`~dpaudit.accountants.ldp.account_ldp`,
   :func:`~dpaudit.accountants.dpsgd.account_dpsgd`, :func:`~dpaudit.accountants.pate.account_pate`,
   :func:`~dpaudit.accountants.gnmax.account_gnmax`, called with the description's parameters as keywords.
@@ -22,6 +23,7 @@ from dpaudit.accountants.gnmax import account_gnmax
 from dpaudit.accountants.ldp import account_ldp
 from dpaudit.accountants.pate import account_pate
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.accountants.tuning import account_tuning
 from dpaudit.errors import ParameterError, check_float, check_int
 
 __all__ = ["ACCOUNTING_FUNCTIONS", "MECHANISM_KINDS", "laplace_mechanism", "gaussian_mechanism", "account_mechanism"]
@@ -80,6 +82,7 @@ ACCOUNTING_FUNCTIONS: Mapping[str, Callable[..., AccountingResult]] = {
     "dpsgd": account_dpsgd,
     "pate": account_pate,
     "gnmax": account_gnmax,
+    "tuning": account_tuning,
 }
 MECHANISM_KINDS: tuple[str, ...] = tuple(ACCOUNTING_FUNCTIONS)
 

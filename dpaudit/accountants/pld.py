@@ -14,7 +14,9 @@ Routes (each an upper bound on epsilon; the statement reports the smallest and n
   exact Gaussian, where the computed delta even goes negative). dpaudit therefore asks dp_accounting for the
   epsilon at ``delta - 1e-12`` (:data:`FFT_DELTA_ALLOWANCE`) and does not use this route for delta <= 2e-12.
 
-Supported events: ``SubsampledGaussian``, ``RandomizedResponse`` (K labels, each dp_accounting's C-ary randomized
+Supported events: ``SubsampledGaussian``, ``FixedBatchGaussian`` under add/remove or zero-out (the Poisson-subsampled
+Gaussian that bounds it: rate B/n, noise multiplier sigma/2 or sigma), ``ShuffledBatchGaussian`` (its participations
+are Gaussian mechanisms: the exact route), ``RandomizedResponse`` (K labels, each dp_accounting's C-ary randomized
 response, REPLACE_ONE), ``LaplaceNoisyMax`` / ``GaussianNoisyMax`` without votes, ``Shuffled`` (Feldman-McMillan-Talwar
 2021's dominating pair, :func:`dpaudit.accountants.ldp.shuffle_pld`). Data-dependent PATE events are not supported
 (:class:`~dpaudit.accountants.base.UnsupportedEventError`).
@@ -33,8 +35,8 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, MAX_FFT_COMPOSITIONS, append_event, inv_square, quiet_overflow
 from dpaudit.accountants.base import Accountant, UnsupportedEventError
 from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon, pure_composition_epsilon
-from dpaudit.accountants.events import (DpEvent, GaussianNoisyMax, LaplaceNoisyMax, RandomizedResponse, Shuffled,
-                                        SubsampledGaussian, flatten)
+from dpaudit.accountants.events import (DpEvent, FixedBatchGaussian, GaussianNoisyMax, LaplaceNoisyMax, RandomizedResponse,
+                                        Shuffled, ShuffledBatchGaussian, SubsampledGaussian, flatten)
 from dpaudit.accountants.ldp import shuffle_pld
 from dpaudit.accountants.rdp import RdpAccountant, event_assumptions
 from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
@@ -51,6 +53,11 @@ def _gaussian_mu2(event: DpEvent) -> float | None:
     """mu^2 of one occurrence of a Gaussian-mechanism event (sensitivity/sigma squared, summed), else None."""
     if isinstance(event, SubsampledGaussian) and event.sampling_rate == 1.0:
         return event.steps * inv_square(event.noise_multiplier)
+    if isinstance(event, FixedBatchGaussian) and event.sampling_rate == 1.0 and event.neighbouring != "substitution":
+        s = 2.0 if event.neighbouring == "add-remove" else 1.0
+        return event.steps * s * s * inv_square(event.noise_multiplier)
+    if isinstance(event, ShuffledBatchGaussian):
+        return event.participations * event.sensitivity ** 2 * inv_square(event.noise_multiplier)
     if isinstance(event, GaussianNoisyMax) and event.votes is None:
         per = 2.0 * inv_square(event.sigma)
         if event.sigma_threshold is not None:
@@ -96,7 +103,9 @@ class PldAccountant(Accountant):
     def supports(self, event: DpEvent) -> bool:
         if isinstance(event, (LaplaceNoisyMax, GaussianNoisyMax)):
             return event.votes is None
-        return isinstance(event, (SubsampledGaussian, RandomizedResponse, Shuffled))
+        if isinstance(event, FixedBatchGaussian):
+            return event.neighbouring != "substitution"
+        return isinstance(event, (SubsampledGaussian, RandomizedResponse, Shuffled, ShuffledBatchGaussian))
 
     def compose(self, event: DpEvent, count: int = 1) -> "PldAccountant":
         count = check_int(count, "count", "PldAccountant", low=0)
@@ -105,7 +114,9 @@ class PldAccountant(Accountant):
         leaves = flatten(event)
         for leaf, _ in leaves:
             if not self.supports(leaf):
-                why = " with votes (data-dependent)" if getattr(leaf, "votes", None) is not None else ""
+                why = (" with votes (data-dependent)" if getattr(leaf, "votes", None) is not None else
+                       " under substitution (no dominating pair is known for fixed-size batches)"
+                       if isinstance(leaf, FixedBatchGaussian) else "")
                 raise UnsupportedEventError(f"PldAccountant does not support events of type {type(leaf).__name__}{why}.")
         if count == 0:
             return self
@@ -120,7 +131,8 @@ class PldAccountant(Accountant):
 
     def _leaf_pld(self, event: DpEvent, count: int, vdi: float) -> Any:
         inner = {SubsampledGaussian: "steps", RandomizedResponse: "num_samples", LaplaceNoisyMax: "num_queries",
-                 GaussianNoisyMax: "num_queries"}.get(type(event))
+                 GaussianNoisyMax: "num_queries", FixedBatchGaussian: "steps",
+                 ShuffledBatchGaussian: "participations"}.get(type(event))
         n = count * (int(getattr(event, inner)) if inner else 1)
         if n > MAX_FFT_COMPOSITIONS:
             raise ParameterError(f"{n} compositions are out of the FFT route's supported range (<= {MAX_FFT_COMPOSITIONS}).")
@@ -128,6 +140,15 @@ class PldAccountant(Accountant):
             one = pld_lib.from_gaussian_mechanism(standard_deviation=event.noise_multiplier, sampling_prob=event.sampling_rate,
                                                   value_discretization_interval=vdi)
             return one.self_compose(event.steps * count)
+        if isinstance(event, FixedBatchGaussian):
+            sigma = event.noise_multiplier / (2.0 if event.neighbouring == "add-remove" else 1.0)
+            one = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=event.sampling_rate,
+                                                  value_discretization_interval=vdi)
+            return one.self_compose(event.steps * count)
+        if isinstance(event, ShuffledBatchGaussian):
+            one = pld_lib.from_gaussian_mechanism(standard_deviation=event.noise_multiplier / event.sensitivity,
+                                                  value_discretization_interval=vdi)
+            return one.self_compose(event.participations * count)
         if isinstance(event, RandomizedResponse):
             one = pld_lib.from_randomized_response(
                 noise_parameter=1.0 - event.beta, num_buckets=event.num_classes, value_discretization_interval=vdi,

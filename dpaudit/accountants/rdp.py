@@ -88,6 +88,16 @@ def rdp_to_epsilon(orders: Sequence[float] | np.ndarray, rdp: Sequence[float] | 
 # --------------------------------------------------------------------------------------------------
 
 
+_RELATION_TEXT = {
+    "add-remove": "one example added or removed (a fixed batch size makes the added example displace another, "
+                  "so the sum moves by up to 2C).",
+    "zero-out": "one example replaced by a null example whose clipped gradient is zero (Kairouz et al. 2021); the "
+                "dataset size is public.",
+    "substitution": "one example replaced by another (the clipped-gradient sum moves by up to 2C); the dataset size "
+                    "is public.",
+}
+
+
 def event_assumptions(event) -> tuple[str, ...]:
     """Sentences stating the neighbouring relation and data dependence of a leaf event (for statements)."""
     name = type(event).__name__
@@ -99,6 +109,24 @@ def event_assumptions(event) -> tuple[str, ...]:
                 "sampling with rate q at every step.",)
     if isinstance(event, ev.Shuffled):
         return ("Shuffled: central model with a trusted shuffler; neighbouring datasets differ in one user's input.",)
+    if isinstance(event, ev.FixedBatchGaussian):
+        return (f"FixedBatchGaussian: every step draws exactly B = {event.batch_size} of the n = {event.dataset_size} "
+                "examples uniformly without replacement, independently of the other steps; neighbouring datasets: "
+                + _RELATION_TEXT[event.neighbouring],)
+    if isinstance(event, ev.ShuffledBatchGaussian):
+        return (f"ShuffledBatchGaussian: every epoch permutes the n = {event.dataset_size} examples and cuts them into "
+                f"{event.batches_per_epoch} batches of B = {event.batch_size}"
+                + ("" if event.dataset_size % event.batch_size == 0 else
+                   " (the left-over examples are dropped)" if event.drop_last else " (the last one shorter)")
+                + f"; an example is in at most one batch per epoch, {event.participations} in all. No amplification by "
+                "shuffling is counted (valid for any batch order). Neighbouring datasets: "
+                + _RELATION_TEXT[event.neighbouring],)
+    if isinstance(event, ev.RandomStoppingTuning):
+        inner = tuple(a for leaf, _ in ev.flatten(event.event) for a in event_assumptions(leaf))
+        return (f"RandomStoppingTuning: the run is repeated K times, K ~ {event.distribution} (E[K] = "
+                f"{event.expected_runs:.4g}) drawn independently of the data, candidate hyperparameters drawn "
+                "independently of the data, and only the best run by a score the run itself outputs is released "
+                "(Papernot & Steinke 2022).",) + inner
     if isinstance(event, (ev.LaplaceNoisyMax, ev.GaussianNoisyMax)):
         out = [f"{name}: replace-one neighbours at the granularity its sensitivity was derived for "
                "(one record, or one party's data for party-level DP)."]

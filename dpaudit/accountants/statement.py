@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
+from dpaudit.errors import ParameterError
 
-__all__ = ["PrivacyStatement", "AccountingResult"]
+__all__ = ["PrivacyStatement", "AccountingResult", "smallest_route"]
 
 _INFINITE = ("epsilon is infinite: no finite bound holds at this delta for this route (the noise is too small, or "
              "delta = 0 for a mechanism that is not pure DP).")
@@ -35,6 +36,10 @@ class PrivacyStatement:
         True when the figure depends on private data; then it is not itself differentially private.
     details:
         Extra named numbers (``{"beta": 0.528}``, ``{"q_max": 0.03}``).
+    route:
+        The accounting route this figure comes from (``"rdp"``, ``"pld"``, ``"prv"``, ...) when it is one of several
+        valid upper bounds on the same guarantee; ``""`` for a figure that is not a candidate headline (another
+        granularity, one run of a tuned release, a comparison figure). See :func:`smallest_route`.
     """
 
     epsilon: float
@@ -45,6 +50,7 @@ class PrivacyStatement:
     label: str = ""
     data_dependent: bool = False
     details: Mapping[str, Any] = field(default_factory=dict)
+    route: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", float(self.epsilon))
@@ -65,6 +71,7 @@ class PrivacyStatement:
             "data_dependent": self.data_dependent,
             "assumptions": list(self.assumptions),
             "details": {k: _num(v) if isinstance(v, float) else v for k, v in self.details.items()},
+            "route": self.route,
         }
 
     @classmethod
@@ -78,6 +85,7 @@ class PrivacyStatement:
             label=data.get("label", ""),
             data_dependent=bool(data.get("data_dependent", False)),
             details={k: _unnum(v) for k, v in dict(data.get("details", {})).items()},
+            route=str(data.get("route", "")),
         )
 
 
@@ -114,6 +122,11 @@ class AccountingResult:
         return self.statement.epsilon
 
     @property
+    def headline_route(self) -> str | None:
+        """The route of the headline figure (``None`` when the headline is not one of several routes)."""
+        return self.statement.route or None
+
+    @property
     def delta(self) -> float:
         return self.statement.delta
 
@@ -122,6 +135,7 @@ class AccountingResult:
             "mechanism": self.mechanism,
             "epsilon": _num(self.epsilon),
             "delta": self.delta,
+            "headline_route": self.headline_route,
             "headline": self.statement.to_dict(),
             "statements": [s.to_dict() for s in self.statements],
             "parameters": dict(self.parameters),
@@ -141,6 +155,25 @@ class AccountingResult:
             facts=dict(data.get("facts", {})),
             warnings=tuple(data.get("warnings", ())),
         )
+
+
+def smallest_route(statements: Sequence[PrivacyStatement], forced: str | None = None, *, owner: str = "accounting") -> int:
+    """The headline rule, the same for every accountant: the index of the smallest epsilon among the statements that
+    name a route (alternative valid upper bounds on one guarantee), the first on a tie. ``forced`` (a route name) picks
+    that route's statement instead, whatever its figure. Statements without a route (other granularities, comparison
+    figures) are never the headline unless no statement has a route, when the first statement is.
+    """
+    routes = [i for i, s in enumerate(statements) if s.route]
+    if forced is not None:
+        for i in routes:
+            if statements[i].route == forced:
+                return i
+        names = ", ".join(sorted({statements[i].route for i in routes})) or "none"
+        raise ParameterError(f"The 'accountant' parameter of {owner} must name a route that was computed ({names}). "
+                             f"Got {forced!r} instead.")
+    if not routes:
+        return 0
+    return min(routes, key=lambda i: (statements[i].epsilon, i))
 
 
 def join_assumptions(*groups: Sequence[str]) -> tuple[str, ...]:

@@ -24,7 +24,10 @@ Training recipe for shadow / reference models (optional; without one only the th
 Accounting (at most one)
     ``ledger=`` a dpaudit ledger JSON; ``dp_events=`` a dp_accounting event (object, or a JSON file written by
     :func:`~dpaudit.integrations.dp_accounting.dp_event_to_json`); ``opacus=`` an Opacus run (an
-    :class:`~dpaudit.integrations.opacus.OpacusRun`, a ``PrivacyEngine``, or a JSON file of ``OpacusRun.to_dict()``).
+    :class:`~dpaudit.integrations.opacus.OpacusRun`, a ``PrivacyEngine``, or a JSON file of ``OpacusRun.to_dict()``),
+    accounted under the batch sampler it records (Poisson, shuffled or deterministic fixed-size batches), the sampler
+    named in every output. ``runs_tried=K``: the released model is the best of K training runs (a hyper-parameter
+    search); the K runs are composed, and a claim below that figure gets the red flag ``tuning_not_accounted``.
 
 Claim
     ``claim=["epsilon=8", "delta=1e-5", "granularity=record"]`` (``record`` is dpaudit's ``example``).
@@ -226,13 +229,43 @@ def _membership(members: Any, nonmembers: Any, attacker: Any, n: int) -> dict[st
 # accounting
 
 
-def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, Any]) -> tuple[Any, Any, list, list, dict]:
+def _repeat_ledger(led: PrivacyLedger, runs: int) -> PrivacyLedger:
+    """The ledger of ``runs`` runs each spending what ``led`` records (every party's events composed ``runs`` times)."""
+    out = PrivacyLedger(delta=led.delta, accountant=led.accountant, orders=led.orders)
+    for a in led.assumptions:
+        out.add_assumption(a)
+    out.add_assumption(f"The release is the best of {runs} training runs (a hyper-parameter search): the runs are "
+                       "composed; choosing the best is a post-processing of their outputs and scores.")
+    for party in led.parties:
+        out.record(party, led.events(party), runs)
+    return out
+
+
+def _tuning_flag(runs: int, one_run: float, all_runs: float, claim: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``tuning_not_accounted`` when the claim is below the accounting of the ``runs`` runs the release says it tried."""
+    c = float(claim["epsilon"])
+    if runs <= 1 or not math.isfinite(all_runs) or c >= all_runs * (1 - 1e-9):
+        return []
+    how = "one run's accounting" if c >= one_run * (1 - 1e-9) else "less than one run's accounting"
+    return [("tuning_not_accounted",
+             f"The released model is the best of {runs} training runs (hyper-parameter search), but the claim "
+             f"(epsilon = {c:g}) is at or above only {how} (epsilon = {one_run:.4g}): the {runs} runs together are "
+             f"accounted at epsilon = {all_runs:.4g}. A best-of-K release must account every run (or random stopping, "
+             "Papernot & Steinke 2022: dpaudit account --mechanism tuning).")]
+
+
+def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, Any],
+                runs_tried: int = 1) -> tuple[Any, Any, list, list, dict]:
     """(ledger dict or None, statement dict or None, assumptions, flags, source info)."""
+    runs_tried = check_int(runs_tried, "runs_tried", "make_release", low=1, high=1_000_000)
     given = [k for k, v in (("ledger", ledger), ("dp_events", dp_events), ("opacus", opacus)) if v is not None]
     if len(given) > 1:
         raise ParameterError(f"Give at most one accounting source (--ledger, --dp-events, --opacus). Got {given} instead.")
     delta = claim["delta"]
     if not given:
+        if runs_tried > 1:
+            raise ParameterError("The 'runs_tried' parameter of make_release needs an accounting source (--ledger, "
+                                 f"--dp-events or --opacus). Got runs_tried={runs_tried} without one instead.")
         return None, None, ["No accounting was given: the release states a claim but no accounted epsilon."], [], {}
     if delta <= 0:
         raise ParameterError("The claim's delta must be > 0 to account (epsilon, delta) from events. Got 0 instead.")
@@ -247,7 +280,11 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
             raise DataError(f"The ledger file {str(p)!r} is not a dpaudit ledger JSON ({exc}).") from None
         if not math.isclose(led.delta, delta):
             led = PrivacyLedger.from_dict({**led.to_dict(), "delta": delta})
+        one = led.overall().epsilon
+        if runs_tried > 1:
+            led = _repeat_ledger(led, runs_tried)
         st = led.overall()
+        flags += _tuning_flag(runs_tried, one, st.epsilon, claim)
         return led.to_dict(), AccountingResult("ledger", (st,)).to_dict(), list(st.assumptions), flags, {"ledger": str(p)}
     if dp_events is not None:
         from dpaudit.integrations.dp_accounting import dp_event_from_json, ledger_from_dp_accounting
@@ -261,7 +298,11 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
                 raise DataError(f"The dp_accounting events file {str(p)!r} is not valid JSON ({exc}).") from None
             source = {"dp_events": str(p)}
         led = ledger_from_dp_accounting(dp_events, delta=delta)
+        one = led.overall().epsilon
+        if runs_tried > 1:
+            led = _repeat_ledger(led, runs_tried)
         st = led.overall()
+        flags += _tuning_flag(runs_tried, one, st.epsilon, claim)
         return led.to_dict(), AccountingResult("dp_accounting events", (st,)).to_dict(), list(st.assumptions), flags, source
     from dpaudit.integrations.opacus import OpacusRun, read_opacus
 
@@ -278,14 +319,16 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
         run = opacus
     else:
         run = read_opacus(opacus)
-    result = run.account(delta)
-    for msg in run.red_flags():
-        flags.append(("sampling_not_poisson", msg))
+    result = run.account(delta, runs=runs_tried)
+    flags.extend(run.release_flags(delta))
+    if runs_tried > 1:
+        flags += _tuning_flag(runs_tried, run.account(delta).epsilon, result.epsilon, claim)
+    source = {**source, "sampling": run.scheme}
     if claim["granularity"] != "example":
         flags.append(("granularity_not_covered",
                       f"The claim is at {claim['granularity']!r} level, but Opacus accounts record-level DP (one "
                       "record added or removed); a user or party with several records is not covered."))
-    return run.ledger(delta).to_dict(), result.to_dict(), list(result.statement.assumptions), flags, source
+    return run.ledger(delta, runs=runs_tried).to_dict(), result.to_dict(), list(result.statement.assumptions), flags, source
 
 
 # --------------------------------------------------------------------------------------------------
@@ -427,7 +470,8 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
                  members: Any = None, nonmembers: Any = None, attacker: Any = None, scores: Any = None,
                  train_fn: str | None = None, recipe_model: str | None = None,
                  recipe_kwargs: Mapping[str, Any] | None = None, recipe_config: Any = None, ledger: Any = None,
-                 dp_events: Any = None, opacus: Any = None, seed: int = 0, overwrite: bool = False) -> Path:
+                 dp_events: Any = None, opacus: Any = None, runs_tried: int = 1, seed: int = 0,
+                 overwrite: bool = False) -> Path:
     """Check every input, then write the release bundle ``out`` atomically (see the module docstring)."""
     from dpaudit.training.external import absolute_import_path
     from dpaudit.training.release import write_release
@@ -442,10 +486,10 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     if (model is None) == (scores is None):
         raise ParameterError("Give exactly one of a model (--model) or the model's scores (--scores). Got "
                              f"model={model!r}, scores={scores!r} instead.")
-    ledger_d, statement, acc_assumptions, flags, acc_source = _accounting(ledger, dp_events, opacus, claim_d)
+    ledger_d, statement, acc_assumptions, flags, acc_source = _accounting(ledger, dp_events, opacus, claim_d, runs_tried)
     assumptions = ["The model was trained outside dpaudit; membership (which records it trained on) is as declared "
                    "by whoever made this release, and dpaudit cannot verify it."] + acc_assumptions
-    params: dict[str, Any] = {"accounting_source": acc_source}
+    params: dict[str, Any] = {"accounting_source": acc_source, "runs_tried": int(runs_tried)}
 
     if scores is not None:
         if any(v is not None for v in (data, dataset, members, nonmembers, attacker, train_fn, recipe_model, factory)):

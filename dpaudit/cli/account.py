@@ -14,7 +14,7 @@ from dpaudit.accountants.smooth_sensitivity import release_gnmax_epsilon
 from dpaudit.accountants.rdp import parse_orders
 from dpaudit.cli.render import render_result, result_json
 
-MECHANISMS = ("ldp", "dpsgd", "laplace", "gaussian", "pate", "gnmax")
+MECHANISMS = ("ldp", "dpsgd", "tuning", "laplace", "gaussian", "pate", "gnmax")
 
 # option name (python identifier) -> CLI spelling
 _FLAG = {
@@ -28,12 +28,17 @@ _FLAG = {
     "conversion": "--conversion", "sigma": "--sigma", "threshold": "--threshold", "sigma1": "--sigma1",
     "answered": "--answered", "interactive": "--interactive", "release_epsilon": "--release-epsilon", "seed": "--seed",
     "release_order": "--release-order", "release_beta": "--release-beta", "release_sigma_ss": "--release-sigma-ss",
+    "sampling": "--sampling", "neighbouring": "--neighbouring", "drop_last": "--drop-last",
+    "runs_distribution": "--runs-distribution", "mean_runs": "--mean-runs", "eta": "--eta",
 }
 
 # mechanism -> (required options, optional options)
 _USES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ldp": (("epsilon", "samples", "classes"), ("rounds", "participation", "users", "delta")),
-    "dpsgd": (("dataset_size", "batch_size", "noise_multiplier", "delta"), ("epochs", "steps", "accountant")),
+    "dpsgd": (("dataset_size", "batch_size", "noise_multiplier", "delta"),
+              ("epochs", "steps", "accountant", "sampling", "neighbouring", "drop_last")),
+    "tuning": (("runs_distribution", "mean_runs", "dataset_size", "batch_size", "noise_multiplier", "delta"),
+               ("eta", "epochs", "steps", "sampling", "neighbouring", "drop_last")),
     "laplace": (("gamma", "queries", "delta"), ("sensitivity", "orders", "conversion")),
     "gaussian": (("sigma", "queries", "delta"), ("orders", "threshold", "sigma1", "answered", "interactive")),
     "pate": (("votes", "gamma", "delta"), ("sensitivity", "queries", "fedkt_level", "granularity", "partitions",
@@ -55,8 +60,8 @@ def _check_options(mechanism: str, given: dict[str, Any]) -> None:
         raise click.UsageError(
             f"{', '.join(_FLAG[n] for n in unused)} {'is' if len(unused) == 1 else 'are'} not used by --mechanism {mechanism} "
             f"(it takes {', '.join(_FLAG[n] for n in required + optional)}).")
-    if mechanism == "dpsgd" and (given.get("epochs") is None) == (given.get("steps") is None):
-        raise click.UsageError("exactly one of --epochs or --steps is required for --mechanism dpsgd.")
+    if mechanism in ("dpsgd", "tuning") and (given.get("epochs") is None) == (given.get("steps") is None):
+        raise click.UsageError(f"exactly one of --epochs or --steps is required for --mechanism {mechanism}.")
     if mechanism == "gnmax" and not given.get("release_epsilon"):
         extra = [_FLAG[n] for n in _RELEASE_ONLY if given.get(n) is not None]
         if extra:
@@ -75,9 +80,13 @@ def _call(mechanism: str, o: dict[str, Any]):
     if mechanism == "ldp":
         return fns["ldp"](o["epsilon"], o["samples"], o["classes"], rounds=o["rounds"], participation=o["participation"],
                           users=o["users"], delta=o["delta"])
-    if mechanism == "dpsgd":
-        return fns["dpsgd"](dataset_size=o["dataset_size"], batch_size=o["batch_size"], noise_multiplier=o["noise_multiplier"],
-                            epochs=o["epochs"], steps=o["steps"], delta=o["delta"], accountant=o["accountant"] or "best")
+    if mechanism in ("dpsgd", "tuning"):
+        run = dict(dataset_size=o["dataset_size"], batch_size=o["batch_size"], noise_multiplier=o["noise_multiplier"],
+                   epochs=o["epochs"], steps=o["steps"], delta=o["delta"], sampling=o["sampling"] or "poisson",
+                   neighbouring=o["neighbouring"], drop_last=bool(o["drop_last"]))
+        if mechanism == "dpsgd":
+            return fns["dpsgd"](**run, accountant=o["accountant"] or "best")
+        return fns["tuning"](runs_distribution=o["runs_distribution"], mean_runs=o["mean_runs"], eta=o["eta"], **run)
     orders = parse_orders(o["orders"]) if o["orders"] is not None else None
     if mechanism in ("laplace", "pate"):
         extra = {} if o["sensitivity"] is None else {"sensitivity": o["sensitivity"]}
@@ -113,12 +122,18 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--participation", type=float, help="[ldp] fraction of clients per round.")
 @click.option("--users", type=int, help="[ldp] total clients (users*participation reports are shuffled per round).")
 @click.option("--delta", type=float, help="target delta.")
-@click.option("--dataset-size", type=int, help="[dpsgd] examples in the training set.")
-@click.option("--batch-size", type=int, help="[dpsgd] expected batch size (q = batch/dataset).")
-@click.option("--noise-multiplier", type=float, help="[dpsgd] sigma.")
-@click.option("--epochs", type=float, help="[dpsgd] epochs (steps = ceil(epochs*dataset/batch)).")
-@click.option("--steps", type=int, help="[dpsgd] steps.")
-@click.option("--accountant", type=click.Choice(("best", "rdp", "pld")), help="[dpsgd] headline route: best (default: the smaller of rdp and pld), or force rdp or pld.")
+@click.option("--dataset-size", type=int, help="[dpsgd, tuning] examples in the training set.")
+@click.option("--batch-size", type=int, help="[dpsgd, tuning] (expected) batch size (q = batch/dataset).")
+@click.option("--noise-multiplier", type=float, help="[dpsgd, tuning] sigma.")
+@click.option("--epochs", type=float, help="[dpsgd, tuning] epochs (steps = ceil(epochs*dataset/batch); shuffle: epochs * batches per epoch).")
+@click.option("--steps", type=int, help="[dpsgd, tuning] steps.")
+@click.option("--accountant", type=click.Choice(("best", "rdp", "pld", "prv")), help="[dpsgd] headline route: best (default: the smallest valid upper bound of rdp, pld and prv), or force one route (the output names it).")
+@click.option("--sampling", type=click.Choice(("poisson", "shuffle", "fixed-wor")), help="[dpsgd, tuning] batch sampler: poisson (default), shuffle (a random permutation per epoch cut into batches: PyTorch's DataLoader(shuffle=True)), fixed-wor (B examples without replacement at every step).")
+@click.option("--neighbouring", type=click.Choice(("add-remove", "zero-out", "substitution")), help="[dpsgd, tuning] neighbouring relation: add-remove (default; poisson, fixed-wor), zero-out (default for shuffle), substitution.")
+@click.option("--drop-last", is_flag=True, help="[dpsgd, tuning] shuffle: the loader drops the last incomplete batch of each epoch.")
+@click.option("--runs-distribution", type=click.Choice(("poisson", "geometric", "logarithmic", "truncated-negative-binomial")), help="[tuning] distribution of the number of training runs K (random stopping, Papernot & Steinke 2022).")
+@click.option("--mean-runs", type=float, help="[tuning] expected number of runs E[K].")
+@click.option("--eta", type=float, help="[tuning] eta of the truncated negative binomial (> -1; geometric is 1, logarithmic 0).")
 @click.option("--gamma", type=float, help="[laplace, pate] inverse Laplace scale on vote counts.")
 @click.option("--queries", type=int, help="[laplace, gaussian, pate, gnmax] number of queries.")
 @click.option("--sensitivity", type=float, help="[laplace, pate] L1 sensitivity of the vote histogram (default 2).")

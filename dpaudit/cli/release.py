@@ -65,6 +65,9 @@ def command() -> None:
               "(dpaudit.integrations.dp_accounting.dp_event_to_json).")
 @click.option("--opacus", type=_PATH, default=None, help="Accounting: an Opacus run JSON "
               "(dpaudit.integrations.opacus.OpacusRun.to_dict(), or its bare history list).")
+@click.option("--runs-tried", type=int, default=1, show_default=True,
+              help="Training runs tried in the hyper-parameter search that produced the model (the release is the best "
+                   "of them): all are accounted, and a claim that covers fewer is a red flag.")
 @click.option("--claim", "claims", multiple=True, required=True,
               help="KEY=VALUE, repeated: epsilon=8, delta=1e-5, granularity=record (or example|user|party|...), text=...")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -73,10 +76,12 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
          data: Path | None, labels: Path | None, label_column: str | None, dataset: str | None, data_dir: Path | None,
          members: Path | None, nonmembers: Path | None, attacker: Path | None, train_fn: str | None,
          recipe_model: str | None, recipe_kwargs: str | None, recipe_config: Path | None, ledger: Path | None,
-         dp_events: Path | None, opacus: Path | None, claims: tuple[str, ...], seed: int, overwrite: bool) -> None:
+         dp_events: Path | None, opacus: Path | None, runs_tried: int, claims: tuple[str, ...], seed: int,
+         overwrite: bool) -> None:
     """Build a release bundle from a model trained elsewhere, so that `dpaudit attack`, `dpaudit audit` and
     `dpaudit check` work on it."""
     from dpaudit.audit.release_make import make_release
+    from dpaudit.report.flags import RELEASE_FLAG_SEVERITY
     from dpaudit.training.release import load_release
     from dpaudit.training.usercode import BundleCode
 
@@ -86,7 +91,7 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
         data_dir=None if data_dir is None else str(data_dir), members=members, nonmembers=nonmembers, attacker=attacker,
         scores=scores, train_fn=train_fn, recipe_model=recipe_model,
         recipe_kwargs=_json_kwargs(recipe_kwargs, "--recipe-kwargs"), recipe_config=recipe_config, ledger=ledger,
-        dp_events=dp_events, opacus=opacus, seed=seed, overwrite=overwrite)
+        dp_events=dp_events, opacus=opacus, runs_tried=runs_tried, seed=seed, overwrite=overwrite)
     rel = load_release(path, code=BundleCode(factory=factory, train_fn=train_fn))   # the code you just named
     meta = rel.meta
     st = meta.get("statement")
@@ -94,9 +99,18 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
                f"{len(rel.membership['nonmembers'])} non-members)")
     click.echo(f"claim: {meta['claim']['text']}")
     if st is not None:
+        head = st["headline"]
+        route = f", route {st['headline_route']}" if st.get("headline_route") else ""
+        h_eps = float(head["epsilon"]) if isinstance(head["epsilon"], str) else head["epsilon"]  # "inf" in JSON
+        click.echo(f"headline: ε = {fmt_number(h_eps)} at δ = {fmt_number(head['delta'])} ({st['mechanism']}{route}; the "
+                   "smallest valid upper bound)")
         for s in st["statements"]:
             eps = float(s["epsilon"]) if isinstance(s["epsilon"], str) else s["epsilon"]  # "inf" in JSON
             click.echo(f"accounted: ε = {fmt_number(eps)} at δ = {fmt_number(s['delta'])} ({s['label'] or s['method']})")
+        lower = st.get("facts", {}).get("lower_bound_epsilon")
+        if lower is not None:
+            click.echo(f"lower bound (Chua et al. 2024, certified): no analysis of this run can give ε below "
+                       f"{fmt_number(lower)}")
     click.echo(f"attacks possible: {', '.join(meta['params'].get('possible_attacks', []))}")
     for f in meta.get("flags", []):
-        click.echo(f"red flag ({f['code']}): {f['message']}")
+        click.echo(f"{RELEASE_FLAG_SEVERITY.get(f['code'], 'warning')} flag ({f['code']}): {f['message']}")

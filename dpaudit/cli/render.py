@@ -68,8 +68,9 @@ def render_result(result: AccountingResult, console: Console | None = None) -> N
                      st.method, fmt_number(st.order), ",".join(str(numbers[a]) for a in st.assumptions)])
     print_table(console, ["figure", "ε", "δ", "method", "order", "assumptions"], rows, title=result.mechanism,
                 right=(1, 2, 4))
+    route = f" (route: {result.headline_route})" if result.headline_route else ""
     console.print(Text.assemble(("* headline: ", "bold"),
-                                f"ε = {fmt_number(result.epsilon)}, δ = {fmt_number(result.delta)}"), soft_wrap=True)
+                                f"ε = {fmt_number(result.epsilon)}, δ = {fmt_number(result.delta)}{route}"), soft_wrap=True)
     if result.facts:
         print_table(console, ["fact", "value"], [[k, fmt_number(v)] for k, v in result.facts.items()], title="facts",
                     right=(1,))

@@ -10,6 +10,9 @@ dpaudit                                   dp_accounting
 ``RandomizedResponse(C, K, beta)``        ``SelfComposedDpEvent(<the above>, K)`` (K labels, each its own RR)
 ``Repeated(e, n)``                        ``SelfComposedDpEvent(to(e), n)``
 ``Composed([e1, ...])``                   ``ComposedDpEvent([to(e1), ...])``; ``NoOpDpEvent`` reads as ``Composed(())``
+``FixedBatchGaussian(n, B, sigma, T,      ``SelfComposedDpEvent(SampledWithoutReplacementDpEvent(n, B,
+neighbouring="substitution")``            GaussianDpEvent(sigma / 2)), T)`` (REPLACE_ONE; dp_accounting's noise is
+                                          relative to the replace-one sensitivity, 2C for a clipped-gradient sum)
 ``GaussianNoisyMax(sigma)`` (no votes)    one way only: ``GaussianDpEvent(sigma / sqrt 2)`` per query (GNMax is the
                                           argmax of the Gaussian mechanism on the vote histogram, L2 sensitivity
                                           sqrt 2), plus ``GaussianDpEvent(sigma_threshold)`` per query for
@@ -18,9 +21,10 @@ dpaudit                                   dp_accounting
 
 No counterpart (refused with a :class:`~dpaudit.errors.ParameterError` naming the event): data-dependent events
 (``votes``), ``LaplaceNoisyMax`` (dp_accounting has no report-noisy-max event, and its ``LaplaceDpEvent`` is the
-Laplace *mechanism*, whose privacy-loss distribution does not dominate noisy max's worst case), ``Shuffled``; from
-dp_accounting, ``LaplaceDpEvent``, sampling without replacement / with replacement, zCDP, tree aggregation,
-``NonPrivateDpEvent`` and ``UnsupportedDpEvent``.
+Laplace *mechanism*, whose privacy-loss distribution does not dominate noisy max's worst case), ``Shuffled``,
+``ShuffledBatchGaussian``, ``FixedBatchGaussian`` under add/remove or zero-out (dp_accounting's without-replacement
+event is replace-one only); from dp_accounting, ``LaplaceDpEvent``, sampling with replacement, sampling without
+replacement of anything but a Gaussian, zCDP, tree aggregation, ``NonPrivateDpEvent`` and ``UnsupportedDpEvent``.
 
 Both conversions are exact for the table's rows: ``to_dp_accounting(from_dp_accounting(e)) == e`` for every
 dp_accounting event in the image of ``to_dp_accounting``, and ``from_dp_accounting(to_dp_accounting(e))`` is ``e``
@@ -37,8 +41,8 @@ from typing import Any, Mapping
 
 import dp_accounting
 
-from dpaudit.accountants.events import (Composed, DpEvent, GaussianNoisyMax, RandomizedResponse, Repeated,
-                                        SubsampledGaussian)
+from dpaudit.accountants.events import (Composed, DpEvent, FixedBatchGaussian, GaussianNoisyMax, RandomizedResponse,
+                                        Repeated, SubsampledGaussian)
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.errors import ParameterError
 
@@ -57,6 +61,10 @@ def to_dp_accounting(event: DpEvent) -> "dp_accounting.DpEvent":
         one: Any = dp_accounting.GaussianDpEvent(event.noise_multiplier)
         if event.sampling_rate < 1.0:
             one = dp_accounting.PoissonSampledDpEvent(event.sampling_rate, one)
+        return one if event.steps == 1 else dp_accounting.SelfComposedDpEvent(one, event.steps)
+    if isinstance(event, FixedBatchGaussian) and event.neighbouring == "substitution":
+        one = dp_accounting.SampledWithoutReplacementDpEvent(event.dataset_size, event.batch_size,
+                                                             dp_accounting.GaussianDpEvent(event.noise_multiplier / 2.0))
         return one if event.steps == 1 else dp_accounting.SelfComposedDpEvent(one, event.steps)
     if isinstance(event, RandomizedResponse):
         one = dp_accounting.RandomizedResponseDpEvent(noise_parameter=1.0 - event.beta, num_buckets=event.num_classes)
@@ -78,7 +86,10 @@ def to_dp_accounting(event: DpEvent) -> "dp_accounting.DpEvent":
     name = type(event).__name__
     why = {"LaplaceNoisyMax": "dp_accounting has no report-noisy-max event, and its LaplaceDpEvent (the Laplace "
                               "mechanism) does not dominate noisy max's worst case, so no conversion is safe.",
-           "Shuffled": "dp_accounting has no amplification-by-shuffling event."}.get(name, "unknown to dp_accounting.")
+           "Shuffled": "dp_accounting has no amplification-by-shuffling event.",
+           "ShuffledBatchGaussian": "dp_accounting has no shuffled-batch event.",
+           "FixedBatchGaussian": "dp_accounting's SampledWithoutReplacementDpEvent is replace-one only (use "
+                                 "neighbouring='substitution')."}.get(name, "unknown to dp_accounting.")
     raise _no_counterpart(f"The dpaudit event {name}", why)
 
 
@@ -94,6 +105,13 @@ def from_dp_accounting(event: "dp_accounting.DpEvent") -> DpEvent:
                                   "dpaudit's Poisson-sampled event is the sampled Gaussian only.")
         return SubsampledGaussian(sampling_rate=event.sampling_probability, noise_multiplier=inner.noise_multiplier,
                                   steps=1)
+    if isinstance(event, d.SampledWithoutReplacementDpEvent):
+        inner = event.event
+        if not isinstance(inner, d.GaussianDpEvent):
+            raise _no_counterpart(f"SampledWithoutReplacementDpEvent of {type(inner).__name__}",
+                                  "dpaudit's without-replacement event is the Gaussian only.")
+        return FixedBatchGaussian(int(event.source_dataset_size), int(event.sample_size), 2.0 * inner.noise_multiplier,
+                                  1, neighbouring="substitution")
     if isinstance(event, d.RandomizedResponseDpEvent):
         if not 0.0 < event.noise_parameter < 1.0:
             raise ParameterError("The 'noise_parameter' of RandomizedResponseDpEvent must lie in (0, 1) for a dpaudit "
@@ -103,7 +121,11 @@ def from_dp_accounting(event: "dp_accounting.DpEvent") -> DpEvent:
     if isinstance(event, d.SelfComposedDpEvent):
         inner = from_dp_accounting(event.event)
         count = int(event.count)
-        leaf = isinstance(event.event, (d.GaussianDpEvent, d.PoissonSampledDpEvent, d.RandomizedResponseDpEvent))
+        leaf = isinstance(event.event, (d.GaussianDpEvent, d.PoissonSampledDpEvent, d.RandomizedResponseDpEvent,
+                                        d.SampledWithoutReplacementDpEvent))
+        if leaf and count >= 1 and isinstance(inner, FixedBatchGaussian):
+            return FixedBatchGaussian(inner.dataset_size, inner.batch_size, inner.noise_multiplier, count,
+                                      neighbouring="substitution")
         if leaf and count >= 1 and isinstance(inner, SubsampledGaussian):
             return SubsampledGaussian(inner.sampling_rate, inner.noise_multiplier, steps=count)
         if leaf and count >= 1 and isinstance(inner, RandomizedResponse):
@@ -116,7 +138,6 @@ def from_dp_accounting(event: "dp_accounting.DpEvent") -> DpEvent:
         return Composed(())
     why = {
         "LaplaceDpEvent": "dpaudit accounts Laplace noise only inside report-noisy-max (LaplaceNoisyMax).",
-        "SampledWithoutReplacementDpEvent": "dpaudit's sampled Gaussian assumes Poisson sampling.",
         "SampledWithReplacementDpEvent": "dpaudit's sampled Gaussian assumes Poisson sampling.",
         "NonPrivateDpEvent": "the mechanism is not differentially private (epsilon is infinite).",
         "UnsupportedDpEvent": "dp_accounting itself marks the mechanism as unsupported.",

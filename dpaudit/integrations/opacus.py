@@ -18,8 +18,13 @@ every step samples each record independently with probability ``sample_rate`` (P
 ``DPDataLoader``, the default ``poisson_sampling=True``); neighbouring datasets differ in one *record*
 (add/remove), so it says nothing about users with several records; ``sample_rate`` is ``1 / len(data_loader)``
 fixed at ``make_private`` time. With ``poisson_sampling=False`` Opacus keeps the original fixed-size shuffled
-batches but still accounts them as Poisson sampling: that analysis does not cover the training that ran
-(a red flag, raised when the data loader is given and is not Poisson).
+batches but still accounts them as Poisson sampling: that analysis does not cover the training that ran.
+
+dpaudit accounts the sampler it sees (:func:`loader_sampling`): Poisson as Opacus does; a ``DataLoader`` with
+``shuffle=True`` (``RandomSampler`` without replacement) as shuffled fixed-size batches
+(:class:`~dpaudit.accountants.events.ShuffledBatchGaussian`: the valid no-amplification upper bound, with Chua et al.'s
+lower bound and Opacus's Poisson figure beside it, named as not a guarantee); ``shuffle=False`` as deterministic batches
+(the same bound, exact). Only a sampler it cannot recognise is accounted as Poisson and raises the red flag.
 """
 
 from __future__ import annotations
@@ -32,15 +37,20 @@ from typing import Any
 import numpy as np
 
 from dpaudit._io import write_json
-from dpaudit.accountants.events import Composed, SubsampledGaussian
+from dpaudit.accountants.dpsgd import SAMPLING_NAMES, dpsgd_routes
+from dpaudit.accountants.events import Composed, DpEvent, Repeated, ShuffledBatchGaussian, SubsampledGaussian
 from dpaudit.accountants.ledger import PrivacyLedger
-from dpaudit.accountants.pld import PldAccountant
-from dpaudit.accountants.rdp import EdgeOrderWarning, RdpAccountant, rdp_to_epsilon
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.errors import DataError, ParameterError, check_probability
+from dpaudit.accountants.rdp import EdgeOrderWarning, rdp_to_epsilon
+from dpaudit.accountants.sampling import shuffle_lower_bound
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, smallest_route
+from dpaudit.errors import DataError, ParameterError, check_int, check_probability
 
 __all__ = ["OPACUS_ORDERS", "OpacusRun", "OpacusRecorder", "read_opacus", "is_poisson_loader", "write_opacus_ledger",
-           "OPACUS_ASSUMPTIONS"]
+           "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS"]
+
+#: What :func:`loader_sampling` can report: ``poisson`` (Opacus's DPDataLoader), ``shuffle`` (DataLoader(shuffle=True)),
+#: ``sequential`` (DataLoader(shuffle=False): deterministic batches), ``unknown`` (any other sampler).
+OPACUS_SAMPLINGS = ("poisson", "shuffle", "sequential", "unknown")
 
 
 #: Opacus's RDP order grid, ``opacus.accountants.RDPAccountant.DEFAULT_ALPHAS`` (opacus 1.4 - 1.6; a test checks it
@@ -83,25 +93,124 @@ def is_poisson_loader(data_loader: Any) -> bool:
     return isinstance(sampler, (UniformWithReplacementSampler, DistributedUniformWithReplacementSampler))
 
 
+def loader_sampling(data_loader: Any) -> dict[str, Any]:
+    """How ``data_loader`` samples its batches: ``{"sampling": one of OPACUS_SAMPLINGS, "dataset_size",
+    "batch_size", "drop_last", "batches_per_epoch"}`` (sizes ``None`` where the loader does not say)."""
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+
+    out: dict[str, Any] = {"sampling": "unknown", "dataset_size": None, "batch_size": None, "drop_last": False,
+                           "batches_per_epoch": None}
+    if is_poisson_loader(data_loader):
+        out["sampling"] = "poisson"
+        return out
+    dataset = getattr(data_loader, "dataset", None)
+    try:
+        n = len(dataset)  # type: ignore[arg-type]
+        out["batches_per_epoch"] = len(data_loader)
+    except TypeError:      # an iterable-style dataset has no length: nothing can be said about its batches
+        return out
+    batch_sampler = getattr(data_loader, "batch_sampler", None)
+    if type(batch_sampler) is not BatchSampler:
+        return out
+    sampler = batch_sampler.sampler
+    out.update(dataset_size=n, batch_size=int(batch_sampler.batch_size), drop_last=bool(batch_sampler.drop_last))
+    if type(sampler) is RandomSampler and not sampler.replacement and sampler.num_samples == n:
+        out["sampling"] = "shuffle"
+    elif type(sampler) is SequentialSampler:
+        out["sampling"] = "sequential"
+    return out
+
+
 @dataclass(frozen=True)
 class OpacusRun:
     """What an Opacus training run did: its phases ``(noise_multiplier, sample_rate, steps)``, which Opacus
-    accountant kept them, and whether its data loader was seen to be Poisson (``None``: not given)."""
+    accountant kept them, whether its data loader was seen to be Poisson (``None``: not given) and, when a loader
+    was seen, its sampler (``sampling``, :data:`OPACUS_SAMPLINGS`) and batch structure (``dataset_size``,
+    ``batch_size``, ``drop_last``)."""
 
     history: tuple[tuple[float, float, int], ...]
     opacus_accountant: str = "rdp"
     poisson_sampling: bool | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    sampling: str | None = None
+    dataset_size: int | None = None
+    batch_size: int | None = None
+    drop_last: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "history", _check_history(list(self.history)))
         for sigma, q, steps in self.history:   # validates every phase (named parameters, ranges)
             SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=steps)
+        if self.sampling is None and self.poisson_sampling is not None:
+            # a record from before the sampler was recorded: a non-Poisson loader of unknown kind
+            object.__setattr__(self, "sampling", "poisson" if self.poisson_sampling else "unknown")
+        if self.sampling is not None:
+            if self.sampling not in OPACUS_SAMPLINGS:
+                raise DataError(f"The 'sampling' of an Opacus run must be one of {', '.join(OPACUS_SAMPLINGS)}. Got "
+                                f"{self.sampling!r:.40} instead.")
+            if self.poisson_sampling is not None and self.poisson_sampling != (self.sampling == "poisson"):
+                raise DataError(f"An Opacus run cannot have poisson_sampling={self.poisson_sampling} with sampling="
+                                f"{self.sampling!r}.")
+            object.__setattr__(self, "poisson_sampling", self.sampling == "poisson")
+        for name in ("dataset_size", "batch_size"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, check_int(value, name, "OpacusRun", low=1))
+        if not isinstance(self.drop_last, bool):
+            raise DataError(f"The 'drop_last' of an Opacus run must be true or false. Got {self.drop_last!r:.40} instead.")
+        if self.dataset_size is not None and self.batch_size is not None and self.batch_size > self.dataset_size:
+            raise DataError(f"The 'batch_size' of an Opacus run ({self.batch_size}) exceeds its dataset_size "
+                            f"({self.dataset_size}).")
 
     @property
-    def events(self) -> tuple[SubsampledGaussian, ...]:
-        """One ``SubsampledGaussian`` per phase, in order."""
+    def batches(self) -> bool:
+        """Whether the run used fixed-size batches that dpaudit accounts as such (shuffled or sequential)."""
+        return self.sampling in ("shuffle", "sequential")
+
+    def _batch_structure(self) -> tuple[int, int, bool, str]:
+        """(n, B, drop_last, note) of the fixed-size batches: the loader's, or, when it was not recorded, T = round(1 /
+        sample_rate) batches of one record each (Opacus's rule sample_rate = 1 / len(data_loader))."""
+        if self.dataset_size is not None and self.batch_size is not None:
+            return self.dataset_size, self.batch_size, self.drop_last, ""
+        qs = {q for _, q, _ in self.history}
+        if len(qs) != 1:
+            raise DataError("The Opacus run has phases with different sample rates and no recorded batch size: its "
+                            "batches per epoch are unknown.")
+        q = qs.pop()
+        t = max(1, round(1.0 / q))
+        if abs(t * q - 1.0) > 1e-6:
+            raise DataError(f"The Opacus run's sample_rate {q:g} is not 1 / len(data_loader) of a fixed-size loader.")
+        return t, 1, False, (f"The batch structure was not recorded: T = 1/sample_rate = {t} batches per epoch are assumed "
+                             "(Opacus's rule), every record in one of them per epoch (drop_last=False).")
+
+    def batch_events(self) -> tuple[ShuffledBatchGaussian, ...]:
+        """One ``ShuffledBatchGaussian`` per phase (zero-out neighbours), first steps counted across phases."""
+        n, b, drop, _ = self._batch_structure()
+        out, first = [], 0
+        for sigma, _, steps in self.history:
+            out.append(ShuffledBatchGaussian(n, b, sigma, steps, drop_last=drop, first_step=first, neighbouring="zero-out"))
+            first += steps
+        return tuple(out)
+
+    @property
+    def events(self) -> tuple[DpEvent, ...]:
+        """One event per phase, in order: ``SubsampledGaussian`` (Poisson, or a sampler dpaudit could not recognise,
+        accounted as Opacus does) or ``ShuffledBatchGaussian`` (shuffled or sequential fixed-size batches)."""
+        if self.batches:
+            return self.batch_events()
+        return self.poisson_events
+
+    @property
+    def poisson_events(self) -> tuple[SubsampledGaussian, ...]:
+        """One ``SubsampledGaussian`` per phase: what Opacus's accountant analysed."""
         return tuple(SubsampledGaussian(sampling_rate=q, noise_multiplier=s, steps=t) for s, q, t in self.history)
+
+    @property
+    def scheme(self) -> str:
+        """The sampler the accounting assumes, named for outputs."""
+        if self.sampling == "sequential":
+            return "deterministic fixed-size batches (no shuffling)"
+        return SAMPLING_NAMES["shuffle" if self.batches else "poisson"]
 
     @property
     def event(self) -> Composed:
@@ -112,19 +221,36 @@ class OpacusRun:
         return sum(t for _, _, t in self.history)
 
     def red_flags(self) -> tuple[str, ...]:
+        """Messages of what makes the accounted figure not a guarantee (the release flag ``sampling_not_poisson``)."""
         flags = []
-        if self.poisson_sampling is False:
+        if self.sampling == "unknown":
             flags.append("The data loader does not use Poisson sampling (Opacus's poisson_sampling=False, or a "
-                         "loader replaced after make_private): the training ran on fixed-size shuffled batches, but "
+                         "loader replaced after make_private) and dpaudit could not recognise its sampler (not "
+                         "DataLoader(shuffle=True) or shuffle=False, or its batch structure was not recorded), but "
                          "Opacus's accountant analysed Poisson sampling at rate 1/len(data_loader). That analysis does "
                          "not cover this run; the epsilon below is not a guarantee for it.")
         return tuple(flags)
 
+    def release_flags(self, delta: float) -> tuple[tuple[str, str], ...]:
+        """``(code, message)`` release flags: ``sampling_not_poisson`` (red, :meth:`red_flags`) or, for fixed-size
+        batches accounted as such, ``opacus_epsilon_assumes_poisson`` (a warning naming Opacus's own figure)."""
+        out = [("sampling_not_poisson", m) for m in self.red_flags()]
+        if self.batches and self.history:
+            eps_o = self.opacus_epsilon(delta)
+            out.append(("opacus_epsilon_assumes_poisson",
+                        f"The run used {self.scheme}, but Opacus's own epsilon ({eps_o:.4g} at delta = {delta:g}, "
+                        "PrivacyEngine.get_epsilon) analyses Poisson sampling: it is not a guarantee for this run. "
+                        "dpaudit accounts the batches the run used (no amplification by shuffling counted)."))
+        return tuple(out)
+
     def assumptions(self) -> tuple[str, ...]:
-        seen = "" if self.poisson_sampling is None else (
-            " The data loader was checked: Poisson." if self.poisson_sampling else
-            " The data loader was checked: NOT Poisson (red flag).")
-        return OPACUS_ASSUMPTIONS[:2] + (OPACUS_ASSUMPTIONS[2] + seen,) + OPACUS_ASSUMPTIONS[3:] + self.notes
+        seen = {None: "", "poisson": " The data loader was checked: Poisson.",
+                "shuffle": " The data loader was checked: shuffled fixed-size batches (DataLoader(shuffle=True)), "
+                           "accounted as such, not as Poisson sampling.",
+                "sequential": " The data loader was checked: deterministic fixed-size batches (shuffle=False), "
+                              "accounted as such, not as Poisson sampling.",
+                "unknown": " The data loader was checked: NOT Poisson, and its sampler was not recognised (red flag)."}
+        return OPACUS_ASSUMPTIONS[:2] + (OPACUS_ASSUMPTIONS[2] + seen[self.sampling],) + OPACUS_ASSUMPTIONS[3:] + self.notes
 
     def opacus_epsilon(self, delta: float) -> float:
         """Opacus's own ``RDPAccountant.get_epsilon(delta)`` on this history (for comparison)."""
@@ -145,62 +271,99 @@ class OpacusRun:
                                        dtype=np.float64)
         return total
 
-    def account(self, delta: float) -> AccountingResult:
-        """Three figures at ``delta``, headline first:
+    def account(self, delta: float, *, runs: int = 1) -> AccountingResult:
+        """Every valid route at ``delta`` under the sampler the run used, the smallest the headline (named by route):
 
-        1. Opacus's RDP (its own RDP values on its orders, converted with the bound Opacus uses --
-           Canonne-Kamath-Steinke 2020 / Balle et al. 2020 -- by :func:`~dpaudit.accountants.rdp.rdp_to_epsilon`):
-           equal to Opacus's ``RDPAccountant.get_epsilon(delta)``;
-        2. dpaudit's RDP accountant (dp_accounting's RDP of the sampled Gaussian, same orders): at fractional orders
-           it is slightly larger than Opacus's series, so it may exceed figure 1 in the fifth digit;
-        3. dp_accounting's PLD (tighter; pessimistic discretisation).
+        - ``"rdp"``: dpaudit's RDP accountant on Opacus's orders (exact RDP of the sampled Gaussian at every order;
+          for fixed-size batches, the no-amplification Gaussian RDP);
+        - ``"pld"``: dp_accounting's PLD (for fixed-size batches the exact Gaussian-DP route);
+        - ``"prv"``: the PRV accountant's certified upper bound (Poisson only).
+
+        Beside them, not candidates for the headline: Opacus's own RDP figure (its ``compute_rdp`` series on its orders,
+        converted as Opacus does: equal to ``RDPAccountant.get_epsilon``), and, for shuffled batches, Chua et al.'s
+        certified lower bound in ``facts``. ``runs`` > 1: the release is the best of that many such runs (a
+        hyper-parameter search), accounted as their composition.
         """
         delta = check_probability(delta, "delta", "OpacusRun.account")
+        runs = check_int(runs, "runs", "OpacusRun.account", low=1)
         desc = "; ".join(f"sigma = {s:g}, q = {q:.6g}, {t} steps" for s, q, t in self.history) or "no steps"
         common = self.assumptions() + (f"Phases: {desc}.",)
+        if self.batches:
+            n, b, drop, note = self._batch_structure()
+            common = common + ((f"Fixed-size batches: n = {n}, B = {b}, drop_last = {drop}.",) if not note else (note,))
+            if self.sampling == "sequential":
+                common = common + ("The loader does not shuffle (shuffle=False): the same batches every epoch, a "
+                                   "special case of the shuffled-batch event, for which the no-amplification bound is "
+                                   "exact.",)
+        if runs > 1:
+            common = common + (f"The release is the best of {runs} training runs (a hyper-parameter search): the runs "
+                               "are composed; choosing the best is a post-processing of their outputs and scores.",)
         if self.history:
-            eps_o, order_o = rdp_to_epsilon(OPACUS_ORDERS, self.opacus_rdp(), delta, warn=False)
+            eps_o, order_o = rdp_to_epsilon(OPACUS_ORDERS, runs * self.opacus_rdp(), delta, warn=False)
         else:
             eps_o, order_o = 0.0, None
+        valid = "" if not self.batches else ": NOT a guarantee for this run (it analyses Poisson sampling)"
         stmts = [PrivacyStatement(
-            eps_o, delta, "rdp (Opacus's RDP analysis and orders)", order=order_o, label="Opacus DP-SGD (Opacus RDP)",
+            eps_o, delta, "rdp (Opacus's RDP analysis and orders)", order=order_o, label=f"Opacus's own figure{valid}",
             assumptions=("RDP of each phase by Opacus's compute_rdp on RDPAccountant.DEFAULT_ALPHAS, summed, converted "
-                         "with the Canonne-Kamath-Steinke 2020 bound (as Opacus).",) + common)]
-        rdp = RdpAccountant(OPACUS_ORDERS)
-        pld = PldAccountant()
-        for ev in self.events:
-            rdp.compose(ev)
-            pld.compose(ev)
-        for name, acc in (("dpaudit rdp", rdp), ("pld", pld)):
+                         "with the Canonne-Kamath-Steinke 2020 bound (as Opacus); shown for comparison, not a route "
+                         "dpaudit certifies.",) + common)]
+        event: DpEvent = Composed(self.events)
+        if runs > 1:
+            event = Repeated(event, runs)
+        warns: list[str] = list(self.red_flags())
+        facts: dict[str, Any] = {"sampling": self.scheme, "steps": self.steps, "phases": [list(h) for h in self.history],
+                                 "opacus_accountant": self.opacus_accountant,
+                                 "opacus_rdp_epsilon": self.opacus_epsilon(delta) if runs == 1 else eps_o,
+                                 "poisson_sampling_checked": self.poisson_sampling, "runs": runs}
+        if self.history:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", EdgeOrderWarning)
-                st = acc.get_statement(delta)
-            stmts.append(PrivacyStatement(st.epsilon, st.delta, st.method, order=st.order,
-                                          label=f"Opacus DP-SGD ({name})", assumptions=st.assumptions + common,
-                                          details=st.details))
-        facts = {"steps": self.steps, "phases": [list(h) for h in self.history],
-                 "opacus_accountant": self.opacus_accountant, "opacus_rdp_epsilon": self.opacus_epsilon(delta),
-                 "poisson_sampling_checked": self.poisson_sampling}
-        warns = list(self.red_flags())
+                routes, skipped, _ = dpsgd_routes(event, delta, label=f"Opacus DP-SGD, {self.scheme}", common=common,
+                                                  orders=OPACUS_ORDERS)
+            stmts.extend(routes)
+            for name, why in skipped.items():
+                facts[f"route {name} not used"] = why
+        headline = smallest_route(stmts)
+        facts["headline_route"] = stmts[headline].route or None
+        if self.batches and self.history:
+            lower = shuffle_lower_bound(self._repeated_batches(runs), delta)
+            facts.update({"lower_bound_epsilon": lower.epsilon, "lower_bound_construction": lower.construction})
+            warns.append(
+                f"{self.scheme.capitalize()}: epsilon <= {stmts[headline].epsilon:.4g} is a valid upper bound (no "
+                f"amplification counted); Chua et al.'s construction certifies that no analysis can give less than "
+                f"{lower.epsilon:.4g}; Opacus's own figure ({eps_o:.4g}) analyses Poisson sampling and is not a "
+                "guarantee for this run.")
         if order_o is not None and order_o in (OPACUS_ORDERS[0], OPACUS_ORDERS[-1]):
-            warns.append(f"The best RDP order ({order_o:g}) is at the edge of Opacus's order grid; a wider grid may "
-                         "give a smaller epsilon.")
-        return AccountingResult("opacus dp-sgd (Poisson-subsampled Gaussian)", tuple(stmts), headline=0,
-                                parameters={"delta": delta, "orders": "opacus RDPAccountant.DEFAULT_ALPHAS"},
+            warns.append(f"The best RDP order of Opacus's figure ({order_o:g}) is at the edge of Opacus's order grid.")
+        return AccountingResult(f"opacus dp-sgd ({self.scheme})", tuple(stmts), headline=headline,
+                                parameters={"delta": delta, "orders": "opacus RDPAccountant.DEFAULT_ALPHAS",
+                                            "sampling": self.sampling, "runs": runs},
                                 facts=facts, warnings=tuple(warns))
 
-    def ledger(self, delta: float, *, party: str = "all") -> PrivacyLedger:
-        """A dpaudit ledger (RDP on Opacus's orders) holding every phase for ``party``."""
+    def _repeated_batches(self, runs: int) -> list[ShuffledBatchGaussian]:
+        """The batch events of ``runs`` consecutive runs on the same data (each run's epochs start afresh)."""
+        evs = self.batch_events()
+        total = sum(e.steps for e in evs)
+        t = evs[0].batches_per_epoch
+        span = -(-total // t) * t
+        return [ShuffledBatchGaussian(e.dataset_size, e.batch_size, e.noise_multiplier, e.steps, drop_last=e.drop_last,
+                                      first_step=e.first_step + r * span, neighbouring=e.neighbouring)
+                for r in range(runs) for e in evs]
+
+    def ledger(self, delta: float, *, party: str = "all", runs: int = 1) -> PrivacyLedger:
+        """A dpaudit ledger (RDP on Opacus's orders) holding every phase (``runs`` times) for ``party``."""
         led = PrivacyLedger(delta=delta, accountant="rdp", orders=OPACUS_ORDERS)
         for a in self.assumptions():
             led.add_assumption(a)
         for ev in self.events:
-            led.record(party, ev)
+            led.record(party, ev, runs)
         return led
 
     def to_dict(self) -> dict[str, Any]:
         return {"history": [list(h) for h in self.history], "opacus_accountant": self.opacus_accountant,
-                "poisson_sampling": self.poisson_sampling, "notes": list(self.notes)}
+                "poisson_sampling": self.poisson_sampling, "notes": list(self.notes), "sampling": self.sampling,
+                "dataset_size": self.dataset_size, "batch_size": self.batch_size, "drop_last": self.drop_last}
 
     @classmethod
     def from_dict(cls, d: Any) -> "OpacusRun":
@@ -208,13 +371,15 @@ class OpacusRun:
             raise DataError("An Opacus run record must be a JSON object with 'history' "
                             "([[noise_multiplier, sample_rate, steps], ...]).")
         return cls(tuple(tuple(h) for h in _check_history(d["history"])), str(d.get("opacus_accountant", "rdp")),
-                   d.get("poisson_sampling"), tuple(d.get("notes", ())))
+                   d.get("poisson_sampling"), tuple(d.get("notes", ())), sampling=d.get("sampling"),
+                   dataset_size=d.get("dataset_size"), batch_size=d.get("batch_size"),
+                   drop_last=d.get("drop_last", False))
 
 
 def read_opacus(source: Any, *, data_loader: Any = None) -> OpacusRun:
     """Read an Opacus run from a ``PrivacyEngine``, one of its accountants (anything with ``history`` and
     ``mechanism()``), an :class:`OpacusRecorder`, or a bare history list. ``data_loader`` (the one training
-    iterated) is checked for Poisson sampling."""
+    iterated) is inspected (:func:`loader_sampling`) and the run is accounted under the sampler it uses."""
     if isinstance(source, OpacusRecorder):
         history, mech = source.history, "dpaudit-recorder"
     elif isinstance(source, (list, tuple)):
@@ -226,8 +391,18 @@ def read_opacus(source: Any, *, data_loader: Any = None) -> OpacusRun:
                                  f"accountant, an OpacusRecorder or a history list. Got {type(source).__name__} instead.")
         history = list(acc.history)
         mech = acc.mechanism() if callable(getattr(acc, "mechanism", None)) else type(acc).__name__
-    poisson = None if data_loader is None else is_poisson_loader(data_loader)
-    return OpacusRun(tuple(tuple(h) for h in _check_history(history)), str(mech), poisson)
+    hist = tuple(tuple(h) for h in _check_history(history))
+    if data_loader is None:
+        return OpacusRun(hist, str(mech))
+    seen = loader_sampling(data_loader)
+    sampling = seen["sampling"]
+    if sampling in ("shuffle", "sequential") and seen["batches_per_epoch"] and hist:
+        # Opacus fixed sample_rate = 1 / len(data_loader) at make_private: the loader must be the one it saw
+        if any(abs(q * seen["batches_per_epoch"] - 1.0) > 1e-6 for _, q, _ in hist):
+            sampling = "unknown"
+    known = sampling in ("shuffle", "sequential")
+    return OpacusRun(hist, str(mech), sampling=sampling, dataset_size=seen["dataset_size"] if known else None,
+                     batch_size=seen["batch_size"] if known else None, drop_last=bool(seen["drop_last"]) if known else False)
 
 
 class OpacusRecorder:

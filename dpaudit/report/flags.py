@@ -28,6 +28,10 @@ RELEASE_FLAG_SEVERITY = {
     # granularity is not what the accounting covers
     "sampling_not_poisson": "red",
     "granularity_not_covered": "red",
+    # Opacus with fixed-size batches: dpaudit accounts the batches; Opacus's own (Poisson) figure is not a guarantee
+    "opacus_epsilon_assumes_poisson": "warning",
+    # a best-of-K release (hyper-parameter search) whose claim accounts fewer runs than were tried
+    "tuning_not_accounted": "red",
 }
 
 

@@ -128,15 +128,20 @@ _ATTACK_HEAD = ["attack", "AUC [95% CI]", "TPR @ FPR 0.1% / 1% / 10%", "acc", "p
 
 def _assumptions(m: ModelAudit) -> list[str]:
     stated = [a for s in (m.theoretical or {}).get("statements", []) for a in s.get("assumptions", [])]
-    return list(dict.fromkeys(list(m.assumptions) + stated))
+    # the accounting's warnings (e.g. shuffled batches: the upper bound, the certified lower bound, the Poisson figure
+    # that is not a guarantee) are things a reader must see
+    warned = list((m.theoretical or {}).get("warnings", []))
+    return list(dict.fromkeys(list(m.assumptions) + stated + warned))
 
 
 def _statement_rows(m: ModelAudit) -> list[list[str]]:
     rows = []
+    head = (m.theoretical or {}).get("headline")
     for s in (m.theoretical or {}).get("statements", []):
         e = s["epsilon"]
         e = float(e) if isinstance(e, str) else e
-        rows.append([s.get("label") or "–", fmt_epsilon(e), fmt_number(float(s["delta"])), s["method"],
+        mark = (" — headline" + (f" (route {s['route']})" if s.get("route") else "")) if s == head else ""
+        rows.append([(s.get("label") or "–") + mark, fmt_epsilon(e), fmt_number(float(s["delta"])), s["method"],
                      fmt_number(s.get("order"))])
     return rows
 

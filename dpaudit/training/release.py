@@ -152,6 +152,8 @@ FLAG_CODES = (
     "distillation_not_accounted",    # a loss term depends on a non-private model trained on the same data
     "sampling_not_poisson",          # DP-SGD accounted as Poisson sampling, but the data loader was not Poisson
     "granularity_not_covered",       # the claim's granularity is not the one the accounting covers
+    "opacus_epsilon_assumes_poisson",  # fixed-size batches accounted as such; Opacus's own figure assumed Poisson
+    "tuning_not_accounted",          # the release is the best of K runs, the claim accounts fewer
 )
 
 

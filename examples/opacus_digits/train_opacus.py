@@ -1,7 +1,11 @@
 """Train a small CNN on scikit-learn's digits with real Opacus DP-SGD at a target epsilon, and export what
 `dpaudit release make` needs: weights in safetensors, the data, member / non-member indices, the Opacus run.
 
-    python examples/opacus_digits/train_opacus.py --out runs/opacus_digits [--epsilon 4] [--epochs 15]
+    python examples/opacus_digits/train_opacus.py --out runs/opacus_digits [--epsilon 4] [--epochs 15] [--shuffle]
+
+``--shuffle`` trains as many people do: Opacus's ``poisson_sampling=False`` keeps the ``DataLoader(shuffle=True)``
+batches, while Opacus still accounts Poisson sampling. The script then prints the same run accounted both ways:
+Opacus's Poisson figure and dpaudit's shuffled-batch figures (the valid upper bound and Chua et al.'s lower bound).
 
 then (the script prints these commands with your paths):
 
@@ -37,7 +41,7 @@ def _build():
 
 
 def main(out: str | Path, *, epsilon: float = 4.0, delta: float = 1e-5, epochs: int = 15, batch_size: int = 64,
-         seed: int = 0) -> dict:
+         seed: int = 0, shuffle: bool = False) -> dict:
     from opacus import PrivacyEngine
     from safetensors.torch import save_file
     from sklearn.datasets import load_digits
@@ -64,7 +68,7 @@ def main(out: str | Path, *, epsilon: float = 4.0, delta: float = 1e-5, epochs: 
         warnings.simplefilter("ignore")      # Opacus's secure-RNG notice
         model, opt, loader = engine.make_private_with_epsilon(
             module=net, optimizer=opt, data_loader=loader, target_epsilon=epsilon, target_delta=delta, epochs=epochs,
-            max_grad_norm=1.0)                # Poisson sampling (Opacus's default)
+            max_grad_norm=1.0, poisson_sampling=not shuffle)   # Poisson sampling is Opacus's default
         for _ in range(epochs):
             for xb, yb in loader:
                 if len(xb) == 0:
@@ -74,8 +78,9 @@ def main(out: str | Path, *, epsilon: float = 4.0, delta: float = 1e-5, epochs: 
                 opt.step()
     net.eval()                                # make_private trained `net` in place
     save_file({k: v.detach().contiguous() for k, v in net.state_dict().items()}, str(out / "weights.safetensors"))
-    run = read_opacus(engine, data_loader=loader)
+    run = read_opacus(engine, data_loader=loader)         # records the sampler the loader uses
     (out / "opacus.json").write_text(json.dumps(run.to_dict(), indent=2))
+    accounted = run.account(delta)
     with torch.no_grad():
         acc = float((net(torch.from_numpy(X[nonmembers])).argmax(1).numpy() == y[nonmembers]).mean())
     opacus_eps = float(engine.get_epsilon(delta))
@@ -90,7 +95,10 @@ def main(out: str | Path, *, epsilon: float = 4.0, delta: float = 1e-5, epochs: 
         f'[[claim]]\nname = "opacus-cnn"\nrelease = "release"\nfactory = {factory}\nepsilon = {epsilon}\n'
         f'delta = {delta}\ngranularity = "example"\nattack = {{ kind = "threshold", confidence = 0.95, seed = 0 }}\n')
     info = {"opacus_epsilon": opacus_eps, "target_epsilon": epsilon, "test_accuracy": acc,
-            "noise_multiplier": float(opt.noise_multiplier), "steps": run.steps}
+            "noise_multiplier": float(opt.noise_multiplier), "steps": run.steps, "sampling": run.scheme,
+            "dpaudit_epsilon": accounted.epsilon, "dpaudit_route": accounted.headline_route}
+    if "lower_bound_epsilon" in accounted.facts:
+        info["dpaudit_lower_bound_epsilon"] = accounted.facts["lower_bound_epsilon"]
     print(json.dumps(info))
     return info
 
@@ -101,8 +109,9 @@ if __name__ == "__main__":
     ap.add_argument("--epsilon", type=float, default=4.0)
     ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shuffle", action="store_true", help="shuffled fixed-size batches (poisson_sampling=False)")
     a = ap.parse_args()
-    info = main(a.out, epsilon=a.epsilon, epochs=a.epochs, seed=a.seed)
+    info = main(a.out, epsilon=a.epsilon, epochs=a.epochs, seed=a.seed, shuffle=a.shuffle)
     o = a.out
     print(f"\nnext:\n  dpaudit release make --out {o}/release --model {o}/weights.safetensors "
           f"--factory {Path(__file__).parent}/digits_cnn.py:build --data {o}/data.npz --members {o}/members.npy "

@@ -21,3 +21,16 @@ def test_wrapper_equals_public_accountant(q, sigma):
         eps_public = acc.get_epsilon(1e-5)
         eps_ours = rdp_public.compute_epsilon([order], [3 * rdp], 1e-5)[0]
         assert eps_ours == pytest.approx(eps_public, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("n,b,sigma", [(1000, 10, 1.1), (500, 50, 4.0), (100, 50, 0.8), (60000, 150, 0.65)])
+def test_wor_wrapper_equals_public_accountant(n, b, sigma):
+    from dpaudit.accountants._dp_accounting import rdp_sample_wor_gaussian
+
+    ours = rdp_sample_wor_gaussian(b / n, sigma, ORDERS)
+    for order, rdp in zip(ORDERS, ours):
+        acc = rdp_public.RdpAccountant([order], dp_accounting.NeighboringRelation.REPLACE_ONE)
+        acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(n, b, dp_accounting.GaussianDpEvent(sigma)), 3)
+        eps_public = acc.get_epsilon(1e-5)
+        eps_ours = rdp_public.compute_epsilon([order], [3 * rdp], 1e-5)[0]
+        assert eps_ours == pytest.approx(eps_public, rel=1e-12, abs=1e-12)

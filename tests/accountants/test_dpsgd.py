@@ -22,7 +22,7 @@ def test_tensorflow_privacy_reference_value():
 
 def test_default_headline_is_the_smaller_route():
     r = account_dpsgd(**MNIST)
-    assert r.statement.method == "pld" and r.facts["winning_route"] == "pld"
+    assert r.statement.method == "pld" and r.facts["headline_route"] == r.headline_route == "pld"
     assert r.epsilon == min(s.epsilon for s in r.statements) == pytest.approx(0.6401, abs=2e-4)
     assert r.facts["rdp_order"] == 19.0
 
@@ -74,7 +74,11 @@ def test_rdp_of_full_batch_is_gaussian():
     (dict(MNIST, noise_multiplier=float("nan")), "noise_multiplier"),
     (dict(MNIST, delta=0.0), "delta"),
     (dict(MNIST, epochs=-1), "epochs"),
-    (dict(MNIST, accountant="prv"), "accountant"),
+    (dict(MNIST, accountant="moments"), "accountant"),
+    (dict(MNIST, sampling="balls"), "sampling"),
+    (dict(MNIST, sampling="shuffle", neighbouring="add-remove"), "neighbouring"),
+    (dict(MNIST, sampling="poisson", neighbouring="substitution"), "neighbouring"),
+    (dict(MNIST, drop_last=True), "drop_last"),
 ])
 def test_bad_input(kwargs, name):
     with pytest.raises(ParameterError, match=f"'{name}' parameter"):

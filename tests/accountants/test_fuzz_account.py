@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpaudit.accountants import (GaussianNoisyMax, LaplaceNoisyMax, PldAccountant, RandomizedResponse, RdpAccountant,
-                                 SubsampledGaussian, account_dpsgd, account_gnmax, account_ldp, account_pate, fedkt_privacy,
+from dpaudit.accountants import (FixedBatchGaussian, GaussianNoisyMax, LaplaceNoisyMax, PldAccountant, PrvAccountant,
+                                 RandomizedResponse, RdpAccountant, ShuffledBatchGaussian, SubsampledGaussian, account_dpsgd, account_gnmax, account_ldp, account_pate, fedkt_privacy,
                                  gaussian_mechanism_epsilon, pld, pure_composition_epsilon)
 from dpaudit.cli import main
 from dpaudit.errors import DPAuditError
@@ -84,7 +84,7 @@ def _run_cli(args: list[str]) -> tuple[int, str, str]:
 
 @st.composite
 def account_args(draw):
-    mech = draw(st.sampled_from(["ldp", "dpsgd", "laplace", "gaussian"]))
+    mech = draw(st.sampled_from(["ldp", "dpsgd", "laplace", "gaussian", "tuning"]))
     args = ["account", "--mechanism", mech, "--json"]
     opt = lambda flag, strat: args.extend([flag, _fmt(draw(strat))]) if draw(st.booleans()) else None  # noqa: E731
     if mech == "ldp":
@@ -94,14 +94,24 @@ def account_args(draw):
             opt("--participation", probs)
             opt("--users", ints)
             opt("--delta", probs)
-    elif mech == "dpsgd":
+    elif mech in ("dpsgd", "tuning"):
         args += ["--dataset-size", _fmt(draw(ints)), "--batch-size", _fmt(draw(ints)),
                  "--noise-multiplier", _fmt(draw(floats)), "--delta", _fmt(draw(probs))]
         if draw(st.booleans()):
             args += ["--steps", _fmt(draw(ints))]
         else:
             args += ["--epochs", _fmt(draw(floats))]
-        opt("--accountant", st.sampled_from(["best", "rdp", "pld"]))
+        if mech == "dpsgd":
+            opt("--accountant", st.sampled_from(["best", "rdp", "pld", "prv"]))
+        else:
+            args += ["--runs-distribution", draw(st.sampled_from(["poisson", "geometric", "logarithmic",
+                                                                  "truncated-negative-binomial"])),
+                     "--mean-runs", _fmt(draw(floats))]
+            opt("--eta", floats)
+        opt("--sampling", st.sampled_from(["poisson", "shuffle", "fixed-wor"]))
+        opt("--neighbouring", st.sampled_from(["add-remove", "zero-out", "substitution"]))
+        if draw(st.booleans()):
+            args.append("--drop-last")
     elif mech == "laplace":
         args += ["--gamma", _fmt(draw(floats)), "--queries", _fmt(draw(ints)), "--delta", _fmt(draw(probs))]
         opt("--sensitivity", floats)
@@ -146,7 +156,7 @@ def test_fuzz_cli_account_slow(args):
 @st.composite
 def api_calls(draw):
     which = draw(st.sampled_from(["ldp", "dpsgd", "pate", "pate-votes", "gnmax", "gnmax-votes", "fedkt", "gaussian",
-                                  "pure", "rdp", "pld"]))
+                                  "pure", "rdp", "pld", "prv"]))
     width = draw(st.integers(min_value=2, max_value=4))
     cell = st.sampled_from([0.0, 1.0, 3.0, 250.0, 1e300, 1e308])
     votes = np.array(draw(st.lists(st.lists(cell, min_size=width, max_size=width), min_size=1, max_size=3)))
@@ -158,7 +168,9 @@ def api_calls(draw):
             kw["delta"] = draw(probs)
         return which, lambda: account_ldp(**kw), set(kw)
     if which == "dpsgd":
-        kw = dict(dataset_size=draw(ints), batch_size=draw(ints), noise_multiplier=draw(floats), delta=draw(probs))
+        kw = dict(dataset_size=draw(ints), batch_size=draw(ints), noise_multiplier=draw(floats), delta=draw(probs),
+                  sampling=draw(st.sampled_from(["poisson", "shuffle", "fixed-wor"])),
+                  neighbouring=draw(st.sampled_from([None, "add-remove", "zero-out", "substitution"])))
         kw["steps" if draw(st.booleans()) else "epochs"] = draw(ints) if draw(st.booleans()) else draw(floats)
         return which, lambda: account_dpsgd(**kw), set(kw)
     if which in ("pate", "pate-votes"):
@@ -183,17 +195,20 @@ def api_calls(draw):
         e0, k, delta = draw(floats), draw(ints), draw(probs)
         return which, lambda: pure_composition_epsilon(e0, k, delta), {"eps0", "k", "delta"}
     events = [lambda: SubsampledGaussian(draw(probs), draw(floats), draw(ints)),
+              lambda: FixedBatchGaussian(draw(ints), draw(ints), draw(floats), draw(ints),
+                                         neighbouring=draw(st.sampled_from(["add-remove", "zero-out", "substitution"]))),
+              lambda: ShuffledBatchGaussian(draw(ints), draw(ints), draw(floats), draw(ints)),
               lambda: GaussianNoisyMax(draw(floats), num_queries=draw(ints)),
               lambda: LaplaceNoisyMax(draw(floats), num_queries=draw(ints)),
               lambda: RandomizedResponse(draw(ints), draw(ints), epsilon=draw(floats))]
     make = draw(st.sampled_from(events))
     delta = draw(probs)
-    acc_cls = RdpAccountant if which == "rdp" else PldAccountant
+    acc_cls = {"rdp": RdpAccountant, "pld": PldAccountant, "prv": PrvAccountant}[which]
 
     def call():
         return acc_cls().compose(make()).get_statement(delta)
     return which, call, {"sampling_rate", "noise_multiplier", "steps", "sigma", "num_queries", "gamma", "num_classes",
-                         "num_samples", "epsilon", "delta", "count"}
+                         "num_samples", "epsilon", "delta", "count", "dataset_size", "batch_size"}
 
 
 def _api_property(case) -> None:
@@ -205,7 +220,8 @@ def _api_property(case) -> None:
             res = call()
         except DPAuditError as exc:
             msg = str(exc)
-            assert any(f"'{n}'" in msg for n in names) or "out of" in msg or "needs" in msg, (which, msg)
+            assert (any(f"'{n}'" in msg for n in names) or "out of" in msg or "needs" in msg
+                    or "does not support" in msg), (which, msg)
             return
     runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
     assert not runtime, (which, [str(w.message) for w in runtime])

@@ -11,7 +11,7 @@ import pytest
 from byom_artefacts import digits_files, scores_file, torch_files
 from dpaudit.audit.attack_release import attack_release
 from dpaudit.audit.release_make import make_release, parse_claim
-from dpaudit.errors import DataError
+from dpaudit.errors import DataError, ParameterError
 from dpaudit.training.release import load_release
 from dpaudit.training.usercode import BundleCode
 
@@ -134,9 +134,44 @@ def test_opacus_run_accounting_and_flags(digits, tmp_path) -> None:
                        model=digits["skops"], data=digits["data"], members=digits["members"],
                        nonmembers=digits["nonmembers"], opacus=tmp_path / "opacus.json")
     meta = load_release(out).meta
-    assert meta["statement"]["epsilon"] == pytest.approx(run.opacus_epsilon(1e-5), rel=1e-6)
+    # a sampler dpaudit could not recognise: accounted as Opacus did, with the red flag; the headline is the smallest
+    # valid route (issue 27), named in release.json
+    routes = {s["route"]: s["epsilon"] for s in meta["statement"]["statements"] if s["route"]}
+    assert meta["statement"]["epsilon"] == min(routes.values()) <= run.opacus_epsilon(1e-5)
+    assert meta["statement"]["headline_route"] == meta["statement"]["headline"]["route"] in routes
     assert {f["code"] for f in meta["flags"]} == {"sampling_not_poisson", "granularity_not_covered"}
     assert meta["ledger"]["parties"]["all"]
+
+
+def test_opacus_shuffled_batches_release_and_best_of_k(digits, tmp_path) -> None:
+    from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
+    from dpaudit.integrations.opacus import OpacusRun
+
+    # DataLoader(shuffle=True): 100 records, batches of 20 (5 per epoch), 10 epochs at sigma 4
+    run = OpacusRun(((4.0, 0.2, 50),), sampling="shuffle", dataset_size=100, batch_size=20)
+    (tmp_path / "opacus.json").write_text(json.dumps(run.to_dict()))
+    common = dict(model=digits["skops"], data=digits["data"], members=digits["members"], nonmembers=digits["nonmembers"],
+                  opacus=tmp_path / "opacus.json")
+    out = make_release(tmp_path / "rel", claim=["epsilon=20", "delta=1e-5"], **common)
+    meta = load_release(out).meta
+    st = meta["statement"]
+    exact = gaussian_mechanism_epsilon(10 ** 0.5 / 4.0, 1e-5)      # 10 participations, sensitivity 1 (zero-out)
+    assert st["epsilon"] == pytest.approx(exact, rel=1e-9) and st["headline_route"] == "pld"
+    assert "shuffled fixed-size batches" in st["mechanism"]
+    assert meta["params"]["accounting_source"]["sampling"] == "shuffled fixed-size batches"
+    assert 0 < st["facts"]["lower_bound_epsilon"] <= st["epsilon"] and st["facts"]["opacus_rdp_epsilon"] < st["epsilon"]
+    assert [f["code"] for f in meta["flags"]] == ["opacus_epsilon_assumes_poisson"]
+    assert meta["params"]["runs_tried"] == 1
+    # the same model as the best of 4 runs: 4 runs composed, and a claim covering one run is a red flag
+    out4 = make_release(tmp_path / "rel4", claim=["epsilon=3", "delta=1e-5"], runs_tried=4, **common)
+    meta4 = load_release(out4).meta
+    assert meta4["statement"]["epsilon"] == pytest.approx(gaussian_mechanism_epsilon(40 ** 0.5 / 4.0, 1e-5), rel=1e-9)
+    assert "tuning_not_accounted" in [f["code"] for f in meta4["flags"]]
+    assert meta4["params"]["runs_tried"] == 4
+    ok = make_release(tmp_path / "rel4ok", claim=["epsilon=20", "delta=1e-5"], runs_tried=4, **common)
+    assert "tuning_not_accounted" not in [f["code"] for f in load_release(ok).meta["flags"]]
+    with pytest.raises(ParameterError, match="'runs_tried'"):
+        make_release(tmp_path / "bad", claim=["epsilon=3", "delta=1e-5"], runs_tried=0, **common)
 
 
 def test_ledger_accounting_and_check(digits, tmp_path) -> None:

@@ -39,14 +39,33 @@ def test_opacus_example_end_to_end(tmp_path, capsys):
                       "--claim", "granularity=record"], capsys)
     assert code == 0, out
     meta = json.loads((tmp_path / "release" / "release.json").read_text())
-    assert meta["statement"]["epsilon"] == pytest.approx(info["opacus_epsilon"], rel=1e-6)   # Opacus's get_epsilon
-    assert [s["method"] for s in meta["statement"]["statements"]][2] == "pld"
+    opacus_fig = meta["statement"]["statements"][0]
+    assert opacus_fig["epsilon"] == pytest.approx(info["opacus_epsilon"], rel=1e-6)   # Opacus's get_epsilon, shown
+    # the headline: the smallest valid route (issue 27), the same figure the example printed
+    assert meta["statement"]["headline_route"] == info["dpaudit_route"] == "pld"
+    assert meta["statement"]["epsilon"] == pytest.approx(info["dpaudit_epsilon"]) and info["dpaudit_epsilon"] < info["opacus_epsilon"]
     code, out = _cli(["audit", tmp_path / "audit.toml", "--out", tmp_path / "audit"], capsys)
     assert code == 0, out
     report = json.loads((tmp_path / "audit" / "report.json").read_text())
     assert report["models"][0]["attacks"][0]["attack"].startswith("threshold")
     code, out = _cli(["check", tmp_path / "claims.toml"], capsys)
     assert code == 0 and "1 of 1 claims hold" in out, out
+
+
+@pytest.mark.slow
+def test_opacus_example_shuffled_batches(tmp_path, capsys):
+    # issue 26: the same training set-up with DataLoader(shuffle=True): Opacus still reports its Poisson figure,
+    # dpaudit accounts the shuffled batches (valid upper bound) with Chua et al.'s lower bound beside it
+    info = _example("examples/opacus_digits/train_opacus.py").main(tmp_path, epsilon=4.0, epochs=4, shuffle=True)
+    assert info["sampling"] == "shuffled fixed-size batches"
+    assert info["opacus_epsilon"] <= 4.0 + 1e-6 < info["dpaudit_lower_bound_epsilon"] <= info["dpaudit_epsilon"]
+    code, out = _cli(["release", "make", "--out", tmp_path / "release", "--model", tmp_path / "weights.safetensors",
+                      "--factory", f"{ROOT}/examples/opacus_digits/digits_cnn.py:build", "--data", tmp_path / "data.npz",
+                      "--members", tmp_path / "members.npy", "--nonmembers", tmp_path / "nonmembers.npy",
+                      "--opacus", tmp_path / "opacus.json", "--claim", "epsilon=4", "--claim", "delta=1e-5"], capsys)
+    assert code == 0 and "shuffled fixed-size batches" in out and "opacus_epsilon_assumes_poisson" in out, out
+    meta = json.loads((tmp_path / "release" / "release.json").read_text())
+    assert meta["statement"]["epsilon"] == pytest.approx(info["dpaudit_epsilon"])
 
 
 @pytest.mark.slow

@@ -58,6 +58,51 @@ def test_dpsgd_example_rdp_and_pld(capsys):
     assert d3["headline"]["method"] == "pld" and d3["epsilon"] == d2["epsilon"]
     code, out, _ = run(capsys, *DPSGD)
     assert code == 0 and "0.7242" in out and "0.6401" in out
+    assert "(route: pld)" in out
+
+
+def test_forced_route_is_the_headline_and_the_json_says_so(capsys):
+    # issue 27: `account --accountant rdp --json` used to report winning_route: pld
+    code, out, _ = run(capsys, *DPSGD, "--accountant", "rdp", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["headline_route"] == d["facts"]["headline_route"] == d["headline"]["route"] == "rdp"
+    assert d["facts"]["smallest_route"] == "pld" and "winning_route" not in d["facts"]
+    code, out, _ = run(capsys, *DPSGD, "--json")
+    d = json.loads(out)
+    routes = {s["route"]: s["epsilon"] for s in d["statements"]}
+    assert set(routes) == {"rdp", "pld", "prv"} and d["epsilon"] == min(routes.values())
+    assert d["headline_route"] == "pld"
+
+
+def test_dpsgd_shuffled_and_fixed_batches(capsys):
+    code, out, err = run(capsys, *DPSGD, "--sampling", "shuffle")
+    assert code == 0 and "shuffled fixed-size batches" in out and "lower_bound_epsilon" in out
+    assert "not a guarantee" in out and "16.53" in out
+    code, out, _ = run(capsys, *DPSGD, "--sampling", "shuffle", "--json")
+    d = json.loads(out)
+    assert d["parameters"]["sampling"] == "shuffle" and d["facts"]["participations"] == 15
+    assert d["facts"]["lower_bound_epsilon"] < d["epsilon"] and d["facts"]["poisson_epsilon_not_valid_here"] < 0.65
+    code, out, err = run(capsys, *DPSGD, "--sampling", "shuffle", "--accountant", "prv")
+    assert code == 2 and "route that was computed" in err and err.count("\n") == 1
+    code, out, err = run(capsys, *DPSGD, "--sampling", "fixed-wor", "--neighbouring", "substitution", "--json")
+    d = json.loads(out)
+    assert code == 0 and [s["route"] for s in d["statements"]] == ["rdp"] and "substitution" in d["mechanism"]
+    code, out, err = run(capsys, *DPSGD, "--sampling", "poisson", "--neighbouring", "substitution")
+    assert code == 2 and "'neighbouring' parameter" in err
+
+
+def test_tuning_mechanism(capsys):
+    args = ["account", "--mechanism", "tuning", "--runs-distribution", "geometric", "--mean-runs", "10",
+            "--dataset-size", "6000", "--batch-size", "150", "--noise-multiplier", "1.3", "--epochs", "3",
+            "--delta", "1e-5", "--json"]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["headline_route"] == "rdp" and d["epsilon"] > d["facts"]["one_run_epsilon"]
+    code, out, err = run(capsys, *args[:-1], "--eta", "0.5")
+    assert code == 2 and "'eta' parameter" in err
+    code, out, err = run(capsys, *args[:5], "--dataset-size", "10")
+    assert code == 2 and "--mean-runs is required" in err
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -10,8 +10,8 @@ import pytest
 
 from dpaudit.accountants import PldAccountant, RdpAccountant
 from dpaudit.accountants.closed_form import pure_composition_epsilon
-from dpaudit.accountants.events import (Composed, GaussianNoisyMax, LaplaceNoisyMax, RandomizedResponse, Repeated,
-                                        Shuffled, SubsampledGaussian)
+from dpaudit.accountants.events import (Composed, FixedBatchGaussian, GaussianNoisyMax, LaplaceNoisyMax,
+                                        RandomizedResponse, Repeated, Shuffled, ShuffledBatchGaussian, SubsampledGaussian)
 from dpaudit.errors import ParameterError
 from dpaudit.integrations.dp_accounting import from_dp_accounting, ledger_from_dp_accounting, to_dp_accounting
 
@@ -27,6 +27,8 @@ CANONICAL = {
     "composed": Composed((SubsampledGaussian(0.01, 1.1, 10), Repeated(RandomizedResponse(5, 2, keep_probability=0.25), 4))),
     "empty": Composed(()),
     "repeated_zero": Repeated(SubsampledGaussian(0.5, 2.0, 3), 0),
+    "wor_substitution": FixedBatchGaussian(1000, 50, 2.0, 30, neighbouring="substitution"),
+    "wor_one_step": FixedBatchGaussian(1000, 50, 2.0, 1, neighbouring="substitution"),
 }
 
 
@@ -99,6 +101,8 @@ def test_gnmax_one_way_matches_dpaudit_pld() -> None:
     (LaplaceNoisyMax(gamma=0.05, num_queries=10), "noisy-max"),
     (GaussianNoisyMax(sigma=40.0, votes=[[5, 1, 0]]), "data-dependent"),
     (Shuffled(RandomizedResponse(10, 1, epsilon=2.0), 100), "shuffling"),
+    (ShuffledBatchGaussian(100, 10, 1.0, 20), "shuffled-batch"),
+    (FixedBatchGaussian(100, 10, 1.0, 20), "replace-one only"),
 ])
 def test_events_without_counterpart_are_refused(ev, word: str) -> None:
     with pytest.raises(ParameterError, match=word):
@@ -107,7 +111,8 @@ def test_events_without_counterpart_are_refused(ev, word: str) -> None:
 
 @pytest.mark.parametrize("ev,word", [
     (dp_accounting.LaplaceDpEvent(1.0), "LaplaceNoisyMax"),
-    (dp_accounting.SampledWithoutReplacementDpEvent(100, 10, dp_accounting.GaussianDpEvent(1.0)), "Poisson"),
+    (dp_accounting.SampledWithReplacementDpEvent(100, 10, dp_accounting.GaussianDpEvent(1.0)), "Poisson"),
+    (dp_accounting.SampledWithoutReplacementDpEvent(100, 10, dp_accounting.LaplaceDpEvent(1.0)), "Gaussian only"),
     (dp_accounting.NonPrivateDpEvent(), "not differentially private"),
     (dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.LaplaceDpEvent(1.0)), "sampled Gaussian only"),
     (dp_accounting.RandomizedResponseDpEvent(0.0, 4), "noise_parameter"),
@@ -135,3 +140,11 @@ def test_dp_event_json_round_trip_and_refusals() -> None:
     for bad in ({"type": "os.system"}, {"type": "GaussianDpEvent", "noise_multiplier": 1, "evil": 2}, [1]):
         with pytest.raises(ParameterError):
             dp_event_from_json(bad)
+
+
+def test_without_replacement_same_epsilon_as_dp_accounting() -> None:
+    ev = CANONICAL["wor_substitution"]
+    orders = list(dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)   # the same grid on both sides
+    acc = dp_accounting.rdp.RdpAccountant(orders, neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(to_dp_accounting(ev))
+    assert RdpAccountant(orders).compose(ev).get_epsilon(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)

@@ -17,13 +17,14 @@ from dpaudit.integrations.opacus import OpacusRecorder, OpacusRun, read_opacus, 
 opacus = pytest.importorskip("opacus")
 
 
-def _train(poisson: bool, steps_epochs: int = 2, seed: int = 0):
+def _train(poisson: bool, steps_epochs: int = 2, seed: int = 0, loader_kwargs=None):
     from opacus import PrivacyEngine
 
     torch.manual_seed(seed)
     X = torch.randn(64, 5)
     y = (X[:, 0] > 0).long()
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y), batch_size=16, shuffle=True)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y), batch_size=16,
+                                         **(loader_kwargs or {"shuffle": True}))
     model = torch.nn.Linear(5, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     engine = PrivacyEngine(accountant="rdp")
@@ -44,31 +45,65 @@ def _train(poisson: bool, steps_epochs: int = 2, seed: int = 0):
     return engine, rec, loader
 
 
-def test_epsilon_equals_opacus_rdp_and_pld_beside_it() -> None:
+def test_opacus_figure_beside_the_routes_and_the_smallest_route_is_the_headline() -> None:
     engine, rec, loader = _train(poisson=True)
     run = read_opacus(engine, data_loader=loader)
-    assert len(run.history) == 2 and run.poisson_sampling is True and not run.red_flags()
+    assert len(run.history) == 2 and run.poisson_sampling is True and run.sampling == "poisson" and not run.red_flags()
     assert run.history == tuple(tuple(h) for h in engine.accountant.history)
     res = run.account(1e-5)
     theirs = engine.accountant.get_epsilon(delta=1e-5)
-    assert res.epsilon == pytest.approx(theirs, rel=1e-6)
+    # Opacus's own figure is shown (equal to PrivacyEngine.get_epsilon), but it is not a route dpaudit certifies
+    opacus_fig = res.statements[0]
+    assert opacus_fig.epsilon == pytest.approx(theirs, rel=1e-6) and opacus_fig.route == ""
     assert res.facts["opacus_rdp_epsilon"] == pytest.approx(theirs, rel=1e-12)
-    labels = [s.label for s in res.statements]
-    assert any("pld" in lab for lab in labels) and any("dpaudit rdp" in lab for lab in labels)
-    pld = next(s for s in res.statements if "pld" in s.label)
-    assert 0 < pld.epsilon <= res.epsilon
+    routes = {s.route: s for s in res.statements if s.route}
+    assert set(routes) == {"rdp", "pld", "prv"}
+    # issue 27: one headline everywhere: the smallest valid route, named by route
+    assert res.epsilon == min(s.epsilon for s in routes.values()) and res.headline_route == "pld"
+    assert res.to_dict()["headline_route"] == res.facts["headline_route"] == "pld"
+    assert routes["rdp"].epsilon >= theirs * (1 - 1e-9)     # dpaudit's exact fractional orders: never below Opacus's
+    assert res.epsilon < theirs
     text = " ".join(res.statement.assumptions)
     assert "Poisson" in text and "Record-level" in text
     # the recorder saw the same phases through the optimizer hook, without the engine
     assert read_opacus(rec).history == run.history
 
 
-def test_fixed_batches_accounted_as_poisson_are_a_red_flag() -> None:
+def test_shuffled_batches_are_accounted_as_shuffled_not_poisson() -> None:
+    from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
+
     engine, _, loader = _train(poisson=False, steps_epochs=1)
     run = read_opacus(engine, data_loader=loader)
-    assert run.poisson_sampling is False
-    assert run.red_flags() and "Poisson" in run.red_flags()[0]
+    assert run.poisson_sampling is False and run.sampling == "shuffle"
+    assert (run.dataset_size, run.batch_size, run.drop_last) == (64, 16, False)
+    assert not run.red_flags()                                # accounted honestly: no red flag
+    res = run.account(1e-5)
+    assert "shuffled fixed-size batches" in res.mechanism
+    # one epoch, sigma 1.3: every record in one batch, a Gaussian mechanism of sensitivity 1 (zero-out) -- exact
+    assert res.epsilon == pytest.approx(gaussian_mechanism_epsilon(1 / 1.3, 1e-5), rel=1e-9)
+    assert res.headline_route == "pld" and "NOT a guarantee" in res.statements[0].label
+    assert res.facts["opacus_rdp_epsilon"] < res.facts["lower_bound_epsilon"] <= res.epsilon
+    assert "route prv not used" in res.facts
+    assert any("not a guarantee" in w for w in res.warnings)
+    codes = [c for c, _ in run.release_flags(1e-5)]
+    assert codes == ["opacus_epsilon_assumes_poisson"]
+    assert OpacusRun.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+
+
+def test_sequential_batches_and_unknown_samplers() -> None:
+    engine, _, loader = _train(poisson=False, steps_epochs=1, loader_kwargs={"shuffle": False})
+    run = read_opacus(engine, data_loader=loader)
+    assert run.sampling == "sequential" and not run.red_flags()
+    assert "deterministic" in run.account(1e-5).mechanism
+    sampler = torch.utils.data.RandomSampler(range(64), replacement=True)
+    engine, _, loader = _train(poisson=False, steps_epochs=1, loader_kwargs={"sampler": sampler})
+    run = read_opacus(engine, data_loader=loader)
+    assert run.sampling == "unknown" and run.red_flags() and "Poisson" in run.red_flags()[0]
     assert run.red_flags()[0] in run.account(1e-5).warnings
+    assert [c for c, _ in run.release_flags(1e-5)] == ["sampling_not_poisson"]
+    # a record from before the sampler was recorded (poisson_sampling false only) stays a red flag
+    old = OpacusRun.from_dict({"history": [[1.0, 0.25, 4]], "poisson_sampling": False})
+    assert old.sampling == "unknown" and old.red_flags()
 
 
 def test_ledger_json_round_trip(tmp_path) -> None:
