@@ -322,15 +322,18 @@ def _ledger_statement(ledger_dict: Mapping[str, Any], party: str | None, where: 
 
 
 def _release_meta(path: Path) -> dict[str, Any]:
+    """``release.json`` of a claim's release, every field checked as when the bundle is loaded
+    (:func:`~dpaudit.training.release_meta.parse_release_meta`), with its claim's granularity in the shared
+    vocabulary; nothing of the bundle is run or loaded here."""
+    from dpaudit._io import load_json_file
+    from dpaudit.training.release_meta import parse_release_meta
+
     f = path / "release.json"
-    if not f.is_file():
+    if not f.is_file() or f.is_symlink():
         raise DataError(f"Release {str(path)!r} has no release.json (is it a release directory?).")
-    try:
-        meta = read_json(f)
-    except ValueError as exc:
-        raise DataError(f"{str(f)!r} is not valid JSON: {exc}") from None
-    if not isinstance(meta, dict) or meta.get("schema") != 1:
-        raise DataError(f"{str(f)!r} is not a schema-1 release (got schema {meta.get('schema') if isinstance(meta, dict) else None!r}).")
+    meta = load_json_file(f, "the release file")
+    info = parse_release_meta(meta, str(f))
+    meta["claim"] = {**meta["claim"], "granularity": info.claim.granularity}
     return meta
 
 

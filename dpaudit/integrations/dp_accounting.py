@@ -40,7 +40,7 @@ import dp_accounting
 from dpaudit.accountants.events import (Composed, DpEvent, GaussianNoisyMax, RandomizedResponse, Repeated,
                                         SubsampledGaussian)
 from dpaudit.accountants.ledger import PrivacyLedger
-from dpaudit.errors import ParameterError
+from dpaudit.errors import ParameterError, check_int
 
 __all__ = ["to_dp_accounting", "from_dp_accounting", "ledger_from_dp_accounting", "dp_event_to_json", "dp_event_from_json"]
 
@@ -101,8 +101,9 @@ def from_dp_accounting(event: "dp_accounting.DpEvent") -> DpEvent:
         return RandomizedResponse(num_classes=event.num_buckets, num_samples=1,
                                   keep_probability=1.0 - event.noise_parameter)
     if isinstance(event, d.SelfComposedDpEvent):
+        # a whole number of compositions: 1.9 or "5" is refused, never truncated (truncating under-accounts)
+        count = check_int(event.count, "count", "SelfComposedDpEvent", low=0)
         inner = from_dp_accounting(event.event)
-        count = int(event.count)
         leaf = isinstance(event.event, (d.GaussianDpEvent, d.PoissonSampledDpEvent, d.RandomizedResponseDpEvent))
         if leaf and count >= 1 and isinstance(inner, SubsampledGaussian):
             return SubsampledGaussian(inner.sampling_rate, inner.noise_multiplier, steps=count)
@@ -111,9 +112,15 @@ def from_dp_accounting(event: "dp_accounting.DpEvent") -> DpEvent:
                                       keep_probability=inner.keep_probability)
         return Repeated(inner, count)
     if isinstance(event, d.ComposedDpEvent):
+        if not isinstance(event.events, (list, tuple)):
+            raise ParameterError(f"The 'events' parameter of ComposedDpEvent must be a list of dp_accounting events. "
+                                 f"Got {event.events!r:.80} instead.")
         return Composed(tuple(from_dp_accounting(e) for e in event.events))
     if isinstance(event, d.NoOpDpEvent):
         return Composed(())
+    if not isinstance(event, d.DpEvent):
+        raise ParameterError(f"A dp_accounting event was expected (a DpEvent object; in JSON an object with a 'type'). "
+                             f"Got {event!r:.80} instead.")
     why = {
         "LaplaceDpEvent": "dpaudit accounts Laplace noise only inside report-noisy-max (LaplaceNoisyMax).",
         "SampledWithoutReplacementDpEvent": "dpaudit's sampled Gaussian assumes Poisson sampling.",
@@ -170,10 +177,17 @@ def dp_event_from_json(data: Any, *, where: str = "dp_event") -> "dp_accounting.
     kwargs = {}
     for k in names & set(data):
         v = data[k]
-        if isinstance(v, Mapping):
+        if k == "event":            # a nested event (SelfComposed, PoissonSampled, ...)
+            if not isinstance(v, Mapping):
+                raise ParameterError(f"{where}.{k} must be a JSON object describing a dp_accounting event. Got {v!r:.80} instead.")
             v = dp_event_from_json(v, where=f"{where}.{k}")
-        elif isinstance(v, list):
-            v = [dp_event_from_json(x, where=f"{where}.{k}[{i}]") if isinstance(x, Mapping) else x for i, x in enumerate(v)]
+        elif k == "events":         # ComposedDpEvent's list of events
+            if not isinstance(v, list) or not all(isinstance(x, Mapping) for x in v):
+                raise ParameterError(f"{where}.{k} must be a list of JSON objects describing dp_accounting events. "
+                                     f"Got {v!r:.80} instead.")
+            v = [dp_event_from_json(x, where=f"{where}.{k}[{i}]") for i, x in enumerate(v)]
+        elif isinstance(v, (Mapping, list)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise ParameterError(f"{where}.{k} must be a finite number, a string or a boolean. Got {v!r:.80} instead.")
         kwargs[k] = v
     try:
         return cls(**kwargs)
