@@ -424,11 +424,11 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
         else:
             meta = _release_meta(subject.path)
             if claim.party is not None:
-                if "ledger" not in meta:
+                if meta.get("ledger") is None:
                     raise DataError(f"Release {str(subject.path)!r} has no ledger, so it has no per-party figures.")
                 st = _ledger_statement(meta["ledger"], claim.party, str(subject.path / "release.json"))
             else:
-                if "statement" not in meta:
+                if meta.get("statement") is None:
                     raise DataError(f"Release {str(subject.path)!r} has no accounted statement in release.json.")
                 try:
                     res = AccountingResult.from_dict(meta["statement"])

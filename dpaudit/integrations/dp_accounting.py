@@ -38,11 +38,17 @@ from typing import Any, Mapping
 import dp_accounting
 
 from dpaudit.accountants.events import (Composed, DpEvent, GaussianNoisyMax, RandomizedResponse, Repeated,
-                                        SubsampledGaussian)
+                                        SubsampledGaussian, flatten)
 from dpaudit.accountants.ledger import PrivacyLedger
-from dpaudit.errors import ParameterError, check_int
+from dpaudit.errors import ParameterError, check_int, format_value
 
-__all__ = ["to_dp_accounting", "from_dp_accounting", "ledger_from_dp_accounting", "dp_event_to_json", "dp_event_from_json"]
+__all__ = ["to_dp_accounting", "from_dp_accounting", "ledger_from_dp_accounting", "dp_event_to_json", "dp_event_from_json",
+           "MAX_COMPOSITIONS"]
+
+#: Most mechanism applications one converted event may compose (counts multiplied through nested
+#: ``SelfComposedDpEvent``s, times a leaf's steps): beyond it the accounting would overflow floating point, so the
+#: event is refused with a range error instead of an epsilon that is not a number.
+MAX_COMPOSITIONS = 10**15
 
 
 def _no_counterpart(what: str, why: str) -> ParameterError:
@@ -95,14 +101,14 @@ def from_dp_accounting(event: "dp_accounting.DpEvent") -> DpEvent:
         return SubsampledGaussian(sampling_rate=event.sampling_probability, noise_multiplier=inner.noise_multiplier,
                                   steps=1)
     if isinstance(event, d.RandomizedResponseDpEvent):
-        if not 0.0 < event.noise_parameter < 1.0:
+        p = event.noise_parameter
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p < 1.0:
             raise ParameterError("The 'noise_parameter' of RandomizedResponseDpEvent must lie in (0, 1) for a dpaudit "
-                                 f"RandomizedResponse (keep probability 1 - p in (0, 1)). Got {event.noise_parameter!r} instead.")
-        return RandomizedResponse(num_classes=event.num_buckets, num_samples=1,
-                                  keep_probability=1.0 - event.noise_parameter)
+                                 f"RandomizedResponse (keep probability 1 - p in (0, 1)). Got {p!r:.80} instead.")
+        return RandomizedResponse(num_classes=event.num_buckets, num_samples=1, keep_probability=1.0 - float(p))
     if isinstance(event, d.SelfComposedDpEvent):
         # a whole number of compositions: 1.9 or "5" is refused, never truncated (truncating under-accounts)
-        count = check_int(event.count, "count", "SelfComposedDpEvent", low=0)
+        count = check_int(event.count, "count", "SelfComposedDpEvent", low=0, high=MAX_COMPOSITIONS)
         inner = from_dp_accounting(event.event)
         leaf = isinstance(event.event, (d.GaussianDpEvent, d.PoissonSampledDpEvent, d.RandomizedResponseDpEvent))
         if leaf and count >= 1 and isinstance(inner, SubsampledGaussian):
@@ -136,6 +142,12 @@ def ledger_from_dp_accounting(events: "dp_accounting.DpEvent | Mapping[str, dp_a
     """A :class:`PrivacyLedger` from dp_accounting events: one event (party ``"all"``) or ``{party: event}``."""
     per_party = dict(events) if isinstance(events, Mapping) else {"all": events}
     converted = {party: from_dp_accounting(ev) for party, ev in per_party.items()}  # validate all before building
+    for party, ev in converted.items():
+        total = sum(mult * int(getattr(leaf, "steps", 1) or 1) * int(getattr(leaf, "num_samples", 1) or 1)
+                    for leaf, mult in flatten(ev))
+        if total > MAX_COMPOSITIONS:
+            raise ParameterError(f"The dp_accounting events of party {party!r} compose {format_value(total)} mechanism applications "
+                                 f"(nested counts multiplied); dpaudit accounts at most {MAX_COMPOSITIONS:.0e}.")
     ledger = PrivacyLedger(delta=delta, accountant=accountant)
     for party, ev in converted.items():
         ledger.record(party, ev)

@@ -59,6 +59,10 @@ OPACUS_ASSUMPTIONS = (
 )
 
 
+#: Most optimizer steps of one phase: beyond it the accounting would overflow floating point (refused, never NaN).
+MAX_STEPS = 10**15
+
+
 def _check_history(history: Any, where: str = "the Opacus history") -> tuple[tuple[float, float, int], ...]:
     """Each phase ``(noise_multiplier > 0, sample_rate in (0, 1], steps)`` with ``steps`` a positive integer: a
     fractional (1.5), textual ("5") or NaN step count is refused, never truncated (truncating would under-account)."""
@@ -72,7 +76,7 @@ def _check_history(history: Any, where: str = "the Opacus history") -> tuple[tup
         sigma, q, steps = entry
         out.append((check_float(sigma, f"history[{i}].noise_multiplier", where, low=0.0, low_open=True),
                     check_float(q, f"history[{i}].sample_rate", where, low=0.0, high=1.0, low_open=True),
-                    check_int(steps, f"history[{i}].steps", where, low=1)))
+                    check_int(steps, f"history[{i}].steps", where, low=1, high=MAX_STEPS)))
     return tuple(out)
 
 
