@@ -92,3 +92,18 @@ def test_u1_proxyfl_audit_at_noise_1e_300_answers(cli):
                           "--set", "canaries=20", "--set", "num_clients=2", "--set", "samples_per_client=30",
                           "--set", "hidden=[8]", "--set", "ideal_replicates=1", "--quiet"])
     assert code == 0 and "certified epsilon >=" in out and "internal" not in err and "one_run_certified" not in err, err
+
+
+def test_proxyfl_canary_count_is_capped_before_work(monkeypatch):
+    """Found by the fuzz suite: --set canaries=2147483648 allocated for minutes before the Dirac-coordinate check."""
+    from dpaudit.audit.method_runs import proxyfl
+    from dpaudit.training.methods.fl_common import DataSettings
+
+    def forbidden(*a, **k):
+        raise AssertionError("work started before the canary count was checked")
+
+    monkeypatch.setattr(DataSettings, "prepare", forbidden)
+    with pytest.raises(ParameterError, match=r"'canaries' parameter of the ProxyFL run audit must be an int in the range \[2, 1000000\]"):
+        proxyfl.audit_run(canaries=2**31)
+    with pytest.raises(ParameterError, match=r"'num_clients' parameter of the ProxyFL run audit"):
+        proxyfl.audit_run(num_clients=2**31)

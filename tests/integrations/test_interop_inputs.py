@@ -63,7 +63,7 @@ def test_i4_a_valid_composition_from_json():
 # ---- Opacus ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("history,match", [
-    ([(1.0, 0.01, 1.5)], r"'history\[0\].steps' parameter of the Opacus (history|run record) must be an int >= 1. Got 1.5"),
+    ([(1.0, 0.01, 1.5)], r"'history\[0\].steps' parameter of the Opacus (history|run record) must be an int in the range \[1, 1000000000000000\]. Got 1.5"),
     ([(1.0, 0.01, 1.9)], r"Got 1.9"),
     ([(1.0, 0.01, "5")], r"Got '5'"),
     ([(1.0, 0.01, math.nan)], r"'history\[0\].steps'"),
@@ -132,3 +132,24 @@ def test_i5_recorder_with_an_empty_data_loader():
         OpacusRecorder.attach(_Optimizer(), data_loader=iter([1, 2]))
     rec = OpacusRecorder.attach(_Optimizer(), data_loader=[1, 2, 3, 4])
     assert rec.sample_rate == 0.25
+
+
+# ---- found by the fuzz suite (tests/fuzz/test_fuzz_bundles.py) --------------------------------------------------
+
+def test_huge_composition_counts_are_a_range_error_not_an_overflow():
+    with pytest.raises(ParameterError, match=r"'count' parameter of SelfComposedDpEvent must be an int in the range"):
+        ledger_from_dp_accounting(dp_accounting.SelfComposedDpEvent(SG, 10**4000), delta=1e-5)
+    nested = SG
+    for _ in range(3):                     # 10**18 applications in all, each count within range
+        nested = dp_accounting.SelfComposedDpEvent(nested, 10**6)
+    with pytest.raises(ParameterError, match="compose 1000000000000000000 mechanism applications"):
+        ledger_from_dp_accounting(nested, delta=1e-5)
+    with pytest.raises(ParameterError, match=r"'history\[0\].steps'"):
+        read_opacus([(1.0, 0.01, 10**16)])
+    big = ledger_from_dp_accounting(dp_accounting.SelfComposedDpEvent(SG, 10**15), delta=1e-5).overall().epsilon
+    assert big > 1e3 and not math.isnan(big)
+
+
+def test_a_textual_randomized_response_parameter_is_refused():
+    with pytest.raises(ParameterError, match="'noise_parameter' of RandomizedResponseDpEvent"):
+        from_dp_accounting(dp_accounting.RandomizedResponseDpEvent(noise_parameter="5", num_buckets=2))
