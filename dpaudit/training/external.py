@@ -380,7 +380,7 @@ def load_bundled_dataset(root: Path, d: Mapping[str, Any], *, input_shape: tuple
     ``dpaudit release make`` checks them (:func:`~dpaudit.training.release_meta.check_records`: real, finite,
     ``release.json``'s record count and class count, the model's ``input_shape``)."""
     from dpaudit.training.data import Dataset
-    from dpaudit.training.release_meta import check_records
+    from dpaudit.training.bundle_arrays import check_records
 
     if d["name"] == "scores":
         raise DataError(f"{root}: a scores-only release has no record features (only the model's scores); the "

@@ -33,9 +33,10 @@ from dpaudit.errors import DataError, ParameterError, format_value, check_int
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
-from dpaudit.training.release_meta import (FLAG_CODES, MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, OUTSIDE_DATASETS,
-                                           SCHEMA_VERSION, ReleaseMeta, check_bundle_scores, check_canary_entry,
-                                           check_canary_view, check_records, parse_release_meta)
+from dpaudit.training.bundle_arrays import (MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, check_bundle_scores,
+                                            check_canary_view, check_records)
+from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, SCHEMA_VERSION, ReleaseMeta,
+                                           check_canary_entry, parse_release_meta)
 
 __all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release", "check_release_target",
            "FLAG_CODES",

@@ -160,7 +160,7 @@ def _make_model(cli, made, tmp_path, *extra):
 
 
 @pytest.mark.parametrize("event,match", [
-    ({"type": "SelfComposedDpEvent", "event": SG, "count": 1.9}, "'count' parameter of SelfComposedDpEvent must be an int >= 0. Got 1.9"),
+    ({"type": "SelfComposedDpEvent", "event": SG, "count": 1.9}, "'count' parameter of SelfComposedDpEvent must be an int in the range [0, 1000000000000000]. Got 1.9"),
     ({"type": "SelfComposedDpEvent", "event": SG, "count": "5"}, "Got '5'"),
     ({"type": "SelfComposedDpEvent", "event": SG, "count": float("nan")}, "count must be a finite number"),
     ({"type": "SelfComposedDpEvent", "event": 3, "count": 2}, ".event must be a JSON object"),
