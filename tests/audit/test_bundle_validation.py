@@ -353,3 +353,8 @@ def test_h1_multi_run_model_count_is_capped_before_work(dpsgd_release, cli, monk
     assert "100000000" in line and time.perf_counter() - t0 < 5
     code, _, err = cli(["attack", dpsgd_release, "--audit", "one-run", "--canaries", str(10**9), "--quiet"])
     _one_line(code, err, "'canaries' parameter of canary audit")
+    from dpaudit.audit.canary_audit import canary_audit_release
+    from dpaudit.errors import ParameterError
+
+    with pytest.raises(ParameterError, match=r"'models' parameter of canary audit must be an int in the range"):
+        canary_audit_release(dpsgd_release, audit="multi-run", models=10**8)

@@ -246,3 +246,17 @@ def test_dirac_observations_must_be_finite():
             check_canary_view({"coords": np.arange(4), "observations": obs}, entry, None, "c.npz", 100)
     with pytest.raises(DataError, match=r"c.npz\[observations\]: holds complex"):
         check_canary_view({"coords": np.arange(4), "observations": good["observations"] + 0j}, entry, None, "c.npz", 100)
+
+
+@pytest.mark.parametrize("out", [".", "..", "/", "", "a/.."])
+def test_i9_a_bundle_is_never_written_over_the_current_folder(out, tmp_path, monkeypatch):
+    """`write_release` (and so `release make` and `train`) refuses an output path that names no folder of its own,
+    before anything else is checked or written."""
+    from dpaudit.training.release import write_release
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("x")
+    with pytest.raises(ParameterError, match="'out_dir' parameter of write_release must"):
+        write_release(out, method="m", dataset={}, params={}, seed=0, utility={}, classifier=None, train_config=None,
+                      ledger=None, statement=None, claim={}, membership={}, overwrite=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
