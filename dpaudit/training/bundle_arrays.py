@@ -15,7 +15,7 @@ import numpy as np
 from dpaudit.errors import DataError, format_value
 
 __all__ = ["MAX_RECORDS", "MAX_CLASSES", "MAX_INPUT_SIZE", "SCORE_ARRAYS", "check_records", "check_bundle_scores",
-           "check_canary_view"]
+           "check_canary_view", "check_votes"]
 
 #: Largest data set a release may point into, and largest class count / input size of its model spec:
 #: beyond these a bundle would make dpaudit allocate without bound, so it is refused as malformed.
@@ -169,3 +169,17 @@ def check_canary_view(raw: Mapping[str, Any], entry: Mapping[str, Any], spec: An
     _finite(X, where, "X")
     y = _labels(raw["y"], m, where, "y", spec.num_classes)
     return {"X": X.astype(np.float32), "y": y}
+
+
+def check_votes(votes: Any, where: str, num_classes: int | None) -> np.ndarray:
+    """A PATE-style release's ``votes.npy``: a real ``(queries, classes)`` array of finite counts >= 0 with one column
+    per class of the released model."""
+    v = _real(votes, where, "votes")
+    if v.ndim != 2 or (num_classes is not None and v.shape[1] != num_classes):
+        raise DataError(f"{where}[votes]: must be a (queries x {num_classes}) array (one column per class of the model). "
+                        f"Got shape {v.shape} instead.")
+    _finite(v, where, "votes")
+    if v.size and v.min() < 0:
+        raise DataError(f"{where}[votes]: must hold vote counts >= 0. Got {format_value(v.min().item())} instead.")
+    return v
+

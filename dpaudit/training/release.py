@@ -34,7 +34,7 @@ from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
 from dpaudit.training.bundle_arrays import (MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, check_bundle_scores,
-                                            check_canary_view, check_records)
+                                            check_canary_view, check_records, check_votes)
 from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, SCHEMA_VERSION, ReleaseMeta,
                                            check_canary_entry, parse_release_meta)
 
@@ -286,9 +286,7 @@ def write_release(
         raise ParameterError(f"The 'claim' parameter of {owner} must have the keys {list(_CLAIM_KEYS)}; missing {missing}.")
     mem = _check_membership(membership, ds["num_records"], owner)
     if votes is not None:
-        votes = np.asarray(votes)
-        if votes.ndim != 2 or not np.issubdtype(votes.dtype, np.number):
-            raise DataError(f"{owner}: votes must be a numeric (queries x classes) array; got shape {votes.shape}.")
+        votes = check_votes(votes, owner, None if classifier is None else classifier.spec.num_classes)
     from dpaudit import __version__
 
     util = _as_dict(utility, "utility") or {}
@@ -562,11 +560,9 @@ def _finish_loading(root: Path, real_root: Path, meta: dict, spec: Any, model: C
     votes_path = _bundle_file(root, real_root, "votes.npy")
     if votes_path.exists():
         votes = load_npy_file(votes_path, "the votes file", kinds="biuf")
-        if votes.ndim != 2:
-            raise DataError(f"{votes_path}: expected a (queries x classes) array; got shape {votes.shape}.")
-        if spec is None or votes.shape[1] != spec.num_classes:
-            raise DataError(f"{votes_path}: {votes.shape[1]} vote columns but the model has "
-                            f"{None if spec is None else spec.num_classes} classes.")
+        if spec is None:
+            raise DataError(f"{votes_path}: vote histograms need a released model; this release has none.")
+        votes = check_votes(votes, str(votes_path), spec.num_classes)
     canaries = None
     if meta.get("canaries") is not None:
         canaries = _load_canaries(root, real_root, meta, spec)

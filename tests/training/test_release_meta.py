@@ -260,3 +260,14 @@ def test_i9_a_bundle_is_never_written_over_the_current_folder(out, tmp_path, mon
         write_release(out, method="m", dataset={}, params={}, seed=0, utility={}, classifier=None, train_config=None,
                       ledger=None, statement=None, claim={}, membership={}, overwrite=True)
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_votes_are_finite_counts_with_one_column_per_class():
+    from dpaudit.training.bundle_arrays import check_votes
+
+    assert check_votes(np.ones((3, 10)), "v.npy", 10).shape == (3, 10)
+    for votes, match in ((np.full((3, 10), np.nan), r"v.npy\[votes\]: holds NaN"), (-np.ones((3, 10)), "counts >= 0"),
+                         (np.ones((3, 4)), r"\(queries x 10\)"), (np.ones(10), r"\(queries x 10\)"),
+                         (np.ones((3, 10)) + 1j, "complex")):
+        with pytest.raises(DataError, match=match):
+            check_votes(votes, "v.npy", 10)
