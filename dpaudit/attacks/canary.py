@@ -180,10 +180,14 @@ def dirac_scores(observations, *, sampling_rate: float, noise_multiplier: float,
     x = np.where(seen, x, 0.0)
     if method == "sum":
         return x.sum(axis=0)
-    mu = 1.0 / sigma
-    # log(1 - q + q e^{mu x - mu^2/2}) = logaddexp(log(1-q), log q + mu x - mu^2/2)
+    # mu = 1 / sigma, capped where it would overflow: beyond 1e300 the two hypotheses are separated by more than
+    # any float64 observation's noise, and only the scores' order matters
+    mu = min(1.0 / sigma, 1e300)
+    # log(1 - q + q e^{mu x - mu^2/2}) = logaddexp(log(1-q), log q + mu (x - mu/2)); written so that a tiny sigma
+    # overflows to -inf / +inf (certainly out / in), never to inf - inf = NaN
     a = math.log1p(-q) if q < 1.0 else -np.inf
-    ll = np.logaddexp(a, math.log(q) + mu * x - mu * mu / 2.0)
+    with np.errstate(over="ignore"):
+        ll = np.logaddexp(a, math.log(q) + mu * (x - mu / 2.0))
     return np.where(seen, ll, 0.0).sum(axis=0)
 
 
@@ -213,8 +217,10 @@ def one_run_certified(scores, included, *, delta: float = 0.0, confidence: float
     owner = "one_run_certified"
     s = np.asarray(scores, dtype=np.float64).ravel()
     inc = np.asarray(included, dtype=bool).ravel()
-    if s.size != inc.size or s.size < 2 or not np.all(np.isfinite(s)):
-        raise DataError(f"{owner}: 'scores' and 'included' must be finite, of equal length >= 2. Got {s.size} and {inc.size}.")
+    # the bound depends on the scores' order only, so +-inf (a certain guess) is a score; NaN has no order
+    if s.size != inc.size or s.size < 2 or np.isnan(s).any():
+        raise DataError(f"{owner}: 'scores' and 'included' must be of equal length >= 2, the scores without NaN. Got "
+                        f"{s.size} and {inc.size}{' (with NaN scores)' if np.isnan(s).any() else ''}.")
     conf = check_probability(confidence, "confidence", owner)
     d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
     grid = _one_run_grid(s.size, k_grid)
@@ -315,7 +321,8 @@ def ideal_scores(mechanism: Mapping[str, Any], num_out: int, num_in: int, rng: n
     sigma = check_float(mechanism.get("noise_multiplier"), "noise_multiplier", owner, low=0.0, low_open=True)
     T = check_int(mechanism.get("steps"), "steps", owner, low=1)
     x0 = rng.standard_normal((T, 1, num_out))
-    x1 = rng.standard_normal((T, 1, num_in)) + (rng.random((T, 1, num_in)) < q) / sigma
+    with np.errstate(over="ignore"):     # sigma below ~1e-308: the shift is +inf, the record certainly visible
+        x1 = rng.standard_normal((T, 1, num_in)) + (rng.random((T, 1, num_in)) < q) / sigma
     f = lambda x: dirac_scores(x, sampling_rate=q, noise_multiplier=sigma)[0]  # noqa: E731
     return f(x0), f(x1)
 

@@ -51,6 +51,7 @@ from dpaudit.attacks.canary import (
 )
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_name, check_probability
 from dpaudit.progress import as_reporter
+from dpaudit.training.limits import MAX_EPOCHS, MAX_MODELS, MAX_RECORDS, MAX_WIDTH
 
 __all__ = ["audit_release_canaries", "release_canary_scores", "CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "audit_method_step", "MethodStepAudit", "METHOD_STEPS", "canary_audit_release",
            "dpsgd_noise_for_epsilon", "default_score"]
@@ -153,7 +154,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
     (one-run: trained without canaries, offline LiRA; multi-run: the first ones of the N, left out of the trials).
     ``out``: when given, ``canaries.npz`` and ``canary_audit.json`` are written there (atomically, after training).
     """
-    from dpaudit.training.canaries import DiracHook, canary_datasets, make_canaries
+    from dpaudit.training.canaries import MAX_CANARIES, DiracHook, canary_datasets, make_canaries
     from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, dp_steps_per_epoch, train_ensemble
 
     owner = "canary audit"
@@ -168,12 +169,12 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
     confidence = check_probability(confidence, "confidence", owner)
     seed = check_int(seed, "seed", owner, low=0)
     if audit == "one-run":
-        m = check_int(canaries, "canaries", owner, low=2)
+        m = check_int(canaries, "canaries", owner, low=2, high=MAX_CANARIES)
         N = 1
     else:
         m = 1
-        N = check_int(models, "models", owner, low=2)
-    R = check_int(reference_models, "reference_models", owner, low=0)
+        N = check_int(models, "models", owner, low=2, high=MAX_MODELS)   # the method audits' cap, before any work
+    R = check_int(reference_models, "reference_models", owner, low=0, high=MAX_MODELS)
     if score == "lira" and R < 2:
         raise ParameterError(f"The 'reference_models' parameter of the {owner} must be an int >= 2 for LiRA scores. Got {R} instead.")
     if score == "lira" and audit == "multi-run" and N - R < 4:
@@ -273,8 +274,15 @@ def canary_audit_release(release, *, audit: str = "one-run", canary: str | None 
     :func:`~dpaudit.training.release.load_release` (for a release given by path)."""
     from dpaudit.training.release import Release, load_release
 
-    rel = release if isinstance(release, Release) else load_release(release, code=code)
+    from dpaudit.training.canaries import MAX_CANARIES
+
     check_choice(audit, "audit", "canary audit", ("one-run", "multi-run"))
+    # sizes first: a model count beyond the training layer's cap is refused before the release or its data is read
+    if audit == "multi-run":
+        check_int(kwargs.get("models", 2), "models", "canary audit", low=2, high=MAX_MODELS)
+    if canaries is not None:
+        check_int(canaries, "canaries", "canary audit", low=2, high=MAX_CANARIES)
+    rel = release if isinstance(release, Release) else load_release(release, code=code)
     info = rel.canary_info
     if info is not None and audit == "one-run":
         if canary is not None and canary != info["kind"]:
@@ -433,6 +441,8 @@ class CanaryAuditSpec:
     reference_models: int = 8
 
     def __post_init__(self) -> None:
+        from dpaudit.training.canaries import MAX_CANARIES
+
         o = "canary_audits"
         check_name(self.name, "name", o)      # it names the audit's folder under the run directory
         check_choice(self.audit, "audit", o, ("one-run", "multi-run"))
@@ -440,9 +450,9 @@ class CanaryAuditSpec:
         if self.score is not None:
             check_choice(self.score, "score", o, SCORE_KINDS)
         if self.audit == "one-run":
-            check_int(self.canaries, "canaries", o, low=2)
+            check_int(self.canaries, "canaries", o, low=2, high=MAX_CANARIES)
         else:
-            check_int(self.models, "models", o, low=2)
+            check_int(self.models, "models", o, low=2, high=MAX_MODELS)
         if (self.epsilon is None) == (self.noise_multiplier is None):
             raise ParameterError(f"Canary audit {self.name!r} needs exactly one of 'epsilon' or 'noise_multiplier'. "
                                  f"Got epsilon={self.epsilon!r}, noise_multiplier={self.noise_multiplier!r} instead.")
@@ -450,11 +460,14 @@ class CanaryAuditSpec:
             check_float(self.epsilon, "epsilon", o, low=0.0, low_open=True)
         else:
             check_float(self.noise_multiplier, "noise_multiplier", o, low=0.0, low_open=True)
-        check_int(self.epochs, "epochs", o, low=1)
-        check_int(self.num_train, "num_train", o, low=2)
+        check_int(self.epochs, "epochs", o, low=1, high=MAX_EPOCHS)
+        check_int(self.num_train, "num_train", o, low=2, high=MAX_RECORDS)
         check_int(self.batch_size, "batch_size", o, low=1, high=self.num_train)
         check_float(self.lr, "lr", o, low=0.0, low_open=True)
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        check_int(self.reference_models, "reference_models", o, low=0, high=MAX_MODELS)
+        if not isinstance(self.hidden, (list, tuple)) or not self.hidden:
+            raise ParameterError(f"The 'hidden' parameter of {o} must be a non-empty list of widths. Got {self.hidden!r} instead.")
+        object.__setattr__(self, "hidden", tuple(check_int(h, "hidden", o, low=1, high=MAX_WIDTH) for h in self.hidden))
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}

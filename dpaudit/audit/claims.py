@@ -8,7 +8,7 @@ A claims file (schema 1)::
     name = "dpsgd-digits"                       # unique, required
     epsilon = 3.0                               # claimed epsilon, >= 0
     delta = 1e-5                                # claimed delta, in [0, 1)
-    granularity = "example"                     # example | party | report | round | user
+    granularity = "example"                     # example (= record) | party | report | round | user
     description = "..."                         # optional
     # the subject: exactly one of
     mechanism = "dpsgd"                         # ldp | dpsgd | pate | gnmax | laplace | gaussian
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from dpaudit.accountants.granularity import GRANULARITIES, canonical_granularity
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
 __all__ = [
@@ -57,7 +58,6 @@ __all__ = [
     "load_claims",
 ]
 
-GRANULARITIES: tuple[str, ...] = ("example", "party", "report", "round", "user")
 MECHANISMS: tuple[str, ...] = ("ldp", "dpsgd", "pate", "gnmax", "laplace", "gaussian")
 ATTACK_KINDS: tuple[str, ...] = ("threshold", "shadow", "lira", "canary", "method-run")
 
@@ -282,7 +282,7 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
             raise ParameterError(f"The '{key}' parameter of {owner} is required. Got nothing instead.")
     epsilon = check_float(raw["epsilon"], "epsilon", owner, low=0.0)
     delta = check_probability(raw["delta"], "delta", owner, allow_zero=True)
-    granularity = check_choice(raw["granularity"], "granularity", owner, GRANULARITIES)
+    granularity = canonical_granularity(raw["granularity"], "granularity", owner)
     allow_dd = check_bool(raw.get("allow_data_dependent", True), "allow_data_dependent", owner)
     description = raw.get("description", "")
     if not isinstance(description, str):

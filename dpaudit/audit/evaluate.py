@@ -387,7 +387,11 @@ def _ledger_statement(ledger_dict: Mapping[str, Any], party: str | None, where: 
 
 
 def _release_meta(path: Path) -> dict[str, Any]:
+    """``release.json`` of a claim's release, every field checked as when the bundle is loaded
+    (:func:`~dpaudit.training.release_meta.parse_release_meta`; no links at any depth, read capped), with its claim's
+    granularity in the shared vocabulary; nothing of the bundle is run or loaded here."""
     from dpaudit.training.release import read_release_meta
+    from dpaudit.training.release_meta import parse_release_meta
 
     f = path / "release.json"
     if not path.is_symlink() and path.is_dir() and not f.is_symlink() and not f.exists():
@@ -395,6 +399,8 @@ def _release_meta(path: Path) -> dict[str, Any]:
     meta = read_release_meta(path)      # the bundle checked (no links at any depth), release.json read capped
     if not isinstance(meta, dict) or meta.get("schema") != 1:
         raise DataError(f"{str(f)!r} is not a schema-1 release (got schema {meta.get('schema') if isinstance(meta, dict) else None!r}).")
+    info = parse_release_meta(meta, str(f))
+    meta["claim"] = {**meta["claim"], "granularity": info.claim.granularity}
     return meta
 
 
@@ -495,11 +501,11 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
         else:
             meta = _release_meta(subject.path)
             if claim.party is not None:
-                if "ledger" not in meta:
+                if meta.get("ledger") is None:
                     raise DataError(f"Release {str(subject.path)!r} has no ledger, so it has no per-party figures.")
                 st = _ledger_statement(meta["ledger"], claim.party, str(subject.path / "release.json"))
             else:
-                if "statement" not in meta:
+                if meta.get("statement") is None:
                     raise DataError(f"Release {str(subject.path)!r} has no accounted statement in release.json.")
                 try:
                     res = AccountingResult.from_dict(meta["statement"])

@@ -55,7 +55,16 @@ def audit_method_run(method: str, *, progress: Any = False, **params: Any) -> Me
     missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in params)
     if missing:
         raise ParameterError(f"The '{missing[0]}' parameter of the audit of {method!r} is required. Got nothing instead.")
+    if "device" in params:
+        _check_device(params["device"], f"the audit of {method!r}")
     return METHOD_RUN_AUDITS[method](progress=progress, **params)
+
+
+def _check_device(device: Any, owner: str) -> None:
+    """A method audit's ``device``, parsed and checked like ``dpaudit train --device`` (before any work)."""
+    from dpaudit.training.methods.scaffold import check_device
+
+    check_device(device, f"'device' parameter of {owner}")
 
 
 def check_param_type(key: str, default: Any, value: Any, owner: str) -> None:
@@ -97,6 +106,8 @@ def check_method_params(method: str, params: Mapping[str, Any], owner: str, rese
             raise ParameterError(f"Unknown key {key!r} in the 'params' table of {owner}; the {method!r} audit takes "
                                  f"{', '.join(takes)}. Got {key} instead.")
         check_param_type(key, known[key], params[key], owner)
+        if key == "device":
+            _check_device(params[key], owner)
     missing = sorted(k for k, d in known.items() if d is inspect.Parameter.empty and k not in params)
     if missing:
         raise ParameterError(f"The 'params.{missing[0]}' parameter of {owner} is required by the {method!r} audit. "

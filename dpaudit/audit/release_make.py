@@ -39,7 +39,6 @@ Every input is checked before anything is written (one :class:`~dpaudit.errors.D
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -48,12 +47,13 @@ import numpy as np
 
 from dpaudit._format import fmt_number
 from dpaudit._io import (check_input_file, check_replaceable, load_json_file, load_npy_file, load_npz_file, load_toml_file,
-                         read_json)
+                         read_input_text, read_json)
+from dpaudit.accountants.granularity import canonical_granularity
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
-from dpaudit.audit.claims import GRANULARITIES
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
+from dpaudit.training.release_meta import check_records, parse_train_config
 
 
 __all__ = ["make_release", "parse_claim", "SCORES_FORMAT"]
@@ -64,7 +64,6 @@ scores .npz (allow_pickle=False), TensorFlow Privacy AttackInputData names; "tra
   labels_train, labels_test (n,)  integer labels (required for logits and probs)
   optional reference models (LiRA): reference_<kind>_train/_test (n, K[, C]) and reference_in_train/_test (n, K) bool
 """
-_GRANULARITY_ALIASES = {"record": "example", "sample": "example"}
 
 
 def _sha256(path: Path) -> str:
@@ -130,11 +129,10 @@ def parse_claim(items: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
         raise ParameterError(f"The claim's epsilon and delta must be numbers. Got {raw['epsilon']!r}, {raw['delta']!r} instead.") from None
     eps = check_float(eps, "epsilon", "--claim", low=0.0, low_open=True, allow_inf=True)
     delta = check_float(delta, "delta", "--claim", low=0.0, high=1.0, high_open=True)
-    gran = str(raw.get("granularity", "record"))
-    gran = _GRANULARITY_ALIASES.get(gran, gran)
-    if gran not in GRANULARITIES:
-        raise ParameterError(f"The 'granularity' of --claim must be one of record, {', '.join(GRANULARITIES)}. Got {gran!r} instead.")
-    text = str(raw.get("text") or f"({fmt_number(eps)}, {fmt_number(delta)})-DP at {gran} level")
+    gran = canonical_granularity(raw.get("granularity", "record"), "granularity", "--claim")
+    text = raw.get("text") or f"({fmt_number(eps)}, {fmt_number(delta)})-DP at {gran} level"
+    if not isinstance(text, str):
+        raise ParameterError(f"The 'text' of --claim must be a string. Got {text!r:.80} instead.")
     return {"epsilon": eps, "delta": delta, "granularity": gran, "text": text}
 
 
@@ -159,25 +157,31 @@ def _read_data(data: Any, labels: Any, label_column: str | None) -> tuple[np.nda
         raise DataError(f"The data file {str(p)!r} must be .npz (X, y), .npy (with --labels) or .csv.")
     X = np.asarray(X)
     y = np.asarray(y)
-    if X.ndim < 2:
-        raise DataError(f"The features must be an (n, ...) array with one row per record; got shape {X.shape}.")
-    if y.ndim != 1 or len(y) != len(X):
+    if X.ndim >= 1 and y.ndim == 1 and len(y) != len(X):
         raise DataError(f"Features and labels differ in length: {len(X)} rows of features, {y.shape} labels.")
-    if not np.issubdtype(X.dtype, np.number) or not np.all(np.isfinite(X)):
-        raise DataError(f"The features in {str(p)!r} must be finite numbers (found {X.dtype}{'' if not np.issubdtype(X.dtype, np.number) else ' with NaN / inf'}).")
-    if not np.issubdtype(y.dtype, np.number) or not np.all(y == np.round(y)) or (y.size and y.min() < 0):
-        raise DataError(f"The labels in {str(p)!r} must be integers >= 0 (class indices).")
-    return X.astype(np.float32), y.astype(np.int64), {"file": str(p), "sha256": _sha256(p)}
+    # the checks a bundle's data.npz gets when it is loaded (dpaudit.training.release_meta.check_records)
+    X, y = check_records(X, y, str(p))
+    return X, y, {"file": str(p), "sha256": _sha256(p)}
 
 
 def _read_csv(p: Path, label_column: str | None) -> tuple[np.ndarray, np.ndarray]:
-    with open(p, encoding="utf-8") as fh:
-        header = [h.strip() for h in fh.readline().strip().split(",")]
+    import io
+    import warnings
+
+    text = read_input_text(p, "the CSV file")             # size cap, UTF-8 (one line naming the file otherwise)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise DataError(f"The CSV {str(p)!r} is empty; it needs a header row and one row per record.")
+    if len(lines) < 2:
+        raise DataError(f"The CSV {str(p)!r} has a header row but no records.")
+    header = [h.strip() for h in lines[0].split(",")]
     col = len(header) - 1 if label_column is None else (header.index(label_column) if label_column in header else -1)
     if col < 0:
         raise DataError(f"The CSV {str(p)!r} has no column {label_column!r}; its columns are {header}.")
     try:
-        table = np.loadtxt(p, delimiter=",", skiprows=1, ndmin=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = np.loadtxt(io.StringIO("\n".join(lines[1:])), delimiter=",", ndmin=2)
     except ValueError as exc:
         raise DataError(f"The CSV {str(p)!r} must hold numeric columns only (encode categories first): {exc}") from None
     if table.shape[1] != len(header):
@@ -188,6 +192,8 @@ def _read_csv(p: Path, label_column: str | None) -> tuple[np.ndarray, np.ndarray
 def _indices(spec: Any, n: int, what: str) -> np.ndarray:
     a = _load_array(_existing(spec, f"The {what} file"), f"The {what} file") if isinstance(spec, (str, Path)) else np.asarray(spec)
     a = np.asarray(a).ravel()
+    if a.dtype.kind not in "biuf":
+        raise DataError(f"The {what} must be integer indices or a boolean mask of length {n}. Got dtype {a.dtype} instead.")
     if a.dtype == bool:
         if a.size != n:
             raise DataError(f"The {what} mask has {a.size} entries but the data has {n} records.")
@@ -273,8 +279,8 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
     if ledger is not None:
         p = _existing(ledger, "The ledger file")
         try:
-            led = PrivacyLedger.from_dict(read_json(p))
-        except (ValueError, KeyError, TypeError) as exc:
+            led = PrivacyLedger.from_dict(load_json_file(p, "the ledger file"))
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             if isinstance(exc, DPAuditError):
                 raise
             raise DataError(f"The ledger file {str(p)!r} is not a dpaudit ledger JSON ({exc}).") from None
@@ -292,10 +298,7 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
         source = {"dp_events": "object"}
         if isinstance(dp_events, (str, Path)):
             p = _existing(dp_events, "The dp_accounting events file")
-            try:
-                dp_events = dp_event_from_json(read_json(p), where=str(p))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"The dp_accounting events file {str(p)!r} is not valid JSON ({exc}).") from None
+            dp_events = dp_event_from_json(load_json_file(p, "the dp_accounting events file"), where=str(p))
             source = {"dp_events": str(p)}
         led = ledger_from_dp_accounting(dp_events, delta=delta)
         one = led.overall().epsilon
@@ -309,11 +312,8 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
     source = {"opacus": "object"}
     if isinstance(opacus, (str, Path)):
         p = _existing(opacus, "The Opacus run file")
-        try:
-            data = read_json(p)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"The Opacus run file {str(p)!r} is not valid JSON ({exc}).") from None
-        run = OpacusRun.from_dict(data if isinstance(data, dict) else {"history": data})
+        data = load_json_file(p, "the Opacus run file")
+        run = OpacusRun.from_dict(data if isinstance(data, dict) else {"history": data}, where=str(p))
         source = {"opacus": str(p)}
     elif isinstance(opacus, OpacusRun):
         run = opacus
@@ -388,21 +388,18 @@ def _recipe(train_fn: str | None, recipe_model: str | None, recipe_kwargs: Mappi
         import_object(train_fn, "--train-fn", sha256=digest)     # fails now, not at attack time
         return {"train_fn": train_fn, "train_fn_sha256": digest}
     if recipe_model:
-        from dpaudit.training.ensemble import TrainConfig
         from dpaudit.training.models import ModelSpec
 
         spec = ModelSpec(recipe_model, shape, num_classes, dict(recipe_kwargs or {}))
         cfg: dict = {}
+        where = "--recipe-config"
         if recipe_config is not None:
             p = _existing(recipe_config, "The recipe config file")
             what = "the recipe config file"
             cfg = load_toml_file(p, what) if p.suffix == ".toml" else load_json_file(p, what)
-            if not isinstance(cfg, dict):
-                raise DataError(f"The recipe config file {str(p)!r} must hold TrainConfig fields (epochs, batch_size, ...).")
-        try:
-            config = TrainConfig.from_dict(cfg)
-        except TypeError as exc:
-            raise ParameterError(f"The recipe config has unknown fields ({exc}).") from None
+            where = f"The recipe config file {str(p)!r}"
+        # the check a bundle's model.recipe.train_config gets on load: unknown fields (a typo 'epocs') are refused
+        config = parse_train_config(cfg, where, "TrainConfig")
         return {"model": spec.to_dict(), "train_config": config.to_dict()}
     return None
 
@@ -474,8 +471,9 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
                  overwrite: bool = False) -> Path:
     """Check every input, then write the release bundle ``out`` atomically (see the module docstring)."""
     from dpaudit.training.external import absolute_import_path
-    from dpaudit.training.release import write_release
+    from dpaudit.training.release import check_release_target, write_release
 
+    check_release_target(out, "--out", "release make")      # before any input is read
     seed = check_int(seed, "seed", "make_release", low=0)
     if Path(out).exists() or Path(out).is_symlink():   # before reading anything: what --overwrite may replace
         if not overwrite:

@@ -42,11 +42,17 @@ from typing import Any, Mapping
 import dp_accounting
 
 from dpaudit.accountants.events import (Composed, DpEvent, FixedBatchGaussian, GaussianNoisyMax, RandomizedResponse,
-                                        Repeated, SubsampledGaussian)
+                                        Repeated, SubsampledGaussian, flatten)
 from dpaudit.accountants.ledger import PrivacyLedger
-from dpaudit.errors import ParameterError
+from dpaudit.errors import ParameterError, check_int, format_value
 
-__all__ = ["to_dp_accounting", "from_dp_accounting", "ledger_from_dp_accounting", "dp_event_to_json", "dp_event_from_json"]
+__all__ = ["to_dp_accounting", "from_dp_accounting", "ledger_from_dp_accounting", "dp_event_to_json", "dp_event_from_json",
+           "MAX_COMPOSITIONS"]
+
+#: Most mechanism applications one converted event may compose (counts multiplied through nested
+#: ``SelfComposedDpEvent``s, times a leaf's steps): beyond it the accounting would overflow floating point, so the
+#: event is refused with a range error instead of an epsilon that is not a number.
+MAX_COMPOSITIONS = 10**15
 
 
 def _no_counterpart(what: str, why: str) -> ParameterError:
@@ -113,14 +119,15 @@ def from_dp_accounting(event: "dp_accounting.DpEvent") -> DpEvent:
         return FixedBatchGaussian(int(event.source_dataset_size), int(event.sample_size), 2.0 * inner.noise_multiplier,
                                   1, neighbouring="substitution")
     if isinstance(event, d.RandomizedResponseDpEvent):
-        if not 0.0 < event.noise_parameter < 1.0:
+        p = event.noise_parameter
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p < 1.0:
             raise ParameterError("The 'noise_parameter' of RandomizedResponseDpEvent must lie in (0, 1) for a dpaudit "
-                                 f"RandomizedResponse (keep probability 1 - p in (0, 1)). Got {event.noise_parameter!r} instead.")
-        return RandomizedResponse(num_classes=event.num_buckets, num_samples=1,
-                                  keep_probability=1.0 - event.noise_parameter)
+                                 f"RandomizedResponse (keep probability 1 - p in (0, 1)). Got {p!r:.80} instead.")
+        return RandomizedResponse(num_classes=event.num_buckets, num_samples=1, keep_probability=1.0 - float(p))
     if isinstance(event, d.SelfComposedDpEvent):
+        # a whole number of compositions: 1.9 or "5" is refused, never truncated (truncating under-accounts)
+        count = check_int(event.count, "count", "SelfComposedDpEvent", low=0, high=MAX_COMPOSITIONS)
         inner = from_dp_accounting(event.event)
-        count = int(event.count)
         leaf = isinstance(event.event, (d.GaussianDpEvent, d.PoissonSampledDpEvent, d.RandomizedResponseDpEvent,
                                         d.SampledWithoutReplacementDpEvent))
         if leaf and count >= 1 and isinstance(inner, FixedBatchGaussian):
@@ -133,9 +140,15 @@ def from_dp_accounting(event: "dp_accounting.DpEvent") -> DpEvent:
                                       keep_probability=inner.keep_probability)
         return Repeated(inner, count)
     if isinstance(event, d.ComposedDpEvent):
+        if not isinstance(event.events, (list, tuple)):
+            raise ParameterError(f"The 'events' parameter of ComposedDpEvent must be a list of dp_accounting events. "
+                                 f"Got {event.events!r:.80} instead.")
         return Composed(tuple(from_dp_accounting(e) for e in event.events))
     if isinstance(event, d.NoOpDpEvent):
         return Composed(())
+    if not isinstance(event, d.DpEvent):
+        raise ParameterError(f"A dp_accounting event was expected (a DpEvent object; in JSON an object with a 'type'). "
+                             f"Got {event!r:.80} instead.")
     why = {
         "LaplaceDpEvent": "dpaudit accounts Laplace noise only inside report-noisy-max (LaplaceNoisyMax).",
         "SampledWithReplacementDpEvent": "dpaudit's sampled Gaussian assumes Poisson sampling.",
@@ -150,6 +163,12 @@ def ledger_from_dp_accounting(events: "dp_accounting.DpEvent | Mapping[str, dp_a
     """A :class:`PrivacyLedger` from dp_accounting events: one event (party ``"all"``) or ``{party: event}``."""
     per_party = dict(events) if isinstance(events, Mapping) else {"all": events}
     converted = {party: from_dp_accounting(ev) for party, ev in per_party.items()}  # validate all before building
+    for party, ev in converted.items():
+        total = sum(mult * int(getattr(leaf, "steps", 1) or 1) * int(getattr(leaf, "num_samples", 1) or 1)
+                    for leaf, mult in flatten(ev))
+        if total > MAX_COMPOSITIONS:
+            raise ParameterError(f"The dp_accounting events of party {party!r} compose {format_value(total)} mechanism applications "
+                                 f"(nested counts multiplied); dpaudit accounts at most {MAX_COMPOSITIONS:.0e}.")
     ledger = PrivacyLedger(delta=delta, accountant=accountant)
     for party, ev in converted.items():
         ledger.record(party, ev)
@@ -191,10 +210,17 @@ def dp_event_from_json(data: Any, *, where: str = "dp_event") -> "dp_accounting.
     kwargs = {}
     for k in names & set(data):
         v = data[k]
-        if isinstance(v, Mapping):
+        if k == "event":            # a nested event (SelfComposed, PoissonSampled, ...)
+            if not isinstance(v, Mapping):
+                raise ParameterError(f"{where}.{k} must be a JSON object describing a dp_accounting event. Got {v!r:.80} instead.")
             v = dp_event_from_json(v, where=f"{where}.{k}")
-        elif isinstance(v, list):
-            v = [dp_event_from_json(x, where=f"{where}.{k}[{i}]") if isinstance(x, Mapping) else x for i, x in enumerate(v)]
+        elif k == "events":         # ComposedDpEvent's list of events
+            if not isinstance(v, list) or not all(isinstance(x, Mapping) for x in v):
+                raise ParameterError(f"{where}.{k} must be a list of JSON objects describing dp_accounting events. "
+                                     f"Got {v!r:.80} instead.")
+            v = [dp_event_from_json(x, where=f"{where}.{k}[{i}]") for i, x in enumerate(v)]
+        elif isinstance(v, (Mapping, list)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise ParameterError(f"{where}.{k} must be a finite number, a string or a boolean. Got {v!r:.80} instead.")
         kwargs[k] = v
     try:
         return cls(**kwargs)

@@ -43,7 +43,7 @@ from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.rdp import EdgeOrderWarning, rdp_to_epsilon
 from dpaudit.accountants.sampling import shuffle_lower_bound
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, smallest_route
-from dpaudit.errors import DataError, ParameterError, check_int, check_probability
+from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int, check_probability
 
 __all__ = ["OPACUS_ORDERS", "OpacusRun", "OpacusRecorder", "read_opacus", "is_poisson_loader", "write_opacus_ledger",
            "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS"]
@@ -69,16 +69,24 @@ OPACUS_ASSUMPTIONS = (
 )
 
 
-def _check_history(history: Any) -> tuple[tuple[float, float, int], ...]:
+#: Most optimizer steps of one phase: beyond it the accounting would overflow floating point (refused, never NaN).
+MAX_STEPS = 10**15
+
+
+def _check_history(history: Any, where: str = "the Opacus history") -> tuple[tuple[float, float, int], ...]:
+    """Each phase ``(noise_multiplier > 0, sample_rate in (0, 1], steps)`` with ``steps`` a positive integer: a
+    fractional (1.5), textual ("5") or NaN step count is refused, never truncated (truncating would under-account)."""
     if not isinstance(history, (list, tuple)):
-        raise DataError(f"An Opacus accountant history must be a list of (noise_multiplier, sample_rate, steps). "
+        raise DataError(f"{where} must be a list of (noise_multiplier, sample_rate, steps). "
                         f"Got {type(history).__name__} instead.")
     out = []
     for i, entry in enumerate(history):
         if not isinstance(entry, (list, tuple)) or len(entry) != 3:
-            raise DataError(f"Entry {i} of the Opacus history must be (noise_multiplier, sample_rate, steps). Got {entry!r:.60} instead.")
+            raise DataError(f"Entry {i} of {where} must be (noise_multiplier, sample_rate, steps). Got {entry!r:.60} instead.")
         sigma, q, steps = entry
-        out.append((float(sigma), float(q), int(steps)))
+        out.append((check_float(sigma, f"history[{i}].noise_multiplier", where, low=0.0, low_open=True),
+                    check_float(q, f"history[{i}].sample_rate", where, low=0.0, high=1.0, low_open=True),
+                    check_int(steps, f"history[{i}].steps", where, low=1, high=MAX_STEPS)))
     return tuple(out)
 
 
@@ -138,9 +146,31 @@ class OpacusRun:
     drop_last: bool = False
 
     def __post_init__(self) -> None:
+        owner = "OpacusRun"
+        if not isinstance(self.history, (list, tuple)):
+            raise ParameterError(f"The 'history' parameter of {owner} must be a list of (noise_multiplier, sample_rate, "
+                                 f"steps). Got {self.history!r:.80} instead.")
         object.__setattr__(self, "history", _check_history(list(self.history)))
         for sigma, q, steps in self.history:   # validates every phase (named parameters, ranges)
             SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=steps)
+        if not isinstance(self.opacus_accountant, str) or not self.opacus_accountant:
+            raise ParameterError(f"The 'opacus_accountant' parameter of {owner} must be a non-empty string. Got "
+                                 f"{self.opacus_accountant!r:.80} instead.")
+        # a JSON boolean or nothing: "no" or 0 must not read as "checked" (nor raise no red flag)
+        if isinstance(self.poisson_sampling, np.bool_):
+            object.__setattr__(self, "poisson_sampling", bool(self.poisson_sampling))
+        if self.poisson_sampling is not None and not isinstance(self.poisson_sampling, bool):
+            raise ParameterError(f"The 'poisson_sampling' parameter of {owner} must be true, false or null (not "
+                                 f"checked). Got {self.poisson_sampling!r:.80} instead.")
+        notes = self.notes
+        if isinstance(notes, str) or not isinstance(notes, (list, tuple)) or not all(
+                isinstance(n, str) and n.strip() for n in notes):
+            raise ParameterError(f"The 'notes' parameter of {owner} must be a list of non-empty strings. Got "
+                                 f"{notes!r:.80} instead.")
+        object.__setattr__(self, "notes", tuple(notes))
+        if self.sampling is not None and not isinstance(self.sampling, str):
+            raise ParameterError(f"The 'sampling' parameter of {owner} must be one of {', '.join(OPACUS_SAMPLINGS)}. Got "
+                                 f"{self.sampling!r:.40} instead.")
         if self.sampling is None and self.poisson_sampling is not None:
             # a record from before the sampler was recorded: a non-Poisson loader of unknown kind
             object.__setattr__(self, "sampling", "poisson" if self.poisson_sampling else "unknown")
@@ -366,14 +396,25 @@ class OpacusRun:
                 "dataset_size": self.dataset_size, "batch_size": self.batch_size, "drop_last": self.drop_last}
 
     @classmethod
-    def from_dict(cls, d: Any) -> "OpacusRun":
+    def from_dict(cls, d: Any, *, where: str = "the Opacus run record") -> "OpacusRun":
+        """From :meth:`to_dict` output (e.g. a JSON file): every field checked, unknown fields refused;
+        ``poisson_sampling`` must be a JSON boolean or null. Raises :class:`DataError` naming ``where``."""
         if not isinstance(d, dict) or "history" not in d:
-            raise DataError("An Opacus run record must be a JSON object with 'history' "
+            raise DataError(f"{where} must be a JSON object with 'history' "
                             "([[noise_multiplier, sample_rate, steps], ...]).")
-        return cls(tuple(tuple(h) for h in _check_history(d["history"])), str(d.get("opacus_accountant", "rdp")),
-                   d.get("poisson_sampling"), tuple(d.get("notes", ())), sampling=d.get("sampling"),
-                   dataset_size=d.get("dataset_size"), batch_size=d.get("batch_size"),
-                   drop_last=d.get("drop_last", False))
+        known = ("history", "opacus_accountant", "poisson_sampling", "notes", "sampling", "dataset_size", "batch_size",
+                 "drop_last")
+        unknown = sorted(str(k) for k in d if k not in known)
+        if unknown:
+            raise DataError(f"{where} has unknown field(s) {', '.join(repr(k) for k in unknown[:5])}; its fields are "
+                            f"{', '.join(known)}.")
+        history = _check_history(d["history"], where)
+        try:
+            return cls(history, d.get("opacus_accountant", "rdp"), d.get("poisson_sampling"), d.get("notes", ()),
+                       sampling=d.get("sampling"), dataset_size=d.get("dataset_size"), batch_size=d.get("batch_size"),
+                       drop_last=d.get("drop_last", False))
+        except DPAuditError as exc:
+            raise DataError(f"{where}: {exc}") from None
 
 
 def read_opacus(source: Any, *, data_loader: Any = None) -> OpacusRun:
@@ -427,7 +468,17 @@ class OpacusRecorder:
         if sample_rate is None:
             if data_loader is None:
                 raise ParameterError("OpacusRecorder.attach needs 'data_loader' or 'sample_rate'. Got neither instead.")
-            sample_rate = 1.0 / len(data_loader)
+            try:
+                batches = len(data_loader)
+            except TypeError:
+                raise ParameterError("The 'data_loader' parameter of OpacusRecorder.attach must have a length (Opacus's "
+                                     f"sample rate is 1 / len(data_loader)). Got a {type(data_loader).__name__} "
+                                     "without one; pass sample_rate= instead.") from None
+            if batches < 1:
+                raise ParameterError("The 'data_loader' parameter of OpacusRecorder.attach must hold at least one "
+                                     "batch (Opacus's sample rate is 1 / len(data_loader)). Got an empty data loader "
+                                     "instead.")
+            sample_rate = 1.0 / batches
         rec = cls(sample_rate)
         previous = getattr(optimizer, "step_hook", None)
 

@@ -53,7 +53,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -122,7 +122,22 @@ class DPSGDConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "DPSGDConfig":
+        """From :meth:`to_dict` output; an unknown or missing field is a ParameterError naming it."""
+        _check_fields(d, ("noise_multiplier", "max_grad_norm", "sampling_rate"), "DPSGDConfig",
+                      required=("noise_multiplier", "max_grad_norm"))
         return cls(d["noise_multiplier"], d["max_grad_norm"], d.get("sampling_rate"))
+
+
+def _check_fields(d: Any, known: tuple[str, ...], owner: str, required: tuple[str, ...] = ()) -> None:
+    if not isinstance(d, Mapping):
+        raise ParameterError(f"The fields of {owner} must be a table / object. Got {d!r:.80} instead.")
+    unknown = sorted(str(k) for k in d if k not in known)
+    if unknown:
+        raise ParameterError(f"Unknown field(s) {', '.join(repr(k) for k in unknown[:5])} of {owner}; its fields are "
+                             f"{', '.join(known)}. Got {unknown[0]} instead.")
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise ParameterError(f"The '{missing[0]}' parameter of {owner} is required. Got nothing instead.")
 
 
 @dataclass(frozen=True)
@@ -171,6 +186,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
+        """From :meth:`to_dict` output (missing fields take their defaults); an unknown field -- a typo such as
+        ``epocs`` -- is a ParameterError naming it, never silently ignored."""
+        _check_fields(d, ("epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "dp"), "TrainConfig")
         dp = d.get("dp")
         return cls(epochs=d.get("epochs", 20), batch_size=d.get("batch_size", 64), optimizer=d.get("optimizer", "adam"),
                    lr=d.get("lr", 1e-3), momentum=d.get("momentum", 0.0), weight_decay=d.get("weight_decay", 0.0),

@@ -330,21 +330,23 @@ def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | Non
     return Classifier(spec, estimator=est)              # type: ignore[arg-type]
 
 
-def load_bundled_dataset(root: Path, d: Mapping[str, Any]):
-    """The records of a release made from outside data (``data.npz`` with X, y) as a :class:`Dataset`."""
+def load_bundled_dataset(root: Path, d: Mapping[str, Any], *, input_shape: tuple[int, ...] | None = None):
+    """The records of a release made from outside data (``data.npz`` with X, y) as a :class:`Dataset`, checked as
+    ``dpaudit release make`` checks them (:func:`~dpaudit.training.release_meta.check_records`: real, finite,
+    ``release.json``'s record count and class count, the model's ``input_shape``)."""
     from dpaudit.training.data import Dataset
+    from dpaudit.training.bundle_arrays import check_records
 
     if d["name"] == "scores":
         raise DataError(f"{root}: a scores-only release has no record features (only the model's scores); the "
                         "threshold and LiRA attacks run on its scores.npz.")
-    arrays = load_bundle_npz(root, d.get("file", "data.npz"))
-    if "X" not in arrays or "y" not in arrays:
-        raise DataError(f"{root}/data.npz must hold arrays 'X' and 'y'; it holds {sorted(arrays)}.")
-    X, y = arrays["X"], arrays["y"]
-    ds = Dataset("bundled", X, y, int(d.get("num_classes") or int(y.max()) + 1), tuple(X.shape[1:]))
-    if len(ds) != int(d["num_records"]):
-        raise DataError(f"{root}/data.npz has {len(ds)} records, release.json says {d['num_records']}.")
-    return ds
+    fname = d.get("file", "data.npz")
+    arrays = load_bundle_npz(root, fname)
+    if set(arrays) != {"X", "y"}:
+        raise DataError(f"{root}/{fname} must hold exactly the arrays 'X' and 'y'; it holds {sorted(arrays)}.")
+    X, y = check_records(arrays["X"], arrays["y"], f"{root}/{fname}", num_classes=int(d["num_classes"]),
+                         input_shape=input_shape, num_records=int(d["num_records"]))
+    return Dataset("bundled", X, y, int(d["num_classes"]), tuple(X.shape[1:]))
 
 
 def recipe_train_fn(meta: Mapping[str, Any], code: BundleCode | None = None, root: str | Path = "."):

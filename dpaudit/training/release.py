@@ -35,17 +35,15 @@ from dpaudit.errors import DataError, ParameterError, format_value, check_int
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
+from dpaudit.training.bundle_arrays import (MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, check_bundle_scores,
+                                            check_canary_view, check_records, check_votes)
+from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, SCHEMA_VERSION, ReleaseMeta,
+                                           check_canary_entry, parse_release_meta)
 
 __all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release", "bundle_digest",
-           "read_release_meta",
-           "MAX_BUNDLE_ENTRIES"]
+           "read_release_meta", "MAX_BUNDLE_ENTRIES", "check_release_target", "FLAG_CODES",
+           "OUTSIDE_DATASETS", "MAX_RECORDS", "MAX_CLASSES", "MAX_INPUT_SIZE"]
 
-SCHEMA_VERSION = 1
-#: Largest data set a release may point into, and largest class count / input size of its model spec:
-#: beyond these a bundle would make dpaudit allocate without bound, so it is refused as malformed.
-MAX_RECORDS = 100_000_000
-MAX_CLASSES = 100_000
-MAX_INPUT_SIZE = 100_000_000
 MEMBERSHIP_KEYS = ("members", "nonmembers", "attacker")
 #: The most files and folders a bundle may hold (all depths): checking it for links walks every one.
 MAX_BUNDLE_ENTRIES = 100_000
@@ -140,23 +138,6 @@ def _load_kwargs(d: Mapping) -> dict:
     return kw
 
 
-#: Dataset names of releases made from outside artefacts (``dpaudit release make``): ``bundled`` -- the records
-#: are the bundle's ``data.npz`` (X, y); ``scores`` -- no records, only the model's outputs (``scores.npz``).
-OUTSIDE_DATASETS = ("bundled", "scores")
-
-#: Codes of the machine-readable flags a method may attach to its release (``release.json["flags"]``): each
-#: names a way the method's privacy claim can fail that a report must show, with the method's own explanation.
-FLAG_CODES = (
-    "teachers_not_independent",      # PATE-style sensitivity assumes one record moves one teacher's vote
-    "composition_ignored_by_claim",  # the claimed epsilon leaves out the composition over rounds or queries
-    "distillation_not_accounted",    # a loss term depends on a non-private model trained on the same data
-    "sampling_not_poisson",          # DP-SGD accounted as Poisson sampling, but the data loader was not Poisson
-    "granularity_not_covered",       # the claim's granularity is not the one the accounting covers
-    "opacus_epsilon_assumes_poisson",  # fixed-size batches accounted as such; Opacus's own figure assumed Poisson
-    "tuning_not_accounted",          # the release is the best of K runs, the claim accounts fewer
-)
-
-
 def _flags(flags: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
     out = []
     for item in flags:
@@ -167,6 +148,66 @@ def _flags(flags: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
             raise ParameterError(f"The flag code of write_release must be one of {', '.join(map(repr, FLAG_CODES))}. Got {code!r} instead.")
         out.append({"code": code, "message": message})
     return out
+
+
+def _check_arrays(arrays: Mapping[str, Mapping[str, np.ndarray]] | None, info: ReleaseMeta, where: str
+                  ) -> dict[str, dict[str, np.ndarray]]:
+    """The further npz files of an outside release (``data.npz``, ``scores.npz``), checked as on load."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for fname, content in (arrays or {}).items():
+        if info.dataset.name == "bundled" and fname == info.dataset.file:
+            unknown = sorted(set(content) - {"X", "y"})
+            if unknown or "X" not in content or "y" not in content:
+                raise ParameterError(f"{where}: {fname} must hold exactly the arrays 'X' and 'y'. Got {sorted(content)} instead.")
+            X, y = check_records(content["X"], content["y"], f"{where} {fname}", num_classes=info.dataset.num_classes,
+                                 input_shape=info.model.spec.input_shape, num_records=info.dataset.num_records)
+            out[fname] = {"X": X, "y": y}
+        elif info.model.kind == "scores" and fname == "scores.npz":
+            out[fname] = check_bundle_scores(content, f"{where} {fname}", score_kind=info.model.score_kind,
+                                             num_records=int(info.dataset.num_records),
+                                             num_classes=info.dataset.num_classes)
+        else:
+            raise ParameterError(f"The 'arrays' parameter of write_release holds {fname!r}; a release of dataset "
+                                 f"{info.dataset.name!r} and model kind {info.model.kind!r} takes "
+                                 f"{'data.npz' if info.dataset.name == 'bundled' else 'scores.npz' if info.model.kind == 'scores' else 'none'}.")
+    if info.dataset.name == "bundled" and info.dataset.file not in out:
+        raise ParameterError(f"{where}: a release of dataset 'bundled' needs its records ({info.dataset.file} in 'arrays').")
+    if info.model.kind == "scores" and "scores.npz" not in out:
+        raise ParameterError(f"{where}: a scores-only release needs its scores (scores.npz in 'arrays').")
+    return out
+
+
+def _check_canary_files(files: Mapping[str, Mapping[str, np.ndarray]], info: ReleaseMeta, where: str) -> None:
+    from dpaudit.training.canaries import RELEASE_CANARIES_FILE, RELEASE_TRUTH_FILE
+
+    entry = info.canaries
+    if set(files) != {RELEASE_CANARIES_FILE, RELEASE_TRUTH_FILE}:
+        raise ParameterError(f"{where}: the canary files must be {RELEASE_CANARIES_FILE} and {RELEASE_TRUTH_FILE}. "
+                             f"Got {sorted(files)} instead.")
+    count = _parameter_count(info.model.spec) if entry["kind"] == "dirac" else None
+    check_canary_view(files[RELEASE_CANARIES_FILE], entry, info.model.spec, f"{where} {RELEASE_CANARIES_FILE}", count)
+    _check_truth(files[RELEASE_TRUTH_FILE], int(entry["count"]), f"{where} {RELEASE_TRUTH_FILE}")
+
+
+def _check_truth(raw: Mapping[str, Any], m: int, where: str) -> np.ndarray:
+    inc = raw.get("included")
+    if set(raw) != {"included"} or inc is None or np.shape(inc) != (m,) or np.asarray(inc).dtype != bool:
+        raise DataError(f"{where}: expected exactly one array 'included', boolean, of shape ({m},) (release.json's "
+                        f"canaries.count); got {sorted(raw)} with shape {None if inc is None else np.shape(inc)}.")
+    return np.asarray(inc, dtype=bool)
+
+
+def check_release_target(out_dir: Any, name: str, owner: str) -> Path:
+    """The folder a bundle is written to must be named by its last path component: ``.``, ``..``, ``/`` or an empty
+    path name a folder that holds other things (the current directory, its parent), which ``--overwrite`` would
+    replace as a whole. Raises :class:`ParameterError` naming ``name`` of ``owner``."""
+    if not isinstance(out_dir, (str, Path)) or not str(out_dir) or "\x00" in str(out_dir):
+        raise ParameterError(f"The '{name}' parameter of {owner} must be a folder path. Got {out_dir!r:.80} instead.")
+    p = Path(out_dir)
+    if p.name in ("", ".", ".."):
+        raise ParameterError(f"The '{name}' parameter of {owner} must name a new folder for the bundle (e.g. runs/rel), "
+                             f"not '.', '..' or '/': the whole folder would be replaced. Got {str(out_dir)!r} instead.")
+    return p
 
 
 def write_release(
@@ -223,6 +264,7 @@ def write_release(
         view), ``canaries_truth.npz`` (the inclusion bits) and the ``release.json["canaries"]`` entry.
     """
     owner = "write_release"
+    check_release_target(out_dir, "out_dir", owner)
     if not isinstance(method, str) or not method:
         raise ParameterError(f"The 'method' parameter of {owner} must be a non-empty str. Got {method!r} instead.")
     seed = check_int(seed, "seed", owner, low=0)
@@ -248,9 +290,7 @@ def write_release(
         raise ParameterError(f"The 'claim' parameter of {owner} must have the keys {list(_CLAIM_KEYS)}; missing {missing}.")
     mem = _check_membership(membership, ds["num_records"], owner)
     if votes is not None:
-        votes = np.asarray(votes)
-        if votes.ndim != 2 or not np.issubdtype(votes.dtype, np.number):
-            raise DataError(f"{owner}: votes must be a numeric (queries x classes) array; got shape {votes.shape}.")
+        votes = check_votes(votes, owner, None if classifier is None else classifier.spec.num_classes)
     from dpaudit import __version__
 
     util = _as_dict(utility, "utility") or {}
@@ -281,14 +321,26 @@ def write_release(
         if classifier is None:
             raise ParameterError(f"The 'canaries' parameter of {owner} needs a released model (not a scores-only release).")
         canary_files, entry = dict(canaries[0]), _as_dict(canaries[1], "canaries")
-        _check_canary_entry(entry, owner)
         meta["canaries"] = entry
+    if classifier is not None:      # the name save_classifier gives it
+        meta["model"]["file"] = "model" + (".safetensors" if classifier.module is not None else
+                                           ".cbm" if type(classifier.estimator).__module__.startswith("catboost") else
+                                           ".skops")
+    # the checks load_release makes, on what is about to be written: a bundle dpaudit writes is one it accepts
+    where = f"{owner} ({Path(out_dir) / 'release.json'})"
+    info = parse_release_meta(meta, where)
+    meta["claim"]["granularity"] = info.claim.granularity      # one vocabulary (record -> example)
+    arrays = _check_arrays(arrays, info, where)
+    if canaries is not None:
+        _check_canary_files(canary_files, info, where)
     try:
         ctx = atomic_dir(out_dir, overwrite=overwrite, kind="release")
         with ctx as tmp:
             if classifier is not None:
                 model_path = save_classifier(classifier, tmp / "model")
-                meta["model"]["file"] = model_path.name
+                if model_path.name != meta["model"]["file"]:
+                    raise ParameterError(f"{where}: the model was saved as {model_path.name}, not "
+                                         f"{meta['model']['file']}.")
             for fname, content in {**(arrays or {}), **canary_files}.items():
                 save_npz(tmp / fname, **content)
             save_npz(tmp / "membership.npz", **mem)
@@ -316,6 +368,9 @@ class Release:
     #: The user's decision about code the bundle names (its recipe's training function): see
     #: :class:`~dpaudit.training.usercode.BundleCode`. None: run none.
     code: Any = None
+    #: Every field of ``release.json``, checked and typed (:func:`~dpaudit.training.release_meta.parse_release_meta`);
+    #: None only for releases built in memory without one.
+    info: ReleaseMeta | None = None
 
     @property
     def canary_info(self) -> dict | None:
@@ -332,11 +387,7 @@ class Release:
         f = _bundle_file(self.path, real_root, info["truth_file"])
         m = int(info["count"])
         raw = load_npz_file(f, "the canary truth file", kinds="b", max_bytes=m + 64 * 1024)
-        inc = raw.get("included")
-        if set(raw) != {"included"} or inc is None or inc.shape != (m,):
-            raise DataError(f"{f}: expected exactly one array 'included' of shape ({m},) (release.json's canaries.count); "
-                            f"got {sorted(raw)} with shape {None if inc is None else inc.shape}.")
-        return inc.astype(bool)
+        return _check_truth(raw, m, str(f))
 
     @property
     def spec(self) -> ModelSpec:
@@ -349,10 +400,16 @@ class Release:
         return self.meta["model"].get("kind") or "dpaudit"
 
     def scores(self) -> dict[str, np.ndarray]:
-        """The arrays of a scores-only release's ``scores.npz`` (see :mod:`dpaudit.audit.release_make`)."""
+        """The arrays of a scores-only release's ``scores.npz`` (see :mod:`dpaudit.audit.release_make`), checked
+        against ``release.json`` (:func:`~dpaudit.training.release_meta.check_bundle_scores`)."""
         from dpaudit.training.external import load_bundle_npz
 
-        return load_bundle_npz(self.path, "scores.npz")
+        info = self.info or parse_release_meta(self.meta, str(self.path / "release.json"))
+        if info.model.kind != "scores":
+            raise DataError(f"{self.path}: not a scores-only release (model kind {info.model.kind!r}); it has no scores.npz.")
+        return check_bundle_scores(load_bundle_npz(self.path, "scores.npz"), f"{self.path / 'scores.npz'}",
+                                   score_kind=info.model.score_kind, num_records=int(info.dataset.num_records),
+                                   num_classes=info.dataset.num_classes)
 
     @property
     def has_recipe(self) -> bool:
@@ -370,7 +427,7 @@ class Release:
         if d["name"] in OUTSIDE_DATASETS:
             from dpaudit.training.external import load_bundled_dataset
 
-            return load_bundled_dataset(self.path, d)
+            return load_bundled_dataset(self.path, d, input_shape=None if self.spec is None else self.spec.input_shape)
         ds = load_dataset(d["name"], **_load_kwargs(d))
         n = d.get("num_records")
         if n is not None and len(ds) != int(n):
@@ -491,22 +548,14 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
     meta = read_release_meta(root)
     real_root = root.resolve()
     meta_path = root / "release.json"
-    if not isinstance(meta, dict):
-        raise DataError(f"{meta_path}: expected a JSON object.")
-    if meta.get("schema") != SCHEMA_VERSION:
-        raise DataError(f"{meta_path}: schema version {format_value(meta.get('schema'))} is unknown; this dpaudit reads schema {SCHEMA_VERSION}.")
-    for key in ("method", "dataset", "seed", "model", "claim"):
-        if key not in meta:
-            raise DataError(f"{meta_path}: the field {key!r} is missing.")
+    info = parse_release_meta(meta, str(meta_path))      # every field, before anything else is read
     meta["dataset"] = _check_dataset_spec(meta["dataset"], str(meta_path))
-    _check_meta_fields(meta, str(meta_path))
+    meta["claim"] = {**meta["claim"], "granularity": info.claim.granularity}
     m = meta["model"]
-    if not isinstance(m, dict) or "spec" not in m or "file" not in m:
-        raise DataError(f"{meta_path}: 'model' must hold 'spec' and 'file'.")
     if code.train_fn is not None and not (isinstance(m.get("recipe"), dict) and m["recipe"].get("train_fn")):
         raise ParameterError(f"--train-fn applies to a bundle whose recipe names a training function; {root}'s does "
                              f"not. Got --train-fn {code.train_fn!r} instead.")
-    if m.get("kind") is not None:   # an outside model (dpaudit release make)
+    if info.model.kind != "dpaudit":   # an outside model (dpaudit release make)
         from dpaudit.training.external import load_external_model
 
         model = load_external_model(root, m, code)
@@ -515,9 +564,12 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
         if code.factory is not None:
             raise ParameterError(f"--factory applies to a bundle whose model is built by a torch factory; {root} is a "
                                  f"release of dpaudit's own method {meta['method']!r}. Got --factory {code.factory!r} instead.")
-        spec, model = _load_own_model(root, real_root, m, meta_path)
+        spec, model = _load_own_model(root, real_root, info, meta_path)
     release = _finish_loading(root, real_root, meta, spec, model)
     release.code = code
+    release.info = info
+    if info.model.kind == "scores":
+        release.scores()                                  # its arrays, checked on load
     meta["dataset"]["data_dir"] = _resolve_data_dir(meta["dataset"].get("data_dir"), root, real_root, data_dir, trust_data_dir)
     return release
 
@@ -558,23 +610,9 @@ def bundle_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _load_own_model(root: Path, real_root: Path, m: dict, meta_path: Path) -> tuple[ModelSpec, Classifier]:
-    _check_spec_size(m["spec"], str(meta_path))
-    try:
-        spec = ModelSpec.from_dict(m["spec"])
-    except (ParameterError, TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise DataError(f"{meta_path}: invalid model spec ({str(exc)[:300]}).") from None
-    if m.get("train_config") is not None:
-        if not isinstance(m["train_config"], dict):
-            raise DataError(f"{meta_path}: model.train_config must be an object or null. Got {format_value(m['train_config'])} instead.")
-        try:
-            TrainConfig.from_dict(m["train_config"])
-        except (ParameterError, TypeError, KeyError, ValueError, AttributeError) as exc:
-            raise DataError(f"{meta_path}: invalid train_config ({str(exc)[:300]}).") from None
-    fname = m["file"]
-    if not isinstance(fname, str) or not fname or Path(fname).name != fname or fname in (".", ".."):
-        raise DataError(f"{meta_path}: model file {format_value(fname)} must be a plain file name inside the bundle.")
-    model_file = _bundle_file(root, real_root, fname)
+def _load_own_model(root: Path, real_root: Path, info: ReleaseMeta, meta_path: Path) -> tuple[ModelSpec, Classifier]:
+    spec = info.model.spec
+    model_file = _bundle_file(root, real_root, info.model.file)
     check_input_file(model_file, "the model file named in release.json", max_bytes=None)
     _check_weights_fit_file(spec, model_file)
     return spec, load_classifier(model_file, spec)
@@ -592,48 +630,20 @@ def _finish_loading(root: Path, real_root: Path, meta: dict, spec: Any, model: C
     votes_path = _bundle_file(root, real_root, "votes.npy")
     if votes_path.exists():
         votes = load_npy_file(votes_path, "the votes file", kinds="biuf")
-        if votes.ndim != 2:
-            raise DataError(f"{votes_path}: expected a (queries x classes) array; got shape {votes.shape}.")
-        if spec is None or votes.shape[1] != spec.num_classes:
-            raise DataError(f"{votes_path}: {votes.shape[1]} vote columns but the model has "
-                            f"{None if spec is None else spec.num_classes} classes.")
+        if spec is None:
+            raise DataError(f"{votes_path}: vote histograms need a released model; this release has none.")
+        votes = check_votes(votes, str(votes_path), spec.num_classes)
     canaries = None
     if meta.get("canaries") is not None:
         canaries = _load_canaries(root, real_root, meta, spec)
     return Release(path=root, meta=meta, model=model, votes=votes, membership=membership, canaries=canaries)
 
 
-def _check_canary_entry(entry: Any, where: str) -> dict:
-    """``release.json["canaries"]``: kind, count, seed, audit, the two file names (and steps for Dirac)."""
-    from dpaudit.training.canaries import (CANARY_KINDS, MAX_CANARIES, RELEASE_CANARIES_FILE, RELEASE_TRUTH_FILE)
-    from dpaudit.training.limits import MAX_STEPS
-
-    if not isinstance(entry, dict):
-        raise DataError(f"{where}: 'canaries' must be an object (kind, count, seed, audit, file, truth_file). "
-                        f"Got {format_value(entry)} instead.")
-    try:
-        if entry.get("kind") not in CANARY_KINDS:
-            raise DataError(f"{where}: canaries.kind must be one of {', '.join(map(repr, CANARY_KINDS))}. "
-                            f"Got {format_value(entry.get('kind'))} instead.")
-        check_int(entry.get("count"), "canaries.count", where, low=2, high=MAX_CANARIES)
-        check_int(entry.get("seed"), "canaries.seed", where, low=0, high=2**63 - 1)
-        if entry["kind"] == "dirac":
-            check_int(entry.get("steps"), "canaries.steps", where, low=1, high=MAX_STEPS)
-    except ParameterError as exc:
-        raise DataError(str(exc)) from None
-    for key, want in (("audit", "one-run"), ("file", RELEASE_CANARIES_FILE), ("truth_file", RELEASE_TRUTH_FILE)):
-        if entry.get(key) != want:
-            raise DataError(f"{where}: canaries.{key} must be {want!r}. Got {format_value(entry.get(key))} instead.")
-    return entry
-
-
 def _load_canaries(root: Path, real_root: Path, meta: dict, spec: Any) -> dict[str, np.ndarray]:
     """The attacker's view of the release's canaries (``canaries.npz``), every array's shape and range checked
     against ``release.json`` and the model spec; sizes are checked before any array is read."""
-    from dpaudit.training.canaries import RELEASE_VIEW_KEYS
-
     where = f"{root / 'release.json'}"
-    info = _check_canary_entry(meta["canaries"], where)
+    info = check_canary_entry(meta["canaries"], where)
     if spec is None:
         raise DataError(f"{where}: canaries need a released model; this release has none.")
     kind, m = info["kind"], int(info["count"])
@@ -647,26 +657,8 @@ def _load_canaries(root: Path, real_root: Path, meta: dict, spec: Any) -> dict[s
     else:
         expected = m * (4 * math.prod(spec.input_shape) + 8)
     raw = load_npz_file(f, "the canaries file", kinds="iuf", max_bytes=expected + 64 * 1024)
-    want = set(RELEASE_VIEW_KEYS[kind])
-    if set(raw) != want:
-        raise DataError(f"{f}: {kind} canaries hold exactly {sorted(want)}; found {sorted(raw)}.")
-    if kind == "dirac":
-        coords, obs = raw["coords"], raw["observations"]
-        total = _parameter_count(spec)
-        if coords.shape != (m,) or coords.dtype.kind not in "iu" or (m and (coords.min() < 0 or coords.max() >= total)) \
-                or np.unique(coords).size != m:
-            raise DataError(f"{f}[coords]: expected {m} distinct integer parameter coordinates in [0, {total}); got "
-                            f"shape {coords.shape}, dtype {coords.dtype}.")
-        if obs.shape != (int(info["steps"]), 1, m) or obs.dtype.kind != "f" or np.isinf(obs).any():
-            raise DataError(f"{f}[observations]: expected a finite float array of shape ({info['steps']}, 1, {m}); got "
-                            f"shape {obs.shape}, dtype {obs.dtype}.")
-        return {"coords": coords.astype(np.int64), "observations": obs.astype(np.float64)}
-    X, y = raw["X"], raw["y"]
-    if X.shape != (m, *spec.input_shape) or X.dtype.kind != "f" or not np.isfinite(X).all():
-        raise DataError(f"{f}[X]: expected finite floats of shape {(m, *spec.input_shape)}; got shape {X.shape}, dtype {X.dtype}.")
-    if y.shape != (m,) or y.dtype.kind not in "iu" or (m and (y.min() < 0 or y.max() >= spec.num_classes)):
-        raise DataError(f"{f}[y]: expected {m} integer labels in [0, {spec.num_classes}); got shape {y.shape}, dtype {y.dtype}.")
-    return {"X": X.astype(np.float32), "y": y.astype(np.int64)}
+    count = _parameter_count(spec) if kind == "dirac" else None
+    return check_canary_view(raw, info, spec, str(f), count)
 
 
 def _parameter_count(spec: ModelSpec) -> int:
@@ -678,69 +670,6 @@ def _parameter_count(spec: ModelSpec) -> int:
 
     with torch.device("meta"):
         return int(sum(p.numel() for p in build_model(spec).parameters()))
-
-
-def _check_meta_fields(meta: dict, where: str) -> None:
-    """Types of the release.json fields the attacks and reports read (values the bundle could get wrong)."""
-    if not isinstance(meta["method"], str) or not meta["method"]:
-        raise DataError(f"{where}: 'method' must be a non-empty string. Got {format_value(meta['method'])} instead.")
-    try:
-        check_int(meta["seed"], "seed", where, low=0, high=2**63 - 1)
-    except ParameterError as exc:
-        raise DataError(str(exc)) from None
-    claim = meta["claim"]
-    if not isinstance(claim, dict):
-        raise DataError(f"{where}: 'claim' must be an object with {list(_CLAIM_KEYS)}. Got {format_value(claim)} instead.")
-    for key in ("delta", "epsilon"):
-        v = claim.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, str))):
-            raise DataError(f"{where}: claim.{key} must be a number. Got {format_value(v)} instead.")
-    if claim.get("delta") is not None:
-        try:
-            float(claim["delta"])
-        except (TypeError, ValueError, OverflowError):
-            raise DataError(f"{where}: claim.delta must be a number. Got {format_value(claim['delta'])} instead.") from None
-    for key, kind in (("params", dict), ("utility", dict), ("assumptions", list), ("flags", list)):
-        if meta.get(key) is not None and not isinstance(meta[key], kind):
-            raise DataError(f"{where}: '{key}' must be a{'n object' if kind is dict else ' list'}. Got {format_value(meta[key])} instead.")
-    for f in meta.get("flags") or ():
-        if not (isinstance(f, dict) and isinstance(f.get("code"), str) and isinstance(f.get("message"), str)):
-            raise DataError(f"{where}: every entry of 'flags' must be an object with string 'code' and 'message'. Got {format_value(f)} instead.")
-    for key in ("statement", "ledger"):
-        if meta.get(key) is not None and not isinstance(meta[key], dict):
-            raise DataError(f"{where}: '{key}' must be an object or null. Got {format_value(meta[key])} instead.")
-
-
-def _check_spec_size(spec: Any, where: str) -> None:
-    """Refuse a model spec whose sizes would allocate without bound before any model is built."""
-    if not isinstance(spec, dict):
-        raise DataError(f"{where}: model.spec must be an object. Got {format_value(spec)} instead.")
-    k = spec.get("num_classes")
-    if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_CLASSES:
-        raise DataError(f"{where}: model.spec.num_classes must be an int in [2, {MAX_CLASSES}]. Got {format_value(k)} instead.")
-    shape = spec.get("input_shape")
-    if (not isinstance(shape, list) or not shape or len(shape) > 4
-            or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_INPUT_SIZE for x in shape)
-            or math.prod(shape) > MAX_INPUT_SIZE):
-        raise DataError(f"{where}: model.spec.input_shape must be a list of 1-4 positive ints of product <= "
-                        f"{MAX_INPUT_SIZE}. Got {format_value(shape)} instead.")
-    kw = spec.get("kwargs") or {}
-    if not isinstance(kw, dict):
-        raise DataError(f"{where}: model.spec.kwargs must be an object. Got {format_value(kw)} instead.")
-
-    def sizes(v: Any):
-        if isinstance(v, bool):
-            return
-        if isinstance(v, int):
-            yield v
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                yield from sizes(x)
-
-    for key, v in kw.items():
-        for x in sizes(v):
-            if abs(x) > MAX_INPUT_SIZE:
-                raise DataError(f"{where}: model.spec.kwargs.{key} holds {format_value(x)}, beyond the supported {MAX_INPUT_SIZE}.")
 
 
 def _check_weights_fit_file(spec: ModelSpec, model_file: Path) -> None:

@@ -170,7 +170,7 @@ def test_cache_keys_follow_the_release_content(audited, tmp_path, monkeypatch):
     assert n.attacked == []
     meta = json.loads((bundle / "release.json").read_text())
     edits = {
-        "release.json": lambda: (bundle / "release.json").write_text(json.dumps({**meta, "seed": meta["seed"] + 0, "note": 1})),
+        "release.json": lambda: (bundle / "release.json").write_text(json.dumps({**meta, "assumptions": [*meta["assumptions"], "edited"]})),
         meta["model"]["file"]: lambda: _flip_last_byte(bundle / meta["model"]["file"]),
         "membership.npz": lambda: _shuffle_membership(bundle / "membership.npz"),
     }

@@ -75,7 +75,7 @@ def test_release_audit_and_bad_input(data, tmp_path):
         canary_audit_release(trees, audit="one-run", canary="dirac", canaries=50)
     with pytest.raises(ParameterError, match="'canaries'.*<="):
         canary_audit_release(rel, audit="one-run", canary="mislabeled", canaries=10_000)
-    with pytest.raises(ParameterError, match="'models'.*>= 2"):
+    with pytest.raises(ParameterError, match=r"'models'.*\[2, "):
         canary_audit_release(rel, audit="multi-run", canary="dirac", models=1)
     with pytest.raises(ParameterError, match="'canary'"):
         canary_audit_release(rel, audit="one-run", canary="poison", canaries=5)
@@ -124,7 +124,7 @@ def test_audit_config_canary_audits(tmp_path):
     again = run_audit(cfg, tmp_path / "run", progress=False)  # cached
     assert again.certified == rep.certified
     p.write_text('[[canary_audits]]\nname = "x"\naudit = "multi-run"\nmodels = 1\n')
-    with pytest.raises(ParameterError, match="'models'.*>= 2"):
+    with pytest.raises(ParameterError, match=r"'models'.*\[2, "):
         load_audit_config(p)
     p.write_text('[[canary_audits]]\nname = "x"\nkind = "dirac"\n')
     with pytest.raises(ParameterError, match="Unknown key"):

@@ -207,7 +207,8 @@ def _fake_release(path: Path, *, epsilon=2.0, delta=1e-5, granularity="example",
     meta = {
         "schema": 1, "method": "fredy", "dataset": {"name": "digits", "seed": 0, "num_samples": None},
         "params": {"gamma": 0.05}, "seed": 0, "utility": {"test_accuracy": 0.9},
-        "model": {"spec": {"name": "mlp"}, "file": "model.safetensors", "train_config": {}},
+        "model": {"spec": {"name": "mlp", "input_shape": [64], "num_classes": 10, "kwargs": {}}, "file": "model.safetensors",
+                  "train_config": {}},
         "ledger": (ledger or _ledger(delta)).to_dict(),
         "statement": AccountingResult(mechanism="pate", statements=(st,)).to_dict(),
         "claim": {"epsilon": epsilon, "delta": delta, "granularity": granularity, "text": "as published"},
@@ -315,7 +316,7 @@ def test_release_errors(tmp_path):
     with pytest.raises(DataError, match="not valid JSON"):
         evaluate_claims(cf)
     write_json(tmp_path / "rel" / "release.json", {"schema": 7})
-    with pytest.raises(DataError, match="schema-1"):
+    with pytest.raises(DataError, match="schema version 7 is unknown"):
         evaluate_claims(cf)
 
 

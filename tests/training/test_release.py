@@ -16,9 +16,19 @@ from dpaudit.training.release import load_release, write_release
 CLAIM = {"epsilon": 1.0, "delta": 1e-5, "granularity": "example", "text": "(1, 1e-5)-DP per example"}
 
 
-class _Ledger:  # anything with to_dict(); the release stores the dict
-    def to_dict(self):
-        return {"delta": 1e-5, "events": {"party0": {"kind": "LaplaceNoisyMax", "gamma": 0.1}}}
+def _ledger():  # anything with to_dict() holding a ledger; the release stores the dict (checked on write and load)
+    from dpaudit.accountants.events import LaplaceNoisyMax
+    from dpaudit.accountants.ledger import PrivacyLedger
+
+    led = PrivacyLedger(delta=1e-5)
+    led.record("party0", LaplaceNoisyMax(gamma=0.1))
+    return led
+
+
+def _statement():
+    from dpaudit.accountants.statement import AccountingResult
+
+    return AccountingResult("ledger", (_ledger().overall(),))
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +43,8 @@ def _write(path, ds, sp, mem, spec, cfg, **kw):
     train = sp.train[:100]
     clf = fit_classifier(spec, ds.X[train], ds.y[train], cfg, seed=0)
     args = dict(method="pate", dataset={"name": "breast_cancer", "seed": 0, "num_samples": None}, params={"teachers": 5},
-                seed=0, utility={"test_accuracy": 0.9}, classifier=clf, train_config=cfg, ledger=_Ledger(),
-                statement={"epsilon": 1.0}, claim=CLAIM, membership=mem, votes=np.ones((4, 2)),
+                seed=0, utility={"test_accuracy": 0.9}, classifier=clf, train_config=cfg, ledger=_ledger(),
+                statement=_statement(), claim=CLAIM, membership=mem, votes=np.ones((4, 2)),
                 assumptions=["teachers see disjoint data"])
     args.update(kw)
     return write_release(path, **args), clf
@@ -48,7 +58,7 @@ def test_roundtrip(tmp_path, setting, spec, cfg):
     ds, sp, mem = setting
     out, clf = _write(tmp_path / "rel", ds, sp, mem, spec, cfg)
     r = load_release(out)
-    assert r.meta["schema"] == 1 and r.meta["ledger"]["events"]["party0"]["gamma"] == 0.1
+    assert r.meta["schema"] == 1 and r.meta["ledger"]["parties"]["party0"][0]["event"]["gamma"] == 0.1
     assert r.meta["dataset"]["num_records"] == len(ds) and r.meta["created_by"].startswith("dpaudit ")
     np.testing.assert_allclose(r.model.predict_proba(ds.X[:20]), clf.predict_proba(ds.X[:20]))
     assert all(np.array_equal(r.membership[k], mem[k]) for k in mem)

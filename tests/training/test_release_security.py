@@ -125,7 +125,7 @@ def test_attack_cli_asks_before_following_a_bundles_data_dir(copy, capsys):
     ("dataset.seed", "abc", "dataset.seed"),
     ("dataset.seed", 2**70, "dataset.seed"),
     ("dataset.num_records", 10**12, "dataset.num_records"),
-    ("dataset.name", 5, "unknown data set"),
+    ("dataset.name", 5, "dataset.name"),
     ("dataset.data_dir", 5, "data_dir"),
     ("claim", "x", "'claim' must be an object"),
     ("claim.delta", "abc", "claim.delta"),

@@ -183,6 +183,14 @@ def _run_audit(method: str, *, votes_fn: Callable[[np.ndarray, int, int], np.nda
                           settings=settings, elapsed_seconds=time.perf_counter() - start, notes=notes)
 
 
+def _check_device(device: Any, o: str) -> str | None:
+    """``device`` parsed and checked as ``dpaudit train --device`` checks it (an unknown name, ``meta``, or a CUDA
+    device this machine lacks is refused before any work)."""
+    from dpaudit.training.methods.scaffold import check_device
+
+    return check_device(device, f"'device' parameter of {o}")
+
+
 def _common_checks(o: str, trials: int, pilot: int, seed: int, gamma: float, confidence: float, replicates: int,
                    canary_features: int, canary_scale: float, num_samples: int, hidden: int, epochs: int) -> None:
     check_int(trials, "trials", o, low=4, high=MAX_MODELS)
@@ -234,6 +242,7 @@ def audit_pate_run(*, trials: int = 400, teachers: int = 5, gamma: float = 1.0, 
     o = "audit_pate_run"
     _common_checks(o, trials, pilot, seed, gamma, confidence, replicates, canary_features, canary_scale, num_samples,
                    hidden, epochs)
+    device = _check_device(device, o)
     M = check_int(teachers, "teachers", o, low=1, high=MAX_MODELS)
     _check_models(o, trials, M, "teachers")
     cfg = pate.PATEConfig(teachers=M, gamma=gamma, num_samples=num_samples, teacher_model="mlp",
@@ -287,6 +296,7 @@ def audit_fedkt_run(*, trials: int = 400, parties: int = 2, partitions: int = 2,
     o = "audit_fedkt_run"
     _common_checks(o, trials, pilot, seed, gamma, confidence, replicates, canary_features, canary_scale, num_samples,
                    hidden, epochs)
+    device = _check_device(device, o)
     n, s, t = (check_int(v, k, o, low=1, high=MAX_MODELS) for v, k in ((parties, "parties"), (partitions, "partitions"),
                                                        (teachers, "teachers")))
     kq = check_int(party_queries, "party_queries", o, low=1, high=MAX_RECORDS)
@@ -364,6 +374,7 @@ def audit_fredy_run(*, trials: int = 400, teachers: int = 5, rounds: int = 2, ga
     o = "audit_fredy_run"
     _common_checks(o, trials, pilot, seed, gamma, confidence, replicates, canary_features, canary_scale, num_samples,
                    hidden, epochs)
+    device = _check_device(device, o)
     T = check_int(teachers, "teachers", o, low=1, high=MAX_MODELS)
     R = check_int(rounds, "rounds", o, low=1, high=1000)
     _check_models(o, trials, T, "teachers")

@@ -153,12 +153,15 @@ def audit_run(*, canary: str = "dirac", canaries: int = 1000, epsilon: float | N
     from dpaudit.training.engine import RoundEngine
     from dpaudit.training.methods.fl_common import DataSettings, make_classifier
     from dpaudit.training.methods.proxyfl import ProxyFLConfig, ProxyFLMethod
+    from dpaudit.training.canaries import MAX_CANARIES
+    from dpaudit.training.limits import MAX_MODELS
+    from dpaudit.training.methods.scaffold import check_device
     from dpaudit.training.models import ModelSpec
 
     owner = "the ProxyFL run audit"
     check_choice(canary, "canary", owner, PROXYFL_RUN_CANARIES)
-    m = check_int(canaries, "canaries", owner, low=2)
-    K = check_int(num_clients, "num_clients", owner, low=1)
+    m = check_int(canaries, "canaries", owner, low=2, high=MAX_CANARIES)     # before anything is allocated
+    K = check_int(num_clients, "num_clients", owner, low=1, high=MAX_MODELS)
     n0 = check_int(samples_per_client, "samples_per_client", owner, low=2)
     T = check_int(rounds, "rounds", owner, low=1)
     b = check_int(batch_size, "batch_size", owner, low=1, high=n0)
@@ -170,6 +173,7 @@ def audit_run(*, canary: str = "dirac", canaries: int = 1000, epsilon: float | N
     if not isinstance(hidden, (list, tuple)) or not hidden:
         raise ParameterError(f"The 'hidden' parameter of {owner} must be a non-empty list of widths. Got {hidden!r} instead.")
     hidden = [check_int(h, "hidden", owner, low=1) for h in hidden]
+    device = check_device(device, f"'device' parameter of {owner}")
     if epsilon is not None and noise_multiplier is not None:
         raise ParameterError(f"{owner}: give at most one of 'epsilon' and 'noise_multiplier'. Got epsilon={epsilon!r}, "
                              f"noise_multiplier={noise_multiplier!r} instead.")

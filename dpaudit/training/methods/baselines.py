@@ -205,7 +205,7 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
         return None
     statement = ldp_update_statement(res.ledger, config, res.reports_per_client)
     name = f"{config.mode}_ldp"
-    claim = {"epsilon": config.epsilon, "delta": 0.0, "granularity": "client (local DP), per round",
+    claim = {"epsilon": config.epsilon, "delta": 0.0, "granularity": "round",
              "text": f"{name} as PrivateKT's baseline (Qi et al. 2023, Fig. 2): every released update is eps-LDP."}
     return Outcome(Release(
         method=name, dataset=data.dataset_spec,

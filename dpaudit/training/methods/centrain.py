@@ -159,8 +159,9 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome:
                               assumptions=head.assumptions + ("Poisson sampling at the fixed rate q of the pooled records; "
                                                               "add/remove one record.",), details=dict(head.details))
         statement = AccountingResult("CenTrain by DP-SGD", (st,))
-        claim = {"epsilon": float(st.epsilon), "delta": float(st.delta), "granularity": "record (add/remove one)",
-                 "text": "CenTrain trained by DP-SGD: (eps, delta)-DP by RDP accounting of the subsampled Gaussian."}
+        claim = {"epsilon": float(st.epsilon), "delta": float(st.delta), "granularity": "example",
+                 "text": "CenTrain trained by DP-SGD: (eps, delta)-DP per record (add/remove one) by RDP accounting of "
+                         "the subsampled Gaussian."}
     return Outcome(Release(
         method="centrain", dataset=data.dataset_spec,
         params={"method": m.to_dict(), "data": data.partition, "model": dict(cfg.model),

@@ -353,7 +353,7 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
                                     rounds=config.rounds, clients_per_round=per_round, num_clients=data.num_clients,
                                     delta=config.delta, reports=res.reports_per_client,
                                     mechanism="FedMD + LDP" if fedmd else "PrivateKT")
-    claim = {"epsilon": config.epsilon, "delta": 0.0, "granularity": "client (local DP), whole training",
+    claim = {"epsilon": config.epsilon, "delta": 0.0, "granularity": "user",
              "text": ("PrivateKT (Qi et al. 2023, Lemma 1 and 'model shuffling'): each round is eps-LDP and the whole "
                       "knowledge transfer stays eps-LDP because budgets do not accumulate.") if not fedmd else
                      ("FedMD + LDP as PrivateKT's baseline: each round's predictions on the whole public set are eps-LDP "

@@ -741,9 +741,9 @@ def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
                                         sampling_rate=q) if config.dp else None)
     paper = paper_statement(statement)
     claim = {"epsilon": float(paper.epsilon), "delta": float(paper.delta),
-             "granularity": "record, per client (add/remove one)",
-             "text": (f"{variant} (Kalra et al. 2023): each client's shared model is (eps, delta)-DP by DP-SGD RDP "
-                      "accounting; clients drop out at their budget.")}
+             "granularity": "example",
+             "text": (f"{variant} (Kalra et al. 2023): each client's shared model is (eps, delta)-DP per record of "
+                      "that client (add/remove one) by DP-SGD RDP accounting; clients drop out at their budget.")}
     assumptions = [f"Released: client {k}'s shared model (after the last round's communication). Members: every client's "
                    "records (communication mixes all clients' models); non-members: held-out test records.",
                    "train_config approximates the recipe (DP-SGD on cross-entropy, one epoch per round) for shadow models; "
