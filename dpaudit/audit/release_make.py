@@ -47,7 +47,7 @@ import numpy as np
 
 from dpaudit._format import fmt_number
 from dpaudit._io import (check_input_file, check_replaceable, load_json_file, load_npy_file, load_npz_file, load_toml_file,
-                         read_input_text, read_json)
+                         read_input_text)
 from dpaudit.accountants.granularity import canonical_granularity
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
