@@ -397,8 +397,6 @@ def _release_meta(path: Path) -> dict[str, Any]:
     if not path.is_symlink() and path.is_dir() and not f.is_symlink() and not f.exists():
         raise DataError(f"Release {str(path)!r} has no release.json (is it a release directory?).")
     meta = read_release_meta(path)      # the bundle checked (no links at any depth), release.json read capped
-    if not isinstance(meta, dict) or meta.get("schema") != 1:
-        raise DataError(f"{str(f)!r} is not a schema-1 release (got schema {meta.get('schema') if isinstance(meta, dict) else None!r}).")
     info = parse_release_meta(meta, str(f))
     meta["claim"] = {**meta["claim"], "granularity": info.claim.granularity}
     return meta

@@ -100,7 +100,8 @@ def test_w2_checked_flags():
     ({"history": [[1.0, 0.01, 10]], "notes": [1, 2]}, "'notes' parameter of OpacusRun"),
     ({"history": [[1.0, 0.01, 10]], "notes": [""]}, "'notes' parameter of OpacusRun"),
     ({"history": [[1.0, 0.01, 10]], "opacus_accountant": [1]}, "'opacus_accountant' parameter of OpacusRun"),
-    ({"history": [[1.0, 0.01, 10]], "sampling": True}, r"unknown field\(s\) 'sampling'"),
+    ({"history": [[1.0, 0.01, 10]], "sampling": True}, r"'sampling' parameter of OpacusRun must be one of"),
+    ({"history": [[1.0, 0.01, 10]], "samplng": "shuffle"}, r"unknown field\(s\) 'samplng'"),
     ({"history": "abc"}, "must be a list of"),
     ([[1.0, 0.01, 10]], "must be a JSON object with 'history'"),
 ])
