@@ -140,6 +140,9 @@ def compare_signals(signals: ReferenceSignals, member, *, record=None, labels=No
         if "online" in name and signals.layout == "offline":
             skipped[name] = "the reference models never trained on the targets (offline layout)."
             continue
+        if "online" in name and K < 2:
+            skipped[name] = "online attacks need at least 2 reference models (IN and OUT ones for each record)."
+            continue
         if "online" in name and not signals.inclusion.any(axis=1).any():
             skipped[name] = "needs reference models that trained on the targets (none did)."
             continue
