@@ -67,7 +67,11 @@ class ReferenceSignals:
 
     Targets (n records): ``target_logp``, ``target_phi`` (n,); ``logp``, ``phi``, ``inclusion`` (n, K).
     Population (m records): ``population_target_logp`` (m,), ``population_logp`` (m, K), ``population_inclusion``
-    (m, K). Calibration (c records): ``calibration_logp``, ``calibration_inclusion`` (c, K) (c may be 0).
+    (m, K): the models left out of a population record's offline average -- those that trained on it and, when the
+    targets are IN for some models (online layout), a random complementary half (one model of each pair), so that a
+    population record averages as many models as a target record and the two statistics are alike (otherwise the
+    population's less noisy Pr(z) would leave non-member targets beyond its range, tied at score 1).
+    Calibration (c records): ``calibration_logp``, ``calibration_inclusion`` (c, K) (c may be 0): true inclusion.
     ``layout``: ``"online"`` (targets IN for about half the models), ``"offline"`` (targets OUT of every model) or
     ``"given"`` (arrays supplied by the caller, e.g. a scores-only release).
     """
@@ -187,7 +191,9 @@ def train_reference_signals(target: Model, X_eval, y_eval, X_pool, y_pool, *, nu
     sig = ReferenceSignals(
         target_logp=t_logp[:n], target_phi=t_phi[:n], logp=L[:n], phi=PHI[:n],
         inclusion=inc[:n] if online else np.zeros((n, K), dtype=bool),
-        population_target_logp=t_logp[n:], population_logp=L[n:n + m], population_inclusion=np.zeros((m, K), bool),
+        population_target_logp=t_logp[n:], population_logp=L[n:n + m],
+        population_inclusion=paired_inclusion(m, K, seed=derive_seed(seed, "population-mask")) if online and K > 1
+        else np.zeros((m, K), bool),
         calibration_logp=L[cal_rows], calibration_inclusion=inc, layout="online" if online else "offline")
     sizes = inc.sum(axis=0)
     settings = {"layout": sig.layout, "num_references": K, "population": m, "population_source": "attacker's pool, "
@@ -199,17 +205,26 @@ def train_reference_signals(target: Model, X_eval, y_eval, X_pool, y_pool, *, nu
 def signals_from_scores(target_logp, target_phi, reference_logp, reference_phi, reference_in, *,
                         population_logp=None, population_reference_logp=None, population_in=None) -> ReferenceSignals:
     """:class:`ReferenceSignals` from statistics computed elsewhere (a scores-only release): the calibration records
-    are the targets and the population records with their masks."""
+    are the targets and the population records with their true masks. Without ``population_in``, when the targets
+    are IN for some models, each population record leaves out each model with the targets' IN rate (seeded, at least
+    one model kept), so that population and targets average alike many models offline (see :class:`ReferenceSignals`)."""
     lp = np.asarray(reference_logp, dtype=np.float64)
     inc = np.asarray(reference_in, dtype=bool)
     K = lp.shape[1]
     if population_logp is None:
         zt, zl, zi = np.zeros(0), np.zeros((0, K)), np.zeros((0, K), dtype=bool)
+        zmask = zi
     else:
         zt = np.asarray(population_logp, dtype=np.float64)
         zl = np.asarray(population_reference_logp, dtype=np.float64)
         zi = np.zeros(zl.shape, dtype=bool) if population_in is None else np.asarray(population_in, dtype=bool)
+        zmask = zi
+        if population_in is None and inc.any() and K > 1 and zl.ndim == 2:
+            rng = np.random.default_rng(0)
+            zmask = rng.random(zl.shape) < float(inc.mean())
+            full = zmask.all(axis=1)
+            zmask[full, rng.integers(0, K, int(full.sum()))] = False
     return ReferenceSignals(np.asarray(target_logp, dtype=np.float64), np.asarray(target_phi, dtype=np.float64), lp,
-                            np.asarray(reference_phi, dtype=np.float64), inc, zt, zl, zi,
+                            np.asarray(reference_phi, dtype=np.float64), inc, zt, zl, zmask,
                             np.concatenate([lp, zl]), np.concatenate([inc, zi]), "given")
 
