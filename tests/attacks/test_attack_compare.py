@@ -133,3 +133,58 @@ def test_train_reference_signals_layouts_and_rmia_attack():
     with pytest.raises(DataError, match="pool"):
         train_reference_signals(target, X[ev], y[ev], X[pool[:2]], y[pool[:2]], num_references=2, online=False,
                                 population=1, train_fn=fn)
+
+
+def test_reference_units_are_checkpointed_and_a_rerun_trains_nothing(tmp_path):
+    from dpaudit.executors import LocalExecutor
+
+    X, y, mem, non, pool = _digits(2)
+    target = Forest(X[mem], y[mem], 0)
+    calls: list[int] = []
+
+    def fn(A, b, seed):
+        calls.append(seed)
+        return Forest(A, b, seed)
+
+    ev = np.r_[mem[:80], non[:80]]
+    args = (target, X[ev], y[ev], X[pool], y[pool])
+    kw = dict(num_references=10, online=True, population=100, train_fn=fn, seed=3)
+    plain = rmia_attack(*args, **kw)
+    ex = LocalExecutor().with_checkpoints(tmp_path / "units", salt="forest")
+    first = rmia_attack(*args, executor=ex, **kw)
+    calls.clear()
+    again = rmia_attack(*args, executor=ex, **kw)
+    assert calls == [] and np.array_equal(again.score, first.score) and np.array_equal(first.score, plain.score)
+    assert sorted(p.name for p in (tmp_path / "units").glob("*.npz")) == ["models-0-8.npz", "models-8-10.npz"]
+
+
+@pytest.mark.slow
+def test_rmia_reference_models_on_ray_equal_local(tmp_path):
+    pytest.importorskip("ray")
+    from dpaudit.executors.ray_executor import RayExecutor
+
+    X, y, mem, non, pool = _digits(3)
+    target = Forest(X[mem], y[mem], 0)
+    ev = np.r_[mem[:80], non[:80]]
+    args = (target, X[ev], y[ev], X[pool], y[pool])
+    kw = dict(num_references=10, online=False, population=100, train_fn=Forest, seed=5)
+    local = rmia_attack(*args, **kw)
+    import os
+    from pathlib import Path
+
+    old = os.environ.get("PYTHONPATH")
+    here = str(Path(__file__).resolve().parent)                  # workers import attack_models (the Forest recipe)
+    os.environ["PYTHONPATH"] = os.pathsep.join([here] + ([old] if old else []))
+    try:
+        ex = RayExecutor(num_cpus=2)
+        ex.start()
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = old
+    try:
+        remote = rmia_attack(*args, executor=ex, **kw)
+    finally:
+        ex.shutdown()
+    assert np.array_equal(local.score, remote.score) and local.a == remote.a
