@@ -35,7 +35,7 @@ from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
 from dpaudit.attacks.references import ReferenceSignals, train_reference_signals
 from dpaudit.attacks.results import AttackResult
 from dpaudit.attacks.lira import lira_scores
-from dpaudit.attacks.rmia import OfflineAFit, rmia_from_signals
+from dpaudit.attacks.rmia import OfflineAFit, rmia_from_signals, saturation_note
 from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, attack_result
 from dpaudit.errors import DataError, DPAuditError, check_float, check_int, check_probability
 from dpaudit.executors import Executor
@@ -135,6 +135,7 @@ def compare_signals(signals: ReferenceSignals, member, *, record=None, labels=No
     scores: dict[str, np.ndarray] = {}
     stats: dict[str, np.ndarray] = {}
     fit: OfflineAFit | None = None
+    extra_notes: list[str] = []
     K = signals.num_references
     for name in COMPARED_ATTACKS:
         if "online" in name and signals.layout == "offline":
@@ -158,6 +159,10 @@ def compare_signals(signals: ReferenceSignals, member, *, record=None, labels=No
             desc += f" a = {extra.a:g}{' (fitted)' if extra.a_fit is not None else ' (given)'}."
         results[name] = attack_result(name, desc, s[mem], s[~mem], threshold="held_out", confidence=conf, delta=delta,
                                       n_bootstrap=n_boot, seed=seed)
+        if extra is not None:
+            note = saturation_note(s, mem, signals.num_population)
+            if note:
+                extra_notes.append(f"{name}: {note}")
         scores[name] = s
         stats.update(st)
     primary = next((p for p in ("rmia-online", "rmia-offline", "lira-offline-fixed", "threshold") if p in scores), "")
@@ -172,7 +177,7 @@ def compare_signals(signals: ReferenceSignals, member, *, record=None, labels=No
                 "primary_attack": primary}
     notes = (SINGLE_MODEL_CAVEAT,
              "All attacks use the same reference models and targets; offline attacks use, for each record, only the "
-             "reference models that did not train on it (half of them in the online layout).")
+             "reference models that did not train on it (half of them in the online layout).", *extra_notes)
     return AttackComparison(results, skipped, settings, notes, fit, records)
 
 

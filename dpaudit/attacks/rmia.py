@@ -52,7 +52,7 @@ from dpaudit.errors import DataError, ParameterError, check_bool, check_float, c
 from dpaudit.executors import Executor
 
 __all__ = ["A_GRID", "OfflineAFit", "RmiaScores", "log_marginal", "fit_offline_a", "rmia_scores", "rmia_from_signals",
-           "rmia_attack"]
+           "rmia_attack", "saturation_note"]
 
 #: The grid of the offline parameter ``a`` (ML Privacy Meter's ``np.arange(0, 1.1, 0.1)``).
 A_GRID: tuple[float, ...] = tuple(round(0.1 * i, 10) for i in range(11))
@@ -284,6 +284,19 @@ def rmia_scores(target_logp, reference_logp, population_logp, population_referen
     score = np.searchsorted(r_z, r_x - math.log(g), side="right") / m
     p_value = (1.0 + m - np.searchsorted(r_z, r_x, side="left")) / (m + 1.0)
     return RmiaScores(score, p_value, r_x, online, a_val, g, K, m, fit)
+
+
+def saturation_note(score, member, num_population: int) -> str | None:
+    """A note when targets tie at score 1 (beyond every population record): the ROC's low-FPR end is then tied, and
+    only a larger population resolves it. ``member`` is used for the counts in the note only."""
+    s = np.asarray(score)
+    top = s >= 1.0
+    if not top.any():
+        return None
+    non = int((top & ~np.asarray(member, dtype=bool)).sum())
+    return (f"RMIA: {int(top.sum())} target records ({non} of them non-members) score 1, beyond every one of the "
+            f"{num_population} population records, so they tie at the top of the ROC; the score resolves FPRs down to "
+            f"about 1/{num_population} only (a larger --population resolves lower ones).")
 
 
 def rmia_from_signals(signals: ReferenceSignals, *, online: bool = True, a: float | None = None,

@@ -14,7 +14,7 @@ from dpaudit.attacks.lira import lira_attack
 from dpaudit.attacks.metrics import DEFAULT_FPRS, attack_metrics, balanced_subsample, roc_band, roc_curve
 from dpaudit.attacks.per_record import RecordScores
 from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
-from dpaudit.attacks.rmia import rmia_attack
+from dpaudit.attacks.rmia import rmia_attack, saturation_note
 from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS, shadow_attack
 from dpaudit.attacks.threshold import THRESHOLD_KINDS, threshold_scores
@@ -167,6 +167,9 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
                         seed=seed, executor=executor)
         scores = r.score
         stats = {"rmia_p_value": r.p_value, "rmia_log_ratio": r.log_ratio}
+        note = saturation_note(scores, np.r_[np.ones(n, bool), np.zeros(n, bool)], r.num_population)
+        if note:
+            notes.append(note)
         settings.update(online=online, population=r.num_population, gamma=r.gamma, train_size=int(size),
                         offline_a=None if online else r.a, offline_a_fitted=r.a_fit is not None)
         threshold = "held_out"

@@ -144,7 +144,7 @@ def test_reference_units_are_checkpointed_and_a_rerun_trains_nothing(tmp_path):
 
     def fn(A, b, seed):
         calls.append(seed)
-        return Forest(A, b, seed)
+        return Forest(A, b, seed, n_estimators=5)
 
     ev = np.r_[mem[:80], non[:80]]
     args = (target, X[ev], y[ev], X[pool], y[pool])
