@@ -110,3 +110,24 @@ def test_rmia_cli_errors(release, tmp_path, cli):
     assert code == 2 and "'population' parameter of train_reference_signals" in err and "Traceback" not in err
     code, _, err = cli(["attack", release, "--attack", "rmia", "--rmia-a", "1.5", "--out", tmp_path / "e"])
     assert code == 2 and "--rmia-a" in err
+
+
+def test_release_make_checks_population_arrays(tmp_path):
+    from dpaudit.attacks.scores import synthetic_scores
+    from dpaudit.audit.release_make import make_release
+    from dpaudit.errors import DataError
+
+    a = synthetic_scores(20, num_references=3, num_population=10, seed=0)
+    claim = ["epsilon=1", "delta=1e-5"]
+    bad = {k: v for k, v in a.items() if not k.startswith("reference_")}        # population without references
+    np.savez(tmp_path / "s1.npz", **bad)
+    with pytest.raises(DataError, match="needs the reference models"):
+        make_release(tmp_path / "r1", claim=claim, scores=tmp_path / "s1.npz")
+    half = {k: v for k, v in a.items() if k != "reference_population_logits"}
+    np.savez(tmp_path / "s2.npz", **half)
+    with pytest.raises(DataError, match="need both"):
+        make_release(tmp_path / "r2", claim=claim, scores=tmp_path / "s2.npz")
+    wrong = dict(a, reference_population_logits=a["reference_population_logits"][:, :2])
+    np.savez(tmp_path / "s3.npz", **wrong)
+    with pytest.raises(DataError, match="same 3 reference models"):
+        make_release(tmp_path / "r3", claim=claim, scores=tmp_path / "s3.npz")
