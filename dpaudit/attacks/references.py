@@ -41,10 +41,14 @@ __all__ = ["MAX_POPULATION", "ReferenceSignals", "paired_inclusion", "default_po
 MAX_POPULATION = 10_000
 
 
-def default_population(pool_size: int) -> int:
-    """``min(10_000, pool_size // 4)`` (at least 1): a quarter of the attacker's pool is held out as RMIA's population,
-    the rest trains reference models."""
-    return max(1, min(MAX_POPULATION, int(pool_size) // 4))
+def default_population(pool_size: int, needed: int = 0) -> int:
+    """How many of the attacker's ``pool_size`` records to hold out as RMIA's population when the reference models
+    want ``needed`` pool records for training: every record they do not need, or a quarter of the pool when they
+    need more than three quarters; at most 10,000 and at least 1."""
+    pool_size, needed = int(pool_size), int(needed)
+    spare = pool_size - needed
+    m = spare if spare >= pool_size // 4 else pool_size // 4
+    return max(1, min(MAX_POPULATION, m))
 
 
 def paired_inclusion(num_records: int, num_models: int, *, seed: int) -> np.ndarray:
@@ -140,9 +144,10 @@ def train_reference_signals(target: Model, X_eval, y_eval, X_pool, y_pool, *, nu
                             seed: int = 0, executor: Executor | None = None) -> tuple[ReferenceSignals, dict[str, Any]]:
     """Train K reference models with the target's recipe and collect their statistics (and the target's).
 
-    ``population`` records (default :func:`default_population`) are drawn from the attacker's pool (seeded) and held
-    out of every reference model. The reference models draw from (online) the evaluation records plus pool records,
-    or (offline) pool records only -- as many as make each model's training set about ``train_size`` (default: half
+    ``population`` records (default: every pool record the reference models do not need, see
+    :func:`default_population`) are drawn from the attacker's pool (seeded) and held out of every reference model.
+    The reference models draw from (online) the evaluation records plus pool records, or (offline) pool records
+    only -- as many as make each model's training set about ``train_size`` (default: half
     the evaluation records), as far as the pool allows -- in the :func:`paired_inclusion` layout. Models are trained
     by :func:`~dpaudit.attacks.shadow.shadow_probabilities` (units of 8 on ``executor``; checkpointed when the
     executor has a checkpoint folder), each queried on the targets, the population and the records it drew from.
@@ -162,14 +167,14 @@ def train_reference_signals(target: Model, X_eval, y_eval, X_pool, y_pool, *, nu
     if len(X_pool) < 2:
         raise DataError(f"{owner}: the attacker's pool has {len(X_pool)} records; at least 2 are needed (population "
                         "and reference training data).")
-    m = default_population(len(X_pool)) if population is None else \
-        check_int(population, "population", owner, low=1, high=len(X_pool) - 1)
     size = max(1, n // 2) if train_size is None else check_int(train_size, "train_size", owner, low=1)
+    need = max(0, 2 * size - n) if online else 2 * size
+    m = default_population(len(X_pool), need) if population is None else \
+        check_int(population, "population", owner, low=1, high=len(X_pool) - 1)
     rng = np.random.default_rng(derive_seed(seed, "reference-layout"))
     perm = rng.permutation(len(X_pool))
     pop, rest = np.sort(perm[:m]), perm[m:]
-    want = max(0, 2 * size - n) if online else 2 * size
-    ext = np.sort(rest[:min(len(rest), want)])
+    ext = np.sort(rest[:min(len(rest), need)])
     if not online and len(ext) < 2:
         raise DataError(f"{owner} (offline): the attacker's pool ({len(X_pool)} records, {m} held out as the "
                         "population) leaves fewer than 2 records to train reference models on.")

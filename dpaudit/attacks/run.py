@@ -84,7 +84,8 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
         ``lira``: online (IN and OUT shadows) or offline (OUT only); fixed variance below 64 shadows.
     rmia_online, population, gamma, rmia_a :
         ``rmia`` (:func:`~dpaudit.attacks.rmia.rmia_attack`): online or offline; how many of the pool's records are
-        held out as the population (default a quarter, at most 10,000); the pairwise threshold; offline's ``a``
+        held out as the population (default: those the reference models do not need, at least a quarter, at most
+        10,000); the pairwise threshold; offline's ``a``
         (default: fitted on the reference models).
     confidence : float in (0, 1)
         Level of the bootstrap intervals and of the epsilon estimate (``kind="estimate"``: one model's

@@ -68,8 +68,9 @@ def render(report: AttackReport) -> str:
 @click.option("--threshold-kind", type=click.Choice(THRESHOLD_KINDS), default="loss", show_default=True)
 @click.option("--offline", is_flag=True, help="LiRA / RMIA: the offline variant (OUT reference models only).")
 @click.option("--population", type=click.IntRange(1, None), default=None,
-              help="RMIA: population records held out of the attacker's pool (default: a quarter of it, at most "
-                   "10,000; scores-only releases: a subsample of the population records they ship).")
+              help="RMIA: population records held out of the attacker's pool (default: every pool record the "
+                   "reference models do not need to match the target's training-set size, at least a quarter of "
+                   "the pool, at most 10,000; scores-only releases: a subsample of the population records they ship).")
 @click.option("--rmia-a", "rmia_a", type=click.FloatRange(0.0, 1.0), default=None,
               help="Offline RMIA's a in Pr(x) = ((1 + a) Pr_OUT(x) + 1 - a) / 2 (default: fitted on the reference models).")
 @click.option("--gamma", type=click.FloatRange(0.0, None, min_open=True), default=1.0, show_default=True,
