@@ -173,7 +173,8 @@ def compare_signals(signals: ReferenceSignals, member, *, record=None, labels=No
                                np.full(n, -1) if labels is None else np.asarray(labels), mem, scores, stats, primary)
     settings = {"num_references": K, "layout": signals.layout, "population": signals.num_population,
                 "gamma": float(gamma), "offline_a": None if a is None else float(a), "seed": seed, "confidence": conf,
-                "delta": float(delta), "n_bootstrap": n_boot, "num_evaluated_per_side": int(mem.sum()),
+                "delta": float(delta), "n_bootstrap": n_boot, "num_members": int(mem.sum()),
+                "num_nonmembers": int((~mem).sum()),
                 "primary_attack": primary}
     notes = (SINGLE_MODEL_CAVEAT,
              "All attacks use the same reference models and targets; offline attacks use, for each record, only the "

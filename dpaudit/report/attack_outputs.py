@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -58,7 +59,7 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def _setting_line(comp: AttackComparison) -> str:
     s = comp.settings
     parts = [f"{s.get('num_references')} reference models ({s.get('layout')} layout)",
-             f"{s.get('num_evaluated_per_side')} members and as many non-members evaluated",
+             f"{s.get('num_members')} members and {s.get('num_nonmembers')} non-members evaluated",
              f"population {s.get('population')} records", f"gamma {s.get('gamma')}"]
     if "reference_train_size" in s:
         parts.append(f"reference training sets ~{s['reference_train_size']} records (target {s.get('target_train_size')})")
@@ -174,10 +175,11 @@ def write_per_record(out: str | Path, records: RecordScores, *,
 def write_comparison(out: str | Path, comp: AttackComparison, *, title: str = "Reference-model attacks side by side",
                      images_of: Callable[[np.ndarray], np.ndarray | None] | None = None,
                      extra: dict | None = None) -> list[Path]:
-    """Write ``comparison.json`` (``extra`` fields first, then :meth:`AttackComparison.to_dict`), ``comparison.md``,
-    ``roc_compare.png`` and, when the comparison kept every record's scores, the per-record files."""
+    """Write ``comparison.json`` (``extra`` fields first, then :meth:`AttackComparison.to_dict` without the
+    per-record scores), ``comparison.md``, ``roc_compare.png`` and, when the comparison kept every record's scores,
+    the per-record files (the scores go to ``per_record.csv``, not into ``comparison.json`` a second time)."""
     out = Path(out)
-    paths = [write_text(out / "comparison.json", dumps_json({**(extra or {}), **comp.to_dict()})),
+    paths = [write_text(out / "comparison.json", dumps_json({**(extra or {}), **replace(comp, records=None).to_dict()})),
              _save(roc_figure(list(comp.results.values()), title="Reference-model attacks (same references)"),
                    out / "roc_compare.png"),
              write_text(out / "comparison.md", comparison_markdown(comp, title=title))]
