@@ -52,7 +52,7 @@ from dpaudit.attacks.shadow import shadow_probabilities  # noqa: E402
 from dpaudit.attacks.threshold import loss_scores  # noqa: E402
 from dpaudit.executors import LocalExecutor, derive_seed  # noqa: E402
 
-SWEEP = (1, 2, 4, 8, 16, 64)
+SWEEP = (1, 2, 4, 8, 16, 32, 64)
 ONLINE = ("lira-online", "lira-online-fixed", "rmia-online")
 OFFLINE = ("lira-offline", "lira-offline-fixed", "rmia-offline")
 SETTINGS = {   # per data set: records, held-out population, model, training
