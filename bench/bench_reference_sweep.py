@@ -300,7 +300,7 @@ def main(argv=None) -> None:
         return
     work = args.work or Path("runs/sweep") / args.dataset
     ds, D, pop, inc, L, PHI, info = train_models(args.dataset, args.pairs, args.targets, args.seed, work, args.quick)
-    ks = tuple(k for k in SWEEP if k <= args.pairs)
+    ks = tuple(k for k in SWEEP if k <= 2 * args.pairs)   # online up to 2 * pairs; offline up to pairs (sweep())
     t0 = time.perf_counter()
     rows, notes = sweep(L, PHI, inc, args.pairs, args.targets, ks, args.bootstrap, args.seed)
     info.update(attack_seconds=time.perf_counter() - t0, machine=platform.platform(), cores=os.cpu_count(),
