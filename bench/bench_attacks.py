@@ -4,6 +4,10 @@
    release's BatchTrainFn (the torch.func ensemble trainer) vs one at a time through its TrainFn; ratio.
 2. LiRA scoring: 1e5 examples x 64 shadow models (online / offline, fixed / per-record variance), in seconds;
    the issue's target is < 2 s on a 2-core CPU.
+3. RMIA scoring: 1e5 targets x 1e4 population records x 64 reference models (online, and offline with a given a),
+   sort-based (dpaudit.attacks.rmia.rmia_scores) vs a direct pairwise count of the paper's formula (the n x m
+   likelihood ratios, in chunks of targets) on the same arrays; the scores must agree exactly. Target < 5 s on 2
+   cores (issue 25).
 
 Both timings are taken in the same process, so the ratio is meaningful on a shared, noisy machine.
 Usage: python bench/bench_attacks.py [--out runs/bench/attacks.json] [--shadows 16] [--epochs 10] [--quick]
@@ -12,6 +16,7 @@ Usage: python bench/bench_attacks.py [--out runs/bench/attacks.json] [--shadows 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -23,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dpaudit._io import write_json  # noqa: E402
 from dpaudit.attacks.lira import lira_inclusion, lira_scores  # noqa: E402
+from dpaudit.attacks.rmia import rmia_scores  # noqa: E402
 
 
 def _best_of(fn, repeats: int) -> float:
@@ -75,6 +81,35 @@ def bench_lira(n: int, K: int, repeats: int) -> list[dict]:
     return rows
 
 
+def _direct_rmia(lx, rx, lz, rz, gamma: float, chunk: int = 2000) -> np.ndarray:
+    """The baseline: Score(x) = mean_z [ (p(x)/Pr(x)) / (p(z)/Pr(z)) >= gamma ] over the n x m ratios (online
+    Pr = mean over reference models), in chunks of ``chunk`` targets so the matrix never exceeds chunk x m."""
+    ratio_x = np.exp(lx) / np.exp(rx).mean(axis=1)
+    ratio_z = np.exp(lz) / np.exp(rz).mean(axis=1)
+    out = np.empty(lx.size)
+    for s in range(0, lx.size, chunk):
+        out[s:s + chunk] = ((ratio_x[s:s + chunk, None] / ratio_z[None, :]) >= gamma).mean(axis=1)
+    return out
+
+
+def bench_rmia(n: int, m: int, K: int, repeats: int) -> dict:
+    rng = np.random.default_rng(0)
+    inc = lira_inclusion(n, K, seed=0)
+    rx = np.log(np.clip(rng.uniform(0.05, 1.0, (n, K)) * np.where(inc, 1.3, 1.0), 1e-12, 1.0))
+    lx = np.log(rng.uniform(0.05, 1.0, n))
+    rz = np.log(rng.uniform(0.05, 1.0, (m, K)))
+    lz = np.log(rng.uniform(0.05, 1.0, m))
+    online = _best_of(lambda: rmia_scores(lx, rx, lz, rz, online=True), repeats)
+    offline = _best_of(lambda: rmia_scores(lx, rx, lz, rz, reference_in=inc, online=False, a=0.3), repeats)
+    t0 = time.perf_counter()
+    direct = _direct_rmia(lx, rx, lz, rz, 1.0)
+    direct_s = time.perf_counter() - t0
+    agree = bool(np.array_equal(direct, rmia_scores(lx, rx, lz, rz, online=True).score))
+    return {"targets": n, "population": m, "references": K, "online_s": online, "offline_s": offline,
+            "direct_pairwise_s": direct_s, "speedup_vs_direct": direct_s / online, "scores_identical": agree,
+            "target_s": 5.0, "load_1min": os.getloadavg()[0], "cores": os.cpu_count()}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench/attacks.json"))
@@ -84,10 +119,22 @@ def main(argv=None) -> None:
     ap.add_argument("--examples", type=int, default=100_000)
     ap.add_argument("--lira-shadows", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--skip-training", action="store_true", help="Only the LiRA scoring part.")
+    ap.add_argument("--population", type=int, default=10_000, help="RMIA population records.")
+    ap.add_argument("--skip-training", action="store_true", help="Only the LiRA and RMIA scoring parts.")
+    ap.add_argument("--only-rmia", action="store_true", help="Only the RMIA scoring part.")
     args = ap.parse_args(argv)
 
     result: dict = {"machine": platform.platform(), "python": platform.python_version()}
+    r = bench_rmia(args.examples, args.population, args.lira_shadows, args.repeats)
+    result["rmia"] = r
+    print(f"RMIA scoring, {r['targets']} targets x {r['population']} population x {r['references']} references "
+          f"(best of {args.repeats}): online {r['online_s']:.3f} s, offline {r['offline_s']:.3f} s; direct pairwise "
+          f"{r['direct_pairwise_s']:.2f} s (x{r['speedup_vs_direct']:.0f}); scores identical: {r['scores_identical']}; "
+          f"load average {r['load_1min']:.1f} on {r['cores']} cores")
+    if args.only_rmia:
+        write_json(args.out, result)
+        print(f"wrote {args.out}")
+        return
     result["lira"] = bench_lira(args.examples, args.lira_shadows, args.repeats)
     print(f"LiRA scoring, {args.examples} examples x {args.lira_shadows} shadows (best of {args.repeats}):")
     print(f"  {'mode':<8} {'variance':<10} {'seconds':>8}")

@@ -12,11 +12,18 @@ from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
 from dpaudit.attacks.results import (BOUND_KINDS, CERTIFIED, ESTIMATE, ESTIMATE_CAVEAT, AttackMetrics, AttackReport,
                                      AttackResult, EpsilonBound, Interval, OneRunBound, RocBand, RocCurve)
 from dpaudit.attacks.run import ATTACKS, run_attack
+from dpaudit.attacks.rmia import OfflineAFit, RmiaScores, fit_offline_a, rmia_attack, rmia_scores
+from dpaudit.attacks.references import ReferenceSignals, train_reference_signals
+from dpaudit.attacks.compare import COMPARED_ATTACKS, AttackComparison, compare_attacks, compare_signals
+from dpaudit.attacks.per_record import PerRecordSummary, RecordScores, summarise_records
 from dpaudit.attacks.shadow import AttackModel, shadow_attack
 from dpaudit.attacks.threshold import confidence_scores, loss_scores, threshold_scores
 
 __all__ = [
     "ATTACKS", "run_attack",
+    "rmia_scores", "rmia_attack", "fit_offline_a", "RmiaScores", "OfflineAFit", "ReferenceSignals",
+    "train_reference_signals", "COMPARED_ATTACKS", "AttackComparison", "compare_attacks", "compare_signals",
+    "RecordScores", "PerRecordSummary", "summarise_records",
     "shadow_attack", "AttackModel", "lira_attack", "lira_scores", "logit_confidence",
     "loss_scores", "confidence_scores", "threshold_scores", "blind_scores",
     "attack_metrics", "auc", "roc_band", "roc_curve", "tpr_at_fpr",

@@ -12,7 +12,10 @@ models that did / did not train on it. The score (larger = more likely member) i
 * offline: log P[Z <= phi_target] with Z ~ N(mu_out, sigma_out^2)  (one-sided test against OUT only, Sec. IV-C).
 
 Fixed variance (their "global variance", recommended below ~64 shadow models): sigma_in and sigma_out are pooled
-over all records instead of estimated per record. Means are always per record. A record with no IN (or no OUT)
+over all records instead of estimated per record. Means are always per record. With one or two reference models
+no record has two IN (or two OUT) values and the pooled variance is undefined; the variance over every value of that
+side is used instead, as the fixed variance of Carlini et al.'s reference code (``np.std(dat_out)`` over all records
+and models), which also counts the spread between records. A record with no IN (or no OUT)
 shadow gets mu_in = mu_out + the average per-record gap (or the reverse), so that its score stays on the same scale.
 
 phi is computed from the probabilities without forming ``1 - p_y`` (the sum of the other classes is summed
@@ -60,7 +63,11 @@ def _masked_mean_var(phi: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.
         dev2 = np.where(mask, (phi - mu[:, None]) ** 2, 0.0).sum(axis=1)
         var = dev2 / (cnt - 1)
     dof = float(np.sum(np.maximum(cnt - 1, 0)))
-    pooled = float(np.nansum(np.where(cnt > 1, dev2, 0.0)) / dof) if dof > 0 else np.nan
+    if dof > 0:
+        pooled = float(np.nansum(np.where(cnt > 1, dev2, 0.0)) / dof)
+    else:   # no record has two values: the variance over every value (Carlini et al.'s code), see the module docstring
+        vals = phi[mask]
+        pooled = float(np.var(vals, ddof=1)) if vals.size > 1 else np.nan
     return mu, np.where(cnt > 1, var, np.nan), cnt, pooled
 
 
@@ -97,13 +104,13 @@ def lira_scores(target_phi, shadow_phi, in_mask, *, online: bool = True, fixed_v
 
     mu_out, var_out, n_out, pooled_out = _masked_mean_var(phi, ~mask)
     if np.isnan(pooled_out):
-        raise DataError("lira_scores needs at least one record with two or more OUT shadow models.")
+        raise DataError("lira_scores needs at least two OUT shadow-model values (over all records).")
     if online:
         mu_in, var_in, n_in, pooled_in = _masked_mean_var(phi, mask)
         both = (n_in > 0) & (n_out > 0)
         if not both.any() or np.isnan(pooled_in):
             raise DataError("lira_scores (online) needs records seen both IN and OUT by shadow models "
-                            "(at least two IN for one record).")
+                            "(and at least two IN values over all records).")
         gap = float(np.mean(mu_in[both] - mu_out[both]))
         mu_in = np.where(n_in > 0, mu_in, mu_out + gap)
         mu_out = np.where(n_out > 0, mu_out, mu_in - gap)

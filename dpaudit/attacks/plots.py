@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from dpaudit.attacks.results import AttackResult
 
-__all__ = ["draw_roc", "roc_figure", "roc_panels", "score_histogram"]
+__all__ = ["draw_roc", "roc_figure", "roc_panels", "score_histogram", "record_grid"]
 
 
 def draw_roc(ax: Any, fpr, tpr, *, num_nonmembers: int, label: str, band: Any = None, log: bool = True,
@@ -109,4 +109,29 @@ def score_histogram(member_scores, nonmember_scores, *, bins: int = 40, title: s
     ax.set_ylabel("density")
     ax.set_title(title or "Attack scores")
     ax.legend(fontsize="small")
+    return fig
+
+
+def record_grid(images, captions: Sequence[str], *, columns: int = 10, title: str = "") -> Figure:
+    """A grid of record images (n, H, W) or (n, C, H, W) (C = 1 or 3, channels first, any value range: each image is
+    scaled to its own min..max), one caption under each (e.g. the exposure rank, label and membership)."""
+    imgs = np.asarray(images, dtype=float)
+    if imgs.ndim == 4:
+        imgs = imgs[:, 0] if imgs.shape[1] == 1 else np.moveaxis(imgs[:, :3], 1, -1)
+    n = len(imgs)
+    cols = max(1, min(int(columns), n))
+    rows = max(1, -(-n // cols))
+    fig = Figure(figsize=(1.25 * cols, 1.45 * rows + (0.35 if title else 0.0)), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for i, ax in enumerate(axes.ravel()):
+        ax.set_axis_off()
+        if i >= n:
+            continue
+        im = imgs[i]
+        lo, hi = float(np.min(im)), float(np.max(im))
+        im = (im - lo) / (hi - lo) if hi > lo else np.zeros_like(im)
+        ax.imshow(im, cmap="gray_r" if im.ndim == 2 else None, interpolation="nearest")
+        ax.set_title(captions[i] if i < len(captions) else "", fontsize=6)
+    if title:
+        fig.suptitle(title, fontsize=9)
     return fig

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
+from dpaudit.attacks.per_record import RecordScores
 from dpaudit.errors import check_choice
 
 #: What an empirical epsilon bound is. ``"certified"``: a lower bound that holds with the stated confidence
@@ -315,19 +316,23 @@ class AttackReport:
     explicitly skipped), and the settings.
 
     ``settings`` holds the attack's parameters (plain JSON values: attack, shadows, classifier, seed,
-    confidence, delta, ...) so the run can be repeated.
+    confidence, delta, ...) so the run can be repeated. ``per_record`` (asked for with ``per_record=True``) holds
+    every evaluated record's score (:class:`~dpaudit.attacks.per_record.RecordScores`).
     """
 
     attack: AttackResult
     blind: AttackResult | None
     settings: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    per_record: RecordScores | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": 1, "attack": self.attack.to_dict(), "blind": None if self.blind is None else self.blind.to_dict(),
-                "settings": dict(self.settings), "notes": list(self.notes)}
+                "settings": dict(self.settings), "notes": list(self.notes),
+                "per_record": None if self.per_record is None else self.per_record.to_dict()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AttackReport":
+        per_record = None if d.get("per_record") is None else RecordScores.from_dict(d["per_record"])
         return cls(AttackResult.from_dict(d["attack"]), None if d.get("blind") is None else AttackResult.from_dict(d["blind"]),
-                   dict(d.get("settings", {})), tuple(d.get("notes", ())))
+                   dict(d.get("settings", {})), tuple(d.get("notes", ())), per_record)

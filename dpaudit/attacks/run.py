@@ -12,7 +12,9 @@ from dpaudit.attacks.blind import blind_scores
 from dpaudit.attacks.bounds import epsilon_bound_over_splits
 from dpaudit.attacks.lira import lira_attack
 from dpaudit.attacks.metrics import DEFAULT_FPRS, attack_metrics, balanced_subsample, roc_band, roc_curve
+from dpaudit.attacks.per_record import RecordScores
 from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
+from dpaudit.attacks.rmia import rmia_attack, saturation_note
 from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS, shadow_attack
 from dpaudit.attacks.threshold import THRESHOLD_KINDS, threshold_scores
@@ -21,7 +23,7 @@ from dpaudit.executors import Executor
 
 __all__ = ["ATTACKS", "SINGLE_MODEL_CAVEAT", "attack_result", "run_attack"]
 
-ATTACKS = ("shadow", "threshold", "lira")
+ATTACKS = ("shadow", "threshold", "lira", "rmia")
 
 #: Split seeds of the single-model Clopper-Pearson estimate (the range over them is reported).
 NUM_SPLITS = 5
@@ -48,8 +50,10 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
                attack: str = "shadow", train_fn: TrainFn | None = None, batch_train_fn: BatchTrainFn | None = None,
                train_size: int | None = None, num_shadows: int = 16, classifier: Any = "catboost",
                per_class: bool = True, threshold_kind: str = "loss", lira_online: bool = True,
-               confidence: float = 0.95, delta: float = 0.0, n_bootstrap: int = 1000, blind: bool = True,
-               seed: int = 0, executor: Executor | None = None) -> AttackReport:
+               rmia_online: bool = True, population: int | None = None, gamma: float = 1.0,
+               rmia_a: float | None = None, confidence: float = 0.95, delta: float = 0.0, n_bootstrap: int = 1000,
+               blind: bool = True, seed: int = 0, executor: Executor | None = None,
+               per_record: bool = False) -> AttackReport:
     """Attack ``target`` on a balanced member / non-member set and report metrics, an epsilon lower bound and the
     blind baseline.
 
@@ -61,8 +65,9 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
         The release's members (its training records) and non-members (same distribution, not trained on).
         The larger side is subsampled (seeded) so the evaluation set is balanced.
     X_pool, y_pool : arrays, optional
-        The attacker's own data for shadow models (``shadow``, ``lira``); disjoint from the members.
-    attack : "shadow", "threshold" or "lira"
+        The attacker's own data for shadow models (``shadow``, ``lira``, ``rmia``: reference models and RMIA's
+        population); disjoint from the members.
+    attack : "shadow", "threshold", "lira" or "rmia"
     train_fn, batch_train_fn : the target's recipe for shadow models (see :mod:`dpaudit.attacks.protocols`).
     train_size : int, optional
         Shadow training-set size (``shadow``, ``lira``); default: the number of members (the target's
@@ -77,6 +82,11 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
         ``threshold``: the score (Yeom et al. 2018).
     lira_online : bool
         ``lira``: online (IN and OUT shadows) or offline (OUT only); fixed variance below 64 shadows.
+    rmia_online, population, gamma, rmia_a :
+        ``rmia`` (:func:`~dpaudit.attacks.rmia.rmia_attack`): online or offline; how many of the pool's records are
+        held out as the population (default: those the reference models do not need, at least a quarter, at most
+        10,000); the pairwise threshold; offline's ``a``
+        (default: fitted on the reference models).
     confidence : float in (0, 1)
         Level of the bootstrap intervals and of the epsilon estimate (``kind="estimate"``: one model's
         records are not independent trials; median and range over ``NUM_SPLITS`` split seeds).
@@ -91,6 +101,10 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
     executor : Executor, optional
         Where shadow / reference models are trained, in units (default: this process); the numbers do not
         depend on it (see :func:`~dpaudit.attacks.shadow.shadow_probabilities`).
+    per_record : bool
+        Keep every evaluated record's score (and p-value or likelihood ratio where the attack has one) in
+        ``report.per_record``; ``record`` indexes ``[members, non-members]`` (member i -> i, non-member j ->
+        len(members) + j).
 
     Notes
     -----
@@ -122,12 +136,13 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
                                 "n_bootstrap": n_boot, "num_members_total": int(len(Xm)),
                                 "num_nonmembers_total": int(len(Xn)), "num_evaluated_per_side": int(n)}
 
-    if attack in ("shadow", "lira"):
+    if attack in ("shadow", "lira", "rmia"):
         if X_pool is None or y_pool is None or len(X_pool) == 0:
             raise DataError(f"The '{attack}' attack needs the attacker's pool (X_pool, y_pool) for shadow models.")
         settings.update(num_shadows=int(num_shadows), pool_size=int(len(X_pool)),
                         recipe="batch_train_fn" if batch_train_fn is not None else "train_fn")
     size = len(Xm) if train_size is None else check_int(train_size, "train_size", owner, low=1)
+    stats: dict[str, np.ndarray] = {}
     if attack == "shadow":
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -145,6 +160,23 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
         scores = threshold_scores(target, X_eval, y_eval, kind=kind)
         settings.update(threshold_kind=kind)
         threshold, desc = "held_out", f"Threshold on the {kind} (Yeom et al. 2018)."
+    elif attack == "rmia":
+        online = check_bool(rmia_online, "rmia_online", owner)
+        K = check_int(num_shadows, "num_shadows", owner, low=2 if online else 1)
+        r = rmia_attack(target, X_eval, y_eval, X_pool, y_pool, num_references=K, online=online, population=population,
+                        train_size=size, gamma=gamma, a=rmia_a, train_fn=train_fn, batch_train_fn=batch_train_fn,
+                        seed=seed, executor=executor)
+        scores = r.score
+        stats = {"rmia_p_value": r.p_value, "rmia_log_ratio": r.log_ratio}
+        note = saturation_note(scores, np.r_[np.ones(n, bool), np.zeros(n, bool)], r.num_population)
+        if note:
+            notes.append(note)
+        settings.update(online=online, population=r.num_population, gamma=r.gamma, train_size=int(size),
+                        offline_a=None if online else r.a, offline_a_fitted=r.a_fit is not None)
+        threshold = "held_out"
+        desc = (f"RMIA (Zarifzadeh et al. 2024), {'online' if online else 'offline'}, {K} reference models, "
+                f"{r.num_population} population records, gamma {r.gamma:g}"
+                + ("." if online else f", a = {r.a:g} ({'fitted on the reference models' if r.a_fit else 'given'})."))
     else:
         online = check_bool(lira_online, "lira_online", owner)
         K = check_int(num_shadows, "num_shadows", owner, low=2)
@@ -154,6 +186,7 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
                              train_size=min(size, len(X_pool) + (len(X_eval) if online else 0) - 1), seed=seed,
                              executor=executor)
         settings.update(online=online, fixed_variance=fixed, train_size=int(size))
+        stats = {"lira_log_lr": scores} if online else {"lira_p_value": -np.expm1(scores)}
         threshold, desc = "held_out", (f"LiRA (Carlini et al. 2022), {'online' if online else 'offline'}, "
                                        f"{K} shadows, {'fixed' if fixed else 'per-record'} variance.")
     result = attack_result(attack, desc, scores[:n], scores[n:], threshold=threshold, confidence=conf, delta=d,
@@ -170,4 +203,9 @@ def run_attack(target: Model, X_members, y_members, X_nonmembers, y_nonmembers, 
                          "the attack's success may be a distribution mismatch, not leakage.")
     else:
         blind_result = None
-    return AttackReport(result, blind_result, settings, tuple(notes))
+    records = None
+    if check_bool(per_record, "per_record", owner):
+        records = RecordScores(np.r_[i1, len(Xm) + i0], y_eval.astype(np.int64) if np.issubdtype(y_eval.dtype, np.integer)
+                               else np.full(2 * n, -1), np.r_[np.ones(n, bool), np.zeros(n, bool)], {attack: scores},
+                               stats, attack)
+    return AttackReport(result, blind_result, settings, tuple(notes), records)

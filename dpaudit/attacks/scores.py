@@ -5,7 +5,10 @@ For models trained anywhere (JAX, TensorFlow, a hosted API), the auditor holds t
 (n,) -- the inputs of TensorFlow Privacy's ``AttackInputData`` -- plus the labels (needed for logits and
 probabilities). Optionally, the outputs of K *reference* models on the same records with their inclusion masks
 (``reference_in[i, k]``: record i was in reference model k's training set) make LiRA possible: offline with OUT
-references only, online when records have IN and OUT references.
+references only, online when records have IN and OUT references. With the outputs of the target and of the same
+reference models on **population** records as well (non-members of the target, e.g. the auditor's own records;
+``population_scores`` / ``population_reference_scores``), RMIA is possible too (:mod:`dpaudit.attacks.rmia`), and
+:func:`compare_scores` puts every reference-model attack side by side.
 
 Everything downstream is the attack layer's own code: the threshold attack's score is the negative loss
 (:func:`~dpaudit.attacks.threshold.loss_scores`), LiRA's statistic the logit-scaled confidence
@@ -28,17 +31,21 @@ import numpy as np
 from scipy.special import logsumexp
 
 from dpaudit.attacks.lira import lira_scores, logit_confidence
+from dpaudit.attacks.compare import AttackComparison, compare_signals
 from dpaudit.attacks.metrics import balanced_subsample
+from dpaudit.attacks.per_record import RecordScores
+from dpaudit.attacks.references import ReferenceSignals, signals_from_scores
+from dpaudit.attacks.rmia import rmia_from_signals
 from dpaudit.attacks.results import AttackReport
 from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, attack_result
 from dpaudit.attacks.threshold import loss_scores
 from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
 
 __all__ = ["SCORE_KINDS", "SCORE_PREFIXES", "SCORES_ATTACKS", "synthetic_scores", "PROBABILITY_TOLERANCE", "check_model_scores", "true_label_log_odds",
-           "scores_attack", "ScoresAudit", "scores_audit"]
+           "scores_attack", "ScoresAudit", "scores_audit", "compare_scores"]
 
 SCORE_KINDS = ("logits", "probabilities", "losses")
-SCORES_ATTACKS = ("threshold", "lira")
+SCORES_ATTACKS = ("threshold", "lira", "rmia")
 #: Array-name prefixes of a scores file, TensorFlow Privacy ``AttackInputData``'s: ``<prefix>_train`` (members) and
 #: ``<prefix>_test`` (non-members), ``labels_train`` / ``labels_test``; reference models ``reference_<prefix>_train``
 #: / ``_test`` (n, K[, C]) with ``reference_in_train`` / ``_test`` (n, K).
@@ -174,9 +181,82 @@ def true_label_log_odds(values, labels, kind: str, *, repeat: int = 1,
     return log_py, phi
 
 
+def _reference_stats(ref: np.ndarray, labels: np.ndarray | None, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(log p_y, phi) of checked reference outputs ``ref`` (r, K[, C]) on r records: each (r, K)."""
+    r, K = ref.shape[:2]
+    lp, phi = true_label_log_odds(ref.reshape((r * K,) + ref.shape[2:]), labels, kind, repeat=K)
+    return lp.reshape(r, K), phi.reshape(r, K)
+
+
+def _checked_references(reference_scores, reference_in, labels_all, kind: str, num_records: int,
+                        what: str) -> tuple[np.ndarray, np.ndarray]:
+    if reference_scores is None or reference_in is None:
+        raise DataError(f"{what} on scores needs the reference models' scores and their inclusion masks "
+                        "(reference_scores, reference_in); without them only the threshold attack is possible.")
+    ref, _ = check_model_scores(reference_scores, labels_all, kind, "reference_scores", num_records=num_records)
+    inc = np.asarray(reference_in)
+    K = ref.shape[1]
+    if inc.shape != (num_records, K) or inc.dtype != bool:
+        raise DataError(f"'reference_in' must be a boolean array of shape ({num_records}, {K}) (records x reference "
+                        f"models); got {inc.dtype} {inc.shape}.")
+    return ref, inc
+
+
+def _population_stats(kind: str, K: int, population_scores, population_labels, population_reference_scores,
+                      population_reference_in, population: int | None, seed: int,
+                      owner: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(target log p_y (m,), references' log p_y (m, K), their inclusion (m, K) or None) of the population records,
+    subsampled (seeded) to ``population`` records when given."""
+    if population_scores is None or population_reference_scores is None:
+        raise DataError("RMIA on scores needs population records (non-members of the target, e.g. the auditor's own "
+                        "records): the target's outputs on them ('population_scores', with 'population_labels') and "
+                        "the same reference models' ('population_reference_scores').")
+    zv, zy = check_model_scores(population_scores, population_labels, kind, "population_scores")
+    zref, _ = check_model_scores(population_reference_scores, zy, kind, "population_reference_scores",
+                                 num_records=len(zv))
+    if zref.shape[1] != K or zref.shape[2:] != zv.shape[1:]:
+        raise DataError(f"'population_reference_scores' must hold the same {K} reference models as 'reference_scores' "
+                        f"(shape ({len(zv)}, {K}{', C' if kind != 'losses' else ''})); got {zref.shape}.")
+    zin = None
+    if population_reference_in is not None:
+        zin = np.asarray(population_reference_in)
+        if zin.shape != zref.shape[:2] or zin.dtype != bool:
+            raise DataError(f"'population_reference_in' must be a boolean array of shape {zref.shape[:2]}; got "
+                            f"{zin.dtype} {zin.shape}.")
+    m = len(zv)
+    if population is None:
+        sel = np.arange(m)
+    else:
+        N = check_int(population, "population", owner, low=1, high=m)
+        sel = np.sort(np.random.default_rng(seed).choice(m, size=N, replace=False))
+    zl, _ = true_label_log_odds(zv[sel], None if zy is None else zy[sel], kind)
+    rl, _ = _reference_stats(zref[sel], None if zy is None else zy[sel], kind)
+    return zl, rl, None if zin is None else zin[sel]
+
+
+def _scores_signals(vm, ym, vn, yn, i1, i0, kind: str, reference_scores, reference_in, population_kw: dict,
+                    seed: int, owner: str, *, need_population: bool) -> ReferenceSignals:
+    n1, n0 = len(vm), len(vn)
+    labels_all = None if ym is None else np.concatenate([ym, yn])
+    ref, inc = _checked_references(reference_scores, reference_in, labels_all, kind, n1 + n0,
+                                   "RMIA" if need_population else "The comparison")
+    rows = np.concatenate([i1, n1 + i0])
+    lab = None if labels_all is None else labels_all[rows]
+    t_lp, t_phi = true_label_log_odds(np.concatenate([vm[i1], vn[i0]]), lab, kind)
+    r_lp, r_phi = _reference_stats(ref[rows], lab, kind)
+    zl = zr = zin = None
+    if need_population or population_kw.get("population_scores") is not None:
+        zl, zr, zin = _population_stats(kind, ref.shape[1], seed=seed, owner=owner, **population_kw)
+    return signals_from_scores(t_lp, t_phi, r_lp, r_phi, inc[rows], population_logp=zl, population_reference_logp=zr,
+                               population_in=zin)
+
+
 def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=None, nonmember_labels=None,
                   attack: str = "threshold", reference_scores=None, reference_in=None, lira_online: bool | None = None,
-                  confidence: float = 0.95, delta: float = 0.0, n_bootstrap: int = 0, seed: int = 0) -> AttackReport:
+                  population_scores=None, population_labels=None, population_reference_scores=None,
+                  population_reference_in=None, population: int | None = None, rmia_online: bool | None = None,
+                  gamma: float = 1.0, rmia_a: float | None = None, confidence: float = 0.95, delta: float = 0.0,
+                  n_bootstrap: int = 0, seed: int = 0, per_record: bool = False) -> AttackReport:
     """One attack on scores alone; the same :class:`AttackReport` as :func:`~dpaudit.attacks.run.run_attack`.
 
     Parameters
@@ -186,7 +266,7 @@ def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=N
     kind : "logits", "probabilities" or "losses"
     member_labels, nonmember_labels : array_like of int, optional
         Labels (required for logits and probabilities).
-    attack : "threshold" or "lira"
+    attack : "threshold", "lira" or "rmia"
     reference_scores : array_like, shape (n_1 + n_0, K[, C]), optional
         Outputs of K reference models on the same records, members first (LiRA only), same ``kind``.
     reference_in : array_like of bool, shape (n_1 + n_0, K), optional
@@ -194,6 +274,20 @@ def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=N
     lira_online : bool, optional
         Online LiRA (IN and OUT references) or offline (OUT only); default: online when some record has IN
         references, else offline. Fixed variance below 64 references, as :func:`run_attack`.
+    population_scores, population_labels : array_like, shape (m[, C]) / (m,), optional
+        RMIA: the target's outputs on m population records (non-members of the target) and their labels.
+    population_reference_scores : array_like, shape (m, K[, C]), optional
+        RMIA: the same K reference models' outputs on the population records.
+    population_reference_in : array_like of bool, shape (m, K), optional
+        Which reference models trained on which population record (default: none).
+    population : int, optional
+        RMIA: use this many population records (a seeded subsample; default all).
+    rmia_online, gamma, rmia_a :
+        RMIA (:func:`~dpaudit.attacks.rmia.rmia_scores`): online (default when some record has IN references) or
+        offline; the pairwise threshold; offline's ``a`` (default: fitted on the reference models).
+    per_record : bool
+        Keep every evaluated record's score in ``report.per_record`` (``record``: member i -> i, non-member j ->
+        len(members) + j, as the rows of a scores file's ``_train`` then ``_test`` arrays).
     confidence, delta, n_bootstrap, seed : as :func:`~dpaudit.attacks.run.run_attack`, but bootstrap intervals are
         opt-in here (``n_bootstrap=0`` by default): with 1e5 records per side each replicate costs about as much as
         the whole LiRA test, and the intervals are then narrow anyway (AUC +- ~0.003).
@@ -223,20 +317,29 @@ def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=N
              "figure here."]
     loss_m, phi_m = true_label_log_odds(vm[i1], None if ym is None else ym[i1], kind)
     loss_n, phi_n = true_label_log_odds(vn[i0], None if yn is None else yn[i0], kind)
+    stats: dict[str, np.ndarray] = {}
     if attack == "threshold":
         pos, neg = loss_m, loss_n
         desc = "Threshold on the loss (Yeom et al. 2018), from the released scores."
+    elif attack == "rmia":
+        pop_kw = dict(population_scores=population_scores, population_labels=population_labels,
+                      population_reference_scores=population_reference_scores,
+                      population_reference_in=population_reference_in, population=population)
+        sig = _scores_signals(vm, ym, vn, yn, i1, i0, kind, reference_scores, reference_in, pop_kw, seed, owner,
+                              need_population=True)
+        online = bool(sig.inclusion.any()) if rmia_online is None else check_bool(rmia_online, "rmia_online", owner)
+        r = rmia_from_signals(sig, online=online, a=rmia_a, gamma=gamma)
+        pos, neg = r.score[:n], r.score[n:]
+        stats = {"rmia_p_value": r.p_value, "rmia_log_ratio": r.log_ratio}
+        settings.update(online=online, num_references=r.num_references, population=r.num_population, gamma=r.gamma,
+                        offline_a=None if online else r.a, offline_a_fitted=r.a_fit is not None)
+        desc = (f"RMIA (Zarifzadeh et al. 2024) on released scores, {'online' if online else 'offline'}, "
+                f"{r.num_references} reference models, {r.num_population} population records, gamma {r.gamma:g}"
+                + ("." if online else f", a = {r.a:g} ({'fitted on the reference models' if r.a_fit else 'given'})."))
     else:
-        if reference_scores is None or reference_in is None:
-            raise DataError("LiRA on scores needs the reference models' scores and their inclusion masks "
-                            "(reference_scores, reference_in); without them only the threshold attack is possible.")
         labels_all = None if ym is None else np.concatenate([ym, yn])
-        ref, _ = check_model_scores(reference_scores, labels_all, kind, "reference_scores", num_records=n1 + n0)
-        inc = np.asarray(reference_in)
+        ref, inc = _checked_references(reference_scores, reference_in, labels_all, kind, n1 + n0, "LiRA")
         K = ref.shape[1]
-        if inc.shape != (n1 + n0, K) or inc.dtype != bool:
-            raise DataError(f"'reference_in' must be a boolean array of shape ({n1 + n0}, {K}) (records x reference "
-                            f"models); got {inc.dtype} {inc.shape}.")
         K_shape = (len(ref) * K,) + ref.shape[2:]
         _, ref_phi = true_label_log_odds(ref.reshape(K_shape), labels_all, kind, repeat=K, phi_only=True)
         rows = np.concatenate([i1, n1 + i0])
@@ -249,9 +352,53 @@ def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=N
         settings.update(online=online, fixed_variance=fixed, num_references=int(K))
         desc = (f"LiRA (Carlini et al. 2022) on released scores, {'online' if online else 'offline'}, {K} reference "
                 f"models, {'fixed' if fixed else 'per-record'} variance.")
+        stats = {"lira_log_lr": scores} if online else {"lira_p_value": -np.expm1(scores)}
     result = attack_result(attack, desc, pos, neg, threshold="held_out", confidence=conf, delta=d,
                            n_bootstrap=n_boot, seed=seed)
-    return AttackReport(result, None, settings, tuple(notes))
+    records = None
+    if check_bool(per_record, "per_record", owner):
+        lab = np.full(2 * n, -1) if ym is None else np.concatenate([ym[i1], yn[i0]])
+        records = RecordScores(np.r_[i1, n1 + i0], lab, np.r_[np.ones(n, bool), np.zeros(n, bool)],
+                               {attack: np.concatenate([pos, neg])}, stats, attack)
+    return AttackReport(result, None, settings, tuple(notes), records)
+
+
+def compare_scores(member_scores, nonmember_scores, *, kind: str, member_labels=None, nonmember_labels=None,
+                   reference_scores=None, reference_in=None, population_scores=None, population_labels=None,
+                   population_reference_scores=None, population_reference_in=None, population: int | None = None,
+                   gamma: float = 1.0, rmia_a: float | None = None, confidence: float = 0.95, delta: float = 0.0,
+                   n_bootstrap: int = 0, seed: int = 0, per_record: bool = True) -> AttackComparison:
+    """Every reference-model attack (:data:`~dpaudit.attacks.compare.COMPARED_ATTACKS`) on released scores, with the
+    same reference models and targets (:func:`~dpaudit.attacks.compare.compare_signals`). RMIA needs the population
+    arrays (see :func:`scores_attack`); without them it is listed as skipped. Arguments as :func:`scores_attack`."""
+    owner = "compare_scores"
+    check_choice(kind, "kind", owner, SCORE_KINDS)
+    seed = check_int(seed, "seed", owner, low=0)
+    vm, ym = check_model_scores(member_scores, member_labels, kind, "member_scores")
+    vn, yn = check_model_scores(nonmember_scores, nonmember_labels, kind, "nonmember_scores")
+    if vm.shape[1:] != vn.shape[1:]:
+        raise DataError(f"'member_scores' and 'nonmember_scores' must have the same number of classes; got {vm.shape} and {vn.shape}.")
+    n1, n0 = len(vm), len(vn)
+    if n1 < 2 or n0 < 2:
+        raise DataError(f"{owner} needs at least 2 members and 2 non-members; got {n1} and {n0}.")
+    i1, i0 = balanced_subsample(n1, n0, seed=seed)
+    pop_kw = dict(population_scores=population_scores, population_labels=population_labels,
+                  population_reference_scores=population_reference_scores,
+                  population_reference_in=population_reference_in, population=population)
+    sig = _scores_signals(vm, ym, vn, yn, i1, i0, kind, reference_scores, reference_in, pop_kw, seed, owner,
+                          need_population=False)
+    n = len(i1)
+    labels = None if ym is None else np.concatenate([ym[i1], yn[i0]])
+    comp = compare_signals(sig, np.r_[np.ones(n, bool), np.zeros(n, bool)], record=np.r_[i1, n1 + i0], labels=labels,
+                           gamma=gamma, a=rmia_a, confidence=confidence, delta=delta, n_bootstrap=n_bootstrap,
+                           seed=seed, per_record=per_record)
+    skipped = dict(comp.skipped)
+    if sig.num_population == 0:
+        for name in ("rmia-online", "rmia-offline"):
+            skipped[name] = ("needs population records: the target's and the reference models' outputs on "
+                             "non-members of the target (population_scores, population_reference_scores).")
+    settings = {**comp.settings, "inputs": f"scores only ({kind})", "num_members_total": n1, "num_nonmembers_total": n0}
+    return AttackComparison(comp.results, skipped, settings, comp.notes, comp.offline_a, comp.records)
 
 
 @dataclass(frozen=True)
@@ -271,9 +418,11 @@ class ScoresAudit:
 
 
 def scores_audit(member_scores, nonmember_scores, *, kind: str, member_labels=None, nonmember_labels=None,
-                 reference_scores=None, reference_in=None, confidence: float = 0.95, delta: float = 0.0,
-                 n_bootstrap: int = 0, seed: int = 0) -> ScoresAudit:
-    """Run every attack the inputs allow (threshold always; LiRA with reference models) -- see :func:`scores_attack`."""
+                 reference_scores=None, reference_in=None, population_scores=None, population_labels=None,
+                 population_reference_scores=None, population_reference_in=None, confidence: float = 0.95,
+                 delta: float = 0.0, n_bootstrap: int = 0, seed: int = 0) -> ScoresAudit:
+    """Run every attack the inputs allow (threshold always; LiRA with reference models; RMIA with reference models
+    and population records) -- see :func:`scores_attack`."""
     kw = dict(kind=kind, member_labels=member_labels, nonmember_labels=nonmember_labels, confidence=confidence,
               delta=delta, n_bootstrap=n_bootstrap, seed=seed)
     reports = {"threshold": scores_attack(member_scores, nonmember_scores, attack="threshold", **kw)}
@@ -284,15 +433,25 @@ def scores_audit(member_scores, nonmember_scores, *, kind: str, member_labels=No
     else:
         reports["lira"] = scores_attack(member_scores, nonmember_scores, attack="lira", reference_scores=reference_scores,
                                         reference_in=reference_in, **kw)
+    if reference_scores is None or reference_in is None or population_scores is None:
+        skipped["rmia"] = "needs reference models' scores and population records' scores (none given)."
+    else:
+        reports["rmia"] = scores_attack(member_scores, nonmember_scores, attack="rmia", reference_scores=reference_scores,
+                                        reference_in=reference_in, population_scores=population_scores,
+                                        population_labels=population_labels,
+                                        population_reference_scores=population_reference_scores,
+                                        population_reference_in=population_reference_in, **kw)
     return ScoresAudit(reports, skipped)
 
 
 def synthetic_scores(n: int, *, num_classes: int = 10, num_references: int = 0, kind: str = "logits",
-                     leak: float = 1.5, seed: int = 0) -> dict[str, np.ndarray]:
+                     leak: float = 1.5, seed: int = 0, num_population: int = 0) -> dict[str, np.ndarray]:
     """A leaky model's outputs on ``n`` members and ``n`` non-members, for examples, tests and benchmarks, in the
     scores-file layout (:data:`SCORE_PREFIXES`): float32 logits (or probabilities) whose true-label margin is
     ``1.5 + d_i + leak * [record in the model's training set]`` with a per-record difficulty ``d_i ~ N(0, 1)``, plus
-    ``num_references`` reference models' outputs (each record in each with probability 1/2) and their masks."""
+    ``num_references`` reference models' outputs (each record in each with probability 1/2) and their masks, and
+    ``num_population`` population records (non-members of the target and of every reference model: ``population_*``,
+    ``reference_population_*``)."""
     owner = "synthetic_scores"
     n = check_int(n, "n", owner, low=1)
     C = check_int(num_classes, "num_classes", owner, low=2)
@@ -319,4 +478,21 @@ def synthetic_scores(n: int, *, num_classes: int = 10, num_references: int = 0, 
         ref = np.stack([outputs(inc[:, k]) for k in range(K)], axis=1)
         arrays.update({f"reference_{pre}_train": ref[:n], f"reference_{pre}_test": ref[n:],
                        "reference_in_train": inc[:n], "reference_in_test": inc[n:]})
+    M = check_int(num_population, "num_population", owner, low=0)
+    if M:
+        prng = np.random.default_rng(check_int(seed, "seed", owner, low=0) + 1)
+        zy = prng.integers(0, C, M)
+        zbase = prng.normal(0.0, 1.0, M)
+
+        def zout() -> np.ndarray:
+            z = prng.normal(0.0, 1.0, (M, C)).astype(np.float32)
+            z[np.arange(M), zy] += (1.5 + zbase).astype(np.float32)
+            if kind == "probabilities":
+                z = np.exp(z - z.max(axis=1, keepdims=True))
+                z /= z.sum(axis=1, keepdims=True)
+            return z
+
+        arrays.update({f"population_{pre}": zout(), "population_labels": zy})
+        if K:
+            arrays[f"reference_population_{pre}"] = np.stack([zout() for _ in range(K)], axis=1)
     return arrays

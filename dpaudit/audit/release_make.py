@@ -63,6 +63,8 @@ scores .npz (allow_pickle=False), TensorFlow Privacy AttackInputData names; "tra
   exactly one kind:  logits_train/logits_test (n, C) | probs_train/probs_test (n, C) | loss_train/loss_test (n,)
   labels_train, labels_test (n,)  integer labels (required for logits and probs)
   optional reference models (LiRA): reference_<kind>_train/_test (n, K[, C]) and reference_in_train/_test (n, K) bool
+  optional population records (RMIA, with reference models): population_<kind> (m[, C]), population_labels (m,),
+    reference_population_<kind> (m, K[, C]), optionally reference_in_population (m, K) bool (default: all OUT)
 """
 
 
@@ -419,7 +421,8 @@ def _read_scores(path: Any) -> tuple[str, dict[str, np.ndarray], int]:
                         f"it holds {sorted(z)}.")
     kind, pre = kinds[0], SCORE_PREFIXES[kinds[0]]
     known = {f"{pre}_train", f"{pre}_test", "labels_train", "labels_test", f"reference_{pre}_train",
-             f"reference_{pre}_test", "reference_in_train", "reference_in_test"}
+             f"reference_{pre}_test", "reference_in_train", "reference_in_test", f"population_{pre}",
+             "population_labels", f"reference_population_{pre}", "reference_in_population"}
     unknown = sorted(set(z) - known)
     if unknown:
         raise DataError(f"The scores file {str(p)!r} has unexpected arrays {unknown}; known for {kind}: {sorted(known)}.")
@@ -448,6 +451,28 @@ def _read_scores(path: Any) -> tuple[str, dict[str, np.ndarray], int]:
             raise DataError(f"'reference_in_train/_test' must be boolean arrays of shape (n, K) matching the reference "
                             f"scores {ref.shape[:2]}; got {inc.dtype} {inc.shape}.")
         out["reference_scores"], out["reference_in"] = ref, inc
+    pops = [f"population_{pre}", f"reference_population_{pre}"]
+    have = [k for k in pops + ["population_labels", "reference_in_population"] if k in z]
+    if have and not present:
+        raise DataError(f"Population records ({have}) serve RMIA, which needs the reference models too; the scores file "
+                        f"has no {refs[0]}.")
+    if have:
+        if any(k not in z for k in pops):
+            raise DataError(f"Population records need both {pops}; the scores file has only {have}.")
+        zv, zy = check_model_scores(z[pops[0]], z.get("population_labels"), kind, pops[0])
+        zref, _ = check_model_scores(z[pops[1]], zy, kind, pops[1], num_records=len(zv))
+        if zref.shape[1] != out["reference_scores"].shape[1] or zref.shape[2:] != zv.shape[1:]:
+            raise DataError(f"'{pops[1]}' must hold the same {out['reference_scores'].shape[1]} reference models as the "
+                            f"members' and non-members' ({len(zv)}, K[, C]); got {zref.shape}.")
+        out["population_scores"], out["population_reference_scores"] = zv, zref
+        if zy is not None:
+            out["population_labels"] = zy
+        if "reference_in_population" in z:
+            zin = np.asarray(z["reference_in_population"])
+            if zin.dtype != bool or zin.shape != zref.shape[:2]:
+                raise DataError(f"'reference_in_population' must be a boolean array of shape {zref.shape[:2]}; got "
+                                f"{zin.dtype} {zin.shape}.")
+            out["population_reference_in"] = zin
     return kind, out, len(vm) + len(vn)
 
 
@@ -495,7 +520,8 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
                                  "holds members ('train') and non-members ('test')).")
         kind, arrays, n = _read_scores(scores)
         n1 = len(arrays["member_scores"])
-        possible = ["threshold"] + (["lira"] if "reference_scores" in arrays else [])
+        possible = ["threshold"] + (["lira"] if "reference_scores" in arrays else []) + \
+            (["rmia"] if "population_scores" in arrays else [])
         params.update(scores={"file": str(scores), "sha256": _sha256(Path(scores)), "kind": kind},
                       possible_attacks=possible)
         assumptions.append(f"Scores-only release ({kind}): the attacks possible are {', '.join(possible)}; the shadow "
@@ -532,7 +558,7 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     recipe = _recipe(train_fn, recipe_model, recipe_kwargs, recipe_config, tuple(X.shape[1:]), num_classes)
     non = mem["nonmembers"]
     acc = float(np.mean(clf.predict_proba(X[non]).argmax(axis=1) == y[non]))
-    possible = ["threshold"] + (["shadow", "lira"] if recipe and len(mem["attacker"]) else [])
+    possible = ["threshold"] + (["shadow", "lira", "rmia"] if recipe and len(mem["attacker"]) else [])
     params.update(model=model_src, possible_attacks=possible, recipe=recipe)
     if recipe is None:
         assumptions.append("No training recipe was given: shadow-model and LiRA attacks are not possible, only the "

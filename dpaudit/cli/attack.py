@@ -68,7 +68,22 @@ def render(report: AttackReport) -> str:
               help="Attack classifier (shadow attack and blind baseline).")
 @click.option("--global-model", is_flag=True, help="Shadow attack: one global attack model instead of one per class.")
 @click.option("--threshold-kind", type=click.Choice(THRESHOLD_KINDS), default="loss", show_default=True)
-@click.option("--offline", is_flag=True, help="LiRA: the offline variant (OUT shadows only).")
+@click.option("--offline", is_flag=True, help="LiRA / RMIA: the offline variant (OUT reference models only).")
+@click.option("--population", type=click.IntRange(1, None), default=None,
+              help="RMIA: population records held out of the attacker's pool (default: every pool record the "
+                   "reference models do not need to match the target's training-set size, at least a quarter of "
+                   "the pool, at most 10,000; scores-only releases: a subsample of the population records they ship).")
+@click.option("--rmia-a", "rmia_a", type=click.FloatRange(0.0, 1.0), default=None,
+              help="Offline RMIA's a in Pr(x) = ((1 + a) Pr_OUT(x) + 1 - a) / 2 (default: fitted on the reference models).")
+@click.option("--gamma", type=click.FloatRange(0.0, None, min_open=True), default=1.0, show_default=True,
+              help="RMIA: the pairwise likelihood-ratio threshold.")
+@click.option("--compare", is_flag=True,
+              help="Every reference-model attack (threshold, LiRA online/offline/fixed variance, RMIA online/offline) "
+                   "on the same --shadows reference models and targets: writes comparison.json/.md and roc_compare.png.")
+@click.option("--per-record", "per_record", is_flag=True,
+              help="Per-record risk: write per_record.csv (every record's scores, p-value or likelihood ratio, rank) "
+                   "and per_record.md/.json with the most exposed records and a score histogram (and an image grid "
+                   "for image data sets).")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Confidence of the empirical epsilon (an estimate on one model) and the bootstrap intervals.")
 @click.option("--delta", type=float, default=None,
@@ -110,7 +125,8 @@ def render(report: AttackReport) -> str:
               help="Canary score (default: dirac-lr for Dirac canaries, loss otherwise).")
 @executor_options
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
-            offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
+            offline: bool, population: int | None, rmia_a: float | None, gamma: float, compare: bool,
+            per_record: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
             data_dir: Path | None, trust_data_dir: bool, quiet: bool, audit: str | None, canary: str | None,
             canaries: int | None, models: int, score: str | None, overwrite: bool, factory: str | None,
             train_fn: str | None, trust_bundle_code: bool, executor: str, ray_address: str | None) -> None:
@@ -135,7 +151,8 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
 
     rep = as_reporter(not quiet, prefix="dpaudit attack")
     code = BundleCode(factory=factory, train_fn=train_fn, trust_bundle=trust_bundle_code)
-    out = attack_out_dir(release, audit or attack, out, overwrite=overwrite)   # refused before any work
+    name = audit or ("compare" if compare else attack)
+    out = attack_out_dir(release, name, out, overwrite=overwrite)   # refused before any work
     bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir, code=code)
     if audit is not None:
         from dpaudit.audit.canary_audit import canary_audit_release
@@ -148,13 +165,32 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
         for note in result.notes:
             click.echo(f"note: {note}")
         return
+    from dpaudit.audit.attack_release import compare_release, release_record_images
+    from dpaudit.report.attack_outputs import comparison_text, write_comparison, write_per_record
+
+    if compare:
+        with attack_output(release, name, out, overwrite=overwrite), \
+                make_executor(executor, address=ray_address, progress=rep) as ex, \
+                rep.stage(f"attack comparison on {release}"):
+            comp = compare_release(bundle, num_references=shadows, population=population, gamma=gamma, rmia_a=rmia_a,
+                                   confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,
+                                   checkpoint_dir=out / "units", per_record=per_record)
+            paths = write_comparison(out, comp, title=f"Reference-model attacks on {release}",
+                                     images_of=release_record_images(bundle), extra={"release": str(release)})
+        click.echo(comparison_text(comp))
+        rep.log("wrote " + ", ".join(str(p) for p in paths))
+        return
     with attack_output(release, attack, out, overwrite=overwrite), \
             make_executor(executor, address=ray_address, progress=rep) as ex, rep.stage(f"{attack} attack on {release}"):
         report = attack_release(bundle, attack=attack, num_shadows=shadows, classifier=classifier,
                                 per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
+                                rmia_online=not offline, population=population, gamma=gamma, rmia_a=rmia_a,
                                 confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,
-                                checkpoint_dir=out / "units")
+                                checkpoint_dir=out / "units", per_record=per_record)
     path = write_json(out / "attack.json", {"release": str(release), **report.to_dict()})
+    if report.per_record is not None:
+        for p in write_per_record(out, report.per_record, images_of=release_record_images(bundle)):
+            rep.log(f"wrote {p}")
     from dpaudit.attacks.plots import roc_figure
     fig = roc_figure([r for r in (report.attack, report.blind) if r is not None])
     with atomic_path(out / "roc.png", suffix=".png") as tmp:
