@@ -24,7 +24,8 @@ MAX_CLASSES = 100_000
 MAX_INPUT_SIZE = 100_000_000
 #: The arrays of a scores-only bundle's ``scores.npz`` (members first, then non-members).
 SCORE_ARRAYS = ("member_scores", "nonmember_scores", "member_labels", "nonmember_labels", "reference_scores",
-                "reference_in")
+                "reference_in", "population_scores", "population_labels", "population_reference_scores",
+                "population_reference_in")
 
 
 
@@ -133,7 +134,47 @@ def check_bundle_scores(arrays: Mapping[str, Any], where: str, *, score_kind: st
                             f"model). Got {inc.shape} instead.")
         _finite(r, where, "reference_scores")
         out["reference_scores"], out["reference_in"] = r.astype(np.float64), inc.astype(bool)
+    pops = [k for k in SCORE_ARRAYS[6:] if k in arrays]
+    if pops:
+        _check_population(arrays, out, where, score_kind, rec_ndim, num_classes)
     return out
+
+
+def _check_population(arrays: Mapping[str, Any], out: dict[str, np.ndarray], where: str, score_kind: str,
+                      rec_ndim: int, num_classes: int) -> None:
+    """RMIA's population records (non-members of the target): the target's scores ``(m[, C])``, their labels
+    (required unless losses), the same reference models' scores ``(m, K[, C])`` and optionally their inclusion masks
+    ``(m, K)``; they need the reference models of the records (``reference_scores``)."""
+    needed = ["population_scores", "population_reference_scores"] + ([] if score_kind == "losses" else
+                                                                     ["population_labels"])
+    missing = [k for k in needed if k not in arrays]
+    if missing or "reference_scores" not in out:
+        lack = missing or ["reference_scores"]
+        raise DataError(f"{where}: population records need {', '.join(needed)} and the records' reference_scores; it "
+                        f"lacks {', '.join(repr(k) for k in lack)}.")
+    z = _real(arrays["population_scores"], where, "population_scores", "iuf")
+    if z.ndim != rec_ndim or z.shape[0] < 1 or (rec_ndim == 2 and z.shape[1] != num_classes):
+        want = "(m,)" if rec_ndim == 1 else f"(m, {num_classes})"
+        raise DataError(f"{where}[population_scores]: must have shape {want} with m >= 1 ({score_kind}). Got {z.shape} "
+                        "instead.")
+    _finite(z, where, "population_scores")
+    m, k = z.shape[0], out["reference_scores"].shape[1]
+    out["population_scores"] = z.astype(np.float64)
+    if "population_labels" in arrays:
+        out["population_labels"] = _labels(arrays["population_labels"], m, where, "population_labels", num_classes)
+    zr = _real(arrays["population_reference_scores"], where, "population_reference_scores", "iuf")
+    want_shape = (m, k) + ((num_classes,) if rec_ndim == 2 else ())
+    if zr.shape != want_shape:
+        raise DataError(f"{where}[population_reference_scores]: must have shape {want_shape} (the same {k} reference "
+                        f"models). Got {zr.shape} instead.")
+    _finite(zr, where, "population_reference_scores")
+    out["population_reference_scores"] = zr.astype(np.float64)
+    if "population_reference_in" in arrays:
+        zin = _real(arrays["population_reference_in"], where, "population_reference_in", "b")
+        if zin.shape != (m, k):
+            raise DataError(f"{where}[population_reference_in]: must have shape {(m, k)} (one bit per population record "
+                            f"and reference model). Got {zin.shape} instead.")
+        out["population_reference_in"] = zin.astype(bool)
 
 
 def check_canary_view(raw: Mapping[str, Any], entry: Mapping[str, Any], spec: Any, where: str,

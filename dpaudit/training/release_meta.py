@@ -70,7 +70,7 @@ _CLAIM_KEYS = ("epsilon", "delta", "granularity", "text")
 _TRAIN_CONFIG_KEYS = ("epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "dp")
 _DP_KEYS = ("noise_multiplier", "max_grad_norm", "sampling_rate")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_ATTACK_NAMES = ("threshold", "shadow", "lira")
+_ATTACK_NAMES = ("threshold", "shadow", "lira", "rmia")
 
 
 # --------------------------------------------------------------------------------------------------

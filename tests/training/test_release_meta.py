@@ -233,6 +233,39 @@ def test_bundle_scores_keys_shapes_and_values():
     assert set(check_bundle_scores(losses, "s.npz", score_kind="losses", num_records=50, num_classes=None)) == set(losses)
 
 
+def test_bundle_population_arrays_for_rmia():
+    """RMIA's population records in a scores bundle: checked like the records' arrays (shapes against the same K
+    reference models, finiteness, labels, booleans), and only beside the records' reference models."""
+    kw = dict(score_kind="probabilities", num_records=50, num_classes=4)
+    rng = np.random.default_rng(1)
+    k = _scores()["reference_scores"].shape[1]
+
+    def pop(z):
+        z.update(population_scores=rng.dirichlet(np.ones(4), 7), population_labels=rng.integers(0, 4, 7),
+                 population_reference_scores=rng.dirichlet(np.ones(4), (7, k)),
+                 population_reference_in=np.zeros((7, k), bool))
+        return z
+
+    out = check_bundle_scores(pop(_scores()), "s.npz", **kw)
+    assert out["population_reference_scores"].shape == (7, k, 4) and out["population_reference_in"].dtype == bool
+    cases = [
+        (lambda z: z.pop("population_reference_scores"), "population records need"),
+        (lambda z: (z.pop("reference_scores"), z.pop("reference_in")), "population records need"),
+        (lambda z: z.update(population_reference_scores=z["population_reference_scores"][:, :1]),
+         r"s.npz\[population_reference_scores\]: must have shape"),
+        (lambda z: z["population_scores"].__setitem__((0, 0), np.inf), r"s.npz\[population_scores\]: holds NaN"),
+        (lambda z: z.update(population_labels=z["population_labels"] + 4), r"labels in \[0, 4\)"),
+        (lambda z: z.update(population_reference_in=np.zeros((7, k + 1), bool)),
+         r"s.npz\[population_reference_in\]: must have shape"),
+        (lambda z: z.update(population_scores=z["population_scores"] * 1j), r"s.npz\[population_scores\]: holds complex"),
+    ]
+    for edit, match in cases:
+        z = pop(_scores())
+        edit(z)
+        with pytest.raises(DataError, match=match):
+            check_bundle_scores(z, "s.npz", **kw)
+
+
 def test_dirac_observations_must_be_finite():
     """W4: NaN means "this model did not step" in a multi-model ensemble; a release's one model stepped every step,
     so NaN observations (which score as 0 and would certify a bound from nothing) are refused."""
