@@ -219,7 +219,9 @@ def epsilon_bound_over_splits(member_scores, nonmember_scores, *, delta: float =
 
     Cheap (the scores are reused; only the halving changes). The median is no more a certified bound than
     one draw is (choosing among draws is itself a selection); the point is the range, which shows how much of
-    a single figure is the luck of the split. ``kind`` as in :func:`epsilon_lower_bound`.
+    a single figure is the luck of the split. ``kind`` as in :func:`epsilon_lower_bound`. The result also carries
+    the Bayesian posterior median and credible interval of epsilon at the median draw's threshold and evaluation
+    counts (:func:`bayes_epsilon`, seeded by ``seed``; an estimate).
     """
     owner = "epsilon_bound_over_splits"
     k = check_int(num_splits, "num_splits", owner, low=1, high=1000)
@@ -228,7 +230,11 @@ def epsilon_bound_over_splits(member_scores, nonmember_scores, *, delta: float =
                                  selection="split", seed=s0 + i, kind=kind) for i in range(k)]
     eps = np.array([b.epsilon for b in draws])
     mid = draws[int(np.argsort(eps, kind="stable")[(k - 1) // 2])]
-    return dataclasses.replace(mid, split_low=float(eps.min()), split_high=float(eps.max()), num_splits=k)
+    n1, n0 = mid.num_members, mid.num_nonmembers
+    med, lo, hi = bayes_epsilon(int(round(mid.fpr * n0)), n0, int(round(mid.fnr * n1)), n1, delta=mid.delta,
+                                confidence=mid.confidence, seed=s0)
+    return dataclasses.replace(mid, split_low=float(eps.min()), split_high=float(eps.max()), num_splits=k,
+                               bayes_median=med, bayes_low=lo, bayes_high=hi)
 
 
 def bayes_epsilon(fp: int, num_out: int, fn: int, num_in: int, *, delta: float = 0.0, confidence: float = 0.95,

@@ -191,6 +191,10 @@ class EpsilonBound(HasBoundKind):
     ``split_range`` = (``split_low``, ``split_high``): the smallest and largest figure over ``num_splits``
     split seeds of the same scores (``selection == "split"``; for one draw both equal ``epsilon``). A wide range
     says the figure depends on the split, not only on the model; ``epsilon`` is then their median.
+
+    ``bayes_median`` / ``bayes_low`` / ``bayes_high``: the posterior median and equal-tailed credible interval (at
+    ``confidence``) of epsilon from the same threshold's counts (Zanella-Beguelin et al. 2023,
+    :func:`dpaudit.attacks.bounds.bayes_epsilon`) -- an estimate beside the split-seed spread; None when not computed.
     """
 
     epsilon: float
@@ -209,6 +213,9 @@ class EpsilonBound(HasBoundKind):
     split_low: float = math.nan
     split_high: float = math.nan
     num_splits: int = 1
+    bayes_median: float | None = None
+    bayes_low: float | None = None
+    bayes_high: float | None = None
 
     def __post_init__(self) -> None:
         HasBoundKind.__post_init__(self)

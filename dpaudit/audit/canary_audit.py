@@ -92,6 +92,12 @@ def one_run_with_plan(scores, included, mechanism: Mapping[str, Any] | None, *, 
     """The one-run bound with its analysis and guessing rule fixed *before* looking at ``scores``: planned on the
     ideal attack of ``mechanism`` (or ``simulate``) by :func:`~dpaudit.attacks.canary.plan_one_run` (``analysis``
     ``"auto"``: the best of the analyses valid for the mechanism; else that one), then
+
+    ``calibrated`` admits sign rules (guesses by the side of 0); only for scores whose zero is the decision boundary
+    whatever the real attack does (PrivateKT's symmetric count difference). White-box Dirac scores are not: a
+    canary's coordinate can carry real gradients that shift its scores, so their audits use the score-order rules
+    (equal counts or the grid), which do not lose validity or much power when the real attack is weaker than the
+    ideal one.
     :func:`~dpaudit.attacks.canary.one_run_certified` with the plan. Returns ``(bound, plan)``; the bound carries
     every analysis side by side, each with its planned rule and ideal reference."""
     m = int(np.asarray(scores).size)
@@ -373,7 +379,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
             notes.append(f"online LiRA fitted on the first {R} models, which are not counted as trials.")
     if audit == "one-run":
         bound, plan = one_run_with_plan(s[0], inc[0], mechanism, delta=delta, confidence=confidence, analysis=analysis,
-                                        score=score, calibrated=score == "dirac-lr", replicates=ideal_replicates,
+                                        score=score, calibrated=False, replicates=ideal_replicates,
                                         seed=seed)
         bound = replace(bound, curve_test=accounted_curve_test(s[0], inc[0], mechanism, plan, confidence=confidence,
                                                                delta=delta))
@@ -523,7 +529,7 @@ def audit_release_canaries(release, *, score: str | None = None, delta: float = 
         mechanism: dict[str, Any] = {"kind": "subsampled_gaussian", "sampling_rate": float(q),
                                      "noise_multiplier": cfg.dp.noise_multiplier, "steps": int(steps)}
         bound, plan = one_run_with_plan(s, inc, mechanism, delta=delta, confidence=confidence, analysis=analysis,
-                                        score=score, calibrated=score == "dirac-lr", replicates=R, seed=seed)
+                                        score=score, calibrated=False, replicates=R, seed=seed)
         bound = replace(bound, curve_test=accounted_curve_test(s, inc, mechanism, plan, confidence=confidence,
                                                                delta=delta))
         accounted = _account(float(q), cfg.dp.noise_multiplier, int(steps), delta) if delta > 0 else None

@@ -93,12 +93,23 @@ def render(report: AttackReport) -> str:
 @click.option("--models", type=int, default=200, show_default=True, help="Multi-run audit: number of models N.")
 @click.option("--score", type=click.Choice(("loss", "lira", "dirac-lr", "dirac-sum")), default=None,
               help="Canary score (default: dirac-lr for Dirac canaries, loss otherwise).")
+@click.option("--analysis", type=click.Choice(("auto", "eps", "fdp", "fdp-dp", "gdp")), default="auto",
+              show_default=True,
+              help="Canary audit: how the certified bound is computed. one-run: eps (Steinke et al. 2023, Thm 3), fdp "
+                   "(f-DP test of Gaussian-DP curves, Mahloujifar et al. 2025; its epsilon assumes a Gaussian "
+                   "trade-off curve), fdp-dp (f-DP test of (eps, delta) curves); multi-run: eps (Clopper-Pearson) or "
+                   "gdp (Gaussian DP). auto: fixed before the run on the ideal attack of the accounted mechanism, "
+                   "among the analyses valid for it. Every analysis is shown side by side.")
+@click.option("--strict", is_flag=True,
+              help="Multi-run canary audit: refuse (instead of warning) when --models is below the count the ideal "
+                   "attack needs to certify any positive epsilon at this confidence.")
 @executor_options
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
             offline: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
             data_dir: Path | None, trust_data_dir: bool, quiet: bool, audit: str | None, canary: str | None,
             canaries: int | None,
-            models: int, score: str | None, executor: str, ray_address: str | None) -> None:
+            models: int, score: str | None, analysis: str, strict: bool, executor: str,
+            ray_address: str | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
     With --audit, run a certified canary audit instead: of the released model itself when the bundle holds canaries
@@ -114,7 +125,8 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
         bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir)
         result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
                                       score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
-                                      seed=seed, out=Path(release) / "attack" if out is None else out, progress=rep)
+                                      seed=seed, out=Path(release) / "attack" if out is None else out, progress=rep,
+                                      analysis=analysis, strict=strict)
         click.echo(result.summary())
         for note in result.notes:
             click.echo(f"note: {note}")
