@@ -52,6 +52,7 @@ from scipy import special
 
 from dpaudit.attacks.bounds import (
     bayes_epsilon,
+    bayes_gdp_mu,
     clopper_pearson_upper,
     epsilon_lower_bound,
     one_run_epsilon_batch,
@@ -528,19 +529,44 @@ class CanaryScoreAuditor:
                              assumption=GAUSSIAN_ASSUMPTION, details=details)
 
     def multi_run_bayes(self, strategy: Any = None, *, delta: float = 0.0, confidence: float = 0.95,
-                        params: BayesParams | None = None) -> AnalysisBound:
-        """Bayesian estimate of epsilon (Zanella-Beguelin et al. 2023): the posterior of (FPR, FNR) at the threshold
-        :meth:`multi_run_eps` selects, evaluated on the same runs, pushed through the (epsilon, delta) test's formula;
-        ``epsilon`` is the posterior median and ``[low, high]`` the equal-tailed credible interval at ``confidence``.
-        An estimate (``kind="estimate"``): a posterior, not a confidence bound."""
+                        params: BayesParams | None = None, gaussian: bool | None = None) -> AnalysisBound:
+        """Bayesian estimate of epsilon (Zanella-Beguelin et al. 2023): Beta posteriors of FPR and FNR at one
+        threshold, evaluated on runs it was not chosen on; ``epsilon`` is the posterior median and ``[low, high]``
+        the equal-tailed credible interval at ``confidence``. An estimate (``kind="estimate"``), never a bound.
+
+        ``gaussian`` (default: ``delta > 0``): the posterior of the Gaussian-DP mu at :meth:`multi_run_gdp`'s
+        threshold, turned into epsilon at delta -- an estimate of the *mechanism's* epsilon if its trade-off curve
+        is Gaussian. Otherwise the posterior of the (epsilon, delta) test's formula at :meth:`multi_run_eps`'s
+        threshold -- what that one test shows, below the mechanism's epsilon when its worst case lies elsewhere."""
         params = BayesParams() if params is None else params
-        b = self.multi_run_eps(strategy, delta=delta, confidence=confidence)
+        d = check_float(delta, "delta", "multi_run_bayes", low=0.0, high=1.0, high_open=True)
+        gauss = (d > 0) if gaussian is None else bool(gaussian)
+        if gauss:
+            if d == 0:
+                raise ParameterError("The 'gaussian' parameter of multi_run_bayes must be False at delta = 0 (no mu-GDP "
+                                     "curve has a finite epsilon there). Got True instead.")
+            strategy = Split(0.25, 0) if strategy is None else strategy
+            g = self.multi_run_gdp(strategy, delta=d, confidence=confidence)
+            n1, n0 = g.details["num_in"], g.details["num_out"]
+            fp, fn = int(round(g.details["fpr"] * n0)), int(round(g.details["fnr"] * n1))
+            med, lo, hi = bayes_gdp_mu(fp, n0, fn, n1, confidence=g.confidence, samples=params.samples,
+                                       prior=params.prior, seed=params.seed)
+            eps = [gdp_epsilon(max(v, 0.0), d) for v in (med, lo, hi)]
+            rule = (f"{strategy.describe()}; Beta({params.prior:g}, {params.prior:g}) priors; posterior of the "
+                    f"Gaussian-DP mu (median {med:.3g}, [{lo:.3g}, {hi:.3g}])")
+            return AnalysisBound("bayes", eps[0], d, g.confidence, rule, ESTIMATE, mu=None, low=eps[1], high=eps[2],
+                                 assumption="estimate of the mechanism's epsilon if its trade-off curve is Gaussian",
+                                 details={"threshold": g.details["threshold"], "fp": fp, "num_out": n0, "fn": fn,
+                                          "num_in": n1, "samples": params.samples, "mu_median": med, "mu_low": lo,
+                                          "mu_high": hi})
+        b = self.multi_run_eps(strategy, delta=d, confidence=confidence)
         n1, n0 = b.num_members, b.num_nonmembers
         fp, fn = int(round(b.fpr * n0)), int(round(b.fnr * n1))
         med, lo, hi = bayes_epsilon(fp, n0, fn, n1, delta=b.delta, confidence=b.confidence, samples=params.samples,
                                     prior=params.prior, seed=params.seed)
         rule = (strategy or Split()).describe() + f"; Beta({params.prior:g}, {params.prior:g}) priors"
         return AnalysisBound("bayes", med, b.delta, b.confidence, rule, ESTIMATE, low=lo, high=hi,
+                             assumption="estimate of what this one test shows (the (eps, delta) formula at its threshold)",
                              details={"threshold": b.threshold, "fp": fp, "num_out": n0, "fn": fn, "num_in": n1,
                                       "samples": params.samples})
 

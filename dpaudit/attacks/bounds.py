@@ -56,6 +56,7 @@ __all__ = [
     "epsilon_lower_bound",
     "epsilon_bound_over_splits",
     "bayes_epsilon",
+    "bayes_gdp_mu",
     "one_run_p_value",
     "one_run_epsilon",
     "one_run_epsilon_batch",
@@ -260,6 +261,28 @@ def bayes_epsilon(fp: int, num_out: int, fn: int, num_in: int, *, delta: float =
     eps = epsilon_from_rates(fpr, fnr, d)
     tail = (1.0 - conf) / 2.0
     lo, med, hi = np.quantile(eps, [tail, 0.5, 1.0 - tail])
+    return float(med), float(lo), float(hi)
+
+
+def bayes_gdp_mu(fp: int, num_out: int, fn: int, num_in: int, *, confidence: float = 0.95, samples: int = 20_000,
+                 prior: float = 0.5, seed: int = 0) -> tuple[float, float, float]:
+    """Posterior ``(median, low, high)`` of the Gaussian-DP ``mu = Phi^{-1}(1 - FPR) - Phi^{-1}(FNR)`` from the same
+    Beta posteriors as :func:`bayes_epsilon` (Zanella-Beguelin et al. 2023's model of the error rates, read through
+    Dong, Roth, Su 2022's trade-off curve): an estimate of the mechanism's mu if its curve is Gaussian."""
+    owner = "bayes_gdp_mu"
+    n0 = check_int(num_out, "num_out", owner, low=1)
+    n1 = check_int(num_in, "num_in", owner, low=1)
+    k0 = check_int(fp, "fp", owner, low=0, high=n0)
+    k1 = check_int(fn, "fn", owner, low=0, high=n1)
+    conf = check_probability(confidence, "confidence", owner)
+    S = check_int(samples, "samples", owner, low=100, high=10_000_000)
+    a = check_float(prior, "prior", owner, low=0.0, low_open=True)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0xBA7E6]))
+    fpr = rng.beta(a + k0, a + n0 - k0, size=S)
+    fnr = rng.beta(a + k1, a + n1 - k1, size=S)
+    mu = special.ndtri(1.0 - fpr) - special.ndtri(fnr)
+    tail = (1.0 - conf) / 2.0
+    lo, med, hi = np.quantile(mu, [tail, 0.5, 1.0 - tail])
     return float(med), float(lo), float(hi)
 
 

@@ -83,6 +83,7 @@ __all__ = [
     "plan_one_run",
     "multi_run_certified",
     "min_models_for_positive_bound",
+    "plan_multi_run_threshold",
     "ideal_roc",
     "ideal_scores",
     "ideal_one_run_epsilon",
@@ -368,6 +369,9 @@ def one_run_certified(scores, included, *, delta: float = 0.0, confidence: float
         if plan is not None:
             e = replace(e, rule=plan.describe(n), ideal_epsilon=plan.ideal.get(n))
         entries.append(e)
+    if plan is not None and compare and not isinstance(plan.rules.get("eps"), EqualGuesses):
+        earlier = auditor.one_run_eps(EqualGuesses(), delta=d, confidence=conf)
+        entries.append(replace(earlier, rule=earlier.rule + "; dpaudit's rule before issue 24, for comparison"))
     if head == "both":
         paid = [e for e in entries if e.analysis in paid_names]
         best = max(paid, key=lambda e: e.epsilon)
@@ -486,7 +490,8 @@ def multi_run_certified(scores, included, *, delta: float = 0.0, confidence: flo
     Bonferroni over ``thresholds`` fixed in advance) or ``"gdp"`` (certified Gaussian-DP mu and its epsilon at delta:
     only for Gaussian-shaped mechanisms, delta > 0). ``compare``: side by side, the other analysis (GDP with the
     threshold chosen on ``gdp_fraction`` of the runs, when delta > 0) and the Bayesian estimate (posterior median and
-    credible interval at the "eps" threshold; an estimate)."""
+    credible interval: of the Gaussian-DP mu's epsilon at the GDP threshold when delta > 0, else of the (eps, delta)
+    formula at the "eps" threshold; an estimate)."""
     owner = "multi_run_certified"
     s = np.asarray(scores, dtype=np.float64).ravel()
     inc = np.asarray(included, dtype=bool).ravel()
@@ -521,7 +526,8 @@ def multi_run_certified(scores, included, *, delta: float = 0.0, confidence: flo
     if d > 0 and (compare or analysis == "gdp"):
         entries.append(auditor.multi_run_gdp(gdp_strategy, delta=d, confidence=confidence))
     if compare:
-        entries.append(auditor.multi_run_bayes(strategy, delta=d, confidence=confidence, params=BayesParams(seed=seed)))
+        entries.append(auditor.multi_run_bayes(gdp_strategy if d > 0 else strategy, delta=d, confidence=confidence,
+                                               params=BayesParams(seed=seed)))
     head = next(e for e in entries if e.analysis == analysis)
     details = {"threshold": head.details["threshold"], "fpr": head.details["fpr"], "fnr": head.details["fnr"],
                "fpr_high": head.details["fpr_high"], "fnr_high": head.details["fnr_high"],
@@ -530,6 +536,29 @@ def multi_run_certified(scores, included, *, delta: float = 0.0, confidence: flo
     return CanaryBound("multi-run", float(head.epsilon), d, float(b.confidence),
                        int(head.details["num_in"] + head.details["num_out"]), score, details=details,
                        analysis=analysis, rule=head.rule, analyses=tuple(entries))
+
+
+def plan_multi_run_threshold(mechanism: Mapping[str, Any], num_in: int, num_out: int, *, delta: float = 1e-5,
+                             confidence: float = 0.95, replicates: int = 21, seed: int = 0) -> FixedThresholds:
+    """One threshold for the multi-run Gaussian-DP analysis, fixed before the runs on the ideal attack of
+    ``mechanism``: among 49 quantiles of its pooled scores (from a large simulation), the one whose certified mu
+    (all ``num_in`` / ``num_out`` runs, no split) has the largest median over ``replicates`` simulated audits. Exact
+    when the audited attack is the ideal one (a mechanism test); a real attack whose scores are on another scale
+    should choose its threshold on a split instead."""
+    owner = "plan_multi_run_threshold"
+    n1 = check_int(num_in, "num_in", owner, low=2)
+    n0 = check_int(num_out, "num_out", owner, low=2)
+    R = check_int(replicates, "replicates", owner, low=1, high=10_000)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0x7A12]))
+    big0, big1 = ideal_scores(mechanism, 20_000, 20_000, rng)
+    cand = np.quantile(np.concatenate([big0, big1]), np.linspace(0.02, 0.98, 49))
+    table = np.zeros((R, cand.size))
+    for r in range(R):
+        s0, s1 = ideal_scores(mechanism, n0, n1, rng)
+        aud = CanaryScoreAuditor(s1, s0)
+        for j, t in enumerate(cand):
+            table[r, j] = aud.multi_run_gdp(FixedThresholds((float(t),)), delta=delta, confidence=confidence).mu
+    return FixedThresholds((float(cand[int(np.argmax(np.median(table, axis=0)))]),))
 
 
 def min_models_for_positive_bound(mechanism: Mapping[str, Any] | None = None, *, delta: float = 0.0,
