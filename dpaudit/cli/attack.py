@@ -54,6 +54,10 @@ def render(report: AttackReport) -> str:
         out.append(f"empirical epsilon: {ESTIMATE_CAVEAT}. Median {b.epsilon:.3f} over {b.num_splits} split seeds, "
                    f"range [{b.split_low:.3f}, {b.split_high:.3f}], at confidence {b.confidence:g}, delta {b.delta:g} "
                    f"(Clopper-Pearson formula, threshold chosen on a disjoint half: FPR {b.fpr:.3f}, FNR {b.fnr:.3f}).")
+        if b.bayes_median is not None:
+            out.append(f"Bayesian estimate at that threshold (Zanella-Beguelin et al. 2023): posterior median "
+                       f"{b.bayes_median:.3f}, {b.confidence:g} credible interval [{b.bayes_low:.3f}, {b.bayes_high:.3f}] "
+                       "(an estimate, not certified).")
     out.extend(f"note: {n}" for n in report.notes)
     return "\n".join(out)
 
