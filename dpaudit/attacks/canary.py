@@ -27,6 +27,15 @@ Certified bounds
 Both are ``kind = "certified"``: with probability >= ``confidence`` over the audit's own randomness (coins,
 training noise), a correct (epsilon, delta)-DP training pipeline gives a bound <= epsilon.
 
+Every analysis of the same evidence is computed side by side (:class:`~dpaudit.attacks.results.AnalysisBound`,
+through :class:`~dpaudit.attacks.auditor.CanaryScoreAuditor`): one run -- ``"eps"`` (Theorem 3), ``"fdp"`` (the f-DP
+test of Mahloujifar, Melis, Chaudhuri 2025 with Gaussian-DP curves: certified mu, and an epsilon that needs a
+Gaussian trade-off curve) and ``"fdp-dp"`` (the same test with (epsilon, delta) curves, no assumption); multi-run --
+``"eps"``, ``"gdp"`` (certified Gaussian-DP mu from the Clopper-Pearson limits of FPR / FNR, Nasr et al. 2023) and a
+Bayesian estimate (Zanella-Beguelin et al. 2023). The headline analysis and the one-run guessing rule are fixed
+before the scores are seen, on simulated audits of the ideal attack (:func:`plan_one_run`), or paid for
+(``analysis="both"``: Bonferroni over two analyses; rules with several guess counts: Bonferroni over them).
+
 Ideal-attack reference
 ----------------------
 :func:`ideal_scores` draws the exact likelihood-ratio statistic of the mechanism at its accounted parameters
@@ -132,7 +141,13 @@ class CanaryBound(HasBoundKind):
     curve_test: CurveTest | None = None
 
     def with_ideal(self, ideal: float | None) -> "CanaryBound":
-        return replace(self, ideal_epsilon=ideal)
+        """This bound with the ideal-attack reference of its headline analysis (also set on that analysis' entry)."""
+        entries, done = [], False
+        for e in self.analyses:
+            if not done and e.analysis == self.analysis and e.ideal_epsilon is None:
+                e, done = replace(e, ideal_epsilon=ideal), True
+            entries.append(e)
+        return replace(self, ideal_epsilon=ideal, analyses=tuple(entries))
 
     def analysis_bound(self, name: str) -> AnalysisBound | None:
         """The side-by-side entry of analysis ``name`` (the first one), or None."""

@@ -123,7 +123,10 @@ def accounted_curve_test(scores, included, mechanism: Mapping[str, Any], plan: A
     ev = SubsampledGaussian(sampling_rate=float(mechanism["sampling_rate"]),
                             noise_multiplier=float(mechanism["noise_multiplier"]), steps=int(mechanism["steps"]))
     eps = np.linspace(0.0, 40.0, 401)
-    deltas = PldAccountant(value_discretization_interval=1e-3).compose(ev).privacy_profile(eps)
+    try:
+        deltas = PldAccountant(value_discretization_interval=1e-3).compose(ev).privacy_profile(eps)
+    except ParameterError:      # a PLD out of the FFT route's range (epsilon in the thousands): no curve to test
+        return None
     rule = plan.rules.get("fdp-dp", plan.rules.get("fdp"))
     aud = CanaryScoreAuditor.from_canaries(scores, included)
     return aud.one_run_curve_test(eps, deltas, rule, confidence=confidence,
@@ -177,8 +180,11 @@ class CanaryAuditResult:
                  f"{b.epsilon:.3f} at confidence {b.confidence:g}, delta {b.delta:g}, over {b.trials} trials "
                  f"(analysis {b.analysis}; rule: {b.rule or '–'}); ideal attack at the same trials: {ideal}; accounted "
                  f"epsilon: {acc}."]
+        marked = False
         for e in b.analyses:
-            lines.append("  " + analysis_line(e, headline=e.analysis == b.analysis))
+            head = not marked and e.analysis == b.analysis
+            marked = marked or head
+            lines.append("  " + analysis_line(e, headline=head))
         if b.curve_test is not None:
             ct = b.curve_test
             lines.append(f"  accounted curve ({ct.curve}): {'REJECTED' if ct.rejected else 'consistent'} with the guesses "
@@ -191,7 +197,8 @@ def analysis_line(e: Any, *, headline: bool = False) -> str:
     assumption."""
     from dpaudit.attacks.canary import ANALYSIS_LABELS
 
-    label = ANALYSIS_LABELS.get(e.analysis, e.analysis)
+    name = "fdp-dp" if e.analysis == "fdp" and e.details.get("family") == "approx-dp" else e.analysis
+    label = ANALYSIS_LABELS.get(name, name)
     if e.kind == "estimate":
         fig = f"~ {e.epsilon:.3f} [{e.low:.3f}, {e.high:.3f}] (estimate, {e.confidence:g} credible interval)"
     else:

@@ -209,11 +209,16 @@ def analyses_rows(entries: tuple, name_of: Callable[[dict], str]) -> list[list[s
     rows = []
     for c in entries:
         b = c.get("bound", {})
+        marked = False
         for e in b.get("analyses", ()):
             mu = e.get("mu")
             ideal = e.get("ideal_epsilon")
-            rows.append([name_of(c), ANALYSIS_NAMES.get(e.get("analysis"), str(e.get("analysis"))),
-                         _analysis_figure(e, e.get("analysis") == b.get("analysis")),
+            head = not marked and e.get("analysis") == b.get("analysis")
+            marked = marked or head
+            name = e.get("analysis")
+            if name == "fdp" and (e.get("details") or {}).get("family") == "approx-dp":
+                name = "fdp-dp"     # at delta = 0 the f-DP analysis tests the pure-DP curves
+            rows.append([name_of(c), ANALYSIS_NAMES.get(name, str(name)), _analysis_figure(e, head),
                          "–" if mu is None else f"≥ {float(mu):.3g}", "–" if ideal is None else fmt_epsilon(float(ideal)),
                          str(e.get("rule", "–")), str(e.get("assumption") or "nothing beyond the coins / runs")])
     return rows
