@@ -48,17 +48,25 @@ def run_row(name: str, seed: int = 0) -> dict:
     return {"row": name, "label": label, "method": method, "params": params, "trials": r.trials,
             "certified": r.bound.epsilon, "ideal": r.bound.ideal_epsilon, "claimed": r.claimed_epsilon,
             "accounted": r.accounted_epsilon, "refutes_claim": r.refutes_claim,
-            "refutes_accounting": r.refutes_accounting, "seconds": round(time.perf_counter() - t0, 1)}
+            "refutes_accounting": r.refutes_accounting, "analysis": r.bound.analysis, "rule": r.bound.rule,
+            "analyses": [{"analysis": e.analysis, "kind": e.kind, "epsilon": e.epsilon, "low": e.low, "high": e.high,
+                          "ideal": e.ideal_epsilon, "rule": e.rule} for e in r.bound.analyses],
+            "controls": [{"name": c.name, "certified": c.bound.epsilon, "ideal": c.bound.ideal_epsilon,
+                          "trials": c.trials} for c in r.controls],
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def markdown(rows: list[dict]) -> str:
     num = lambda v: "–" if v is None else f"{v:.3g}"  # noqa: E731
-    out = ["| setting | trials | certified eps >= | ideal attack | paper's claim | accounted | claim | s |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| setting | trials | certified eps >= (analysis) | ideal attack | paper's claim | accounted | claim | "
+           "control: certified (ideal) | s |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         verdict = "none made" if r["claimed"] is None else ("refuted" if r["refutes_claim"] else "not refuted")
-        out.append(f"| {r['label']} | {r['trials']} | {num(r['certified'])} | {num(r['ideal'])} | {num(r['claimed'])} | "
-                   f"{num(r['accounted'])} | {verdict} | {r['seconds']} |")
+        ctrl = "; ".join(f"{c['name']}: {num(c['certified'])} ({num(c['ideal'])})" for c in r.get("controls", ())) or "–"
+        out.append(f"| {r['label']} | {r['trials']} | {num(r['certified'])} ({r.get('analysis', 'eps')}) | "
+                   f"{num(r['ideal'])} | {num(r['claimed'])} | {num(r['accounted'])} | {verdict} | {ctrl} | "
+                   f"{r['seconds']} |")
     return "\n".join(out)
 
 

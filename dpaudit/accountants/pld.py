@@ -207,6 +207,31 @@ class PldAccountant(Accountant):
                 raise
             raise ParameterError(f"dp_accounting could not build the PLD ({type(exc).__name__}: {exc})") from None
 
+    def privacy_profile(self, epsilons) -> np.ndarray:
+        """delta(eps) of everything composed at each of ``epsilons`` (>= 0), from dp_accounting's pessimistic PLD
+        plus the FFT round-off allowance: at or above the true privacy profile, so the trade-off curve built from
+        these pairs lies at or below the mechanism's (a test that rejects it also rejects the true curve)."""
+        eps = np.asarray(epsilons, dtype=np.float64).ravel()
+        if eps.size == 0 or np.any(~np.isfinite(eps)) or np.any(eps < 0):
+            raise ParameterError(f"The 'epsilons' parameter of privacy_profile must be finite values >= 0. Got "
+                                 f"{eps.size} values.")
+        if not self._leaves:
+            return np.zeros(eps.size)
+        vdi = self._interval(1e-10)
+        pld = pld_lib.identity(value_discretization_interval=vdi)
+        try:
+            with np.errstate(all="ignore"):
+                for leaf, count in self._leaves:
+                    pld = pld.compose(self._leaf_pld(leaf, count, vdi))
+                d = np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64)
+        except (OverflowError, ZeroDivisionError, FloatingPointError, MemoryError, ValueError) as exc:
+            if isinstance(exc, DPAuditError):
+                raise
+            raise ParameterError(f"dp_accounting could not build the PLD ({type(exc).__name__}: {exc})") from None
+        if np.any(np.isnan(d)):
+            raise ParameterError("dp_accounting returned NaN deltas for the privacy profile.")
+        return np.clip(d + FFT_DELTA_ALLOWANCE, 0.0, 1.0)
+
     def routes(self, delta: float, *, fft: bool | None = None) -> tuple[dict[str, float], dict[str, str]]:
         """``({route: epsilon}, {route: why it does not apply})`` at ``delta`` for everything composed so far.
 

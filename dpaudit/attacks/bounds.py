@@ -43,7 +43,7 @@ import functools
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from dpaudit.attacks.results import ESTIMATE, EpsilonBound, OneRunBound, check_bound_kind
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
@@ -55,8 +55,11 @@ __all__ = [
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "epsilon_bound_over_splits",
+    "bayes_epsilon",
+    "bayes_gdp_mu",
     "one_run_p_value",
     "one_run_epsilon",
+    "one_run_epsilon_batch",
     "one_run_guesses",
     "one_run_audit",
 ]
@@ -137,7 +140,7 @@ def _bound_at(pos: np.ndarray, neg: np.ndarray, thr: np.ndarray, alpha_each: flo
 
 def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, confidence: float = 0.95,
                         selection: str = "split", thresholds: Sequence[float] | None = None,
-                        seed: int = 0, kind: str = ESTIMATE) -> EpsilonBound:
+                        seed: int = 0, kind: str = ESTIMATE, fraction: float = 0.5) -> EpsilonBound:
     """Lower bound on epsilon, valid with probability >= ``confidence``, from member / non-member scores.
 
     Parameters
@@ -158,6 +161,8 @@ def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, 
         Candidate thresholds; required for ``"bonferroni"``.
     seed : int >= 0
         Seeds the split.
+    fraction : float in (0, 1)
+        ``"split"``: the share of the members and of the non-members the threshold is chosen on (default: halves).
     kind : "estimate" or "certified"
         What the caller vouches for: ``"certified"`` only when every member / non-member trial is an
         independent run of the mechanism (then the result is a lower bound at ``confidence``); ``"estimate"``
@@ -168,6 +173,7 @@ def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, 
     d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
     conf = check_probability(confidence, "confidence", owner)
     check_choice(selection, "selection", owner, ("split", "bonferroni"))
+    frac = check_float(fraction, "fraction", owner, low=0.0, high=1.0, low_open=True, high_open=True)
     rng = np.random.default_rng(check_int(seed, "seed", owner, low=0))
     pos = np.asarray(member_scores, dtype=float).ravel()
     neg = np.asarray(nonmember_scores, dtype=float).ravel()
@@ -194,8 +200,10 @@ def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float = 0.0, 
     if pos.size < 2 or neg.size < 2:
         raise DataError(f"{owner} with selection='split' needs at least 2 members and 2 non-members.")
     p_perm, n_perm = rng.permutation(pos.size), rng.permutation(neg.size)
-    ps, pe = pos[p_perm[: pos.size // 2]], pos[p_perm[pos.size // 2:]]
-    ns, ne = neg[n_perm[: neg.size // 2]], neg[n_perm[neg.size // 2:]]
+    kp = min(max(int(pos.size * frac), 1), pos.size - 1)      # fraction 0.5: pos.size // 2, as always
+    kn = min(max(int(neg.size * frac), 1), neg.size - 1)
+    ps, pe = pos[p_perm[:kp]], pos[p_perm[kp:]]
+    ns, ne = neg[n_perm[:kn]], neg[n_perm[kn:]]
     cand = np.unique(np.concatenate([ps, ns])) if thr is None else thr
     sel_eps = _bound_at(ps, ns, cand, alpha / 2, d)[0]
     t = float(cand[int(np.argmax(sel_eps))])
@@ -212,7 +220,9 @@ def epsilon_bound_over_splits(member_scores, nonmember_scores, *, delta: float =
 
     Cheap (the scores are reused; only the halving changes). The median is no more a certified bound than
     one draw is (choosing among draws is itself a selection); the point is the range, which shows how much of
-    a single figure is the luck of the split. ``kind`` as in :func:`epsilon_lower_bound`.
+    a single figure is the luck of the split. ``kind`` as in :func:`epsilon_lower_bound`. The result also carries
+    the Bayesian posterior median and credible interval of epsilon at the median draw's threshold and evaluation
+    counts (:func:`bayes_epsilon`, seeded by ``seed``; an estimate).
     """
     owner = "epsilon_bound_over_splits"
     k = check_int(num_splits, "num_splits", owner, low=1, high=1000)
@@ -221,7 +231,59 @@ def epsilon_bound_over_splits(member_scores, nonmember_scores, *, delta: float =
                                  selection="split", seed=s0 + i, kind=kind) for i in range(k)]
     eps = np.array([b.epsilon for b in draws])
     mid = draws[int(np.argsort(eps, kind="stable")[(k - 1) // 2])]
-    return dataclasses.replace(mid, split_low=float(eps.min()), split_high=float(eps.max()), num_splits=k)
+    n1, n0 = mid.num_members, mid.num_nonmembers
+    med, lo, hi = bayes_epsilon(int(round(mid.fpr * n0)), n0, int(round(mid.fnr * n1)), n1, delta=mid.delta,
+                                confidence=mid.confidence, seed=s0)
+    return dataclasses.replace(mid, split_low=float(eps.min()), split_high=float(eps.max()), num_splits=k,
+                               bayes_median=med, bayes_low=lo, bayes_high=hi)
+
+
+def bayes_epsilon(fp: int, num_out: int, fn: int, num_in: int, *, delta: float = 0.0, confidence: float = 0.95,
+                  samples: int = 20_000, prior: float = 0.5, seed: int = 0) -> tuple[float, float, float]:
+    """Posterior ``(median, low, high)`` of epsilon from ``fp`` false positives among ``num_out`` trials without and
+    ``fn`` false negatives among ``num_in`` trials with the record, at one threshold (Zanella-Beguelin et al.,
+    "Bayesian estimation of differential privacy", ICML 2023): independent Beta(``prior`` + k, ``prior`` + n - k)
+    posteriors of FPR and FNR (``prior = 0.5``: Jeffreys), ``samples`` seeded draws pushed through
+    :func:`epsilon_from_rates` at ``delta``; ``[low, high]`` is the equal-tailed credible interval at ``confidence``.
+    An *estimate*: a statement about the posterior under the prior, not a confidence bound."""
+    owner = "bayes_epsilon"
+    n0 = check_int(num_out, "num_out", owner, low=1)
+    n1 = check_int(num_in, "num_in", owner, low=1)
+    k0 = check_int(fp, "fp", owner, low=0, high=n0)
+    k1 = check_int(fn, "fn", owner, low=0, high=n1)
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    conf = check_probability(confidence, "confidence", owner)
+    S = check_int(samples, "samples", owner, low=100, high=10_000_000)
+    a = check_float(prior, "prior", owner, low=0.0, low_open=True)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0xBA7E5]))
+    fpr = rng.beta(a + k0, a + n0 - k0, size=S)
+    fnr = rng.beta(a + k1, a + n1 - k1, size=S)
+    eps = epsilon_from_rates(fpr, fnr, d)
+    tail = (1.0 - conf) / 2.0
+    lo, med, hi = np.quantile(eps, [tail, 0.5, 1.0 - tail])
+    return float(med), float(lo), float(hi)
+
+
+def bayes_gdp_mu(fp: int, num_out: int, fn: int, num_in: int, *, confidence: float = 0.95, samples: int = 20_000,
+                 prior: float = 0.5, seed: int = 0) -> tuple[float, float, float]:
+    """Posterior ``(median, low, high)`` of the Gaussian-DP ``mu = Phi^{-1}(1 - FPR) - Phi^{-1}(FNR)`` from the same
+    Beta posteriors as :func:`bayes_epsilon` (Zanella-Beguelin et al. 2023's model of the error rates, read through
+    Dong, Roth, Su 2022's trade-off curve): an estimate of the mechanism's mu if its curve is Gaussian."""
+    owner = "bayes_gdp_mu"
+    n0 = check_int(num_out, "num_out", owner, low=1)
+    n1 = check_int(num_in, "num_in", owner, low=1)
+    k0 = check_int(fp, "fp", owner, low=0, high=n0)
+    k1 = check_int(fn, "fn", owner, low=0, high=n1)
+    conf = check_probability(confidence, "confidence", owner)
+    S = check_int(samples, "samples", owner, low=100, high=10_000_000)
+    a = check_float(prior, "prior", owner, low=0.0, low_open=True)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0xBA7E6]))
+    fpr = rng.beta(a + k0, a + n0 - k0, size=S)
+    fnr = rng.beta(a + k1, a + n1 - k1, size=S)
+    mu = special.ndtri(1.0 - fpr) - special.ndtri(fnr)
+    tail = (1.0 - conf) / 2.0
+    lo, med, hi = np.quantile(mu, [tail, 0.5, 1.0 - tail])
+    return float(med), float(lo), float(hi)
 
 
 def one_run_p_value(num_canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
@@ -268,6 +330,76 @@ def one_run_epsilon(num_canaries: int, guesses: int, correct: int, *, delta: flo
         else:
             hi = mid
     return lo
+
+
+class _PValues:
+    """:func:`one_run_p_value` for fixed arrays ``r``, ``v`` of shape (J,) and any epsilons (vectorised). The delta
+    term needs P[B = b] for b = v-1, v-2, ..., 0: from P[B = v-1] by the ratio P[B = b-1] / P[B = b] =
+    b / (r - b + 1) * (1 - q) / q, whose q-free part is summed once here (log space, padded to the largest v)."""
+
+    def __init__(self, m: int, r: np.ndarray, v: np.ndarray, delta: float) -> None:
+        self.m, self.r, self.v, self.delta = m, r, v, delta
+        self.vmax = int(v.max(initial=0))
+        if delta > 0 and self.vmax > 0:
+            t = np.arange(1, self.vmax)                                  # steps v-1 -> v-1-j
+            with np.errstate(divide="ignore", invalid="ignore"):
+                steps = np.log(np.maximum(v[:, None] - t[None, :], 0)) - np.log(r[:, None] - v[:, None] + t[None, :] + 1)
+            steps = np.where(v[:, None] - t[None, :] >= 1, steps, -np.inf)
+            self.base = np.concatenate([np.zeros((v.size, 1)), np.cumsum(steps, axis=1)], axis=1)
+            self.j = np.arange(self.vmax)
+
+    def __call__(self, eps: np.ndarray) -> np.ndarray:
+        r, v = self.r, self.v
+        q = special.expit(eps)
+        fv = np.where(v > 0, stats.binom.sf(v - 1, r, q), 1.0)
+        if self.delta == 0.0 or self.vmax == 0:
+            return np.minimum(1.0, fv)
+        top = stats.binom.logpmf(np.maximum(v - 1, 0), r, q)               # log P[B = v-1]
+        with np.errstate(divide="ignore"):
+            lr = np.log1p(-q) - np.log(q)                                 # log((1 - q) / q)
+        logp = top[:, None] + self.base + self.j[None, :] * lr[:, None]
+        with np.errstate(under="ignore"):
+            pmf = np.exp(logp)
+        diffs = np.cumsum(pmf, axis=1) / (self.j + 1)[None, :]
+        term = diffs.max(axis=1)
+        return np.minimum(1.0, np.where(v > 0, fv + 2.0 * self.m * self.delta * term, 1.0))
+
+
+def one_run_epsilon_batch(num_canaries: int, guesses, correct, *, delta: float = 0.0, alpha=0.05,
+                          tol: float = 1e-6) -> np.ndarray:
+    """:func:`one_run_epsilon` for many ``(guesses, correct)`` pairs at once (levels ``alpha``, broadcast):
+    the largest epsilon each rejects at its level by Theorem 3 of Steinke et al. 2023 (vectorised bisection; 0 where
+    even epsilon = 0 is not rejected; the value returned is always a rejected one)."""
+    owner = "one_run_epsilon_batch"
+    m = check_int(num_canaries, "num_canaries", owner, low=1)
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0)
+    r, v, a = np.broadcast_arrays(np.atleast_1d(np.asarray(guesses, dtype=np.int64)),
+                                  np.atleast_1d(np.asarray(correct, dtype=np.int64)),
+                                  np.atleast_1d(np.asarray(alpha, dtype=np.float64)))
+    r, v, a = r.ravel(), v.ravel(), a.ravel()
+    if np.any((v < 0) | (v > r) | (r > m)) or np.any((a <= 0) | (a >= 1)):
+        raise ParameterError(f"{owner} needs 0 <= correct <= guesses <= {m} and levels in (0, 1).")
+    out = np.zeros(r.size)
+    live = (v > 0) & (_PValues(m, r, v, d)(np.zeros(r.size)) <= a)
+    if not live.any():
+        return out
+    rr, vv, aa = r[live], v[live], a[live]
+    pv = _PValues(m, rr, vv, d)
+    lo = np.zeros(rr.size)
+    hi = np.ones(rr.size)
+    for _ in range(12):                                  # bracket: double hi while still rejected (up to 2^12)
+        rej = pv(hi) <= aa
+        if not rej.any():
+            break
+        lo = np.where(rej, hi, lo)
+        hi = np.where(rej, hi * 2.0, hi)
+    while np.max(hi - lo) > tol:
+        mid = (lo + hi) / 2.0
+        rej = pv(mid) <= aa
+        lo = np.where(rej, mid, lo)
+        hi = np.where(rej, hi, mid)
+    out[live] = lo
+    return out
 
 
 def one_run_guesses(scores, *, k_plus: int, k_minus: int) -> np.ndarray:

@@ -27,6 +27,15 @@ Certified bounds
 Both are ``kind = "certified"``: with probability >= ``confidence`` over the audit's own randomness (coins,
 training noise), a correct (epsilon, delta)-DP training pipeline gives a bound <= epsilon.
 
+Every analysis of the same evidence is computed side by side (:class:`~dpaudit.attacks.results.AnalysisBound`,
+through :class:`~dpaudit.attacks.auditor.CanaryScoreAuditor`): one run -- ``"eps"`` (Theorem 3), ``"fdp"`` (the f-DP
+test of Mahloujifar, Melis, Chaudhuri 2025 with Gaussian-DP curves: certified mu, and an epsilon that needs a
+Gaussian trade-off curve) and ``"fdp-dp"`` (the same test with (epsilon, delta) curves, no assumption); multi-run --
+``"eps"``, ``"gdp"`` (certified Gaussian-DP mu from the Clopper-Pearson limits of FPR / FNR, Nasr et al. 2023) and a
+Bayesian estimate (Zanella-Beguelin et al. 2023). The headline analysis and the one-run guessing rule are fixed
+before the scores are seen, on simulated audits of the ideal attack (:func:`plan_one_run`), or paid for
+(``analysis="both"``: Bonferroni over two analyses; rules with several guess counts: Bonferroni over them).
+
 Ideal-attack reference
 ----------------------
 :func:`ideal_scores` draws the exact likelihood-ratio statistic of the mechanism at its accounted parameters
@@ -41,15 +50,27 @@ a figure of merit (a median; a single audit may land above it), not a bound. :fu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import special, stats
 
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
-from dpaudit.attacks.bounds import epsilon_from_rates, epsilon_lower_bound, one_run_audit
-from dpaudit.attacks.results import CERTIFIED, HasBoundKind
+from dpaudit.attacks.auditor import (
+    BayesParams,
+    CanaryScoreAuditor,
+    EqualGuesses,
+    FixedGuesses,
+    FixedThresholds,
+    GuessGrid,
+    PairGrid,
+    SignGuesses,
+    Split,
+    default_fdp_family,
+)
+from dpaudit.attacks.bounds import epsilon_from_rates, epsilon_lower_bound
+from dpaudit.attacks.results import CERTIFIED, AnalysisBound, CurveTest, HasBoundKind
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
 
 __all__ = [
@@ -59,9 +80,19 @@ __all__ = [
     "logit_confidence",
     "lira_scores",
     "dirac_scores",
+    "ONE_RUN_ANALYSES",
+    "MULTI_RUN_ANALYSES",
+    "ANALYSIS_LABELS",
+    "OneRunPlan",
     "one_run_k_grid",
+    "one_run_analyses",
+    "one_run_analysis",
+    "gaussian_shaped",
     "one_run_certified",
+    "plan_one_run",
     "multi_run_certified",
+    "min_models_for_positive_bound",
+    "plan_multi_run_threshold",
     "ideal_roc",
     "ideal_scores",
     "ideal_one_run_epsilon",
@@ -80,13 +111,19 @@ class CanaryBound(HasBoundKind):
     Attributes
     ----------
     audit : ``"one-run"`` or ``"multi-run"``
-    epsilon : the lower bound (holds with probability >= ``confidence``)
+    epsilon : the lower bound (holds with probability >= ``confidence``), from the ``analysis`` chosen before the
+        data was seen (see :func:`one_run_certified`)
     delta, confidence
     trials : canaries (one-run) or evaluation models (multi-run) the bound is computed on
     score : the score used (:data:`SCORE_KINDS`)
-    ideal_epsilon : the ideal attack's bound at the same trials and rule (None when no mechanism was given)
+    ideal_epsilon : the ideal attack's bound at the same trials, rule and analysis (None when no mechanism was given)
     kind : ``"certified"`` (always, for this type)
-    details : the rule's numbers (one-run: k_plus, k_minus, correct, grid; multi-run: threshold, FPR, FNR, ...)
+    details : the rule's numbers (one-run: k_plus, k_minus, correct, ...; multi-run: threshold, FPR, FNR, ...)
+    analysis : the headline's analysis (``"eps"``, ``"fdp"``, ``"fdp-dp"``; multi-run ``"eps"`` or ``"gdp"``)
+    rule : the guessing rule / threshold choice that produced the headline, in words
+    analyses : every analysis computed on the same evidence, side by side (each with its own kind, rule,
+        assumption and ideal reference; those other than the headline are shown for comparison)
+    curve_test : the f-DP test of the mechanism's accounted trade-off curve against the guesses (one-run), if run
     """
 
     audit: str
@@ -98,23 +135,41 @@ class CanaryBound(HasBoundKind):
     ideal_epsilon: float | None = None
     kind: str = CERTIFIED
     details: Mapping[str, Any] = field(default_factory=dict)
+    analysis: str = "eps"
+    rule: str = ""
+    analyses: tuple[AnalysisBound, ...] = ()
+    curve_test: CurveTest | None = None
 
     def with_ideal(self, ideal: float | None) -> "CanaryBound":
-        return CanaryBound(self.audit, self.epsilon, self.delta, self.confidence, self.trials, self.score, ideal,
-                           self.kind, dict(self.details))
+        """This bound with the ideal-attack reference of its headline analysis (also set on that analysis' entry)."""
+        entries, done = [], False
+        for e in self.analyses:
+            if not done and e.analysis == self.analysis and e.ideal_epsilon is None:
+                e, done = replace(e, ideal_epsilon=ideal), True
+            entries.append(e)
+        return replace(self, ideal_epsilon=ideal, analyses=tuple(entries))
+
+    def analysis_bound(self, name: str) -> AnalysisBound | None:
+        """The side-by-side entry of analysis ``name`` (the first one), or None."""
+        return next((a for a in self.analyses if a.analysis == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"audit": self.audit, "kind": self.kind, "epsilon": _num(self.epsilon), "delta": self.delta,
                 "confidence": self.confidence, "trials": self.trials, "score": self.score,
                 "ideal_epsilon": None if self.ideal_epsilon is None else _num(self.ideal_epsilon),
-                "details": {k: _num(v) if isinstance(v, float) else v for k, v in self.details.items()}}
+                "details": {k: _num(v) if isinstance(v, float) else v for k, v in self.details.items()},
+                "analysis": self.analysis, "rule": self.rule, "analyses": [a.to_dict() for a in self.analyses],
+                "curve_test": None if self.curve_test is None else self.curve_test.to_dict()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CanaryBound":
         ideal = d.get("ideal_epsilon")
+        ct = d.get("curve_test")
         return cls(d["audit"], _unnum(d["epsilon"]), d["delta"], d["confidence"], d["trials"], d["score"],
                    None if ideal is None else _unnum(ideal), d.get("kind", CERTIFIED),
-                   {k: _unnum(v) for k, v in d.get("details", {}).items()})
+                   {k: _unnum(v) for k, v in d.get("details", {}).items()}, d.get("analysis", "eps"),
+                   d.get("rule", ""), tuple(AnalysisBound.from_dict(a) for a in d.get("analyses", ())),
+                   None if ct is None else CurveTest.from_dict(ct))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,34 +266,253 @@ def _one_run_grid(num_canaries: int, k_grid: Sequence[int] | None) -> tuple[int,
     return grid
 
 
-def one_run_certified(scores, included, *, delta: float = 0.0, confidence: float = 0.95,
-                      k_grid: Sequence[int] | None = None, score: str = "loss") -> CanaryBound:
-    """One-run certified bound (see the module docstring) from ``m`` canary scores and their coin flips."""
-    owner = "one_run_certified"
+#: Analyses of a one-run audit (see :mod:`dpaudit.attacks.auditor`): ``"eps"`` Theorem 3 of Steinke et al. 2023;
+#: ``"fdp"`` the f-DP test of Mahloujifar et al. 2025 with Gaussian-DP curves (the pure-DP curve at delta = 0);
+#: ``"fdp-dp"`` the same test with (epsilon, delta)-DP curves (no assumption on the curve's shape).
+ONE_RUN_ANALYSES = ("eps", "fdp", "fdp-dp")
+#: Analyses of a multi-run audit: ``"eps"`` Clopper-Pearson on the (epsilon, delta) test; ``"gdp"`` the certified
+#: Gaussian-DP mu from the Clopper-Pearson limits of FPR / FNR (and the epsilon it implies at delta).
+MULTI_RUN_ANALYSES = ("eps", "gdp")
+
+#: How each analysis is named in every output.
+ANALYSIS_LABELS = {
+    "eps": "(eps, delta) test: Steinke et al. 2023 Thm 3 (one run) / Clopper-Pearson (multi-run)",
+    "fdp": "f-DP one-run test, Gaussian-DP curves (Mahloujifar et al. 2025)",
+    "fdp-dp": "f-DP one-run test, (eps, delta)-DP curves (Mahloujifar et al. 2025)",
+    "gdp": "Gaussian DP from Clopper-Pearson FPR/FNR (Nasr et al. 2023)",
+    "bayes": "Bayesian posterior of (FPR, FNR) (Zanella-Beguelin et al. 2023)",
+}
+
+
+def _check_scores(scores, included, owner: str) -> tuple[np.ndarray, np.ndarray]:
     s = np.asarray(scores, dtype=np.float64).ravel()
     inc = np.asarray(included, dtype=bool).ravel()
-    # the bound depends on the scores' order only, so +-inf (a certain guess) is a score; NaN has no order
+    # the bounds depend on the scores' order only, so +-inf (a certain guess) is a score; NaN has no order
     if s.size != inc.size or s.size < 2 or np.isnan(s).any():
         raise DataError(f"{owner}: 'scores' and 'included' must be of equal length >= 2, the scores without NaN. Got "
                         f"{s.size} and {inc.size}{' (with NaN scores)' if np.isnan(s).any() else ''}.")
+    return s, inc
+
+
+def one_run_analyses(delta: float) -> tuple[str, ...]:
+    """The analyses computed side by side for a one-run audit at ``delta`` (at delta = 0 ``"fdp"`` already uses the
+    pure-DP curves, so ``"fdp-dp"`` would repeat it)."""
+    return ("eps", "fdp", "fdp-dp") if delta > 0 else ("eps", "fdp")
+
+
+def gaussian_shaped(mechanism: Mapping[str, Any] | None) -> bool:
+    """True for mechanisms whose trade-off curve is exactly Gaussian (the Gaussian mechanism; DP-SGD without
+    subsampling): only for these may a Gaussian-DP analysis be the headline."""
+    if not mechanism:
+        return False
+    kind = mechanism.get("kind")
+    return kind == "gaussian" or (kind == "subsampled_gaussian" and float(mechanism.get("sampling_rate", 0)) >= 1.0)
+
+
+def one_run_analysis(auditor: CanaryScoreAuditor, name: str, rule: Any, *, delta: float,
+                     confidence: float) -> AnalysisBound:
+    """One named analysis (:data:`ONE_RUN_ANALYSES`) of a one-run auditor with ``rule``."""
+    check_choice(name, "analysis", "one_run_analysis", ONE_RUN_ANALYSES)
+    if name == "eps":
+        return auditor.one_run_eps(rule, delta=delta, confidence=confidence)
+    if name == "fdp":
+        return auditor.one_run_fdp(rule, delta=delta, confidence=confidence, family=default_fdp_family(delta))
+    return replace(auditor.one_run_fdp(rule, delta=delta, confidence=confidence, family="approx-dp"), analysis="fdp-dp")
+
+
+@dataclass(frozen=True)
+class OneRunPlan:
+    """How a one-run audit will analyse its guesses, fixed before the run from the ideal attack on the accounted
+    mechanism (:func:`plan_one_run`): ``rules`` maps each analysis to the one guessing rule it uses (no
+    Bonferroni: a single rule, chosen on simulated scores); ``analysis`` is the headline, the one of
+    ``eligible`` with the largest ideal reference; ``ideal`` holds each analysis' ideal reference (median over
+    fresh simulated audits with its rule)."""
+
+    analysis: str
+    rules: Mapping[str, Any]
+    ideal: Mapping[str, float]
+    eligible: tuple[str, ...]
+    candidates: int
+    replicates: int
+
+    def describe(self, name: str) -> str:
+        return f"{self.rules[name].describe()}; planned on the ideal attack before the run"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"analysis": self.analysis, "rules": {k: self.describe(k) for k in self.rules},
+                "ideal": {k: _num(v) for k, v in self.ideal.items()}, "eligible": list(self.eligible),
+                "candidates": self.candidates, "replicates": self.replicates}
+
+
+def one_run_certified(scores, included, *, delta: float = 0.0, confidence: float = 0.95,
+                      k_grid: Sequence[int] | None = None, score: str = "loss", analysis: str = "eps",
+                      rule: Any = None, plan: OneRunPlan | None = None, compare: bool = True) -> CanaryBound:
+    """One-run certified bound (see the module docstring) from ``m`` canary scores and their coin flips.
+
+    ``plan`` (from :func:`plan_one_run`, made before the run): each analysis uses its planned rule and the headline
+    is the planned analysis. Otherwise ``analysis`` (:data:`ONE_RUN_ANALYSES`, or ``"both"``: ``"eps"`` and
+    ``"fdp-dp"`` each at level ``(1 - confidence) / 2``, the larger reported -- the choice paid for) with ``rule``
+    (a guessing rule of :mod:`dpaudit.attacks.auditor`; default: equal in/out counts over ``k_grid``, dpaudit's
+    earlier rule). ``compare``: also compute the other analyses, side by side (each at ``confidence``; shown for
+    comparison, not chosen after the fact)."""
+    owner = "one_run_certified"
+    s, inc = _check_scores(scores, included, owner)
     conf = check_probability(confidence, "confidence", owner)
     d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
-    grid = _one_run_grid(s.size, k_grid)
-    each = 1.0 - (1.0 - conf) / len(grid)
-    best = None
-    for k in grid:
-        b = one_run_audit(s, inc, k_plus=k, k_minus=k, delta=d, confidence=each)
-        if best is None or b.epsilon > best.epsilon:
-            best = b
-    return CanaryBound("one-run", float(best.epsilon), d, conf, int(s.size), score,
-                       details={"k_plus": best.k_plus, "k_minus": best.k_minus, "correct": best.correct,
-                                "k_grid": list(grid), "rule": "Steinke et al. 2023 Thm 3, Bonferroni over k_grid"})
+    auditor = CanaryScoreAuditor.from_canaries(s, inc)
+    names = one_run_analyses(d)
+    paid_names: tuple[str, ...] = ()
+    if plan is not None:
+        head, rules, level = plan.analysis, dict(plan.rules), {n: conf for n in names}
+        names = tuple(n for n in names if n in rules)
+    else:
+        check_choice(analysis, "analysis", owner, ONE_RUN_ANALYSES + ("both",))
+        if rule is None:
+            grid = _one_run_grid(s.size, k_grid)
+            rule = PairGrid(tuple((k, k) for k in grid)) if k_grid is not None else EqualGuesses()
+        rules = {n: rule for n in names}
+        if analysis == "both":
+            both = ("eps", "fdp-dp") if d > 0 else ("eps", "fdp")
+            level = {n: (1.0 - (1.0 - conf) / 2.0 if n in both else conf) for n in names}
+            head = "both"
+            paid_names = both
+        else:
+            if analysis == "fdp-dp" and d == 0:
+                analysis = "fdp"
+            head, level = analysis, {n: conf for n in names}
+    if head not in ("both",) and head not in names:
+        names = names + (head,)
+    if not compare:
+        names = tuple(n for n in names if n == head or (head == "both" and n in paid_names))
+    entries = []
+    for n in names:
+        e = one_run_analysis(auditor, n, rules.get(n, rule), delta=d, confidence=level[n])
+        if plan is not None:
+            e = replace(e, rule=plan.describe(n), ideal_epsilon=plan.ideal.get(n))
+        entries.append(e)
+    if plan is not None and compare and not isinstance(plan.rules.get("eps"), EqualGuesses):
+        earlier = auditor.one_run_eps(EqualGuesses(), delta=d, confidence=conf)
+        entries.append(replace(earlier, rule=earlier.rule + "; dpaudit's rule before issue 24, for comparison"))
+    if head == "both":
+        paid = [e for e in entries if e.analysis in paid_names]
+        best = max(paid, key=lambda e: e.epsilon)
+        rule_text = f"{best.rule}; {best.analysis} chosen after the fact between {' and '.join(e.analysis for e in paid)} " \
+                    f"(each at level {(1.0 - conf) / 2:g})"
+        headline = best
+    else:
+        headline = next(e for e in entries if e.analysis == head)
+        rule_text = headline.rule
+    details = {**{k: v for k, v in headline.details.items()}, "rule": rule_text}
+    if k_grid is not None and plan is None:
+        details["k_grid"] = list(_one_run_grid(s.size, k_grid))
+    return CanaryBound("one-run", float(headline.epsilon), d, conf, int(s.size), score,
+                       ideal_epsilon=headline.ideal_epsilon, details=details, analysis=headline.analysis,
+                       rule=rule_text, analyses=tuple(entries))
+
+
+#: The totals (fractions of m) of the sign rules and of the single pairs a plan may choose.
+PLAN_TOTALS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def _plan_candidates(m: int, calibrated: bool, single_pairs: bool) -> list[Any]:
+    rules: list[Any] = [EqualGuesses(), GuessGrid()]
+    if calibrated:
+        rules += [SignGuesses(f, 0.0) for f in PLAN_TOTALS]
+    if single_pairs:
+        pairs = GuessGrid(totals=PLAN_TOTALS, in_shares=(0.0, 0.25, 0.5, 0.75, 1.0)).pairs(m)
+        rules += [FixedGuesses(int(a), int(b)) for a, b in pairs]
+    return rules
+
+
+def _rule_values(aud: CanaryScoreAuditor, name: str, rules: Sequence[Any], delta: float, alpha: float) -> np.ndarray:
+    """The bound of analysis ``name`` under each rule (its pairs at ``alpha / pairs``, the best kept), vectorised
+    over all the rules' pairs at once (Gaussian f-DP: mu, which orders like its epsilon)."""
+    pairs = [np.asarray(r.pairs_for(aud), dtype=np.int64).reshape(-1, 2) for r in rules]
+    sizes = np.array([p.shape[0] for p in pairs])
+    allp = np.concatenate(pairs)
+    level = np.repeat(alpha / sizes, sizes)
+    kp, km = allp[:, 0], allp[:, 1]
+    if name == "eps":
+        vals = aud.one_run_eps_each(kp, km, delta=delta, alpha=level)
+    else:
+        fam = "approx-dp" if name == "fdp-dp" else default_fdp_family(delta)
+        vals = aud.one_run_fdp_each(kp, km, delta=delta, alpha=level, family=fam)
+    return np.maximum.reduceat(vals, np.r_[0, np.cumsum(sizes)[:-1]])
+
+
+def plan_one_run(num_canaries: int, *, mechanism: Mapping[str, Any] | None = None, simulate: Any = None,
+                 delta: float = 0.0, confidence: float = 0.95, calibrated: bool = False,
+                 eligible: Sequence[str] | None = None, replicates: int = 11, seed: int = 0,
+                 single_pairs: bool = False) -> OneRunPlan:
+    """Fix, before the run, the guessing rule of each one-run analysis and the headline analysis, from the ideal
+    attack: ``simulate(rng) -> (scores, included)`` (default: :func:`ideal_scores` of ``mechanism`` with fair coins).
+
+    Candidate rules: :class:`~dpaudit.attacks.auditor.EqualGuesses` and :class:`~dpaudit.attacks.auditor.GuessGrid`
+    (each paying Bonferroni over its own pairs); with ``calibrated`` (scores are log likelihood ratios, 0 the Bayes
+    boundary) also :class:`~dpaudit.attacks.auditor.SignGuesses` at totals ``f m`` (f in :data:`PLAN_TOTALS`); with
+    ``single_pairs`` also every single pair ``(k_plus, k_minus)`` with those totals and in-shares 0, 1/4, ..., 1 --
+    the sharpest choice when the audited attack *is* the ideal one (a mechanism test), a fragile one when the real
+    attack is weaker than the ideal (its best guess count is then larger). Each analysis gets the rule with the
+    largest median bound over ``replicates`` simulated audits (the audit will apply that rule only, so the choice
+    costs nothing); its reference is the median over ``replicates`` *fresh* simulated audits. The headline is the
+    analysis of ``eligible`` (default: ``"eps"``, ``"fdp-dp"``, and ``"fdp"`` for a Gaussian-shaped ``mechanism``,
+    see :func:`gaussian_shaped`; at delta = 0 ``"eps"`` and ``"fdp"``) with the largest reference. Nothing here
+    looks at the audited run's scores."""
+    owner = "plan_one_run"
+    m = check_int(num_canaries, "canaries", owner, low=2)
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    conf = check_probability(confidence, "confidence", owner)
+    R = check_int(replicates, "replicates", owner, low=1, high=10_000)
+    seed = check_int(seed, "seed", owner, low=0)
+    if simulate is None:
+        if mechanism is None:
+            raise ParameterError(f"{owner} needs a 'mechanism' or a 'simulate' function. Got neither.")
+
+        def simulate(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+            inc = rng.random(m) < 0.5
+            s0, s1 = ideal_scores(mechanism, int((~inc).sum()), int(inc.sum()), rng)
+            out = np.empty(m)
+            out[~inc], out[inc] = s0, s1
+            return out, inc
+
+    names = one_run_analyses(d)
+    if eligible is None:
+        eligible = ("eps", "fdp") if d == 0 else (("eps", "fdp-dp", "fdp") if gaussian_shaped(mechanism) else
+                                                  ("eps", "fdp-dp"))
+    eligible = tuple(check_choice(e, "eligible", owner, names) for e in eligible)
+    cands = _plan_candidates(m, calibrated, single_pairs)
+    table = {n: np.zeros((R, len(cands))) for n in names}
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x91A4]))
+    for r in range(R):
+        sc, inc = simulate(rng)
+        aud = CanaryScoreAuditor.from_canaries(sc, inc)
+        for n in names:
+            table[n][r] = _rule_values(aud, n, cands, d, 1.0 - conf)
+    rules = {n: cands[int(np.argmax(np.median(table[n], axis=0)))] for n in names}
+    fresh: dict[str, list[float]] = {n: [] for n in names}
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x91A5]))
+    for _ in range(R):
+        sc, inc = simulate(rng)
+        aud = CanaryScoreAuditor.from_canaries(sc, inc)
+        for n in names:
+            fresh[n].append(one_run_analysis(aud, n, rules[n], delta=d, confidence=conf).epsilon)
+    ideal = {n: float(np.median(v)) for n, v in fresh.items()}
+    head = max(eligible, key=lambda n: (ideal[n], -eligible.index(n)))
+    return OneRunPlan(head, rules, ideal, eligible, len(cands), R)
 
 
 def multi_run_certified(scores, included, *, delta: float = 0.0, confidence: float = 0.95, seed: int = 0,
                         selection: str = "split", thresholds: Sequence[float] | None = None,
-                        score: str = "loss") -> CanaryBound:
-    """Multi-run certified bound from one score per independently trained model and its coin flip."""
+                        score: str = "loss", analysis: str = "eps", compare: bool = True,
+                        gdp_fraction: float = 0.25) -> CanaryBound:
+    """Multi-run certified bound from one score per independently trained model and its coin flip.
+
+    Headline ``analysis``: ``"eps"`` (Clopper-Pearson on the (epsilon, delta) test; threshold on a split half, or
+    Bonferroni over ``thresholds`` fixed in advance) or ``"gdp"`` (certified Gaussian-DP mu and its epsilon at delta:
+    only for Gaussian-shaped mechanisms, delta > 0). ``compare``: side by side, the other analysis (GDP with the
+    threshold chosen on ``gdp_fraction`` of the runs, when delta > 0) and the Bayesian estimate (posterior median and
+    credible interval: of the Gaussian-DP mu's epsilon at the GDP threshold when delta > 0, else of the (eps, delta)
+    formula at the "eps" threshold; an estimate)."""
     owner = "multi_run_certified"
     s = np.asarray(scores, dtype=np.float64).ravel()
     inc = np.asarray(included, dtype=bool).ravel()
@@ -249,13 +523,103 @@ def multi_run_certified(scores, included, *, delta: float = 0.0, confidence: flo
     if inc.sum() < 2 or (~inc).sum() < 2:
         raise DataError(f"{owner} needs at least 2 models with and 2 without the canary; got {int(inc.sum())} and "
                         f"{int((~inc).sum())} (too few models).")
-    b = epsilon_lower_bound(s[inc], s[~inc], delta=delta, confidence=confidence, selection=selection,
-                            thresholds=thresholds, seed=seed)
-    return CanaryBound("multi-run", float(b.epsilon), float(b.delta), float(b.confidence),
-                       int(b.num_members + b.num_nonmembers), score,
-                       details={"threshold": b.threshold, "fpr": b.fpr, "fnr": b.fnr, "fpr_high": b.fpr_high,
-                                "fnr_high": b.fnr_high, "selection": b.selection, "num_in": b.num_members,
-                                "num_out": b.num_nonmembers})
+    check_choice(analysis, "analysis", owner, MULTI_RUN_ANALYSES)
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    if analysis == "gdp" and d == 0:
+        raise ParameterError(f"The 'analysis' parameter of {owner} must be 'eps' at delta = 0 (no mu-GDP curve has a "
+                             "finite epsilon there). Got 'gdp' instead.")
+    check_choice(selection, "selection", owner, ("split", "bonferroni"))
+    auditor = CanaryScoreAuditor(s[inc], s[~inc])
+    if selection == "bonferroni":
+        if thresholds is None:
+            raise ParameterError(f"The 'thresholds' parameter of {owner} must be given (fixed in advance) when "
+                                 "selection='bonferroni'. Got None instead.")
+        strategy: Any = FixedThresholds(tuple(thresholds))
+        gdp_strategy: Any = strategy
+    else:
+        strategy, gdp_strategy = Split(0.5, seed), Split(gdp_fraction, seed)
+    b = auditor.multi_run_eps(strategy, delta=d, confidence=confidence)
+    eps_entry = AnalysisBound("eps", float(b.epsilon), float(b.delta), float(b.confidence), strategy.describe(),
+                              CERTIFIED, details={"threshold": b.threshold, "fpr": b.fpr, "fnr": b.fnr,
+                                                  "fpr_high": b.fpr_high, "fnr_high": b.fnr_high,
+                                                  "num_in": b.num_members, "num_out": b.num_nonmembers})
+    entries = [eps_entry]
+    if d > 0 and (compare or analysis == "gdp"):
+        entries.append(auditor.multi_run_gdp(gdp_strategy, delta=d, confidence=confidence))
+    if compare:
+        entries.append(auditor.multi_run_bayes(gdp_strategy if d > 0 else strategy, delta=d, confidence=confidence,
+                                               params=BayesParams(seed=seed)))
+    head = next(e for e in entries if e.analysis == analysis)
+    details = {"threshold": head.details["threshold"], "fpr": head.details["fpr"], "fnr": head.details["fnr"],
+               "fpr_high": head.details["fpr_high"], "fnr_high": head.details["fnr_high"],
+               "selection": b.selection if analysis == "eps" else strategy.__class__.__name__.lower(),
+               "num_in": head.details["num_in"], "num_out": head.details["num_out"]}
+    return CanaryBound("multi-run", float(head.epsilon), d, float(b.confidence),
+                       int(head.details["num_in"] + head.details["num_out"]), score, details=details,
+                       analysis=analysis, rule=head.rule, analyses=tuple(entries))
+
+
+def plan_multi_run_threshold(mechanism: Mapping[str, Any], num_in: int, num_out: int, *, delta: float = 1e-5,
+                             confidence: float = 0.95, replicates: int = 21, seed: int = 0) -> FixedThresholds:
+    """One threshold for the multi-run Gaussian-DP analysis, fixed before the runs on the ideal attack of
+    ``mechanism``: among 49 quantiles of its pooled scores (from a large simulation), the one whose certified mu
+    (all ``num_in`` / ``num_out`` runs, no split) has the largest median over ``replicates`` simulated audits. Exact
+    when the audited attack is the ideal one (a mechanism test); a real attack whose scores are on another scale
+    should choose its threshold on a split instead."""
+    owner = "plan_multi_run_threshold"
+    n1 = check_int(num_in, "num_in", owner, low=2)
+    n0 = check_int(num_out, "num_out", owner, low=2)
+    R = check_int(replicates, "replicates", owner, low=1, high=10_000)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0x7A12]))
+    big0, big1 = ideal_scores(mechanism, 20_000, 20_000, rng)
+    cand = np.quantile(np.concatenate([big0, big1]), np.linspace(0.02, 0.98, 49))
+    table = np.zeros((R, cand.size))
+    for r in range(R):
+        s0, s1 = ideal_scores(mechanism, n0, n1, rng)
+        aud = CanaryScoreAuditor(s1, s0)
+        for j, t in enumerate(cand):
+            table[r, j] = aud.multi_run_gdp(FixedThresholds((float(t),)), delta=delta, confidence=confidence).mu
+    return FixedThresholds((float(cand[int(np.argmax(np.median(table, axis=0)))]),))
+
+
+def min_models_for_positive_bound(mechanism: Mapping[str, Any] | None = None, *, delta: float = 0.0,
+                                  confidence: float = 0.95, replicates: int = 11, seed: int = 0,
+                                  max_models: int = 1_000_000) -> int | None:
+    """The smallest number of models N at which a multi-run audit (threshold on a split half, Clopper-Pearson)
+    could certify a positive epsilon at ``confidence``, computed before any training.
+
+    With ``mechanism``: the smallest N (searched on 8, 16, 32, ... then halved down) at which the ideal attack's
+    median bound (:func:`ideal_multi_run_epsilon`, ``replicates`` simulated audits) is positive. Without it: the
+    count a *perfect* attack needs (every run separated), a floor no attack can beat. None beyond ``max_models``."""
+    owner = "min_models_for_positive_bound"
+    conf = check_probability(confidence, "confidence", owner)
+    d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    cap = check_int(max_models, "max_models", owner, low=8)
+
+    if mechanism is None:
+        def positive(n: int) -> bool:
+            n1 = n // 2
+            s = np.r_[np.ones(n1), np.zeros(n - n1)]
+            inc = s > 0.5
+            return epsilon_lower_bound(s[inc], s[~inc], delta=d, confidence=conf, seed=seed).epsilon > 0
+    else:
+        def positive(n: int) -> bool:
+            return ideal_multi_run_epsilon(mechanism, n // 2, n - n // 2, delta=d, confidence=conf,
+                                           replicates=replicates, seed=seed) > 0
+
+    n = 8
+    while not positive(n):
+        n *= 2
+        if n > cap:
+            return None
+    lo, hi = n // 2, n
+    while hi - lo > max(1, hi // 32):
+        mid = (lo + hi) // 2
+        if mid >= 8 and positive(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 # --------------------------------------------------------------------------------------------------
@@ -334,24 +698,32 @@ def _replicate(fn, replicates: int, seed: int) -> float:
 
 
 def ideal_multi_run_epsilon(mechanism: Mapping[str, Any], num_in: int, num_out: int, *, delta: float = 0.0,
-                            confidence: float = 0.95, replicates: int = 21, seed: int = 0) -> float:
-    """Median, over ``replicates`` simulated audits, of the multi-run bound (split rule) that the exact
-    likelihood-ratio test of ``mechanism`` certifies with ``num_in`` / ``num_out`` trials."""
+                            confidence: float = 0.95, replicates: int = 21, seed: int = 0,
+                            analysis: str = "eps", gdp_fraction: float = 0.25) -> float:
+    """Median, over ``replicates`` simulated audits, of the multi-run bound that the exact likelihood-ratio test of
+    ``mechanism`` certifies with ``num_in`` / ``num_out`` trials: ``analysis="eps"`` the split-half Clopper-Pearson
+    rule, ``"gdp"`` the Gaussian-DP epsilon (threshold on ``gdp_fraction`` of the runs)."""
     n1 = check_int(num_in, "num_in", "ideal_multi_run_epsilon", low=2)
     n0 = check_int(num_out, "num_out", "ideal_multi_run_epsilon", low=2)
+    check_choice(analysis, "analysis", "ideal_multi_run_epsilon", MULTI_RUN_ANALYSES)
 
     def one(rng):
         s0, s1 = ideal_scores(mechanism, n0, n1, rng)
-        return epsilon_lower_bound(s1, s0, delta=delta, confidence=confidence, seed=int(rng.integers(2**31))).epsilon
+        split_seed = int(rng.integers(2**31))
+        if analysis == "gdp":
+            return CanaryScoreAuditor(s1, s0).multi_run_gdp(Split(gdp_fraction, split_seed), delta=delta,
+                                                             confidence=confidence).epsilon
+        return epsilon_lower_bound(s1, s0, delta=delta, confidence=confidence, seed=split_seed).epsilon
 
     return _replicate(one, replicates, seed)
 
 
 def ideal_one_run_epsilon(mechanism: Mapping[str, Any], num_canaries: int, *, delta: float = 0.0,
                           confidence: float = 0.95, k_grid: Sequence[int] | None = None, replicates: int = 21,
-                          seed: int = 0) -> float:
+                          seed: int = 0, analysis: str = "eps", rule: Any = None) -> float:
     """Median, over ``replicates`` simulated one-run audits with ``num_canaries`` fair-coin canaries, of the bound
-    that the exact likelihood-ratio test of ``mechanism`` certifies with the rule of :func:`one_run_certified`."""
+    that the exact likelihood-ratio test of ``mechanism`` certifies with the rule of :func:`one_run_certified`
+    (``rule``, default: equal in/out counts over ``k_grid``) under ``analysis``."""
     m = check_int(num_canaries, "canaries", "ideal_one_run_epsilon", low=2)
 
     def one(rng):
@@ -359,7 +731,8 @@ def ideal_one_run_epsilon(mechanism: Mapping[str, Any], num_canaries: int, *, de
         s0, s1 = ideal_scores(mechanism, int((~inc).sum()), int(inc.sum()), rng)
         s = np.empty(m)
         s[~inc], s[inc] = s0, s1
-        return one_run_certified(s, inc, delta=delta, confidence=confidence, k_grid=k_grid).epsilon
+        return one_run_certified(s, inc, delta=delta, confidence=confidence, k_grid=k_grid, analysis=analysis,
+                                 rule=rule, compare=False).epsilon
 
     return _replicate(one, replicates, seed)
 

@@ -64,6 +64,8 @@ __all__ = [
     "HasBoundKind",
     "EpsilonBound",
     "OneRunBound",
+    "AnalysisBound",
+    "CurveTest",
     "RocBand",
     "AttackResult",
     "AttackReport",
@@ -190,6 +192,10 @@ class EpsilonBound(HasBoundKind):
     ``split_range`` = (``split_low``, ``split_high``): the smallest and largest figure over ``num_splits``
     split seeds of the same scores (``selection == "split"``; for one draw both equal ``epsilon``). A wide range
     says the figure depends on the split, not only on the model; ``epsilon`` is then their median.
+
+    ``bayes_median`` / ``bayes_low`` / ``bayes_high``: the posterior median and equal-tailed credible interval (at
+    ``confidence``) of epsilon from the same threshold's counts (Zanella-Beguelin et al. 2023,
+    :func:`dpaudit.attacks.bounds.bayes_epsilon`) -- an estimate beside the split-seed spread; None when not computed.
     """
 
     epsilon: float
@@ -208,6 +214,9 @@ class EpsilonBound(HasBoundKind):
     split_low: float = math.nan
     split_high: float = math.nan
     num_splits: int = 1
+    bayes_median: float | None = None
+    bayes_low: float | None = None
+    bayes_high: float | None = None
 
     def __post_init__(self) -> None:
         HasBoundKind.__post_init__(self)
@@ -256,6 +265,88 @@ class OneRunBound(HasBoundKind):
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OneRunBound":
         return cls(**_fields_from(cls, d))
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisBound(HasBoundKind):
+    """One analysis of a canary audit's evidence (see :mod:`dpaudit.attacks.auditor`).
+
+    ``analysis``: ``"eps"`` (one-run: Steinke, Nasr, Jagielski 2023, Thm 3; multi-run: Clopper-Pearson on the
+    (epsilon, delta) test), ``"fdp"`` (one-run f-DP test, Mahloujifar, Melis, Chaudhuri 2025), ``"gdp"`` (multi-run
+    Gaussian-DP: Clopper-Pearson limits of FPR/FNR turned into mu) or ``"bayes"`` (posterior credible interval,
+    Zanella-Beguelin et al. 2023: an estimate). ``epsilon`` is the lower bound at ``confidence`` (certified) or the
+    posterior median (estimate, with the credible interval ``[low, high]``); ``mu`` the certified Gaussian-DP
+    parameter where the analysis has one. ``rule``: the guessing rule / threshold choice that produced it, in words.
+    ``assumption``: what the epsilon needs beyond the audit's fair coins / independent runs ("" = nothing).
+    ``ideal_epsilon``: the same analysis on the ideal attack (median of simulated audits), when computed.
+    ``details``: the rule's numbers (guesses, correct, pairs tried; threshold, FPR, FNR, ...)."""
+
+    analysis: str
+    epsilon: float
+    delta: float
+    confidence: float
+    rule: str
+    kind: str = CERTIFIED
+    mu: float | None = None
+    low: float | None = None
+    high: float | None = None
+    assumption: str = ""
+    ideal_epsilon: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AnalysisBound":
+        out = {k: _unjson(d[k]) for k in cls.__dataclass_fields__ if k in d}
+        out["details"] = dict(out.get("details") or {})
+        return cls(**out)
+
+
+@dataclass(frozen=True, slots=True)
+class CurveTest:
+    """The f-DP one-run test of a stated trade-off curve (a release's accounted privacy profile) against the
+    canary guesses: ``p_value`` is the smallest level at which the guesses reject the curve (Bonferroni over the
+    rule's guess counts; 1 = consistent at every level), ``rejected`` whether it is at most ``1 - confidence``.
+    ``curve`` says which curve (e.g. "accounted PLD of the Poisson-subsampled Gaussian"); ``details`` the guesses."""
+
+    curve: str
+    p_value: float
+    confidence: float
+    rule: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def rejected(self) -> bool:
+        return self.p_value <= 1.0 - self.confidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CurveTest":
+        out = {k: _unjson(d[k]) for k in cls.__dataclass_fields__ if k in d}
+        out["details"] = dict(out.get("details") or {})
+        return cls(**out)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (float, np.floating, np.integer)):
+        return _num(v)
+    if isinstance(v, Mapping):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _unjson(v: Any) -> Any:
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return _unnum(v)
+    if isinstance(v, Mapping):
+        return {k: _unjson(x) for k, x in v.items()}
+    return v
 
 
 @dataclass(frozen=True, eq=False)

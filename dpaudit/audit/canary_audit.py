@@ -37,28 +37,109 @@ import numpy as np
 
 from dpaudit._format import fmt_number
 from dpaudit._io import write_json
+from dpaudit.attacks.auditor import CanaryScoreAuditor
 from dpaudit.attacks.canary import (
+    MULTI_RUN_ANALYSES,
+    ONE_RUN_ANALYSES,
     SCORE_KINDS,
     CanaryBound,
     dirac_scores,
+    gaussian_shaped,
     ideal_multi_run_epsilon,
-    ideal_one_run_epsilon,
     lira_scores,
     logit_confidence,
     loss_scores,
+    min_models_for_positive_bound,
     multi_run_certified,
     one_run_certified,
+    plan_one_run,
 )
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_name, check_probability
 from dpaudit.progress import as_reporter
 from dpaudit.training.limits import MAX_EPOCHS, MAX_MODELS, MAX_RECORDS, MAX_WIDTH
 
-__all__ = ["audit_release_canaries", "release_canary_scores", "CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "audit_method_step", "MethodStepAudit", "METHOD_STEPS", "canary_audit_release",
+__all__ = ["ANALYSIS_CHOICES", "UnderpoweredAuditWarning", "one_run_with_plan", "accounted_curve_test", "plan_note",
+           "check_analysis", "analysis_line",
+           "audit_release_canaries", "release_canary_scores", "CanaryAuditResult", "CanaryAuditSpec", "ZooAudit", "run_canary_audit", "run_canary_spec", "run_zoo_audit", "audit_method_step", "MethodStepAudit", "METHOD_STEPS", "canary_audit_release",
            "dpsgd_noise_for_epsilon", "default_score"]
 
 
 def default_score(canary: str) -> str:
     return "dirac-lr" if canary == "dirac" else "loss"
+
+
+#: ``analysis`` values of a canary audit: ``"auto"`` (one run: the analysis and guessing rule planned before the run
+#: on the ideal attack of the accounted mechanism, among those valid for it; multi-run: "gdp" for Gaussian-shaped
+#: mechanisms, else "eps"), a one-run analysis (``"eps"``, ``"fdp"``, ``"fdp-dp"``) or a multi-run one (``"eps"``,
+#: ``"gdp"``).
+ANALYSIS_CHOICES = ("auto",) + tuple(dict.fromkeys(ONE_RUN_ANALYSES + MULTI_RUN_ANALYSES))
+
+
+class UnderpoweredAuditWarning(UserWarning):
+    """A multi-run audit with fewer models than it needs to certify any positive epsilon at its confidence."""
+
+
+def check_analysis(analysis: str, audit: str, owner: str) -> str:
+    check_choice(analysis, "analysis", owner, ANALYSIS_CHOICES)
+    allowed = ("auto",) + (ONE_RUN_ANALYSES if audit == "one-run" else MULTI_RUN_ANALYSES)
+    if analysis not in allowed:
+        raise ParameterError(f"The 'analysis' parameter of the {audit} {owner} must be one of {', '.join(allowed)}. "
+                             f"Got {analysis!r} instead.")
+    return analysis
+
+
+def one_run_with_plan(scores, included, mechanism: Mapping[str, Any] | None, *, delta: float, confidence: float,
+                      analysis: str = "auto", score: str, calibrated: bool, replicates: int, seed: int,
+                      simulate: Any = None) -> tuple[CanaryBound, Any]:
+    """The one-run bound with its analysis and guessing rule fixed *before* looking at ``scores``: planned on the
+    ideal attack of ``mechanism`` (or ``simulate``) by :func:`~dpaudit.attacks.canary.plan_one_run` (``analysis``
+    ``"auto"``: the best of the analyses valid for the mechanism; else that one), then
+
+    ``calibrated`` admits sign rules (guesses by the side of 0); only for scores whose zero is the decision boundary
+    whatever the real attack does (PrivateKT's symmetric count difference). White-box Dirac scores are not: a
+    canary's coordinate can carry real gradients that shift its scores, so their audits use the score-order rules
+    (equal counts or the grid), which do not lose validity or much power when the real attack is weaker than the
+    ideal one.
+    :func:`~dpaudit.attacks.canary.one_run_certified` with the plan. Returns ``(bound, plan)``; the bound carries
+    every analysis side by side, each with its planned rule and ideal reference."""
+    m = int(np.asarray(scores).size)
+    d = float(delta)
+    eligible = None
+    if analysis != "auto":
+        eligible = ("fdp",) if (analysis == "fdp-dp" and d == 0) else (analysis,)
+    plan = plan_one_run(m, mechanism=mechanism, simulate=simulate, delta=d, confidence=confidence,
+                        calibrated=calibrated, eligible=eligible, replicates=replicates, seed=seed)
+    return one_run_certified(scores, included, delta=d, confidence=confidence, score=score, plan=plan), plan
+
+
+def accounted_curve_test(scores, included, mechanism: Mapping[str, Any], plan: Any, *, confidence: float,
+                         delta: float) -> Any:
+    """The f-DP test of the mechanism's *accounted* trade-off curve (its PLD privacy profile, dp_accounting,
+    pessimistic) against the guesses of the plan's ``"fdp-dp"`` rule (its ``"fdp"`` rule at delta = 0): is the
+    accounted curve consistent with what the attack achieved? None when the mechanism has no PLD here."""
+    from dpaudit.accountants.events import SubsampledGaussian
+    from dpaudit.accountants.pld import PldAccountant
+
+    if mechanism.get("kind") != "subsampled_gaussian":
+        return None
+    ev = SubsampledGaussian(sampling_rate=float(mechanism["sampling_rate"]),
+                            noise_multiplier=float(mechanism["noise_multiplier"]), steps=int(mechanism["steps"]))
+    eps = np.linspace(0.0, 40.0, 401)
+    try:
+        deltas = PldAccountant(value_discretization_interval=1e-3).compose(ev).privacy_profile(eps)
+    except ParameterError:      # a PLD out of the FFT route's range (epsilon in the thousands): no curve to test
+        return None
+    rule = plan.rules.get("fdp-dp", plan.rules.get("fdp"))
+    aud = CanaryScoreAuditor.from_canaries(scores, included)
+    return aud.one_run_curve_test(eps, deltas, rule, confidence=confidence,
+                                  curve="accounted PLD of the Poisson-subsampled Gaussian (dp_accounting, pessimistic)")
+
+
+def plan_note(plan: Any, replicates: int) -> str:
+    ideal = ", ".join(f"{k} {v:.3g}" for k, v in plan.ideal.items())
+    return (f"analysis and guessing rule fixed before the run on {replicates} simulated audits of the ideal attack at the "
+            f"accounted parameters (headline: {plan.analysis}, eligible {', '.join(plan.eligible)}; ideal references: "
+            f"{ideal}); each analysis uses one planned rule, so no multiple-testing correction is needed.")
 
 
 @dataclass(frozen=True)
@@ -97,9 +178,37 @@ class CanaryAuditResult:
         acc = "–" if self.accounted_epsilon is None else f"{self.accounted_epsilon:.3f}"
         target = self.settings.get("target")
         what = f" of {target}" if target else ""
-        return (f"{b.audit} canary audit{what} ({self.settings.get('canary')}, score {b.score}): certified epsilon >= "
-                f"{b.epsilon:.3f} at confidence {fmt_number(b.confidence)}, delta {fmt_number(b.delta)}, over {b.trials} trials; "
-                f"ideal attack at the same trials: {ideal}; accounted epsilon: {acc}.")
+        lines = [f"{b.audit} canary audit{what} ({self.settings.get('canary')}, score {b.score}): certified epsilon >= "
+                 f"{b.epsilon:.3f} at confidence {fmt_number(b.confidence)}, delta {fmt_number(b.delta)}, over {b.trials} trials "
+                 f"(analysis {b.analysis}; rule: {b.rule or '–'}); ideal attack at the same trials: {ideal}; accounted "
+                 f"epsilon: {acc}."]
+        marked = False
+        for e in b.analyses:
+            head = not marked and e.analysis == b.analysis
+            marked = marked or head
+            lines.append("  " + analysis_line(e, headline=head))
+        if b.curve_test is not None:
+            ct = b.curve_test
+            lines.append(f"  accounted curve ({ct.curve}): {'REJECTED' if ct.rejected else 'consistent'} with the guesses "
+                         f"(p = {ct.p_value:.3g}, {ct.rule}).")
+        return "\n".join(lines)
+
+
+def analysis_line(e: Any, *, headline: bool = False) -> str:
+    """One analysis of a canary audit in words: its figure, kind, mu, credible interval, ideal reference,
+    assumption."""
+    from dpaudit.attacks.canary import ANALYSIS_LABELS
+
+    name = "fdp-dp" if e.analysis == "fdp" and e.details.get("family") == "approx-dp" else e.analysis
+    label = ANALYSIS_LABELS.get(name, name)
+    if e.kind == "estimate":
+        fig = f"~ {e.epsilon:.3f} [{e.low:.3f}, {e.high:.3f}] (estimate, {e.confidence:g} credible interval)"
+    else:
+        fig = f">= {e.epsilon:.3f} (certified" + (f"; mu >= {e.mu:.3f}" if e.mu is not None else "") + ")"
+    ideal = "" if e.ideal_epsilon is None else f"; ideal attack {e.ideal_epsilon:.3f}"
+    why = f"; {e.assumption}" if e.assumption else ""
+    tag = "headline" if headline else "for comparison"
+    return f"[{tag}] {label}: epsilon {fig}{ideal}; rule: {e.rule}{why}"
 
 
 MAX_NOISE_MULTIPLIER = 1e6
@@ -142,17 +251,56 @@ def _account(q: float, sigma: float, steps: int, delta: float) -> float:
     return float(RdpAccountant().compose(ev).get_statement(delta).epsilon)
 
 
+def _check_models(mechanism: Mapping[str, Any], trials: int, *, delta: float, confidence: float, seed: int,
+                  strict: bool, owner: str) -> str:
+    """Before training: the smallest model count at which the ideal attack could certify epsilon > 0; a warning (or
+    with ``strict`` an error) when ``trials`` is below it. Returns the note for the result."""
+    import warnings
+
+    need = min_models_for_positive_bound(mechanism, delta=delta, confidence=confidence, seed=seed)
+    if need is not None and trials >= need:
+        return (f"model count checked before training: the ideal attack needs about {need} models to certify a positive "
+                f"epsilon at confidence {confidence:g}; this audit has {trials}.")
+    what = "more than 1,000,000" if need is None else f"about {need}"
+    msg = (f"The 'models' parameter of the multi-run {owner} is too small to certify any positive epsilon at confidence "
+           f"{confidence:g}: even the ideal attack on the accounted mechanism needs {what} models (median of simulated "
+           f"audits). Got {trials} trial models instead.")
+    if strict:
+        raise ParameterError(msg)
+    warnings.warn(msg, UnderpoweredAuditWarning, stacklevel=3)
+    return "underpowered: " + msg
+
+
+def _with_multi_ideals(bound: CanaryBound, mechanism: Mapping[str, Any], n_in: int, n_out: int, *, delta: float,
+                       confidence: float, replicates: int, seed: int) -> CanaryBound:
+    """The ideal-attack reference under each multi-run analysis (the headline's becomes ``ideal_epsilon``)."""
+    entries = []
+    for e in bound.analyses:
+        if e.analysis in MULTI_RUN_ANALYSES and n_in >= 2 and n_out >= 2:
+            ideal = ideal_multi_run_epsilon(mechanism, n_in, n_out, delta=delta, confidence=confidence,
+                                            replicates=replicates, seed=seed, analysis=e.analysis)
+            e = replace(e, ideal_epsilon=ideal)
+        entries.append(e)
+    head = next((e.ideal_epsilon for e in entries if e.analysis == bound.analysis), None)
+    return replace(bound, analyses=tuple(entries), ideal_epsilon=head)
+
+
 def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str, canary: str, canaries: int = 1,
                      models: int = 2, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
                      reference_models: int = 8, seed: int = 0, device: str | None = None, out: str | Path | None = None,
                      progress: Any = False, ideal_replicates: int = 21,
                      extra_settings: Mapping[str, Any] | None = None,
-                     extra_notes: tuple[str, ...] = ()) -> CanaryAuditResult:
+                     extra_notes: tuple[str, ...] = (), analysis: str = "auto",
+                     strict: bool = False) -> CanaryAuditResult:
     """Run one certified canary audit of the DP-SGD recipe ``(spec, config)`` (see the module docstring).
 
     ``canaries`` (one-run) is m; ``models`` (multi-run) is N >= 2. ``reference_models``: LiRA's reference models
     (one-run: trained without canaries, offline LiRA; multi-run: the first ones of the N, left out of the trials).
     ``out``: when given, ``canaries.npz`` and ``canary_audit.json`` are written there (atomically, after training).
+    ``analysis``: :data:`ANALYSIS_CHOICES` (``"auto"``: fixed before the run, see :func:`one_run_with_plan`).
+    Multi-run: before training, the smallest model count at which the ideal attack of the accounted mechanism could
+    certify a positive epsilon is computed (:func:`~dpaudit.attacks.canary.min_models_for_positive_bound`); fewer
+    models give an :class:`UnderpoweredAuditWarning` (and a note), or a ParameterError with ``strict``.
     """
     from dpaudit.training.canaries import MAX_CANARIES, DiracHook, canary_datasets, make_canaries
     from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, dp_steps_per_epoch, train_ensemble
@@ -175,6 +323,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
         m = 1
         N = check_int(models, "models", owner, low=2, high=MAX_MODELS)   # the method audits' cap, before any work
     R = check_int(reference_models, "reference_models", owner, low=0, high=MAX_MODELS)
+    analysis = check_analysis(analysis, audit, owner)
     if score == "lira" and R < 2:
         raise ParameterError(f"The 'reference_models' parameter of the {owner} must be an int >= 2 for LiRA scores. Got {R} instead.")
     if score == "lira" and audit == "multi-run" and N - R < 4:
@@ -199,6 +348,10 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
     steps = config.epochs * dp_steps_per_epoch(n, cfg)
     sigma, C = cfg.dp.noise_multiplier, cfg.dp.max_grad_norm
     mechanism = {"kind": "subsampled_gaussian", "sampling_rate": q, "noise_multiplier": sigma, "steps": int(steps)}
+    notes: list[str] = list(extra_notes)
+    if audit == "multi-run":
+        notes.append(_check_models(mechanism, N - (R if score == "lira" else 0), delta=delta, confidence=confidence,
+                                   seed=seed, strict=strict, owner=owner))
     can = make_canaries(canary, audit, num_canaries=m, num_models=N, seed=seed, spec=spec, X_pool=X_pool,
                         y_pool=y_pool, X_train=X_base)
     hook = None
@@ -211,7 +364,6 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
             f"{steps} DP-SGD steps (q = {q:.4g}, sigma = {sigma:g})")
     ens = train_ensemble(spec, datasets, cfg, seed=seed, device=device, progress=rep, canary_hook=hook)
     inc = can.included
-    notes: list[str] = list(extra_notes)
     if canary == "dirac":
         s = dirac_scores(hook.observations(), sampling_rate=q, noise_multiplier=sigma, method=score.split("-")[1])
         notes.append("white-box: the observation is every step's noised gradient sum at the canary coordinates "
@@ -235,15 +387,19 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
             inc = inc[R:]
             notes.append(f"online LiRA fitted on the first {R} models, which are not counted as trials.")
     if audit == "one-run":
-        bound = one_run_certified(s[0], inc[0], delta=delta, confidence=confidence, score=score)
-        ideal = ideal_one_run_epsilon(mechanism, m, delta=delta, confidence=confidence, replicates=ideal_replicates,
-                                      seed=seed)
+        bound, plan = one_run_with_plan(s[0], inc[0], mechanism, delta=delta, confidence=confidence, analysis=analysis,
+                                        score=score, calibrated=False, replicates=ideal_replicates,
+                                        seed=seed)
+        bound = replace(bound, curve_test=accounted_curve_test(s[0], inc[0], mechanism, plan, confidence=confidence,
+                                                               delta=delta))
+        notes.append(plan_note(plan, ideal_replicates))
     else:
         sc = np.asarray(s).reshape(len(inc), -1)[:, 0]
-        bound = multi_run_certified(sc, inc[:, 0], delta=delta, confidence=confidence, seed=seed, score=score)
-        ideal = ideal_multi_run_epsilon(mechanism, int(inc[:, 0].sum()), int((~inc[:, 0]).sum()), delta=delta,
-                                        confidence=confidence, replicates=ideal_replicates, seed=seed)
-    bound = bound.with_ideal(ideal)
+        head = ("gdp" if gaussian_shaped(mechanism) and delta > 0 else "eps") if analysis == "auto" else analysis
+        bound = multi_run_certified(sc, inc[:, 0], delta=delta, confidence=confidence, seed=seed, score=score,
+                                    analysis=head)
+        bound = _with_multi_ideals(bound, mechanism, int(inc[:, 0].sum()), int((~inc[:, 0]).sum()), delta=delta,
+                                   confidence=confidence, replicates=ideal_replicates, seed=seed)
     accounted = _account(q, sigma, int(steps), delta) if delta > 0 else None
     settings = {"target": "the training recipe (retrained)", **dict(extra_settings or {}), "audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
                 "confidence": confidence, "seed": seed, "reference_models": R, "model": spec.to_dict(),
@@ -291,8 +447,8 @@ def canary_audit_release(release, *, audit: str = "one-run", canary: str | None 
         if canaries is not None and canaries != info["count"]:
             raise ParameterError(f"The 'canaries' parameter of the canary audit of release {rel.path} must be the "
                                  f"bundle's count {info['count']} (its canaries are already planted). Got {canaries!r} instead.")
-        keep = {k: kwargs[k] for k in ("score", "delta", "confidence", "seed", "out", "progress", "ideal_replicates")
-                if k in kwargs}
+        keep = {k: kwargs[k] for k in ("score", "delta", "confidence", "seed", "out", "progress", "ideal_replicates",
+                                       "analysis") if k in kwargs}
         return audit_release_canaries(rel, **keep)
     canary = "dirac" if canary is None else canary
     canaries = 1000 if canaries is None else canaries
@@ -340,25 +496,23 @@ def release_canary_scores(release, score: str | None = None) -> np.ndarray:
                         method=score.split("-")[1])[0]
 
 
-def _ideal_without_dp(m: int, *, delta: float, confidence: float, replicates: int, seed: int) -> float:
-    """The ideal reference of a release without DP: a perfect attack (scores = the coins), the median of the
-    one-run bound over ``replicates`` fair-coin draws -- the most ``m`` canaries can certify."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1DEA]))
-    vals = []
-    for _ in range(replicates):
+def _perfect_attack(m: int) -> Any:
+    """The ideal attack of a release without DP: scores = the coins (a perfect attack), fresh fair coins."""
+    def simulate(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         inc = rng.random(m) < 0.5
-        vals.append(one_run_certified(inc.astype(float), inc, delta=delta, confidence=confidence).epsilon)
-    return float(np.median(vals))
+        return inc.astype(float), inc
+    return simulate
 
 
 def audit_release_canaries(release, *, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
                            seed: int = 0, out: str | Path | None = None, progress: Any = False,
-                           ideal_replicates: int = 21) -> CanaryAuditResult:
+                           ideal_replicates: int = 21, analysis: str = "auto") -> CanaryAuditResult:
     """Certified one-run audit of *the released model* from the canaries planted in its training data (see the
     module docstring): scores from :func:`release_canary_scores`, then the bound of
-    :func:`~dpaudit.attacks.canary.one_run_certified` with the bundle's inclusion bits, beside the ideal-attack
-    reference (DP-SGD: the exact likelihood-ratio test of the subsampled Gaussian at the release's parameters; no
-    DP: a perfect attack) and the accounted epsilon. ``out``: ``canary_audit.json`` is written there."""
+    :func:`~dpaudit.attacks.canary.one_run_certified` with the bundle's inclusion bits, its analysis and guessing
+    rule planned before on the ideal attack (DP-SGD: the exact likelihood-ratio test of the subsampled Gaussian at
+    the release's parameters; no DP: a perfect attack; :func:`one_run_with_plan`), beside the accounted epsilon and
+    the f-DP test of the accounted curve. ``out``: ``canary_audit.json`` is written there."""
     from dpaudit.training.ensemble import dp_steps_per_epoch
     from dpaudit.training.release import Release, load_release
 
@@ -368,6 +522,7 @@ def audit_release_canaries(release, *, score: str | None = None, delta: float = 
     confidence = check_probability(confidence, "confidence", owner)
     seed = check_int(seed, "seed", owner, low=0)
     R = check_int(ideal_replicates, "ideal_replicates", owner, low=1)
+    analysis = check_analysis(analysis, "one-run", owner)
     rep = as_reporter(progress)
     t0 = time.perf_counter()
     info = rel.canary_info
@@ -379,7 +534,6 @@ def audit_release_canaries(release, *, score: str | None = None, delta: float = 
             "the released " + ("run's recorded gradient sums" if kind == "dirac" else "weights"))
     s = release_canary_scores(rel, score)      # the attacker's view only
     inc = rel.canary_truth()                   # read after scoring, for the bound alone
-    bound = one_run_certified(s, inc, delta=delta, confidence=confidence, score=score)
     cfg = rel.train_config
     notes = ["the released model itself is audited: its canaries were planted in its training data by independent "
              "fair coins, scored without the coins, and the coins used only for the bound (nothing retrained)."]
@@ -391,23 +545,29 @@ def audit_release_canaries(release, *, score: str | None = None, delta: float = 
             len(rel.membership["members"]), replace(cfg, dp=replace(cfg.dp, sampling_rate=q)))
         mechanism: dict[str, Any] = {"kind": "subsampled_gaussian", "sampling_rate": float(q),
                                      "noise_multiplier": cfg.dp.noise_multiplier, "steps": int(steps)}
-        ideal = ideal_one_run_epsilon(mechanism, m, delta=delta, confidence=confidence, replicates=R, seed=seed)
+        bound, plan = one_run_with_plan(s, inc, mechanism, delta=delta, confidence=confidence, analysis=analysis,
+                                        score=score, calibrated=False, replicates=R, seed=seed)
+        bound = replace(bound, curve_test=accounted_curve_test(s, inc, mechanism, plan, confidence=confidence,
+                                                               delta=delta))
         accounted = _account(float(q), cfg.dp.noise_multiplier, int(steps), delta) if delta > 0 else None
         notes.append(f"ideal reference: median over {R} simulated audits of the exact likelihood-ratio test of the "
                      "Poisson-subsampled Gaussian at the release's parameters (a white-box Dirac canary on a dead "
-                     "coordinate), same canaries and confidence rule.")
+                     "coordinate), same canaries, analysis and guessing rule.")
     else:
         mechanism = {"kind": "none"}
-        ideal = _ideal_without_dp(m, delta=delta, confidence=confidence, replicates=R, seed=seed)
+        bound, plan = one_run_with_plan(s, inc, None, delta=delta, confidence=confidence, analysis=analysis,
+                                        score=score, calibrated=False, replicates=R, seed=seed,
+                                        simulate=_perfect_attack(m))
         accounted = None
         notes.append(f"no DP mechanism (accounted epsilon: none, the claim is infinite); ideal reference: a perfect "
                      f"attack, median over {R} fair-coin draws of the bound {m} canaries can certify.")
+    notes.append(plan_note(plan, R))
     if kind == "dirac":
         notes.append("white-box: the observation is every step's noised gradient sum at the canary coordinates, "
                      "recorded during the real training run.")
-    bound = bound.with_ideal(ideal)
     settings = {"target": "the released model", "release": str(rel.path), "audit": "one-run", "canary": kind,
                 "canaries": m, "canary_seed": int(info["seed"]), "models": 1, "score": score, "delta": delta,
+                "analysis": analysis,
                 "confidence": confidence, "seed": seed, "model": None if rel.spec is None else rel.spec.to_dict(),
                 "train_config": None if cfg is None else cfg.to_dict(),
                 "num_train": int(len(rel.membership["members"])), "ideal_replicates": R}
@@ -439,6 +599,7 @@ class CanaryAuditSpec:
     hidden: tuple[int, ...] = (32,)
     num_train: int = 1000
     reference_models: int = 8
+    analysis: str = "auto"
 
     def __post_init__(self) -> None:
         from dpaudit.training.canaries import MAX_CANARIES
@@ -449,6 +610,7 @@ class CanaryAuditSpec:
         check_choice(self.canary, "canary", o, ("mislabeled", "ood", "dirac"))
         if self.score is not None:
             check_choice(self.score, "score", o, SCORE_KINDS)
+        check_analysis(self.analysis, self.audit, o)
         if self.audit == "one-run":
             check_int(self.canaries, "canaries", o, low=2, high=MAX_CANARIES)
         else:
@@ -502,7 +664,7 @@ def run_canary_spec(spec: CanaryAuditSpec, *, dataset: str, seed: int, delta: fl
                               canary=spec.canary, canaries=spec.canaries, models=spec.models, score=spec.score,
                               delta=delta, confidence=confidence, reference_models=spec.reference_models, seed=seed,
                               device=device, out=out, progress=progress,
-                              extra_settings={"name": spec.name, "dataset": dataset})
+                              extra_settings={"name": spec.name, "dataset": dataset}, analysis=spec.analysis)
     return result
 
 

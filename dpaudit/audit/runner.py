@@ -435,6 +435,10 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
         details={"description": res.description, "threshold_rule": m.threshold_rule,
                  "bound_selection": res.bound.selection, "notes": list(report.notes)},
         epsilon_kind=b.kind, epsilon_range=(float(b.split_low), float(b.split_high)), num_splits=int(b.num_splits),
+        epsilon_credible=None if b.bayes_median is None else (float(b.bayes_median), float(b.bayes_low or 0.0),
+                                                              float(b.bayes_high or 0.0)),
+        tpr_ci={f"{f:g}": (float(m.intervals[f"tpr@{f:g}"].low), float(m.intervals[f"tpr@{f:g}"].high))
+                for f, _ in m.tpr_at_fpr if f"tpr@{f:g}" in m.intervals},
         roc_band=None if band is None else {"fpr": tuple(float(x) for x in band.fpr),
                                             "low": tuple(float(x) for x in band.low),
                                             "high": tuple(float(x) for x in band.high)},

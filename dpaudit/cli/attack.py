@@ -56,6 +56,10 @@ def render(report: AttackReport) -> str:
                    f"seeds, range [{fmt_number(b.split_low)}, {fmt_number(b.split_high)}], at confidence "
                    f"{fmt_number(b.confidence)}, delta {fmt_number(b.delta)} (Clopper-Pearson formula, threshold "
                    f"chosen on a disjoint half: FPR {fmt_number(b.fpr)}, FNR {fmt_number(b.fnr)}).")
+        if b.bayes_median is not None:
+            out.append(f"Bayesian estimate at that threshold (Zanella-Beguelin et al. 2023): posterior median "
+                       f"{fmt_number(b.bayes_median)}, {fmt_number(b.confidence)} credible interval "
+                       f"[{fmt_number(b.bayes_low)}, {fmt_number(b.bayes_high)}] (an estimate, not certified).")
     out.extend(f"note: {n}" for n in report.notes)
     return "\n".join(out)
 
@@ -123,13 +127,24 @@ def render(report: AttackReport) -> str:
 @click.option("--models", type=int, default=200, show_default=True, help="Multi-run audit: number of models N.")
 @click.option("--score", type=click.Choice(("loss", "lira", "dirac-lr", "dirac-sum")), default=None,
               help="Canary score (default: dirac-lr for Dirac canaries, loss otherwise).")
+@click.option("--analysis", type=click.Choice(("auto", "eps", "fdp", "fdp-dp", "gdp")), default="auto",
+              show_default=True,
+              help="Canary audit: how the certified bound is computed. one-run: eps (Steinke et al. 2023, Thm 3), fdp "
+                   "(f-DP test of Gaussian-DP curves, Mahloujifar et al. 2025; its epsilon assumes a Gaussian "
+                   "trade-off curve), fdp-dp (f-DP test of (eps, delta) curves); multi-run: eps (Clopper-Pearson) or "
+                   "gdp (Gaussian DP). auto: fixed before the run on the ideal attack of the accounted mechanism, "
+                   "among the analyses valid for it. Every analysis is shown side by side.")
+@click.option("--strict", is_flag=True,
+              help="Multi-run canary audit: refuse (instead of warning) when --models is below the count the ideal "
+                   "attack needs to certify any positive epsilon at this confidence.")
 @executor_options
 def command(release: Path, attack: str, shadows: int, classifier: str, global_model: bool, threshold_kind: str,
             offline: bool, population: int | None, rmia_a: float | None, gamma: float, compare: bool,
             per_record: bool, confidence: float, delta: float | None, bootstrap: int, seed: int, out: Path | None,
             data_dir: Path | None, trust_data_dir: bool, quiet: bool, audit: str | None, canary: str | None,
-            canaries: int | None, models: int, score: str | None, overwrite: bool, factory: str | None,
-            train_fn: str | None, trust_bundle_code: bool, executor: str, ray_address: str | None) -> None:
+            canaries: int | None, models: int, score: str | None, analysis: str, strict: bool, overwrite: bool,
+            factory: str | None, train_fn: str | None, trust_bundle_code: bool, executor: str,
+            ray_address: str | None) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
     With --audit, run a certified canary audit instead: of the released model itself when the bundle holds canaries
@@ -160,7 +175,7 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
         with attack_output(release, audit, out, overwrite=overwrite):
             result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
                                           score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
-                                          seed=seed, out=out, progress=rep)
+                                          seed=seed, out=out, progress=rep, analysis=analysis, strict=strict)
         click.echo(result.summary())
         for note in result.notes:
             click.echo(f"note: {note}")

@@ -22,7 +22,8 @@ from dpaudit.report.schema import AuditReport, Flag, ModelAudit
 from dpaudit.report.verdict import POWER_FPR, attack_power, compute_verdicts, fmt_empirical, fmt_epsilon
 
 __all__ = ["to_markdown", "to_html", "write_report", "figure_set", "summary_rows", "SUMMARY_HEAD",
-           "power_rows", "POWER_HEAD", "grouped_flags", "verdict_lines", "INTRO", "method_audit_rows", "METHOD_AUDIT_HEAD"]
+           "power_rows", "POWER_HEAD", "grouped_flags", "verdict_lines", "INTRO", "method_audit_rows", "METHOD_AUDIT_HEAD",
+           "analyses_rows", "ANALYSES_HEAD", "curve_test_lines", "control_rows", "CONTROL_HEAD", "rests_on_lines"]
 
 _SEV = {"red": "RED FLAG", "warning": "WARNING", "info": "note"}
 _SEV_ORDER = {"red": 0, "warning": 1, "info": 2}
@@ -109,21 +110,37 @@ def grouped_flags(flags: tuple[Flag, ...]) -> list[tuple[str, str, list[tuple[st
     return [(sev, code, [(msg, models) for msg, models in msgs.items()]) for code, (sev, msgs) in order]
 
 
+def _tpr_cell(a) -> str:
+    cells = []
+    for k, v in a.tpr_at_fpr.items():
+        ci = a.tpr_ci.get(k)
+        cells.append(fmt_number(float(v), 3) + (f" [{fmt_number(float(ci[0]), 3)}, {fmt_number(float(ci[1]), 3)}]" if ci else ""))
+    return " / ".join(cells)
+
+
+def _credible_cell(a) -> str:
+    if a.epsilon_credible is None:
+        return "–"
+    med, lo, hi = a.epsilon_credible
+    return f"≈ {fmt_epsilon(med)} [{fmt_epsilon(lo)}, {fmt_epsilon(hi)}] (estimate)"
+
+
 def _model_rows(m: ModelAudit) -> list[list[str]]:
     rows = []
     for a in m.attacks:
         rows.append([
             a.attack, f"{a.auc:.3f}" + (f" [{a.auc_ci[0]:.3f}, {a.auc_ci[1]:.3f}]" if a.auc_ci else ""),
-            " / ".join(fmt_number(float(v), 3) for v in a.tpr_at_fpr.values()),
+            _tpr_cell(a),
             f"{a.accuracy:.3f}", f"{a.precision:.3f}", f"{a.recall:.3f}", f"{a.f1:.3f}",
             f"{fmt_empirical(a)} (conf. {fmt_number(a.confidence)}, δ = {fmt_number(a.delta)})",
+            "–" if a.certified else _credible_cell(a),
             f"{a.blind_auc:.3f} / {fmt_epsilon(a.blind_epsilon_lower)}",
         ])
     return rows
 
 
-_ATTACK_HEAD = ["attack", "AUC [95% CI]", "TPR @ FPR 0.1% / 1% / 10%", "acc", "prec", "rec", "F1",
-                "empirical ε (kind) [split-seed range]", "blind AUC / ε"]
+_ATTACK_HEAD = ["attack", "AUC [95% CI]", "TPR @ FPR 0.1% / 1% / 10% [bootstrap CI]", "acc", "prec", "rec", "F1",
+                "empirical ε (kind) [split-seed range]", "Bayesian ε [credible interval]", "blind AUC / ε"]
 
 
 def _assumptions(m: ModelAudit) -> list[str]:
@@ -159,7 +176,7 @@ def _byline(report: AuditReport) -> str:
 
 
 CERTIFIED_HEAD = ["canary audit", "audit", "canaries / models", "score", "certified ε ≥", "ideal attack (median)",
-                   "accounted ε", "kind"]
+                   "accounted ε", "kind", "analysis (rule)"]
 
 
 def certified_rows(report: AuditReport) -> list[list[str]]:
@@ -170,20 +187,84 @@ def certified_rows(report: AuditReport) -> list[list[str]]:
         size = f"m = {st.get('canaries')}" if b.get("audit") == "one-run" else f"N = {st.get('models')}"
         rows.append([str(st.get("name", "–")), f"{b.get('audit')} ({st.get('canary')})", f"{size}, {b.get('trials')} trials",
                      str(b.get("score")), f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ = {fmt_number(float(b.get('delta', 0)))})",
-                     num(b.get("ideal_epsilon")), num(c.get("accounted_epsilon")), str(c.get("kind", b.get("kind")))])
+                     num(b.get("ideal_epsilon")), num(c.get("accounted_epsilon")), str(c.get("kind", b.get("kind"))),
+                     f"{b.get('analysis', 'eps')} ({b.get('rule') or '–'})"])
     return rows
 
 
+ANALYSES_HEAD = ["audit", "analysis", "ε (kind)", "μ (Gaussian DP)", "ideal attack (median)", "rule", "needs"]
+
+#: How every analysis is named in the report (:data:`dpaudit.attacks.canary.ANALYSIS_LABELS` in table words).
+ANALYSIS_NAMES = {"eps": "(ε, δ) test (one run: Steinke et al. 2023 Thm 3; multi-run: Clopper-Pearson)",
+                  "fdp": "f-DP, Gaussian-DP curves (Mahloujifar et al. 2025)",
+                  "fdp-dp": "f-DP, (ε, δ) curves (Mahloujifar et al. 2025)",
+                  "gdp": "Gaussian DP from Clopper-Pearson FPR/FNR (Nasr et al. 2023)",
+                  "bayes": "Bayesian posterior (Zanella-Béguelin et al. 2023)"}
+
+
+def _analysis_figure(e: dict, headline: bool) -> str:
+    num = lambda v: "–" if v is None else fmt_epsilon(float(v))  # noqa: E731
+    if e.get("kind") == "estimate":
+        fig = f"≈ {num(e.get('epsilon'))} [{num(e.get('low'))}, {num(e.get('high'))}] (estimate)"
+    else:
+        fig = f"≥ {num(e.get('epsilon'))} (certified)"
+    return fig + (" — headline" if headline else "")
+
+
+def analyses_rows(entries: tuple, name_of: Callable[[dict], str]) -> list[list[str]]:
+    """One row per analysis of each certified audit's evidence (dicts with ``bound``), the headline marked."""
+    rows = []
+    for c in entries:
+        b = c.get("bound", {})
+        marked = False
+        for e in b.get("analyses", ()):
+            mu = e.get("mu")
+            ideal = e.get("ideal_epsilon")
+            head = not marked and e.get("analysis") == b.get("analysis")
+            marked = marked or head
+            name = e.get("analysis")
+            if name == "fdp" and (e.get("details") or {}).get("family") == "approx-dp":
+                name = "fdp-dp"     # at delta = 0 the f-DP analysis tests the pure-DP curves
+            rows.append([name_of(c), ANALYSIS_NAMES.get(name, str(name)), _analysis_figure(e, head),
+                         "–" if mu is None else f"≥ {float(mu):.3g}", "–" if ideal is None else fmt_epsilon(float(ideal)),
+                         str(e.get("rule", "–")), str(e.get("assumption") or "nothing beyond the coins / runs")])
+    return rows
+
+
+def curve_test_lines(entries: tuple, name_of: Callable[[dict], str]) -> list[str]:
+    """The f-DP test of each audit's accounted trade-off curve, in words."""
+    out = []
+    for c in entries:
+        ct = c.get("bound", {}).get("curve_test")
+        if ct:
+            p = float(ct.get("p_value", 1.0))
+            verdict = "REJECTED" if p <= 1.0 - float(ct.get("confidence", 0.95)) else "consistent with the attack"
+            out.append(f"{name_of(c)}: the {ct.get('curve')} is {verdict} (p = {p:.3g}; guesses: {ct.get('rule')}).")
+    return out
+
+
+ANALYSES_TEXT = ("Every analysis of the same evidence, side by side. The headline was fixed before the data was seen "
+                 "(planned on the ideal attack of the accounted mechanism, among the analyses valid for it); the "
+                 "others are shown for comparison, each at the stated confidence. \"needs\" says what a figure "
+                 "assumes beyond the fair coins (one run) or independent runs (multi-run): a Gaussian-DP figure "
+                 "certifies μ, and its ε holds only if the trade-off curve is Gaussian. Bayesian figures are "
+                 "estimates (posterior median and credible interval), never bounds.")
+
+
 CERTIFIED_TEXT = ("Certified canary audits of DP-SGD recipes: canaries are included by independent fair coins, so the "
-                   "bound holds with the stated confidence (one-run: Steinke, Nasr, Jagielski 2023, Thm 3; multi-run: "
-                   "Clopper-Pearson over independently trained models). The ideal-attack column is the median bound the "
-                   "exact likelihood-ratio test of the accounted mechanism certifies in simulated audits with the same "
-                   "trials and rule: far above the certified figure means a weak attack, close to it means too few "
-                   "trials (or a tight accounting).")
+                   "bound holds with the stated confidence (one-run: Steinke, Nasr, Jagielski 2023, Thm 3, or the f-DP "
+                   "test of Mahloujifar, Melis, Chaudhuri 2025; multi-run: Clopper-Pearson over independently trained "
+                   "models). The analysis and the guessing rule (how many canaries are guessed in / out) are fixed "
+                   "before the run, or paid for by Bonferroni; the last column names them. The ideal-attack column is "
+                   "the median bound the exact likelihood-ratio test of the accounted mechanism certifies in simulated "
+                   "audits with the same trials, analysis and rule: far above the certified figure means a weak attack, "
+                   "close to it means too few trials (or a tight accounting).")
 
 
 METHOD_AUDIT_HEAD = ["method audit", "method", "audit", "trials", "certified ε ≥", "ideal attack (median)",
-                     "paper's claim", "accounted ε", "claim"]
+                     "paper's claim", "accounted ε", "claim", "analysis (rule)"]
+
+CONTROL_HEAD = ["method audit", "control", "trials", "certified ε ≥", "ideal attack (median)", "what it removes"]
 
 METHOD_AUDIT_TEXT = ("Certified audits of the methods' whole training runs (their real round loop, teacher training or "
                      "proxy training) with auditor-planted canaries, each included by an independent fair coin: the "
@@ -200,8 +281,30 @@ def method_audit_rows(report: AuditReport) -> list[list[str]]:
         verdict = "none made" if claim is None else ("refuted" if c.get("refutes_claim") else "not refuted")
         rows.append([str(c.get("name", c.get("method"))), str(c.get("method")), str(c.get("audit")), str(c.get("trials")),
                      f"{num(b.get('epsilon'))} ({b.get('confidence')}, δ = {fmt_number(float(b.get('delta', 0)))})",
-                     num(b.get("ideal_epsilon")), num(claim), num(c.get("accounted_epsilon")), verdict])
+                     num(b.get("ideal_epsilon")), num(claim), num(c.get("accounted_epsilon")), verdict,
+                     f"{b.get('analysis', 'eps')} ({b.get('rule') or '–'})"])
     return rows
+
+
+def control_rows(report: AuditReport) -> list[list[str]]:
+    num = lambda v: "–" if v is None else fmt_epsilon(float(v))  # noqa: E731
+    return [[str(c.get("name", c.get("method"))), str(k.get("name")), str(k.get("trials")),
+             f"{num(k.get('bound', {}).get('epsilon'))} ({k.get('bound', {}).get('confidence')})",
+             num(k.get("bound", {}).get("ideal_epsilon")), str(k.get("description"))]
+            for c in report.method_audits for k in c.get("controls", ())]
+
+
+def rests_on_lines(report: AuditReport) -> list[tuple[str, str]]:
+    """(audit name, what its refutation rests on) for every method audit that says."""
+    return [(str(c.get("name", c.get("method"))), r) for c in report.method_audits for r in c.get("rests_on", ())]
+
+
+def _canary_name(c: dict) -> str:
+    return str(c.get("settings", {}).get("name", "–"))
+
+
+def _method_name(c: dict) -> str:
+    return str(c.get("name", c.get("method")))
 
 
 def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None = None) -> str:
@@ -210,9 +313,22 @@ def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None 
     parts += ["Verdicts:", ""] + [f"- **{name}**: {text}" for name, text in verdict_lines(report)] + [""]
     if report.certified:
         parts += ["## Certified canary audits", "", CERTIFIED_TEXT, "", _md_table(CERTIFIED_HEAD, certified_rows(report)), ""]
+        rows = analyses_rows(report.certified, _canary_name)
+        if rows:
+            parts += [ANALYSES_TEXT, "", _md_table(ANALYSES_HEAD, rows), ""]
+        parts += [f"- {line}" for line in curve_test_lines(report.certified, _canary_name)] + [""]
     if report.method_audits:
         parts += ["## Certified audits of the methods' training runs", "", METHOD_AUDIT_TEXT, "",
                   _md_table(METHOD_AUDIT_HEAD, method_audit_rows(report)), ""]
+        rests = rests_on_lines(report)
+        if rests:
+            parts += ["What each refutation rests on:", ""] + [f"- **{n}**: {r}" for n, r in rests] + [""]
+        if control_rows(report):
+            parts += ["Controls (the same audit with that ingredient removed):", "",
+                      _md_table(CONTROL_HEAD, control_rows(report)), ""]
+        rows = analyses_rows(report.method_audits, _method_name)
+        if rows:
+            parts += [ANALYSES_TEXT, "", _md_table(ANALYSES_HEAD, rows), ""]
     power = power_rows(report)
     parts += ["## Attack power", ""]
     parts += ([_md_table(POWER_HEAD, power), ""] if power else
@@ -273,9 +389,25 @@ def to_html(report: AuditReport, figures_png: list[tuple[str, str, bytes]] | Non
     if report.certified:
         out += ["<h2 id='certified'>Certified canary audits</h2>", f"<p>{e(CERTIFIED_TEXT)}</p>",
                 _html_table(CERTIFIED_HEAD, certified_rows(report))]
+        rows = analyses_rows(report.certified, _canary_name)
+        if rows:
+            out += [f"<p>{e(ANALYSES_TEXT)}</p>", _html_table(ANALYSES_HEAD, rows)]
+        lines = curve_test_lines(report.certified, _canary_name)
+        if lines:
+            out.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>")
     if report.method_audits:
         out += ["<h2 id='method-audits'>Certified audits of the methods' training runs</h2>",
                 f"<p>{e(METHOD_AUDIT_TEXT)}</p>", _html_table(METHOD_AUDIT_HEAD, method_audit_rows(report))]
+        rests = rests_on_lines(report)
+        if rests:
+            out.append("<p>What each refutation rests on:</p><ul>"
+                       + "".join(f"<li><b>{e(n)}</b>: {e(r)}</li>" for n, r in rests) + "</ul>")
+        if control_rows(report):
+            out += ["<p>Controls (the same audit with that ingredient removed):</p>",
+                    _html_table(CONTROL_HEAD, control_rows(report))]
+        rows = analyses_rows(report.method_audits, _method_name)
+        if rows:
+            out += [f"<p>{e(ANALYSES_TEXT)}</p>", _html_table(ANALYSES_HEAD, rows)]
     power = power_rows(report)
     out.append("<h2 id='power'>Attack power</h2>")
     out.append(_html_table(POWER_HEAD, power) if power else

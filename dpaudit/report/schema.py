@@ -36,6 +36,9 @@ class AttackSummary:
     is the (smallest, largest) figure over ``num_splits`` split seeds. ``blind_*`` are the same figures for
     an attack that never queries the model: leakage claimed by the attack should be judged against it.
     ``roc_band`` holds ``fpr``/``low``/``high`` lists: the bootstrap band of the ROC from FPR 1/n up.
+    ``epsilon_credible`` = (posterior median, low, high): the Bayesian credible interval of the estimate's epsilon
+    (Zanella-Beguelin et al. 2023), beside the split-seed range; ``tpr_ci`` the bootstrap interval of each
+    ``tpr_at_fpr`` entry (same keys).
     """
 
     attack: str
@@ -60,6 +63,8 @@ class AttackSummary:
     epsilon_range: tuple[float, float] | None = None
     num_splits: int = 1
     roc_band: Mapping[str, tuple[float, ...]] | None = None
+    epsilon_credible: tuple[float, float, float] | None = None
+    tpr_ci: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_bound_kind(self.epsilon_kind, "AttackSummary")
@@ -98,6 +103,8 @@ class AttackSummary:
             "roc": {"fpr": list(self.roc_fpr), "tpr": list(self.roc_tpr)},
             "roc_band": None if self.roc_band is None else {k: list(v) for k, v in self.roc_band.items()},
             "details": dict(self.details),
+            "epsilon_credible": None if self.epsilon_credible is None else [_f(x) for x in self.epsilon_credible],
+            "tpr_ci": {k: list(v) for k, v in self.tpr_ci.items()},
         }
 
     @classmethod
@@ -115,6 +122,8 @@ class AttackSummary:
             epsilon_range=tuple(_uf(x) for x in d["epsilon_range"]) if d.get("epsilon_range") else None,  # type: ignore[arg-type]
             num_splits=int(d.get("num_splits", 1)),
             roc_band={k: tuple(v) for k, v in d["roc_band"].items()} if d.get("roc_band") else None,
+            epsilon_credible=tuple(_uf(x) for x in d["epsilon_credible"]) if d.get("epsilon_credible") else None,  # type: ignore[arg-type]
+            tpr_ci={k: tuple(v) for k, v in dict(d.get("tpr_ci") or {}).items()},
         )
 
 

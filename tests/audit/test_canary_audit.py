@@ -180,3 +180,35 @@ def test_trained_recipe_soundness_20_seeds(data):
         over += r.refutes_claim
         assert r.bound.epsilon > 0.1  # and the audits have power
     assert over <= 1
+
+
+def test_multi_run_model_count_is_checked_before_training(data):
+    """The default recipe's 200 models cannot certify anything at 0.95 on a weakly leaking recipe: warned before any
+    training (or refused with strict=True, naming 'models', before any training)."""
+    from dpaudit.audit.canary_audit import UnderpoweredAuditWarning
+
+    ds, sp = data
+    tr, pool = sp.train[:60], sp.attacker
+    with pytest.raises(ParameterError, match="'models' parameter of the multi-run canary audit"):
+        run_canary_audit(SPEC, _cfg(3.0), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="multi-run",
+                         canary="dirac", models=16, seed=0, device="cpu", strict=True)
+    with pytest.warns(UnderpoweredAuditWarning, match="ideal attack"):
+        r = run_canary_audit(SPEC, _cfg(3.0, epochs=1), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="multi-run",
+                             canary="dirac", models=16, seed=0, device="cpu", ideal_replicates=3)
+    assert any(n.startswith("underpowered") for n in r.notes)
+    assert [e.analysis for e in r.bound.analyses] == ["eps", "gdp", "bayes"] and r.bound.analysis == "eps"
+
+
+def test_one_run_names_its_analysis_rule_and_tests_the_accounted_curve(data):
+    ds, sp = data
+    tr, pool = sp.train[:100], sp.attacker
+    r = run_canary_audit(SPEC, _cfg(1.0), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="one-run",
+                         canary="dirac", canaries=100, seed=0, device="cpu", ideal_replicates=3, analysis="fdp")
+    b = r.bound
+    assert b.analysis == "fdp" and "planned on the ideal attack" in b.rule and b.ideal_epsilon is not None
+    assert {e.analysis for e in b.analyses} == {"eps", "fdp", "fdp-dp"}
+    assert b.curve_test is not None and not b.curve_test.rejected      # a correct recipe: consistent
+    assert "headline" in r.summary() and "accounted curve" in r.summary()
+    with pytest.raises(ParameterError, match="analysis"):
+        run_canary_audit(SPEC, _cfg(1.0), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="one-run",
+                         canary="dirac", canaries=100, seed=0, analysis="gdp")

@@ -29,6 +29,9 @@ def test_attack_cli_threshold_writes_report(release, tmp_path, cli):
     assert report.attack.metrics.auc > 0.7 and report.attack.bound.delta == 1e-5
     b = report.attack.bound
     assert b.kind == "estimate" and b.num_splits == 5 and b.split_low <= b.epsilon <= b.split_high
+    # the Bayesian credible interval beside the split-seed spread, and the TPR-at-FPR bootstrap intervals, in JSON
+    assert b.bayes_low <= b.bayes_median <= b.bayes_high and "credible interval [" in stdout
+    assert {"tpr@0.001", "tpr@0.01", "tpr@0.1"} <= set(report.attack.metrics.intervals)
     assert report.blind is not None and (out / "roc.png").stat().st_size > 1000
     # same seed, same numbers
     code, _, _ = cli(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",

@@ -67,8 +67,24 @@ def test_attack_errors_on_a_canary_bundle(tmp_path, cli):
                       "--set", "canaries.count=20"])
     assert code in (0, None)
     for args, what in ((["--canary", "ood"], "'canary' parameter"), (["--canaries", "5"], "'canaries' parameter"),
-                       (["--score", "loss"], "'score' parameter")):
+                       (["--score", "loss"], "'score' parameter"), (["--analysis", "gdp"], "'analysis' parameter")):
         bad = tmp_path / "bad"
         code, out, err = cli(["attack", rel, "--audit", "one-run", "--out", bad, "--quiet", *args])
         assert code == 2 and what in err and len(err.strip().splitlines()) == 1 and out == ""
         assert not bad.exists()
+
+
+def test_attack_analysis_and_strict_multi_run(tmp_path, cli):
+    """--analysis names the headline analysis (every analysis is printed side by side); a multi-run audit with fewer
+    models than the ideal attack needs is refused with --strict before anything is trained (exit 2, one line)."""
+    rel = tmp_path / "rel"
+    code, _, _ = cli(["train", "centrain", "--out", rel, "--quiet", *SETS, "--set", "canaries.kind=dirac",
+                      "--set", "canaries.count=40"])
+    assert code in (0, None)
+    code, out, err = cli(["attack", rel, "--audit", "one-run", "--analysis", "fdp", "--quiet"])
+    assert code in (0, None) and "analysis fdp" in out and "[headline] f-DP" in out and "[for comparison]" in out
+    assert "assumes its trade-off curve is Gaussian" in out
+    bad = tmp_path / "multi"
+    code, out, err = cli(["attack", rel, "--audit", "multi-run", "--models", "8", "--strict", "--out", bad, "--quiet"])
+    assert code == 2 and "'models' parameter of the multi-run" in err and len(err.strip().splitlines()) == 1
+    assert out == "" and not bad.exists()

@@ -235,3 +235,38 @@ def test_report_roc_panels_use_the_one_roc_routine():
     assert [ax.get_title() for ax in fig.axes] == ["threshold attack", "lira attack"]
     ax = fig.axes[0]
     assert ax.get_xlim()[0] == 1 / 200 and len(ax.collections) == 1  # stopped at 1/n, band shaded
+
+
+# ---------------------------------------------------------------- analyses side by side, controls, intervals
+
+
+def test_certified_analyses_controls_and_intervals_are_rendered():
+    """Each canary audit's analyses (headline marked, what each needs, ideal references), the accounted-curve test,
+    what a method-run refutation rests on and its control, the Bayesian interval beside a single-model estimate and
+    the TPR bootstrap intervals: in Markdown and HTML, from the structured results (round trip included)."""
+    import numpy as np
+
+    from dpaudit.attacks.canary import one_run_certified
+    from dpaudit.attacks.results import CurveTest
+    from dpaudit.audit.canary_audit import CanaryAuditResult
+    from dpaudit.audit.method_runs.result import MethodRunAudit, RunControl
+
+    rng = np.random.default_rng(0)
+    inc = rng.random(400) < 0.5
+    b = one_run_certified(inc * 2.0 + rng.standard_normal(400), inc, delta=1e-5)
+    from dataclasses import replace
+
+    b = replace(b, curve_test=CurveTest("accounted PLD", 0.5, 0.95, "rule-x"))
+    canary = {**CanaryAuditResult(b, 8.0, {}, {"name": "dp-x", "canary": "dirac", "canaries": 400}, 1.0).to_dict()}
+    run = MethodRunAudit("privatekt", "one-run", b, 5.0, 85.0, 400, {}, 1.0, rests_on=("composition over rounds",),
+                         controls=(RunControl("one report per canary", "first upload only", b, 400),))
+    att = replace(_attack(0.9), epsilon_credible=(1.0, 0.5, 1.6), tpr_ci={"0.01": (0.004, 0.03)})
+    models = (_model("m", attacks=(att,)),)
+    rep = AuditReport(title="t", seed=0, dataset={"name": "digits"}, models=models, certified=(canary,),
+                      method_audits=({"name": "pkt", **run.to_dict()},))
+    assert AuditReport.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
+    for doc in (to_markdown(rep), to_html(rep)):
+        assert "f-DP, Gaussian-DP curves (Mahloujifar et al. 2025)" in doc and "— headline" in doc
+        assert "trade-off curve is Gaussian" in doc and "accounted PLD is consistent with the attack" in doc
+        assert "composition over rounds" in doc and "one report per canary" in doc
+        assert "≈ 1 [0.5, 1.6] (estimate)" in doc and "0.012 [0.004, 0.03]" in doc

@@ -61,12 +61,13 @@ from typing import Any, Callable
 import numpy as np
 
 from dpaudit.attacks.canary import multi_run_certified
-from dpaudit.audit.method_runs.result import MethodRunAudit
+from dpaudit.audit.method_runs.result import MethodRunAudit, RunControl
 from dpaudit.errors import ParameterError, check_float, check_int
 from dpaudit.progress import as_reporter
 from dpaudit.training.limits import MAX_EPOCHS, MAX_MODELS, MAX_RECORDS, MAX_WIDTH
 
-__all__ = ["audit_pate_run", "audit_fedkt_run", "audit_fredy_run", "noisy_max_ideal_epsilon", "canary_input"]
+__all__ = ["audit_pate_run", "audit_fedkt_run", "audit_fredy_run", "noisy_max_ideal_epsilon", "canary_input",
+           "FREDY_RESTS_ON"]
 
 _SEED_TAG = 0x9A7E
 
@@ -360,13 +361,14 @@ def audit_fredy_run(*, trials: int = 400, teachers: int = 5, rounds: int = 2, ga
                     dataset: str = "digits", num_samples: int = 1797, hidden: int = 32, epochs: int = 10,
                     lr: float = 1e-2, canary_features: int = 3, canary_scale: float = 3.0, pilot: int = 4,
                     confidence: float = 0.95, replicates: int = 21, seed: int = 0,
-                    device: str | None = None, progress: Any = False) -> MethodRunAudit:
+                    device: str | None = None, progress: Any = False, control: bool = True) -> MethodRunAudit:
     """Audit FREDY (Future Internet 2023) with ``teachers`` clients and ``rounds`` FedAvg rounds: per trial, the
     teachers are trained by ``fredy.fedavg_teachers`` from ``fredy.initial_state`` (all trials' federations in the
     same calls, averaged within their federation), the canary one more record of client 0 in half the trials; the
     answer is ``common.noisy_argmax`` on the teachers' votes on the canary's input. Claimed: the paper's per-query
     ``gamma``; accounted: ``fredy_sensitivity(T, rounds) * gamma`` (``2 T gamma`` after FedAvg). See the module
-    docstring."""
+    docstring. ``control`` (with ``rounds > 1``): the same audit with one round (no FedAvg), attached as the
+    result's control (:data:`FREDY_RESTS_ON` says why)."""
     from dpaudit.training.methods import fredy
     from dpaudit.training.methods.common import model_spec, noisy_argmax, StageCache, vote_counts
 
@@ -397,7 +399,7 @@ def audit_fredy_run(*, trials: int = 400, teachers: int = 5, rounds: int = 2, ga
         return vote_counts(g.predict(x[None])[:, 0].reshape(len(inc), T).T, C)  # (trials, C)
 
     sens = fredy.fredy_sensitivity(T, R)
-    return _run_audit(
+    result = _run_audit(
         "fredy", votes_fn=votes_fn, answer_fn=lambda v, rng: noisy_argmax(v, gamma, rng), classes=C, trials=trials,
         pilot=pilot, seed=seed, confidence=confidence, replicates=replicates, claimed=gamma, accounted=sens * gamma,
         sensitivity=sens, voters=T, gamma=gamma,
@@ -407,3 +409,23 @@ def audit_fredy_run(*, trials: int = 400, teachers: int = 5, rounds: int = 2, ga
         notes=(f"FREDY's per-query claim is gamma = {gamma:g}; PATE's one-record-one-teacher analysis would give "
                f"2 gamma = {2 * gamma:g}; after FedAvg one record can move all {T} votes (accounted {sens:g} gamma).",),
         start=start, progress=progress)
+    controls: tuple[RunControl, ...] = ()
+    if control and R > 1:
+        one = audit_fredy_run(trials=trials, teachers=T, rounds=1, gamma=gamma, dataset=dataset, num_samples=num_samples,
+                              hidden=hidden, epochs=epochs, lr=lr, canary_features=canary_features,
+                              canary_scale=canary_scale, pilot=pilot, confidence=confidence, replicates=replicates,
+                              seed=seed, device=device, progress=progress, control=False)
+        controls = (RunControl("one round (no FedAvg)", f"the same audit with 1 training round: each teacher trains "
+                               f"on its own client's data only, so the canary moves at most one of the {T} votes",
+                               one.bound, one.trials),)
+    return dataclasses.replace(result, rests_on=FREDY_RESTS_ON, controls=controls,
+                               elapsed_seconds=time.perf_counter() - start)
+
+
+#: What a refutation of FREDY's per-query claim by this audit depends on.
+FREDY_RESTS_ON = (
+    "FedAvg: after the federated rounds every teacher's weights depend on every client's data, so one record can "
+    "move all T teacher votes on a query (sensitivity 2T) while the per-query claim assumes it moves one;",
+    "one released answer per trial: the claim is per query, so the audit releases exactly one noisy-max answer (the "
+    "canary's input as the query); a real run answers many, which can only add to epsilon.",
+)

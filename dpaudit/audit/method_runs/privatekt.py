@@ -40,41 +40,65 @@ from dpaudit._format import fmt_number
 from dpaudit.accountants.events import RandomizedResponse, flatten, rr_epsilon_from_keep_probability, \
     rr_keep_probability
 from dpaudit.attacks.canary import one_run_certified
-from dpaudit.audit.method_runs.result import MethodRunAudit
+from dpaudit.audit.canary_audit import check_analysis, one_run_with_plan, plan_note
+from dpaudit.audit.method_runs.result import MethodRunAudit, RunControl
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
-__all__ = ["audit_run", "rr_ideal_one_run_epsilon"]
+__all__ = ["audit_run", "rr_ideal_one_run_epsilon", "rr_ideal_simulator", "RESTS_ON"]
+
+#: What a refutation of PrivateKT's whole-process claim by this audit depends on.
+RESTS_ON = (
+    "composition over rounds: a client reports a fresh randomized response of the same local data in every round it "
+    "is sampled, and the audit scores all of them together (the paper's 'model shuffling' is claimed to stop this "
+    "accumulation; nothing in the algorithm does);",
+    "linkage by client id: the server receives each upload with its client's id (as Algorithm 1 does), so the auditor "
+    "can add up one canary's reports across rounds; an anonymous channel (a shuffler) would remove this linkage, and a "
+    "claim resting on it needs a shuffling analysis (dpaudit's account --users ...), not 'model shuffling'.",
+)
 
 _OWNER = "the PrivateKT run audit"
 def _count_score(counts_a: np.ndarray, counts_b: np.ndarray) -> np.ndarray:
     return counts_a.astype(np.float64) - counts_b.astype(np.float64)
 
 
-def rr_ideal_one_run_epsilon(reports: np.ndarray, *, samples: int, classes: int, epsilon: float,
-                             confidence: float = 0.95, replicates: int = 5, seed: int = 0) -> float:
-    """Median over ``replicates`` simulated one-run audits of the bound :func:`one_run_certified` gives for the
-    exact likelihood-ratio test of PrivateKT's randomized response: canary j reports ``reports[j]`` times K =
-    ``samples`` labels, all of class a (in) or b (out) before perturbation, each kept with PrivateKT's keep
-    probability for ``epsilon`` over K labels and C = ``classes``; fresh fair coins in every replicate."""
-    owner = "rr_ideal_one_run_epsilon"
+def rr_ideal_simulator(reports: np.ndarray, *, samples: int, classes: int, epsilon: float) -> Any:
+    """``simulate(rng) -> (scores, included)``: the exact likelihood-ratio test of PrivateKT's randomized response
+    for canaries that report ``reports[j]`` times K = ``samples`` labels, all of class a (in) or b (out) before
+    perturbation, each kept with PrivateKT's keep probability for ``epsilon`` over K labels and C = ``classes``;
+    fresh fair coins in every call. Score: #a - #b (the log likelihood ratio up to a positive factor)."""
+    owner = "rr_ideal_simulator"
     r = np.asarray(reports, dtype=np.int64).ravel()
     if r.size < 2 or np.any(r < 0):
         raise ParameterError(f"The 'reports' parameter of {owner} must hold >= 2 counts >= 0. Got {r.size} counts.")
     K = check_int(samples, "samples", owner, low=1)
     C = check_int(classes, "classes", owner, low=2)
     beta = rr_keep_probability(check_float(epsilon, "epsilon", owner, low=0.0, low_open=True), K, C)
-    n_rep = check_int(replicates, "replicates", owner, low=1)
     p_other = (1.0 - beta) / C
     p_true = beta + p_other
-    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0x1DE7]))
-    out = []
-    for _ in range(n_rep):
+
+    def simulate(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         inc = rng.random(r.size) < 0.5
         n = r * K
         true = rng.binomial(n, p_true)                       # labels of the canary's own class
         rest = p_other / (1.0 - p_true) if p_true < 1.0 else 0.0  # keep probability 1 in floating point: no rest
         other = rng.binomial(n - true, rest)                  # labels of the other audited class
-        score = np.where(inc, 1.0, -1.0) * _count_score(true, other)
+        return np.where(inc, 1.0, -1.0) * _count_score(true, other), inc
+
+    return simulate
+
+
+def rr_ideal_one_run_epsilon(reports: np.ndarray, *, samples: int, classes: int, epsilon: float,
+                             confidence: float = 0.95, replicates: int = 5, seed: int = 0) -> float:
+    """Median over ``replicates`` simulated one-run audits of the bound :func:`one_run_certified` (dpaudit's earlier
+    rule: equal in/out counts, Theorem 3) gives for the exact likelihood-ratio test of PrivateKT's randomized response
+    (:func:`rr_ideal_simulator`)."""
+    owner = "rr_ideal_one_run_epsilon"
+    simulate = rr_ideal_simulator(reports, samples=samples, classes=classes, epsilon=epsilon)
+    n_rep = check_int(replicates, "replicates", owner, low=1)
+    rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0x1DE7]))
+    out = []
+    for _ in range(n_rep):
+        score, inc = simulate(rng)
         out.append(one_run_certified(score, inc, confidence=confidence, score="count").epsilon)
     return float(np.median(out))
 
@@ -97,7 +121,7 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
               num_clients: int = 10, canary_records: int = 128, canary_classes: tuple[int, int] = (0, 1),
               hidden: int = 100, local_epochs: int = 5, local_lr: float = 1e-2, local_batch_size: int = 32,
               server_steps: int = 4, server_lr: float = 1e-2, replicates: int = 5, data_dir: Any = None,
-              progress: Any = False, **config_overrides: Any) -> MethodRunAudit:
+              progress: Any = False, analysis: str = "auto", **config_overrides: Any) -> MethodRunAudit:
     """Certified one-run audit of a real PrivateKT run with ``canary_clients`` canary clients (module docstring).
 
     Parameters
@@ -112,7 +136,9 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
         T = 60, so a client reports in about 30 rounds.
     num_clients: ordinary clients (Dirichlet(0.5) label skew, dpaudit's PrivateKT default split).
     canary_records: records per canary client. hidden: width of the MLP (dpaudit's PrivateKT default model).
-    replicates: simulated audits of the ideal reference (median).
+    replicates: simulated audits of the ideal reference (median; at least 7 also plan the guessing rule).
+    analysis: ``"auto"`` (the analysis and guessing rule planned on the ideal attack before the bound is computed:
+        Theorem 3 or the f-DP test with pure-DP curves), ``"eps"`` or ``"fdp"``.
     local_epochs, local_lr, local_batch_size, server_steps, server_lr: PrivateKT's client and server training
         (defaults: dpaudit's PrivateKT defaults).
     progress: passed to the round engine.
@@ -132,6 +158,7 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
     n_rec = check_int(canary_records, "canary_records", _OWNER, low=1, high=100_000)
     width = check_int(hidden, "hidden", _OWNER, low=1, high=100_000)
     check_int(replicates, "replicates", _OWNER, low=1, high=10_000)
+    check_analysis(analysis, "one-run", _OWNER)
     named = {"epsilon": epsilon, "samples_per_round": samples_per_round, "rounds": rounds,
              "client_fraction": client_fraction, "local_epochs": local_epochs, "local_lr": local_lr,
              "local_batch_size": local_batch_size, "server_steps": server_steps, "server_lr": server_lr}
@@ -165,13 +192,19 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
 
     counts_a = np.zeros(m, dtype=np.int64)
     counts_b = np.zeros(m, dtype=np.int64)
+    first_a = np.zeros(m, dtype=np.int64)     # the control: each canary's first upload only
+    first_b = np.zeros(m, dtype=np.int64)
+    seen = np.zeros(m, dtype=bool)
 
     def observe(_round: int, uploads: Any) -> None:
         for cid, labels in uploads.items():
             j = cid - n_real
             if j >= 0:  # a canary: what the server received from it this round
-                counts_a[j] += int(np.count_nonzero(labels == a))
-                counts_b[j] += int(np.count_nonzero(labels == b))
+                na, nb = int(np.count_nonzero(labels == a)), int(np.count_nonzero(labels == b))
+                counts_a[j] += na
+                counts_b[j] += nb
+                if not seen[j]:
+                    first_a[j], first_b[j], seen[j] = na, nb, True
 
     spec = model_spec_from({"name": "mlp", "hidden": [width]}, data)
     res = run_privatekt(data, spec, config, seed=seed, observer=observe, progress=progress)
@@ -180,7 +213,10 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
     reports = np.asarray(res.reports_per_client, dtype=np.int64)[canary_ids]
     K = min(config.samples_per_round, len(data.public))
     score = _count_score(counts_a, counts_b)
-    bound = one_run_certified(score, included, confidence=conf, score="count")
+    reps = max(replicates, 7)
+    bound, plan = one_run_with_plan(
+        score, included, None, delta=0.0, confidence=conf, analysis=analysis, score="count", calibrated=True,
+        replicates=reps, seed=seed, simulate=rr_ideal_simulator(reports, samples=K, classes=C, epsilon=config.epsilon))
 
     # accounting: the run's own ledger, basic (pure-DP) composition per canary, the worst canary
     parties = set(res.ledger.parties)
@@ -190,9 +226,16 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
     accounted = float(per_canary[worst])
     rdp_worst = float(res.ledger.epsilon(f"client{canary_ids[worst]}")) if f"client{canary_ids[worst]}" in parties \
         else 0.0
-    ideal = rr_ideal_one_run_epsilon(reports, samples=K, classes=C, epsilon=config.epsilon, confidence=conf,
-                                     replicates=replicates, seed=seed)
-    bound = bound.with_ideal(ideal)
+
+    # the control: the same run, each canary's first upload only (one report: no composition, no linkage needed)
+    one = np.minimum(reports, 1)
+    c_bound, _ = one_run_with_plan(
+        _count_score(first_a, first_b), included, None, delta=0.0, confidence=conf, analysis=analysis, score="count",
+        calibrated=True, replicates=reps, seed=seed,
+        simulate=rr_ideal_simulator(one, samples=K, classes=C, epsilon=config.epsilon))
+    control = RunControl("one report per canary", f"each canary's first upload only ({int(one.sum())} of {m} canaries "
+                         f"reported at least once): one eps = {config.epsilon:g} randomized response, no composition "
+                         "over rounds", c_bound, m)
 
     beta = rr_keep_probability(config.epsilon, K, C)
     p_true = beta + (1.0 - beta) / C
@@ -216,6 +259,8 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
         f"Global model's test accuracy after the audited run: {res.test_accuracy:.4f} ({m} canaries among "
         f"{data.num_clients} clients).",
     )
+    notes += (plan_note(plan, reps),)
     return MethodRunAudit(method="privatekt", audit="one-run", bound=bound, claimed_epsilon=float(config.epsilon),
                           accounted_epsilon=accounted, trials=m, settings=settings,
-                          elapsed_seconds=time.perf_counter() - t0, notes=notes)
+                          elapsed_seconds=time.perf_counter() - t0, notes=notes, rests_on=RESTS_ON,
+                          controls=(control,))

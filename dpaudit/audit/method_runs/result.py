@@ -12,7 +12,24 @@ from typing import Any, Mapping
 from dpaudit._format import fmt_number
 from dpaudit.attacks.canary import CanaryBound
 
-__all__ = ["MethodRunAudit"]
+__all__ = ["MethodRunAudit", "RunControl"]
+
+
+@dataclass(frozen=True)
+class RunControl:
+    """A control audit beside a whole-run audit: the same evidence or method with the ingredient the refutation
+    rests on removed (PrivateKT: each canary's first report only, no composition over rounds; FREDY: one training
+    round, no FedAvg). ``bound`` is certified like the main one; a control near the per-step claim says the main
+    bound comes from that ingredient."""
+
+    name: str
+    description: str
+    bound: CanaryBound
+    trials: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "bound": self.bound.to_dict(),
+                "trials": self.trials}
 
 
 @dataclass(frozen=True)
@@ -21,7 +38,9 @@ class MethodRunAudit:
 
     ``bound``: the certified bound (``kind = "certified"``) with the ideal-attack reference; ``claimed_epsilon``: the
     paper's claim at these settings (None when the paper makes none); ``accounted_epsilon``: dpaudit's accounting of
-    the same run; ``trials``: canaries (one-run) or runs (multi-run) counted by the bound."""
+    the same run; ``trials``: canaries (one-run) or runs (multi-run) counted by the bound; ``rests_on``: what a
+    refutation by this audit depends on, in words (e.g. composition over rounds, linkage of reports by client id);
+    ``controls``: control audits with that ingredient removed (:class:`RunControl`)."""
 
     method: str
     audit: str
@@ -32,6 +51,8 @@ class MethodRunAudit:
     settings: Mapping[str, Any]
     elapsed_seconds: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    rests_on: tuple[str, ...] = ()
+    controls: tuple[RunControl, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -52,7 +73,8 @@ class MethodRunAudit:
                 "bound": self.bound.to_dict(), "claimed_epsilon": self.claimed_epsilon,
                 "accounted_epsilon": self.accounted_epsilon, "refutes_claim": self.refutes_claim,
                 "refutes_accounting": self.refutes_accounting, "trials": self.trials,
-                "settings": dict(self.settings), "elapsed_seconds": self.elapsed_seconds, "notes": list(self.notes)}
+                "settings": dict(self.settings), "elapsed_seconds": self.elapsed_seconds, "notes": list(self.notes),
+                "rests_on": list(self.rests_on), "controls": [c.to_dict() for c in self.controls]}
 
     def summary(self) -> str:
         b = self.bound
@@ -60,6 +82,11 @@ class MethodRunAudit:
         claim = "none" if self.claimed_epsilon is None else fmt_number(self.claimed_epsilon, 3)
         acc = fmt_number(self.accounted_epsilon, 3)
         verdict = "REFUTED" if self.refutes_claim else "not refuted"
-        return (f"{self.method} ({self.audit}, full run): certified epsilon >= {b.epsilon:.3f} at confidence "
-                f"{fmt_number(b.confidence)} over {self.trials} trials (ideal attack {ideal}); paper's claim {claim}: {verdict}; "
-                f"dpaudit's accounting {acc}.")
+        lines = [f"{self.method} ({self.audit}, full run): certified epsilon >= {b.epsilon:.3f} at confidence "
+                 f"{fmt_number(b.confidence)} over {self.trials} trials (ideal attack {ideal}; analysis {b.analysis}, rule: "
+                 f"{b.rule or '–'}); paper's claim {claim}: {verdict}; dpaudit's accounting {acc}."]
+        lines += [f"  rests on: {r}" for r in self.rests_on]
+        lines += [f"  control ({c.name}: {c.description}): certified epsilon >= {c.bound.epsilon:.3f} over {c.trials} "
+                  f"trials" + ("" if c.bound.ideal_epsilon is None else f" (ideal attack {c.bound.ideal_epsilon:.3f})")
+                  for c in self.controls]
+        return "\n".join(lines)
