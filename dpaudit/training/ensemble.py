@@ -34,8 +34,9 @@ anything else (``dp_method``). Optional white-box gradient canaries (``canary_gr
 added to model ``i``'s clipped sum, before the noise, in the steps its mask selects. An epoch is ``round(1 / q_i)`` steps
 (:func:`dp_steps_per_epoch`), so the accountant's ``steps`` is ``epochs * round(1 / q_i)``. The Poisson
 masks of model ``i`` depend only on ``(seed, i, epoch)``; the noise of global step ``t`` is drawn for all
-models at once from a generator seeded by ``(seed, t)`` -- reproducible, but, unlike initialisation and
-batch order, it depends on the number of models.
+models at once from generators seeded by ``(seed, t)`` (:class:`~dpaudit.training.dpsgd.BlockNoise`: fixed
+blocks, drawn in parallel on the CPU, the same numbers whatever the thread count) -- reproducible, but,
+unlike initialisation and batch order, it depends on the number of models.
 
 Checkpoints (``checkpoint_dir``): every ``checkpoint_every`` rounds (see :func:`train_ensemble`) the stacked parameters,
 buffers and optimiser state go to ``state.safetensors`` and the progress to ``state.json``, written as a
@@ -61,7 +62,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from dpaudit._io import atomic_dir, read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int
 from dpaudit.training.limits import MAX_ENSEMBLE_BYTES, MAX_EPOCHS, MAX_RECORDS
-from dpaudit.training.dpsgd import DP_METHODS, DPSGDStep, cross_entropy_rows
+from dpaudit.training.dpsgd import DP_METHODS, BlockNoise, DPSGDStep, cross_entropy_rows
 from dpaudit.training.models import (
     Classifier,
     ModelSpec,
@@ -810,13 +811,12 @@ def _apply_canary_hook(hook, grads: dict, t: int, models: np.ndarray, q, sizes) 
 def _private_grads(step: DPSGDStep, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,
                    canary_grads=None, canary_mask=None):
     """Clipped, noised, normalised per-model gradients (DP-SGD) for global step t; the noise of step t is
-    drawn for all stepped models at once from a generator seeded by ``(seed, t)``."""
+    drawn for all stepped models at once, a function of ``(seed, t)`` (:class:`~dpaudit.training.dpsgd.BlockNoise`)."""
     dev = mb.device
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(_step_seed(seed, t))
     expected = torch.as_tensor(q * sizes, dtype=torch.float32, device=dev)
     return step.private_grads(params, buffers, xb, yb, mb, max_grad_norm=dp.max_grad_norm,
-                              noise_multiplier=dp.noise_multiplier, expected_batch=expected, noise=gen,
+                              noise_multiplier=dp.noise_multiplier, expected_batch=expected,
+                              noise=BlockNoise(_step_seed(seed, t)),
                               chunk_bytes=chunk_bytes, canary_grads=canary_grads, canary_mask=canary_mask)
 
 
