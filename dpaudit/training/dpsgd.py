@@ -292,6 +292,23 @@ class DPSGDStep:
                 out[k] = noised_mean(v, noise[k], noise_multiplier, C, expected)
         return out
 
+    def mean_loss_grads(self, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                        mask: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        """Plain (non-private) training's gradients through the same stacked program: for every model, the
+        gradient of its loss averaged over its real rows (``mask`` (M, W) 0/1), a dict of (M, *shape) tensors.
+        None when the module has no stacked program (buffers, active dropout, unknown layers): the caller uses
+        ``vmap`` over ``functional_call`` then. The same numbers as that way up to float rounding, without its
+        per-layer batching overhead."""
+        if self.program is None:
+            return None
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        with torch.enable_grad():
+            _, logits = self._forward(leaves, x, track=False)
+            rows = self.loss(logits, y, None)
+            losses = (rows * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            gs = torch.autograd.grad(losses.sum(), list(leaves.values()))
+        return dict(zip(leaves.keys(), gs))
+
     def clipped_sum(self, params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor], x: torch.Tensor,
                     y: torch.Tensor, mask: torch.Tensor, max_grad_norm: float, *, extra: torch.Tensor | None = None,
                     chunk_bytes: int = 1 << 29) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -462,19 +479,24 @@ class _StackedConv(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x4, a, w_rows, w, geom):
         ctx.geom = geom
-        ctx.save_for_backward(w)
+        ctx.save_for_backward(w, a)
         return torch.bmm(a, w_rows.transpose(1, 2))
 
     @staticmethod
     def backward(ctx, gz):
-        (w,) = ctx.saved_tensors
+        w, a = ctx.saved_tensors
         M, W, (H, L), (Ho, Lo), k, pad, stride, dil, out_pad = ctx.geom
         O, Cin = w.shape[1], w.shape[2]
-        # (M, W*Ho*Lo, O) -> (W, M*O, Ho, Lo) in channels-last memory: each model's channels one group
-        g = gz.reshape(M, W, Ho, Lo, O).permute(1, 2, 3, 0, 4).reshape(W, Ho, Lo, M * O).permute(0, 3, 1, 2)
-        gx = F.conv_transpose2d(g, w.reshape(M * O, Cin, k[0], k[1]), groups=M, padding=pad, stride=stride,
-                                dilation=dil, output_padding=out_pad)  # (W, M*Cin, H, L)
-        return gx.reshape(W, M, Cin, H, L).transpose(0, 1).reshape(M * W, Cin, H, L), None, None, None, None
+        gx = g_rows = None
+        if ctx.needs_input_grad[0]:
+            # (M, W*Ho*Lo, O) -> (W, M*O, Ho, Lo) in channels-last memory: each model's channels one group
+            g = gz.reshape(M, W, Ho, Lo, O).permute(1, 2, 3, 0, 4).reshape(W, Ho, Lo, M * O).permute(0, 3, 1, 2)
+            gx = F.conv_transpose2d(g, w.reshape(M * O, Cin, k[0], k[1]), groups=M, padding=pad, stride=stride,
+                                    dilation=dil, output_padding=out_pad)  # (W, M*Cin, H, L)
+            gx = gx.reshape(W, M, Cin, H, L).transpose(0, 1).reshape(M * W, Cin, H, L)
+        if ctx.needs_input_grad[2]:  # plain training (the weights are leaves there; the DP step detaches them)
+            g_rows = torch.bmm(gz.transpose(1, 2), a)
+        return gx, None, g_rows, None, None
 
 
 def _conv_forward(layer, prefix, params, h):

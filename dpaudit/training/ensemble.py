@@ -619,10 +619,12 @@ def _plan(spec, config: TrainConfig, data, seed: int, dev) -> _Plan:
 
 @dataclass
 class _StepModel:
-    """The module that defines the forward pass, and the DP-SGD step for it (None without DP)."""
+    """The module that defines the forward pass, the DP-SGD step for it (None without DP), and its stacked
+    program for plain training (None when it has none: ``vmap`` over ``functional_call`` then)."""
 
     base: torch.nn.Module
     dp_step: DPSGDStep | None
+    plain: DPSGDStep | None = None
 
 
 def _build_step_model(spec: ModelSpec, config: TrainConfig, dev, dp_method: str) -> _StepModel:
@@ -632,7 +634,10 @@ def _build_step_model(spec: ModelSpec, config: TrainConfig, dev, dp_method: str)
             f"DP-SGD needs per-example gradients, which batch normalisation does not have; build {spec.name} with norm='group'."
         )
     base.train()
-    return _StepModel(base, DPSGDStep(base, method=dp_method) if config.dp is not None else None)
+    if config.dp is not None:
+        return _StepModel(base, DPSGDStep(base, method=dp_method))
+    stacked = DPSGDStep(base)  # its stacked forward program (bmm per layer), if the architecture has one
+    return _StepModel(base, None, stacked if stacked.method == "ghost" else None)
 
 
 @dataclass
@@ -699,7 +704,9 @@ def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: S
         xb, yb = plan.X[rows], plan.y[rows]
         mb = mask_t[s] if sel is None else mask_t[s].index_select(0, sel)
         if model.dp_step is None:
-            grads = _plain_grads(model.base, p_step, b_step, xb, yb, mb)
+            grads = model.plain.mean_loss_grads(p_step, xb, yb, mb) if model.plain is not None else None
+            if grads is None:
+                grads = _plain_grads(model.base, p_step, b_step, xb, yb, mb)
         else:
             cg, cm = canaries.at(g * S + s, sel_np, dev) if canaries is not None else (None, None)
             grads = _private_grads(model.dp_step, p_step, b_step, xb, yb, mb, config.dp, plan.q[sel_np],
