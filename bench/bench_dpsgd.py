@@ -211,6 +211,22 @@ def main(argv=None) -> dict:
 
     rows = []
     load_before = list(os.getloadavg())
+    from dpaudit._io import write_json
+
+    def result() -> dict:
+        return {
+            "command": "python bench/bench_dpsgd.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "settings": {"dataset": "digits (load_digits), each model its own random records", "batch_size": BATCH,
+                         "optimizer": "sgd", "lr": LR, "noise_multiplier": SIGMA, "max_grad_norm": CLIP,
+                         "sampling": "Poisson, q = 1/ceil(n/batch), ceil(n/batch) steps per epoch"},
+            "device": args.device, "device_name": _device_name(args.device), "torch": torch.__version__,
+            "opacus": opacus.__version__, "cpu_count": os.cpu_count(), "torch_threads": threads.threads,
+            "threads": threads.to_dict(), "baseline_models": args.baseline_models, "date": time.strftime("%Y-%m-%d"),
+            "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
+            "platform": platform.platform(), "processes": "one per arm" if args.separate else
+            "one per case, arms alternating; peak_rss_mb of a later arm is the process's peak so far", "cases": rows,
+        }
+
     for name in args.cases:
         case = CASES[name]
         baseline = "opacus" if case["dp"] else "loop"
@@ -231,24 +247,12 @@ def main(argv=None) -> dict:
               f"({b['peak_rss_mb']:.0f} MB) | ensemble warm {e['warm_s'] or float('nan'):6.2f} s cold {e['cold_s']:6.2f} s "
               f"({e['peak_rss_mb']:.0f} MB) | x{row.get('speedup_warm', float('nan')):.1f} warm, "
               f"x{row['speedup_cold']:.1f} cold, x{row.get('speedup_warm_cpu', float('nan')):.1f} in CPU time", flush=True)
-    result = {
-        "command": "python bench/bench_dpsgd.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "settings": {"dataset": "digits (load_digits), each model its own random records", "batch_size": BATCH,
-                     "optimizer": "sgd", "lr": LR, "noise_multiplier": SIGMA, "max_grad_norm": CLIP,
-                     "sampling": "Poisson, q = 1/ceil(n/batch), ceil(n/batch) steps per epoch"},
-        "device": args.device, "device_name": _device_name(args.device), "torch": torch.__version__,
-        "opacus": opacus.__version__, "cpu_count": os.cpu_count(), "torch_threads": threads.threads,
-        "threads": threads.to_dict(), "baseline_models": args.baseline_models, "date": time.strftime("%Y-%m-%d"),
-        "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
-        "platform": platform.platform(), "processes": "one per arm" if args.separate else
-        "one per case, arms alternating; peak_rss_mb of a later arm is the process's peak so far", "cases": rows,
-    }
-    from dpaudit._io import write_json
-
-    write_json(Path(args.out), result)
-    print(f"wrote {args.out} (load average {load_before[0]:.1f} -> {result['load_average_after'][0]:.1f} "
-          f"on {os.cpu_count()} cores; {threads.describe()}; {result['device_name']})")
-    return result
+        write_json(Path(args.out), result())  # after every case: a run cut short keeps what it finished
+    final = result()
+    write_json(Path(args.out), final)
+    print(f"wrote {args.out} (load average {load_before[0]:.1f} -> {final['load_average_after'][0]:.1f} "
+          f"on {os.cpu_count()} cores; {threads.describe()}; {final['device_name']})")
+    return final
 
 
 if __name__ == "__main__":

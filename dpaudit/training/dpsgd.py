@@ -129,7 +129,7 @@ class BlockNoise:
         flat = torch.empty(total, dtype=dtype, device=dev)
         if dev.type != "cpu":
             gen = torch.Generator(device=dev)
-            gen.manual_seed(int(np.random.SeedSequence([self.seed, 0xB10C]).generate_state(1, np.uint64)[0] >> 1))
+            gen.manual_seed(int(np.random.SeedSequence([self.seed, 0xB10C]).generate_state(1, np.uint64)[0] >> np.uint64(1)))
             flat.normal_(generator=gen)
         else:
             n_blocks = max(1, -(-total // self.block))
