@@ -1,4 +1,4 @@
-"""Work an audit asks for repeatedly is done once (the blind baseline), and thread counts change no number.
+"""Work an audit asks for repeatedly is done once (the blind baseline), and thread counts change no number."""
 
 from __future__ import annotations
 
