@@ -32,7 +32,7 @@ blocks on all the policy's threads), the rest (bias adds, ReLU forward and backw
 batches, the optimizer) about 30%. dp-cnn-64 (21 steps): batched matmuls 32%, copies 20% (mostly the im2col
 rows), the noise 8%, GroupNorm forward and backward 9%, the grouped transposed convolution that gives a conv
 layer's input gradient 5%. Before this session's changes the CNN spent a quarter of its time in ``F.unfold`` /
-``col2im`` (per-example loops) and ``unfold_backward``, and the MLP a tenth in ``log_softmax`` over 10 classes.
+``col2im`` (per-example loops) and ``unfold_backward``, and the MLP about 6% in ``log_softmax`` over 10 classes.
 
     python bench/bench_dpsgd.py                                  # the table + a CNN case, CPU
     python bench/bench_dpsgd.py --cases dp-mlp-64 --warm 3 --out runs/bench/dpsgd.json
