@@ -64,6 +64,9 @@ def plain_loop(datasets, spec, cfg, dev) -> list[dict]:
 
 
 def _arm(kind: str, args, queue) -> None:
+    from dpaudit.threads import apply_threads
+
+    apply_threads(args.threads)  # dpaudit's thread policy (or --threads), before torch starts its pool
     import torch
 
     from dpaudit.training.ensemble import train_ensemble
@@ -110,9 +113,17 @@ def main(argv=None) -> dict:
     ap.add_argument("--all-data", action="store_true",
                     help="partition all 1797 digits (default: the private train split of split_dataset)")
     ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="intra-op threads of both arms (default: dpaudit's policy, dpaudit.threads)")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="8 models, 2 epochs: checks the script runs")
     ap.add_argument("--out", default="runs/bench/ensemble.json")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.models, args.epochs = 8, 2
+    from dpaudit.threads import resolve_threads
+
+    threads = resolve_threads(args.threads)
 
     _, _, datasets, _, _ = _setup(args)
     sizes = [len(y) for _, y in datasets]
@@ -132,13 +143,17 @@ def main(argv=None) -> dict:
         "models": args.models, "epochs": args.epochs, "batch_size": args.batch_size, "hidden": args.hidden,
         "device": args.device, "dataset": "digits (%s, Dirichlet beta=%g partition)" % ("all records" if args.all_data else "train split", args.beta),
         "party_sizes": {"min": int(min(sizes)), "median": float(np.median(sizes)), "max": int(max(sizes))},
-        "torch": torch.__version__, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__, "cpu_count": os.cpu_count(), "torch_threads": threads.threads,
+        "threads": threads.to_dict(), "date": time.strftime("%Y-%m-%d"),
+        "device_name": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
+        else (platform.processor() or platform.machine()),
         "load_average": list(os.getloadavg()), "platform": platform.platform(), "runs": rows,
         "median_speedup": float(np.median([r["speedup"] for r in rows])),
     }
     print(f"$ {result['command']}")
     print(f"{args.models} MLP {args.hidden} teachers, {args.epochs} epochs, batch {args.batch_size}, device {args.device}; "
-          f"party sizes {result['party_sizes']}; load average {result['load_average'][0]:.1f} on {os.cpu_count()} cores")
+          f"party sizes {result['party_sizes']}; load average {result['load_average'][0]:.1f} on {os.cpu_count()} cores; "
+          f"{threads.describe()}; {result['device_name']}")
     print(f"{'run':>3} {'loop s':>9} {'ensemble s':>11} {'speed-up':>9} {'loop RSS MB':>12} {'ens RSS MB':>11} {'max |dparam|':>13}")
     for k, r in enumerate(rows):
         print(f"{k:>3} {r['loop_s']:>9.2f} {r['ensemble_s']:>11.2f} {r['speedup']:>8.1f}x {r['loop_peak_rss_mb']:>12.0f} "

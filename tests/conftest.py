@@ -18,6 +18,15 @@ settings.register_profile("dpaudit", derandomize=True, print_blob=True)
 settings.register_profile("dpaudit-random", derandomize=False, print_blob=True)
 settings.load_profile("dpaudit-random" if os.environ.get("DPAUDIT_RANDOM_TESTS") else "dpaudit")
 
+# One intra-op thread for the whole run (dpaudit.threads), in this process and the processes it starts (the CLI
+# applies DPAUDIT_THREADS): the tests' models are tiny, so more threads buy nothing, and on a machine shared with
+# other jobs (CI runners, several people on one box) threads that wait for a core at every parallel region made
+# the suite several times slower. DPAUDIT_THREADS=auto (or a number) in the environment overrides it.
+os.environ.setdefault("DPAUDIT_THREADS", "1")
+from dpaudit.threads import apply_threads  # noqa: E402
+
+apply_threads()
+
 
 @pytest.fixture(scope="session")
 def forest_release(tmp_path_factory) -> Callable[..., Path]:

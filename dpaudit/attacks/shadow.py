@@ -50,7 +50,8 @@ SHADOWS_PER_UNIT = 8
 def make_classifier(classifier: Any = "catboost", *, seed: int = 0) -> Any:
     """A fresh, seeded, quiet binary classifier with ``fit`` / ``predict_proba``.
 
-    ``"catboost"``: CatBoostClassifier (300 trees of depth 4, learning rate 0.1, one thread, writes no files);
+    ``"catboost"``: CatBoostClassifier (300 trees of depth 4, learning rate 0.1, the thread count of
+    :mod:`dpaudit.threads` -- which does not change its result --, writes no files);
     ``"logreg"``: standardised logistic regression; ``"gbdt"``: HistGradientBoostingClassifier;
     ``"rf"``: RandomForestClassifier (200 trees, one job). Any other object with ``fit`` and ``predict_proba`` is
     cloned (scikit-learn ``clone``, else a deep copy) so the caller's instance is never fitted in place.
@@ -59,8 +60,12 @@ def make_classifier(classifier: Any = "catboost", *, seed: int = 0) -> Any:
         check_choice(classifier, "classifier", "make_classifier", CLASSIFIERS)
         if classifier == "catboost":
             from catboost import CatBoostClassifier
+            from dpaudit.threads import current
+
+            # CatBoost's result does not depend on its thread count (checked bit for bit in tests/attacks): it
+            # takes the process's thread setting (dpaudit.threads)
             return CatBoostClassifier(iterations=300, depth=4, learning_rate=0.1, random_seed=seed, verbose=False,
-                                      thread_count=1, allow_writing_files=False)
+                                      thread_count=current().threads, allow_writing_files=False)
         if classifier == "logreg":
             from sklearn.linear_model import LogisticRegression
             from sklearn.pipeline import make_pipeline

@@ -38,6 +38,7 @@ from dpaudit.errors import (DPAuditError, DataError, OutputError, ParameterError
                             check_name, check_probability)
 from dpaudit.executors import Executor, LocalExecutor, Unit
 from dpaudit.progress import QUIET, Reporter, as_reporter
+from dpaudit.threads import current as current_threads
 from dpaudit.report.flags import compute_flags, method_audit_flags
 from dpaudit.report.render import write_report
 from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit
@@ -629,6 +630,7 @@ def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter
         models=tuple(audits), flags=tuple(compute_flags(audits) + method_audit_flags(method_audits)), config=config.to_dict(),
         created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
         verdicts=tuple(compute_verdicts(audits)), certified=certified, method_audits=method_audits,
+        settings={"threads": current_threads().to_dict(), "executor": ex.describe()},
     )
     write_report(report, out)
     rep.log(f"report written to {out}/report.html (and report.md, report.json)")

@@ -29,12 +29,19 @@ _COMMAND_MODULES = ("account", "train", "attack", "audit", "audit_method", "chec
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="dpaudit")
-def cli() -> None:
+@click.option("--threads", type=click.IntRange(1, 4096), default=None, metavar="N",
+              help="Intra-op threads of torch and BLAS in this process (default: $DPAUDIT_THREADS, else the cores this "
+                   "process may use (affinity, CPU quota) divided by the workers it runs). Use 1 on a machine shared "
+                   "with other jobs.")
+def cli(threads: int | None) -> None:
     """dpaudit: what privacy does a released model really have?
 
     Accounted (theoretical) epsilon beside empirical figures from attacks (each a certified lower bound or an
     estimate, and said to be which).
     """
+    from dpaudit.threads import apply_threads
+
+    apply_threads(threads)  # before any tensor work: the commands run after this
 
 
 for _name in _COMMAND_MODULES:

@@ -3,7 +3,7 @@ in this process (``local``, the default) or on a Ray cluster (``ray``, the optio
 ``pip install 'dpaudit[ray]'``), with the same results for the same seed, checkpoints to resume from, and one
 progress display across units. See :mod:`dpaudit.executors.base` for the contract.
 
-This package imports only ``dpaudit.errors``, ``dpaudit._io`` and ``dpaudit.progress``; Ray is imported
+This package imports only ``dpaudit.errors``, ``dpaudit._io``, ``dpaudit.progress`` and ``dpaudit.threads``; Ray is imported
 only when a Ray executor is made.
 """
 

@@ -1,7 +1,10 @@
 """The Ray executor (optional extra: ``pip install 'dpaudit[ray]'``): units as Ray tasks on a local instance
 sized to this machine, or on an existing cluster (``address``).
 
-* Each unit is one task of 1 CPU (and ``gpus_per_unit`` GPUs when the cluster has GPUs, 1 by default).
+* Each unit is one task of 1 CPU (and ``gpus_per_unit`` GPUs when the cluster has GPUs, 1 by default). Its
+  intra-op thread count (:mod:`dpaudit.threads`) is set before it runs: ``--threads`` / ``DPAUDIT_THREADS``
+  when the driver was given one, else this machine's usable cores divided by the tasks running at once on a
+  local instance, and 1 (the task's CPU) on a cluster.
 * A task whose worker dies (killed, out of memory, node lost) is retried by Ray up to ``max_retries`` times
   (then :class:`~dpaudit.executors.UnitFailed`); an exception raised by the unit itself is not retried (it
   would raise again) and stops the run once the units in flight have finished.
@@ -21,6 +24,7 @@ from typing import Any, Callable
 
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_int
 from dpaudit.executors.base import Executor, Unit, UnitFailed, note_unit
+from dpaudit.threads import ENV_VAR, ThreadSetting, apply_setting, current, resolve_threads
 
 __all__ = ["RayExecutor", "ray_available"]
 
@@ -34,7 +38,9 @@ def ray_available() -> bool:
     return True
 
 
-def _call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def _call(fn: Callable[..., Any], args: tuple, kwargs: dict, threads: ThreadSetting | None = None) -> Any:
+    if threads is not None:  # the worker's thread count, before the unit's tensor work (dpaudit.threads)
+        apply_setting(threads)
     return fn(*args, **kwargs)
 
 
@@ -120,12 +126,22 @@ class RayExecutor(Executor):
         self.startup_seconds = time.perf_counter() - t0
         return self.startup_seconds
 
+    def unit_threads(self) -> ThreadSetting:
+        """The thread setting each task applies before its unit runs (see the module docstring)."""
+        cur = current()
+        if cur.source in ("--threads", ENV_VAR):
+            return ThreadSetting(cur.threads, cur.source, cur.cores, self.slots)
+        if self._root.address:  # a cluster: each task reserves one CPU of its node
+            return ThreadSetting(1, "policy", 1, 1)
+        return resolve_threads(workers=self.slots)
+
     def _run(self, units: list[Unit], index: list[int], on_done: Callable[[int, Any], None], tally: Any) -> None:
         import ray
         from ray.exceptions import RayTaskError
 
         self.start()
         remote = self._root._remote
+        threads = self.unit_threads()
         window = 2 * self.slots  # in flight at once: stop submitting quickly when a unit fails
         todo = list(zip(index, units))
         inflight: dict[Any, tuple[int, Unit]] = {}
@@ -133,7 +149,7 @@ class RayExecutor(Executor):
         while todo or inflight:
             while todo and error is None and len(inflight) < window:
                 i, u = todo.pop(0)
-                inflight[remote.remote(u.fn, u.args, dict(u.kwargs))] = (i, u)
+                inflight[remote.remote(u.fn, u.args, dict(u.kwargs), threads)] = (i, u)
             tally.running = min(len(inflight), self.slots)
             ready, _ = ray.wait(list(inflight), num_returns=1)
             for ref in ready:

@@ -171,8 +171,11 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 def _byline(report: AuditReport) -> str:
     ds = report.dataset
+    threads = (report.settings or {}).get("threads") or {}
+    ran = (f" Ran with {threads['threads']} intra-op thread{'s' if threads['threads'] != 1 else ''} ({threads.get('source', '?')})."
+           if isinstance(threads.get("threads"), int) else "")
     return (f"Data set: {ds.get('name', '?')}, seed {report.seed}. {report.created_by}"
-            + (f", {report.elapsed_seconds:.0f} s." if report.elapsed_seconds else "."))
+            + (f", {report.elapsed_seconds:.0f} s." if report.elapsed_seconds else ".") + ran)
 
 
 CERTIFIED_HEAD = ["canary audit", "audit", "canaries / models", "score", "certified ε ≥", "ideal attack (median)",

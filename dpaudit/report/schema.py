@@ -269,6 +269,7 @@ class AuditReport:
     verdicts: tuple[Verdict, ...] = ()
     certified: tuple[Mapping[str, Any], ...] = ()  # certified canary audits (CanaryAuditResult.to_dict())
     method_audits: tuple[Mapping[str, Any], ...] = ()  # certified audits of methods' whole runs (MethodRunAudit.to_dict())
+    settings: Mapping[str, Any] = field(default_factory=dict)  # how the run ran, e.g. {"threads": ThreadSetting.to_dict()}
 
     def verdict_for(self, model: str) -> Verdict | None:
         return next((v for v in self.verdicts if v.model == model), None)
@@ -283,6 +284,7 @@ class AuditReport:
             "created_by": self.created_by,
             "seed": self.seed,
             "elapsed_seconds": self.elapsed_seconds,
+            "settings": dict(self.settings),
             "dataset": dict(self.dataset),
             "config": dict(self.config),
             "verdicts": [v.to_dict() for v in self.verdicts],
@@ -305,4 +307,5 @@ class AuditReport:
             verdicts=tuple(Verdict.from_dict(v) for v in d.get("verdicts", ())),
             certified=tuple(dict(c) for c in d.get("certified_audits", ())),
             method_audits=tuple(dict(c) for c in d.get("method_audits", ())),
+            settings=dict(d.get("settings") or {}),
         )

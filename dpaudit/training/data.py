@@ -212,12 +212,25 @@ def split_dataset(
 # embedded / generated data sets
 
 
+_EMBEDDED: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # scikit-learn's parsed files, once per process
+
+
+def _embedded(name: str, load) -> tuple[np.ndarray, np.ndarray]:
+    """``(data, target)`` of a scikit-learn bundled data set, parsed once per process (an audit loads digits in
+    every stage: releases, attacks, canary and method audits); callers get copies."""
+    if name not in _EMBEDDED:
+        d = load()
+        _EMBEDDED[name] = (np.array(d.data), np.array(d.target))
+    data, target = _EMBEDDED[name]
+    return data.copy(), target.copy()
+
+
 def _load_digits() -> Dataset:
     from sklearn.datasets import load_digits
 
-    d = load_digits()
-    X = (d.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)  # pixel values are integers 0..16
-    return Dataset("digits", X, d.target.astype(np.int64), 10, (1, 8, 8))
+    data, target = _embedded("digits", load_digits)
+    X = (data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)  # pixel values are integers 0..16
+    return Dataset("digits", X, target.astype(np.int64), 10, (1, 8, 8))
 
 
 def _standardise(X: np.ndarray) -> np.ndarray:
@@ -230,9 +243,9 @@ def _standardise(X: np.ndarray) -> np.ndarray:
 def _load_breast_cancer() -> Dataset:
     from sklearn.datasets import load_breast_cancer
 
-    d = load_breast_cancer()
-    X = _standardise(d.data.astype(np.float64))
-    return Dataset("breast_cancer", X, d.target.astype(np.int64), 2, (X.shape[1],))
+    data, target = _embedded("breast_cancer", load_breast_cancer)
+    X = _standardise(data.astype(np.float64))
+    return Dataset("breast_cancer", X, target.astype(np.int64), 2, (X.shape[1],))
 
 
 def _load_mnist1d(seed: int, num_samples: int) -> Dataset:

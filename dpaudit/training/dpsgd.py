@@ -44,8 +44,8 @@ from torch.func import functional_call, grad, vmap
 
 from dpaudit.errors import ParameterError, check_choice
 
-__all__ = ["DPSGDStep", "cross_entropy_rows", "clip_factors", "noised_mean", "clip_and_noise", "poisson_masks",
-           "DP_METHODS"]
+__all__ = ["DPSGDStep", "BlockNoise", "NOISE_BLOCK", "cross_entropy_rows", "clip_factors", "noised_mean",
+           "clip_and_noise", "poisson_masks", "DP_METHODS"]
 
 DP_METHODS = ("auto", "ghost", "per_example")
 CLIP_STABILISER = 1e-6  # f = min(1, C / (||g|| + 1e-6)), as Opacus
@@ -59,13 +59,15 @@ _POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d)
 
 
 def cross_entropy_rows(logits: torch.Tensor, y: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-row cross-entropy ``-log softmax(logits)[y]`` over the last axis (``extra`` unused).
+    """Per-row cross-entropy ``-log softmax(logits)[y] = logsumexp(logits) - logits[y]`` over the last axis
+    (``extra`` unused).
 
-    Written as log-softmax + gather: under ``vmap`` torch runs ``F.cross_entropy`` through a Python
-    decomposition of ``nll_loss`` (which also imports sympy on first use, ~0.5 s); this form has the same
-    value and gradient without it.
+    Written as logsumexp - gather: under ``vmap`` torch runs ``F.cross_entropy`` through a Python
+    decomposition of ``nll_loss`` (which also imports sympy on first use, ~0.5 s), and ``log_softmax`` over a
+    few classes costs three times as much (forward and backward) as this form, which has the same value and
+    gradient.
     """
-    return -F.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    return logits.logsumexp(-1) - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
 
 def clip_factors(sq_norms: torch.Tensor, max_grad_norm: float, mask: torch.Tensor) -> torch.Tensor:
@@ -95,6 +97,78 @@ def clip_and_noise(per_example: torch.Tensor, mask: torch.Tensor, clip: float, n
     factor = clip_factors(per_example.pow(2).sum(-1), clip, mask)
     summed = torch.einsum("ml,mlp->mp", factor, per_example)
     return noised_mean(summed, noise, noise_multiplier, clip, expected_batch)
+
+
+NOISE_BLOCK = 1 << 18  # numbers per noise block (BlockNoise): fixed, so the noise does not depend on the threads
+
+
+class BlockNoise:
+    """The standard normal noise of one DP-SGD step for every parameter of every model, drawn in blocks.
+
+    The numbers of all tensors (in the order given) are laid end to end and cut into blocks of
+    :data:`NOISE_BLOCK`; block ``b`` comes from its own torch generator seeded with the ``b``-th word of
+    ``SeedSequence([seed, 0xB10C])``. Every number is an independent N(0, 1) draw, as from one generator; what
+    block layout buys is speed: on the CPU the blocks are drawn by ``torch.get_num_threads()`` threads at once
+    (torch's normal sampler is single-threaded and was a third of a DP-SGD step), and which numbers come out
+    depends on ``seed`` only, never on the thread count. On other devices the whole draw is one block from a
+    generator on that device.
+    """
+
+    def __init__(self, seed: int, block: int = NOISE_BLOCK):
+        self.seed = int(seed)
+        self.block = int(block)
+
+    def draw(self, like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Standard normals shaped (and typed, and placed) like each tensor of ``like``."""
+        import numpy as np
+
+        first = next(iter(like.values()))
+        dev, dtype = first.device, first.dtype
+        sizes = [v.numel() for v in like.values()]
+        total = sum(sizes)
+        flat = torch.empty(total, dtype=dtype, device=dev)
+        if dev.type != "cpu":
+            gen = torch.Generator(device=dev)
+            gen.manual_seed(int(np.random.SeedSequence([self.seed, 0xB10C]).generate_state(1, np.uint64)[0] >> np.uint64(1)))
+            flat.normal_(generator=gen)
+        else:
+            n_blocks = max(1, -(-total // self.block))
+            seeds = np.random.SeedSequence([self.seed, 0xB10C]).generate_state(n_blocks, np.uint64) >> np.uint64(1)
+            jobs = [(flat[b * self.block:(b + 1) * self.block], int(seeds[b])) for b in range(n_blocks)]
+            _run_parallel(_fill_normal, jobs)
+        out, at = {}, 0
+        for (k, v), n in zip(like.items(), sizes):
+            out[k] = flat[at:at + n].view(v.shape)
+            at += n
+        return out
+
+
+def _fill_normal(job) -> None:
+    part, seed = job
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    part.normal_(generator=gen)
+
+
+_POOL: list = []  # [ThreadPoolExecutor, its size], made on first use
+
+
+def _run_parallel(fn, jobs: list) -> None:
+    """``fn(job)`` for every job, on up to ``torch.get_num_threads()`` threads (torch releases the GIL in its
+    kernels); in this thread when there is one job or one thread."""
+    n = min(len(jobs), torch.get_num_threads())
+    if n <= 1:
+        for job in jobs:
+            fn(job)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not _POOL or _POOL[1] != n:
+        if _POOL:
+            _POOL[0].shutdown(wait=False)
+        _POOL[:] = [ThreadPoolExecutor(max_workers=n, thread_name_prefix="dpaudit-noise"), n]
+    for _ in _POOL[0].map(fn, jobs):
+        pass
 
 
 def poisson_masks(generators: list, rates: torch.Tensor, sizes: torch.Tensor, width: int,
@@ -184,14 +258,15 @@ class DPSGDStep:
     def private_grads(self, params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
                       x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, *, max_grad_norm: float,
                       noise_multiplier: float, expected_batch: torch.Tensor,
-                      noise: torch.Generator | Mapping[str, torch.Tensor], extra: torch.Tensor | None = None,
+                      noise: "torch.Generator | BlockNoise | Mapping[str, torch.Tensor]", extra: torch.Tensor | None = None,
                       canary_grads: Mapping[str, torch.Tensor] | None = None,
                       canary_mask: torch.Tensor | None = None, chunk_bytes: int = 1 << 29) -> dict[str, torch.Tensor]:
         """Every model's private gradient (see the module docstring), a dict of (M, *shape) tensors.
 
         ``x`` (M, W, *input), ``y`` (M, W), ``mask`` (M, W) 0/1 float; ``expected_batch`` (M,) the
         denominators :math:`q_m n_m`. ``noise``: a generator (standard normals drawn per parameter, in
-        ``params`` order, shape (M, *shape), on its device) or the standard normals themselves by name.
+        ``params`` order, shape (M, *shape), on its device), a :class:`BlockNoise` (the same distribution, drawn
+        in blocks, in parallel on the CPU) or the standard normals themselves by name.
         ``canary_grads``: white-box gradient canaries by name, (M, *shape), each model's of L2 norm <= C
         over all its tensors (checked); ``canary_mask`` (M,) 0/1: whether model m includes its canary in
         this step (default: all). Canaries are added to the clipped sum before the noise, not clipped again.
@@ -202,15 +277,37 @@ class DPSGDStep:
             self._add_canaries(summed, canary_grads, canary_mask, C)
         out = {}
         expected = torch.as_tensor(expected_batch).to(mask.device, mask.dtype)
+        owned = isinstance(noise, BlockNoise)
+        if owned:
+            noise = noise.draw(summed)
         for k, v in summed.items():
             if isinstance(noise, torch.Generator):
                 # drawn here, so worked on in place: the same numbers as noised_mean (addition commutes)
                 # without three more parameter-sized allocations per step
                 xi = torch.randn(v.shape, generator=noise, device=noise.device, dtype=v.dtype)
                 out[k] = xi.mul_(noise_multiplier * C).add_(v).div_(_per_model(expected, v))
+            elif owned:  # our own buffer: worked on in place
+                out[k] = noise[k].mul_(noise_multiplier * C).add_(v).div_(_per_model(expected, v))
             else:
                 out[k] = noised_mean(v, noise[k], noise_multiplier, C, expected)
         return out
+
+    def mean_loss_grads(self, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                        mask: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        """Plain (non-private) training's gradients through the same stacked program: for every model, the
+        gradient of its loss averaged over its real rows (``mask`` (M, W) 0/1), a dict of (M, *shape) tensors.
+        None when the module has no stacked program (buffers, active dropout, unknown layers): the caller uses
+        ``vmap`` over ``functional_call`` then. The same numbers as that way up to float rounding, without its
+        per-layer batching overhead."""
+        if self.program is None:
+            return None
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        with torch.enable_grad():
+            _, logits = self._forward(leaves, x, track=False)
+            rows = self.loss(logits, y, None)
+            losses = (rows * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            gs = torch.autograd.grad(losses.sum(), list(leaves.values()))
+        return dict(zip(leaves.keys(), gs))
 
     def clipped_sum(self, params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor], x: torch.Tensor,
                     y: torch.Tensor, mask: torch.Tensor, max_grad_norm: float, *, extra: torch.Tensor | None = None,
@@ -365,11 +462,41 @@ class DPSGDStep:
                 first = False
             rec["z"] = z
             records.append(rec)
-            if rec["kind"] == "conv":
-                h = z.reshape((M, W) + (rec["T"], rec["O"])).transpose(2, 3).reshape((M, W, rec["O"]) + out_spatial)
+            if rec["kind"] == "conv":  # (M, W, O, *spatial) as a channels-last view of z: no copy
+                nd = len(out_spatial)
+                h = z.reshape((M, W) + out_spatial + (rec["O"],)).permute((0, 1, 2 + nd) + tuple(range(2, 2 + nd)))
             else:
                 h = z
         return records, h
+
+
+class _StackedConv(torch.autograd.Function):
+    """``z = a @ w_rows^T`` of stacked models' convolutions from the im2col rows ``a`` (M, W*T, D), differentiable in
+    the layer's input ``x4`` (M*W, Cin, H, L): its gradient is one grouped transposed convolution over the M
+    models on channels-last data, instead of autograd's way back through im2col (unfold_backward / col2im, which
+    loop over elements or examples and cost several times more here)."""
+
+    @staticmethod
+    def forward(ctx, x4, a, w_rows, w, geom):
+        ctx.geom = geom
+        ctx.save_for_backward(w, a)
+        return torch.bmm(a, w_rows.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, gz):
+        w, a = ctx.saved_tensors
+        M, W, (H, L), (Ho, Lo), k, pad, stride, dil, out_pad = ctx.geom
+        O, Cin = w.shape[1], w.shape[2]
+        gx = g_rows = None
+        if ctx.needs_input_grad[0]:
+            # (M, W*Ho*Lo, O) -> (W, M*O, Ho, Lo) in channels-last memory: each model's channels one group
+            g = gz.reshape(M, W, Ho, Lo, O).permute(1, 2, 3, 0, 4).reshape(W, Ho, Lo, M * O).permute(0, 3, 1, 2)
+            gx = F.conv_transpose2d(g, w.reshape(M * O, Cin, k[0], k[1]), groups=M, padding=pad, stride=stride,
+                                    dilation=dil, output_padding=out_pad)  # (W, M*Cin, H, L)
+            gx = gx.reshape(W, M, Cin, H, L).transpose(0, 1).reshape(M * W, Cin, H, L)
+        if ctx.needs_input_grad[2]:  # plain training (the weights are leaves there; the DP step detaches them)
+            g_rows = torch.bmm(gz.transpose(1, 2), a)
+        return gx, None, g_rows, None, None
 
 
 def _conv_forward(layer, prefix, params, h):
@@ -389,15 +516,32 @@ def _conv_forward(layer, prefix, params, h):
     out_spatial = tuple(
         (s + 2 * p - d * (kk - 1) - 1) // st + 1 for s, p, d, kk, st in zip((H, L), pad, dil, k, stride)
     )
-    cols = F.unfold(x4, k, dilation=dil, padding=pad, stride=stride)  # (N, D, T)
-    D, T = cols.shape[1], cols.shape[2]
-    a = cols.transpose(1, 2).reshape(M, W * T, D)
+    T, D = out_spatial[0] * out_spatial[1], Cin * k[0] * k[1]
+    with torch.no_grad():  # im2col rows (M, W*T, D), not differentiated; D in (kh, kw, Cin) order
+        if dil == (1, 1):
+            # a strided view of the channels-last input copied once: runs of kw*Cin contiguous numbers (F.unfold
+            # loops over the examples; the (Cin, kh, kw) order would copy number by number)
+            xc = x4.contiguous(memory_format=torch.channels_last)
+            xp = F.pad(xc, (pad[1], pad[1], pad[0], pad[0])) if any(pad) else xc
+            rows = xp.permute(0, 2, 3, 1).unfold(1, k[0], stride[0]).unfold(2, k[1], stride[1])  # (N, Ho, Lo, Cin, kh, kw)
+            a = rows.permute(0, 1, 2, 4, 5, 3).reshape(M, W * T, D)
+        else:
+            cols = F.unfold(x4, k, dilation=dil, padding=pad, stride=stride)  # (N, Cin*kh*kw, T)
+            a = cols.reshape(M * W, Cin, k[0], k[1], T).permute(0, 4, 2, 3, 1).reshape(M, W * T, D)
     w = params[prefix + "weight"]
     O = w.shape[1]
-    z = torch.bmm(a, w.reshape(M, O, D).transpose(1, 2))  # (M, W*T, O)
+    w4 = w.reshape((M, O, Cin) + tuple(k))
+    w_rows = w4.permute(0, 1, 3, 4, 2).reshape(M, O, D)  # the weight in a's (kh, kw, Cin) order
+    if x4.requires_grad and torch.is_grad_enabled():
+        out_pad = tuple(s_in - ((so - 1) * st - 2 * p + d * (kk - 1) + 1)
+                        for s_in, so, st, p, d, kk in zip((H, L), out_spatial, stride, pad, dil, k))
+        z = _StackedConv.apply(x4, a, w_rows, w4, (M, W, (H, L), out_spatial, k, pad, stride, dil, out_pad))
+    else:
+        z = torch.bmm(a, w_rows.transpose(1, 2))  # (M, W*T, O)
     if layer.bias is not None:
         z = z + params[prefix + "bias"].unsqueeze(1)
-    rec = {"kind": "conv", "prefix": prefix, "a": a, "T": T, "O": O, "D": D, "bias": layer.bias is not None}
+    rec = {"kind": "conv", "prefix": prefix, "a": a, "T": T, "O": O, "D": D, "bias": layer.bias is not None,
+           "kernel": (Cin,) + tuple(k)}
     return z, rec, (out_spatial if two_d else out_spatial[1:])
 
 
@@ -428,7 +572,7 @@ def _layer_sq_norms(r: dict) -> torch.Tensor:
 
 
 def _layer_clipped_sum(r: dict, f: torch.Tensor, out: dict) -> None:
-    """Add one layer's clipped sum ``sum_i f_i g_i`` (flat weight (M, O, D), bias (M, O)) to ``out``."""
+    """Add one layer's clipped sum ``sum_i f_i g_i`` (weight (M, O, D) or (M, O, Cin, kh, kw), bias (M, O)) to ``out``."""
     p = r["prefix"]
     g = r["g"]
     if r["kind"] == "linear":
@@ -439,8 +583,10 @@ def _layer_clipped_sum(r: dict, f: torch.Tensor, out: dict) -> None:
     elif r["kind"] == "conv":
         M, WT, O = g.shape
         T = r["T"]
+        Cin, kh, kw = r["kernel"]
         gf = (g.reshape(M, WT // T, T, O) * f[:, :, None, None]).reshape(M, WT, O)
-        out[p + "weight"] = torch.bmm(gf.transpose(1, 2), r["a"])
+        # a's columns are in (kh, kw, Cin) order: back to the weight's (Cin, kh, kw)
+        out[p + "weight"] = torch.bmm(gf.transpose(1, 2), r["a"]).reshape(M, O, kh, kw, Cin).permute(0, 1, 4, 2, 3)
         if r["bias"]:
             out[p + "bias"] = gf.sum(1)
     else:

@@ -34,8 +34,9 @@ anything else (``dp_method``). Optional white-box gradient canaries (``canary_gr
 added to model ``i``'s clipped sum, before the noise, in the steps its mask selects. An epoch is ``round(1 / q_i)`` steps
 (:func:`dp_steps_per_epoch`), so the accountant's ``steps`` is ``epochs * round(1 / q_i)``. The Poisson
 masks of model ``i`` depend only on ``(seed, i, epoch)``; the noise of global step ``t`` is drawn for all
-models at once from a generator seeded by ``(seed, t)`` -- reproducible, but, unlike initialisation and
-batch order, it depends on the number of models.
+models at once from generators seeded by ``(seed, t)`` (:class:`~dpaudit.training.dpsgd.BlockNoise`: fixed
+blocks, drawn in parallel on the CPU, the same numbers whatever the thread count) -- reproducible, but,
+unlike initialisation and batch order, it depends on the number of models.
 
 Checkpoints (``checkpoint_dir``): every ``checkpoint_every`` rounds (see :func:`train_ensemble`) the stacked parameters,
 buffers and optimiser state go to ``state.safetensors`` and the progress to ``state.json``, written as a
@@ -63,7 +64,7 @@ from dpaudit._io import atomic_dir, read_json, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit.training.limits import MAX_ENSEMBLE_BYTES, MAX_EPOCHS, MAX_RECORDS
-from dpaudit.training.dpsgd import DP_METHODS, DPSGDStep, cross_entropy_rows
+from dpaudit.training.dpsgd import DP_METHODS, BlockNoise, DPSGDStep, cross_entropy_rows
 from dpaudit.training.models import (
     Classifier,
     ModelSpec,
@@ -638,10 +639,12 @@ def _plan(spec, config: TrainConfig, data, seed: int, dev) -> _Plan:
 
 @dataclass
 class _StepModel:
-    """The module that defines the forward pass, and the DP-SGD step for it (None without DP)."""
+    """The module that defines the forward pass, the DP-SGD step for it (None without DP), and its stacked
+    program for plain training (None when it has none: ``vmap`` over ``functional_call`` then)."""
 
     base: torch.nn.Module
     dp_step: DPSGDStep | None
+    plain: DPSGDStep | None = None
 
 
 def _build_step_model(spec: ModelSpec, config: TrainConfig, dev, dp_method: str) -> _StepModel:
@@ -651,7 +654,10 @@ def _build_step_model(spec: ModelSpec, config: TrainConfig, dev, dp_method: str)
             f"DP-SGD needs per-example gradients, which batch normalisation does not have; build {spec.name} with norm='group'."
         )
     base.train()
-    return _StepModel(base, DPSGDStep(base, method=dp_method) if config.dp is not None else None)
+    if config.dp is not None:
+        return _StepModel(base, DPSGDStep(base, method=dp_method))
+    stacked = DPSGDStep(base)  # its stacked forward program (bmm per layer), if the architecture has one
+    return _StepModel(base, None, stacked if stacked.method == "ghost" else None)
 
 
 @dataclass
@@ -718,7 +724,9 @@ def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: S
         xb, yb = plan.X[rows], plan.y[rows]
         mb = mask_t[s] if sel is None else mask_t[s].index_select(0, sel)
         if model.dp_step is None:
-            grads = _plain_grads(model.base, p_step, b_step, xb, yb, mb)
+            grads = model.plain.mean_loss_grads(p_step, xb, yb, mb) if model.plain is not None else None
+            if grads is None:
+                grads = _plain_grads(model.base, p_step, b_step, xb, yb, mb)
         else:
             cg, cm = canaries.at(g * S + s, sel_np, dev) if canaries is not None else (None, None)
             grads = _private_grads(model.dp_step, p_step, b_step, xb, yb, mb, config.dp, plan.q[sel_np],
@@ -812,13 +820,12 @@ def _apply_canary_hook(hook, grads: dict, t: int, models: np.ndarray, q, sizes) 
 def _private_grads(step: DPSGDStep, params, buffers, xb, yb, mb, dp: DPSGDConfig, q, sizes, seed, t, chunk_bytes,
                    canary_grads=None, canary_mask=None):
     """Clipped, noised, normalised per-model gradients (DP-SGD) for global step t; the noise of step t is
-    drawn for all stepped models at once from a generator seeded by ``(seed, t)``."""
+    drawn for all stepped models at once, a function of ``(seed, t)`` (:class:`~dpaudit.training.dpsgd.BlockNoise`)."""
     dev = mb.device
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(_step_seed(seed, t))
     expected = torch.as_tensor(q * sizes, dtype=torch.float32, device=dev)
     return step.private_grads(params, buffers, xb, yb, mb, max_grad_norm=dp.max_grad_norm,
-                              noise_multiplier=dp.noise_multiplier, expected_batch=expected, noise=gen,
+                              noise_multiplier=dp.noise_multiplier, expected_batch=expected,
+                              noise=BlockNoise(_step_seed(seed, t)),
                               chunk_bytes=chunk_bytes, canary_grads=canary_grads, canary_mask=canary_mask)
 
 

@@ -231,6 +231,7 @@ def write_release(
     model_meta: Mapping[str, Any] | None = None,
     arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     canaries: tuple[Mapping[str, Mapping[str, np.ndarray]], Mapping[str, Any]] | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a release bundle to ``out_dir`` atomically (the whole directory appears at once).
 
@@ -262,6 +263,9 @@ def write_release(
         Canaries planted in the released model's training data, as
         :func:`~dpaudit.training.canaries.release_canary_files` returns them: ``canaries.npz`` (the attacker's
         view), ``canaries_truth.npz`` (the inclusion bits) and the ``release.json["canaries"]`` entry.
+    run : dict, optional
+        How the training ran (``release.json["run"]``), e.g. ``{"threads": ThreadSetting.to_dict()}``
+        (:mod:`dpaudit.threads`); informational, read by nothing.
     """
     owner = "write_release"
     check_release_target(out_dir, "out_dir", owner)
@@ -316,6 +320,8 @@ def write_release(
         "flags": _flags(flags),
         "created_by": f"dpaudit {__version__}",
     }
+    if run is not None:
+        meta["run"] = _as_dict(run, "run")
     canary_files: dict[str, Mapping[str, np.ndarray]] = {}
     if canaries is not None:
         if classifier is None:

@@ -39,6 +39,9 @@ def test_report_files_and_content(audited):
         assert (out / f).is_file(), f
     data = json.loads((out / "report.json").read_text())
     assert data["schema"] == "dpaudit.report/2" and data["seed"] == 1
+    # how it ran: the thread count in force (tests run with DPAUDIT_THREADS=1, tests/conftest.py) and the executor
+    assert data["settings"]["threads"]["threads"] == 1 and data["settings"]["executor"] == "local"
+    assert "Ran with 1 intra-op thread" in (out / "report.md").read_text()
     names = [m["name"] for m in data["models"]]
     assert names == ["fredy-0.5", "fredy-0.5-nonprivate"]
     private, baseline = report.models

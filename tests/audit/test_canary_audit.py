@@ -32,7 +32,10 @@ def test_one_run_white_box_weak_noise_is_caught_strong_noise_is_not(data, tmp_pa
     weak = run_canary_audit(SPEC, _cfg(0.3), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="one-run",
                             canary="dirac", canaries=200, seed=0, device="cpu", out=tmp_path)
     assert weak.kind == "certified" and weak.bound.score == "dirac-lr"
-    assert 0.5 < weak.bound.epsilon <= weak.accounted_epsilon
+    # caught: the certified bound at sigma = 0.3 over seeds 0-11 lies in [0.36, 1.26] (mean 0.69) with either DP
+    # noise stream (one generator per step, or BlockNoise's blocks): same distribution; 0.5 held at seed 0 for the
+    # old stream's draw only (0.45 with the new one), so the threshold sits below the spread, above strong noise's
+    assert 0.3 < weak.bound.epsilon <= weak.accounted_epsilon
     assert weak.bound.ideal_epsilon >= weak.bound.epsilon
     assert {p.name for p in tmp_path.iterdir()} == {"canaries.npz", "canary_audit.json"}
     assert CanaryAuditResult.from_dict(weak.to_dict()).bound == weak.bound

@@ -284,3 +284,26 @@ def test_cifar100_fine_labels_without_unpickling(tmp_path, monkeypatch):
     monkeypatch.setattr(pickle, "loads", forbidden)
     ds = load_dataset("cifar100", data_dir=tmp_path)
     assert ds.X.shape == (5, 3, 32, 32) and list(ds.y) == want and ds.num_classes == 100
+
+
+def test_embedded_data_sets_are_parsed_once_and_handed_out_as_copies(monkeypatch):
+    import sklearn.datasets
+
+    import dpaudit.training.data as data
+
+    calls = []
+    real = sklearn.datasets.load_digits
+
+    def counting():
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(data, "_EMBEDDED", {})
+    monkeypatch.setattr(sklearn.datasets, "load_digits", counting)
+    a, b = data.load_dataset("digits"), data.load_dataset("digits")
+    assert len(calls) == 1
+    assert np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)
+    a.X[0] += 1.0
+    a.y[0] = (a.y[0] + 1) % 10
+    c = data.load_dataset("digits")
+    assert np.array_equal(c.X, b.X) and np.array_equal(c.y, b.y)  # a caller's edit reaches no one else

@@ -194,3 +194,47 @@ def test_many_models_in_width_groups_equal_per_example():
     for k in s_r:
         torch.testing.assert_close(s_g[k], s_r[k], rtol=1e-10, atol=1e-12, msg=k)
 
+
+
+def test_block_noise_is_standard_normal_and_independent_of_the_thread_count():
+    """BlockNoise: N(0, 1) numbers (moments and a KS test), shaped like the parameters, the same numbers with one
+    thread or several (fixed blocks, each with its own generator), other numbers for another seed, and no block
+    repeating another."""
+    from scipy import stats
+
+    from dpaudit.training.dpsgd import BlockNoise
+
+    like = {"a": torch.zeros(3, 50, 40), "b": torch.zeros(3, 7), "c": torch.zeros(3, 2, 2, 5)}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = BlockNoise(123, block=1000).draw(like)
+        torch.set_num_threads(2)
+        two = BlockNoise(123, block=1000).draw(like)
+    finally:
+        torch.set_num_threads(before)
+    assert {k: v.shape for k, v in one.items()} == {k: v.shape for k, v in like.items()}
+    assert all(torch.equal(one[k], two[k]) for k in like)
+    flat = torch.cat([v.reshape(-1) for v in one.values()]).double()
+    assert abs(float(flat.mean())) < 4 / flat.numel() ** 0.5 and abs(float(flat.var()) - 1) < 0.05
+    assert stats.kstest(flat.numpy(), "norm").pvalue > 1e-3
+    blocks = flat[: (flat.numel() // 1000) * 1000].reshape(-1, 1000)
+    assert torch.corrcoef(blocks).fill_diagonal_(0).abs().max() < 0.2  # no block repeats another
+    other = BlockNoise(124, block=1000).draw(like)
+    assert not torch.equal(one["a"], other["a"])
+
+
+def test_private_grads_with_block_noise_follow_the_formula():
+    from dpaudit.training.dpsgd import BlockNoise
+
+    spec = SPECS["cnn2d-groupnorm"]
+    ghost, _ = _steps(spec)
+    params = _stacked(spec)
+    x, y, mask = _batch(spec)
+    summed, _ = ghost.clipped_sum(params, {}, x, y, mask, 0.5)
+    xi = BlockNoise(7, block=500).draw(params)
+    qn = torch.tensor([2.0, 4.0, 8.0], dtype=torch.float64)
+    g = ghost.private_grads(params, {}, x, y, mask, max_grad_norm=0.5, noise_multiplier=2.0, expected_batch=qn,
+                            noise=BlockNoise(7, block=500))
+    for k, v in g.items():
+        torch.testing.assert_close(v, (summed[k] + 2.0 * 0.5 * xi[k]) / qn.reshape((-1,) + (1,) * (v.dim() - 1)))

@@ -49,6 +49,7 @@ from dpaudit._io import check_replaceable, dumps_json, exclusive_lock, parse_tom
 from dpaudit.errors import DataError, OutputError, ParameterError, check_bool, check_int
 from dpaudit.training.limits import MAX_ROUNDS, MAX_THREADS
 from dpaudit.progress import Reporter, as_reporter
+from dpaudit.threads import current as current_threads
 from dpaudit.training.methods.common import StageCache, config_to_dict
 
 __all__ = [
@@ -403,11 +404,11 @@ class Release:
     flags: Sequence[tuple[str, str]] = ()
     canaries: Any = None   # (files, entry) of training.canaries.release_canary_files, or None
 
-    def write(self, out: Path, *, seed: int, overwrite: bool) -> Path:
+    def write(self, out: Path, *, seed: int, overwrite: bool, run: Mapping[str, Any] | None = None) -> Path:
         from dpaudit.training.release import write_release
 
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return Path(write_release(out, seed=seed, overwrite=overwrite, **fields))
+        return Path(write_release(out, seed=seed, overwrite=overwrite, run=run, **fields))
 
 
 @dataclass(frozen=True)
@@ -437,6 +438,7 @@ class RunResult:
     extra_releases: Mapping[str, Path] = field(default_factory=dict)
     rounds_run: int | None = None
     seconds: float = 0.0
+    threads: int | None = None  # intra-op threads during training (dpaudit.threads)
 
     @property
     def epsilon(self) -> float:
@@ -446,7 +448,7 @@ class RunResult:
         return {"method": self.method, "release": str(self.release), "utility": dict(self.utility),
                 "accounting": self.accounting.to_dict(), "claimed_epsilon": self.claimed_epsilon,
                 "extra_releases": {k: str(v) for k, v in self.extra_releases.items()},
-                "rounds_run": self.rounds_run, "seconds": self.seconds}
+                "rounds_run": self.rounds_run, "seconds": self.seconds, "threads": self.threads}
 
     def summary(self) -> str:
         """Lines for a terminal: where, utility (scalars), the privacy statements (headline marked) with the
@@ -581,14 +583,16 @@ def execute(config: MethodConfig, out: str | Path, *, seed: int, progress: bool 
         rep.log(f"{config.name} on {config.dataset} (seed {seed}) -> {out}")
         with torch_threads(config.run.num_threads):
             outcome = body(config, ctx)
+            threads = current_threads()  # in force during training ([run] num_threads, else the process's)
         if outcome is None:
             rep.log(f"stopped early ([run] stop_after); checkpoints kept in {ck}: the same command resumes")
             return None
-        path = outcome.release.write(out, seed=seed, overwrite=overwrite)
-        extras = {name: r.write(out / name, seed=seed, overwrite=True) for name, r in outcome.extras.items()}
+        run_info = {"threads": threads.to_dict()}
+        path = outcome.release.write(out, seed=seed, overwrite=overwrite, run=run_info)
+        extras = {name: r.write(out / name, seed=seed, overwrite=True, run=run_info) for name, r in outcome.extras.items()}
         shutil.rmtree(ck, ignore_errors=True)
     rep.log(f"release written to {path}")
     rel = outcome.release
     return RunResult(method=config.name, release=path, utility=dict(rel.utility), accounting=rel.statement,
                      claimed_epsilon=float(rel.claim["epsilon"]), extra_releases=extras,
-                     rounds_run=outcome.rounds_run, seconds=time.perf_counter() - t0)
+                     rounds_run=outcome.rounds_run, seconds=time.perf_counter() - t0, threads=threads.threads)
