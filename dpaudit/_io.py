@@ -194,6 +194,10 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False, *, kind: str 
         if not overwrite:
             raise FileExistsError(f"{target} already exists")
         check_replaceable(target)
+        old = target.with_name(f".{target.name}.old")
+        if old.exists() and not old.is_symlink() and not is_dpaudit_output(old):
+            raise OutputError(f"Cannot replace {target}: {old} is in the way and was not written by dpaudit (it holds "
+                              f"no {OUTPUT_MARKER}); move it away first.")
     make_dirs(target.parent)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -206,9 +210,12 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False, *, kind: str 
         if target.exists() or target.is_symlink():
             check_replaceable(target)   # again: it may have changed while the new one was built
             old = target.with_name(f".{target.name}.old")
-            if old.is_symlink() or old.is_file():
-                old.unlink()
-            elif old.exists():
+            if old.is_symlink():
+                old.unlink()            # the link itself, never what it points to
+            elif old.exists():          # left by a replace that crashed: removed only when it is dpaudit's
+                if not is_dpaudit_output(old):
+                    raise OutputError(f"Cannot replace {target}: {old} is in the way and was not written by dpaudit "
+                                      f"(it holds no {OUTPUT_MARKER}); move it away first.")
                 shutil.rmtree(old)
             os.replace(target, old)
             os.replace(tmp, target)

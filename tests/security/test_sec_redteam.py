@@ -149,6 +149,25 @@ def test_fifos_anywhere_in_a_bundle_never_block(forest, tmp_path, cli, alarm):
     assert len(bundle_digest(b)) == 64
 
 
+def test_overwrite_never_removes_a_foreign_dot_old_folder(tmp_path):
+    target = tmp_path / "out"
+    with atomic_dir(target):
+        pass
+    keep = tmp_path / ".out.old"                     # someone's folder, in the place a crashed replace leaves
+    keep.mkdir()
+    (keep / "precious.txt").write_text("x")
+    with pytest.raises(OutputError, match="is in the way and was not written by dpaudit"):
+        with atomic_dir(target, overwrite=True):
+            pass
+    assert (keep / "precious.txt").read_text() == "x" and (target / OUTPUT_MARKER).is_file()
+    shutil.rmtree(keep)
+    keep.mkdir()
+    (keep / OUTPUT_MARKER).write_text(json.dumps({"schema": "dpaudit-output", "version": 1, "kind": "x"}))
+    with atomic_dir(target, overwrite=True):         # dpaudit's own leftover: removed
+        pass
+    assert not keep.exists()
+
+
 # --------------------------------------------------------------------------------------------------
 # tried, already refused: pinned so they stay refused
 
