@@ -199,26 +199,19 @@ def _build_and_load(build: Any, label: str, weights: Path, kwargs: Mapping[str, 
     return module.eval()
 
 
-def load_sklearn_model(path: Path):
-    """A scikit-learn classifier from a ``.skops`` file, loading only types skops trusts by default or in
-    :data:`~dpaudit.training.models.SKOPS_TRUSTED_TYPES`."""
+def load_sklearn_model(path: Path, *, follow_symlinks: bool = True):
+    """A scikit-learn classifier from a ``.skops`` file, through the one skops reader
+    (:func:`dpaudit.training.model_files.load_skops_file`): only the classifiers of
+    :data:`~dpaudit.training.model_files.SKOPS_CLASSIFIERS` and their parts, loading only types skops trusts by
+    default or in :data:`~dpaudit.training.models.SKOPS_TRUSTED_TYPES`, every fitted tree's structure checked."""
     from dpaudit.training.models import SKOPS_TRUSTED_TYPES, load_skops
 
     p = Path(path)
     refuse_pickle(p, "The model file")
     if p.suffix != ".skops":
         raise DataError(f"The model file {str(p)!r} must be .safetensors (with --factory), .skops or .cbm. Got {p.suffix or 'no suffix'}.")
-    from dpaudit._io import check_zip_archive
-
-    check_zip_archive(p, "the model file")      # sizes from the zip directory, before anything is unpacked
-    try:
-        with zipfile.ZipFile(p) as zf:
-            top = json.loads(zf.read("schema.json")).get("__module__", "")
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError) as exc:
-        raise DataError(f"{p}: not a readable skops file ({exc}).") from None
-    if not str(top).startswith("sklearn."):
-        raise DataError(f"{p}: holds an object of module {top!r}; only scikit-learn estimators are accepted.")
-    est = load_skops(p, SKOPS_TRUSTED_TYPES)
+    # read once, capped; only allow-listed scikit-learn classifiers and their parts; every fitted tree checked
+    est = load_skops(p, SKOPS_TRUSTED_TYPES, follow_symlinks=follow_symlinks)
     if not callable(getattr(est, "predict_proba", None)) or not hasattr(est, "classes_"):
         raise DataError(f"{p}: holds a {type(est).__name__}, not a fitted classifier with predict_proba.")
     return est
@@ -328,7 +321,7 @@ def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | Non
                                          kwargs=kwargs)
         module = _build_and_load(build, label, weights, kwargs)
         return Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
-    est = load_sklearn_model(path) if kind == "sklearn" else load_catboost_model(path)
+    est = load_sklearn_model(path, follow_symlinks=False) if kind == "sklearn" else load_catboost_model(path)
     return Classifier(spec, estimator=est)              # type: ignore[arg-type]
 
 

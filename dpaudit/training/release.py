@@ -575,7 +575,7 @@ def _load_own_model(root: Path, real_root: Path, m: dict, meta_path: Path) -> tu
     model_file = _bundle_file(root, real_root, fname)
     check_input_file(model_file, "the model file named in release.json", max_bytes=None)
     _check_weights_fit_file(spec, model_file)
-    return spec, load_classifier(model_file, spec)
+    return spec, load_classifier(model_file, spec, follow_symlinks=False)
 
 
 def _finish_loading(root: Path, real_root: Path, meta: dict, spec: Any, model: Classifier | None) -> "Release":
