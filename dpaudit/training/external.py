@@ -170,10 +170,8 @@ def _check_weights(weights: Path) -> Path:
     return weights
 
 
-def _build_and_load(build: Any, label: str, weights: Path, kwargs: Mapping[str, Any]):
+def _build_and_load(build: Any, label: str, weights: Path, kwargs: Mapping[str, Any], *, follow_symlinks: bool = True):
     import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     try:
         module = build(**dict(kwargs))
@@ -181,20 +179,11 @@ def _build_and_load(build: Any, label: str, weights: Path, kwargs: Mapping[str, 
         raise DataError(f"--factory {label}: calling it failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(module, torch.nn.Module):
         raise DataError(f"--factory {label} returned a {type(module).__name__}, not a torch.nn.Module.")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise DataError(f"{weights}: not a readable safetensors file ({exc}).") from None
-    expected = module.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shaped = sorted(f"{k} {tuple(state[k].shape)} vs {tuple(expected[k].shape)}" for k in set(state) & set(expected)
-                    if tuple(state[k].shape) != tuple(expected[k].shape))
-    if missing or unexpected or shaped:
-        parts = [f"missing {', '.join(missing)}" if missing else "", f"unexpected {', '.join(unexpected)}" if unexpected else "",
-                 f"mis-shaped (file vs module) {'; '.join(shaped)}" if shaped else ""]
-        raise DataError(f"{weights} does not match the module built by {label}: "
-                        + "; ".join(p for p in parts if p) + ".")
+    from dpaudit.training.model_files import load_safetensors_file
+
+    # read once, capped; names and shapes checked against the module before any tensor is materialised
+    state = load_safetensors_file(weights, {k: tuple(v.shape) for k, v in module.state_dict().items()},
+                                  follow_symlinks=follow_symlinks, mismatch=f"does not match the module built by {label}")
     module.load_state_dict(state, strict=True)
     return module.eval()
 
@@ -319,7 +308,7 @@ def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | Non
         kwargs = check_code_kwargs(kw.get("factory_kwargs"), f"{root}/release.json: model.spec.kwargs.factory_kwargs")
         build, label = code.callable_for("factory", kw.get("factory"), kw.get("factory_sha256"), bundle=root,
                                          kwargs=kwargs)
-        module = _build_and_load(build, label, weights, kwargs)
+        module = _build_and_load(build, label, weights, kwargs, follow_symlinks=False)
         return Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
     est = load_sklearn_model(path, follow_symlinks=False) if kind == "sklearn" else load_catboost_model(path)
     return Classifier(spec, estimator=est)              # type: ignore[arg-type]

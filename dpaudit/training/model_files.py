@@ -1,5 +1,5 @@
 """Model files from elsewhere, read without trusting them: the one reader of each kind of model file a release
-bundle holds (``.skops``).
+bundle holds (``.skops``, ``.safetensors``).
 
 A model file in a bundle may come from the party being audited, and the libraries that read these formats run
 native code on what the file says: scikit-learn's tree code follows the child indices stored in a fitted tree
@@ -19,6 +19,9 @@ library sees a file:
   tree, features inside the input, depth within the node count; histogram-gradient-boosting predictors likewise
   (and their category bitsets); a gradient-boosting model's stage matrix must have exactly as many columns as its
   raw predictions. Only then is the model returned.
+* **.safetensors** (:func:`load_safetensors_file`): read once, at most :func:`dpaudit._io.max_array_bytes`; the
+  header is parsed and its tensor names, dtypes and shapes compared with what the module expects *before* any
+  tensor is materialised, so an oversized or extra tensor (a sparse file of terabytes) is refused from the header.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from dpaudit._io import (ARRAY_BYTES_ENV, check_input_file, max_array_bytes, rea
 from dpaudit.errors import DataError
 
 __all__ = ["SKOPS_CLASSES", "SKOPS_CLASSIFIERS", "MAX_SKOPS_SCHEMA_BYTES", "MAX_SKOPS_NODES", "MAX_SKOPS_DEPTH",
-           "load_skops_file", "check_skops_schema", "check_sklearn_structures"]
+           "load_skops_file", "check_skops_schema", "check_sklearn_structures",
+           "load_safetensors_file", "MAX_SAFETENSORS_HEADER_BYTES"]
 
 #: The largest ``schema.json`` of a ``.skops`` file (a forest of 500 trees needs about 1.5 MB; the JSON is parsed
 #: three times, at about 25 bytes of Python objects per byte).
@@ -45,6 +49,8 @@ MAX_SKOPS_SCHEMA_BYTES = 32 << 20
 #: The most nodes and the deepest nesting of a ``.skops`` schema (skops builds it recursively).
 MAX_SKOPS_NODES = 1_000_000
 MAX_SKOPS_DEPTH = 64
+#: The largest safetensors header (names, dtypes, shapes and offsets of the tensors, and the metadata).
+MAX_SAFETENSORS_HEADER_BYTES = 16 << 20
 
 # skops loaders whose result is plain data (containers, JSON values, numpy arrays and dtypes, random states), a
 # reference to a node already built (CachedNode), or an object of a class checked below (ObjectNode; TreeNode and
@@ -108,6 +114,16 @@ def __getattr__(name: str) -> Any:      # SKOPS_CLASSIFIERS / SKOPS_CLASSES with
     if name == "SKOPS_CLASSES":
         return _names()[1]
     raise AttributeError(name)
+
+
+def _read_capped(p: Path, what: str, follow_symlinks: bool) -> bytes:
+    """The bytes of a model file, read once, at most :func:`dpaudit._io.max_array_bytes`."""
+    cap = max_array_bytes()
+    size = check_input_file(p, what, max_bytes=None, follow_symlinks=follow_symlinks).stat().st_size
+    if size > cap:
+        raise DataError(f"{what[:1].upper() + what[1:]} {p} is {size} bytes; dpaudit reads at most {cap} here (set "
+                        f"{ARRAY_BYTES_ENV} to raise the limit).")
+    return read_input_bytes(p, what, max_bytes=cap, follow_symlinks=follow_symlinks)
 
 
 def _refuse(path: Any, why: str) -> DataError:
@@ -366,5 +382,60 @@ def load_skops_file(path: str | Path, trusted_types: Iterable[str], *, top_class
         except Exception as exc:  # noqa: BLE001 - scikit-learn raises many types on inconsistent fitted state
             raise DataError(f"{p}: the model cannot predict ({type(exc).__name__}: {str(exc)[:200]}).") from None
     return est
+
+
+# --------------------------------------------------------------------------------------------------
+# safetensors
+
+_ST_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+              "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def load_safetensors_file(path: str | Path, expected: Mapping[str, tuple[int, ...]] | None = None, *,
+                          follow_symlinks: bool = True, what: str = "the weights file",
+                          mismatch: str = "does not match the module") -> dict[str, Any]:
+    """The tensors of a ``.safetensors`` file as a ``{name: torch.Tensor}`` dict, read once and at most
+    :func:`dpaudit._io.max_array_bytes` bytes. With ``expected`` (``{name: shape}``, e.g. a module's
+    ``state_dict`` built on torch's ``meta`` device), the header's names and shapes must be exactly those before
+    any tensor is materialised (every missing, unexpected or mis-shaped tensor is named)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load as st_load
+
+    p = Path(path)
+    blob = _read_capped(p, what, follow_symlinks)
+    n = int.from_bytes(blob[:8], "little") if len(blob) >= 8 else -1
+    if not 2 <= n <= min(MAX_SAFETENSORS_HEADER_BYTES, len(blob) - 8):
+        raise DataError(f"{p}: not a readable safetensors file (header of {n} bytes in a file of {len(blob)}).")
+    try:
+        header = json.loads(blob[8:8 + n].decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise DataError(f"{p}: not a readable safetensors file (its header is not JSON: {str(exc)[:120]}).") from None
+    if not isinstance(header, dict):
+        raise DataError(f"{p}: not a readable safetensors file (its header is not an object).")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if (not isinstance(shape, list) or len(shape) > 8
+                or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s for s in shape)
+                or entry.get("dtype") not in _ST_DTYPES
+                or math.prod(shape) * _ST_DTYPES[entry["dtype"]] > len(blob)):
+            raise DataError(f"{p}: the tensor {name[:80]!r} has an invalid header entry ({str(entry)[:120]}).")
+        shapes[name] = tuple(shape)
+    if expected is not None:
+        want = {k: tuple(int(s) for s in v) for k, v in expected.items()}
+        missing = sorted(set(want) - set(shapes))
+        unexpected = sorted(set(shapes) - set(want))
+        shaped = sorted(f"{k} {shapes[k]} vs {want[k]}" for k in set(shapes) & set(want) if shapes[k] != want[k])
+        if missing or unexpected or shaped:
+            parts = [f"missing {', '.join(missing)}" if missing else "",
+                     f"unexpected {', '.join(unexpected)[:400]}" if unexpected else "",
+                     f"mis-shaped (file vs module) {'; '.join(shaped)[:400]}" if shaped else ""]
+            raise DataError(f"{p} {mismatch}: " + "; ".join(x for x in parts if x) + ".")
+    try:
+        return st_load(blob)
+    except (SafetensorError, ValueError, RuntimeError, OverflowError) as exc:
+        raise DataError(f"{p}: not a readable safetensors file ({str(exc)[:200]}).") from None
 
 

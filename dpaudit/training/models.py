@@ -571,11 +571,18 @@ def load_skops(path: Path, trusted_types=SKOPS_TRUSTED_TYPES, *, top_classes=Non
     return load_skops_file(path, trusted_types, top_classes=top_classes, follow_symlinks=follow_symlinks)
 
 
+def _state_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """The names and shapes of ``spec``'s ``state_dict``, built on torch's ``meta`` device (nothing allocated)."""
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in build_model(spec).state_dict().items()}
+
+
 def load_classifier(path, spec: ModelSpec, *, follow_symlinks: bool = True) -> Classifier:
     """Load a model written by :func:`save_classifier` for ``spec``, never unpickling.
 
-    ``path`` may carry its suffix or not. Skops files are read once through :mod:`dpaudit.training.model_files`:
-    of the spec's class only, every type skops does not trust by
+    ``path`` may carry its suffix or not. Every file is read once through the readers of
+    :mod:`dpaudit.training.model_files`: safetensors capped and its header checked against the spec's tensors
+    before anything is materialised; skops files of the spec's class only, every type skops does not trust by
     default checked against a fixed allow-list of scikit-learn tree internals, and every fitted tree's structure
     checked. ``follow_symlinks=False``: a symbolic link is refused (a release bundle's model).
     """
@@ -591,13 +598,14 @@ def load_classifier(path, spec: ModelSpec, *, follow_symlinks: bool = True) -> C
     if found.suffix == ".safetensors":
         if not spec.is_torch:
             raise DataError(f"{found}: a torch weights file, but the spec names the tree model {spec.name!r}.")
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from dpaudit.training.model_files import load_safetensors_file
 
         try:
-            state = load_file(str(found))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise DataError(f"{found}: not a readable safetensors file ({exc}).") from None
+            shapes = _state_shapes(spec)
+        except (RuntimeError, ValueError, TypeError, NotImplementedError):
+            shapes = None       # a spec the meta device cannot build: checked by the strict load below
+        state = load_safetensors_file(found, shapes, follow_symlinks=follow_symlinks,
+                                      mismatch=f"weights do not fit the spec {spec.name} {spec.input_shape}")
         module = build_model(spec)
         try:
             module.load_state_dict(state, strict=True)

@@ -295,3 +295,88 @@ def test_honest_models_of_every_listed_kind_still_load(data, tmp_path):
         np.testing.assert_array_equal(back.predict_proba(X), m.predict_proba(X))
 
 
+# --------------------------------------------------------------------------------------------------
+# safetensors: sizes from the header, before any tensor is made
+
+
+def _with_junk_tensor(src: Path, dst: Path, gib: float) -> Path:
+    """``src`` plus a float32 tensor 'junk' of ``gib`` GiB, its data a hole in a sparse file (no disk used)."""
+    b = src.read_bytes()
+    n = int.from_bytes(b[:8], "little")
+    header, body = json.loads(b[8:8 + n]), b[8 + n:]
+    count = int(gib * (1 << 30)) // 4
+    header["junk"] = {"dtype": "F32", "shape": [count], "data_offsets": [len(body), len(body) + 4 * count]}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(dst, "wb") as fh:
+        fh.write(len(text).to_bytes(8, "little") + text + body)
+        fh.truncate(8 + len(text) + len(body) + 4 * count)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def mlp_bundle(tmp_path_factory):
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.ensemble import TrainConfig, fit_classifier
+    from dpaudit.training.models import ModelSpec
+    from dpaudit.training.release import write_release
+
+    ds = load_dataset("digits", seed=0)
+    perm = np.random.default_rng(0).permutation(len(ds))
+    mem, non, att = perm[:100], perm[100:200], perm[200:400]
+    spec = ModelSpec("mlp", ds.input_shape, ds.num_classes, {"hidden": [8]})
+    cfg = TrainConfig(epochs=1)
+    clf = fit_classifier(spec, ds.X[mem], ds.y[mem], cfg, 0)
+    return write_release(tmp_path_factory.mktemp("mlp") / "b", method="baseline", params={}, seed=0,
+                         dataset={"name": "digits", "seed": 0, "num_samples": None}, utility={"test_accuracy": 0.5},
+                         classifier=clf, train_config=cfg, ledger=None, statement=None,
+                         claim={"epsilon": 1.0, "delta": 1e-5, "granularity": "example", "text": "t"},
+                         membership={"members": mem, "nonmembers": non, "attacker": att})
+
+
+def test_a_sparse_gigabyte_tensor_in_a_bundle_is_refused_from_its_size(mlp_bundle, tmp_path, cli):
+    # before: safetensors materialised every tensor the header lists: a 3 GiB hole took 3 GiB (MemoryError under a
+    # limit, an OOM kill without one), from 8 kB on disk; a terabyte hole is refused by the bundle's size cap
+    b = tmp_path / "b"
+    shutil.copytree(mlp_bundle, b)
+    _with_junk_tensor(mlp_bundle / "model.safetensors", b / "model.safetensors", 3)
+    assert (b / "model.safetensors").stat().st_blocks * 512 < 1 << 20
+    _one_error(cli, ["attack", b, "--attack", "threshold", "--bootstrap", "0", "--quiet", "--out", tmp_path / "o"],
+               "model.safetensors is 32212", "DPAUDIT_MAX_ARRAY_BYTES")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_extra_tensor_is_refused_from_the_header_before_any_tensor_is_made(mlp_bundle, tmp_path, monkeypatch):
+    import safetensors.torch
+
+    from dpaudit.training.release import load_release
+
+    b = tmp_path / "b"
+    shutil.copytree(mlp_bundle, b)
+    _with_junk_tensor(mlp_bundle / "model.safetensors", b / "model.safetensors", 0.5)
+
+    def never(*a, **k):
+        raise AssertionError("a tensor was materialised before the header was checked")
+
+    monkeypatch.setattr(safetensors.torch, "load", never)
+    with pytest.raises(DataError, match="weights do not fit the spec mlp .*unexpected junk"):
+        load_release(b)
+
+
+_H = json.dumps({"w": {"dtype": "F32", "shape": [10**12], "data_offsets": [0, 4]}}).encode()
+
+
+@pytest.mark.parametrize("blob, needle", [
+    ((10**12).to_bytes(8, "little") + b"{}", "header of 1000000000000 bytes"),
+    ((100_008).to_bytes(8, "little") + b"[" * 50_000 + b"]" * 50_000 + b"\x00" * 8, "not JSON"),
+    (len(_H).to_bytes(8, "little") + _H + bytes(4), "invalid header entry"),
+], ids=["header-length", "header-nesting", "tensor-size"])
+def test_corrupt_safetensors_headers_are_one_line(tmp_path, blob, needle):
+    from dpaudit.training.model_files import load_safetensors_file
+
+    p = tmp_path / "w.safetensors"
+    p.write_bytes(blob)
+    with pytest.raises(DataError, match=needle):
+        load_safetensors_file(p)
+
+
