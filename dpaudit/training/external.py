@@ -206,20 +206,16 @@ def load_sklearn_model(path: Path, *, follow_symlinks: bool = True):
     return est
 
 
-def load_catboost_model(path: Path):
-    """A CatBoost classifier from its own ``.cbm`` format."""
-    from catboost import CatBoostClassifier, CatBoostError
+def load_catboost_model(path: Path, *, follow_symlinks: bool = True):
+    """A CatBoost classifier from its own ``.cbm`` format, through the one CatBoost reader
+    (:func:`dpaudit.training.model_files.load_catboost_file`)."""
+    from dpaudit.training.model_files import load_catboost_file
 
     p = Path(path)
     refuse_pickle(p, "The model file")
     if p.suffix != ".cbm":
         raise DataError(f"The model file {str(p)!r} must be a CatBoost .cbm file.")
-    est = CatBoostClassifier()
-    try:
-        est.load_model(str(p), format="cbm")
-    except CatBoostError as exc:
-        raise DataError(f"{p}: not a readable CatBoost model ({str(exc).splitlines()[0] if str(exc) else exc}).") from None
-    return est
+    return load_catboost_file(p, follow_symlinks=follow_symlinks)
 
 
 def external_train_fn(path: str, num_classes: int, *, sha256: str | None = None):
@@ -310,7 +306,8 @@ def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | Non
                                          kwargs=kwargs)
         module = _build_and_load(build, label, weights, kwargs, follow_symlinks=False)
         return Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
-    est = load_sklearn_model(path, follow_symlinks=False) if kind == "sklearn" else load_catboost_model(path)
+    est = (load_sklearn_model(path, follow_symlinks=False) if kind == "sklearn"
+           else load_catboost_model(path, follow_symlinks=False))
     return Classifier(spec, estimator=est)              # type: ignore[arg-type]
 
 

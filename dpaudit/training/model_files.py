@@ -1,5 +1,5 @@
 """Model files from elsewhere, read without trusting them: the one reader of each kind of model file a release
-bundle holds (``.skops``, ``.safetensors``).
+bundle holds (``.skops``, ``.safetensors``, ``.cbm``).
 
 A model file in a bundle may come from the party being audited, and the libraries that read these formats run
 native code on what the file says: scikit-learn's tree code follows the child indices stored in a fitted tree
@@ -22,6 +22,10 @@ library sees a file:
 * **.safetensors** (:func:`load_safetensors_file`): read once, at most :func:`dpaudit._io.max_array_bytes`; the
   header is parsed and its tensor names, dtypes and shapes compared with what the module expects *before* any
   tensor is materialised, so an oversized or extra tensor (a sparse file of terabytes) is refused from the header.
+* **.cbm** (:func:`load_catboost_file`): CatBoost's own loader crashes on crafted files (one random byte mutation
+  in 200 of a small model was a segmentation fault), so dpaudit parses the file itself (:class:`_Fb`: every
+  offset, length and index checked) and evaluates the symmetric trees with numpy (:class:`CatBoostModel`), the
+  same numbers as CatBoost's ``predict_proba`` (to 1e-15 in the tests).
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ from dpaudit.errors import DataError
 
 __all__ = ["SKOPS_CLASSES", "SKOPS_CLASSIFIERS", "MAX_SKOPS_SCHEMA_BYTES", "MAX_SKOPS_NODES", "MAX_SKOPS_DEPTH",
            "load_skops_file", "check_skops_schema", "check_sklearn_structures",
-           "load_safetensors_file", "MAX_SAFETENSORS_HEADER_BYTES"]
+           "load_safetensors_file", "MAX_SAFETENSORS_HEADER_BYTES",
+           "load_catboost_file", "parse_catboost_model", "CatBoostModel", "MAX_CATBOOST_TREES", "MAX_CATBOOST_DEPTH",
+           "MAX_CATBOOST_DIM"]
 
 #: The largest ``schema.json`` of a ``.skops`` file (a forest of 500 trees needs about 1.5 MB; the JSON is parsed
 #: three times, at about 25 bytes of Python objects per byte).
@@ -439,3 +445,253 @@ def load_safetensors_file(path: str | Path, expected: Mapping[str, tuple[int, ..
         raise DataError(f"{p}: not a readable safetensors file ({str(exc)[:200]}).") from None
 
 
+# --------------------------------------------------------------------------------------------------
+# CatBoost: the .cbm file parsed in Python, the model evaluated with numpy (CatBoost's own loader never sees it)
+
+#: The most trees, the deepest tree and the most approx dimensions (classes) of a CatBoost model dpaudit reads.
+MAX_CATBOOST_TREES = 100_000
+MAX_CATBOOST_DEPTH = 16
+MAX_CATBOOST_DIM = 100_000
+_CBM_FORMAT = "FlabuffersModel_v1"      # (sic) what CatBoost writes as its flatbuffers format version
+_CBM_LOSSES = {"Logloss": "binary", "CrossEntropy": "binary", "MultiClass": "multiclass"}
+
+
+class _Fb:
+    """A bounds-checked reader of one flatbuffer (CatBoost's model core): every offset, length and field is checked
+    against the buffer before it is read, so a corrupt or hostile file is a :class:`DataError`, never a read
+    outside it."""
+
+    def __init__(self, buf: bytes, where: Any) -> None:
+        self.buf, self.where = buf, where
+
+    def bad(self, why: str) -> DataError:
+        return DataError(f"{self.where}: not a CatBoost model dpaudit can read ({why}).")
+
+    def _at(self, fmt: str, pos: int) -> Any:
+        import struct
+
+        size = struct.calcsize(fmt)
+        if not 0 <= pos <= len(self.buf) - size:
+            raise self.bad(f"an offset points outside the file ({pos})")
+        return struct.unpack_from("<" + fmt, self.buf, pos)[0]
+
+    def table(self, pos: int) -> tuple[int, list[int]]:
+        vt = pos - self._at("i", pos)
+        vsize, _tsize = self._at("H", vt), self._at("H", vt + 2)
+        if vsize < 4 or vsize % 2:
+            raise self.bad("a table's layout is corrupt")
+        return pos, [self._at("H", vt + 4 + 2 * i) for i in range((vsize - 4) // 2)]
+
+    @staticmethod
+    def _slot(t: tuple[int, list[int]], i: int) -> int | None:
+        pos, fields = t
+        return pos + fields[i] if i < len(fields) and fields[i] else None
+
+    def scalar(self, t: tuple[int, list[int]], i: int, fmt: str, default: Any) -> Any:
+        p = self._slot(t, i)
+        return default if p is None else self._at(fmt, p)
+
+    def ref(self, t: tuple[int, list[int]], i: int) -> int | None:
+        p = self._slot(t, i)
+        return None if p is None else p + self._at("I", p)
+
+    def vector(self, t: tuple[int, list[int]], i: int, dtype: str) -> np.ndarray | None:
+        p = self.ref(t, i)
+        if p is None:
+            return None
+        n = self._at("I", p)
+        dt = np.dtype(dtype)
+        if n * dt.itemsize > len(self.buf) - p - 4:
+            raise self.bad(f"a vector of {n} entries runs past the end of the file")
+        return np.frombuffer(self.buf, dtype=dt, count=n, offset=p + 4)
+
+    def tables(self, t: tuple[int, list[int]], i: int) -> list[tuple[int, list[int]]]:
+        offs = self.vector(t, i, "<u4")
+        if offs is None:
+            return []
+        p = self.ref(t, i) + 4      # type: ignore[operator] - not None: the vector exists
+        return [self.table(p + 4 * k + int(o)) for k, o in enumerate(offs)]
+
+    def string(self, pos: int | None) -> str | None:
+        if pos is None:
+            return None
+        n = self._at("I", pos)
+        if n > len(self.buf) - pos - 4:
+            raise self.bad("a string runs past the end of the file")
+        try:
+            return self.buf[pos + 4:pos + 4 + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.bad("a string is not UTF-8") from None
+
+
+class CatBoostModel:
+    """A CatBoost classifier read from its ``.cbm`` file by :func:`load_catboost_file`: symmetric (oblivious) trees
+    over numeric features, evaluated with numpy exactly as CatBoost does (features compared as float32 with each
+    split's border, leaf index bit ``d`` from the tree's ``d``-th split, raw value ``scale * sum + bias``, then the
+    sigmoid (Logloss, CrossEntropy) or the softmax (MultiClass)). ``predict_proba(X)`` and ``classes_`` like
+    CatBoost's own classifier."""
+
+    def __init__(self, *, columns: np.ndarray, borders: np.ndarray, nan_true: np.ndarray, splits: np.ndarray,
+                 depths: np.ndarray, leaf_offsets: np.ndarray, leaf_values: np.ndarray, dim: int, scale: float,
+                 bias: np.ndarray, kind: str, classes: np.ndarray, n_features: int, blob: bytes) -> None:
+        self._blob = blob
+        self._columns, self._borders, self._nan_true = columns, borders, nan_true
+        self._splits, self._depths, self._leaf_offsets = splits, depths, leaf_offsets
+        self._leaf_values, self._dim, self._scale, self._bias, self._kind = leaf_values, dim, scale, bias, kind
+        self.classes_ = classes
+        self.n_features_in_ = n_features
+        self.tree_count_ = len(depths)
+
+    def _raw(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float32).reshape(len(X), -1)
+        if X.shape[1] != self.n_features_in_:
+            raise DataError(f"The CatBoost model takes {self.n_features_in_} features; got {X.shape[1]}.")
+        T, D = self._splits.shape
+        out = np.empty((len(X), self._dim), dtype=np.float64)
+        step = max(1, (1 << 22) // max(1, T * max(D, self._dim)))
+        weights = (1 << np.arange(D, dtype=np.int64))
+        for a in range(0, len(X), step):
+            x = X[a:a + step][:, self._columns]                     # (n, bins): the value each border is applied to
+            bits = np.where(np.isnan(x), self._nan_true, x > self._borders)
+            bits = np.concatenate([bits, np.zeros((len(x), 1), dtype=bool)], axis=1)   # the padding split: always 0
+            leaf = (bits[:, self._splits].astype(np.int64) * weights).sum(axis=2)      # (n, T)
+            vals = self._leaf_values[(self._leaf_offsets + leaf)[..., None] * self._dim + np.arange(self._dim)]
+            out[a:a + step] = self._scale * vals.sum(axis=1) + self._bias
+        return out
+
+    def save_model(self, fname: str | Path, format: str = "cbm") -> None:
+        """Write the model back as the very ``.cbm`` bytes it was read from (CatBoost's ``save_model`` API)."""
+        if format != "cbm":
+            raise DataError(f"A CatBoost model read by dpaudit is written back as .cbm only. Got format {format!r} instead.")
+        Path(fname).write_bytes(self._blob)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        raw = self._raw(X)
+        if self._kind == "binary":
+            z = raw[:, 0]                   # 1 / (1 + exp(-z)) and its complement, without overflow
+            return np.stack([np.exp(-np.logaddexp(0.0, z)), np.exp(-np.logaddexp(0.0, -z))], axis=1)
+        z = raw - raw.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+
+def _cbm_info(fb: _Fb, root: tuple[int, list[int]]) -> dict[str, str]:
+    info: dict[str, str] = {}
+    for kv in fb.tables(root, 2):
+        key = fb.string(fb.ref(kv, 0))
+        if key is not None:
+            info[key] = fb.string(fb.ref(kv, 1)) or ""
+    return info
+
+
+def _cbm_json(info: Mapping[str, str], key: str, fb: _Fb) -> Any:
+    try:
+        return json.loads(info[key]) if key in info else None
+    except (ValueError, RecursionError):
+        raise fb.bad(f"its {key} are not valid JSON") from None
+
+
+def parse_catboost_model(blob: bytes, where: Any) -> CatBoostModel:
+    """Parse and check the bytes of a ``.cbm`` file (see :class:`CatBoostModel`); nothing of it reaches CatBoost's
+    native code. Models with categorical, text or embedding features, non-symmetric trees, extra model parts or a
+    loss other than Logloss / CrossEntropy / MultiClass are refused, naming what they hold."""
+    fb = _Fb(blob, where)
+    if len(blob) < 8 or blob[:4] != b"CBM1":
+        raise fb.bad("no CatBoost model header")
+    core_size = int.from_bytes(blob[4:8], "little")
+    if core_size != len(blob) - 8:
+        raise fb.bad(f"its model core says {core_size} bytes, the file holds {len(blob) - 8} after the header "
+                     "(extra model parts such as CTR tables are not read)")
+    fb = _Fb(blob[8:], where)
+    root = fb.table(fb._at("I", 0))
+    if fb.string(fb.ref(root, 0)) != _CBM_FORMAT:
+        raise fb.bad(f"format {str(fb.string(fb.ref(root, 0)))[:40]!r}, expected {_CBM_FORMAT!r}")
+    if fb.ref(root, 3) is not None and len(fb.vector(root, 3, "<u4")) > 0:    # type: ignore[arg-type]
+        raise fb.bad("it has extra model parts (CTR tables of categorical features)")
+    if fb.ref(root, 1) is None:
+        raise fb.bad("it has no trees")
+    mt = fb.table(fb.ref(root, 1))                                              # type: ignore[arg-type]
+    for i, what in ((4, "categorical features"), (6, "one-hot features"), (7, "CTR features"),
+                    (10, "non-symmetric trees"), (11, "non-symmetric trees"), (12, "text features"),
+                    (13, "estimated features"), (18, "embedding features")):
+        v = fb.vector(mt, i, "<u4")
+        if v is not None and len(v):
+            raise fb.bad(f"it has {what}; dpaudit reads CatBoost models of numeric features with symmetric trees")
+    dim = fb.scalar(mt, 0, "i", 0)
+    if not 1 <= dim <= MAX_CATBOOST_DIM:
+        raise fb.bad(f"approx dimension {dim}")
+    sizes = fb.vector(mt, 2, "<i4")
+    splits = fb.vector(mt, 1, "<i4")
+    starts = fb.vector(mt, 3, "<i4")
+    values = fb.vector(mt, 8, "<f8")
+    if sizes is None or splits is None or values is None or not 1 <= len(sizes) <= MAX_CATBOOST_TREES:
+        raise fb.bad("it has no trees or too many")
+    sizes = sizes.astype(np.int64)
+    if sizes.min() < 0 or sizes.max() > MAX_CATBOOST_DEPTH:
+        raise fb.bad(f"a tree of depth {int(sizes.max()) if sizes.max() > 0 else int(sizes.min())}")
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    if len(splits) != int(sizes.sum()) or (starts is not None and not np.array_equal(starts.astype(np.int64), first)):
+        raise fb.bad("its trees' split lists do not add up")
+    leaves = (1 << sizes)
+    leaf_offsets = np.concatenate([[0], np.cumsum(leaves)[:-1]])
+    if len(values) != int(leaves.sum()) * dim or not np.all(np.isfinite(values)):
+        raise fb.bad(f"{len(values)} leaf values for {int(leaves.sum())} leaves of {dim} values (or not finite)")
+    feats = fb.tables(mt, 5)
+    columns, borders, nan_true = [], [], []
+    flat = []
+    for f in feats:
+        idx = fb.scalar(f, 2, "i", -1)
+        b = fb.vector(f, 3, "<f4")
+        b = np.zeros(0, np.float32) if b is None else b
+        nan = fb.scalar(f, 5, "b", 0)
+        if nan not in (0, 1, 2):
+            raise fb.bad(f"NaN treatment {nan}")
+        flat.append(idx)
+        columns += [idx] * len(b)
+        borders.append(b)
+        nan_true += [nan == 2] * len(b)
+    n_features = len(feats)
+    if flat != list(range(n_features)):
+        raise fb.bad("its numeric features are not the columns 0..n-1 in order")
+    n_bins = len(columns)
+    if len(splits) and (splits.min() < 0 or splits.max() >= n_bins):
+        raise fb.bad(f"a split names binary feature {int(splits.max())} of {n_bins}")
+    D = int(sizes.max())
+    table = np.full((len(sizes), D), n_bins, dtype=np.int64)      # padded with the always-0 split
+    for t, (a, d) in enumerate(zip(first.tolist(), sizes.tolist())):
+        table[t, :d] = splits[a:a + d]
+    scale = fb.scalar(mt, 14, "d", 1.0)
+    bias = fb.scalar(mt, 15, "d", 0.0)
+    multi = fb.vector(mt, 16, "<f8")
+    bias_v = np.asarray(multi, dtype=np.float64) if multi is not None and len(multi) else np.full(dim, bias)
+    if len(bias_v) != dim or not np.all(np.isfinite(bias_v)) or not math.isfinite(scale):
+        raise fb.bad("its scale or bias is not finite or of the wrong length")
+    info = _cbm_info(fb, root)
+    params = _cbm_json(info, "params", fb) or {}
+    loss = params.get("loss_function", {}) if isinstance(params, dict) else {}
+    loss_type = loss.get("type") if isinstance(loss, dict) else None
+    kind = _CBM_LOSSES.get(str(loss_type))
+    if kind is None or (kind == "binary") != (dim == 1):
+        raise fb.bad(f"loss {str(loss_type)[:40]!r} with {dim} raw values; dpaudit reads Logloss, CrossEntropy and "
+                     "MultiClass classifiers")
+    cp = _cbm_json(info, "class_params", fb)
+    want = 2 if kind == "binary" else dim
+    names = cp.get("class_names") if isinstance(cp, dict) else None
+    if names is None or names == []:        # no labels recorded (probability targets): CatBoost's classes are 0..k-1
+        names = list(range(want))
+    if (not isinstance(names, list) or len(names) != want or len(set(map(str, names))) != want
+            or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2**31 for c in names)):
+        raise fb.bad(f"its class labels {str(names)[:80]} are not {want} distinct integers >= 0")
+    return CatBoostModel(columns=np.asarray(columns, dtype=np.int64), borders=np.concatenate(borders or [np.zeros(0, np.float32)]),
+                         nan_true=np.asarray(nan_true, dtype=bool), splits=table, depths=sizes,
+                         leaf_offsets=leaf_offsets.astype(np.int64), leaf_values=np.asarray(values, dtype=np.float64),
+                         dim=dim, scale=float(scale), bias=bias_v, kind=kind, classes=np.asarray(names, dtype=np.int64),
+                         n_features=n_features, blob=bytes(blob))
+
+
+def load_catboost_file(path: str | Path, *, follow_symlinks: bool = True, what: str = "the model file") -> CatBoostModel:
+    """A CatBoost classifier from a ``.cbm`` file, read once (at most :func:`dpaudit._io.max_array_bytes` bytes)
+    and parsed by :func:`parse_catboost_model`: CatBoost's own loader, which a crafted file crashes, never runs on
+    it."""
+    p = Path(path)
+    return parse_catboost_model(_read_capped(p, what, follow_symlinks), p)

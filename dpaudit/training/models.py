@@ -547,7 +547,9 @@ def save_classifier(clf: Classifier, path_without_suffix) -> Path:
         write_json(base.with_name(base.name + ".json"), clf.spec.to_dict())
         return target
     est = clf.estimator
-    if type(est).__module__.startswith("catboost"):
+    from dpaudit.training.model_files import CatBoostModel
+
+    if type(est).__module__.startswith("catboost") or isinstance(est, CatBoostModel):
         target = base.with_name(base.name + ".cbm")
         with atomic_path(target, suffix=".cbm") as tmp:
             est.save_model(str(tmp), format="cbm")
@@ -615,14 +617,9 @@ def load_classifier(path, spec: ModelSpec, *, follow_symlinks: bool = True) -> C
     if spec.is_torch:
         raise DataError(f"{found}: a tree model file, but the spec names the torch model {spec.name!r}.")
     if found.suffix == ".cbm":
-        from catboost import CatBoostClassifier, CatBoostError
+        from dpaudit.training.model_files import load_catboost_file
 
-        est = CatBoostClassifier()
-        try:
-            est.load_model(str(found), format="cbm")
-        except CatBoostError as exc:
-            raise DataError(f"{found}: not a readable CatBoost model ({exc}).") from None
-        return Classifier(spec, estimator=est)
+        return Classifier(spec, estimator=load_catboost_file(found, follow_symlinks=follow_symlinks))
     from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
     from sklearn.tree import DecisionTreeClassifier
 
