@@ -38,7 +38,7 @@ from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save
 
 __all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release", "bundle_digest",
            "read_release_meta",
-           "MAX_BUNDLE_ENTRIES"]
+           "MAX_BUNDLE_ENTRIES", "MAX_BUNDLE_BYTES"]
 
 SCHEMA_VERSION = 1
 #: Largest data set a release may point into, and largest class count / input size of its model spec:
@@ -49,6 +49,9 @@ MAX_INPUT_SIZE = 100_000_000
 MEMBERSHIP_KEYS = ("members", "nonmembers", "attacker")
 #: The most files and folders a bundle may hold (all depths): checking it for links walks every one.
 MAX_BUNDLE_ENTRIES = 100_000
+#: The most bytes the files of a bundle may hold together (all depths, as their sizes say, so a sparse file counts
+#: what it claims): every read of a bundle checks it, and its cache digest reads every top-level file.
+MAX_BUNDLE_BYTES = 16 << 30
 _CLAIM_KEYS = ("epsilon", "delta", "granularity", "text")
 
 
@@ -446,8 +449,9 @@ def _resolve_data_dir(meta_dir: Any, root: Path, real_root: Path, data_dir: Any,
 
 
 def _refuse_links(root: Path) -> None:
-    """Refuse a bundle holding a symbolic link anywhere (any depth), without following any."""
-    seen = 0
+    """Refuse a bundle holding a symbolic link anywhere (any depth), without following any, or more than
+    :data:`MAX_BUNDLE_ENTRIES` entries or :data:`MAX_BUNDLE_BYTES` bytes of files."""
+    seen = size = 0
     stack = [root]
     while stack:
         d = stack.pop()
@@ -469,6 +473,12 @@ def _refuse_links(root: Path) -> None:
                                 "bundle must hold its files and folders itself, so dpaudit refuses links at any depth.")
             if e.is_dir(follow_symlinks=False):
                 stack.append(Path(e.path))
+            elif e.is_file(follow_symlinks=False):
+                size += e.stat(follow_symlinks=False).st_size
+                if size > MAX_BUNDLE_BYTES:     # sizes as the files claim them: a sparse file counts in full
+                    raise DataError(f"The release directory {root} holds more than {MAX_BUNDLE_BYTES} bytes of files "
+                                    f"({Path(e.path).relative_to(root)} among them); a release bundle is a model, "
+                                    "its arrays and its release.json.")
 
 
 def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bool = False,
@@ -544,12 +554,18 @@ def bundle_digest(path: str | Path) -> str:
     path, never read through."""
     h = hashlib.sha256()
     root = Path(path)
-    for f in sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file()):
+    files = sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file())
+    total = sum(f.lstat().st_size for f in files)
+    if total > MAX_BUNDLE_BYTES:     # hashing reads every byte: a sparse file of terabytes would never finish
+        raise DataError(f"The release directory {root} holds {total} bytes of files; a release bundle holds at most "
+                        f"{MAX_BUNDLE_BYTES}.")
+    for f in files:
         h.update(f.name.encode("utf-8", "surrogateescape") + b"\0")
         if f.is_symlink():      # hashed by where it points, never followed (loading refuses links anyway)
             h.update(b"link:" + str(f.readlink()).encode("utf-8", "surrogateescape"))
         else:                   # opened as checked: a FIFO swapped in is refused, never waited on
-            with open_input(f, "the bundle file", allow_empty=True, max_bytes=None, follow_symlinks=False) as fh:
+            with open_input(f, "the bundle file", allow_empty=True, max_bytes=MAX_BUNDLE_BYTES,
+                            follow_symlinks=False) as fh:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     h.update(chunk)
         h.update(b"\0")

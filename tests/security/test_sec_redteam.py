@@ -149,6 +149,24 @@ def test_fifos_anywhere_in_a_bundle_never_block(forest, tmp_path, cli, alarm):
     assert len(bundle_digest(b)) == 64
 
 
+# --------------------------------------------------------------------------------------------------
+# sizes a file claims
+
+
+def test_a_sparse_file_of_terabytes_in_a_bundle_is_refused_before_anything_reads_it(forest, tmp_path, cli, alarm):
+    """Before: `dpaudit attack` hashed every top-level file for its cache digest: a 200 GB hole (8 kB on disk)
+    kept it reading past any timeout. Now the sizes the files claim are capped (16 GiB) before anything is read."""
+    with open(forest / "notes.bin", "wb") as fh:
+        fh.truncate(200 << 30)
+    _one_error(cli, _attack(forest, tmp_path), "holds more than 17179869184 bytes of files (notes.bin among them)")
+    (forest / "notes.bin").unlink()
+    (forest / "data" / "deep").mkdir(parents=True)
+    with open(forest / "data" / "deep" / "x", "wb") as fh:
+        fh.truncate(20 << 30)
+    _one_error(cli, _attack(forest, tmp_path), "holds more than 17179869184 bytes", "data/deep/x")
+    assert not (tmp_path / "o").exists()
+
+
 def test_overwrite_never_removes_a_foreign_dot_old_folder(tmp_path):
     target = tmp_path / "out"
     with atomic_dir(target):

@@ -343,6 +343,9 @@ def test_a_sparse_gigabyte_tensor_in_a_bundle_is_refused_from_its_size(mlp_bundl
     assert (b / "model.safetensors").stat().st_blocks * 512 < 1 << 20
     _one_error(cli, ["attack", b, "--attack", "threshold", "--bootstrap", "0", "--quiet", "--out", tmp_path / "o"],
                "model.safetensors is 32212", "DPAUDIT_MAX_ARRAY_BYTES")
+    _with_junk_tensor(mlp_bundle / "model.safetensors", b / "model.safetensors", 1024)
+    _one_error(cli, ["attack", b, "--attack", "threshold", "--bootstrap", "0", "--quiet", "--out", tmp_path / "o"],
+               "holds more than 17179869184 bytes of files (model.safetensors among them)")
     assert not (tmp_path / "o").exists()
 
 
