@@ -33,13 +33,18 @@ else:  # pragma: no cover
 __all__ = ["json_number", "parse_json_number", "atomic_path", "write_bytes", "write_text", "write_json", "read_json",
            "save_npz", "save_npy", "atomic_dir", "check_input_file", "read_input_bytes", "read_input_text",
            "load_toml_file", "read_toml", "parse_toml_value", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES",
-           "open_input", "read_zip_archive", "read_npy_header",
+           "MAX_JSON_BYTES", "open_input", "read_zip_archive", "read_npy_header",
            "ARRAY_BYTES_ENV", "DEFAULT_MAX_ARRAY_BYTES", "MAX_ZIP_MEMBERS", "max_array_bytes", "check_zip_archive",
            "OUTPUT_MARKER", "write_output_marker", "is_dpaudit_output", "check_replaceable", "make_output_dir"]
 
 #: The largest input file dpaudit reads whole (TOML/JSON/CSV/votes/membership): 1 GiB. Larger inputs are refused
 #: with a :class:`DataError` before anything is allocated.
 MAX_INPUT_BYTES = 1 << 30
+
+#: The largest JSON file dpaudit parses: 64 MiB (parsing holds up to about 25 bytes of Python objects per byte of
+#: JSON, so this bounds the memory a hostile file can take to about 1.6 GiB). A release's ``release.json`` is capped
+#: lower (:data:`dpaudit.training.release.MAX_RELEASE_JSON_BYTES`).
+MAX_JSON_BYTES = 64 << 20
 
 #: The environment variable that sets the largest number of bytes the arrays of one ``.npz`` / ``.npy`` input may
 #: unpack to (every npz dpaudit reads: bundle arrays, ``release make`` inputs, canary files, cached unit checkpoints).
@@ -376,10 +381,11 @@ def load_toml_file(path: str | os.PathLike, what: str) -> dict[str, Any]:
         raise _parse_error(what, path, "TOML", exc) from None
 
 
-def load_json_file(path: str | os.PathLike, what: str, *, max_bytes: int = 256 << 20,
+def load_json_file(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_JSON_BYTES,
                    follow_symlinks: bool = True) -> Any:
     """Parse a user's JSON file (strict about nesting depth and integer size, like :func:`load_toml_file`), of at
-    most ``max_bytes``."""
+    most ``max_bytes`` (default :data:`MAX_JSON_BYTES`: parsing holds about 25 bytes of Python objects per byte
+    of JSON, so the file cap bounds the memory)."""
     text = read_input_text(path, what, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
     try:
         return json.loads(text)

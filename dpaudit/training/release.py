@@ -38,7 +38,7 @@ from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save
 
 __all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release", "bundle_digest",
            "read_release_meta",
-           "MAX_BUNDLE_ENTRIES", "MAX_BUNDLE_BYTES"]
+           "MAX_BUNDLE_ENTRIES", "MAX_RELEASE_JSON_BYTES", "MAX_BUNDLE_BYTES"]
 
 SCHEMA_VERSION = 1
 #: Largest data set a release may point into, and largest class count / input size of its model spec:
@@ -49,6 +49,10 @@ MAX_INPUT_SIZE = 100_000_000
 MEMBERSHIP_KEYS = ("members", "nonmembers", "attacker")
 #: The most files and folders a bundle may hold (all depths): checking it for links walks every one.
 MAX_BUNDLE_ENTRIES = 100_000
+#: The largest ``release.json`` read (a FREDY release of the default size holds 120 kB, mostly its ledger). Parsing
+#: JSON takes up to about 25 bytes of memory per byte, so this cap, not the general JSON cap, bounds what a hostile
+#: release.json can make dpaudit allocate (about 0.4 GB).
+MAX_RELEASE_JSON_BYTES = 16 << 20
 #: The most bytes the files of a bundle may hold together (all depths, as their sizes say, so a sparse file counts
 #: what it claims): every read of a bundle checks it, and its cache digest reads every top-level file.
 MAX_BUNDLE_BYTES = 16 << 30
@@ -544,7 +548,7 @@ def read_release_meta(path: str | Path) -> Any:
     meta_path = _bundle_file(root, root.resolve(), "release.json")
     if not meta_path.exists():
         raise DataError(f"{root}: release.json is missing; not a release bundle.")
-    return load_json_file(meta_path, "the release file", follow_symlinks=False)
+    return load_json_file(meta_path, "the release file", max_bytes=MAX_RELEASE_JSON_BYTES, follow_symlinks=False)
 
 
 def bundle_digest(path: str | Path) -> str:

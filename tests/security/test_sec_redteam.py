@@ -167,6 +167,23 @@ def test_a_sparse_file_of_terabytes_in_a_bundle_is_refused_before_anything_reads
     assert not (tmp_path / "o").exists()
 
 
+def test_release_json_and_json_inputs_are_capped_below_what_their_parse_would_take(forest, tmp_path, cli):
+    """JSON parsing holds about 25 bytes of Python objects per byte ('[],' is a 56-byte list): a 256 MiB
+    release.json (the old cap) took about 6.5 GB. release.json is now capped at 16 MiB, other JSON at 64 MiB."""
+    from dpaudit.training.release import MAX_RELEASE_JSON_BYTES
+
+    text = (forest / "release.json").read_text()
+    pad = "[]," * ((MAX_RELEASE_JSON_BYTES // 3) + 10)
+    (forest / "release.json").write_text(text[:-1] + ', "pad": [' + pad + "[]]}")
+    _one_error(cli, _attack(forest, tmp_path), "release.json is ", f"at most {MAX_RELEASE_JSON_BYTES} bytes")
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.write(b"[0]")
+        fh.truncate((64 << 20) + 1)
+    with pytest.raises(DataError, match=f"at most {64 << 20} bytes"):
+        load_json_file(big, "the ledger file")
+
+
 def test_overwrite_never_removes_a_foreign_dot_old_folder(tmp_path):
     target = tmp_path / "out"
     with atomic_dir(target):
