@@ -184,6 +184,50 @@ def test_release_json_and_json_inputs_are_capped_below_what_their_parse_would_ta
         load_json_file(big, "the ledger file")
 
 
+def test_libsvm_lines_are_counted_before_they_become_dense_rows(tmp_path):
+    """Before: every line of an a9a file became its own row of 123 float32s (a two-byte line '0' took ~600 bytes
+    of memory): a 5 MB file took 1.5 GB. Now the line count is checked against the array cap first."""
+    from dpaudit.training.data import load_dataset
+
+    d = tmp_path / "a9a"
+    d.mkdir()
+    (d / "a9a").write_bytes(b"0\n" * 2_500_000)            # 5 MB; 2.5M rows x 123 floats = 1.23 GB
+    (d / "a9a.t").write_bytes(b"1 3:1\n")
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match="would take 1230000492 bytes in memory; dpaudit reads at most"):
+            load_dataset("adult_a9a", data_dir=d)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak
+    (d / "a9a").write_bytes(b"-1 1:1 5:0.5\n+1 2:1\r\n")     # honest files still parse (CRLF included)
+    ds = load_dataset("adult_a9a", data_dir=d)
+    assert len(ds) == 3 and ds.X[0, 4] == 0.5
+
+
+def test_an_mnist_gzip_is_refused_from_the_sizes_its_header_promises(tmp_path):
+    """Before: the loader unpacked up to 4 GiB (a 4 MB gzip of zeros) and then made float32 images of it (16 GiB).
+    Now the IDX header's dimensions are checked against the array cap after unpacking its first 64 bytes."""
+    import struct
+
+    from dpaudit.training.data import load_dataset
+
+    d = tmp_path / "mnist"
+    d.mkdir()
+    header = struct.pack(">BBBB", 0, 0, 0x08, 3) + struct.pack(">3I", 2_000_000, 28, 28)
+    with gzip.open(d / "train-images-idx3-ubyte.gz", "wb") as fh:
+        fh.write(header + bytes(1 << 20))                # only the header matters: the rest is never unpacked
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match="records would take 12544000000 bytes in memory"):
+            load_dataset("mnist", data_dir=d)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+
+
 def test_overwrite_never_removes_a_foreign_dot_old_folder(tmp_path):
     target = tmp_path / "out"
     with atomic_dir(target):
