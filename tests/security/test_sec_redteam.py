@@ -228,6 +228,25 @@ def test_an_mnist_gzip_is_refused_from_the_sizes_its_header_promises(tmp_path):
     assert peak < 32 << 20, peak
 
 
+# --------------------------------------------------------------------------------------------------
+# what a checkpoint may name, what --overwrite may remove
+
+
+@pytest.mark.parametrize("ref", ["dpaudit._io:os.system", "dpaudit._io:shutil.rmtree", "os:system",
+                                 "dpaudit.training.engine:PerClient.__init__", "dpaudit.__main__:main",
+                                 "dpaudit.training.release:np", "dpaudit.training.release:load_release", 5])
+def test_an_engine_checkpoint_names_only_dpaudit_classes(tmp_path, ref):
+    """Before: an `__object__` reference walked any attribute chain from any dpaudit module (importing it first)
+    and called `.from_dict` on what it found: 'dpaudit._io:os.system' was an internal error (exit 70), and any
+    object of a dpaudit module's globals with a from_dict attribute could be called."""
+    from dpaudit.training.engine import load_state
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "state.json").write_text(json.dumps({"format": 1, "state": {"__object__": ref, "data": {}}}))
+    with pytest.raises(DataError, match="Refusing to rebuild"):
+        load_state(tmp_path / "s")
+
+
 def test_overwrite_never_removes_a_foreign_dot_old_folder(tmp_path):
     target = tmp_path / "out"
     with atomic_dir(target):
