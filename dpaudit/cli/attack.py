@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from dpaudit._format import fmt_number, make_console, table_text
+from dpaudit._format import fmt_number, make_console, printable, table_text
 from dpaudit._io import atomic_path, write_json
 from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
@@ -56,7 +56,7 @@ def render(report: AttackReport) -> str:
                    f"seeds, range [{fmt_number(b.split_low)}, {fmt_number(b.split_high)}], at confidence "
                    f"{fmt_number(b.confidence)}, delta {fmt_number(b.delta)} (Clopper-Pearson formula, threshold "
                    f"chosen on a disjoint half: FPR {fmt_number(b.fpr)}, FNR {fmt_number(b.fnr)}).")
-    out.extend(f"note: {n}" for n in report.notes)
+    out.extend(f"note: {printable(n)}" for n in report.notes)
     return "\n".join(out)
 
 
@@ -144,9 +144,9 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
             result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
                                           score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
                                           seed=seed, out=out, progress=rep)
-        click.echo(result.summary())
+        click.echo(printable(result.summary()))
         for note in result.notes:
-            click.echo(f"note: {note}")
+            click.echo(f"note: {printable(note)}")
         return
     with attack_output(release, attack, out, overwrite=overwrite), \
             make_executor(executor, address=ray_address, progress=rep) as ex, rep.stage(f"{attack} attack on {release}"):

@@ -267,6 +267,38 @@ def test_overwrite_never_removes_a_foreign_dot_old_folder(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
+# a bundle's strings on the auditor's terminal
+
+ESC = "\x1b[2J\x1b[1A\x1b]0;pwned\x07\r\u202e"
+
+
+def test_control_sequences_in_a_bundle_are_shown_never_obeyed(forest, tmp_path, cli):
+    """Before: a bundle's strings reached the console raw: ESC sequences in a data directory, a method name or a
+    flag message could clear the screen, move the cursor over a verdict already printed, or set the title."""
+    _edit(forest, lambda m: m["dataset"].__setitem__("data_dir", f"../{ESC}"))
+    line = _one_error(cli, _attack(forest, tmp_path), "\\x1b[2J", "\\u202e")
+    assert "\x1b" not in line and "\r" not in line and "\u202e" not in line
+    from dpaudit._format import printable, table_text
+
+    assert "\x1b" not in table_text(["model", "method"], [["m", f"fredy{ESC}"]], title=f"t{ESC}")
+    assert printable("naïve 你好\tok\n") == "naïve 你好\tok\n"
+
+
+def test_control_sequences_in_an_audited_bundle_stay_off_the_console(forest_release, tmp_path, cli):
+    b = tmp_path / "b"
+    shutil.copytree(forest_release(members=100, trees=3), b)
+    _edit(b, lambda m: (m.__setitem__("method", f"baseline{ESC}"),
+                        m.__setitem__("flags", [{"code": f"teachers_not_independent{ESC}", "message": f"x{ESC}"}])))
+    cfg = tmp_path / "a.toml"
+    cfg.write_text(f'title = "t"\ndataset = "digits"\n[[models]]\nname = "r"\nrelease = "{b}"\n'
+                   '[[attacks]]\nkind = "threshold"\n')
+    code, out, err = cli(["audit", cfg, "--out", tmp_path / "run", "--quiet"])
+    assert code in (0, 1, 3), err
+    assert "\x1b" not in out and "\x1b" not in err and "\u202e" not in out + err
+    assert "baseline\\x1b[2J" in out
+
+
+# --------------------------------------------------------------------------------------------------
 # tried, already refused: pinned so they stay refused
 
 TRAVERSAL = [("model.file", "../x.skops"), ("model.file", ".."), ("model.file", "/tmp/x.skops"),
