@@ -27,7 +27,9 @@ attacking, auditing or checking a bundle (``load_release``, ``dpaudit attack / a
   (third-party) callables, packages and relative imports are refused (:mod:`dpaudit.training.usercode`).
 * **nothing is unpickled.** Weights are safetensors, scikit-learn models skops with an allow-list, CatBoost its
   own format, arrays ``allow_pickle=False``; ``.pt`` / ``.pth`` / ``.pkl`` / ``.joblib`` files and pickled numpy
-  arrays are refused with a message on how to convert them.
+  arrays are refused with a message on how to convert them. Every model file goes through its one reader in
+  :mod:`dpaudit.training.model_files`, which checks what a library's native code would follow without bounds
+  checks (scikit-learn's fitted trees, a safetensors header) and reads CatBoost's ``.cbm`` itself.
 * **no file outside the bundle is read, none outside the chosen output folder written.** Bundle files are plain
   names inside the bundle; a symbolic link anywhere in it (at any depth) is refused; a ``data_dir`` outside the
   bundle is followed only with ``--data-dir`` / ``--trust-data-dir``. Outputs go to the folder the user chose --
