@@ -15,10 +15,25 @@ import re
 import sys
 from typing import Any, Iterable, Sequence, TextIO
 
-__all__ = ["fmt_number", "make_console", "build_table", "print_table", "table_text", "NO_VALUE"]
+__all__ = ["fmt_number", "make_console", "build_table", "print_table", "table_text", "NO_VALUE", "printable"]
 
 #: What an absent value prints as.
 NO_VALUE = "–"
+
+# Characters that are not text for a terminal: C0 controls but tab and newline (ESC starts the sequences that move
+# the cursor, erase lines and set the window title), DEL, C1 controls, and the Unicode marks that reorder what
+# follows them on screen (bidirectional overrides and isolates).
+_NOT_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: Any) -> str:
+    """``text`` as a terminal shows it literally: every control character (ESC, carriage return, backspace, bell,
+    C1) and every bidirectional override shown as a visible ``\\xNN`` / ``\\uNNNN`` escape. Strings a release
+    bundle or an input file carries (a method name, a flag message, a data directory) are printed through this,
+    so a hostile one cannot move the cursor, erase or overwrite a verdict already printed, or set the title."""
+    return _NOT_TEXT.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                         str(text))
+
 
 #: Width of a console that is neither a terminal nor given a width (COLUMNS): lines are never folded.
 _UNLIMITED = 100_000
@@ -99,12 +114,12 @@ def build_table(head: Sequence[str], rows: Iterable[Sequence[Any]], *, title: st
     from rich.text import Text
 
     right = set(right)
-    table = Table(title=None if title is None else Text(title, style="bold"), title_justify="left",
+    table = Table(title=None if title is None else Text(printable(title), style="bold"), title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False)
     for i, h in enumerate(head):
-        table.add_column(Text(h), justify="right" if i in right else "left", overflow="fold")
+        table.add_column(Text(printable(h)), justify="right" if i in right else "left", overflow="fold")
     for row in rows:
-        table.add_row(*(Text(c if isinstance(c, str) else fmt_number(c)) for c in row))
+        table.add_row(*(Text(printable(c) if isinstance(c, str) else fmt_number(c)) for c in row))
     return table
 
 
@@ -143,9 +158,10 @@ def print_table(console: Any, head: Sequence[str], rows: Iterable[Sequence[Any]]
     by indented ``column: value`` lines, so that no name or value is ever cut or broken inside a word."""
     from rich.text import Text
 
-    cells = [[c if isinstance(c, str) else fmt_number(c) for c in r] for r in rows]
+    cells = [[printable(c) if isinstance(c, str) else fmt_number(c) for c in r] for r in rows]
+    head = [printable(h) for h in head]
     if title:
-        console.print(Text(title, style="bold"), soft_wrap=True)
+        console.print(Text(printable(title), style="bold"), soft_wrap=True)
     widths = _column_widths(console, head, cells, console.width)
     if widths is None:
         for row in cells:

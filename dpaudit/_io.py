@@ -33,12 +33,18 @@ else:  # pragma: no cover
 __all__ = ["json_number", "parse_json_number", "atomic_path", "write_bytes", "write_text", "write_json", "read_json",
            "save_npz", "save_npy", "atomic_dir", "check_input_file", "read_input_bytes", "read_input_text",
            "load_toml_file", "read_toml", "parse_toml_value", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES",
+           "MAX_JSON_BYTES", "open_input", "read_zip_archive", "read_npy_header",
            "ARRAY_BYTES_ENV", "DEFAULT_MAX_ARRAY_BYTES", "MAX_ZIP_MEMBERS", "max_array_bytes", "check_zip_archive",
            "OUTPUT_MARKER", "write_output_marker", "is_dpaudit_output", "check_replaceable", "make_output_dir"]
 
 #: The largest input file dpaudit reads whole (TOML/JSON/CSV/votes/membership): 1 GiB. Larger inputs are refused
 #: with a :class:`DataError` before anything is allocated.
 MAX_INPUT_BYTES = 1 << 30
+
+#: The largest JSON file dpaudit parses: 64 MiB (parsing holds up to about 25 bytes of Python objects per byte of
+#: JSON, so this bounds the memory a hostile file can take to about 1.6 GiB). A release's ``release.json`` is capped
+#: lower (:data:`dpaudit.training.release.MAX_RELEASE_JSON_BYTES`).
+MAX_JSON_BYTES = 64 << 20
 
 #: The environment variable that sets the largest number of bytes the arrays of one ``.npz`` / ``.npy`` input may
 #: unpack to (every npz dpaudit reads: bundle arrays, ``release make`` inputs, canary files, cached unit checkpoints).
@@ -193,6 +199,10 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False, *, kind: str 
         if not overwrite:
             raise FileExistsError(f"{target} already exists")
         check_replaceable(target)
+        old = target.with_name(f".{target.name}.old")
+        if old.exists() and not old.is_symlink() and not is_dpaudit_output(old):
+            raise OutputError(f"Cannot replace {target}: {old} is in the way and was not written by dpaudit (it holds "
+                              f"no {OUTPUT_MARKER}); move it away first.")
     make_dirs(target.parent)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -205,9 +215,12 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False, *, kind: str 
         if target.exists() or target.is_symlink():
             check_replaceable(target)   # again: it may have changed while the new one was built
             old = target.with_name(f".{target.name}.old")
-            if old.is_symlink() or old.is_file():
-                old.unlink()
-            elif old.exists():
+            if old.is_symlink():
+                old.unlink()            # the link itself, never what it points to
+            elif old.exists():          # left by a replace that crashed: removed only when it is dpaudit's
+                if not is_dpaudit_output(old):
+                    raise OutputError(f"Cannot replace {target}: {old} is in the way and was not written by dpaudit "
+                                      f"(it holds no {OUTPUT_MARKER}); move it away first.")
                 shutil.rmtree(old)
             os.replace(target, old)
             os.replace(tmp, target)
@@ -234,20 +247,29 @@ def call_atomic(target: str | os.PathLike, writer: Callable[[Path], None], suffi
 
 
 def check_input_file(path: str | os.PathLike, what: str, *, allow_empty: bool = False,
-                     max_bytes: int | None = MAX_INPUT_BYTES) -> Path:
+                     max_bytes: int | None = MAX_INPUT_BYTES, follow_symlinks: bool = True) -> Path:
     """Check ``path`` with ``stat`` (never ``open``: a FIFO would block) and return it.
 
     ``what`` names the file for the user ("the votes file"). Raises :class:`DataError` if it is missing, not a
     regular file (a directory, FIFO, socket or device such as ``/dev/null``), empty (unless ``allow_empty``),
-    larger than ``max_bytes``, or unreadable.
+    larger than ``max_bytes``, or unreadable; with ``follow_symlinks=False`` also if it is a symbolic link (the
+    files of a release bundle).
     """
     p = Path(path)
+    _stat_input(p, what, allow_empty=allow_empty, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
+    return p
+
+
+def _stat_input(p: Path, what: str, *, allow_empty: bool, max_bytes: int | None,
+                follow_symlinks: bool) -> os.stat_result:
     try:
-        st = p.stat()
+        st = os.stat(p, follow_symlinks=follow_symlinks)
     except (FileNotFoundError, NotADirectoryError):
         raise DataError(f"{_cap(what)} {p} does not exist.") from None
-    except OSError as exc:
-        raise DataError(f"{_cap(what)} {p} cannot be read: {exc.strerror or exc}.") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{_cap(what)} {p} cannot be read: {getattr(exc, 'strerror', None) or exc}.") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise DataError(f"{_cap(what)} {p} is a symbolic link; dpaudit does not follow links here.")
     if stat.S_ISDIR(st.st_mode):
         raise DataError(f"{_cap(what)} {p} is a directory, not a file.")
     if not stat.S_ISREG(st.st_mode):
@@ -256,25 +278,82 @@ def check_input_file(path: str | os.PathLike, what: str, *, allow_empty: bool = 
         raise DataError(f"{_cap(what)} {p} is empty.")
     if max_bytes is not None and st.st_size > max_bytes:
         raise DataError(f"{_cap(what)} {p} is {st.st_size} bytes; dpaudit reads at most {max_bytes} bytes here.")
-    return p
+    return st
+
+
+@contextlib.contextmanager
+def open_input(path: str | os.PathLike, what: str, *, allow_empty: bool = False,
+               max_bytes: int | None = MAX_INPUT_BYTES, follow_symlinks: bool = True) -> Iterator[Any]:
+    """A user's file opened once for reading, after the checks of :func:`check_input_file`: everything read from
+    the yielded binary file object comes from the very file that was checked (a file swapped in between the check
+    and the read -- a zip bomb for a checked archive, a link for a checked file -- is refused, never read).
+
+    The file is ``stat``-ed first (never opened unless it is a regular file: opening a FIFO or a device can block or
+    act), then opened without blocking (and without following a final symbolic link when ``follow_symlinks`` is
+    false), and the open file must be the one that was checked (same device and inode, still a regular file)."""
+    p = Path(path)
+    st0 = _stat_input(p, what, allow_empty=allow_empty, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(p, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DataError(f"{_cap(what)} {p} is a symbolic link; dpaudit does not follow links here.") from None
+        raise DataError(f"{_cap(what)} {p} cannot be read: {exc.strerror or exc}.") from None
+    fh = None
+    try:
+        st = os.fstat(fd)
+        # the same file: device and inode (and its change time: a new file may get a freed inode's number)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino, st.st_ctime_ns) != (st0.st_dev, st0.st_ino,
+                                                                                     st0.st_ctime_ns):
+            raise DataError(f"{_cap(what)} {p} changed while dpaudit opened it (another file took its place); "
+                            "refusing to read it.")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise DataError(f"{_cap(what)} {p} is {st.st_size} bytes; dpaudit reads at most {max_bytes} bytes here.")
+        fh = os.fdopen(fd, "rb")
+        yield fh
+    finally:
+        if fh is not None:
+            fh.close()
+        else:
+            os.close(fd)
+
+
+def _read_all(fh: Any, p: Path, what: str, max_bytes: int | None) -> bytes:
+    """The whole content of ``fh``, never more than ``max_bytes`` (a file that grew after its check is refused)."""
+    chunks, total = [], 0
+    try:
+        while True:     # in pieces: one read(max_bytes) would reserve max_bytes before reading anything
+            chunk = fh.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if max_bytes is not None and total > max_bytes:
+                raise DataError(f"{_cap(what)} {p} is larger than {max_bytes} bytes; dpaudit reads at most that here.")
+    except OSError as exc:
+        raise DataError(f"{_cap(what)} {p} cannot be read: {exc.strerror or exc}.") from None
+    return b"".join(chunks)
 
 
 def _cap(what: str) -> str:
     return what[:1].upper() + what[1:]
 
 
-def read_input_bytes(path: str | os.PathLike, what: str, *, max_bytes: int | None = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of a user's file after :func:`check_input_file`; read errors become :class:`DataError`."""
-    p = check_input_file(path, what, max_bytes=max_bytes)
-    try:
-        return p.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{_cap(what)} {p} cannot be read: {exc.strerror or exc}.") from None
+def read_input_bytes(path: str | os.PathLike, what: str, *, max_bytes: int | None = MAX_INPUT_BYTES,
+                     follow_symlinks: bool = True, allow_empty: bool = False) -> bytes:
+    """The bytes of a user's file, read once through :func:`open_input` (checked first, never more than
+    ``max_bytes``); read errors become :class:`DataError`."""
+    with open_input(path, what, max_bytes=max_bytes, follow_symlinks=follow_symlinks, allow_empty=allow_empty) as fh:
+        return _read_all(fh, Path(path), what, max_bytes)
 
 
-def read_input_text(path: str | os.PathLike, what: str, *, max_bytes: int | None = MAX_INPUT_BYTES) -> str:
+def read_input_text(path: str | os.PathLike, what: str, *, max_bytes: int | None = MAX_INPUT_BYTES,
+                    follow_symlinks: bool = True) -> str:
     """A user's UTF-8 text file; a binary file gives a :class:`DataError` naming it."""
-    raw = read_input_bytes(path, what, max_bytes=max_bytes)
+    raw = read_input_bytes(path, what, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -302,9 +381,12 @@ def load_toml_file(path: str | os.PathLike, what: str) -> dict[str, Any]:
         raise _parse_error(what, path, "TOML", exc) from None
 
 
-def load_json_file(path: str | os.PathLike, what: str) -> Any:
-    """Parse a user's JSON file (strict about nesting depth and integer size, like :func:`load_toml_file`)."""
-    text = read_input_text(path, what, max_bytes=256 << 20)
+def load_json_file(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_JSON_BYTES,
+                   follow_symlinks: bool = True) -> Any:
+    """Parse a user's JSON file (strict about nesting depth and integer size, like :func:`load_toml_file`), of at
+    most ``max_bytes`` (default :data:`MAX_JSON_BYTES`: parsing holds about 25 bytes of Python objects per byte
+    of JSON, so the file cap bounds the memory)."""
+    text = read_input_text(path, what, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
     try:
         return json.loads(text)
     except (json.JSONDecodeError, RecursionError, ValueError, OverflowError) as exc:
@@ -335,28 +417,23 @@ def _array_cap(max_bytes: int | None) -> int:
     return cap if max_bytes is None else min(int(max_bytes), cap)
 
 
-def _check_array_file(path: str | os.PathLike, what: str, cap: int) -> Path:
-    p = check_input_file(path, what, max_bytes=None)
-    size = p.stat().st_size
-    if size > cap:
-        raise DataError(f"{_cap(what)} {p} is {size} bytes; dpaudit reads at most {cap} here (set {ARRAY_BYTES_ENV} "
-                        "to raise the limit).")
-    return p
+def _array_limit(what: str, p: Path, cap: int) -> None:
+    raise DataError(f"{_cap(what)} {p} is larger than {cap} bytes; dpaudit reads at most {cap} here (set "
+                    f"{ARRAY_BYTES_ENV} to raise the limit).")
 
 
-def check_zip_archive(path: str | os.PathLike, what: str, *, max_bytes: int | None = None,
-                      kind: str = "zip archive") -> list[zipfile.ZipInfo]:
-    """Read only the zip directory of ``path`` and refuse it before anything is unpacked when it holds more than
-    :data:`MAX_ZIP_MEMBERS` members or its members would unpack to more than ``max_bytes`` (default and upper
-    bound: :func:`max_array_bytes`). Returns the members. (Reading a member never yields more than the size its
-    directory entry states, so these sizes bound every later allocation.)"""
-    cap = _array_cap(max_bytes)
-    p = _check_array_file(path, what, cap)
-    try:
-        with zipfile.ZipFile(p) as zf:
-            infos = zf.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
-        raise DataError(f"{_cap(what)} {p} is not a readable {kind} (truncated or corrupt? {str(exc)[:200]}).") from None
+@contextlib.contextmanager
+def _open_array_file(path: str | os.PathLike, what: str, cap: int, follow_symlinks: bool) -> Iterator[Any]:
+    p = Path(path)
+    st = _stat_input(p, what, allow_empty=False, max_bytes=None, follow_symlinks=follow_symlinks)
+    if st.st_size > cap:
+        _array_limit(what, p, cap)
+    with open_input(p, what, max_bytes=cap, follow_symlinks=follow_symlinks) as fh:
+        yield fh
+
+
+def _zip_members(zf: zipfile.ZipFile, p: Path, what: str, cap: int) -> list[zipfile.ZipInfo]:
+    infos = zf.infolist()
     if len(infos) > MAX_ZIP_MEMBERS:
         raise DataError(f"{_cap(what)} {p} holds {len(infos)} members; dpaudit reads at most {MAX_ZIP_MEMBERS}.")
     total = sum(i.file_size for i in infos)
@@ -364,6 +441,49 @@ def check_zip_archive(path: str | os.PathLike, what: str, *, max_bytes: int | No
         raise DataError(f"{_cap(what)} {p} would unpack to {total} bytes; dpaudit reads at most {cap} here "
                         f"(set {ARRAY_BYTES_ENV} to raise the limit).")
     return infos
+
+
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, ValueError, OSError, EOFError, KeyError,
+               NotImplementedError, RuntimeError)
+
+
+def check_zip_archive(path: str | os.PathLike, what: str, *, max_bytes: int | None = None,
+                      kind: str = "zip archive", follow_symlinks: bool = True) -> list[zipfile.ZipInfo]:
+    """Read only the zip directory of ``path`` and refuse it before anything is unpacked when it holds more than
+    :data:`MAX_ZIP_MEMBERS` members or its members would unpack to more than ``max_bytes`` (default and upper
+    bound: :func:`max_array_bytes`). Returns the members. (Reading a member never yields more than the size its
+    directory entry states, so these sizes bound every later allocation.) A reader that goes on to unpack the
+    archive should use :func:`read_zip_archive`, which checks and reads one open file."""
+    cap = _array_cap(max_bytes)
+    p = Path(path)
+    with _open_array_file(p, what, cap, follow_symlinks) as fh:
+        try:
+            with zipfile.ZipFile(fh) as zf:
+                return _zip_members(zf, p, what, cap)
+        except DataError:
+            raise
+        except _ZIP_ERRORS as exc:
+            raise DataError(f"{_cap(what)} {p} is not a readable {kind} (truncated or corrupt? {str(exc)[:200]}).") from None
+
+
+def read_zip_archive(path: str | os.PathLike, what: str, *, max_bytes: int | None = None, kind: str = "zip archive",
+                     follow_symlinks: bool = True) -> bytes:
+    """The bytes of a zip archive (``.skops``), read once, whose directory passed :func:`check_zip_archive`'s
+    checks: at most ``max_bytes`` on disk and unpacked (default and upper bound: :func:`max_array_bytes`)."""
+    import io
+
+    cap = _array_cap(max_bytes)
+    p = Path(path)
+    with _open_array_file(p, what, cap, follow_symlinks) as fh:
+        data = _read_all(fh, p, what, cap)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            _zip_members(zf, p, what, cap)
+    except DataError:
+        raise
+    except _ZIP_ERRORS as exc:
+        raise DataError(f"{_cap(what)} {p} is not a readable {kind} (truncated or corrupt? {str(exc)[:200]}).") from None
+    return data
 
 
 def _npy_header(fh: Any, what: str, where: str) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -385,24 +505,31 @@ def _npy_header(fh: Any, what: str, where: str) -> tuple[tuple[int, ...], np.dty
     return tuple(int(s) for s in shape), dtype, count * dtype.itemsize
 
 
+def read_npy_header(fh: Any, what: str, where: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape, dtype, data bytes)`` of the ``.npy`` header at the position of ``fh`` (a :class:`DataError` naming
+    ``where`` when unreadable or of an object dtype, which only pickle can load)."""
+    return _npy_header(fh, what, where)
+
+
 def _check_kind(dtype: np.dtype, kinds: str | None, what: str, where: str) -> None:
     if kinds is not None and dtype.kind not in kinds:
         raise DataError(f"{_cap(what)} {where} must hold numbers. Got dtype {dtype} instead.")
 
 
 def load_npy_file(path: str | os.PathLike, what: str, *, kinds: str | None = "biuf",
-                  max_bytes: int | None = None) -> np.ndarray:
+                  max_bytes: int | None = None, follow_symlinks: bool = True) -> np.ndarray:
     """Load a plain ``.npy`` array without pickle, checking its header against the file size before allocating.
 
     ``kinds`` restricts the dtype kinds (numpy's ``dtype.kind``; default: bool, ints, floats). An ``.npz``
     archive under a ``.npy`` name, a truncated file or a header promising more data than the file has are
     refused with a :class:`DataError` naming the file. ``max_bytes``: the largest file read (default and upper
-    bound: :func:`max_array_bytes`).
+    bound: :func:`max_array_bytes`). The file is opened once (:func:`open_input`): the header checked is the one
+    of the data read. ``follow_symlinks=False``: a symbolic link is refused (a release bundle's files).
     """
-    p = _check_array_file(path, what, _array_cap(max_bytes))
-    size = p.stat().st_size
+    p = Path(path)
     try:
-        with open(p, "rb") as fh:
+        with _open_array_file(p, what, _array_cap(max_bytes), follow_symlinks) as fh:
+            size = os.fstat(fh.fileno()).st_size
             head = fh.read(6)
             if head[:2] == b"PK":
                 raise DataError(f"{_cap(what)} {p} is a zip (.npz) archive, not a .npy array.")
@@ -423,38 +550,41 @@ def load_npy_file(path: str | os.PathLike, what: str, *, kinds: str | None = "bi
 
 
 def load_npz_file(path: str | os.PathLike, what: str, *, kinds: str | None = "biuf",
-                  max_bytes: int | None = None) -> dict[str, np.ndarray]:
+                  max_bytes: int | None = None, follow_symlinks: bool = True) -> dict[str, np.ndarray]:
     """Load every array of an ``.npz`` archive without pickle: the one loader of every npz dpaudit reads.
 
-    Before reading any data the zip directory is checked (:func:`check_zip_archive`): the members together must
-    unpack to at most ``max_bytes`` (default and upper bound: :func:`max_array_bytes`, 1 GiB unless
+    Before reading any data the zip directory is checked (as :func:`check_zip_archive` does): the members together
+    must unpack to at most ``max_bytes`` (default and upper bound: :func:`max_array_bytes`, 1 GiB unless
     ``$DPAUDIT_MAX_ARRAY_BYTES`` says otherwise), so a zip bomb is refused, not unpacked; then every member must be
     an ``.npy`` whose header's size matches the member's recorded size and whose dtype is of ``kinds`` (numpy's
-    ``dtype.kind`` letters; None: any but objects).
+    ``dtype.kind`` letters; None: any but objects). The file is opened once (:func:`open_input`), so the archive
+    unpacked is the one whose directory was checked. ``follow_symlinks=False``: a symbolic link is refused.
     """
-    infos = check_zip_archive(path, what, max_bytes=max_bytes, kind=".npz archive")
+    cap = _array_cap(max_bytes)
     p = Path(path)
     try:
-        with zipfile.ZipFile(p) as zf:
-            for info in infos:
-                if not info.filename.endswith(".npy") or info.is_dir():
-                    raise DataError(f"{_cap(what)} {p} holds {info.filename!r}, which is not an .npy array.")
-                with zf.open(info) as fh:
-                    where = f"{p}[{info.filename[:-4]}]"
-                    _shape, dtype, nbytes = _npy_header(fh, what, where)
-                    _check_kind(dtype, kinds, what, where)
-                    if nbytes != info.file_size - fh.tell():
-                        raise DataError(f"{_cap(what)} {where}: its header promises {nbytes} bytes of data, "
-                                        f"the archive holds {info.file_size - fh.tell()}; corrupt.")
+        with _open_array_file(p, what, cap, follow_symlinks) as fh:
+            with zipfile.ZipFile(fh) as zf:
+                infos = _zip_members(zf, p, what, cap)
+                for info in infos:
+                    if not info.filename.endswith(".npy") or info.is_dir():
+                        raise DataError(f"{_cap(what)} {p} holds {info.filename!r}, which is not an .npy array.")
+                    with zf.open(info) as mh:
+                        where = f"{p}[{info.filename[:-4]}]"
+                        _shape, dtype, nbytes = _npy_header(mh, what, where)
+                        _check_kind(dtype, kinds, what, where)
+                        if nbytes != info.file_size - mh.tell():
+                            raise DataError(f"{_cap(what)} {where}: its header promises {nbytes} bytes of data, "
+                                            f"the archive holds {info.file_size - mh.tell()}; corrupt.")
+            fh.seek(0)
             out: dict[str, np.ndarray] = {}
-            with np.load(p, allow_pickle=False) as z:
+            with np.load(fh, allow_pickle=False) as z:
                 for k in z.files:
                     out[k] = z[k]
             return out
     except DataError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, ValueError, OSError, EOFError, KeyError,
-            NotImplementedError, RuntimeError) as exc:
+    except _ZIP_ERRORS as exc:
         raise DataError(f"{_cap(what)} {p} is not a readable .npz archive (truncated or corrupt? {str(exc)[:200]}).") from None
 
 
@@ -545,10 +675,10 @@ def write_output_marker(directory: str | os.PathLike, kind: str) -> Path:
 
 def _small_json(path: Path) -> Any:
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > (64 << 20):
+        if path.is_symlink() or not path.is_file():
             return None
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
+        return json.loads(read_input_bytes(path, "the marker", max_bytes=64 << 20, follow_symlinks=False).decode("utf-8"))
+    except (OSError, ValueError, RecursionError, DataError):
         return None
 
 

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from dpaudit import __version__
-from dpaudit._io import make_output_dir, read_json, write_json
+from dpaudit._io import make_output_dir, read_input_text, read_json, write_json
 from dpaudit.errors import (DPAuditError, DataError, OutputError, ParameterError, format_value, check_choice, check_float, check_int,
                             check_name, check_probability)
 from dpaudit.executors import Executor, LocalExecutor, Unit
@@ -392,7 +392,7 @@ def _train(run: ModelRun, cfg: AuditConfig, out: Path, device: str | None, rep: 
 
     stage = out / "models" / run.name
     key = _hash({"method": run.method, "params": dict(run.params), "config_file": run.config_file,
-                 "config_text": Path(run.config_file).read_text() if run.config_file else None,
+                 "config_text": read_input_text(run.config_file, "the method config file") if run.config_file else None,
                  "dataset": cfg.dataset, "seed": cfg.seed, "data_dir": cfg.data_dir, "version": __version__})
     done = stage / "stage.json"
     if done.is_file():

@@ -57,7 +57,9 @@ for _name in _COMMAND_MODULES:
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    click.echo(f"dpaudit: error: {message}", err=True)
+    from dpaudit._format import printable
+
+    click.echo(f"dpaudit: error: {printable(message)}", err=True)     # a bundle's strings cannot drive the terminal
     sys.exit(code)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from dpaudit._format import fmt_number, make_console, table_text
+from dpaudit._format import fmt_number, make_console, printable, table_text
 from dpaudit._io import atomic_path, write_json
 from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
@@ -60,7 +60,7 @@ def render(report: AttackReport) -> str:
             out.append(f"Bayesian estimate at that threshold (Zanella-Beguelin et al. 2023): posterior median "
                        f"{fmt_number(b.bayes_median)}, {fmt_number(b.confidence)} credible interval "
                        f"[{fmt_number(b.bayes_low)}, {fmt_number(b.bayes_high)}] (an estimate, not certified).")
-    out.extend(f"note: {n}" for n in report.notes)
+    out.extend(f"note: {printable(n)}" for n in report.notes)
     return "\n".join(out)
 
 
@@ -176,9 +176,9 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
             result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
                                           score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
                                           seed=seed, out=out, progress=rep, analysis=analysis, strict=strict)
-        click.echo(result.summary())
+        click.echo(printable(result.summary()))
         for note in result.notes:
-            click.echo(f"note: {note}")
+            click.echo(f"note: {printable(note)}")
         return
     from dpaudit.audit.attack_release import compare_release, release_record_images
     from dpaudit.report.attack_outputs import comparison_text, write_comparison, write_per_record

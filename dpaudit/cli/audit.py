@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from dpaudit._format import printable
 from dpaudit.cli.executor_options import executor_options
 from dpaudit.cli.render import make_console
 from dpaudit.cli.render import print_table as shared_print_table
@@ -64,10 +65,10 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, tru
     console.print(escape(INTRO), soft_wrap=True)
     console.print("[bold]verdicts[/]")
     for name, text in verdict_lines(report):
-        console.print(f"  [bold]{escape(name)}[/]: {escape(text)}", soft_wrap=True)
+        console.print(f"  [bold]{escape(printable(name))}[/]: {escape(printable(text))}", soft_wrap=True)
     colour = {"red": "bold red", "warning": "yellow", "info": "cyan"}
     for sev, code, msgs in grouped_flags(report.flags):
         for msg, models in msgs:
-            console.print(f"[{colour.get(sev, 'white')}]{sev.upper()}[/] {code} ({escape(', '.join(models))}): "
-                          f"{escape(msg)}", soft_wrap=True)
+            console.print(f"[{colour.get(sev, 'white')}]{escape(printable(sev.upper()))}[/] {escape(printable(code))} "
+                          f"({escape(printable(', '.join(models)))}): {escape(printable(msg))}", soft_wrap=True)
     console.print(f"report: {escape(str(out / 'report.html'))} (and report.md, report.json, figures)", soft_wrap=True)

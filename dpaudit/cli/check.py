@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from rich.text import Text
 
+from dpaudit._format import printable
 from dpaudit._io import dumps_json
 from dpaudit.audit import check_claims, write_junit
 from dpaudit.audit.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
@@ -52,12 +53,12 @@ def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool,
     else:
         console = make_console()
         print_table(console, list(report.TABLE_HEAD), report.rows())
-        console.print(Text(report.summary(), style="bold"), soft_wrap=True)
+        console.print(Text(printable(report.summary()), style="bold"), soft_wrap=True)
         for v in VERDICTS:
             if v != HOLDS and report.counts[v]:
                 console.print(Text(f"{v}: {VERDICT_MEANINGS[v]}."), soft_wrap=True)
         for line in report.audit_lines():
-            console.print(Text(line), soft_wrap=True)
+            console.print(Text(printable(line)), soft_wrap=True)
     for r in report.results:
         print_warnings(r.warnings, where=f" ({r.name})")
     if junit is not None:

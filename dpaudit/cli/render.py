@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from dpaudit._format import fmt_number, make_console, print_table
+from dpaudit._format import fmt_number, make_console, print_table, printable
 from dpaudit.accountants.statement import AccountingResult
 
 __all__ = ["render_result", "render_run", "result_json", "format_number", "make_console", "print_table", "warn",
@@ -27,13 +27,13 @@ format_number = fmt_number
 
 def warn(message: str) -> None:
     """One ``dpaudit: warning: ...`` line on stderr (stdout holds results only)."""
-    click.echo(f"dpaudit: warning: {message}", err=True)
+    click.echo(f"dpaudit: warning: {printable(message)}", err=True)
 
 
 def print_warnings(warnings: Iterable[str], *, where: str = "") -> None:
     """Each warning on stderr, once, as :func:`warn` (``where``: ``" (claim a)"`` after "warning")."""
     for w in dict.fromkeys(warnings):
-        click.echo(f"dpaudit: warning{where}: {w}", err=True)
+        click.echo(f"dpaudit: warning{printable(where)}: {printable(w)}", err=True)
 
 
 def _jsonable(x: Any) -> Any:

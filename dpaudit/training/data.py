@@ -347,23 +347,40 @@ def _find(data_dir: Path, name: str, filename: str, *, gz: bool = False, require
 MAX_DATA_FILE_BYTES = 4 << 30
 
 
-def _read_maybe_gz(path: Path) -> bytes:
+def _decoded_cap(path: Path, what: str, count: int, itemsize: int = 4) -> None:
+    """Refuse a data file whose records would take more than :func:`dpaudit._io.max_array_bytes` as the arrays
+    dpaudit builds from them (``count`` values of ``itemsize`` bytes): checked from its header or line count,
+    before the data is unpacked or parsed."""
+    from dpaudit._io import ARRAY_BYTES_ENV, max_array_bytes
+
+    cap = max_array_bytes()
+    if count * itemsize > cap:
+        raise DataError(f"{path}: its {what} would take {count * itemsize} bytes in memory; dpaudit reads at most {cap} "
+                        f"here (set {ARRAY_BYTES_ENV} to raise the limit).")
+
+
+def _read_maybe_gz(path: Path, header: Any = None) -> bytes:
+    """The (gunzipped) bytes of a data file. ``header(first_bytes) -> None`` checks the start of the unpacked data
+    before the rest is unpacked (a gzip bomb is refused from the sizes its header promises)."""
     raw = read_input_bytes(path, "the data file", max_bytes=MAX_DATA_FILE_BYTES)
     if raw[:2] == b"\x1f\x8b":
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
-                out = gz.read(MAX_DATA_FILE_BYTES + 1)
+                head = gz.read(64)
+                if header is not None:
+                    header(head)
+                out = head + gz.read(MAX_DATA_FILE_BYTES + 1 - len(head))
         except (OSError, EOFError, zlib.error) as exc:
             raise DataError(f"{path}: corrupt gzip data ({exc}).") from None
         if len(out) > MAX_DATA_FILE_BYTES:
             raise DataError(f"{path}: unpacks to more than {MAX_DATA_FILE_BYTES} bytes; refusing it.")
         return out
+    if header is not None:
+        header(raw[:64])
     return raw
 
 
-def _read_idx(path: Path, expect_ndim: int) -> np.ndarray:
-    """Parse an IDX file (LeCun's MNIST format): magic 0x0000 | dtype code | ndim, big-endian dims, data."""
-    raw = _read_maybe_gz(path)
+def _idx_header(raw: bytes, path: Path, expect_ndim: int) -> tuple[np.dtype, tuple[int, ...]]:
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise DataError(f"{path}: not an IDX file (bad magic number).")
     code, ndim = raw[2], raw[3]
@@ -373,8 +390,16 @@ def _read_idx(path: Path, expect_ndim: int) -> np.ndarray:
     if len(raw) < 4 + 4 * ndim:
         raise DataError(f"{path}: IDX header is truncated.")
     dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
-    dt = np.dtype(dtypes[code])
-    body = raw[4 + 4 * ndim :]
+    # the records become float32 (images) / int64 (labels): at most the array cap, checked before unpacking
+    _decoded_cap(path, "records", math.prod(dims), 8)
+    return np.dtype(dtypes[code]), dims
+
+
+def _read_idx(path: Path, expect_ndim: int) -> np.ndarray:
+    """Parse an IDX file (LeCun's MNIST format): magic 0x0000 | dtype code | ndim, big-endian dims, data."""
+    raw = _read_maybe_gz(path, header=lambda head: _idx_header(head, path, expect_ndim))
+    dt, dims = _idx_header(raw, path, expect_ndim)
+    body = raw[4 + 4 * len(dims) :]
     need = math.prod(dims) * dt.itemsize  # Python ints: no overflow for a header that lies
     if len(body) != need:
         raise DataError(f"{path}: IDX header promises {need} bytes of data, file has {len(body)}.")
@@ -624,16 +649,21 @@ def _load_cifar100(data_dir: Path) -> Dataset:
 
 
 def _read_libsvm(path: Path, num_features: int) -> tuple[np.ndarray, np.ndarray]:
-    """A LIBSVM/SVMlight text file (``label idx:value ...``, 1-based indices) -> dense float32 X, raw labels."""
-    X_rows: list[np.ndarray] = []
-    labels: list[float] = []
+    """A LIBSVM/SVMlight text file (``label idx:value ...``, 1-based indices) -> dense float32 X, raw labels.
+
+    Every line may become a dense row of ``num_features`` floats (a two-byte line ``0`` is a row of 123 floats for
+    a9a), so the dense size is checked against :func:`dpaudit._io.max_array_bytes` from the line count before any
+    row is made, and the rows are written into one array allocated once."""
     raw = read_input_bytes(path, "the LIBSVM data file", max_bytes=MAX_DATA_FILE_BYTES)
-    text = raw.decode("utf-8", errors="replace")
-    for i, line in enumerate(text.splitlines(), 1):
+    lines = raw.count(b"\n") + raw.count(b"\r") + 1      # universal newlines below: at most this many lines
+    _decoded_cap(path, f"{lines} lines as dense rows of {num_features} features", lines * num_features, 4)
+    X = np.zeros((lines, num_features), dtype=np.float32)
+    labels = np.empty(lines, dtype=np.float64)
+    n = 0
+    for i, line in enumerate(io.StringIO(raw.decode("utf-8", errors="replace"), newline=None), 1):
         parts = line.split("#", 1)[0].split()
         if not parts:
             continue
-        row = np.zeros(num_features, dtype=np.float32)
         try:
             label = float(parts[0])
             pairs = [(int(k), float(v)) for k, v in (item.split(":", 1) for item in parts[1:])]
@@ -642,12 +672,12 @@ def _read_libsvm(path: Path, num_features: int) -> tuple[np.ndarray, np.ndarray]
         for j, v in pairs:
             if not 1 <= j <= num_features:
                 raise DataError(f"{path}, line {i}: feature index {j} outside 1..{num_features}.")
-            row[j - 1] = v
-        labels.append(label)
-        X_rows.append(row)
-    if not X_rows:
+            X[n, j - 1] = v
+        labels[n] = label
+        n += 1
+    if not n:
         raise DataError(f"{path}: no records.")
-    return np.stack(X_rows), np.asarray(labels)
+    return X[:n], labels[:n]
 
 
 def _binary_libsvm(data_dir: Path, name: str, files: Sequence[str], num_features: int, standardise: bool) -> Dataset:

@@ -33,7 +33,6 @@ their ``to_dict``/``from_dict`` (only classes defined in ``dpaudit`` are rebuilt
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ import numpy as np
 import torch
 
 from dpaudit._format import fmt_number
-from dpaudit._io import atomic_dir, read_json, write_json
+from dpaudit._io import atomic_dir, load_json_file, write_json
 from dpaudit.errors import DataError, ParameterError, check_bool, check_int
 from dpaudit.progress import QUIET, Reporter, as_reporter, format_eta
 
@@ -198,14 +197,32 @@ def _decode_state(obj: Any, arrays: Mapping[str, torch.Tensor]) -> Any:
 
         return event_from_dict(obj["__event__"])
     if "__object__" in obj:
-        module, _, qualname = obj["__object__"].partition(":")
-        if not module.startswith("dpaudit."):
-            raise DataError(f"Refusing to rebuild an object of {module!r} from a checkpoint (only dpaudit classes).")
-        cls: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-        return cls.from_dict(_decode_state(obj["data"], arrays))
+        return _rebuild_object(obj["__object__"]).from_dict(_decode_state(obj["data"], arrays))
     raise DataError(f"Unknown entry in an engine checkpoint: keys {sorted(obj)[:4]}.")
+
+
+def _rebuild_object(ref: Any) -> Any:
+    """The dpaudit class ``"dpaudit.module:Class"`` names (as :func:`_encode_state` writes it): a class defined in
+    that dpaudit module (already imported: a checkpoint never makes dpaudit import a module) with ``from_dict``.
+    Nothing else a checkpoint may name is looked up (no attribute chains, no dunder names, no functions or modules
+    reached through a dpaudit module's globals)."""
+    import sys
+
+    module, _, qualname = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    parts = qualname.split(".")
+    mod = sys.modules.get(module)
+    if (not module.startswith("dpaudit.") or mod is None or not parts
+            or not all(p.isidentifier() and not p.startswith("_") for p in parts)):
+        raise DataError(f"Refusing to rebuild {str(ref)[:120]!r} from a checkpoint (only dpaudit classes, as "
+                        "'dpaudit.module:Class').")
+    cls: Any = mod
+    for part in parts:
+        cls = vars(cls).get(part) if isinstance(vars(cls), Mapping) else None
+        if cls is None:
+            break
+    if not (isinstance(cls, type) and cls.__module__ == module and callable(getattr(cls, "from_dict", None))):
+        raise DataError(f"Refusing to rebuild {str(ref)[:120]!r} from a checkpoint: not a dpaudit class with from_dict.")
+    return cls
 
 
 def save_state(directory: str | Path, state: Any) -> Path:
@@ -228,9 +245,9 @@ def load_state(directory: str | Path) -> Any:
     meta_path = directory / "state.json"
     if not meta_path.is_file():
         raise DataError(f"No engine checkpoint at {directory} (missing state.json).")
-    meta = read_json(meta_path)
-    if meta.get("format") != _STATE_FORMAT:
-        raise DataError(f"Engine checkpoint {directory} has format {meta.get('format')!r}; expected {_STATE_FORMAT}.")
+    meta = load_json_file(meta_path, "the engine checkpoint", follow_symlinks=False)
+    if not isinstance(meta, dict) or meta.get("format") != _STATE_FORMAT:
+        raise DataError(f"Engine checkpoint {directory} has format {meta.get('format') if isinstance(meta, dict) else None!r}; expected {_STATE_FORMAT}.")
     arr_path = directory / "arrays.safetensors"
     arrays = load_file(str(arr_path)) if arr_path.is_file() else {}
     return _decode_state(meta["state"], arrays)

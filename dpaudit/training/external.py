@@ -27,7 +27,9 @@ attacking, auditing or checking a bundle (``load_release``, ``dpaudit attack / a
   (third-party) callables, packages and relative imports are refused (:mod:`dpaudit.training.usercode`).
 * **nothing is unpickled.** Weights are safetensors, scikit-learn models skops with an allow-list, CatBoost its
   own format, arrays ``allow_pickle=False``; ``.pt`` / ``.pth`` / ``.pkl`` / ``.joblib`` files and pickled numpy
-  arrays are refused with a message on how to convert them.
+  arrays are refused with a message on how to convert them. Every model file goes through its one reader in
+  :mod:`dpaudit.training.model_files`, which checks what a library's native code would follow without bounds
+  checks (scikit-learn's fitted trees, a safetensors header) and reads CatBoost's ``.cbm`` itself.
 * **no file outside the bundle is read, none outside the chosen output folder written.** Bundle files are plain
   names inside the bundle; a symbolic link anywhere in it (at any depth) is refused; a ``data_dir`` outside the
   bundle is followed only with ``--data-dir`` / ``--trust-data-dir``. Outputs go to the folder the user chose --
@@ -129,10 +131,12 @@ def refuse_pickle(path: Path, what: str) -> None:
         how = _CONVERT[".pt"] if suffix in (".pt", ".pth", ".ckpt", ".bin") else _CONVERT[".pkl"]
         raise DataError(f"{what} {str(p)!r} is a pickle-based file ({suffix}); dpaudit never unpickles files. "
                         f"Convert it: {how}.")
-    try:
-        with open(p, "rb") as fh:
+    from dpaudit._io import open_input
+
+    try:    # stat first, never blocking on a FIFO; a file that cannot be opened is reported by its reader
+        with open_input(p, what, allow_empty=True, max_bytes=None) as fh:
             head = fh.read(4)
-    except OSError:
+    except DataError:
         return
     # (a .safetensors file starts with its header length, which may begin with 0x80: its own parser refuses pickles)
     if suffix != ".safetensors" and head[:1] == b"\x80" and len(head) > 1 and head[1] in range(2, 6):
@@ -168,10 +172,8 @@ def _check_weights(weights: Path) -> Path:
     return weights
 
 
-def _build_and_load(build: Any, label: str, weights: Path, kwargs: Mapping[str, Any]):
+def _build_and_load(build: Any, label: str, weights: Path, kwargs: Mapping[str, Any], *, follow_symlinks: bool = True):
     import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     try:
         module = build(**dict(kwargs))
@@ -179,63 +181,43 @@ def _build_and_load(build: Any, label: str, weights: Path, kwargs: Mapping[str, 
         raise DataError(f"--factory {label}: calling it failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(module, torch.nn.Module):
         raise DataError(f"--factory {label} returned a {type(module).__name__}, not a torch.nn.Module.")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise DataError(f"{weights}: not a readable safetensors file ({exc}).") from None
-    expected = module.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shaped = sorted(f"{k} {tuple(state[k].shape)} vs {tuple(expected[k].shape)}" for k in set(state) & set(expected)
-                    if tuple(state[k].shape) != tuple(expected[k].shape))
-    if missing or unexpected or shaped:
-        parts = [f"missing {', '.join(missing)}" if missing else "", f"unexpected {', '.join(unexpected)}" if unexpected else "",
-                 f"mis-shaped (file vs module) {'; '.join(shaped)}" if shaped else ""]
-        raise DataError(f"{weights} does not match the module built by {label}: "
-                        + "; ".join(p for p in parts if p) + ".")
+    from dpaudit.training.model_files import load_safetensors_file
+
+    # read once, capped; names and shapes checked against the module before any tensor is materialised
+    state = load_safetensors_file(weights, {k: tuple(v.shape) for k, v in module.state_dict().items()},
+                                  follow_symlinks=follow_symlinks, mismatch=f"does not match the module built by {label}")
     module.load_state_dict(state, strict=True)
     return module.eval()
 
 
-def load_sklearn_model(path: Path):
-    """A scikit-learn classifier from a ``.skops`` file, loading only types skops trusts by default or in
-    :data:`~dpaudit.training.models.SKOPS_TRUSTED_TYPES`."""
+def load_sklearn_model(path: Path, *, follow_symlinks: bool = True):
+    """A scikit-learn classifier from a ``.skops`` file, through the one skops reader
+    (:func:`dpaudit.training.model_files.load_skops_file`): only the classifiers of
+    :data:`~dpaudit.training.model_files.SKOPS_CLASSIFIERS` and their parts, loading only types skops trusts by
+    default or in :data:`~dpaudit.training.models.SKOPS_TRUSTED_TYPES`, every fitted tree's structure checked."""
     from dpaudit.training.models import SKOPS_TRUSTED_TYPES, load_skops
 
     p = Path(path)
     refuse_pickle(p, "The model file")
     if p.suffix != ".skops":
         raise DataError(f"The model file {str(p)!r} must be .safetensors (with --factory), .skops or .cbm. Got {p.suffix or 'no suffix'}.")
-    from dpaudit._io import check_zip_archive
-
-    check_zip_archive(p, "the model file")      # sizes from the zip directory, before anything is unpacked
-    try:
-        with zipfile.ZipFile(p) as zf:
-            top = json.loads(zf.read("schema.json")).get("__module__", "")
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError) as exc:
-        raise DataError(f"{p}: not a readable skops file ({exc}).") from None
-    if not str(top).startswith("sklearn."):
-        raise DataError(f"{p}: holds an object of module {top!r}; only scikit-learn estimators are accepted.")
-    est = load_skops(p, SKOPS_TRUSTED_TYPES)
+    # read once, capped; only allow-listed scikit-learn classifiers and their parts; every fitted tree checked
+    est = load_skops(p, SKOPS_TRUSTED_TYPES, follow_symlinks=follow_symlinks)
     if not callable(getattr(est, "predict_proba", None)) or not hasattr(est, "classes_"):
         raise DataError(f"{p}: holds a {type(est).__name__}, not a fitted classifier with predict_proba.")
     return est
 
 
-def load_catboost_model(path: Path):
-    """A CatBoost classifier from its own ``.cbm`` format."""
-    from catboost import CatBoostClassifier, CatBoostError
+def load_catboost_model(path: Path, *, follow_symlinks: bool = True):
+    """A CatBoost classifier from its own ``.cbm`` format, through the one CatBoost reader
+    (:func:`dpaudit.training.model_files.load_catboost_file`)."""
+    from dpaudit.training.model_files import load_catboost_file
 
     p = Path(path)
     refuse_pickle(p, "The model file")
     if p.suffix != ".cbm":
         raise DataError(f"The model file {str(p)!r} must be a CatBoost .cbm file.")
-    est = CatBoostClassifier()
-    try:
-        est.load_model(str(p), format="cbm")
-    except CatBoostError as exc:
-        raise DataError(f"{p}: not a readable CatBoost model ({str(exc).splitlines()[0] if str(exc) else exc}).") from None
-    return est
+    return load_catboost_file(p, follow_symlinks=follow_symlinks)
 
 
 def external_train_fn(path: str, num_classes: int, *, sha256: str | None = None):
@@ -295,7 +277,7 @@ def load_bundle_npz(root: Path, fname: str) -> dict[str, np.ndarray]:
     from dpaudit._io import load_npz_file
 
     p = _bundle_file(root, fname, fname.split(".")[0])
-    return load_npz_file(p, "the bundle file", kinds=None)
+    return load_npz_file(p, "the bundle file", kinds=None, follow_symlinks=False)
 
 
 def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | None = None):
@@ -324,9 +306,10 @@ def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | Non
         kwargs = check_code_kwargs(kw.get("factory_kwargs"), f"{root}/release.json: model.spec.kwargs.factory_kwargs")
         build, label = code.callable_for("factory", kw.get("factory"), kw.get("factory_sha256"), bundle=root,
                                          kwargs=kwargs)
-        module = _build_and_load(build, label, weights, kwargs)
+        module = _build_and_load(build, label, weights, kwargs, follow_symlinks=False)
         return Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
-    est = load_sklearn_model(path) if kind == "sklearn" else load_catboost_model(path)
+    est = (load_sklearn_model(path, follow_symlinks=False) if kind == "sklearn"
+           else load_catboost_model(path, follow_symlinks=False))
     return Classifier(spec, estimator=est)              # type: ignore[arg-type]
 
 

@@ -493,11 +493,11 @@ _SKOPS_TRUSTED = {
     "sklearn._loss._loss.CyHalfMultinomialLoss",
     "numpy.random._mt19937.MT19937",
     "numpy.random.mtrand.RandomState",
-    "numpy.random.bit_generator.__pyx_unpickle_SeedSequence",
-    "builtins.getattr",
 }
 #: Types beyond skops' defaults that dpaudit loads from a user's .skops file (``dpaudit release make``): the tree
-#: internals above and the state of scikit-learn's MLP optimizers -- plain array holders, no code.
+#: internals above and the state of scikit-learn's MLP optimizers -- plain array holders, no code. (Trusting a type
+#: is not enough: every file is also held to :mod:`dpaudit.training.model_files`' allow-list of estimators and
+#: checks of the fitted structures, because scikit-learn's native code trusts the indices a tree stores.)
 SKOPS_TRUSTED_TYPES = frozenset(_SKOPS_TRUSTED | {"sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
                                                   "sklearn.neural_network._stochastic_optimizers.SGDOptimizer"})
 _SKOPS_TOP = {
@@ -547,7 +547,9 @@ def save_classifier(clf: Classifier, path_without_suffix) -> Path:
         write_json(base.with_name(base.name + ".json"), clf.spec.to_dict())
         return target
     est = clf.estimator
-    if type(est).__module__.startswith("catboost"):
+    from dpaudit.training.model_files import CatBoostModel
+
+    if type(est).__module__.startswith("catboost") or isinstance(est, CatBoostModel):
         target = base.with_name(base.name + ".cbm")
         with atomic_path(target, suffix=".cbm") as tmp:
             est.save_model(str(tmp), format="cbm")
@@ -560,29 +562,31 @@ def save_classifier(clf: Classifier, path_without_suffix) -> Path:
     return target
 
 
-def load_skops(path: Path, trusted_types=SKOPS_TRUSTED_TYPES) -> Any:
-    """The object of a ``.skops`` file, refusing any type beyond skops' own trusted ones and ``trusted_types``
-    (never unpickling); :class:`DataError` on unreadable files or refused types."""
-    import skops.io as sio
+def load_skops(path: Path, trusted_types=SKOPS_TRUSTED_TYPES, *, top_classes=None, follow_symlinks: bool = True) -> Any:
+    """The object of a ``.skops`` file (never unpickling): read once and checked before and after skops builds it
+    by :func:`dpaudit.training.model_files.load_skops_file` (only the estimators of
+    :data:`~dpaudit.training.model_files.SKOPS_CLASSES`, or ``top_classes`` at the top; every fitted tree's
+    structure checked); types beyond skops' own trusted ones must be in ``trusted_types``. :class:`DataError` on
+    unreadable files or refused content."""
+    from dpaudit.training.model_files import load_skops_file
 
-    try:
-        untrusted = sio.get_untrusted_types(file=path)
-    except Exception as exc:  # noqa: BLE001 - skops raises several types on malformed archives
-        raise DataError(f"{path}: not a readable skops file ({exc}).") from None
-    refused = sorted(set(untrusted) - set(trusted_types))
-    if refused:
-        raise DataError(f"{path}: refusing to load; the file contains types outside dpaudit's allow-list: {refused}.")
-    try:
-        return sio.load(path, trusted=list(untrusted))
-    except Exception as exc:  # noqa: BLE001
-        raise DataError(f"{path}: could not load the skops file ({exc}).") from None
+    return load_skops_file(path, trusted_types, top_classes=top_classes, follow_symlinks=follow_symlinks)
 
 
-def load_classifier(path, spec: ModelSpec) -> Classifier:
+def _state_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """The names and shapes of ``spec``'s ``state_dict``, built on torch's ``meta`` device (nothing allocated)."""
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in build_model(spec).state_dict().items()}
+
+
+def load_classifier(path, spec: ModelSpec, *, follow_symlinks: bool = True) -> Classifier:
     """Load a model written by :func:`save_classifier` for ``spec``, never unpickling.
 
-    ``path`` may carry its suffix or not. For skops files every type skops does not trust by default is
-    checked against a fixed allow-list of scikit-learn tree internals; anything else is refused.
+    ``path`` may carry its suffix or not. Every file is read once through the readers of
+    :mod:`dpaudit.training.model_files`: safetensors capped and its header checked against the spec's tensors
+    before anything is materialised; skops files of the spec's class only, every type skops does not trust by
+    default checked against a fixed allow-list of scikit-learn tree internals, and every fitted tree's structure
+    checked. ``follow_symlinks=False``: a symbolic link is refused (a release bundle's model).
     """
     if not isinstance(spec, ModelSpec):
         raise ParameterError(f"The 'spec' parameter of load_classifier must be a ModelSpec. Got {type(spec).__name__} instead.")
@@ -596,13 +600,14 @@ def load_classifier(path, spec: ModelSpec) -> Classifier:
     if found.suffix == ".safetensors":
         if not spec.is_torch:
             raise DataError(f"{found}: a torch weights file, but the spec names the tree model {spec.name!r}.")
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from dpaudit.training.model_files import load_safetensors_file
 
         try:
-            state = load_file(str(found))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise DataError(f"{found}: not a readable safetensors file ({exc}).") from None
+            shapes = _state_shapes(spec)
+        except (RuntimeError, ValueError, TypeError, NotImplementedError):
+            shapes = None       # a spec the meta device cannot build: checked by the strict load below
+        state = load_safetensors_file(found, shapes, follow_symlinks=follow_symlinks,
+                                      mismatch=f"weights do not fit the spec {spec.name} {spec.input_shape}")
         module = build_model(spec)
         try:
             module.load_state_dict(state, strict=True)
@@ -612,27 +617,16 @@ def load_classifier(path, spec: ModelSpec) -> Classifier:
     if spec.is_torch:
         raise DataError(f"{found}: a tree model file, but the spec names the torch model {spec.name!r}.")
     if found.suffix == ".cbm":
-        from catboost import CatBoostClassifier, CatBoostError
+        from dpaudit.training.model_files import load_catboost_file
 
-        est = CatBoostClassifier()
-        try:
-            est.load_model(str(found), format="cbm")
-        except CatBoostError as exc:
-            raise DataError(f"{found}: not a readable CatBoost model ({exc}).") from None
-        return Classifier(spec, estimator=est)
-    import zipfile
+        return Classifier(spec, estimator=load_catboost_file(found, follow_symlinks=follow_symlinks))
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+    from sklearn.tree import DecisionTreeClassifier
 
-    from dpaudit._io import check_zip_archive
-
-    check_zip_archive(found, "the model file")   # sizes from the zip directory, before anything is unpacked
-    try:  # check the top-level class from the archive's schema before skops builds anything
-        with zipfile.ZipFile(found) as zf:
-            top = json.loads(zf.read("schema.json")).get("__class__")
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError) as exc:
-        raise DataError(f"{found}: not a readable skops file ({exc}).") from None
-    if top != _SKOPS_TOP[spec.name]:
-        raise DataError(f"{found}: holds a {top}, expected {_SKOPS_TOP[spec.name]} for spec {spec.name!r}.")
-    est = load_skops(found, _SKOPS_TRUSTED)
+    top = {"DecisionTreeClassifier": DecisionTreeClassifier, "RandomForestClassifier": RandomForestClassifier,
+           "HistGradientBoostingClassifier": HistGradientBoostingClassifier}[_SKOPS_TOP[spec.name]]
+    est = load_skops(found, _SKOPS_TRUSTED, top_classes=[f"{top.__module__}.{top.__qualname__}"],
+                     follow_symlinks=follow_symlinks)
     if type(est).__name__ != _SKOPS_TOP[spec.name] or not hasattr(est, "predict_proba"):
         raise DataError(f"{found}: holds a {type(est).__name__}, expected {_SKOPS_TOP[spec.name]} for spec {spec.name!r}.")
     return Classifier(spec, estimator=est)

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, save_npy, save_npz,
+from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, open_input, save_npy, save_npz,
                          write_json)
 from dpaudit.errors import DataError, ParameterError, format_value, check_int
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
@@ -42,11 +42,19 @@ from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, SCHEMA_
 
 __all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release", "bundle_digest",
            "read_release_meta", "MAX_BUNDLE_ENTRIES", "check_release_target", "FLAG_CODES",
-           "OUTSIDE_DATASETS", "MAX_RECORDS", "MAX_CLASSES", "MAX_INPUT_SIZE"]
+           "OUTSIDE_DATASETS", "MAX_RECORDS", "MAX_CLASSES", "MAX_INPUT_SIZE", "MAX_RELEASE_JSON_BYTES",
+           "MAX_BUNDLE_BYTES"]
 
 MEMBERSHIP_KEYS = ("members", "nonmembers", "attacker")
 #: The most files and folders a bundle may hold (all depths): checking it for links walks every one.
 MAX_BUNDLE_ENTRIES = 100_000
+#: The largest ``release.json`` read (a FREDY release of the default size holds 120 kB, mostly its ledger). Parsing
+#: JSON takes up to about 25 bytes of memory per byte, so this cap, not the general JSON cap, bounds what a hostile
+#: release.json can make dpaudit allocate (about 0.4 GB).
+MAX_RELEASE_JSON_BYTES = 16 << 20
+#: The most bytes the files of a bundle may hold together (all depths, as their sizes say, so a sparse file counts
+#: what it claims): every read of a bundle checks it, and its cache digest reads every top-level file.
+MAX_BUNDLE_BYTES = 16 << 30
 _CLAIM_KEYS = ("epsilon", "delta", "granularity", "text")
 
 
@@ -392,7 +400,7 @@ class Release:
         real_root = self.path.resolve()
         f = _bundle_file(self.path, real_root, info["truth_file"])
         m = int(info["count"])
-        raw = load_npz_file(f, "the canary truth file", kinds="b", max_bytes=m + 64 * 1024)
+        raw = load_npz_file(f, "the canary truth file", kinds="b", max_bytes=m + 64 * 1024, follow_symlinks=False)
         return _check_truth(raw, m, str(f))
 
     @property
@@ -511,8 +519,9 @@ def _resolve_data_dir(meta_dir: Any, root: Path, real_root: Path, data_dir: Any,
 
 
 def _refuse_links(root: Path) -> None:
-    """Refuse a bundle holding a symbolic link anywhere (any depth), without following any."""
-    seen = 0
+    """Refuse a bundle holding a symbolic link anywhere (any depth), without following any, or more than
+    :data:`MAX_BUNDLE_ENTRIES` entries or :data:`MAX_BUNDLE_BYTES` bytes of files."""
+    seen = size = 0
     stack = [root]
     while stack:
         d = stack.pop()
@@ -534,6 +543,12 @@ def _refuse_links(root: Path) -> None:
                                 "bundle must hold its files and folders itself, so dpaudit refuses links at any depth.")
             if e.is_dir(follow_symlinks=False):
                 stack.append(Path(e.path))
+            elif e.is_file(follow_symlinks=False):
+                size += e.stat(follow_symlinks=False).st_size
+                if size > MAX_BUNDLE_BYTES:     # sizes as the files claim them: a sparse file counts in full
+                    raise DataError(f"The release directory {root} holds more than {MAX_BUNDLE_BYTES} bytes of files "
+                                    f"({Path(e.path).relative_to(root)} among them); a release bundle is a model, "
+                                    "its arrays and its release.json.")
 
 
 def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bool = False,
@@ -594,7 +609,7 @@ def read_release_meta(path: str | Path) -> Any:
     meta_path = _bundle_file(root, root.resolve(), "release.json")
     if not meta_path.exists():
         raise DataError(f"{root}: release.json is missing; not a release bundle.")
-    return load_json_file(meta_path, "the release file")
+    return load_json_file(meta_path, "the release file", max_bytes=MAX_RELEASE_JSON_BYTES, follow_symlinks=False)
 
 
 def bundle_digest(path: str | Path) -> str:
@@ -604,12 +619,18 @@ def bundle_digest(path: str | Path) -> str:
     path, never read through."""
     h = hashlib.sha256()
     root = Path(path)
-    for f in sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file()):
+    files = sorted(p for p in root.iterdir() if p.is_symlink() or p.is_file())
+    total = sum(f.lstat().st_size for f in files)
+    if total > MAX_BUNDLE_BYTES:     # hashing reads every byte: a sparse file of terabytes would never finish
+        raise DataError(f"The release directory {root} holds {total} bytes of files; a release bundle holds at most "
+                        f"{MAX_BUNDLE_BYTES}.")
+    for f in files:
         h.update(f.name.encode("utf-8", "surrogateescape") + b"\0")
         if f.is_symlink():      # hashed by where it points, never followed (loading refuses links anyway)
             h.update(b"link:" + str(f.readlink()).encode("utf-8", "surrogateescape"))
-        else:
-            with open(f, "rb") as fh:
+        else:                   # opened as checked: a FIFO swapped in is refused, never waited on
+            with open_input(f, "the bundle file", allow_empty=True, max_bytes=MAX_BUNDLE_BYTES,
+                            follow_symlinks=False) as fh:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     h.update(chunk)
         h.update(b"\0")
@@ -621,7 +642,7 @@ def _load_own_model(root: Path, real_root: Path, info: ReleaseMeta, meta_path: P
     model_file = _bundle_file(root, real_root, info.model.file)
     check_input_file(model_file, "the model file named in release.json", max_bytes=None)
     _check_weights_fit_file(spec, model_file)
-    return spec, load_classifier(model_file, spec)
+    return spec, load_classifier(model_file, spec, follow_symlinks=False)
 
 
 def _finish_loading(root: Path, real_root: Path, meta: dict, spec: Any, model: Classifier | None) -> "Release":
@@ -629,13 +650,13 @@ def _finish_loading(root: Path, real_root: Path, meta: dict, spec: Any, model: C
     n = meta["dataset"].get("num_records")
     # index arrays: at most 3 x num_records int64 entries, plus headers
     limit = 3 * 8 * (MAX_RECORDS if n is None else int(n)) + 64 * 1024
-    raw = load_npz_file(mem_path, "the membership file", kinds="iu", max_bytes=limit)
+    raw = load_npz_file(mem_path, "the membership file", kinds="iu", max_bytes=limit, follow_symlinks=False)
     membership = _check_membership(raw, None if n is None else int(n), str(mem_path))
 
     votes = None
     votes_path = _bundle_file(root, real_root, "votes.npy")
     if votes_path.exists():
-        votes = load_npy_file(votes_path, "the votes file", kinds="biuf")
+        votes = load_npy_file(votes_path, "the votes file", kinds="biuf", follow_symlinks=False)
         if spec is None:
             raise DataError(f"{votes_path}: vote histograms need a released model; this release has none.")
         votes = check_votes(votes, str(votes_path), spec.num_classes)
@@ -662,7 +683,7 @@ def _load_canaries(root: Path, real_root: Path, meta: dict, spec: Any) -> dict[s
         expected = m * 8 + int(info["steps"]) * m * 8
     else:
         expected = m * (4 * math.prod(spec.input_shape) + 8)
-    raw = load_npz_file(f, "the canaries file", kinds="iuf", max_bytes=expected + 64 * 1024)
+    raw = load_npz_file(f, "the canaries file", kinds="iuf", max_bytes=expected + 64 * 1024, follow_symlinks=False)
     count = _parameter_count(spec) if kind == "dirac" else None
     return check_canary_view(raw, info, spec, str(f), count)
 
