@@ -57,7 +57,9 @@ FLAG_CODES = (
 
 _TOP_REQUIRED = ("schema", "method", "dataset", "seed", "model", "claim")
 _TOP_OPTIONAL = ("params", "utility", "ledger", "statement", "assumptions", "flags", "created_by", "created_at",
-                 "canaries")
+                 "canaries", "run")
+_RUN_KEYS = ("threads",)
+_THREAD_KEYS = ("threads", "source", "cores", "workers")
 _OWN_DATASET_KEYS = ("name", "seed", "num_samples", "num_records", "data_dir")
 _BUNDLED_DATASET_KEYS = ("name", "file", "num_records", "num_classes", "source")
 _SCORES_DATASET_KEYS = ("name", "num_records", "num_classes")
@@ -146,6 +148,7 @@ class ReleaseMeta:
     flags: tuple[tuple[str, str], ...]
     canaries: Mapping[str, Any] | None
     created_by: str | None
+    run: Mapping[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -502,9 +505,26 @@ def parse_release_meta(meta: Any, where: str) -> ReleaseMeta:
             raise _bad(where, "canaries", "absent for an outside model (dpaudit plants canaries in its own training)",
                        canaries)
         canaries = check_canary_entry(canaries, where)
+    run = None if meta.get("run") is None else _run(meta["run"], where)
     return ReleaseMeta(method=method, seed=seed, dataset=ds, model=model, claim=claim, params=params, utility=utility,
                        ledger=ledger, statement=statement, assumptions=tuple(assumptions), flags=flags,
-                       canaries=canaries, created_by=meta.get("created_by"))
+                       canaries=canaries, created_by=meta.get("created_by"), run=run)
+
+
+def _run(run: Any, where: str) -> dict:
+    """``release.json["run"]``: how the training ran (informational; nothing reads it to decide anything):
+    ``threads`` -- the thread setting in force (``threads``, ``cores``, ``workers`` counts and its ``source``)."""
+    run = _obj(run, where, "run")
+    _keys(run, _RUN_KEYS, where, "run", ())
+    if run.get("threads") is not None:
+        t = _obj(run["threads"], where, "run.threads")
+        _keys(t, _THREAD_KEYS, where, "run.threads", ())
+        for key in ("threads", "cores", "workers"):
+            if key in t:
+                _int(t[key], where, f"run.threads.{key}", 0, 1 << 20)
+        if "source" in t:
+            _str(t["source"], where, "run.threads.source", max_len=200)
+    return run
 
 
 def check_canary_entry(entry: Any, where: str) -> dict:

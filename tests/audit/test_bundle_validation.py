@@ -336,7 +336,7 @@ def test_w4_nan_dirac_observations_are_refused(dpsgd_release, cli, tmp_path):
     assert not (b / "attack").exists()
 
 
-def test_h1_multi_run_model_count_is_capped_before_work(dpsgd_release, cli, monkeypatch):
+def test_h1_multi_run_model_count_is_capped_before_work(dpsgd_release, cli, monkeypatch, tmp_path):
     """The training layer's MAX_MODELS, as the method audits: refused before the data set is read or any
     ensemble is allocated."""
     import dpaudit.training.ensemble as ensemble
@@ -348,10 +348,12 @@ def test_h1_multi_run_model_count_is_capped_before_work(dpsgd_release, cli, monk
     monkeypatch.setattr(Release, "dataset", forbidden)
     monkeypatch.setattr(ensemble, "train_ensemble", forbidden)
     t0 = time.perf_counter()
-    code, _, err = cli(["attack", dpsgd_release, "--audit", "multi-run", "--models", "100000000", "--quiet"])
+    code, _, err = cli(["attack", dpsgd_release, "--audit", "multi-run", "--models", "100000000", "--quiet",
+                        "--out", tmp_path / "multi"])
     line = _one_line(code, err, "'models' parameter of canary audit must be an int in the range [2, 100000]")
     assert "100000000" in line and time.perf_counter() - t0 < 5
-    code, _, err = cli(["attack", dpsgd_release, "--audit", "one-run", "--canaries", str(10**9), "--quiet"])
+    code, _, err = cli(["attack", dpsgd_release, "--audit", "one-run", "--canaries", str(10**9), "--quiet",
+                        "--out", tmp_path / "one"])
     _one_line(code, err, "'canaries' parameter of canary audit")
     from dpaudit.audit.canary_audit import canary_audit_release
     from dpaudit.errors import ParameterError

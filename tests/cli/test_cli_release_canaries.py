@@ -81,7 +81,7 @@ def test_attack_analysis_and_strict_multi_run(tmp_path, cli):
     code, _, _ = cli(["train", "centrain", "--out", rel, "--quiet", *SETS, "--set", "canaries.kind=dirac",
                       "--set", "canaries.count=40"])
     assert code in (0, None)
-    code, out, err = cli(["attack", rel, "--audit", "one-run", "--analysis", "fdp", "--quiet"])
+    code, out, err = cli(["attack", rel, "--audit", "one-run", "--analysis", "fdp", "--out", tmp_path / "one", "--quiet"])
     assert code in (0, None) and "analysis fdp" in out and "[headline] f-DP" in out and "[for comparison]" in out
     assert "assumes its trade-off curve is Gaussian" in out
     bad = tmp_path / "multi"

@@ -288,7 +288,7 @@ def test_control_sequences_in_an_audited_bundle_stay_off_the_console(forest_rele
     b = tmp_path / "b"
     shutil.copytree(forest_release(members=100, trees=3), b)
     _edit(b, lambda m: (m.__setitem__("method", f"baseline{ESC}"),
-                        m.__setitem__("flags", [{"code": f"teachers_not_independent{ESC}", "message": f"x{ESC}"}])))
+                        m.__setitem__("flags", [{"code": "teachers_not_independent", "message": f"x{ESC}"}])))
     cfg = tmp_path / "a.toml"
     cfg.write_text(f'title = "t"\ndataset = "digits"\n[[models]]\nname = "r"\nrelease = "{b}"\n'
                    '[[attacks]]\nkind = "threshold"\n')
@@ -296,6 +296,16 @@ def test_control_sequences_in_an_audited_bundle_stay_off_the_console(forest_rele
     assert code in (0, 1, 3), err
     assert "\x1b" not in out and "\x1b" not in err and "\u202e" not in out + err
     assert "baseline\\x1b[2J" in out
+
+
+def test_control_sequences_in_a_refused_field_stay_off_the_console(forest_release, tmp_path, cli):
+    # an unknown flag code is refused (exit 2); the refusal quotes the value with its control characters shown
+    b = tmp_path / "b"
+    shutil.copytree(forest_release(members=100, trees=3), b)
+    _edit(b, lambda m: m.__setitem__("flags", [{"code": f"teachers_not_independent{ESC}", "message": "x"}]))
+    code, out, err = cli(["attack", b, "--attack", "threshold", "--out", tmp_path / "o", "--quiet"])
+    assert code == 2 and "flags[0].code" in err
+    assert "\x1b" not in out + err and "\u202e" not in out + err and "\\x1b" in err
 
 
 # --------------------------------------------------------------------------------------------------
