@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpaudit.accountants.rdp import rdp_to_epsilon
+from dpaudit.accountants.rdp_conversion import rdp_to_epsilon
 
 __all__ = ["OrderSearch", "search_rdp_orders", "HIGHEST_ORDER", "LOWEST_EXCESS"]
 
@@ -56,10 +56,10 @@ class OrderSearch:
                 f"{self.orders.max():g}] (the search limit); a wider range might give a smaller epsilon."]
 
 
-def _next_orders(best: float, lo: float, hi: float) -> np.ndarray:
-    if best >= hi and best < HIGHEST_ORDER:
+def _next_orders(best: float, lo: float, hi: float, highest: float = HIGHEST_ORDER) -> np.ndarray:
+    if best >= hi and best < highest:
         new = best * _UP
-        return new[new <= HIGHEST_ORDER]
+        return np.unique(np.minimum(new, highest))
     if best <= lo and best - 1.0 > LOWEST_EXCESS:
         new = 1.0 + (best - 1.0) * _DOWN
         return new[new - 1.0 >= LOWEST_EXCESS]
@@ -67,12 +67,14 @@ def _next_orders(best: float, lo: float, hi: float) -> np.ndarray:
 
 
 def search_rdp_orders(rdp_of: Callable[[np.ndarray], np.ndarray], orders: np.ndarray, delta: float, *,
-                      rdp: np.ndarray | None = None, extend: bool = True) -> OrderSearch:
+                      rdp: np.ndarray | None = None, extend: bool = True,
+                      highest: float = HIGHEST_ORDER) -> OrderSearch:
     """Smallest epsilon at ``delta`` over ``orders``, extended past an edge while the optimum sits there.
 
     ``rdp_of(orders) -> rdp`` evaluates the route's RDP at any orders > 1 (values >= 0, inf allowed); ``rdp`` may
     carry its values at ``orders`` when already computed. ``extend=False`` only evaluates ``orders`` (a grid the
-    caller chose) and reports ``at_edge`` for the warning.
+    caller chose) and reports ``at_edge`` for the warning. ``highest``: no order above it is tried (for routes whose
+    RDP costs time in proportion to the order).
     """
     a = np.asarray(orders, dtype=np.float64).ravel()
     r = np.asarray(rdp_of(a) if rdp is None else rdp, dtype=np.float64).ravel()
@@ -81,7 +83,7 @@ def search_rdp_orders(rdp_of: Callable[[np.ndarray], np.ndarray], orders: np.nda
     eps, best = rdp_to_epsilon(a, r, delta, warn=False)
     rounds = 0
     while extend and best is not None and a.size >= 2 and eps > 0.0 and rounds < _MAX_ROUNDS:
-        new = _next_orders(best, float(a[0]), float(a[-1]))
+        new = _next_orders(best, float(a[0]), float(a[-1]), highest)
         new = new[~np.isin(new, a)]
         if new.size == 0:
             break

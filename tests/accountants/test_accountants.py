@@ -12,7 +12,7 @@ from dpaudit.accountants.base import UnsupportedEventError
 from dpaudit.accountants.events import (GaussianNoisyMax, LaplaceNoisyMax, RandomizedResponse, Repeated, Shuffled,
                                         SubsampledGaussian)
 from dpaudit.accountants.pld import PldAccountant
-from dpaudit.accountants.rdp import DEFAULT_ORDERS, EdgeOrderWarning, RdpAccountant
+from dpaudit.accountants.rdp import DEFAULT_ORDERS, EXTENSION_HIGHEST_ORDER, EdgeOrderWarning, RdpAccountant, rdp_to_epsilon
 from dpaudit.errors import ParameterError
 
 
@@ -99,11 +99,31 @@ def test_rdp_accountant_rejects_unsupported_without_state_change():
     assert not acc.supports(shuffled)
 
 
-def test_rdp_accountant_edge_order_warning():
-    acc = RdpAccountant(orders=[2.0, 3.0]).compose(SubsampledGaussian(0.001, 5.0, 1))
-    with pytest.warns(EdgeOrderWarning):
-        acc.get_statement(1e-5)
-    assert acc.warnings
+def test_rdp_accountant_searches_past_its_grid_edge():
+    """A best order at the grid's edge is searched past (any order gives a valid epsilon): the figure matches a
+    fine closed-form search, is never above the grid's own, and no warning is left."""
+    delta = 1e-5
+    acc = RdpAccountant(orders=[2.0, 3.0]).compose(SubsampledGaussian(1.0, 50.0, 1))   # full batch: Gaussian
+    on_grid = rdp_to_epsilon([2.0, 3.0], acc.rdp, delta, warn=False)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EdgeOrderWarning)
+        st = acc.get_statement(delta)
+    # independent reference: the Gaussian's RDP alpha / (2 sigma^2) (Mironov 2017, Prop. 7) on a fine order grid
+    fine = np.geomspace(1.0001, 1e6, 200_001)
+    ref = rdp_to_epsilon(fine, fine / (2 * 50.0 ** 2), delta, warn=False)[0]
+    assert st.epsilon <= on_grid
+    assert ref - 1e-12 <= st.epsilon <= ref * 1.01
+    assert st.order > 3.0 and not acc.warnings and "extended" in st.details.get("grid_extended", "")
+
+
+def test_rdp_accountant_warns_when_the_search_limit_is_reached():
+    # sigma 1e5, delta 1e-10: the best order is about sqrt(2 sigma^2 log(1/delta)) = 6.8e5, above the search's
+    # limit (EXTENSION_HIGHEST_ORDER); the figure there is still valid and below the grid's
+    acc = RdpAccountant().compose(SubsampledGaussian(1.0, 1e5, 1))
+    with pytest.warns(EdgeOrderWarning, match="edge"):
+        st = acc.get_statement(1e-10)
+    assert acc.warnings and st.order == EXTENSION_HIGHEST_ORDER
+    assert 0 < st.epsilon < rdp_to_epsilon(DEFAULT_ORDERS, acc.rdp, 1e-10, warn=False)[0]
 
 
 def test_rdp_accountant_bad_orders():
