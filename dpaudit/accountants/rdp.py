@@ -29,8 +29,10 @@ __all__ = ["DEFAULT_ORDERS", "rdp_to_epsilon", "parse_orders", "EdgeOrderWarning
 EXTENSION_HIGHEST_ORDER = 65536.0
 
 #: Basic composition (pure DP, delta 0, data-independent) is reported when the RDP figure is not smaller by more than
-#: this relative margin.
-PURE_TIE = 1e-6
+#: this margin (absolute below epsilon 1, relative above): far above the default grid, the RDP conversion undercuts
+#: a pure-DP sum by about (log(1/delta) - log(order)) / order, 1e-5 at order 65536 -- a gain not worth a delta or a
+#: dependence on the data.
+PURE_TIE = 1e-4
 
 #: Rényi orders alpha > 1: from 1.001 (large epsilons, e.g. full-batch DP-SGD over 1e5 steps, are won just above 1)
 #: to 4096 (tiny epsilons), dense between 1.1 and 64. :class:`RdpAccountant` extends it when the best order is at an edge.
@@ -130,12 +132,17 @@ class RdpAccountant(Accountant):
     RDP is computed when an event is composed (validation and computation happen before the state
     changes), so :meth:`get_statement` is cheap. Data-dependent events are accepted when their module
     registered an RDP function for them; the statement is then flagged ``data_dependent``.
+
+    When the best order sits at an edge of the grid, :meth:`get_statement` searches past it (any order gives a
+    valid epsilon; up to order :data:`EXTENSION_HIGHEST_ORDER`) and says so; ``extend=False`` keeps to the given
+    orders (a like-for-like comparison with another accountant on the same grid) and warns at an edge instead.
     """
 
     name = "rdp"
 
-    def __init__(self, orders=None) -> None:
+    def __init__(self, orders=None, *, extend: bool = True) -> None:
         super().__init__()
+        self.extend = bool(extend)
         a = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=np.float64).ravel()
         if a.size == 0 or np.any(~(a > 1.0)) or np.any(~np.isfinite(a)):
             raise ParameterError(
@@ -223,8 +230,12 @@ class RdpAccountant(Accountant):
             return PrivacyStatement(0.0, target_delta, "rdp", assumptions=("No privacy-relevant events were composed.",))
         eps, order = rdp_to_epsilon(self.orders, self._rdp, target_delta, warn=False)
         extended, caught = "", []
-        if order is not None and 0.0 < eps < math.inf and self.orders.size >= 2 \
-                and order in (float(self.orders.min()), float(self.orders.max())):
+        at_edge = order is not None and 0.0 < eps < math.inf and self.orders.size >= 2 \
+            and order in (float(self.orders.min()), float(self.orders.max()))
+        if at_edge and not self.extend:
+            caught = [f"The best RDP order ({order:g}) is at the edge of the grid [{self.orders.min():g}, "
+                      f"{self.orders.max():g}] (not extended: extend=False); a wider grid may give a smaller epsilon."]
+        elif at_edge:
             # the optimum sits at the grid's edge: any order gives a valid epsilon, so search past it
             found = search_rdp_orders(self._rdp_at, self.orders, target_delta, rdp=self._rdp,
                                       highest=EXTENSION_HIGHEST_ORDER)
@@ -239,9 +250,9 @@ class RdpAccountant(Accountant):
                 + (f" (order {order:g} won)." if order is not None else ".") + extended,)
         data_dependent = self._data_dependent
         assumptions = tuple(self._assumptions)
-        # every event is pure DP and basic composition is as tight: (eps, 0)-DP without looking at the data. Within
-        # PURE_TIE (relative) it counts as a tie -- far above the grid, RDP undercuts the pure sum by ~1e-7 only
-        if math.isfinite(self._pure) and self._pure <= eps * (1.0 + PURE_TIE):
+        # every event is pure DP and basic composition is as tight: (eps, 0)-DP without looking at the data (within
+        # PURE_TIE it counts as a tie, see there)
+        if math.isfinite(self._pure) and self._pure <= eps + PURE_TIE * max(1.0, eps):
             eps, order, method, caught = self._pure, None, "basic composition (pure DP)", []
             base = ("Every composed event is pure DP; basic composition (sum of epsilons, delta 0) is smaller than "
                     "the RDP figure and is reported.",)

@@ -215,3 +215,16 @@ def test_one_run_names_its_analysis_rule_and_tests_the_accounted_curve(data):
     with pytest.raises(ParameterError, match="analysis"):
         run_canary_audit(SPEC, _cfg(1.0), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="one-run",
                          canary="dirac", canaries=100, seed=0, analysis="gdp")
+
+
+def test_noise_calibration_at_a_vanishing_epsilon_is_sound():
+    """epsilon = 1e-300 at delta = 1e-5 is reachable: a Gaussian whose total variation is below delta is
+    (0, delta)-DP. The calibrated noise must really be: exact delta at epsilon 0 of the Gaussian mechanism,
+    2 Phi(1 / (2 sigma)) - 1 (Balle-Wang 2018 at epsilon 0), is at most delta."""
+    from scipy.stats import norm
+
+    from dpaudit.audit.canary_audit import dpsgd_noise_for_epsilon
+
+    sigma = dpsgd_noise_for_epsilon(1e-300, sampling_rate=1.0, steps=1, delta=1e-5)
+    assert 2 * norm.cdf(1 / (2 * sigma)) - 1 <= 1e-5
+    assert sigma < 1e5      # and not absurdly large: TV = delta at sigma ~ 4e4
