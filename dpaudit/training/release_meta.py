@@ -57,7 +57,7 @@ FLAG_CODES = (
 
 _TOP_REQUIRED = ("schema", "method", "dataset", "seed", "model", "claim")
 _TOP_OPTIONAL = ("params", "utility", "ledger", "statement", "assumptions", "flags", "created_by", "created_at",
-                 "canaries")
+                 "canaries", "run")
 _OWN_DATASET_KEYS = ("name", "seed", "num_samples", "num_records", "data_dir")
 _BUNDLED_DATASET_KEYS = ("name", "file", "num_records", "num_classes", "source")
 _SCORES_DATASET_KEYS = ("name", "num_records", "num_classes")
@@ -493,6 +493,8 @@ def parse_release_meta(meta: Any, where: str) -> ReleaseMeta:
     if not isinstance(assumptions, list) or not all(isinstance(a, str) for a in assumptions):
         raise _bad(where, "assumptions", "a list of strings", assumptions)
     flags = _flags(meta.get("flags", []), where)
+    if meta.get("run") is not None:  # how training ran (write_release's ``run``): recorded, an object
+        _obj(meta["run"], where, "run")
     for key in ("created_by", "created_at"):
         if meta.get(key) is not None:
             _str(meta[key], where, key, empty=True, max_len=1000)
