@@ -176,7 +176,9 @@ def pick_headline(statements: Sequence[PrivacyStatement], forced: str | None = N
     Candidates are the statements that name a ``route``: each module gives a route only to the valid upper bounds on
     its headline quantity (one scope: e.g. the whole run at the result's delta), so two statements with a route are
     always rivals for the same figure. The smallest epsilon wins; on a tie the data-independent statement (it can be
-    published: a data-dependent figure is not itself private), then the smaller delta, then the first. A
+    published: a data-dependent figure is not itself private; a route named ``"data-dependent..."`` counts as
+    data-dependent even where its figure fell back to a data-independent bound), then the smaller delta, then the
+    first. A
     data-dependent statement is a candidate only where its module states it as a valid bound on the same quantity
     (PATE/GNMax for the realised votes), and it says so in its assumptions.
 
@@ -194,7 +196,13 @@ def pick_headline(statements: Sequence[PrivacyStatement], forced: str | None = N
                              f"Got {forced!r} instead.")
     if not routes:
         return 0
-    return min(routes, key=lambda i: (statements[i].epsilon, statements[i].data_dependent, statements[i].delta, i))
+    return min(routes, key=lambda i: (statements[i].epsilon, _looks_at_data(statements[i]), statements[i].delta, i))
+
+
+def _looks_at_data(s: PrivacyStatement) -> bool:
+    """A data-dependent figure, or the figure of a data-dependent analysis (a route named ``"data-dependent..."``) even
+    where its number fell back to a data-independent bound."""
+    return s.data_dependent or s.route.startswith(ROUTE_DATA_DEPENDENT)
 
 
 smallest_route = pick_headline  # the name the DP-SGD accountants used first
