@@ -119,10 +119,10 @@ class AccountingResult:
         object.__setattr__(self, "warnings", tuple(self.warnings))
         if not self.statements:
             raise ValueError("AccountingResult needs at least one statement")
-        if self.headline is None:
-            object.__setattr__(self, "headline", pick_headline(self.statements))
-        if not 0 <= self.headline < len(self.statements):
-            raise ValueError(f"headline index {self.headline} out of range")
+        head = pick_headline(self.statements) if self.headline is None else self.headline
+        if not 0 <= head < len(self.statements):
+            raise ValueError(f"headline index {head} out of range")
+        object.__setattr__(self, "headline", head)
 
     @property
     def statement(self) -> PrivacyStatement:
