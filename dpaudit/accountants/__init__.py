@@ -12,7 +12,7 @@ from dpaudit.accountants import events, base, rdp, order_search, pure, ldp, pate
 from dpaudit.accountants import sampling, prv, tuning  # noqa: F401
 from dpaudit.accountants import closed_form, ledger, mechanisms  # noqa: F401
 from dpaudit.accountants.events import *  # noqa: F401,F403
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, smallest_route
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, pick_headline, smallest_route
 from dpaudit.accountants.base import Accountant, UnsupportedEventError, register_rdp, rdp_function_for
 from dpaudit.accountants.rdp import *  # noqa: F401,F403
 from dpaudit.accountants.order_search import OrderSearch, search_rdp_orders
@@ -52,5 +52,5 @@ __all__ = [
     "FixedBatchGaussian", "ShuffledBatchGaussian", "RandomStoppingTuning", "NEIGHBOURING_RELATIONS", "tnb_expected_runs",
     "rdp_wor_gaussian", "rdp_fixed_batch", "rdp_shuffled_batches", "shuffle_lower_bound", "ShuffleLowerBound",
     "poisson_equivalent", "PrvAccountant", "account_tuning", "rdp_random_stopping", "tnb_gamma_for_mean",
-    "RUNS_DISTRIBUTIONS", "SAMPLING_SCHEMES", "dpsgd_event", "smallest_route",
+    "RUNS_DISTRIBUTIONS", "SAMPLING_SCHEMES", "dpsgd_event", "smallest_route", "pick_headline", "headline_facts",
 ]

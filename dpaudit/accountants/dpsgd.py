@@ -27,7 +27,7 @@ from dpaudit.accountants.pld import PldAccountant
 from dpaudit.accountants.prv import PrvAccountant
 from dpaudit.accountants.rdp import RdpAccountant
 from dpaudit.accountants.sampling import shuffle_lower_bound
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, smallest_route
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, pick_headline
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
 __all__ = ["rdp_subsampled_gaussian", "dpsgd_steps", "dpsgd_event", "account_dpsgd", "dpsgd_routes", "DPSGD_ASSUMPTIONS",
@@ -214,7 +214,7 @@ def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str,
                  orders=None) -> tuple[list[PrivacyStatement], dict[str, str], list[str]]:
     """Every route that applies to a DP-SGD ``event`` (RDP on ``orders``, PLD, PRV): ``(statements, {route: why it was
     not used}, warnings)``. Each statement names its route; the caller picks the headline with
-    :func:`~dpaudit.accountants.statement.smallest_route`."""
+    :func:`~dpaudit.accountants.statement.pick_headline`."""
     stmts: list[PrivacyStatement] = []
     skipped: dict[str, str] = {}
     warns: list[str] = []
@@ -270,14 +270,13 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
     if sampling in _SCHEME_ASSUMPTION:
         common = (_SCHEME_ASSUMPTION[sampling],) + common
     stmts, skipped, warns = dpsgd_routes(event, delta, label=f"DP-SGD, {scheme}", common=common)
-    headline = smallest_route(stmts, None if accountant == "best" else accountant, owner=owner)
-    best = smallest_route(stmts)
+    headline = pick_headline(stmts, None if accountant == "best" else accountant, owner=owner)
     by_route = {s.route: s for s in stmts}
     params = {"dataset_size": int(dataset_size), "batch_size": int(batch_size), "noise_multiplier": sigma,
               "epochs": epochs, "steps": t, "delta": delta, "accountant": accountant, "sampling": sampling,
               "neighbouring": relation, "drop_last": bool(drop_last)}
     facts: dict = {"sampling": scheme, "neighbouring": relation, "sampling_rate": q, "steps": t,
-                   "headline_route": stmts[headline].route, "smallest_route": stmts[best].route}
+                   **headline_facts(stmts, headline)}
     if "rdp" in by_route:
         facts["rdp_order"] = by_route["rdp"].order
     if "pld" in by_route:

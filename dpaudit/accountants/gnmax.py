@@ -67,7 +67,7 @@ from dpaudit.accountants._common import (as_votes, check_orders, inv_square, log
 from dpaudit.accountants.events import DpEvent, GaussianNoisyMax
 from dpaudit.accountants.order_search import OrderSearch, search_rdp_orders
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts
 from dpaudit.errors import DataError, ParameterError, check_bool, check_float, check_int, check_probability
 
 __all__ = [
@@ -707,7 +707,7 @@ def _di_statement(n_gn: int, n_thr: int, *, sigma: float, sigma1: float | None, 
     if math.isinf(eps):
         extra.append("epsilon is infinite: the noise is too small for any finite epsilon at this delta.")
     st = PrivacyStatement(eps, delta, route + suffix, order, tuple(assumptions) + tuple(extra), label,
-                          details={"route": route + suffix, "routes": routes})
+                          details={"route": route + suffix, "routes": routes}, route=route + suffix)
     return st, search
 
 
@@ -829,9 +829,9 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
               "interactive": interactive}
     facts: dict[str, Any] = {"num_queries": queries, "answered": n_answered}
     if v is None or data_independent:
-        head = int(np.argmin([s.epsilon for s in statements]))  # ties: the first (a priori) figure
-        warnings_ += _edge_warnings(statements, searches)
-        return AccountingResult("gnmax", tuple(statements), head, params, facts, tuple(warnings_))
+        warnings_ += _edge_warnings(statements, searches)  # the headline: pick_headline (ties: the a-priori figure)
+        facts.update(headline_facts(statements))
+        return AccountingResult("gnmax", tuple(statements), None, params, facts, tuple(warnings_))
 
     # ---- data-dependent RDP
     lq = _log_q_fast(v, sigma)
@@ -902,16 +902,15 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     dd_stmt = PrivacyStatement(dd_eps, delta, ROUTE_DATA_DEPENDENT, dd_order, tuple(dd_assumptions), dd_label, True,
                                details={"route": ROUTE_DATA_DEPENDENT, "routes": routes,
                                         "orders_evaluated": int(dd_search.orders.size),
-                                        "conditions_by_order": cond_details})
+                                        "conditions_by_order": cond_details}, route=ROUTE_DATA_DEPENDENT)
     statements.insert(0, dd_stmt)
     searches.insert(0, dd_search)
-    # the headline: the smallest valid figure; on a tie a data-independent one (it does not look at the votes)
-    eps_all = [s.epsilon for s in statements]
-    best_i = min(range(len(statements)), key=lambda i: (eps_all[i], i == 0))
+    # the headline (pick_headline): the smallest valid figure; on a tie a data-independent one (it does not look at
+    # the votes)
     warnings_ += _edge_warnings(statements, searches)
     warnings_.append("A data-dependent figure is shown unreleased: " + ADAPTIVITY_CAVEAT.split(": ", 1)[1])
     q = np.exp(lq)
     facts.update({"q_min": float(q.min()), "q_median": float(np.median(q)), "q_mean": float(q.mean()),
                   "q_max": float(q.max()), "data_dependent_queries": n_dd, "data_dependent_conditions": cond_text,
-                  "headline_route": statements[best_i].method})
-    return AccountingResult("gnmax", tuple(statements), best_i, params, facts, tuple(warnings_))
+                  **headline_facts(statements)})
+    return AccountingResult("gnmax", tuple(statements), None, params, facts, tuple(warnings_))

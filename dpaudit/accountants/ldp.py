@@ -445,8 +445,10 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
     delta:
         Target delta for RDP composition and the shuffled (central) figures.
 
-    Returns an :class:`AccountingResult` whose headline is the per-report LDP epsilon, or with ``rounds``
-    the RDP composition over T rounds (basic composition when no ``delta``).
+    Returns an :class:`AccountingResult` whose headline is the per-report LDP epsilon (route ``"pure LDP"``), or with
+    ``rounds`` the smaller of the two routes for the client's T rounds: basic composition (``"basic"``, delta = 0) and,
+    with ``delta``, RDP (``"rdp"``); on a tie the basic figure (the same epsilon at delta = 0). The per-sample, the
+    worst-case (all rounds) and the shuffled (central model) figures are other quantities, shown beside it.
     """
     owner = "account_ldp"
     epsilon = check_float(epsilon, "epsilon", owner, low=0.0, low_open=True)
@@ -484,11 +486,13 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
     statements = [
         PrivacyStatement(epsilon / k, 0.0, "pure LDP (Lemma 1)", label="per sample (one label)",
                          assumptions=(LDP_ASSUMPTION, rr, "One label changes; the other K-1 labels are fixed.")),
+        # the headline scope: one report without rounds, else the client's T rounds (routes "basic" and "rdp");
+        # the other figures (per sample, worst case over all rounds, the shuffled central ones) name no route
         PrivacyStatement(epsilon, 0.0, "pure LDP (Lemma 1)", label="per report (one round)",
-                         assumptions=(LDP_ASSUMPTION, rr, "One round: the K labels compose (K * eps/K).")),
+                         assumptions=(LDP_ASSUMPTION, rr, "One round: the K labels compose (K * eps/K)."),
+                         route="pure LDP" if rounds is None else ""),
     ]
     warnings_: list[str] = []
-    headline = 1
     params = {"epsilon": epsilon, "samples": k, "classes": c, "rounds": rounds, "participation": participation,
               "users": users, "delta": delta}
     if rounds is not None:
@@ -500,12 +504,11 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                  "(the expected number under uniform sampling; a given client may be picked more often).")
         comp = "Reports of different rounds are computed from the same client data and compose adaptively."
         statements.append(PrivacyStatement(t * epsilon, 0.0, "basic composition", label=f"client, T = {t} rounds (basic)",
-                                           assumptions=(LDP_ASSUMPTION, rr, tdesc, comp)))
+                                           assumptions=(LDP_ASSUMPTION, rr, tdesc, comp), route="basic"))
         if t != rounds:
             statements.append(PrivacyStatement(rounds * epsilon, 0.0, "basic composition",
                                                label=f"client, all {rounds} rounds (basic, worst case)",
                                                assumptions=(LDP_ASSUMPTION, rr, comp, "Worst case: the client is picked in every round.")))
-        headline = 2
         local_rdp_t = None
         if delta is not None:
             rdp1 = _rdp_rr_event(event, DEFAULT_ORDERS)
@@ -524,9 +527,9 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                     eps_r, delta, "rdp", order=order, label=f"client, {lab} (RDP)",
                     assumptions=(LDP_ASSUMPTION, rr, why, comp,
                                  "RDP of the report summed over rounds, converted to (eps, delta) (Canonne-Kamath-Steinke 2020)."
-                                 + (" " + found.note() if found.note() else ""))))
+                                 + (" " + found.note() if found.note() else "")),
+                    route="rdp" if tt == t else ""))
                 if tt == t:
-                    headline = len(statements) - 1
                     local_rdp_t = eps_r
         if users is not None:
             if delta is None:
@@ -567,6 +570,6 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                 "PrivateKT's claim that shuffling stops the accumulation over rounds does not hold: shuffling gives a "
                 f"central (eps, delta) per round ({fmt_number(numer.epsilon)}, {fmt_number(delta)}) that still composes, to {eps_sh:.4g} over "
                 f"T = {t} rounds.")
-    return AccountingResult("ldp (PrivateKT randomized response)", tuple(statements), headline=headline,
+    return AccountingResult("ldp (PrivateKT randomized response)", tuple(statements),  # headline: pick_headline
                             parameters=params, facts=facts, warnings=tuple(warnings_))
 

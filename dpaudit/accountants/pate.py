@@ -47,6 +47,7 @@ Two conversions to :math:`(\\epsilon, \\delta)`:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -62,7 +63,8 @@ from dpaudit.accountants._common import as_votes, check_orders, edge_warning, lo
 from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, flatten
 from dpaudit.accountants.order_search import search_rdp_orders
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.accountants.statement import (ROUTE_DATA_DEPENDENT, ROUTE_DATA_INDEPENDENT, AccountingResult,
+                                          PrivacyStatement)
 from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
 __all__ = [
@@ -522,7 +524,7 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
     ----------
     votes:
         Vote histograms, shape (queries, classes), counts >= 0 (rows may have different totals). Gives the
-        data-dependent figure (headline) beside the data-independent one.
+        data-dependent figure beside the data-independent one (the smaller is the headline).
     gamma:
         Inverse Laplace scale: noise :math:`\\mathrm{Lap}(1/\\gamma)` on every count.
     delta:
@@ -548,8 +550,11 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
 
     Returns
     -------
-    AccountingResult with statements ``[data-dependent, data-independent]`` (headline 0) when votes are given,
-    else ``[data-independent]``. ``facts`` hold q statistics and how many queries the data-dependent bound applied to.
+    AccountingResult with statements ``[data-dependent, data-independent]`` when votes are given, else
+    ``[data-independent]``; their routes are ``"data-dependent"`` and ``"data-independent"`` and the headline is the
+    smaller (:func:`~dpaudit.accountants.statement.pick_headline`; on a tie the data-independent one). The
+    data-dependent figure is a valid upper bound for the realised votes but is not itself private (its assumptions
+    say so); ``data_independent=True`` forces the data-independent route (votes not read). ``facts`` hold q statistics and how many queries the data-dependent bound applied to.
     """
     owner = "account_pate"
     if fedkt_level is not None:
@@ -637,12 +642,13 @@ def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, rel
     di_stmt = PrivacyStatement(di_eps, delta, di_method, order=di_order,
                                assumptions=_assumptions(data_dependent_forced, relation) + tuple(extra_assumptions) + ((why.strip(),) if why else ()),
                                label=f"{label_prefix}data-independent, {queries} queries",
-                               data_dependent=data_dependent_forced, details={**details, "routes": di_table})
+                               data_dependent=data_dependent_forced, details={**details, "routes": di_table},
+                               route=ROUTE_DATA_INDEPENDENT)
     warnings_: list[str] = []
     if dd is None:
         if di_method in grids:
             warnings_ += edge_warning(grids[di_method], di_order, what[di_method])
-        return AccountingResult(mechanism, (di_stmt,), 0, parameters, {"eps_query": eps_q, "num_queries": queries}, tuple(warnings_))
+        return AccountingResult(mechanism, (di_stmt,), None, parameters, {"eps_query": eps_q, "num_queries": queries}, tuple(warnings_))
     dd_figs, facts = dd
     (dd_eps, dd_order, dd_method), dd_table = _best(list(dd_figs) + di_all)
     if dd_eps >= di_eps:  # on a tie the data-independent figure (it does not look at the votes)
@@ -660,13 +666,16 @@ def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, rel
                                label=f"{label_prefix}data-dependent, {facts['num_queries']} queries",
                                data_dependent=True, details={**details, "q_max": facts["q_max"],
                                                              "routes": {f"data-dependent {k}": e for k, e in
-                                                                        ((f[2], f[0]) for f in dd_figs)}})
+                                                                        ((f[2], f[0]) for f in dd_figs)}},
+                               route=ROUTE_DATA_DEPENDENT)
     if dd_method in grids:
         warnings_ += edge_warning(grids[dd_method], dd_order, what[dd_method])
     if facts["data_dependent_queries"] < facts["num_queries"]:
         warnings_.append(f"The data-dependent bound did not apply to {facts['num_queries'] - facts['data_dependent_queries']} "
                          f"of {facts['num_queries']} queries (q >= 1/(exp(eps_query)+1)); the data-independent bound was used for them.")
-    return AccountingResult(mechanism, (dd_stmt, di_stmt), 0, parameters, facts, tuple(warnings_))
+    # the headline rule (pick_headline): the smaller; on a tie (the data-dependent analysis gained nothing) the
+    # data-independent statement, which does not look at the votes
+    return AccountingResult(mechanism, (dd_stmt, di_stmt), None, parameters, facts, tuple(warnings_))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -857,12 +866,11 @@ def fedkt_privacy(level: str, granularity: str = "party", *, gamma: float, delta
     note = ("Parallel composition over parties (disjoint data): the final model's epsilon is the max over "
             f"{len(per_party)} parties (party {worst_i} attains it)."
             + " Within a party, the answers of all its partitions compose (every partition divides the party's whole data).")
-    stmts = tuple(PrivacyStatement(s_.epsilon, s_.delta, s_.method, s_.order, s_.assumptions + (note,), s_.label,
-                                   s_.data_dependent, s_.details) for s_ in worst.statements)
+    stmts = tuple(dataclasses.replace(s_, assumptions=s_.assumptions + (note,)) for s_ in worst.statements)
     facts = dict(worst.facts)
     facts["epsilon_per_party"] = [r.epsilon for r in per_party]
     facts["worst_party"] = worst_i
-    return AccountingResult("fedkt", stmts, 0, params, facts, worst.warnings)
+    return AccountingResult("fedkt", stmts, None, params, facts, worst.warnings)
 
 
 # --------------------------------------------------------------------------------------------------

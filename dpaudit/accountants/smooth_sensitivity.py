@@ -602,8 +602,10 @@ def release_gnmax_epsilon(votes: Any, *, sigma: float, delta: float, seed: int |
     3. The release: RDP + :math:`SS_\\beta\\sigma_s Z`, Z ~ N(0, 1) drawn from ``seed`` (a fresh one from the operating
        system when None; recorded either way).
 
-    Statements: the released total (answers plus the release itself) as the headline, the released epsilon of the
-    answers alone, and the data-independent figure (a guarantee; the released figures are noisy estimates). The
+    Statements: the released total (answers plus the release itself), the released epsilon of the answers alone, and
+    the data-independent figure, which is the headline: the headline is the smallest valid upper bound
+    (:func:`~dpaudit.accountants.statement.pick_headline`) and the released figures are noisy estimates, not bounds
+    (they name no route). The
     smooth sensitivity and the private RDP are not in the result (they are functions of the votes). The seed is
     recorded in ``facts``: it regenerates the noise, so it must be kept as private as the votes.
     """
@@ -694,5 +696,6 @@ def release_gnmax_epsilon(votes: Any, *, sigma: float, delta: float, seed: int |
     params = {"sigma": sigma, "delta": delta, "queries": int(v.shape[0]), "threshold": threshold, "sigma1": sigma1,
               "answered": int(v.shape[0] if mask is None else mask.sum()), "order": order, "beta": beta,
               "sigma_ss": sigma_ss, "seed": seed}
-    return AccountingResult("gnmax (smooth-sensitivity release)", (total_stmt, answers_stmt, di_stmt), 0, params, facts,
-                            tuple(warnings_))
+    # the released figures are estimates (no route): the headline is the data-independent guarantee (pick_headline)
+    return AccountingResult("gnmax (smooth-sensitivity release)", (total_stmt, answers_stmt, di_stmt), None, params,
+                            facts, tuple(warnings_))

@@ -10,7 +10,11 @@ from typing import Any, Mapping, Sequence
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
 from dpaudit.errors import ParameterError
 
-__all__ = ["PrivacyStatement", "AccountingResult", "smallest_route"]
+__all__ = ["PrivacyStatement", "AccountingResult", "pick_headline", "smallest_route", "headline_facts"]
+
+#: route names of the two analyses of the same votes (PATE-style accountants and the methods built on them)
+ROUTE_DATA_DEPENDENT = "data-dependent"
+ROUTE_DATA_INDEPENDENT = "data-independent"
 
 _INFINITE = ("epsilon is infinite: no finite bound holds at this delta for this route (the noise is too small, or "
              "delta = 0 for a mechanism that is not pure DP).")
@@ -37,9 +41,12 @@ class PrivacyStatement:
     details:
         Extra named numbers (``{"beta": 0.528}``, ``{"q_max": 0.03}``).
     route:
-        The accounting route this figure comes from (``"rdp"``, ``"pld"``, ``"prv"``, ...) when it is one of several
-        valid upper bounds on the same guarantee; ``""`` for a figure that is not a candidate headline (another
-        granularity, one run of a tuned release, a comparison figure). See :func:`smallest_route`.
+        The accounting route this figure comes from (``"rdp"``, ``"pld"``, ``"prv"``, ``"data-independent"``, ...)
+        when it is a valid upper bound on the quantity the result is about (its *headline scope*: e.g. the whole run at
+        ``delta``); ``""`` for a figure of another scope (per sample, per round, another neighbouring relation, the
+        worst case of a bound on an expected count), one run of a tuned release, a comparison or a noisy estimate.
+        The statements of one result that name a route are exactly its rival routes: the headline is picked among
+        them by :func:`pick_headline`.
     """
 
     epsilon: float
@@ -93,14 +100,16 @@ class PrivacyStatement:
 class AccountingResult:
     """Several statements about one mechanism, with one of them the headline figure.
 
-    ``epsilon``/``delta`` are the headline's; ``parameters`` echoes the inputs; ``facts`` holds derived
+    ``headline`` is the headline's index; left out (None) it is :func:`pick_headline` of the statements (the rule
+    every accountant follows); a caller passes an index only for a route the user forced, itself found by
+    ``pick_headline(statements, forced)``. ``epsilon``/``delta`` are the headline's; ``parameters`` echoes the inputs; ``facts`` holds derived
     quantities that are not guarantees (beta, estimator variance, q per query...). ``warnings`` are things
     a reader must see (best order at the grid edge, a bound that did not apply).
     """
 
     mechanism: str
     statements: tuple[PrivacyStatement, ...]
-    headline: int = 0
+    headline: int | None = None
     parameters: Mapping[str, Any] = field(default_factory=dict)
     facts: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -110,12 +119,14 @@ class AccountingResult:
         object.__setattr__(self, "warnings", tuple(self.warnings))
         if not self.statements:
             raise ValueError("AccountingResult needs at least one statement")
-        if not 0 <= self.headline < len(self.statements):
-            raise ValueError(f"headline index {self.headline} out of range")
+        head = pick_headline(self.statements) if self.headline is None else self.headline
+        if not 0 <= head < len(self.statements):
+            raise ValueError(f"headline index {head} out of range")
+        object.__setattr__(self, "headline", head)
 
     @property
     def statement(self) -> PrivacyStatement:
-        return self.statements[self.headline]
+        return self.statements[self.headline]  # type: ignore[index]
 
     @property
     def epsilon(self) -> float:
@@ -157,11 +168,23 @@ class AccountingResult:
         )
 
 
-def smallest_route(statements: Sequence[PrivacyStatement], forced: str | None = None, *, owner: str = "accounting") -> int:
-    """The headline rule, the same for every accountant: the index of the smallest epsilon among the statements that
-    name a route (alternative valid upper bounds on one guarantee), the first on a tie. ``forced`` (a route name) picks
-    that route's statement instead, whatever its figure. Statements without a route (other granularities, comparison
-    figures) are never the headline unless no statement has a route, when the first statement is.
+def pick_headline(statements: Sequence[PrivacyStatement], forced: str | None = None, *, owner: str = "accounting",
+                  parameter: str = "accountant") -> int:
+    """The headline rule, the same for every accounting result: the index of the smallest valid upper bound among the
+    routes computed.
+
+    Candidates are the statements that name a ``route``: each module gives a route only to the valid upper bounds on
+    its headline quantity (one scope: e.g. the whole run at the result's delta), so two statements with a route are
+    always rivals for the same figure. The smallest epsilon wins; on a tie the data-independent statement (it can be
+    published: a data-dependent figure is not itself private; a route named ``"data-dependent..."`` counts as
+    data-dependent even where its figure fell back to a data-independent bound), then the smaller delta, then the
+    first. A
+    data-dependent statement is a candidate only where its module states it as a valid bound on the same quantity
+    (PATE/GNMax for the realised votes), and it says so in its assumptions.
+
+    ``forced`` (a route name: the user's ``--accountant X`` or an API argument) picks that route's statement whatever
+    its figure; a name that was not computed is a :class:`ParameterError` naming ``parameter`` of ``owner``. Without
+    any candidate (one figure, or only other scopes) the first statement is the headline.
     """
     routes = [i for i, s in enumerate(statements) if s.route]
     if forced is not None:
@@ -169,11 +192,28 @@ def smallest_route(statements: Sequence[PrivacyStatement], forced: str | None = 
             if statements[i].route == forced:
                 return i
         names = ", ".join(sorted({statements[i].route for i in routes})) or "none"
-        raise ParameterError(f"The 'accountant' parameter of {owner} must name a route that was computed ({names}). "
+        raise ParameterError(f"The {parameter!r} parameter of {owner} must name a route that was computed ({names}). "
                              f"Got {forced!r} instead.")
     if not routes:
         return 0
-    return min(routes, key=lambda i: (statements[i].epsilon, i))
+    return min(routes, key=lambda i: (statements[i].epsilon, _looks_at_data(statements[i]), statements[i].delta, i))
+
+
+def _looks_at_data(s: PrivacyStatement) -> bool:
+    """A data-dependent figure, or the figure of a data-dependent analysis (a route named ``"data-dependent..."``) even
+    where its number fell back to a data-independent bound."""
+    return s.data_dependent or s.route.startswith(ROUTE_DATA_DEPENDENT)
+
+
+smallest_route = pick_headline  # the name the DP-SGD accountants used first
+
+
+def headline_facts(statements: Sequence[PrivacyStatement], headline: int | None = None) -> dict[str, str | None]:
+    """``{"headline_route": ..., "smallest_route": ...}`` for a result's ``facts``: the route of the headline (default:
+    the rule's pick) and the route the rule picks unforced (they differ only where the user forced a route)."""
+    best = pick_headline(statements)
+    headline = best if headline is None else headline
+    return {"headline_route": statements[headline].route or None, "smallest_route": statements[best].route or None}
 
 
 def join_assumptions(*groups: Sequence[str]) -> tuple[str, ...]:

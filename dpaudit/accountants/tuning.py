@@ -30,7 +30,7 @@ from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants.dpsgd import SAMPLING_NAMES, account_dpsgd, dpsgd_event
 from dpaudit.accountants.events import RandomStoppingTuning, tnb_expected_runs
 from dpaudit.accountants.rdp import RdpAccountant, event_assumptions, rdp_to_epsilon
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, join_assumptions, smallest_route
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, join_assumptions
 from dpaudit.errors import ParameterError, check_choice, check_float, check_probability
 
 __all__ = ["rdp_random_stopping", "tnb_gamma_for_mean", "account_tuning", "RUNS_DISTRIBUTIONS"]
@@ -157,10 +157,9 @@ def account_tuning(*, runs_distribution: str, mean_runs: float, eta: float | Non
                               assumptions=one.statement.assumptions)
     facts = {"runs_distribution": runs_distribution, "expected_runs": ev.expected_runs, "eta": ev.eta, "gamma": ev.gamma,
              "mu": ev.mu, "sampling": SAMPLING_NAMES[sampling], "one_run_epsilon": one.epsilon,
-             "headline_route": "rdp"}
+             **headline_facts((tuned, single))}
     params = {"runs_distribution": runs_distribution, "mean_runs": float(mean_runs), "eta": eta, **dict(one.parameters)}
     warns = tuple(acc.warnings) + (f"Tuning: one run costs epsilon = {one.epsilon:.4g}; releasing the best of K runs "
                                    f"({desc}) costs epsilon = {st.epsilon:.4g}.",)
     return AccountingResult(f"tuning (best of K DP-SGD runs, {SAMPLING_NAMES[sampling]})", (tuned, single),
-                            headline=smallest_route((tuned, single)),
                             parameters=params, facts=facts, warnings=warns)

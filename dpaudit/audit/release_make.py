@@ -38,6 +38,7 @@ Every input is checked before anything is written (one :class:`~dpaudit.errors.D
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from pathlib import Path
@@ -291,7 +292,7 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
         one = led.overall().epsilon
         if runs_tried > 1:
             led = _repeat_ledger(led, runs_tried)
-        st = led.overall()
+        st = dataclasses.replace(led.overall(), route=led.accountant)  # one route computed: the ledger's accountant
         flags += _tuning_flag(runs_tried, one, st.epsilon, claim)
         return led.to_dict(), AccountingResult("ledger", (st,)).to_dict(), list(st.assumptions), flags, {"ledger": str(p)}
     if dp_events is not None:
@@ -306,7 +307,7 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
         one = led.overall().epsilon
         if runs_tried > 1:
             led = _repeat_ledger(led, runs_tried)
-        st = led.overall()
+        st = dataclasses.replace(led.overall(), route=led.accountant)
         flags += _tuning_flag(runs_tried, one, st.epsilon, claim)
         return led.to_dict(), AccountingResult("dp_accounting events", (st,)).to_dict(), list(st.assumptions), flags, source
     from dpaudit.integrations.opacus import OpacusRun, read_opacus

@@ -42,7 +42,7 @@ from dpaudit.accountants.events import Composed, DpEvent, Repeated, ShuffledBatc
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.rdp import EdgeOrderWarning, rdp_to_epsilon
 from dpaudit.accountants.sampling import shuffle_lower_bound
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, smallest_route
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, pick_headline
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int, check_probability
 
 __all__ = ["OPACUS_ORDERS", "OpacusRun", "OpacusRecorder", "read_opacus", "is_poisson_loader", "write_opacus_ledger",
@@ -354,8 +354,8 @@ class OpacusRun:
             stmts.extend(routes)
             for name, why in skipped.items():
                 facts[f"route {name} not used"] = why
-        headline = smallest_route(stmts)
-        facts["headline_route"] = stmts[headline].route or None
+        headline = pick_headline(stmts)
+        facts.update(headline_facts(stmts, headline))
         if self.batches and self.history:
             lower = shuffle_lower_bound(self._repeated_batches(runs), delta)
             facts.update({"lower_bound_epsilon": lower.epsilon, "lower_bound_construction": lower.construction})

@@ -329,10 +329,13 @@ def test_release_search_records_seed_and_keeps_private_values_out():
     kw = dict(sigma=10.0, delta=1e-5, threshold=60.0, sigma1=8.0, answered=answered)
     a = release_gnmax_epsilon(votes, seed=11, **kw)
     assert a == release_gnmax_epsilon(votes, seed=11, **kw) and a.facts["seed"] == 11
-    assert a.epsilon != release_gnmax_epsilon(votes, seed=12, **kw).epsilon
-    assert a.statement.details["route"].startswith("smooth-sensitivity release")
-    assert not a.statement.data_dependent and "NOISY ESTIMATE" in " ".join(a.statement.assumptions)
-    assert a.statements[2].details["route"].startswith("data-independent")  # the guarantee beside it
+    released = a.statements[0]
+    assert released.epsilon != release_gnmax_epsilon(votes, seed=12, **kw).statements[0].epsilon
+    assert released.details["route"].startswith("smooth-sensitivity release")
+    assert not released.data_dependent and "NOISY ESTIMATE" in " ".join(released.assumptions)
+    # issue 27: the headline is the smallest valid upper bound; the released figures are noisy estimates (no route)
+    assert a.headline == 2 and a.statement.route.startswith("data-independent") and a.headline_route == a.statement.route
+    assert not released.route and not a.statements[1].route
     assert set(a.facts) >= {"order", "beta", "sigma_ss", "seed"}
     assert "smooth_sensitivity" not in a.facts and "private_rdp" not in a.facts
     lam, beta = a.facts["order"], a.facts["beta"]
@@ -353,7 +356,7 @@ def test_release_search_records_seed_and_keeps_private_values_out():
             assert best <= objective(beta * f) * (1 + 1e-9)
     # fixed parameters: nothing searched, no selection caveat
     fixed = release_gnmax_epsilon(votes, seed=11, order=lam, beta=beta, sigma_ss=2.0, **kw)
-    assert fixed.facts["searched"].startswith("nothing") and not any("chosen by looking" in x for x in fixed.statement.assumptions)
+    assert fixed.facts["searched"].startswith("nothing") and not any("chosen by looking" in x for x in fixed.statements[0].assumptions)
 
 
 def test_release_without_seed_draws_and_records_one():

@@ -181,8 +181,12 @@ def test_ledger_accounting_and_check(digits, tmp_path) -> None:
     write_opacus_ledger(OpacusRun(((1.1, 0.05, 20),)), tmp_path / "ledger.json", delta=1e-5)
     out = make_release(tmp_path / "rel", claim=CLAIM, model=digits["skops"], data=digits["data"],
                        members=digits["members"], nonmembers=digits["nonmembers"], ledger=tmp_path / "ledger.json")
-    eps = load_release(out).meta["statement"]["epsilon"]
+    st = load_release(out).meta["statement"]
+    eps = st["epsilon"]
     assert 0 < eps < 8
+    # issue 27: the one route computed (the ledger's accountant) is named as the headline's
+    ledger_accountant = json.loads((tmp_path / "ledger.json").read_text())["accountant"]
+    assert st["headline_route"] == st["headline"]["route"] == ledger_accountant
     (tmp_path / "claims.toml").write_text('[[claim]]\nname = "lr"\nrelease = "rel"\nepsilon = 8.0\ndelta = 1e-5\n'
                                           'granularity = "example"\n')
     report = check_claims(tmp_path / "claims.toml")

@@ -43,13 +43,14 @@ def test_opacus_example_end_to_end(tmp_path, capsys):
     assert opacus_fig["epsilon"] == pytest.approx(info["opacus_epsilon"], rel=1e-6)   # Opacus's get_epsilon, shown
     # the headline: the smallest valid route (issue 27), the same figure the example printed
     assert meta["statement"]["headline_route"] == info["dpaudit_route"] == "pld"
+    assert "route pld; the smallest valid upper bound" in out       # the console names the same route
     assert meta["statement"]["epsilon"] == pytest.approx(info["dpaudit_epsilon"]) and info["dpaudit_epsilon"] < info["opacus_epsilon"]
     code, out = _cli(["audit", tmp_path / "audit.toml", "--out", tmp_path / "audit"], capsys)
     assert code == 0, out
     report = json.loads((tmp_path / "audit" / "report.json").read_text())
     assert report["models"][0]["attacks"][0]["attack"].startswith("threshold")
     code, out = _cli(["check", tmp_path / "claims.toml"], capsys)
-    assert code == 0 and "1 of 1 claims hold" in out, out
+    assert code == 0 and "1 claim: 1 HOLDS" in out, out
 
 
 @pytest.mark.slow

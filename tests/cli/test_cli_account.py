@@ -190,7 +190,10 @@ def test_gnmax_release_epsilon(capsys, gnmax_files):
     assert code == 0, err
     res = json.loads(out)
     assert res["facts"]["seed"] == 5 and res["parameters"]["seed"] == 5
-    assert res["headline"]["details"]["route"].startswith("smooth-sensitivity release")
+    assert res["statements"][0]["details"]["route"].startswith("smooth-sensitivity release")
+    # the headline is the valid bound (the data-independent route), the released estimate beside it
+    assert res["headline_route"] == res["headline"]["route"] == res["statements"][2]["route"]
+    assert res["headline_route"].startswith("data-independent") and not res["statements"][0]["route"]
     assert {"order", "beta", "sigma_ss"} <= set(res["facts"]) and any("keep it" in w for w in res["warnings"])
     code, out2, _ = run(capsys, *args)
     assert out2 == out  # the same seed gives the same numbers

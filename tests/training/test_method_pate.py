@@ -268,7 +268,8 @@ def test_pate_release_round_trip_and_ledger(tmp_path: Path) -> None:
     assert party == "central" and len(records) == 1
     ev = records[0]["event"]
     assert ev["gamma"] == 0.5 and ev["sensitivity"] == 2.0 and ev["num_queries"] == 40
-    # data-dependent headline, data-independent beside it; 40 answers at 2*gamma = 1 each bound it from above
+    # the smaller of the data-dependent and data-independent figures is the headline; 40 answers at 2*gamma = 1
+    # each bound them from above
     dd, di = res.accounting.statements
     assert not di.data_dependent
     # basic composition of 40 pure 1-DP answers gives 40 at delta = 0 and caps both figures; the first is

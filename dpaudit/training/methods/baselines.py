@@ -156,20 +156,24 @@ LDP_UPDATE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 def ldp_update_statement(ledger: Any, config: LdpUpdateConfig, reports: np.ndarray) -> Any:
-    """Per-release pure epsilon and the ledger's composition over each client's releases (headline: max)."""
+    """Per-release pure epsilon and two valid bounds on the composition over each client's releases (max over
+    clients): basic composition (route ``"basic"``, delta = 0) and the ledger's (its accountant's route); the smaller
+    is the headline (:func:`~dpaudit.accountants.statement.pick_headline`)."""
     from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 
     text = laplace_mechanism_text(config.clip, config.epsilon)
     per = PrivacyStatement(config.epsilon, 0.0, "pure LDP (Laplace mechanism)", label="per release (one round)",
                            assumptions=(text, "Local DP: any two local data sets of one client are neighbours."))
     worst = int(np.max(reports)) if len(reports) else 0
-    basic = PrivacyStatement(worst * config.epsilon, 0.0, "basic composition", label=f"client, {worst} releases (basic)",
-                             assumptions=(text, "The releases of one client compose adaptively."))
+    basic = PrivacyStatement(worst * config.epsilon, 0.0, "basic composition",
+                             label=f"client, releases actually made (max over clients: {worst}), basic",
+                             assumptions=(text, "The releases of one client compose adaptively."), route="basic")
     overall = ledger.overall()
     actual = PrivacyStatement(overall.epsilon, overall.delta, overall.method, order=overall.order,
                               label=f"client, releases actually made (max over clients: {worst}), RDP",
-                              assumptions=overall.assumptions + (text,), details=dict(overall.details))
-    return AccountingResult(f"{config.mode} + Laplace LDP on L1-clipped updates", (per, basic, actual), headline=2,
+                              assumptions=overall.assumptions + (text,), details=dict(overall.details),
+                              route=ledger.accountant)
+    return AccountingResult(f"{config.mode} + Laplace LDP on L1-clipped updates", (per, basic, actual),
                             facts={"laplace_scale": laplace_scale_for_ldp(config.clip, config.epsilon),
                                    "reports_per_client_max": worst, "reports_per_client_mean": float(np.mean(reports))})
 

@@ -102,23 +102,26 @@ def accounting_result(
     """One statement per ``(label, ledger)`` (each ledger's ``overall()``: max over parties, i.e. parallel
     composition over disjoint data); ``extra_assumptions`` are added to each.
 
-    The first two are the data-dependent and data-independent analyses of the same events: both are valid
-    upper bounds, so the headline is the smaller of them; on a tie the data-independent one, which can be
-    published (a data-dependent figure is not itself private).
+    The first two are the data-dependent and data-independent analyses of the same events (routes
+    ``"data-dependent"`` and ``"data-independent"``): both are valid upper bounds, so the headline is the smaller of
+    them (:func:`~dpaudit.accountants.statement.pick_headline`; on a tie the data-independent one, which can be
+    published: a data-dependent figure is not itself private). Later ones (another granularity, the paper's
+    assumption) name no route: they are shown beside the headline, never picked.
     """
-    from dpaudit.accountants.statement import join_assumptions
+    from dpaudit.accountants.statement import ROUTE_DATA_DEPENDENT, ROUTE_DATA_INDEPENDENT, join_assumptions
 
     statements = []
     warnings: list[str] = []
-    for label, ledger in ledgers:
+    routes = (ROUTE_DATA_DEPENDENT, ROUTE_DATA_INDEPENDENT) if len(ledgers) > 1 else ()
+    for i, (label, ledger) in enumerate(ledgers):
         st = ledger.overall()
         statements.append(
             dataclasses.replace(st, label=f"{label}; {st.label}" if st.label else label,
-                                assumptions=join_assumptions(st.assumptions, extra_assumptions))
+                                assumptions=join_assumptions(st.assumptions, extra_assumptions),
+                                route=routes[i] if i < len(routes) else "")
         )
-    headline = 1 if len(statements) > 1 and statements[1].epsilon <= statements[0].epsilon else 0
-    return AccountingResult(
-        mechanism=mechanism, statements=tuple(statements), headline=headline, parameters=dict(parameters or {}),
+    return AccountingResult(  # the headline: pick_headline over the two routes
+        mechanism=mechanism, statements=tuple(statements), parameters=dict(parameters or {}),
         facts=dict(facts or {}), warnings=tuple(warnings),
     )
 

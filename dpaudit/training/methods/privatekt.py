@@ -277,9 +277,13 @@ SHUFFLING_RED_FLAG = "RED FLAG (PrivateKT's privacy claim): t" + SHUFFLING_EXPLA
 def privatekt_statement(ledger: Any, *, epsilon: float, samples: int, classes: int, rounds: int,
                         clients_per_round: int, num_clients: int, delta: float, reports: np.ndarray,
                         mechanism: str = "PrivateKT") -> Any:
-    """An :class:`~dpaudit.accountants.statement.AccountingResult` for a run: per-report LDP epsilon, the
-    ledger's composition over the rounds each client took part in (headline: max over clients), the expected
-    composition and the shuffled figures of :func:`~dpaudit.accountants.ldp.account_ldp`."""
+    """An :class:`~dpaudit.accountants.statement.AccountingResult` for a run: per-report LDP epsilon, the expected
+    composition and the shuffled figures of :func:`~dpaudit.accountants.ldp.account_ldp` (other quantities: no
+    route), and two valid bounds on the composition over the rounds each client took part in (max over clients):
+    basic composition (route ``"basic"``) and the ledger's (its accountant's route), the smaller the headline
+    (:func:`~dpaudit.accountants.statement.pick_headline`)."""
+    import dataclasses
+
     from dpaudit.accountants.ldp import account_ldp
     from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 
@@ -294,12 +298,18 @@ def privatekt_statement(ledger: Any, *, epsilon: float, samples: int, classes: i
         assumptions=overall.assumptions + (
             f"Recorded by the run's ledger: one RandomizedResponse(eps={epsilon:g}, K={samples}, C={classes}) event per "
             "report of a client; the reports of one client compose adaptively.",),
-        details={**overall.details, "max_reports": worst, "basic_composition": worst * epsilon})
-    statements = list(acc.statements) + [actual]
+        details={**overall.details, "max_reports": worst, "basic_composition": worst * epsilon},
+        route=ledger.accountant)
+    basic = PrivacyStatement(
+        worst * epsilon, 0.0, "basic composition",
+        label=f"client, rounds actually taken part in (max over clients: {worst} reports), basic",
+        assumptions=(f"{worst} reports of eps = {epsilon:g} each (the most any client made) compose adaptively: "
+                     "basic composition.",), route="basic")
+    statements = [dataclasses.replace(s, route="") for s in acc.statements] + [basic, actual]
     facts = {**acc.facts, "reports_per_client_min": int(np.min(reports)), "reports_per_client_mean": float(np.mean(reports)),
              "reports_per_client_max": worst, "clients_per_round": clients_per_round}
     return AccountingResult(f"{mechanism}: randomized response per round, composed over rounds", tuple(statements),
-                            headline=len(statements) - 1, parameters=acc.parameters, facts=facts,
+                            parameters=acc.parameters, facts=facts,
                             warnings=acc.warnings + (SHUFFLING_RED_FLAG,))
 
 

@@ -618,7 +618,8 @@ PROXYFL_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: str) -> Any:
     """Per-client (eps, delta) of the shared models: the ledger's statement of every client and the maximum
-    (headline), with the DML assumption when the proxy distils from a non-private model."""
+    (headline: the one statement of the release's scope, named by the ledger's route), with the DML assumption when
+    the proxy distils from a non-private model (then no finite bound is established: route ``"not established"``)."""
     from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 
     ledger = result.ledger
@@ -627,7 +628,7 @@ def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: 
                               assumptions=("The shared models were trained without DP-SGD: no privacy guarantee.",))
         return AccountingResult(f"{variant}: no DP", (st,), facts={"dp": False})
     per = [ledger.statement(p) for p in ledger.parties]
-    overall = ledger.overall()
+    overall = replace(ledger.overall(), route=ledger.accountant)
     warnings_ = []
     if overall.epsilon > 10:
         warnings_.append(f"The shared model's epsilon is large ({fmt_number(overall.epsilon)} at delta {fmt_number(overall.delta)}): "
@@ -640,7 +641,7 @@ def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: 
         # The proxy distils from a private model trained without DP on the same records: the DP-SGD figures
         # are the paper's, under an assumption that does not hold; the release's own guarantee is not established.
         warnings_.append(dml_dp_assumption())
-        paper = tuple(replace(s, label=f"{s.label or 'DP-SGD'}: {PAPER_FIGURE_LABEL}",
+        paper = tuple(replace(s, label=f"{s.label or 'DP-SGD'}: {PAPER_FIGURE_LABEL}", route="",
                               assumptions=tuple(s.assumptions) + (dml_dp_assumption(),)) for s in statements)
         facts["paper_epsilon"] = float(overall.epsilon)
         none = PrivacyStatement(
@@ -648,12 +649,12 @@ def proxyfl_statement(result: ProxyFLResult, config: ProxyFLConfig, *, variant: 
             assumptions=(dml_dp_assumption(), "No accounting of the private model's influence on the proxy exists here, "
                          "so no finite epsilon is established for the released proxy. The DP-SGD figure "
                          f"({fmt_number(overall.epsilon)} at delta {fmt_number(overall.delta)}) is the paper's, under an assumption that "
-                         "does not hold."))
+                         "does not hold."), route="not established")
         return AccountingResult(f"{variant}: DP-SGD (Poisson subsampled Gaussian) per client, distilling from a "
-                                "non-private model", (none,) + paper, headline=0, facts=facts, warnings=tuple(warnings_),
+                                "non-private model", (none,) + paper, facts=facts, warnings=tuple(warnings_),
                                 parameters=_statement_parameters(config))
     return AccountingResult(f"{variant}: DP-SGD (Poisson subsampled Gaussian) per client", statements,
-                            headline=len(per), facts=facts, warnings=tuple(warnings_),
+                            facts=facts, warnings=tuple(warnings_),
                             parameters=_statement_parameters(config))
 
 
