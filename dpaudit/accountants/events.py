@@ -482,9 +482,10 @@ class ShuffledBatchGaussian(DpEvent):
 def tnb_expected_runs(eta: float, gamma: float) -> float:
     """E[K] of the truncated negative binomial :math:`\\mathcal{D}_{\\eta,\\gamma}` (Papernot & Steinke 2022, Sec. 2):
     :math:`\\eta(1-\\gamma)/(\\gamma(1-\\gamma^\\eta))`, and :math:`(1/\\gamma - 1)/\\log(1/\\gamma)` at :math:`\\eta = 0`."""
-    if eta == 0.0:
-        return (1.0 / gamma - 1.0) / math.log(1.0 / gamma)
-    return eta * (1.0 - gamma) / (gamma * -math.expm1(eta * math.log(gamma)))
+    x = eta * math.log(gamma)
+    if abs(x) < 1e-8:     # eta / (-expm1(x)) = 1 / (-log(gamma) (1 + x/2 + ...)): no 0/0 for a subnormal eta
+        return (1.0 / gamma - 1.0) / (math.log(1.0 / gamma) * (1.0 + x / 2.0))
+    return eta * (1.0 - gamma) / (gamma * -math.expm1(x))
 
 
 @dataclass(frozen=True, slots=True)
