@@ -1,8 +1,10 @@
-"""Fixtures shared across the test folders: a small release bundle of dpaudit's own kind, and the CLI run in
-this process."""
+"""Fixtures shared across the test folders: a small release bundle of dpaudit's own kind, the CLI run in
+this process, and the check that every report.json / attack.json / canary_audit.json / release.json a test makes
+dpaudit write matches its published JSON Schema (dpaudit/schemas/)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -59,3 +61,37 @@ def cli(capsys) -> Callable[[list], tuple[int, str, str]]:
         return exc.value.code, cap.out, cap.err
 
     return run
+
+
+#: The files with a published JSON Schema (dpaudit/schemas/); every one dpaudit writes during a test is validated.
+SCHEMA_CHECKED = ("report.json", "attack.json", "canary_audit.json", "release.json")
+
+
+@pytest.fixture(autouse=True)
+def _written_files_match_their_schemas(request, monkeypatch):
+    """Record the text of every schema-checked file dpaudit writes in this test (all JSON goes through
+    ``dpaudit._io.write_text``) and validate it against the published schema when the test ends. A test that plants a
+    malformed file on purpose writes it itself (not through dpaudit's writer) or is marked ``schema_unchecked``."""
+    if request.node.get_closest_marker("schema_unchecked"):
+        yield
+        return
+    import dpaudit._io as io
+
+    written: list[tuple[str, str]] = []
+    real = io.write_text
+
+    def recording(target, text):
+        if Path(target).name in SCHEMA_CHECKED:
+            written.append((str(target), text))
+        return real(target, text)
+
+    monkeypatch.setattr(io, "write_text", recording)
+    yield
+    if written:
+        from dpaudit.audit.json_schemas import validate_file_data
+
+        for target, text in written:
+            data = json.loads(text)
+            if isinstance(data, dict) and "$schema" in data:   # a JSON Schema document itself
+                continue
+            validate_file_data(Path(target).name, data)

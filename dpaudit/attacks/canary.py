@@ -47,10 +47,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import special, stats
 
-from dpaudit._io import json_number as _num, parse_json_number as _unnum
 from dpaudit.attacks.bounds import epsilon_from_rates, epsilon_lower_bound, one_run_audit
 from dpaudit.attacks.results import CERTIFIED, HasBoundKind
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.serial import JsonValue
 
 __all__ = [
     "SCORE_KINDS",
@@ -97,24 +97,11 @@ class CanaryBound(HasBoundKind):
     score: str
     ideal_epsilon: float | None = None
     kind: str = CERTIFIED
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, JsonValue] = field(default_factory=dict)
 
     def with_ideal(self, ideal: float | None) -> "CanaryBound":
         return CanaryBound(self.audit, self.epsilon, self.delta, self.confidence, self.trials, self.score, ideal,
                            self.kind, dict(self.details))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"audit": self.audit, "kind": self.kind, "epsilon": _num(self.epsilon), "delta": self.delta,
-                "confidence": self.confidence, "trials": self.trials, "score": self.score,
-                "ideal_epsilon": None if self.ideal_epsilon is None else _num(self.ideal_epsilon),
-                "details": {k: _num(v) if isinstance(v, float) else v for k, v in self.details.items()}}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CanaryBound":
-        ideal = d.get("ideal_epsilon")
-        return cls(d["audit"], _unnum(d["epsilon"]), d["delta"], d["confidence"], d["trials"], d["score"],
-                   None if ideal is None else _unnum(ideal), d.get("kind", CERTIFIED),
-                   {k: _unnum(v) for k, v in d.get("details", {}).items()})
 
 
 # --------------------------------------------------------------------------------------------------

@@ -126,6 +126,3 @@ class MethodAuditSpec:
             raise ParameterError(f"The 'name' parameter of {o} must be a string without '/'. Got {name!r} instead.")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "params", dict(self.params))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "method": self.method, "params": dict(self.params)}

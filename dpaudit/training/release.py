@@ -30,13 +30,17 @@ import numpy as np
 from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, save_npy, save_npz,
                          write_json)
 from dpaudit.errors import DataError, ParameterError, format_value, check_int
+from dpaudit.serial import to_dict
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
 
-__all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release"]
+__all__ = ["SCHEMA_VERSION", "READABLE_SCHEMA_VERSIONS", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release"]
 
-SCHEMA_VERSION = 1
+#: Version 2: the accounting result under ``statement`` is written by the one serialiser (``headline`` is an index
+#: into ``statements``, the headline figure is ``statement.statement``); version-1 bundles are still read.
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 #: Largest data set a release may point into, and largest class count / input size of its model spec:
 #: beyond these a bundle would make dpaudit allocate without bound, so it is refused as malformed.
 MAX_RECORDS = 100_000_000
@@ -51,10 +55,10 @@ def _as_dict(obj: Any, name: str) -> dict | None:
         return None
     if isinstance(obj, Mapping):
         return json.loads(json.dumps(dict(obj), default=_json_default))
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        return json.loads(json.dumps(to_dict(), default=_json_default))
-    raise ParameterError(f"The '{name}' parameter of write_release must be a dict or have to_dict(). Got {type(obj).__name__} instead.")
+    try:
+        return json.loads(json.dumps(to_dict(obj), default=_json_default))  # a result object: the one serialiser
+    except TypeError:
+        raise ParameterError(f"The '{name}' parameter of write_release must be a dict or a result object. Got {type(obj).__name__} instead.") from None
 
 
 def _json_default(o: Any) -> Any:
@@ -243,7 +247,7 @@ def write_release(
         votes = np.asarray(votes)
         if votes.ndim != 2 or not np.issubdtype(votes.dtype, np.number):
             raise DataError(f"{owner}: votes must be a numeric (queries x classes) array; got shape {votes.shape}.")
-    from dpaudit import __version__
+    from dpaudit._version import __version__
 
     util = _as_dict(utility, "utility") or {}
     acc = util.get("test_accuracy")
@@ -305,6 +309,11 @@ class Release:
     #: ``meta["canaries"]``; None when the release holds none. The inclusion bits are never here (see
     #: :meth:`canary_truth`).
     canaries: dict[str, np.ndarray] | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, *, data_dir: str | Path | None = None, trust_data_dir: bool = False) -> "Release":
+        """Load and check the bundle at ``path`` (:func:`load_release`; ``dpaudit.Release.load(path)``)."""
+        return load_release(path, data_dir=data_dir, trust_data_dir=trust_data_dir)
 
     @property
     def canary_info(self) -> dict | None:
@@ -462,8 +471,9 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
     meta = load_json_file(meta_path, "the release file")
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: expected a JSON object.")
-    if meta.get("schema") != SCHEMA_VERSION:
-        raise DataError(f"{meta_path}: schema version {format_value(meta.get('schema'))} is unknown; this dpaudit reads schema {SCHEMA_VERSION}.")
+    if isinstance(meta.get("schema"), bool) or meta.get("schema") not in READABLE_SCHEMA_VERSIONS:
+        raise DataError(f"{meta_path}: schema version {format_value(meta.get('schema'))} is unknown; this dpaudit reads "
+                        f"schemas {', '.join(map(str, READABLE_SCHEMA_VERSIONS))}.")
     for key in ("method", "dataset", "seed", "model", "claim"):
         if key not in meta:
             raise DataError(f"{meta_path}: the field {key!r} is missing.")

@@ -18,6 +18,7 @@ from dpaudit.accountants.smooth_sensitivity import (
     smooth_sensitivity_gnmax,
 )
 from dpaudit.errors import ParameterError
+from dpaudit.serial import from_dict, to_dict
 
 
 def _eps(h, sigma, order):
@@ -104,5 +105,5 @@ def test_release_is_reproducible_and_private_figure_is_separate():
     assert a.seed == 7 and a.release_rdp == pytest.approx(rdp_gnss(0.01, 10.0, 10.0))
     assert a.epsilon == pytest.approx(a.noisy_rdp + a.release_rdp + math.log(1e5) / 9, rel=1e-9) or a.epsilon < (
         a.noisy_rdp + a.release_rdp + math.log(1e5) / 9)
-    assert SmoothSensitivityRelease.from_dict(a.to_dict()) == a
+    assert from_dict(SmoothSensitivityRelease, to_dict(a)) == a
     assert a.private_rdp == pytest.approx(float(rdp_gnmax_data_dependent(gaussian_log_q(votes, 40.0), 40.0, [10.0]).sum()))

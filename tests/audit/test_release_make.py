@@ -13,6 +13,7 @@ from dpaudit.audit.attack_release import attack_release
 from dpaudit.audit.release_make import make_release, parse_claim
 from dpaudit.errors import DataError
 from dpaudit.training.release import load_release
+from dpaudit.serial import to_dict
 
 CLAIM = ["epsilon=8", "delta=1e-5", "granularity=record"]
 
@@ -126,7 +127,7 @@ def test_opacus_run_accounting_and_flags(digits, tmp_path) -> None:
     from dpaudit.integrations.opacus import OpacusRun
 
     run = OpacusRun(((1.1, 0.05, 20),), poisson_sampling=False)
-    (tmp_path / "opacus.json").write_text(json.dumps(run.to_dict()))
+    (tmp_path / "opacus.json").write_text(json.dumps(to_dict(run)))
     out = make_release(tmp_path / "rel", claim=["epsilon=8", "delta=1e-5", "granularity=user"],
                        model=digits["skops"], data=digits["data"], members=digits["members"],
                        nonmembers=digits["nonmembers"], opacus=tmp_path / "opacus.json")

@@ -31,7 +31,7 @@ def test_ldp_example_json(capsys):
     assert code == 0
     d = json.loads(out)
     assert round(d["facts"]["beta"], 3) == 0.528
-    assert d["epsilon"] == 5.0 and d["headline"]["assumptions"]
+    assert d["epsilon"] == 5.0 and d["statement"]["assumptions"]
 
 
 def test_ldp_rounds_composed_and_shuffled(capsys):
@@ -49,13 +49,13 @@ def test_dpsgd_example_rdp_and_pld(capsys):
     code, out, _ = run(capsys, *DPSGD, "--accountant", "rdp", "--json")
     assert code == 0
     d = json.loads(out)
-    assert d["headline"]["method"] == "rdp" and abs(d["epsilon"] - 0.7242) < 5e-5
+    assert d["statement"]["method"] == "rdp" and abs(d["epsilon"] - 0.7242) < 5e-5
     code, out, _ = run(capsys, *DPSGD, "--accountant", "pld", "--json")
     d2 = json.loads(out)
-    assert d2["headline"]["method"] == "pld" and d2["epsilon"] < d["epsilon"]
+    assert d2["statement"]["method"] == "pld" and d2["epsilon"] < d["epsilon"]
     code, out, _ = run(capsys, *DPSGD, "--json")  # default: the smaller route is the headline
     d3 = json.loads(out)
-    assert d3["headline"]["method"] == "pld" and d3["epsilon"] == d2["epsilon"]
+    assert d3["statement"]["method"] == "pld" and d3["epsilon"] == d2["epsilon"]
     code, out, _ = run(capsys, *DPSGD)
     assert code == 0 and "0.7242" in out and "0.6401" in out
 

@@ -442,12 +442,6 @@ class RunResult:
     def epsilon(self) -> float:
         return float(self.accounting.epsilon)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "release": str(self.release), "utility": dict(self.utility),
-                "accounting": self.accounting.to_dict(), "claimed_epsilon": self.claimed_epsilon,
-                "extra_releases": {k: str(v) for k, v in self.extra_releases.items()},
-                "rounds_run": self.rounds_run, "seconds": self.seconds}
-
     def summary(self) -> str:
         """Lines for a terminal: where, utility (scalars), the privacy statements (headline marked) with the
         headline's assumptions, the claim and the warnings."""
