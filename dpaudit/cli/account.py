@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
-from dpaudit.accountants import mechanisms
-from dpaudit.accountants.pate import load_votes
 from dpaudit.accountants.rdp import parse_orders
+from dpaudit.api import account
 from dpaudit.cli.render import render_result, result_json
 
 MECHANISMS = ("ldp", "dpsgd", "laplace", "gaussian", "pate", "gnmax")
@@ -53,32 +52,33 @@ def _check_options(mechanism: str, given: dict[str, Any]) -> None:
 
 
 def _call(mechanism: str, o: dict[str, Any]):
-    """One call of the mechanism table's function (:data:`dpaudit.accountants.mechanisms.ACCOUNTING_FUNCTIONS`).
+    """The options as one call of :func:`dpaudit.account` (the mechanism table's functions,
+    :data:`dpaudit.accountants.mechanisms.ACCOUNTING_FUNCTIONS`).
 
     The CLI's ``laplace`` and ``gaussian`` are the PATE noisy-max mechanisms without votes (data-independent):
     ``pate`` and ``gnmax`` with ``data_independent=True``."""
-    fns = mechanisms.ACCOUNTING_FUNCTIONS
     if mechanism == "ldp":
-        return fns["ldp"](o["epsilon"], o["samples"], o["classes"], rounds=o["rounds"], participation=o["participation"],
-                          users=o["users"], delta=o["delta"])
+        return account("ldp", epsilon=o["epsilon"], samples=o["samples"], classes=o["classes"], rounds=o["rounds"],
+                       participation=o["participation"], users=o["users"], delta=o["delta"])
     if mechanism == "dpsgd":
-        return fns["dpsgd"](dataset_size=o["dataset_size"], batch_size=o["batch_size"], noise_multiplier=o["noise_multiplier"],
-                            epochs=o["epochs"], steps=o["steps"], delta=o["delta"], accountant=o["accountant"] or "best")
+        return account("dpsgd", dataset_size=o["dataset_size"], batch_size=o["batch_size"],
+                       noise_multiplier=o["noise_multiplier"], epochs=o["epochs"], steps=o["steps"], delta=o["delta"],
+                       accountant=o["accountant"] or "best")
     orders = parse_orders(o["orders"]) if o["orders"] is not None else None
     if mechanism in ("laplace", "pate"):
         extra = {} if o["sensitivity"] is None else {"sensitivity": o["sensitivity"]}
         if mechanism == "laplace":
-            return fns["pate"](None, gamma=o["gamma"], delta=o["delta"], queries=o["queries"], data_independent=True,
-                               orders=orders, conversion=o["conversion"] or "best", **extra)
-        return fns["pate"](load_votes(o["votes"]), gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
-                           data_independent=o["data_independent"], fedkt_level=o["fedkt_level"], granularity=o["granularity"],
-                           partitions=o["partitions"], teachers=o["teachers"], z=o["z"], orders=orders,
-                           conversion=o["conversion"] or "best", **extra)
+            return account("pate", votes=None, gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
+                           data_independent=True, orders=orders, conversion=o["conversion"] or "best", **extra)
+        return account("pate", votes=o["votes"], gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
+                       data_independent=o["data_independent"], fedkt_level=o["fedkt_level"],
+                       granularity=o["granularity"], partitions=o["partitions"], teachers=o["teachers"], z=o["z"],
+                       orders=orders, conversion=o["conversion"] or "best", **extra)
     if mechanism == "gaussian":
-        return fns["gnmax"](None, sigma=o["sigma"], delta=o["delta"], queries=o["queries"], threshold=o["threshold"],
-                            sigma1=o["sigma1"], data_independent=True, orders=orders)
-    return fns["gnmax"](load_votes(o["votes"]), sigma=o["sigma"], delta=o["delta"], queries=o["queries"],
-                        threshold=o["threshold"], sigma1=o["sigma1"], data_independent=o["data_independent"], orders=orders)
+        return account("gnmax", votes=None, sigma=o["sigma"], delta=o["delta"], queries=o["queries"],
+                       threshold=o["threshold"], sigma1=o["sigma1"], data_independent=True, orders=orders)
+    return account("gnmax", votes=o["votes"], sigma=o["sigma"], delta=o["delta"], queries=o["queries"],
+                   threshold=o["threshold"], sigma1=o["sigma1"], data_independent=o["data_independent"], orders=orders)
 
 
 @click.command("account")

@@ -12,7 +12,6 @@ from pathlib import Path
 import click
 
 from dpaudit._format import fmt_number, make_console, table_text
-from dpaudit._io import atomic_path, write_json
 from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
 from dpaudit.attacks.threshold import THRESHOLD_KINDS
@@ -103,33 +102,16 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
     With --audit, run a certified canary audit instead: of the released model itself when the bundle holds canaries
     (one-run), else of the release's DP-SGD recipe, retrained."""
-    from dpaudit.audit.attack_release import attack_release
-    from dpaudit.executors import make_executor
-    from dpaudit.training.release import load_release
+    from dpaudit.api import attack as run_attack
 
-    rep = as_reporter(not quiet, prefix="dpaudit attack")
+    result = run_attack(release, attack, out=out, audit=audit, shadows=shadows, classifier=classifier,
+                        per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
+                        confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed, canary=canary,
+                        canaries=canaries, models=models, score=score, data_dir=data_dir, trust_data_dir=trust_data_dir,
+                        executor=executor, ray_address=ray_address, progress=as_reporter(not quiet, prefix="dpaudit attack"))
     if audit is not None:
-        from dpaudit.audit.canary_audit import canary_audit_release
-
-        bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir)
-        result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
-                                      score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
-                                      seed=seed, out=Path(release) / "attack" if out is None else out, progress=rep)
         click.echo(result.summary())
         for note in result.notes:
             click.echo(f"note: {note}")
         return
-    bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir)
-    out = Path(release) / "attack" if out is None else out
-    with make_executor(executor, address=ray_address, progress=rep) as ex, rep.stage(f"{attack} attack on {release}"):
-        report = attack_release(bundle, attack=attack, num_shadows=shadows, classifier=classifier,
-                                per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
-                                confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,
-                                checkpoint_dir=out / "units")
-    path = write_json(out / "attack.json", {"release": str(release), **report.to_dict()})
-    from dpaudit.attacks.plots import roc_figure
-    fig = roc_figure([r for r in (report.attack, report.blind) if r is not None])
-    with atomic_path(out / "roc.png", suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    click.echo(render(report))
-    rep.log(f"wrote {path} and {out / 'roc.png'}")
+    click.echo(render(result))
