@@ -316,7 +316,7 @@ def test_release_errors(tmp_path):
     with pytest.raises(DataError, match="not valid JSON"):
         evaluate_claims(cf)
     write_json(tmp_path / "rel" / "release.json", {"schema": 7})
-    with pytest.raises(DataError, match="schema-1"):
+    with pytest.raises(DataError, match="not a release of schema 1 or 2 .got schema 7"):
         evaluate_claims(cf)
 
 
