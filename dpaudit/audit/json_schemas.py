@@ -84,6 +84,7 @@ def _release() -> dict[str, Any]:
     defs: dict[str, Any] = {}
     statement = _merge_defs(defs, json_schema(AccountingResult), "AccountingResult")
     spec = _merge_defs(defs, json_schema(ModelSpec), "ModelSpec")
+    defs["ModelSpec"]["additionalProperties"] = True   # outside models' specs add their own keys ("external")
     train = _merge_defs(defs, json_schema(TrainConfig), "TrainConfig")
     obj = {"type": "object"}
     nullable = lambda s: {"anyOf": [s, {"type": "null"}]}  # noqa: E731

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.training.data import load_dataset, split_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier
@@ -34,7 +35,7 @@ def _write(path, ds, sp, mem, spec, cfg, **kw):
     clf = fit_classifier(spec, ds.X[train], ds.y[train], cfg, seed=0)
     args = dict(method="pate", dataset={"name": "breast_cancer", "seed": 0, "num_samples": None}, params={"teachers": 5},
                 seed=0, utility={"test_accuracy": 0.9}, classifier=clf, train_config=cfg, ledger=_Ledger(),
-                statement={"epsilon": 1.0}, claim=CLAIM, membership=mem, votes=np.ones((4, 2)),
+                statement=AccountingResult("pate", (PrivacyStatement(1.0, 1e-5, "rdp"),)), claim=CLAIM, membership=mem, votes=np.ones((4, 2)),
                 assumptions=["teachers see disjoint data"])
     args.update(kw)
     return write_release(path, **args), clf
