@@ -55,9 +55,6 @@ class ThreadSetting:
     cores: int
     workers: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "source": self.source, "cores": self.cores, "workers": self.workers}
-
     def describe(self) -> str:
         """One line for reports: ``2 threads (policy: 2 usable cores / 1 worker)``."""
         why = {"policy": "policy", "--threads": "set with --threads", ENV_VAR: f"set with {ENV_VAR}"}.get(

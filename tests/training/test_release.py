@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.training.data import load_dataset, split_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier
@@ -58,7 +59,7 @@ def test_roundtrip(tmp_path, setting, spec, cfg):
     ds, sp, mem = setting
     out, clf = _write(tmp_path / "rel", ds, sp, mem, spec, cfg)
     r = load_release(out)
-    assert r.meta["schema"] == 1 and r.meta["ledger"]["parties"]["party0"][0]["event"]["gamma"] == 0.1
+    assert r.meta["schema"] == 2 and r.meta["ledger"]["parties"]["party0"][0]["event"]["gamma"] == 0.1
     assert r.meta["dataset"]["num_records"] == len(ds) and r.meta["created_by"].startswith("dpaudit ")
     np.testing.assert_allclose(r.model.predict_proba(ds.X[:20]), clf.predict_proba(ds.X[:20]))
     assert all(np.array_equal(r.membership[k], mem[k]) for k in mem)
