@@ -32,7 +32,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from dpaudit.errors import ParameterError, check_int
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from scipy.special import log_ndtr, ndtri_exp

@@ -56,7 +56,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import special, stats
 
-from dpaudit._io import json_number as _num, parse_json_number as _unnum
+from dpaudit._io import json_number as _num
 from dpaudit.attacks.auditor import (
     BayesParams,
     CanaryScoreAuditor,

@@ -11,7 +11,7 @@ import pytest
 
 from dpaudit.attacks import AttackReport
 from dpaudit.attacks.compare import COMPARED_ATTACKS, AttackComparison
-from dpaudit.serial import from_dict, to_dict
+from dpaudit.serial import from_dict
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.training.data import load_dataset, split_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier
