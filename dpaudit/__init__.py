@@ -8,8 +8,9 @@ The entry points are the library calls the command line makes, each returning a 
 
 - ``dpaudit.account(mechanism, **params)`` -> ``AccountingResult``: ``dpaudit account`` (``epsilon``, the headline
   ``statement`` and every valid route in ``statements``, each with its assumptions);
-- ``dpaudit.attack(release, attack="shadow" | "threshold" | "lira", audit=None | "one-run" | "multi-run", ...)``
-  -> ``AttackReport`` (or ``CanaryAuditResult`` for an audit): ``dpaudit attack``;
+- ``dpaudit.attack(release, attack="shadow" | "threshold" | "lira" | "rmia", audit=None | "one-run" | "multi-run",
+  compare=False, ...)`` -> ``AttackReport`` (``CanaryAuditResult`` for an audit, ``AttackComparison`` with
+  ``compare=True``): ``dpaudit attack``;
 - ``dpaudit.audit(config=None, out="runs/audit", ...)`` -> ``AuditReport``: ``dpaudit audit``;
 - ``dpaudit.check(claims_toml, junit=None)`` -> ``ClaimsReport`` (``verdict``: HOLDS / UNPROVEN / REFUTED,
   ``exit_code``): ``dpaudit check``;
