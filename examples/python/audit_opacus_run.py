@@ -95,8 +95,9 @@ def main(out: str | Path = "runs/python_opacus") -> dict:
         time.perf_counter() - t0, ("black-box canaries scored by their loss under the released model",))
     write_json(out / "canary_audit.json", dpaudit.to_dict(audit))
 
+    # the release names our model factory; the audit runs it only because the config names the same code
     (out / "audit.toml").write_text('title = "Opacus DP-SGD CNN on digits"\nseed = 0\ndelta = 1e-5\n\n'
-                                    '[[models]]\nname = "opacus-cnn"\nrelease = "release"\n\n'
+                                    f'[[models]]\nname = "opacus-cnn"\nrelease = "release"\nfactory = "{CNN}:build"\n\n'
                                     '[[attacks]]\nkind = "threshold"\n')
     report = dpaudit.audit(out / "audit.toml", out / "report")
 
