@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from dpaudit.serial import to_dict  # noqa: E402
+
 
 def _emit(rows: list, row: dict) -> None:
     rows.append(row)
@@ -70,7 +72,7 @@ def methods(args, rows):
     for name in METHOD_STEPS:
         for n in (2000, 20000, 100000):
             a = audit_method_step(name, trials=n, seed=args.seed)
-            _emit(rows, {"bench": "methods", **a.to_dict(), "trials": n})
+            _emit(rows, {"bench": "methods", **to_dict(a), "trials": n})
 
 
 def table(args, rows):

@@ -225,6 +225,7 @@ def main(argv=None) -> dict:
     import opacus
     import torch
 
+    from dpaudit.serial import to_dict
     from dpaudit.threads import resolve_threads
 
     threads = resolve_threads(args.threads)
@@ -242,7 +243,7 @@ def main(argv=None) -> dict:
                          "sampling": "Poisson, q = 1/ceil(n/batch), ceil(n/batch) steps per epoch"},
             "device": args.device, "device_name": _device_name(args.device), "torch": torch.__version__,
             "opacus": opacus.__version__, "cpu_count": os.cpu_count(), "torch_threads": threads.threads,
-            "threads": threads.to_dict(), "baseline_models": args.baseline_models, "date": time.strftime("%Y-%m-%d"),
+            "threads": to_dict(threads), "baseline_models": args.baseline_models, "date": time.strftime("%Y-%m-%d"),
             "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
             "platform": platform.platform(), "processes": "one per arm" if args.separate else
             "one per case, arms alternating; peak_rss_mb of a later arm is the process's peak so far", "cases": rows,

@@ -121,6 +121,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.epochs = 8, 2
+    from dpaudit.serial import to_dict
     from dpaudit.threads import resolve_threads
 
     threads = resolve_threads(args.threads)
@@ -144,7 +145,7 @@ def main(argv=None) -> dict:
         "device": args.device, "dataset": "digits (%s, Dirichlet beta=%g partition)" % ("all records" if args.all_data else "train split", args.beta),
         "party_sizes": {"min": int(min(sizes)), "median": float(np.median(sizes)), "max": int(max(sizes))},
         "torch": torch.__version__, "cpu_count": os.cpu_count(), "torch_threads": threads.threads,
-        "threads": threads.to_dict(), "date": time.strftime("%Y-%m-%d"),
+        "threads": to_dict(threads), "date": time.strftime("%Y-%m-%d"),
         "device_name": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
         else (platform.processor() or platform.machine()),
         "load_average": list(os.getloadavg()), "platform": platform.platform(), "runs": rows,

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from dpaudit._io import write_json  # noqa: E402
+from dpaudit.serial import to_dict  # noqa: E402
 
 
 def _timed(fn):
@@ -121,7 +122,7 @@ def bench_audit(workers: int) -> dict:
                 if isinstance(x, dict):
                     return {k: drop(v) for k, v in x.items() if k != "elapsed_seconds"}
                 return [drop(v) for v in x] if isinstance(x, list) else x
-            return drop(json.loads(json.dumps(rep.to_dict()).replace(str(root), "RUN")))
+            return drop(json.loads(json.dumps(to_dict(rep)).replace(str(root), "RUN")))
 
         out.update(ray_workers=workers, ray_startup_s=startup, ray_s=t_ray, ray_plus_startup_s=t_ray + startup,
                    speedup_without_startup=t_local / t_ray, speedup_with_startup=t_local / (t_ray + startup),

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from dpaudit.errors import DataError, OutputError, ParameterError
+from dpaudit.serial import json_number, parse_json_number, to_dict as _to_dict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,27 +54,6 @@ ARRAY_BYTES_ENV = "DPAUDIT_MAX_ARRAY_BYTES"
 DEFAULT_MAX_ARRAY_BYTES = 1 << 30
 #: The most members an ``.npz`` archive may hold (its directory is read before anything else).
 MAX_ZIP_MEMBERS = 4096
-
-
-def json_number(x: Any) -> Any:
-    """A number as strict JSON can hold it: ``inf``/``-inf``/``nan`` become the strings "inf"/"-inf"/"nan",
-    numpy scalars become Python numbers, anything else is returned unchanged (``None`` included)."""
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        if math.isnan(x):
-            return "nan"
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-    return x
-
-
-def parse_json_number(x: Any) -> Any:
-    """Inverse of :func:`json_number`: the strings "inf"/"-inf"/"nan" become floats; anything else unchanged."""
-    if isinstance(x, str) and x in ("inf", "-inf", "nan"):
-        return float(x)
-    return x
 
 
 def _umask() -> int:
@@ -152,14 +132,12 @@ def _json_default(obj: Any) -> Any:
         return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serialisable")
+    return _to_dict(obj)  # result objects: the one serialiser (dpaudit.serial)
 
 
 def dumps_json(obj: Any) -> str:
-    """JSON text with numpy scalars/arrays and ``to_dict()`` objects converted; inf/nan kept as JSON extensions."""
+    """JSON text with numpy scalars/arrays and result objects (:func:`dpaudit.serial.to_dict`) converted; inf/nan in
+    plain dicts kept as JSON extensions (result objects write them as strings)."""
     return json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
 
 

@@ -32,7 +32,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from dpaudit.errors import ParameterError, check_int
 
@@ -54,9 +54,6 @@ class ThreadSetting:
     source: str
     cores: int
     workers: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "source": self.source, "cores": self.cores, "workers": self.workers}
 
     def describe(self) -> str:
         """One line for reports: ``2 threads (policy: 2 usable cores / 1 worker)``."""

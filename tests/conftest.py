@@ -1,9 +1,13 @@
-"""Fixtures shared across the test folders: a small release bundle of dpaudit's own kind, and the CLI run in
-this process."""
+"""Fixtures shared across the test folders: a small release bundle of dpaudit's own kind, the CLI run in
+this process, and the check that every report.json / attack.json / canary_audit.json / release.json a test makes
+dpaudit write matches its published JSON Schema (dpaudit/schemas/)."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,3 +72,57 @@ def cli(capsys) -> Callable[[list], tuple[int, str, str]]:
         return exc.value.code, cap.out, cap.err
 
     return run
+
+
+#: The files with a published JSON Schema (dpaudit/schemas/); every one dpaudit writes during a test is validated.
+SCHEMA_CHECKED = ("report.json", "attack.json", "canary_audit.json", "release.json", "comparison.json",
+                  "per_record.json", "method_audit.json")
+
+
+_PKG = Path(__file__).resolve().parents[1] / "dpaudit"
+#: Modules that import ``write_text`` by name and write schema-checked files.
+_WRITERS = ("dpaudit.report.render", "dpaudit.report.attack_outputs", "dpaudit.audit.evaluate")
+
+
+def _written_by_dpaudit() -> bool:
+    """Whether the write in progress comes from dpaudit's code (not from a test planting a file with write_json)."""
+    frame = sys._getframe(2)
+    while frame is not None and Path(frame.f_code.co_filename).name == "_io.py":
+        frame = frame.f_back
+    return frame is not None and Path(frame.f_code.co_filename).resolve().is_relative_to(_PKG)
+
+
+@pytest.fixture(autouse=True)
+def _written_files_match_their_schemas(request, monkeypatch):
+    """Record the text of every schema-checked file dpaudit's own code writes in this test (all JSON goes through
+    ``dpaudit._io.write_text``; files a test plants with ``write_json`` are not dpaudit's) and validate it against the
+    published schema when the test ends. A test that makes dpaudit write a malformed one on purpose is marked
+    ``schema_unchecked``."""
+    if request.node.get_closest_marker("schema_unchecked"):
+        yield
+        return
+    import dpaudit._io as io
+
+    for name in _WRITERS:      # loaded before patching, so that no module keeps a patched write_text of a past test
+        importlib.import_module(name)
+    written: list[tuple[str, str]] = []
+    real = io.write_text
+
+    def recording(target, text):
+        if Path(target).name in SCHEMA_CHECKED and _written_by_dpaudit():
+            written.append((str(target), text))
+        return real(target, text)
+
+    # every module that bound write_text by name (from dpaudit._io import write_text) writes through the recorder too
+    for mod in [m for n, m in list(sys.modules.items()) if n == "dpaudit" or n.startswith("dpaudit.")]:
+        if getattr(mod, "write_text", None) is real:
+            monkeypatch.setattr(mod, "write_text", recording)
+    yield
+    if written:
+        from dpaudit.audit.json_schemas import validate_file_data
+
+        for target, text in written:
+            data = json.loads(text)
+            if isinstance(data, dict) and "$schema" in data:   # a JSON Schema document itself
+                continue
+            validate_file_data(Path(target).name, data)

@@ -9,6 +9,7 @@ import pytest
 
 import dpaudit.threads as th
 from dpaudit.errors import ParameterError
+from dpaudit.serial import to_dict
 
 
 @pytest.fixture
@@ -158,4 +159,4 @@ def test_a_release_and_the_run_result_record_the_threads(tmp_path, restore_threa
                      params={"teachers": 2, "queries": 10, "teacher_train": {"epochs": 1},
                              "student_train": {"epochs": 1}})
     meta = json.loads((tmp_path / "rel" / "release.json").read_text())
-    assert meta["run"]["threads"]["threads"] == res.threads == res.to_dict()["threads"] >= 1
+    assert meta["run"]["threads"]["threads"] == res.threads == to_dict(res)["threads"] >= 1

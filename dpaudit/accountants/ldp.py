@@ -230,9 +230,6 @@ class ShuffleBound:
     applies: bool
     condition: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
-
 
 def _check_shuffle(epsilon0: float, num_users: int, delta: float, owner: str) -> tuple[float, int, float]:
     # e^eps0 must be representable (beyond 700 no amplification is possible anyway)

@@ -54,8 +54,8 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.special import log_ndtr, ndtri_exp
@@ -520,13 +520,6 @@ class SmoothSensitivityRelease:
     seed: int
     smooth_sensitivity: float
     private_rdp: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SmoothSensitivityRelease":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
 
 
 def release_noisy_epsilon(votes: Any, *, sigma: float, order: float, beta: float, sigma_ss: float, delta: float, seed: int,

@@ -1,5 +1,10 @@
 """Results of accounting: a :class:`PrivacyStatement` per figure and an :class:`AccountingResult` that
-puts several figures side by side (e.g. per report, composed over rounds, shuffled)."""
+puts several figures side by side (e.g. per report, composed over rounds, shuffled).
+
+Both are written and read by the one serialiser (:func:`dpaudit.serial.to_dict` / :func:`dpaudit.serial.from_dict`).
+An accounting result's JSON holds its fields (``headline`` is the index of the headline figure in ``statements``)
+and, for readers, the headline ``statement`` itself with its ``epsilon`` and ``delta``; files written before
+(``headline`` was the statement object) are still read."""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from dpaudit._io import json_number as _num, parse_json_number as _unnum
 from dpaudit.errors import ParameterError
+from dpaudit.serial import JsonUpgrade, JsonValue
 
 __all__ = ["PrivacyStatement", "AccountingResult", "pick_headline", "smallest_route", "headline_facts"]
 
@@ -56,7 +61,7 @@ class PrivacyStatement:
     assumptions: tuple[str, ...] = ()
     label: str = ""
     data_dependent: bool = False
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, JsonValue] = field(default_factory=dict)
     route: str = ""
 
     def __post_init__(self) -> None:
@@ -68,36 +73,9 @@ class PrivacyStatement:
         object.__setattr__(self, "assumptions", assumptions)
         object.__setattr__(self, "details", dict(self.details))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "epsilon": _num(self.epsilon),
-            "delta": self.delta,
-            "method": self.method,
-            "order": _num(self.order),
-            "label": self.label,
-            "data_dependent": self.data_dependent,
-            "assumptions": list(self.assumptions),
-            "details": {k: _num(v) if isinstance(v, float) else v for k, v in self.details.items()},
-            "route": self.route,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PrivacyStatement":
-        return cls(
-            epsilon=_unnum(data["epsilon"]),
-            delta=data["delta"],
-            method=data["method"],
-            order=_unnum(data.get("order")),
-            assumptions=tuple(data.get("assumptions", ())),
-            label=data.get("label", ""),
-            data_dependent=bool(data.get("data_dependent", False)),
-            details={k: _unnum(v) for k, v in dict(data.get("details", {})).items()},
-            route=str(data.get("route", "")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class AccountingResult:
+class AccountingResult(JsonUpgrade):
     """Several statements about one mechanism, with one of them the headline figure.
 
     ``headline`` is the headline's index; left out (None) it is :func:`pick_headline` of the statements (the rule
@@ -113,6 +91,8 @@ class AccountingResult:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     facts: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+
+    __json_computed__ = ("epsilon", "delta", "statement", "headline_route")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "statements", tuple(self.statements))
@@ -141,31 +121,13 @@ class AccountingResult:
     def delta(self) -> float:
         return self.statement.delta
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mechanism": self.mechanism,
-            "epsilon": _num(self.epsilon),
-            "delta": self.delta,
-            "headline_route": self.headline_route,
-            "headline": self.statement.to_dict(),
-            "statements": [s.to_dict() for s in self.statements],
-            "parameters": dict(self.parameters),
-            "facts": dict(self.facts),
-            "warnings": list(self.warnings),
-        }
-
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "AccountingResult":
-        statements = tuple(PrivacyStatement.from_dict(s) for s in data["statements"])
-        head = PrivacyStatement.from_dict(data["headline"])
-        return cls(
-            mechanism=data["mechanism"],
-            statements=statements,
-            headline=statements.index(head) if head in statements else 0,
-            parameters=dict(data.get("parameters", {})),
-            facts=dict(data.get("facts", {})),
-            warnings=tuple(data.get("warnings", ())),
-        )
+    def __json_upgrade__(cls, data: Any) -> Any:
+        """Files written before the one serialiser held the headline statement itself under ``headline``."""
+        if isinstance(data, Mapping) and isinstance(data.get("headline"), Mapping):
+            head, statements = data["headline"], list(data.get("statements") or ())
+            data = {**data, "headline": statements.index(head) if head in statements else 0}
+        return data
 
 
 def pick_headline(statements: Sequence[PrivacyStatement], forced: str | None = None, *, owner: str = "accounting",

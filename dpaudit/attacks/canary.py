@@ -56,7 +56,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import special, stats
 
-from dpaudit._io import json_number as _num, parse_json_number as _unnum
+from dpaudit._io import json_number as _num
 from dpaudit.attacks.auditor import (
     BayesParams,
     CanaryScoreAuditor,
@@ -72,6 +72,7 @@ from dpaudit.attacks.auditor import (
 from dpaudit.attacks.bounds import epsilon_from_rates, epsilon_lower_bound
 from dpaudit.attacks.results import CERTIFIED, AnalysisBound, CurveTest, HasBoundKind
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.serial import JsonValue
 
 __all__ = [
     "SCORE_KINDS",
@@ -134,7 +135,7 @@ class CanaryBound(HasBoundKind):
     score: str
     ideal_epsilon: float | None = None
     kind: str = CERTIFIED
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, JsonValue] = field(default_factory=dict)
     analysis: str = "eps"
     rule: str = ""
     analyses: tuple[AnalysisBound, ...] = ()
@@ -152,24 +153,6 @@ class CanaryBound(HasBoundKind):
     def analysis_bound(self, name: str) -> AnalysisBound | None:
         """The side-by-side entry of analysis ``name`` (the first one), or None."""
         return next((a for a in self.analyses if a.analysis == name), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"audit": self.audit, "kind": self.kind, "epsilon": _num(self.epsilon), "delta": self.delta,
-                "confidence": self.confidence, "trials": self.trials, "score": self.score,
-                "ideal_epsilon": None if self.ideal_epsilon is None else _num(self.ideal_epsilon),
-                "details": {k: _num(v) if isinstance(v, float) else v for k, v in self.details.items()},
-                "analysis": self.analysis, "rule": self.rule, "analyses": [a.to_dict() for a in self.analyses],
-                "curve_test": None if self.curve_test is None else self.curve_test.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CanaryBound":
-        ideal = d.get("ideal_epsilon")
-        ct = d.get("curve_test")
-        return cls(d["audit"], _unnum(d["epsilon"]), d["delta"], d["confidence"], d["trials"], d["score"],
-                   None if ideal is None else _unnum(ideal), d.get("kind", CERTIFIED),
-                   {k: _unnum(v) for k, v in d.get("details", {}).items()}, d.get("analysis", "eps"),
-                   d.get("rule", ""), tuple(AnalysisBound.from_dict(a) for a in d.get("analyses", ())),
-                   None if ct is None else CurveTest.from_dict(ct))
 
 
 # --------------------------------------------------------------------------------------------------

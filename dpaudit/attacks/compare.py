@@ -68,21 +68,8 @@ class AttackComparison:
     notes: tuple[str, ...] = ()
     offline_a: OfflineAFit | None = None
     records: RecordScores | None = None
+    schema: int = 1     # of comparison.json
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": 1, "results": {k: r.to_dict() for k, r in self.results.items()},
-                "skipped": dict(self.skipped), "settings": dict(self.settings), "notes": list(self.notes),
-                "offline_a": None if self.offline_a is None else self.offline_a.to_dict(),
-                "records": None if self.records is None else self.records.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AttackComparison":
-        fit = d.get("offline_a")
-        return cls({k: AttackResult.from_dict(v) for k, v in d["results"].items()}, dict(d.get("skipped", {})),
-                   dict(d.get("settings", {})), tuple(d.get("notes", ())),
-                   None if fit is None else OfflineAFit(fit["a"], tuple(fit["grid"]), tuple(fit["auc"]),
-                                                        fit["pseudo_targets"], fit["num_records"]),
-                   None if d.get("records") is None else RecordScores.from_dict(d["records"]))
 
 
 def _attack_scores(sig: ReferenceSignals, name: str, *, gamma: float, a: float | None) -> tuple[np.ndarray, dict, Any]:

@@ -50,7 +50,6 @@ from scipy import optimize, stats
 from dpaudit._format import fmt_number
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 from dpaudit.attacks.bounds import clopper_pearson_lower, clopper_pearson_upper
-from dpaudit._io import json_number as _num, parse_json_number as _unnum
 
 __all__ = [
     "TesterOutcome",
@@ -133,13 +132,6 @@ class TesterOutcome:
     bounds: int
     level: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _num(getattr(self, k)) for k in self.__dataclass_fields__}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TesterOutcome":
-        return cls(**{k: _unnum(data[k]) for k in cls.__dataclass_fields__})
-
 
 @dataclass(frozen=True, slots=True)
 class MechanismAuditResult:
@@ -181,40 +173,6 @@ class MechanismAuditResult:
                 f"P(S) - e^eps Q(S) >= {w.divergence_lower_bound:.4g} > delta."
             )
         return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "alpha": self.alpha,
-            "divergence_lower_bound": self.divergence_lower_bound,
-            "epsilon_lower_bound": _num(self.epsilon_lower_bound),
-            "witness": None if self.witness is None else self.witness.to_dict(),
-            "outcomes": [o.to_dict() for o in self.outcomes],
-            "samples": self.samples,
-            "seed": self.seed,
-            "output_kind": self.output_kind,
-            "details": dict(self.details),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MechanismAuditResult":
-        w = data.get("witness")
-        return cls(
-            passed=bool(data["passed"]),
-            epsilon=float(data["epsilon"]),
-            delta=float(data["delta"]),
-            alpha=float(data["alpha"]),
-            divergence_lower_bound=float(data["divergence_lower_bound"]),
-            epsilon_lower_bound=float(_unnum(data["epsilon_lower_bound"])),
-            witness=None if w is None else TesterOutcome.from_dict(w),
-            outcomes=tuple(TesterOutcome.from_dict(o) for o in data["outcomes"]),
-            samples=int(data["samples"]),
-            seed=int(data["seed"]),
-            output_kind=str(data["output_kind"]),
-            details=dict(data.get("details", {})),
-        )
 
 
 # --------------------------------------------------------------------------------------------------

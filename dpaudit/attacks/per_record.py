@@ -22,8 +22,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import json_number
 from dpaudit.errors import DataError, ParameterError, check_int, check_probability
+from dpaudit.serial import BoolArray, FloatArray, IntArray
 
 __all__ = ["RecordScores", "TopRecord", "TprShare", "PerRecordSummary", "exposure_ranks", "tpr_share",
            "summarise_records", "per_record_columns"]
@@ -47,11 +47,11 @@ class RecordScores:
     -> (n,) per-record p-values / likelihood ratios; ``primary``: the attack whose score ranks the records.
     """
 
-    record: np.ndarray
-    label: np.ndarray
-    member: np.ndarray
-    scores: Mapping[str, np.ndarray]
-    statistics: Mapping[str, np.ndarray] = field(default_factory=dict)
+    record: IntArray
+    label: IntArray
+    member: BoolArray
+    scores: Mapping[str, FloatArray]
+    statistics: Mapping[str, FloatArray] = field(default_factory=dict)
     primary: str = ""
 
     def __post_init__(self) -> None:
@@ -77,21 +77,6 @@ class RecordScores:
         """Exposure rank of every record under ``attack`` (default: the primary one); see :func:`exposure_ranks`."""
         return exposure_ranks(self.scores[attack or self.primary])
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"record": self.record.tolist(), "label": self.label.tolist(), "member": self.member.tolist(),
-                "scores": {k: [json_number(float(x)) for x in v] for k, v in self.scores.items()},
-                "statistics": {k: [json_number(float(x)) for x in v] for k, v in self.statistics.items()},
-                "primary": self.primary}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RecordScores":
-        from dpaudit._io import parse_json_number
-
-        conv = lambda v: np.asarray([parse_json_number(x) for x in v], dtype=np.float64)  # noqa: E731
-        return cls(np.asarray(d["record"]), np.asarray(d["label"]), np.asarray(d["member"], dtype=bool),
-                   {k: conv(v) for k, v in d["scores"].items()}, {k: conv(v) for k, v in d.get("statistics", {}).items()},
-                   d.get("primary", ""))
-
 
 def exposure_ranks(scores) -> np.ndarray:
     """Competition ranks of ``scores`` in decreasing order: rank ``1 + #{j : s_j > s_i}`` (1 = most exposed; equal
@@ -114,11 +99,6 @@ class TopRecord:
     statistic_name: str
     statistic: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "record": self.record, "label": self.label, "member": self.member,
-                "score": json_number(self.score), "statistic_name": self.statistic_name,
-                "statistic": json_number(self.statistic)}
-
 
 @dataclass(frozen=True, slots=True)
 class TprShare:
@@ -135,10 +115,6 @@ class TprShare:
     top_true_positives: int
     tpr_top: float
     share: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: json_number(getattr(self, k)) if isinstance(getattr(self, k), float) else getattr(self, k)
-                for k in self.__dataclass_fields__}
 
 
 def tpr_share(scores, member, fpr: float, *, top_fraction: float = 0.01) -> TprShare:
@@ -174,10 +150,6 @@ class PerRecordSummary:
     num_members: int
     top: tuple[TopRecord, ...]
     shares: tuple[TprShare, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"primary": self.primary, "num_records": self.num_records, "num_members": self.num_members,
-                "top": [t.to_dict() for t in self.top], "shares": [s.to_dict() for s in self.shares]}
 
 
 def _statistic_column(rs: RecordScores) -> str:

@@ -1,4 +1,5 @@
-"""Typed results of the attack layer: frozen dataclasses with ``to_dict`` / ``from_dict`` JSON round trips.
+"""Typed results of the attack layer: frozen dataclasses, written and read by the one serialiser
+(:func:`dpaudit.serial.to_dict` / :func:`dpaudit.serial.from_dict`; ``attack.json`` has a published schema).
 
 Infinite numbers are written as the strings ``"inf"`` / ``"-inf"`` so strict JSON readers accept them.
 Arrays (ROC curves) are written as lists of floats.
@@ -12,9 +13,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dpaudit._io import json_number as _num, parse_json_number as _unnum
 from dpaudit.attacks.per_record import RecordScores
 from dpaudit.errors import check_choice
+from dpaudit.serial import FloatArray, JsonValue
 
 #: What an empirical epsilon bound is. ``"certified"``: a lower bound that holds with the stated confidence
 #: because every trial is an independent run of the mechanism (mechanism tests, one model per trial, multi-run
@@ -48,11 +49,11 @@ class HasBoundKind:
         return self.kind == CERTIFIED
 
 
-def _fields_from(cls: Any, d: Mapping[str, Any]) -> dict[str, Any]:
-    """Constructor arguments of a flat bound dataclass from its dict; absent optional fields keep defaults."""
-    return {k: _unnum(d[k]) for k in cls.__dataclass_fields__ if k in d}
+#: The version of an attack report's JSON (``attack.json``; :class:`AttackReport`).
+ATTACK_SCHEMA = 1
 
 __all__ = [
+    "ATTACK_SCHEMA",
     "Interval",
     "RocCurve",
     "AttackMetrics",
@@ -81,14 +82,6 @@ class Interval:
     high: float
     confidence: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"estimate": _num(self.estimate), "low": _num(self.low), "high": _num(self.high),
-                "confidence": self.confidence}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Interval":
-        return cls(_unnum(d["estimate"]), _unnum(d["low"]), _unnum(d["high"]), d["confidence"])
-
 
 @dataclass(frozen=True, eq=False)
 class RocCurve:
@@ -98,24 +91,15 @@ class RocCurve:
     (0, 0) (threshold ``+inf``) and ends at (1, 1).
     """
 
-    fpr: np.ndarray
-    tpr: np.ndarray
-    thresholds: np.ndarray
+    fpr: FloatArray
+    tpr: FloatArray
+    thresholds: FloatArray
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RocCurve):
             return NotImplemented
         return (np.array_equal(self.fpr, other.fpr) and np.array_equal(self.tpr, other.tpr)
                 and np.array_equal(self.thresholds, other.thresholds))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"fpr": [float(v) for v in self.fpr], "tpr": [float(v) for v in self.tpr],
-                "thresholds": [_num(v) for v in self.thresholds]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RocCurve":
-        return cls(np.asarray(d["fpr"], dtype=float), np.asarray(d["tpr"], dtype=float),
-                   np.asarray([_unnum(v) for v in d["thresholds"]], dtype=float))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,30 +135,6 @@ class AttackMetrics:
             if math.isclose(f, fpr):
                 return t
         raise KeyError(f"TPR at FPR {fpr} was not computed; have {[f for f, _ in self.tpr_at_fpr]}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "auc": self.auc,
-            "tpr_at_fpr": [[f, t] for f, t in self.tpr_at_fpr],
-            "accuracy": self.accuracy, "balanced_accuracy": self.balanced_accuracy,
-            "precision": self.precision, "recall": self.recall, "f1": self.f1,
-            "macro_precision": self.macro_precision, "macro_recall": self.macro_recall, "macro_f1": self.macro_f1,
-            "threshold": _num(self.threshold), "threshold_rule": self.threshold_rule,
-            "num_members": self.num_members, "num_nonmembers": self.num_nonmembers,
-            "intervals": {k: v.to_dict() for k, v in self.intervals.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AttackMetrics":
-        return cls(
-            auc=d["auc"], tpr_at_fpr=tuple((float(f), float(t)) for f, t in d["tpr_at_fpr"]),
-            accuracy=d["accuracy"], balanced_accuracy=d["balanced_accuracy"],
-            precision=d["precision"], recall=d["recall"], f1=d["f1"],
-            macro_precision=d["macro_precision"], macro_recall=d["macro_recall"], macro_f1=d["macro_f1"],
-            threshold=_unnum(d["threshold"]), threshold_rule=d["threshold_rule"],
-            num_members=d["num_members"], num_nonmembers=d["num_nonmembers"],
-            intervals={k: Interval.from_dict(v) for k, v in d.get("intervals", {}).items()},
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,14 +189,6 @@ class EpsilonBound(HasBoundKind):
     def split_range(self) -> tuple[float, float]:
         return (self.split_low, self.split_high)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _num(getattr(self, k)) if isinstance(getattr(self, k), float) else getattr(self, k)
-                for k in self.__dataclass_fields__}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "EpsilonBound":
-        return cls(**_fields_from(cls, d))
-
 
 @dataclass(frozen=True, slots=True)
 class OneRunBound(HasBoundKind):
@@ -257,14 +209,6 @@ class OneRunBound(HasBoundKind):
     @property
     def guesses(self) -> int:
         return self.k_plus + self.k_minus
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _num(getattr(self, k)) if isinstance(getattr(self, k), float) else getattr(self, k)
-                for k in self.__dataclass_fields__}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "OneRunBound":
-        return cls(**_fields_from(cls, d))
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,16 +236,7 @@ class AnalysisBound(HasBoundKind):
     high: float | None = None
     assumption: str = ""
     ideal_epsilon: float | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AnalysisBound":
-        out = {k: _unjson(d[k]) for k in cls.__dataclass_fields__ if k in d}
-        out["details"] = dict(out.get("details") or {})
-        return cls(**out)
+    details: Mapping[str, JsonValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,38 +250,11 @@ class CurveTest:
     p_value: float
     confidence: float
     rule: str
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, JsonValue] = field(default_factory=dict)
 
     @property
     def rejected(self) -> bool:
         return self.p_value <= 1.0 - self.confidence
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CurveTest":
-        out = {k: _unjson(d[k]) for k in cls.__dataclass_fields__ if k in d}
-        out["details"] = dict(out.get("details") or {})
-        return cls(**out)
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, (float, np.floating, np.integer)):
-        return _num(v)
-    if isinstance(v, Mapping):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    return v
-
-
-def _unjson(v: Any) -> Any:
-    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
-        return _unnum(v)
-    if isinstance(v, Mapping):
-        return {k: _unjson(x) for k, x in v.items()}
-    return v
 
 
 @dataclass(frozen=True, eq=False)
@@ -355,10 +263,10 @@ class RocBand:
     non-members, up to 1) the conservative TPR (``tpr``) and its percentile interval ``[low, high]`` at level
     ``confidence`` over bootstrap replicates of members and non-members."""
 
-    fpr: np.ndarray
-    tpr: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
+    fpr: FloatArray
+    tpr: FloatArray
+    low: FloatArray
+    high: FloatArray
     confidence: float
 
     def __eq__(self, other: object) -> bool:
@@ -366,14 +274,6 @@ class RocBand:
             return NotImplemented
         return all(np.array_equal(getattr(self, k), getattr(other, k)) for k in ("fpr", "tpr", "low", "high")) \
             and self.confidence == other.confidence
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: [float(v) for v in getattr(self, k)] for k in ("fpr", "tpr", "low", "high")} | \
-            {"confidence": self.confidence}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RocBand":
-        return cls(*(np.asarray(d[k], dtype=float) for k in ("fpr", "tpr", "low", "high")), float(d["confidence"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,18 +287,6 @@ class AttackResult:
     roc: RocCurve
     description: str = ""
     roc_band: RocBand | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "metrics": self.metrics.to_dict(),
-                "bound": self.bound.to_dict(), "roc": self.roc.to_dict(),
-                "roc_band": None if self.roc_band is None else self.roc_band.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AttackResult":
-        band = d.get("roc_band")
-        return cls(d["name"], AttackMetrics.from_dict(d["metrics"]), EpsilonBound.from_dict(d["bound"]),
-                   RocCurve.from_dict(d["roc"]), d.get("description", ""),
-                   None if band is None else RocBand.from_dict(band))
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,14 +304,4 @@ class AttackReport:
     settings: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     per_record: RecordScores | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": 1, "attack": self.attack.to_dict(), "blind": None if self.blind is None else self.blind.to_dict(),
-                "settings": dict(self.settings), "notes": list(self.notes),
-                "per_record": None if self.per_record is None else self.per_record.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AttackReport":
-        per_record = None if d.get("per_record") is None else RecordScores.from_dict(d["per_record"])
-        return cls(AttackResult.from_dict(d["attack"]), None if d.get("blind") is None else AttackResult.from_dict(d["blind"]),
-                   dict(d.get("settings", {})), tuple(d.get("notes", ())), per_record)
+    schema: int = ATTACK_SCHEMA

@@ -45,7 +45,6 @@ import numpy as np
 from scipy.special import logsumexp
 from scipy.stats import rankdata
 
-from dpaudit._io import json_number
 from dpaudit.attacks.protocols import BatchTrainFn, Model, TrainFn
 from dpaudit.attacks.references import ReferenceSignals, train_reference_signals
 from dpaudit.errors import DataError, ParameterError, check_bool, check_float, check_int
@@ -71,10 +70,6 @@ class OfflineAFit:
     auc: tuple[float, ...]
     pseudo_targets: int
     num_records: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "grid": list(self.grid), "auc": [json_number(v) for v in self.auc],
-                "pseudo_targets": self.pseudo_targets, "num_records": self.num_records}
 
 
 @dataclass(frozen=True, eq=False)

@@ -407,14 +407,13 @@ class ScoresAudit:
 
     reports: Mapping[str, AttackReport]
     skipped: Mapping[str, str] = field(default_factory=dict)
+    schema: int = 1
+
+    __json_computed__ = ("possible",)
 
     @property
     def possible(self) -> tuple[str, ...]:
         return tuple(self.reports)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": 1, "possible": list(self.reports), "skipped": dict(self.skipped),
-                "reports": {k: r.to_dict() for k, r in self.reports.items()}}
 
 
 def scores_audit(member_scores, nonmember_scores, *, kind: str, member_labels=None, nonmember_labels=None,

@@ -30,6 +30,23 @@ from dpaudit.audit.evaluate import (
     write_junit,
 )
 
+import sys as _sys
+import types as _types
+
+
+class _AuditPackage(_types.ModuleType):
+    """``dpaudit.audit`` is this package and, called, :func:`dpaudit.api.audit`: once any of its modules is imported,
+    Python binds the package to the name ``dpaudit.audit``, so the package itself keeps the promise that
+    ``dpaudit.audit(config, out, ...)`` runs an audit."""
+
+    def __call__(self, *args, **kwargs):
+        from dpaudit.api import audit
+
+        return audit(*args, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _AuditPackage
+
 __all__ = [
     "ATTACK_KINDS", "GRANULARITIES", "MECHANISMS", "AttackBudget", "Claim", "ClaimsFile", "LedgerSubject",
     "MechanismSubject", "ReleaseSubject", "load_claims", "parse_claims", "AttackRunner", "ClaimResult",

@@ -55,6 +55,7 @@ from dpaudit.attacks.canary import (
     plan_one_run,
 )
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_name, check_probability
+from dpaudit.serial import to_dict
 from dpaudit.progress import as_reporter
 from dpaudit.training.limits import MAX_EPOCHS, MAX_MODELS, MAX_RECORDS, MAX_WIDTH
 
@@ -152,6 +153,9 @@ class CanaryAuditResult:
     settings: Mapping[str, Any]
     elapsed_seconds: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    schema: int = 1
+
+    __json_computed__ = ("kind",)
 
     @property
     def kind(self) -> str:
@@ -161,16 +165,6 @@ class CanaryAuditResult:
     def refutes_claim(self) -> bool:
         """True when the certified bound exceeds the accounted (claimed) epsilon."""
         return self.accounted_epsilon is not None and self.bound.epsilon > self.accounted_epsilon
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": 1, "kind": self.kind, "bound": self.bound.to_dict(),
-                "accounted_epsilon": self.accounted_epsilon, "mechanism": dict(self.mechanism),
-                "settings": dict(self.settings), "elapsed_seconds": self.elapsed_seconds, "notes": list(self.notes)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CanaryAuditResult":
-        return cls(CanaryBound.from_dict(d["bound"]), d.get("accounted_epsilon"), dict(d.get("mechanism", {})),
-                   dict(d.get("settings", {})), float(d.get("elapsed_seconds", 0.0)), tuple(d.get("notes", ())))
 
     def summary(self) -> str:
         b = self.bound
@@ -413,7 +407,7 @@ def run_canary_audit(spec, config, X_base, y_base, X_pool, y_pool, *, audit: str
 
         out = Path(out)
         write_canaries(out / "canaries.npz", can)
-        write_json(out / "canary_audit.json", result.to_dict())
+        write_json(out / "canary_audit.json", to_dict(result))
     rep.log(result.summary())
     return result
 
@@ -573,7 +567,7 @@ def audit_release_canaries(release, *, score: str | None = None, delta: float = 
                 "num_train": int(len(rel.membership["members"])), "ideal_replicates": R}
     result = CanaryAuditResult(bound, accounted, mechanism, settings, round(time.perf_counter() - t0, 2), tuple(notes))
     if out is not None:
-        write_json(Path(out) / "canary_audit.json", result.to_dict())
+        write_json(Path(out) / "canary_audit.json", to_dict(result))
     rep.log(result.summary())
     return result
 
@@ -631,9 +625,6 @@ class CanaryAuditSpec:
             raise ParameterError(f"The 'hidden' parameter of {o} must be a non-empty list of widths. Got {self.hidden!r} instead.")
         object.__setattr__(self, "hidden", tuple(check_int(h, "hidden", o, low=1, high=MAX_WIDTH) for h in self.hidden))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-
 
 def run_canary_spec(spec: CanaryAuditSpec, *, dataset: str, seed: int, delta: float, confidence: float,
                     data_dir: str | None = None, device: str | None = None, out: str | Path | None = None,
@@ -677,13 +668,15 @@ class ZooAudit:
     claimed_epsilon: float
     broken: bool
 
+    __json_computed__ = ("kind", "caught")
+
+    @property
+    def kind(self) -> str:
+        return self.bound.kind
+
     @property
     def caught(self) -> bool:
         return self.bound.epsilon > self.claimed_epsilon
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.bound.kind, "bound": self.bound.to_dict(),
-                "claimed_epsilon": self.claimed_epsilon, "broken": self.broken, "caught": self.caught}
 
 
 def run_zoo_audit(name: str, *, trials: int = 2000, seed: int = 0, confidence: float = 0.95) -> ZooAudit:
@@ -710,14 +703,15 @@ class MethodStepAudit:
     accounted_epsilon: float
     params: Mapping[str, Any]
 
+    __json_computed__ = ("kind", "refutes_claim")
+
+    @property
+    def kind(self) -> str:
+        return self.bound.kind
+
     @property
     def refutes_claim(self) -> bool:
         return self.bound.epsilon > self.claimed_epsilon
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.bound.kind, "bound": self.bound.to_dict(),
-                "claimed_epsilon": self.claimed_epsilon, "accounted_epsilon": self.accounted_epsilon,
-                "refutes_claim": self.refutes_claim, "params": dict(self.params)}
 
 
 def audit_method_step(name: str, *, trials: int = 20000, seed: int = 0, confidence: float = 0.95,

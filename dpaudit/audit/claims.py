@@ -113,19 +113,6 @@ class AttackBudget:
     method: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        if self.kind == "method-run":
-            return {"kind": self.kind, "method": self.method, "params": dict(self.params),
-                    "confidence": self.confidence, "seed": self.seed}
-        d = {"kind": self.kind, "shadows": self.shadows, "confidence": self.confidence, "seed": self.seed}
-        if self.kind == "canary":
-            d.update(audit=self.audit, canary=self.canary, canaries=self.canaries, models=self.models)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AttackBudget":
-        return cls(**{k: d[k] for k in _ATTACK_KEYS if k in d})
-
 
 @dataclass(frozen=True, slots=True)
 class MechanismSubject:
@@ -136,9 +123,6 @@ class MechanismSubject:
 
     def describe(self) -> str:
         return f"mechanism {self.kind}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"mechanism": self.kind, "params": dict(self.params)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +138,6 @@ class ReleaseSubject:
     def describe(self) -> str:
         return f"release {self.path}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"release": str(self.path), **{k: v for k, v in (("factory", self.factory), ("train_fn", self.train_fn))
-                                               if v is not None}}
-
 
 @dataclass(frozen=True, slots=True)
 class LedgerSubject:
@@ -167,9 +147,6 @@ class LedgerSubject:
 
     def describe(self) -> str:
         return f"ledger {self.path}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ledger": str(self.path)}
 
 
 Subject = MechanismSubject | ReleaseSubject | LedgerSubject
@@ -189,26 +166,11 @@ class Claim:
     allow_data_dependent: bool = True
     description: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "epsilon": self.epsilon, "delta": self.delta,
-                             "granularity": self.granularity, **self.subject.to_dict(),
-                             "allow_data_dependent": self.allow_data_dependent}
-        if self.party is not None:
-            d["party"] = self.party
-        if self.attack is not None:
-            d["attack"] = self.attack.to_dict()
-        if self.description:
-            d["description"] = self.description
-        return d
-
 
 @dataclass(frozen=True, slots=True)
 class ClaimsFile:
     path: Path | None
     claims: tuple[Claim, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": None if self.path is None else str(self.path), "claims": [c.to_dict() for c in self.claims]}
 
 
 def _unknown(keys: set[str], allowed: set[str], where: str) -> None:

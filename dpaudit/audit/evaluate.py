@@ -60,6 +60,7 @@ from dpaudit.errors import DataError, DPAuditError
 from dpaudit.executors import LocalExecutor
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
+from dpaudit.serial import from_dict
 from dpaudit.attacks.results import ESTIMATE, ESTIMATE_CAVEAT, HasBoundKind
 
 __all__ = [
@@ -133,16 +134,6 @@ class EmpiricalBound(HasBoundKind):
         return (f"epsilon {rel} {fmt_number(self.epsilon_lower_bound)} ({self.kind}, {self.attack}, confidence "
                 f"{fmt_number(self.confidence)}{extra}{spread})")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"attack": self.attack, "kind": self.kind, "epsilon_lower_bound": _num(self.epsilon_lower_bound),
-                "confidence": self.confidence, "delta": self.delta, "details": dict(self.details)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "EmpiricalBound":
-        return cls(attack=d["attack"], epsilon_lower_bound=float(_unnum(d["epsilon_lower_bound"])),
-                   confidence=float(d["confidence"]), delta=float(d["delta"]), details=dict(d.get("details", {})),
-                   kind=d.get("kind", ESTIMATE))
-
 
 #: ``runner(release_dir, budget, delta) -> EmpiricalBound``: runs ``budget.kind`` against the release.
 AttackRunner = Callable[[Path, AttackBudget, float], EmpiricalBound]
@@ -166,6 +157,8 @@ class ClaimResult:
     empirical: EmpiricalBound | None = None
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0
+
+    __json_computed__ = ("verdict", "held")
 
     @property
     def verdict(self) -> str:
@@ -203,27 +196,6 @@ class ClaimResult:
             text += " Warnings: " + " ".join(self.warnings)
         return text
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "subject": self.subject, "claimed_epsilon": self.claimed_epsilon,
-            "claimed_delta": self.claimed_delta, "granularity": self.granularity, "verdict": self.verdict,
-            "held": self.held, "refuted_by": list(self.refuted_by), "unproven_because": list(self.unproven_because),
-            "accounted": self.accounted.to_dict(),
-            "empirical": None if self.empirical is None else self.empirical.to_dict(),
-            "warnings": list(self.warnings), "seconds": self.seconds,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ClaimResult":
-        return cls(
-            name=d["name"], subject=d["subject"], claimed_epsilon=float(d["claimed_epsilon"]),
-            claimed_delta=float(d["claimed_delta"]), granularity=d["granularity"],
-            refuted_by=tuple(d["refuted_by"]), unproven_because=tuple(d["unproven_because"]),
-            accounted=PrivacyStatement.from_dict(d["accounted"]),
-            empirical=None if d.get("empirical") is None else EmpiricalBound.from_dict(d["empirical"]),
-            warnings=tuple(d.get("warnings", ())), seconds=float(d.get("seconds", 0.0)),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class ClaimsReport:
@@ -232,6 +204,8 @@ class ClaimsReport:
 
     path: str | None
     results: tuple[ClaimResult, ...]
+
+    __json_computed__ = ("verdict", "exit_code", "counts", "passed")
 
     @property
     def passed(self) -> bool:
@@ -331,14 +305,6 @@ class ClaimsReport:
         root.append(suite)
         ET.indent(root)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "verdict": self.verdict, "exit_code": self.exit_code, "counts": self.counts,
-                "passed": self.passed, "results": [r.to_dict() for r in self.results]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ClaimsReport":
-        return cls(path=d.get("path"), results=tuple(ClaimResult.from_dict(r) for r in d["results"]))
 
 
 def write_junit(report: ClaimsReport, path: str | Path) -> Path:
@@ -505,10 +471,7 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
             else:
                 if meta.get("statement") is None:
                     raise DataError(f"Release {str(subject.path)!r} has no accounted statement in release.json.")
-                try:
-                    res = AccountingResult.from_dict(meta["statement"])
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise DataError(f"The statement in {str(subject.path / 'release.json')!r} is malformed: {exc!r}") from None
+                res = from_dict(AccountingResult, meta["statement"], what=f"the statement in {str(subject.path / 'release.json')!r}")
                 st = res.statement
                 notes += list(res.warnings)
             stated = (meta.get("claim") or {}).get("granularity")

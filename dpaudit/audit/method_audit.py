@@ -135,6 +135,3 @@ class MethodAuditSpec:
         name = check_name(self.name or self.method, "name", o)    # it names the audit's folder under the run directory
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "params", dict(self.params))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "method": self.method, "params": dict(self.params)}

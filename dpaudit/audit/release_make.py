@@ -55,6 +55,7 @@ from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
 from dpaudit.training.release_meta import check_records, parse_train_config
+from dpaudit.serial import to_dict
 
 
 __all__ = ["make_release", "parse_claim", "SCORES_FORMAT"]
@@ -294,7 +295,7 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
             led = _repeat_ledger(led, runs_tried)
         st = dataclasses.replace(led.overall(), route=led.accountant)  # one route computed: the ledger's accountant
         flags += _tuning_flag(runs_tried, one, st.epsilon, claim)
-        return led.to_dict(), AccountingResult("ledger", (st,)).to_dict(), list(st.assumptions), flags, {"ledger": str(p)}
+        return led.to_dict(), to_dict(AccountingResult("ledger", (st,))), list(st.assumptions), flags, {"ledger": str(p)}
     if dp_events is not None:
         from dpaudit.integrations.dp_accounting import dp_event_from_json, ledger_from_dp_accounting
 
@@ -309,7 +310,7 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
             led = _repeat_ledger(led, runs_tried)
         st = dataclasses.replace(led.overall(), route=led.accountant)
         flags += _tuning_flag(runs_tried, one, st.epsilon, claim)
-        return led.to_dict(), AccountingResult("dp_accounting events", (st,)).to_dict(), list(st.assumptions), flags, source
+        return led.to_dict(), to_dict(AccountingResult("dp_accounting events", (st,))), list(st.assumptions), flags, source
     from dpaudit.integrations.opacus import OpacusRun, read_opacus
 
     source = {"opacus": "object"}
@@ -331,7 +332,7 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
         flags.append(("granularity_not_covered",
                       f"The claim is at {claim['granularity']!r} level, but Opacus accounts record-level DP (one "
                       "record added or removed); a user or party with several records is not covered."))
-    return run.ledger(delta, runs=runs_tried).to_dict(), result.to_dict(), list(result.statement.assumptions), flags, source
+    return run.ledger(delta, runs=runs_tried).to_dict(), to_dict(result), list(result.statement.assumptions), flags, source
 
 
 # --------------------------------------------------------------------------------------------------

@@ -32,16 +32,17 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit import __version__
+from dpaudit._version import __version__
 from dpaudit._io import make_output_dir, read_input_text, read_json, write_json
 from dpaudit.errors import (DPAuditError, DataError, OutputError, ParameterError, format_value, check_choice, check_float, check_int,
                             check_name, check_probability)
+from dpaudit.serial import from_dict, to_dict
 from dpaudit.executors import Executor, LocalExecutor, Unit
 from dpaudit.progress import QUIET, Reporter, as_reporter
 from dpaudit.threads import current as current_threads
 from dpaudit.report.flags import compute_flags, method_audit_flags
 from dpaudit.report.render import write_report
-from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit
+from dpaudit.report.schema import AttackSummary, AuditReport, ModelAudit, headline_statement
 from dpaudit.report.verdict import compute_verdicts
 
 __all__ = ["AttackSpec", "ModelRun", "AuditConfig", "default_config", "load_audit_config", "check_audit_config",
@@ -190,9 +191,6 @@ class AuditConfig:
         object.__setattr__(self, "confidence", check_probability(self.confidence, "confidence", owner))
         object.__setattr__(self, "delta", check_float(self.delta, "delta", owner, low=0.0, high=1.0, high_open=True))
         object.__setattr__(self, "n_bootstrap", check_int(self.n_bootstrap, "n_bootstrap", owner, low=0, high=MAX_BOOTSTRAP))
-
-    def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
 
 
 def default_config() -> AuditConfig:
@@ -465,7 +463,7 @@ def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache
         data = read_json(path)
         if data.get("key") == key:
             rep.log(f"  {spec.label}: cached (same settings, same release content)")
-            return AttackSummary.from_dict(data["summary"])
+            return from_dict(AttackSummary, data["summary"], what=str(path))
     rep.log(f"  {spec.label}: attacking")
     from dpaudit.audit.attack_release import attack_release
 
@@ -473,7 +471,7 @@ def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache
                             threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
                             n_bootstrap=cfg.n_bootstrap, seed=cfg.seed, checkpoint_dir=cache / f"{spec.label}.units")
     summary = _summary(report, spec.label, cfg.delta)
-    write_json(path, {"key": key, "summary": summary.to_dict()})
+    write_json(path, {"key": key, "summary": to_dict(summary)})
     return summary
 
 
@@ -482,7 +480,7 @@ def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, re
     from dpaudit.audit.canary_audit import run_canary_spec
 
     stage = out / "canary_audits" / spec.name
-    key = _hash({"spec": spec.to_dict(), "dataset": cfg.dataset, "seed": cfg.seed, "delta": cfg.delta,
+    key = _hash({"spec": to_dict(spec), "dataset": cfg.dataset, "seed": cfg.seed, "delta": cfg.delta,
                  "confidence": cfg.confidence, "data_dir": cfg.data_dir, "version": __version__})
     done = stage / "stage.json"
     if done.is_file() and (stage / "canary_audit.json").is_file() and read_json(done).get("key") == key:
@@ -492,7 +490,7 @@ def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, re
     res = run_canary_spec(spec, dataset=cfg.dataset, seed=cfg.seed, delta=cfg.delta, confidence=cfg.confidence,
                           data_dir=cfg.data_dir, device=device, out=stage, progress=rep)
     write_json(done, {"key": key})
-    return res.to_dict()
+    return to_dict(res)
 
 
 def _method_audit(spec: Any, cfg: AuditConfig, out: Path, rep: Reporter) -> dict:
@@ -504,7 +502,7 @@ def _method_audit(spec: Any, cfg: AuditConfig, out: Path, rep: Reporter) -> dict
     defaults = {"dataset": cfg.dataset, "data_dir": cfg.data_dir}
     params = {**{k: v for k, v in defaults.items() if k in taken and v is not None}, **spec.params}
     stage = out / "method_audits" / spec.name
-    key = _hash({"spec": spec.to_dict(), "params": params, "seed": cfg.seed, "confidence": cfg.confidence,
+    key = _hash({"spec": to_dict(spec), "params": params, "seed": cfg.seed, "confidence": cfg.confidence,
                  "version": __version__})
     done, result = stage / "stage.json", stage / "method_audit.json"
     if done.is_file() and result.is_file() and read_json(done).get("key") == key:
@@ -512,7 +510,7 @@ def _method_audit(spec: Any, cfg: AuditConfig, out: Path, rep: Reporter) -> dict
         return read_json(result)
     rep.log(f"method audit {spec.name}: certified audit of {spec.method}'s whole run")
     res = audit_method_run(spec.method, seed=cfg.seed, confidence=cfg.confidence, progress=rep, **params)
-    d = {"name": spec.name, **res.to_dict()}
+    d = {"name": spec.name, **to_dict(res)}
     write_json(result, d)
     write_json(done, {"key": key})
     return d
@@ -537,7 +535,7 @@ def _model_audit(name: str, run: ModelRun | None, release: Any, attacks: Sequenc
         # reference; a mechanism whose guarantee is not established for the release (ProxyFL's distilling proxy)
         # keeps its statement, with epsilon infinite
         eps = statement.get("epsilon")
-        no_mechanism = eps in ("inf", float("inf")) and (statement.get("headline") or {}).get("method") == "none"
+        no_mechanism = eps in ("inf", float("inf")) and headline_statement(statement).get("method") == "none"
         theoretical = None if no_mechanism else statement
     ledger = meta.get("ledger") or {}
     per_party = _per_party(ledger)
@@ -627,10 +625,10 @@ def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter
     method_audits = tuple(_method_audit(c, config, out, rep) for c in config.method_audits)
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
-        models=tuple(audits), flags=tuple(compute_flags(audits) + method_audit_flags(method_audits)), config=config.to_dict(),
+        models=tuple(audits), flags=tuple(compute_flags(audits) + method_audit_flags(method_audits)), config=to_dict(config),
         created_by=f"dpaudit {__version__}", elapsed_seconds=round(time.perf_counter() - t0, 1),
         verdicts=tuple(compute_verdicts(audits)), certified=certified, method_audits=method_audits,
-        settings={"threads": current_threads().to_dict(), "executor": ex.describe()},
+        settings={"threads": to_dict(current_threads()), "executor": ex.describe()},
     )
     write_report(report, out)
     rep.log(f"report written to {out}/report.html (and report.md, report.json)")

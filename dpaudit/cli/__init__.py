@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import click
 
-from dpaudit import __version__
+from dpaudit._version import __version__
 from dpaudit.errors import DPAuditError
 
 __all__ = ["cli", "main", "INTERNAL_ERROR"]

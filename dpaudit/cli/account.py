@@ -7,11 +7,8 @@ from typing import Any
 
 import click
 
-from dpaudit.accountants import mechanisms
-from dpaudit.accountants.gnmax import load_answered
-from dpaudit.accountants.pate import load_votes
-from dpaudit.accountants.smooth_sensitivity import release_gnmax_epsilon
 from dpaudit.accountants.rdp import parse_orders
+from dpaudit.api import account
 from dpaudit.cli.render import render_result, result_json
 
 MECHANISMS = ("ldp", "dpsgd", "tuning", "laplace", "gaussian", "pate", "gnmax")
@@ -72,45 +69,47 @@ def _check_options(mechanism: str, given: dict[str, Any]) -> None:
 
 
 def _call(mechanism: str, o: dict[str, Any]):
-    """One call of the mechanism table's function (:data:`dpaudit.accountants.mechanisms.ACCOUNTING_FUNCTIONS`).
+    """The options as one call of :func:`dpaudit.account` (the mechanism table's functions,
+    :data:`dpaudit.accountants.mechanisms.ACCOUNTING_FUNCTIONS`).
 
     The CLI's ``laplace`` and ``gaussian`` are the PATE noisy-max mechanisms without votes (data-independent):
     ``pate`` and ``gnmax`` with ``data_independent=True``."""
-    fns = mechanisms.ACCOUNTING_FUNCTIONS
     if mechanism == "ldp":
-        return fns["ldp"](o["epsilon"], o["samples"], o["classes"], rounds=o["rounds"], participation=o["participation"],
-                          users=o["users"], delta=o["delta"])
+        return account("ldp", epsilon=o["epsilon"], samples=o["samples"], classes=o["classes"], rounds=o["rounds"],
+                       participation=o["participation"], users=o["users"], delta=o["delta"])
     if mechanism in ("dpsgd", "tuning"):
         run = dict(dataset_size=o["dataset_size"], batch_size=o["batch_size"], noise_multiplier=o["noise_multiplier"],
                    epochs=o["epochs"], steps=o["steps"], delta=o["delta"], sampling=o["sampling"] or "poisson",
                    neighbouring=o["neighbouring"], drop_last=bool(o["drop_last"]))
         if mechanism == "dpsgd":
-            return fns["dpsgd"](**run, accountant=o["accountant"] or "best")
-        return fns["tuning"](runs_distribution=o["runs_distribution"], mean_runs=o["mean_runs"], eta=o["eta"], **run)
+            return account("dpsgd", **run, accountant=o["accountant"] or "best")
+        return account("tuning", runs_distribution=o["runs_distribution"], mean_runs=o["mean_runs"], eta=o["eta"], **run)
     orders = parse_orders(o["orders"]) if o["orders"] is not None else None
     if mechanism in ("laplace", "pate"):
         extra = {} if o["sensitivity"] is None else {"sensitivity": o["sensitivity"]}
         if mechanism == "laplace":
-            return fns["pate"](None, gamma=o["gamma"], delta=o["delta"], queries=o["queries"], data_independent=True,
-                               orders=orders, conversion=o["conversion"] or "best", **extra)
-        return fns["pate"](load_votes(o["votes"]), gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
-                           data_independent=o["data_independent"], fedkt_level=o["fedkt_level"], granularity=o["granularity"],
-                           partitions=o["partitions"], teachers=o["teachers"], z=o["z"], orders=orders,
-                           conversion=o["conversion"] or "best", **extra)
+            return account("pate", votes=None, gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
+                           data_independent=True, orders=orders, conversion=o["conversion"] or "best", **extra)
+        return account("pate", votes=o["votes"], gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
+                       data_independent=o["data_independent"], fedkt_level=o["fedkt_level"],
+                       granularity=o["granularity"], partitions=o["partitions"], teachers=o["teachers"], z=o["z"],
+                       orders=orders, conversion=o["conversion"] or "best", **extra)
     if mechanism == "gaussian":
-        answered = None if o["answered"] is None else load_answered(o["answered"], o["queries"])
-        return fns["gnmax"](None, sigma=o["sigma"], delta=o["delta"], queries=o["queries"], threshold=o["threshold"],
-                            sigma1=o["sigma1"], data_independent=True, orders=orders,
-                            answered=None if answered is None else int(answered.sum()), interactive=o["interactive"])
-    votes = load_votes(o["votes"])
-    answered = None if o["answered"] is None else load_answered(o["answered"], votes.shape[0])
+        answered = o["answered"]
+        if answered is not None:   # only the count of answered queries matters without votes
+            from dpaudit.accountants.gnmax import load_answered
+
+            answered = int(load_answered(answered, o["queries"]).sum())
+        return account("gnmax", votes=None, sigma=o["sigma"], delta=o["delta"], queries=o["queries"],
+                       threshold=o["threshold"], sigma1=o["sigma1"], data_independent=True, orders=orders,
+                       answered=answered, interactive=o["interactive"])
     if o["release_epsilon"]:
-        return release_gnmax_epsilon(votes, sigma=o["sigma"], delta=o["delta"], seed=o["seed"], threshold=o["threshold"],
-                                     sigma1=o["sigma1"], answered=answered, order=o["release_order"],
-                                     beta=o["release_beta"], sigma_ss=o["release_sigma_ss"])
-    return fns["gnmax"](votes, sigma=o["sigma"], delta=o["delta"], queries=o["queries"], threshold=o["threshold"],
-                        sigma1=o["sigma1"], data_independent=o["data_independent"], orders=orders, answered=answered,
-                        interactive=o["interactive"])
+        return account("gnmax", votes=o["votes"], release_epsilon=True, sigma=o["sigma"], delta=o["delta"],
+                       seed=o["seed"], threshold=o["threshold"], sigma1=o["sigma1"], answered=o["answered"],
+                       order=o["release_order"], beta=o["release_beta"], sigma_ss=o["release_sigma_ss"])
+    return account("gnmax", votes=o["votes"], sigma=o["sigma"], delta=o["delta"], queries=o["queries"],
+                   threshold=o["threshold"], sigma1=o["sigma1"], data_independent=o["data_independent"], orders=orders,
+                   answered=o["answered"], interactive=o["interactive"])
 
 
 @click.command("account")

@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 
 from dpaudit._format import fmt_number, make_console, printable, table_text
-from dpaudit._io import atomic_path, write_json
 from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
 from dpaudit.attacks.threshold import THRESHOLD_KINDS
@@ -159,56 +158,24 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     runs it only when you pass the same code (--factory / --train-fn, checked
     against the bundle's sha256) or --trust-bundle-code. Nothing in a bundle is
     unpickled; symbolic links in it are refused."""
-    from dpaudit.audit.attack_release import attack_out_dir, attack_output, attack_release
-    from dpaudit.executors import make_executor
-    from dpaudit.training.release import load_release
-    from dpaudit.training.usercode import BundleCode
+    from dpaudit.api import attack as run_attack
 
-    rep = as_reporter(not quiet, prefix="dpaudit attack")
-    code = BundleCode(factory=factory, train_fn=train_fn, trust_bundle=trust_bundle_code)
-    name = audit or ("compare" if compare else attack)
-    out = attack_out_dir(release, name, out, overwrite=overwrite)   # refused before any work
-    bundle = load_release(release, data_dir=data_dir, trust_data_dir=trust_data_dir, code=code)
+    result = run_attack(release, attack, out=out, audit=audit, compare=compare, shadows=shadows, classifier=classifier,
+                        per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
+                        population=population, gamma=gamma, rmia_a=rmia_a, per_record=per_record,
+                        confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed, canary=canary,
+                        canaries=canaries, models=models, score=score, analysis=analysis, strict=strict,
+                        overwrite=overwrite, factory=factory, train_fn=train_fn, trust_bundle_code=trust_bundle_code,
+                        data_dir=data_dir, trust_data_dir=trust_data_dir, executor=executor, ray_address=ray_address,
+                        progress=as_reporter(not quiet, prefix="dpaudit attack"))
     if audit is not None:
-        from dpaudit.audit.canary_audit import canary_audit_release
-
-        with attack_output(release, audit, out, overwrite=overwrite):
-            result = canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
-                                          score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
-                                          seed=seed, out=out, progress=rep, analysis=analysis, strict=strict)
         click.echo(printable(result.summary()))
         for note in result.notes:
             click.echo(f"note: {printable(note)}")
         return
-    from dpaudit.audit.attack_release import compare_release, release_record_images
-    from dpaudit.report.attack_outputs import comparison_text, write_comparison, write_per_record
-
     if compare:
-        with attack_output(release, name, out, overwrite=overwrite), \
-                make_executor(executor, address=ray_address, progress=rep) as ex, \
-                rep.stage(f"attack comparison on {release}"):
-            comp = compare_release(bundle, num_references=shadows, population=population, gamma=gamma, rmia_a=rmia_a,
-                                   confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,
-                                   checkpoint_dir=out / "units", per_record=per_record)
-            paths = write_comparison(out, comp, title=f"Reference-model attacks on {release}",
-                                     images_of=release_record_images(bundle), extra={"release": str(release)})
-        click.echo(comparison_text(comp))
-        rep.log("wrote " + ", ".join(str(p) for p in paths))
+        from dpaudit.report.attack_outputs import comparison_text
+
+        click.echo(comparison_text(result))
         return
-    with attack_output(release, attack, out, overwrite=overwrite), \
-            make_executor(executor, address=ray_address, progress=rep) as ex, rep.stage(f"{attack} attack on {release}"):
-        report = attack_release(bundle, attack=attack, num_shadows=shadows, classifier=classifier,
-                                per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
-                                rmia_online=not offline, population=population, gamma=gamma, rmia_a=rmia_a,
-                                confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,
-                                checkpoint_dir=out / "units", per_record=per_record)
-    path = write_json(out / "attack.json", {"release": str(release), **report.to_dict()})
-    if report.per_record is not None:
-        for p in write_per_record(out, report.per_record, images_of=release_record_images(bundle)):
-            rep.log(f"wrote {p}")
-    from dpaudit.attacks.plots import roc_figure
-    fig = roc_figure([r for r in (report.attack, report.blind) if r is not None])
-    with atomic_path(out / "roc.png", suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    click.echo(render(report))
-    rep.log(f"wrote {path} and {out / 'roc.png'}")
+    click.echo(render(result))

@@ -32,15 +32,13 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, tru
     levels plus the non-private baseline; loss-threshold, shadow-model and LiRA attacks). Progress goes to
     stderr; the summary, the verdicts and the flags to stdout.
     """
-    from dpaudit.audit.runner import default_config, load_audit_config, run_audit
+    from dpaudit.api import audit
     from dpaudit.report.render import (CERTIFIED_HEAD, INTRO, METHOD_AUDIT_HEAD, POWER_HEAD, SUMMARY_HEAD,
                                        certified_rows, grouped_flags, method_audit_rows, power_rows, summary_rows,
                                        verdict_lines)
-    from dpaudit.executors import make_executor
 
-    cfg = default_config() if config is None else load_audit_config(config)
-    with make_executor(executor, address=ray_address) as ex:
-        report = run_audit(cfg, out, device=device, progress=not quiet, executor=ex, trust_bundle_code=trust_bundle_code)
+    report = audit(config, out, device=device, progress=not quiet, executor=executor, ray_address=ray_address,
+                   trust_bundle_code=trust_bundle_code)
     console = make_console()
     printed: list[str] = []
 

@@ -17,6 +17,7 @@ from dpaudit._io import dumps_json, parse_toml_value, write_json
 from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, audit_method_run, method_run_parameters
 from dpaudit.errors import ParameterError
 from dpaudit.progress import as_reporter
+from dpaudit.serial import to_dict
 
 __all__ = ["command", "parse_sets"]
 
@@ -65,7 +66,7 @@ def command(method: str, sets: tuple[str, ...], seed: int, confidence: float, ou
     t0 = time.perf_counter()
     result = audit_method_run(method, seed=seed, confidence=confidence, progress=rep, **params)
     if out is not None:
-        path = write_json(Path(out) / "method_audit.json", result.to_dict())
+        path = write_json(Path(out) / "method_audit.json", to_dict(result))
         rep.log(f"wrote {path}")
     rep.log(f"done in {time.perf_counter() - t0:.1f} s")
-    click.echo(dumps_json(result.to_dict()) if as_json else result.summary())
+    click.echo(dumps_json(to_dict(result)) if as_json else result.summary())

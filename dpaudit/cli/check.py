@@ -13,10 +13,11 @@ from rich.text import Text
 
 from dpaudit._format import printable
 from dpaudit._io import dumps_json
-from dpaudit.audit import check_claims, write_junit
+from dpaudit.api import check
 from dpaudit.audit.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
 from dpaudit.cli.render import make_console, print_table, print_warnings
 from dpaudit.progress import as_reporter
+from dpaudit.serial import to_dict
 
 
 @click.command("check")
@@ -47,9 +48,9 @@ def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool,
     refuted, 2 on usage errors.
     """
     rep = as_reporter(not quiet, prefix="dpaudit check")
-    report = check_claims(claims, progress=rep, trust_bundle_code=trust_bundle_code)
+    report = check(claims, junit=junit, progress=rep, trust_bundle_code=trust_bundle_code)
     if as_json:
-        click.echo(dumps_json(report.to_dict()))
+        click.echo(dumps_json(to_dict(report)))
     else:
         console = make_console()
         print_table(console, list(report.TABLE_HEAD), report.rows())
@@ -62,6 +63,5 @@ def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool,
     for r in report.results:
         print_warnings(r.warnings, where=f" ({r.name})")
     if junit is not None:
-        write_junit(report, junit)
         rep.log(f"JUnit XML written to {junit}")
     ctx.exit(report.exit_code)

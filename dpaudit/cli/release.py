@@ -80,26 +80,23 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
          overwrite: bool) -> None:
     """Build a release bundle from a model trained elsewhere, so that `dpaudit attack`, `dpaudit audit` and
     `dpaudit check` work on it."""
-    from dpaudit.audit.release_make import make_release
+    from dpaudit.api import make_release
     from dpaudit.report.flags import RELEASE_FLAG_SEVERITY
-    from dpaudit.training.release import load_release
-    from dpaudit.training.usercode import BundleCode
 
-    path = make_release(
+    rel = make_release(
         out, claim=list(claims), model=model, factory=factory, factory_kwargs=_json_kwargs(factory_kwargs, "--factory-kwargs"),
         data=data, labels=labels, label_column=label_column, dataset=dataset,
         data_dir=None if data_dir is None else str(data_dir), members=members, nonmembers=nonmembers, attacker=attacker,
         scores=scores, train_fn=train_fn, recipe_model=recipe_model,
         recipe_kwargs=_json_kwargs(recipe_kwargs, "--recipe-kwargs"), recipe_config=recipe_config, ledger=ledger,
         dp_events=dp_events, opacus=opacus, runs_tried=runs_tried, seed=seed, overwrite=overwrite)
-    rel = load_release(path, code=BundleCode(factory=factory, train_fn=train_fn))   # the code you just named
-    meta = rel.meta
+    path, meta = rel.path, rel.meta
     st = meta.get("statement")
     click.echo(f"wrote {path} ({rel.kind} model, {len(rel.membership['members'])} members, "
                f"{len(rel.membership['nonmembers'])} non-members)")
     click.echo(f"claim: {meta['claim']['text']}")
     if st is not None:
-        head = st["headline"]
+        head = st["statement"]
         route = f", route {st['headline_route']}" if st.get("headline_route") else ""
         h_eps = float(head["epsilon"]) if isinstance(head["epsilon"], str) else head["epsilon"]  # "inf" in JSON
         click.echo(f"headline: ε = {fmt_number(h_eps)} at δ = {fmt_number(head['delta'])} ({st['mechanism']}{route}; the "

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dpaudit._format import fmt_number, make_console, print_table, printable
+from dpaudit.serial import to_dict
 from dpaudit.accountants.statement import AccountingResult
 
 __all__ = ["render_result", "render_run", "result_json", "format_number", "make_console", "print_table", "warn",
@@ -49,8 +50,8 @@ def _jsonable(x: Any) -> Any:
 
 
 def result_json(result: AccountingResult) -> str:
-    """Strict JSON (no NaN/Infinity literals) of ``result.to_dict()``."""
-    return json.dumps(_jsonable(result.to_dict()), indent=2, allow_nan=False)
+    """Strict JSON (no NaN/Infinity literals) of ``result`` (:func:`dpaudit.serial.to_dict`)."""
+    return json.dumps(_jsonable(to_dict(result)), indent=2, allow_nan=False)
 
 
 def render_result(result: AccountingResult, console: Console | None = None) -> None:

@@ -22,6 +22,7 @@ from dpaudit.attacks.compare import AttackComparison
 from dpaudit.attacks.per_record import PerRecordSummary, RecordScores, per_record_columns, summarise_records
 from dpaudit.attacks.plots import record_grid, roc_figure, score_histogram
 from dpaudit.attacks.results import ESTIMATE_CAVEAT, AttackResult
+from dpaudit.serial import to_dict
 
 __all__ = ["comparison_rows", "comparison_markdown", "comparison_text", "per_record_markdown", "write_per_record",
            "write_comparison"]
@@ -157,7 +158,7 @@ def write_per_record(out: str | Path, records: RecordScores, *,
     out = Path(out)
     summary = summarise_records(records, top=top)
     paths = [write_text(out / "per_record.csv", _csv_text(records)),
-             write_text(out / "per_record.json", dumps_json({"schema": 1, **summary.to_dict()}))]
+             write_text(out / "per_record.json", dumps_json({"schema": 1, **to_dict(summary)}))]
     s = records.scores[records.primary]
     paths.append(_save(score_histogram(s[records.member], s[~records.member],
                                        title=f"Per-record scores: {records.primary}"), out / "per_record_hist.png"))
@@ -175,11 +176,11 @@ def write_per_record(out: str | Path, records: RecordScores, *,
 def write_comparison(out: str | Path, comp: AttackComparison, *, title: str = "Reference-model attacks side by side",
                      images_of: Callable[[np.ndarray], np.ndarray | None] | None = None,
                      extra: dict | None = None) -> list[Path]:
-    """Write ``comparison.json`` (``extra`` fields first, then :meth:`AttackComparison.to_dict` without the
-    per-record scores), ``comparison.md``, ``roc_compare.png`` and, when the comparison kept every record's scores,
+    """Write ``comparison.json`` (``extra`` fields first, then :func:`dpaudit.serial.to_dict` of the comparison without
+    the per-record scores), ``comparison.md``, ``roc_compare.png`` and, when the comparison kept every record's scores,
     the per-record files (the scores go to ``per_record.csv``, not into ``comparison.json`` a second time)."""
     out = Path(out)
-    paths = [write_text(out / "comparison.json", dumps_json({**(extra or {}), **replace(comp, records=None).to_dict()})),
+    paths = [write_text(out / "comparison.json", dumps_json({**(extra or {}), **to_dict(replace(comp, records=None))})),
              _save(roc_figure(list(comp.results.values()), title="Reference-model attacks (same references)"),
                    out / "roc_compare.png"),
              write_text(out / "comparison.md", comparison_markdown(comp, title=title))]

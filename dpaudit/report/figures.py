@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
@@ -62,21 +62,56 @@ def _offscale(ax: Any, x: float, top: float, label: str, color: str) -> None:
                 fontsize=7, color=color, annotation_clip=False)
 
 
-def epsilon_figure(models: Sequence[ModelAudit]) -> Figure:
-    """Accounted epsilon (upper bound) beside the strongest empirical figure, per model (symlog scale).
+def _number(v: Any) -> float | None:
+    """A figure from a written audit (``"inf"`` strings included) as a float; None for none."""
+    if v is None:
+        return None
+    return float(v) if not isinstance(v, str) else float(v.replace("∞", "inf"))
 
-    Infinite accounted epsilons are an off-scale marker labelled "∞ (no mechanism)" or, for a mechanism whose
-    bound does not cover the release, "∞ (not established)"; empirical
-    figures of 0 are a visible marker labelled 0; certified bounds are solid, estimates hatched with their
-    split-seed range as an error bar.
+
+def _audit_groups(certified: Sequence[Mapping[str, Any]], method_audits: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """One group per certified audit of the report: its name, the accounted epsilon it is compared with, the
+    certified bound, the ideal attack's figure and (method audits) the paper's claim."""
+    groups = []
+    for c in certified:
+        b, st = c.get("bound", {}), c.get("settings", {})
+        groups.append({"name": f"{st.get('name') or st.get('target') or 'recipe'}\n(canary audit, {b.get('audit')})",
+                       "accounted": _number(c.get("accounted_epsilon")), "bound": _number(b.get("epsilon")),
+                       "kind": c.get("kind", b.get("kind", "certified")), "ideal": _number(b.get("ideal_epsilon")),
+                       "claim": None})
+    for c in method_audits:
+        b = c.get("bound", {})
+        groups.append({"name": f"{c.get('name') or c.get('method')}\n(method audit, whole run)",
+                       "accounted": _number(c.get("accounted_epsilon")), "bound": _number(b.get("epsilon")),
+                       "kind": c.get("kind", b.get("kind", "certified")), "ideal": _number(b.get("ideal_epsilon")),
+                       "claim": _number(c.get("claimed_epsilon"))})
+    return groups
+
+
+def epsilon_figure(models: Sequence[ModelAudit], certified: Sequence[Mapping[str, Any]] = (),
+                   method_audits: Sequence[Mapping[str, Any]] = ()) -> Figure:
+    """Accounted epsilon (upper bound) beside the strongest empirical figure, per model, and beside them the
+    certified audits of the report (``certified``: canary audits of DP-SGD recipes; ``method_audits``: audits of
+    methods' whole training runs; as written in ``report.json``), each with the accounted epsilon it is compared
+    with, the ideal attack's figure and the paper's claim (symlog scale).
+
+    Every empirical figure says its kind, in its label and its look: certified bounds are solid bars labelled
+    "≥ x (certified)", estimates hatched with their split-seed range as an error bar and labelled "≈ x (estimate)";
+    a model on which no attack found anything is a hollow marker "0 (none found)", never a certified 0. Infinite
+    accounted epsilons are an off-scale marker labelled "∞ (no mechanism)" or, for a mechanism whose bound does not
+    cover the release, "∞ (not established)"; a claim without an accounting of its own is a dashed red tick.
     """
-    fig = Figure(figsize=(max(7.5, 1.5 * len(models) + 2.5), 4.6), layout="constrained")  # room for the legend
+    groups = _audit_groups(certified, method_audits)
+    n = len(models) + len(groups)
+    fig = Figure(figsize=(max(7.5, 1.5 * n + 2.5), 4.8), layout="constrained")  # room for the legend
     ax = fig.add_subplot()
     x = np.arange(len(models))
     theo = np.array([m.theoretical_epsilon for m in models], dtype=float)
     best = [m.best_empirical for m in models]
     emp = np.array([b.epsilon_lower if b else 0.0 for b in best], dtype=float)
     finite = [float(t) for t in theo if math.isfinite(t)]
+    finite += [float(v) for g in groups for v in (g["accounted"], g["bound"], g["ideal"], g["claim"])
+               if v is not None and math.isfinite(v)]
     highs = [b.epsilon_range[1] for b in best if b is not None and b.epsilon_range is not None]
     top = max([2.0, *(f * 3.0 for f in finite), *(e * 3.0 for e in emp), *(h * 3.0 for h in highs)])
     w = 0.38
@@ -90,31 +125,61 @@ def epsilon_figure(models: Sequence[ModelAudit]) -> Figure:
             _offscale(ax, x[i] - w / 2, top, f"∞ ({why})", _RED)
     for i, b in enumerate(best):
         xe = x[i] + w / 2
-        if b is None:
-            ax.plot([xe], [0.0], marker="o", ms=6, color=_ORANGE, clip_on=False, zorder=5)
-            ax.annotate("0", (xe, 0.0), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7)
+        if b is None:   # no attack found anything: the attacks on one model are estimates, so no certified 0
+            ax.plot([xe], [0.0], marker="o", ms=6, mfc="white", mec=_ORANGE, clip_on=False, zorder=5)
+            ax.annotate("0 (none found)", (xe, 0.0), xytext=(0, 5), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=7)
             continue
-        ax.bar(xe, b.epsilon_lower, w, color=_ORANGE if b.certified else "white", edgecolor=_ORANGE,
-               hatch=None if b.certified else "///")
+        _empirical_bar(ax, xe, b.epsilon_lower, w, b.certified)
         if not b.certified and b.epsilon_range is not None:
             lo, hi = b.epsilon_range
             ax.errorbar([xe], [b.epsilon_lower], yerr=[[b.epsilon_lower - lo], [hi - b.epsilon_lower]], fmt="none",
                         ecolor=_GREY, capsize=3, lw=1)
-        ax.annotate(f"{b.epsilon_lower:.3g}", (xe, b.epsilon_lower), xytext=(6, 2), textcoords="offset points",
-                    ha="left", va="bottom", fontsize=7)
-    ax.set_xticks(x)
-    ax.set_xticklabels([m.name for m in models], rotation=20, ha="right", fontsize=8)
+    for j, g in enumerate(groups):
+        xg = len(models) + j
+        acc = g["accounted"]
+        if acc is None or not math.isfinite(acc):
+            _offscale(ax, xg - w / 2, top, "∞ (not\nestablished)" if acc is not None else "no\naccounting", _RED)
+        else:
+            ax.bar(xg - w / 2, acc, w, color=_BLUE)
+            ax.annotate(f"{acc:.3g}", (xg - w / 2, acc), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=7)
+        if g["bound"] is not None:
+            _empirical_bar(ax, xg + w / 2, g["bound"], w, g["kind"] == "certified")
+        if g["ideal"] is not None and math.isfinite(g["ideal"]):
+            ax.plot([xg + w / 2], [g["ideal"]], marker="D", ms=5, color=_GREY, zorder=6)
+        if g["claim"] is not None and math.isfinite(g["claim"]):
+            ax.hlines(g["claim"], xg - w, xg + w, colors=_RED, linestyles="--", lw=1.4, zorder=6)
+            ax.annotate(f"claim {g['claim']:.3g}", (xg - w, g["claim"]), xytext=(-2, 0), textcoords="offset points",
+                        ha="right", va="center", fontsize=7, color=_RED)
+    if groups:
+        ax.axvline(len(models) - 0.5, color=_GREY, lw=0.8, ls=":")
+    ax.set_xticks(np.arange(n))
+    ax.set_xticklabels([m.name for m in models] + [g["name"] for g in groups], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("epsilon (symlog scale)")
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylim(0, top)
-    ax.set_title("accounted vs measured privacy loss")
-    ax.legend(handles=[Patch(color=_BLUE, label="accounted epsilon (upper bound)"),
-                       Patch(facecolor="white", edgecolor=_ORANGE, hatch="///",
-                             label="empirical estimate (not certified; bar: range over split seeds)"),
-                       Patch(color=_ORANGE, label="empirical certified lower bound"),
-                       Patch(color=_RED, label="▲ off scale: epsilon = ∞ (no mechanism, or no guarantee established)")],
-              fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
+    ax.set_title("accounted vs measured privacy loss" + (" (right of the dotted line: certified audits)" if groups else ""))
+    handles = [Patch(color=_BLUE, label="accounted epsilon (upper bound)"),
+               Patch(facecolor="white", edgecolor=_ORANGE, hatch="///",
+                     label="empirical estimate (not certified; bar: range over split seeds)"),
+               Patch(color=_ORANGE, label="empirical certified lower bound (canary / method audits, independent trials)"),
+               Patch(color=_RED, label="▲ off scale: epsilon = ∞ (no mechanism, or no guarantee established)")]
+    if groups:
+        from matplotlib.lines import Line2D
+
+        handles += [Line2D([], [], marker="D", ls="", color=_GREY, label="ideal attack at the same trials (reference)"),
+                    Line2D([], [], ls="--", color=_RED, label="the paper's claimed epsilon")]
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
     return fig
+
+
+def _empirical_bar(ax: Any, x: float, value: float, width: float, certified: bool) -> None:
+    """An empirical figure: a solid bar "≥ x (certified)" or a hatched one "≈ x (estimate)"."""
+    ax.bar(x, value, width, color=_ORANGE if certified else "white", edgecolor=_ORANGE,
+           hatch=None if certified else "///")
+    label = f"≥ {value:.3g} (certified)" if certified else f"≈ {value:.3g} (estimate)"
+    ax.annotate(label, (x, value), xytext=(6, 2), textcoords="offset points", ha="left", va="bottom", fontsize=7)
 
 
 def privacy_utility_figure(models: Sequence[ModelAudit], utility_key: str = "test_accuracy") -> Figure:

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from dpaudit._format import fmt_number
 from dpaudit.attacks.results import ESTIMATE_CAVEAT
-from dpaudit.report.schema import Flag, ModelAudit
+from dpaudit.report.schema import Flag, ModelAudit, headline_statement
 from dpaudit.report.verdict import CHANCE_MARGIN, fmt_epsilon, near_chance
 
 __all__ = ["compute_flags", "method_audit_flags", "RELEASE_FLAG_SEVERITY"]
@@ -38,14 +38,14 @@ RELEASE_FLAG_SEVERITY = {
 def _statements(m: ModelAudit) -> list[dict]:
     if m.theoretical is None:
         return []
-    return list(m.theoretical.get("statements", [])) or [m.theoretical.get("headline", {})]
+    return list(m.theoretical.get("statements", [])) or [headline_statement(m.theoretical)]
 
 
 def compute_flags(models: Iterable[ModelAudit]) -> list[Flag]:
     flags: list[Flag] = []
     for m in models:
         eps_theory = m.theoretical_epsilon
-        head = (m.theoretical or {}).get("headline", {}) if m.theoretical else {}
+        head = headline_statement(m.theoretical)
         # 1. empirical epsilon above the theoretical epsilon: a bug in the accountant, the mechanism or the attack
         #    (red only on certified evidence; an estimate above the accounting is a warning)
         for a in m.attacks:

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 from dpaudit._format import fmt_number
+from dpaudit.serial import to_dict
 from dpaudit._io import dumps_json, write_bytes, write_text
 from dpaudit.attacks.results import ESTIMATE_CAVEAT
 from dpaudit.report import figures as F
-from dpaudit.report.schema import AuditReport, Flag, ModelAudit
+from dpaudit.report.schema import AuditReport, Flag, ModelAudit, headline_statement
 from dpaudit.report.verdict import POWER_FPR, attack_power, compute_verdicts, fmt_empirical, fmt_epsilon
 
 __all__ = ["to_markdown", "to_html", "write_report", "figure_set", "summary_rows", "SUMMARY_HEAD",
@@ -50,8 +51,10 @@ def figure_set(report: AuditReport) -> list[_Figure]:
         _Figure("roc.png", "ROC of each attack (log-log; shaded: bootstrap band; curves stop at the smallest "
                 "resolvable FPR, 1/n; chance dotted).", lambda: F.roc_figure(ms)),
         _Figure("epsilon.png", "Accounted epsilon (upper bound) vs the strongest empirical figure per model "
-                "(hatched: estimate with its split-seed range; ▲: infinite, off scale; ●: zero).",
-                lambda: F.epsilon_figure(ms)),
+                "(hatched: estimate with its split-seed range; ▲: infinite, off scale; ○: no attack found anything)"
+                + (", and the certified canary and whole-run method audits beside them (solid: certified lower bound; "
+                   "◆: ideal attack; dashed: the paper's claim)" if report.certified or report.method_audits else "")
+                + ".", lambda: F.epsilon_figure(ms, report.certified, report.method_audits)),
     ]
     if sum(m.noise is not None for m in ms) >= 2:
         out.append(_Figure("privacy_utility.png", "Test accuracy (left axis) and strongest attack AUC (right axis) "
@@ -153,7 +156,7 @@ def _assumptions(m: ModelAudit) -> list[str]:
 
 def _statement_rows(m: ModelAudit) -> list[list[str]]:
     rows = []
-    head = (m.theoretical or {}).get("headline")
+    head = headline_statement(m.theoretical)
     for s in (m.theoretical or {}).get("statements", []):
         e = s["epsilon"]
         e = float(e) if isinstance(e, str) else e
@@ -371,8 +374,7 @@ th{background:#f2f2f2}.red{background:#fde2e1;border-left:5px solid #c0392b;padd
 .warning{background:#fff4d6;border-left:5px solid #e0a100;padding:.4em .8em;margin:.4em 0}
 .info{background:#eef3fb;border-left:5px solid #4c72b0;padding:.4em .8em;margin:.4em 0}figure{margin:1em 0}
 img{max-width:100%}figcaption{font-size:.85em;color:#555}.verdicts li{margin:.2em 0}
-.figs{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}.figs figure{flex:0 1 calc(50% - .5em);margin:0}
-.figs figure.wide{flex-basis:100%}details{margin:.4em 0}"""
+.figs figure{margin:1em 0}.figs img{width:100%;height:auto}details{margin:.4em 0}"""
 
 
 def _html_table(head: list[str], rows: list[list[str]]) -> str:
@@ -417,9 +419,9 @@ def to_html(report: AuditReport, figures_png: list[tuple[str, str, bytes]] | Non
                "<p>No non-private reference in this audit: the attacks' power is unknown.</p>")
     if figures_png:
         out.append("<h2 id='figures'>Figures</h2><div class='figs'>")
-        for i, (_, caption, data) in enumerate(figures_png):
+        for _, caption, data in figures_png:
             b64 = base64.b64encode(data).decode("ascii")
-            out.append(f"<figure{' class=wide' if i == 0 else ''}><img alt='{e(caption)}' src='data:image/png;base64,{b64}'>"
+            out.append(f"<figure><img alt='{e(caption)}' src='data:image/png;base64,{b64}'>"
                        f"<figcaption>{e(caption)}</figcaption></figure>")
         out.append("</div>")
     if report.flags:
@@ -453,7 +455,7 @@ def write_report(report: AuditReport, out_dir: str | Path) -> Path:
         pngs.append((fig.file, fig.caption, data))
     write_text(out / "report.md", to_markdown(report, [(f, c) for f, c, _ in pngs]))
     write_text(out / "report.html", to_html(report, pngs))
-    payload = report.to_dict()
+    payload = to_dict(report)
     payload["figures"] = [f for f, _, _ in pngs]
     write_text(out / "report.json", dumps_json(payload))
     return out

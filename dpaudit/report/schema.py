@@ -1,4 +1,4 @@
-"""The typed content of an audit report (``report.json``, schema ``dpaudit.report/2``).
+"""The typed content of an audit report (``report.json``, schema ``dpaudit.report/3``).
 
 A report is a list of audited models; each holds its utility, its theoretical epsilon (the accountant's
 statement, with assumptions), each attack's metrics with an empirical epsilon that says whether it is a
@@ -7,7 +7,11 @@ certified lower bound or an estimate (``epsilon_kind``), and the blind baseline.
 never typed by hand.
 
 Schema 2 added ``epsilon_kind``, ``epsilon_range``, ``num_splits``, ``roc_band`` (attacks), ``num_classes``
-(models) and ``verdicts``; schema-1 files are still read (their bounds were single-model estimates).
+(models) and ``verdicts``. Schema 3 is written by the one serialiser (:mod:`dpaudit.serial`), field for field:
+an attack's ROC points are ``roc_fpr`` / ``roc_tpr`` (were ``roc: {fpr, tpr}``), release flags and verdict clauses
+are ``[code, text]`` pairs (were objects), the certified canary audits are ``certified`` (was
+``certified_audits``, present only when non-empty); its JSON Schema is ``dpaudit/schemas/report.json``.
+:func:`read_report` reads schemas 1-3 (schema-1 bounds were single-model estimates).
 """
 
 from __future__ import annotations
@@ -16,17 +20,33 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from dpaudit._io import json_number as _f, parse_json_number as _uf
 from dpaudit.attacks.results import CERTIFIED, ESTIMATE, check_bound_kind
+from dpaudit.errors import DataError
+from dpaudit.serial import JsonUpgrade, JsonValue, from_dict, parse_json_number as _uf
 
-__all__ = ["SCHEMA", "AttackSummary", "ModelAudit", "Flag", "Verdict", "AuditReport"]
+__all__ = ["SCHEMA", "READABLE_SCHEMAS", "AttackSummary", "ModelAudit", "Flag", "Verdict", "AuditReport", "read_report",
+           "headline_statement"]
 
-SCHEMA = "dpaudit.report/2"
-_READABLE = ("dpaudit.report/1", SCHEMA)
+SCHEMA = "dpaudit.report/3"
+READABLE_SCHEMAS = ("dpaudit.report/1", "dpaudit.report/2", SCHEMA)
+
+
+def headline_statement(accounting: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The headline statement of an accounting result as written in a file (``{}`` for None): its ``statement``
+    (files of the one serialiser), or ``statements[headline]``, or the ``headline`` object of older files."""
+    if not accounting:
+        return {}
+    if isinstance(accounting.get("statement"), Mapping):
+        return accounting["statement"]
+    head = accounting.get("headline")
+    if isinstance(head, Mapping):
+        return head
+    statements = list(accounting.get("statements") or ())
+    return statements[head] if isinstance(head, int) and 0 <= head < len(statements) else {}
 
 
 @dataclass(frozen=True)
-class AttackSummary:
+class AttackSummary(JsonUpgrade):
     """One attack on one model. Scores point the usual way: larger = more likely member.
 
     ``epsilon_lower`` is the empirical epsilon at ``confidence`` (for the stated ``delta``), with an honest
@@ -80,55 +100,18 @@ class AttackSummary:
                 return float(v)
         return None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attack": self.attack,
-            "auc": self.auc,
-            "auc_ci": list(self.auc_ci) if self.auc_ci else None,
-            "tpr_at_fpr": dict(self.tpr_at_fpr),
-            "accuracy": self.accuracy,
-            "precision": self.precision,
-            "recall": self.recall,
-            "f1": self.f1,
-            "epsilon_lower": _f(self.epsilon_lower),
-            "epsilon_kind": self.epsilon_kind,
-            "epsilon_range": None if self.epsilon_range is None else [_f(x) for x in self.epsilon_range],
-            "num_splits": self.num_splits,
-            "confidence": self.confidence,
-            "delta": self.delta,
-            "blind_auc": self.blind_auc,
-            "blind_epsilon_lower": _f(self.blind_epsilon_lower),
-            "num_members": self.num_members,
-            "num_nonmembers": self.num_nonmembers,
-            "roc": {"fpr": list(self.roc_fpr), "tpr": list(self.roc_tpr)},
-            "roc_band": None if self.roc_band is None else {k: list(v) for k, v in self.roc_band.items()},
-            "details": dict(self.details),
-            "epsilon_credible": None if self.epsilon_credible is None else [_f(x) for x in self.epsilon_credible],
-            "tpr_ci": {k: list(v) for k, v in self.tpr_ci.items()},
-        }
-
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AttackSummary":
-        roc = d.get("roc") or {}
-        return cls(
-            attack=d["attack"], auc=d["auc"], tpr_at_fpr=dict(d["tpr_at_fpr"]), accuracy=d["accuracy"],
-            precision=d["precision"], recall=d["recall"], f1=d["f1"], epsilon_lower=_uf(d["epsilon_lower"]),
-            confidence=d["confidence"], delta=d["delta"], blind_auc=d["blind_auc"],
-            blind_epsilon_lower=_uf(d["blind_epsilon_lower"]),
-            auc_ci=tuple(d["auc_ci"]) if d.get("auc_ci") else None,
-            roc_fpr=tuple(roc.get("fpr", ())), roc_tpr=tuple(roc.get("tpr", ())),
-            num_members=d.get("num_members", 0), num_nonmembers=d.get("num_nonmembers", 0),
-            details=dict(d.get("details", {})), epsilon_kind=d.get("epsilon_kind", ESTIMATE),
-            epsilon_range=tuple(_uf(x) for x in d["epsilon_range"]) if d.get("epsilon_range") else None,  # type: ignore[arg-type]
-            num_splits=int(d.get("num_splits", 1)),
-            roc_band={k: tuple(v) for k, v in d["roc_band"].items()} if d.get("roc_band") else None,
-            epsilon_credible=tuple(_uf(x) for x in d["epsilon_credible"]) if d.get("epsilon_credible") else None,  # type: ignore[arg-type]
-            tpr_ci={k: tuple(v) for k, v in dict(d.get("tpr_ci") or {}).items()},
-        )
+    def __json_upgrade__(cls, d: Any) -> Any:
+        """Schemas 1-2: the ROC points were ``roc: {fpr, tpr}``."""
+        if isinstance(d, Mapping) and "roc" in d and "roc_fpr" not in d:
+            d = dict(d)
+            roc = d.pop("roc") or {}
+            d["roc_fpr"], d["roc_tpr"] = roc.get("fpr", ()), roc.get("tpr", ())
+        return d
 
 
 @dataclass(frozen=True)
-class ModelAudit:
+class ModelAudit(JsonUpgrade):
     """One audited model: a release, its accounted guarantee and the attacks on it.
 
     ``theoretical`` is an :class:`~dpaudit.accountants.statement.AccountingResult` as a dict, or ``None``
@@ -140,7 +123,7 @@ class ModelAudit:
     method: str
     release: str
     utility: Mapping[str, float]
-    theoretical: Mapping[str, Any] | None
+    theoretical: Mapping[str, JsonValue] | None
     attacks: tuple[AttackSummary, ...]
     noise: float | None = None
     noise_label: str = ""
@@ -151,6 +134,16 @@ class ModelAudit:
     params: Mapping[str, Any] = field(default_factory=dict)
     release_flags: tuple[tuple[str, str], ...] = ()
     num_classes: int = 0
+
+    __json_computed__ = ("theoretical_epsilon",)
+
+    @classmethod
+    def __json_upgrade__(cls, d: Any) -> Any:
+        """Schemas 1-2: release flags were ``{code, message}`` objects."""
+        if isinstance(d, Mapping) and any(isinstance(f, Mapping) for f in d.get("release_flags") or ()):
+            d = {**d, "release_flags": [[f["code"], f["message"]] if isinstance(f, Mapping) else f
+                                        for f in d["release_flags"]]}
+        return d
 
     @property
     def theoretical_epsilon(self) -> float:
@@ -179,46 +172,23 @@ class ModelAudit:
         """A model trained without a privacy mechanism: the reference that shows what the attacks can do."""
         return self.theoretical is None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "method": self.method,
-            "release": self.release,
-            "noise": self.noise,
-            "noise_label": self.noise_label,
-            "params": dict(self.params),
-            "num_train": self.num_train,
-            "utility": dict(self.utility),
-            "theoretical_epsilon": _f(self.theoretical_epsilon),
-            "theoretical": dict(self.theoretical) if self.theoretical is not None else None,
-            "claim": dict(self.claim) if self.claim else None,
-            "per_party_epsilon": {k: _f(v) for k, v in self.per_party_epsilon.items()},
-            "assumptions": list(self.assumptions),
-            "attacks": [a.to_dict() for a in self.attacks],
-            "release_flags": [{"code": c, "message": m} for c, m in self.release_flags],
-            "num_classes": self.num_classes,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ModelAudit":
-        return cls(
-            name=d["name"], method=d["method"], release=d["release"], utility=dict(d["utility"]),
-            theoretical=d.get("theoretical"), attacks=tuple(AttackSummary.from_dict(a) for a in d["attacks"]),
-            noise=d.get("noise"), noise_label=d.get("noise_label", ""), claim=d.get("claim"),
-            per_party_epsilon={k: _uf(v) for k, v in dict(d.get("per_party_epsilon", {})).items()},
-            assumptions=tuple(d.get("assumptions", ())), num_train=d.get("num_train", 0), params=dict(d.get("params", {})),
-            release_flags=tuple((f["code"], f["message"]) for f in d.get("release_flags", ())),
-            num_classes=int(d.get("num_classes", 0)),
-        )
-
 
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(JsonUpgrade):
     """The one-line verdict on a model: ``clauses`` are ``(code, text)`` pairs computed from the structured
     audit by :func:`dpaudit.report.verdict.verdict` (codes are stable, texts are for readers)."""
 
     model: str
     clauses: tuple[tuple[str, str], ...]
+
+    __json_computed__ = ("text",)
+
+    @classmethod
+    def __json_upgrade__(cls, d: Any) -> Any:
+        """Schemas 1-2: clauses were ``{code, text}`` objects."""
+        if isinstance(d, Mapping) and any(isinstance(c, Mapping) for c in d.get("clauses") or ()):
+            d = {**d, "clauses": [[c["code"], c["text"]] if isinstance(c, Mapping) else c for c in d["clauses"]]}
+        return d
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -227,14 +197,6 @@ class Verdict:
     @property
     def text(self) -> str:
         return "; ".join(t for _, t in self.clauses)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "text": self.text,
-                "clauses": [{"code": c, "text": t} for c, t in self.clauses]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
-        return cls(d["model"], tuple((c["code"], c["text"]) for c in d.get("clauses", ())))
 
 
 @dataclass(frozen=True)
@@ -247,16 +209,9 @@ class Flag:
     model: str
     message: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"severity": self.severity, "code": self.code, "model": self.model, "message": self.message}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, str]) -> "Flag":
-        return cls(d["severity"], d["code"], d["model"], d["message"])
-
 
 @dataclass(frozen=True)
-class AuditReport:
+class AuditReport(JsonUpgrade):
     title: str
     seed: int
     dataset: Mapping[str, Any]
@@ -267,45 +222,26 @@ class AuditReport:
     elapsed_seconds: float | None = None
     schema: str = SCHEMA
     verdicts: tuple[Verdict, ...] = ()
-    certified: tuple[Mapping[str, Any], ...] = ()  # certified canary audits (CanaryAuditResult.to_dict())
-    method_audits: tuple[Mapping[str, Any], ...] = ()  # certified audits of methods' whole runs (MethodRunAudit.to_dict())
-    settings: Mapping[str, Any] = field(default_factory=dict)  # how the run ran, e.g. {"threads": ThreadSetting.to_dict()}
+    certified: tuple[Mapping[str, Any], ...] = ()  # certified canary audits (CanaryAuditResult, as written)
+    method_audits: tuple[Mapping[str, Any], ...] = ()  # certified audits of methods' whole runs (MethodRunAudit, as written)
+    settings: Mapping[str, Any] = field(default_factory=dict)  # how the run ran, e.g. {"threads": to_dict(ThreadSetting)}
 
     def verdict_for(self, model: str) -> Verdict | None:
         return next((v for v in self.verdicts if v.model == model), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        extra = {"certified_audits": [dict(c) for c in self.certified]} if self.certified else {}
-        if self.method_audits:
-            extra["method_audits"] = [dict(c) for c in self.method_audits]
-        return {
-            "schema": self.schema,
-            "title": self.title,
-            "created_by": self.created_by,
-            "seed": self.seed,
-            "elapsed_seconds": self.elapsed_seconds,
-            "settings": dict(self.settings),
-            "dataset": dict(self.dataset),
-            "config": dict(self.config),
-            "verdicts": [v.to_dict() for v in self.verdicts],
-            "flags": [f.to_dict() for f in self.flags],
-            "models": [m.to_dict() for m in self.models],
-            **extra,
-        }
-
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AuditReport":
-        if d.get("schema") not in _READABLE:
-            from dpaudit.errors import DataError
+    def __json_upgrade__(cls, d: Any) -> Any:
+        """Schemas 1-2: the canary audits were ``certified_audits``; the report now says it is schema 3."""
+        if isinstance(d, Mapping) and d.get("schema") in READABLE_SCHEMAS[:-1]:
+            d = dict(d)
+            d["certified"] = d.pop("certified_audits", ())
+            d["schema"] = SCHEMA
+        return d
 
-            raise DataError(f"report.json has schema {d.get('schema')!r}; this dpaudit reads {', '.join(_READABLE)}.")
-        return cls(
-            title=d["title"], seed=d["seed"], dataset=dict(d["dataset"]),
-            models=tuple(ModelAudit.from_dict(m) for m in d["models"]),
-            flags=tuple(Flag.from_dict(f) for f in d.get("flags", ())), config=dict(d.get("config", {})),
-            created_by=d.get("created_by", ""), elapsed_seconds=d.get("elapsed_seconds"), schema=d["schema"],
-            verdicts=tuple(Verdict.from_dict(v) for v in d.get("verdicts", ())),
-            certified=tuple(dict(c) for c in d.get("certified_audits", ())),
-            method_audits=tuple(dict(c) for c in d.get("method_audits", ())),
-            settings=dict(d.get("settings") or {}),
-        )
+
+def read_report(data: Any, what: str = "report.json") -> AuditReport:
+    """An :class:`AuditReport` from the contents of a ``report.json`` of any schema in :data:`READABLE_SCHEMAS`."""
+    schema = data.get("schema") if isinstance(data, Mapping) else None
+    if schema not in READABLE_SCHEMAS:
+        raise DataError(f"{what} has schema {schema!r}; this dpaudit reads {', '.join(READABLE_SCHEMAS)}.")
+    return from_dict(AuditReport, data, what=what)

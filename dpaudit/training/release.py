@@ -32,15 +32,16 @@ import numpy as np
 from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, open_input, save_npy, save_npz,
                          write_json)
 from dpaudit.errors import DataError, ParameterError, format_value, check_int
+from dpaudit.serial import to_dict
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
 from dpaudit.training.bundle_arrays import (MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, check_bundle_scores,
                                             check_canary_view, check_records, check_votes)
-from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, SCHEMA_VERSION, ReleaseMeta,
-                                           check_canary_entry, parse_release_meta)
+from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION,
+                                           ReleaseMeta, check_canary_entry, parse_release_meta)
 
-__all__ = ["SCHEMA_VERSION", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release", "bundle_digest",
+__all__ = ["SCHEMA_VERSION", "READABLE_SCHEMA_VERSIONS", "MEMBERSHIP_KEYS", "Release", "write_release", "load_release", "bundle_digest",
            "read_release_meta", "MAX_BUNDLE_ENTRIES", "check_release_target", "FLAG_CODES",
            "OUTSIDE_DATASETS", "MAX_RECORDS", "MAX_CLASSES", "MAX_INPUT_SIZE", "MAX_RELEASE_JSON_BYTES",
            "MAX_BUNDLE_BYTES"]
@@ -63,10 +64,10 @@ def _as_dict(obj: Any, name: str) -> dict | None:
         return None
     if isinstance(obj, Mapping):
         return json.loads(json.dumps(dict(obj), default=_json_default))
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        return json.loads(json.dumps(to_dict(), default=_json_default))
-    raise ParameterError(f"The '{name}' parameter of write_release must be a dict or have to_dict(). Got {type(obj).__name__} instead.")
+    try:
+        return json.loads(json.dumps(to_dict(obj), default=_json_default))  # a result object: the one serialiser
+    except TypeError:
+        raise ParameterError(f"The '{name}' parameter of write_release must be a dict or a result object. Got {type(obj).__name__} instead.") from None
 
 
 def _json_default(o: Any) -> Any:
@@ -272,7 +273,7 @@ def write_release(
         :func:`~dpaudit.training.canaries.release_canary_files` returns them: ``canaries.npz`` (the attacker's
         view), ``canaries_truth.npz`` (the inclusion bits) and the ``release.json["canaries"]`` entry.
     run : dict, optional
-        How the training ran (``release.json["run"]``), e.g. ``{"threads": ThreadSetting.to_dict()}``
+        How the training ran (``release.json["run"]``), e.g. ``{"threads": to_dict(ThreadSetting)}``
         (:mod:`dpaudit.threads`); informational, read by nothing.
     """
     owner = "write_release"
@@ -303,7 +304,7 @@ def write_release(
     mem = _check_membership(membership, ds["num_records"], owner)
     if votes is not None:
         votes = check_votes(votes, owner, None if classifier is None else classifier.spec.num_classes)
-    from dpaudit import __version__
+    from dpaudit._version import __version__
 
     util = _as_dict(utility, "utility") or {}
     acc = util.get("test_accuracy")
@@ -385,6 +386,12 @@ class Release:
     #: Every field of ``release.json``, checked and typed (:func:`~dpaudit.training.release_meta.parse_release_meta`);
     #: None only for releases built in memory without one.
     info: ReleaseMeta | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, *, data_dir: str | Path | None = None, trust_data_dir: bool = False,
+             code: Any = None) -> "Release":
+        """Load and check the bundle at ``path`` (:func:`load_release`; ``dpaudit.Release.load(path)``)."""
+        return load_release(path, data_dir=data_dir, trust_data_dir=trust_data_dir, code=code)
 
     @property
     def canary_info(self) -> dict | None:

@@ -23,17 +23,23 @@ from typing import Any, Mapping
 
 from dpaudit.accountants.granularity import canonical_granularity
 from dpaudit.errors import DataError, DPAuditError, ParameterError, format_value
+from dpaudit.serial import from_dict
 from dpaudit.training.bundle_arrays import (MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, SCORE_ARRAYS,  # noqa: F401
                                             check_bundle_scores, check_canary_view, check_records)
 
 __all__ = [
-    "SCHEMA_VERSION", "MAX_RECORDS", "MAX_CLASSES", "MAX_INPUT_SIZE", "OUTSIDE_DATASETS", "EXTERNAL_MODEL_KINDS",
+    "SCHEMA_VERSION", "READABLE_SCHEMA_VERSIONS", "MAX_RECORDS", "MAX_CLASSES", "MAX_INPUT_SIZE", "OUTSIDE_DATASETS", "EXTERNAL_MODEL_KINDS",
     "SCORE_FILE_KINDS", "SCORE_ARRAYS", "FLAG_CODES", "ReleaseClaim", "DatasetRef", "Recipe", "ModelRef", "ReleaseMeta",
     "parse_release_meta", "parse_train_config", "parse_claim_entry", "check_records", "check_bundle_scores",
     "check_canary_entry", "check_canary_view", "plain_file_name",
 ]
 
-SCHEMA_VERSION = 1
+#: The version of ``release.json`` that :func:`~dpaudit.training.release.write_release` writes (its JSON Schema:
+#: ``dpaudit/schemas/release.json``). Version 2: the accounting result under ``statement`` is written by the one
+#: serialiser (``headline`` is an index into ``statements``, the headline figure is ``statement.statement``).
+SCHEMA_VERSION = 2
+#: The versions this dpaudit reads: version-1 bundles (``statement.headline`` the statement object itself) too.
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 #: Dataset names of releases made from outside artefacts (``dpaudit release make``): ``bundled`` -- the records
 #: are the bundle's ``data.npz`` (X, y); ``scores`` -- no records, only the model's outputs (``scores.npz``).
@@ -451,7 +457,7 @@ def _accounting(meta: Mapping, where: str) -> tuple[Any, Any]:
             raise _wrap(where, "ledger", exc) from None
     if meta.get("statement") is not None:
         try:
-            statement = AccountingResult.from_dict(_obj(meta["statement"], where, "statement"))
+            statement = from_dict(AccountingResult, _obj(meta["statement"], where, "statement"), what="statement")
         except DataError as exc:
             if str(exc).startswith(where):
                 raise
@@ -477,9 +483,9 @@ def parse_release_meta(meta: Any, where: str) -> ReleaseMeta:
     """
     meta = _obj(meta, where, "release.json")
     schema = meta.get("schema")
-    if isinstance(schema, bool) or schema != SCHEMA_VERSION:     # first: another schema has other fields
-        raise DataError(f"{where}: schema version {format_value(schema)} is unknown; this dpaudit reads schema "
-                        f"{SCHEMA_VERSION}.")
+    if isinstance(schema, bool) or schema not in READABLE_SCHEMA_VERSIONS:  # first: another schema has other fields
+        raise DataError(f"{where}: schema version {format_value(schema)} is unknown; this dpaudit reads schemas "
+                        f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}.")
     _keys(meta, _TOP_REQUIRED + _TOP_OPTIONAL, where, "release.json", _TOP_REQUIRED)
     method = _str(meta["method"], where, "method", max_len=200)
     seed = _int(meta["seed"], where, "seed", 0, 2**63 - 1)

@@ -24,6 +24,7 @@ from dpaudit.accountants.gnmax import (
 )
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.errors import ParameterError
+from dpaudit.serial import to_dict
 
 mpmath.mp.dps = 50
 
@@ -190,8 +191,8 @@ def test_headline_names_its_route_and_ties_go_to_the_data_independent_figure():
     weak = account_gnmax(np.tile([5.0, 5, 5], (50, 1)), sigma=40.0, delta=1e-5)  # Theorem 6 never applies
     assert weak.statement.method in (ROUTE_GDP, ROUTE_RDP) and not weak.statement.data_dependent
     assert weak.statements[0].epsilon >= weak.epsilon
-    js = weak.to_dict()
-    assert js["headline"]["details"]["route"] == weak.statement.method
+    js = to_dict(weak)
+    assert js["statement"]["details"]["route"] == weak.statement.method
 
 
 def test_adaptivity_caveat_whenever_a_data_dependent_figure_is_shown():

@@ -25,7 +25,7 @@ def check_headline(r: AccountingResult) -> None:
     assert r.epsilon == min(s.epsilon for s in eligible)
     assert r.headline == rule(r.statements)
     d = r.to_dict()
-    assert d["headline_route"] == r.headline_route == r.statement.route == d["headline"]["route"]
+    assert d["headline_route"] == r.headline_route == r.statement.route == d["statement"]["route"]
     assert AccountingResult.from_dict(d).headline == r.headline
     if "headline_route" in r.facts:
         assert r.facts["headline_route"] == r.headline_route

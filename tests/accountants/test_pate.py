@@ -26,6 +26,7 @@ from dpaudit.accountants.pate import (
 )
 from dpaudit.accountants.rdp import rdp_to_epsilon
 from dpaudit.errors import DataError, ParameterError
+from dpaudit.serial import from_dict, to_dict
 
 SKEWED = [150, 60, 40, 0, 0, 0, 0, 0, 0, 0]
 UNANIMOUS = [250, 0, 0, 0, 0, 0, 0, 0, 0, 0]
@@ -89,7 +90,7 @@ def test_result_shape_and_facts():
     assert res.facts["q_max"] == pytest.approx(0.0349098, abs=1e-7)
     assert any("largest" in w for w in res.warnings)  # best order 8 is the grid's edge
     assert "not itself differentially private" in " ".join(res.statement.assumptions)
-    again = type(res).from_dict(res.to_dict())
+    again = from_dict(type(res), to_dict(res))
     assert again.epsilon == res.epsilon
 
 

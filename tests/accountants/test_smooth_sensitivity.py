@@ -29,6 +29,7 @@ from dpaudit.accountants.smooth_sensitivity import (
     smooth_sensitivity_gnmax,
 )
 from dpaudit.errors import ParameterError
+from dpaudit.serial import from_dict, to_dict
 
 
 # ------------------------------------------------------------------------------------------ references from the paper
@@ -316,7 +317,7 @@ def test_release_is_reproducible_and_private_figure_is_separate():
     assert a == b and a.noisy_rdp != c.noisy_rdp
     assert a.seed == 7 and a.release_rdp == pytest.approx(rdp_gnss(0.01, 10.0, 10.0))
     assert a.epsilon <= a.noisy_rdp + a.release_rdp + math.log(1e5) / 9 + 1e-12
-    assert SmoothSensitivityRelease.from_dict(a.to_dict()) == a
+    assert from_dict(SmoothSensitivityRelease, to_dict(a)) == a
     ref = sum(paper_rdp([200, 40, 10] + [0] * 7, 40.0, 10.0) for _ in range(50))
     assert a.private_rdp == pytest.approx(ref, rel=1e-9)
     assert a.smooth_sensitivity == pytest.approx(smooth_sensitivity_gnmax(votes, sigma=40.0, order=10.0, beta=0.01))

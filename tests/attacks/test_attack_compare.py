@@ -14,6 +14,7 @@ from dpaudit.attacks.lira import lira_scores
 from dpaudit.attacks.references import paired_inclusion, signals_from_scores, train_reference_signals
 from dpaudit.attacks.rmia import rmia_attack
 from dpaudit.errors import DataError
+from dpaudit.serial import from_dict, to_dict
 from attack_models import Forest
 
 
@@ -83,7 +84,7 @@ def test_compare_signals_runs_what_the_references_allow(K, offline):
     assert comp.settings["num_references"] == K and comp.records is not None
     # the threshold attack is the target's log p_y, with no reference model
     assert np.array_equal(comp.records.scores["threshold"], sig.target_logp)
-    back = AttackComparison.from_dict(comp.to_dict())
+    back = from_dict(AttackComparison, to_dict(comp))
     assert back.results == comp.results and back.skipped == comp.skipped and back.offline_a == comp.offline_a
 
 
@@ -113,7 +114,7 @@ def test_compare_attacks_on_a_forest_same_references_and_seeded():
     rs = comp.records
     assert len(rs) == 400 and set(rs.record[rs.member]) == set(range(200))
     again = compare_attacks(target, X[mem], y[mem], X[non], y[non], X[pool], y[pool], **kw)
-    assert again.to_dict() == comp.to_dict()
+    assert to_dict(again) == to_dict(comp)
 
 
 def test_train_reference_signals_layouts_and_rmia_attack():

@@ -11,6 +11,7 @@ from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, run_attack
 from dpaudit.attacks.scores import scores_attack, scores_audit, synthetic_scores, true_label_log_odds
 from dpaudit.attacks.threshold import loss_scores
 from dpaudit.errors import DataError
+from dpaudit.serial import to_dict
 
 
 class _Fixed:
@@ -89,7 +90,7 @@ def test_audit_says_which_attacks_were_possible() -> None:
     b = scores_audit(z[:100], z[100:], kind="logits", member_labels=y[:100], nonmember_labels=y[100:],
                      reference_scores=ref, reference_in=inc)
     assert b.possible == ("threshold", "lira") and "lira" not in b.skipped and "population" in b.skipped["rmia"]
-    assert b.to_dict()["possible"] == ["threshold", "lira"]
+    assert to_dict(b)["possible"] == ["threshold", "lira"]
 
 
 @pytest.mark.parametrize("case,match", [

@@ -16,6 +16,7 @@ from dpaudit.attacks.bounds import (clopper_pearson, clopper_pearson_upper, epsi
 from dpaudit.attacks.bounds import _bound_at  # the per-threshold bound, uncorrected
 from dpaudit.attacks.results import EpsilonBound, OneRunBound
 from dpaudit.errors import ParameterError
+from dpaudit.serial import from_dict, to_dict
 
 
 def rr_trials(eps, n, rng):
@@ -114,7 +115,7 @@ def test_delta_lowers_the_bound():
 
 def test_bound_json_and_errors():
     b = epsilon_lower_bound([1, 1, 1, 0], [0, 0, 0, 1])
-    assert EpsilonBound.from_dict(json.loads(json.dumps(b.to_dict()))) == b
+    assert from_dict(EpsilonBound, json.loads(json.dumps(to_dict(b)))) == b
     with pytest.raises(ParameterError, match="'thresholds' parameter of epsilon_lower_bound"):
         epsilon_lower_bound([1.0, 2.0], [0.0, 1.0], selection="bonferroni")
     with pytest.raises(ParameterError, match="'confidence' parameter"):
@@ -176,7 +177,7 @@ def test_one_run_bound_approaches_true_epsilon_and_delta_costs():
     assert small.epsilon < big.epsilon <= eps and big.epsilon > 0.9
     with_delta = one_run_audit(scores, inc, k_plus=50_000, k_minus=50_000, delta=1e-6)
     assert with_delta.epsilon < big.epsilon
-    assert OneRunBound.from_dict(json.loads(json.dumps(big.to_dict()))) == big
+    assert from_dict(OneRunBound, json.loads(json.dumps(to_dict(big)))) == big
 
 
 def test_one_run_epsilon_zero_when_guessing_at_chance():
@@ -197,9 +198,9 @@ def test_every_bound_says_what_it_is():
     with pytest.raises(ParameterError, match="'kind' parameter of epsilon_lower_bound must be one of"):
         epsilon_lower_bound(pos, neg, kind="proven")
     # old JSON without the new fields still reads (as an estimate)
-    old = {k: v for k, v in epsilon_lower_bound(pos, neg).to_dict().items()
+    old = {k: v for k, v in to_dict(epsilon_lower_bound(pos, neg)).items()
            if k not in ("kind", "split_low", "split_high", "num_splits")}
-    b = EpsilonBound.from_dict(old)
+    b = from_dict(EpsilonBound, old)
     assert b.kind == "estimate" and b.split_range == (b.epsilon, b.epsilon) and b.num_splits == 1
 
 
@@ -211,7 +212,7 @@ def test_split_seed_spread_brackets_the_single_draws_and_round_trips():
     assert spread.split_low == draws[0] and spread.split_high == draws[-1] and spread.epsilon == draws[2]
     assert spread.num_splits == 5 and spread.kind == "estimate"
     assert spread.split_high > spread.split_low          # the figure depends on the split: that is the point
-    assert EpsilonBound.from_dict(json.loads(json.dumps(spread.to_dict()))) == spread
+    assert from_dict(EpsilonBound, json.loads(json.dumps(to_dict(spread)))) == spread
     one = epsilon_bound_over_splits(pos, neg, seed=7, num_splits=1)
     assert one.epsilon == one.split_low == one.split_high == epsilon_lower_bound(pos, neg, seed=7).epsilon
     with pytest.raises(ParameterError, match="'num_splits' parameter"):

@@ -29,6 +29,7 @@ from dpaudit.attacks.canary import (
 )
 from dpaudit.attacks.results import AnalysisBound, CurveTest
 from dpaudit.errors import DataError, ParameterError
+from dpaudit.serial import from_dict, to_dict
 
 
 def _oracle_p(m, r, v, eps, delta):
@@ -111,7 +112,7 @@ def test_one_run_analyses_side_by_side_and_round_trip():
     fdp = b.analysis_bound("fdp")
     assert fdp.mu > 0 and "Gaussian" in fdp.assumption and fdp.kind == "certified"
     assert b.analysis_bound("eps").assumption == ""
-    assert CanaryBound.from_dict(b.to_dict()) == b
+    assert from_dict(CanaryBound, to_dict(b)) == b
     # at delta = 0 the f-DP analysis uses the pure-DP curves (no Gaussian curve has a finite epsilon there)
     b0 = one_run_certified(x, inc, delta=0.0, analysis="fdp")
     assert [e.analysis for e in b0.analyses] == ["eps", "fdp"] and b0.analysis_bound("fdp").mu is None
@@ -172,7 +173,7 @@ def test_multi_run_certified_side_by_side():
     assert bayes.kind == "estimate" and bayes.low <= bayes.epsilon <= bayes.high
     g = multi_run_certified(x, inc, delta=1e-5, analysis="gdp")
     assert g.epsilon == g.analysis_bound("gdp").epsilon and g.epsilon > b.epsilon
-    assert CanaryBound.from_dict(g.to_dict()) == g
+    assert from_dict(CanaryBound, to_dict(g)) == g
     # delta = 0: no Gaussian-DP epsilon
     b0 = multi_run_certified(x, inc, delta=0.0)
     assert [e.analysis for e in b0.analyses] == ["eps", "bayes"]
@@ -183,9 +184,9 @@ def test_multi_run_certified_side_by_side():
 def test_result_types_round_trip():
     a = AnalysisBound("fdp", 1.5, 1e-5, 0.95, "rule", mu=0.4, assumption="x", ideal_epsilon=math.inf,
                       details={"k_plus": 3, "pairs": [1, 2]})
-    assert AnalysisBound.from_dict(a.to_dict()) == a
+    assert from_dict(AnalysisBound, to_dict(a)) == a
     c = CurveTest("accounted", 0.01, 0.95, "rule", {"guesses": 4})
-    assert c.rejected and CurveTest.from_dict(c.to_dict()) == c
+    assert c.rejected and from_dict(CurveTest, to_dict(c)) == c
     with pytest.raises(ParameterError):
         AnalysisBound("eps", 1.0, 0.0, 0.95, "r", kind="guess")
 

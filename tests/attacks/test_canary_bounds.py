@@ -17,6 +17,7 @@ from dpaudit.attacks.canary import (
     soundness_one_run,
 )
 from dpaudit.errors import DataError, ParameterError
+from dpaudit.serial import from_dict, to_dict
 
 
 def test_one_run_soundness_200_seeds_randomized_response():
@@ -40,7 +41,7 @@ def test_bounds_are_certified_and_round_trip():
     inc = rng.random(200) < 0.5
     b = one_run_certified(inc + rng.standard_normal(200), inc, delta=1e-5)
     assert b.kind == "certified" and b.audit == "one-run" and b.trials == 200
-    assert CanaryBound.from_dict(b.to_dict()) == b
+    assert from_dict(CanaryBound, to_dict(b)) == b
     b2 = multi_run_certified(inc + rng.standard_normal(200), inc, delta=1e-5)
     assert b2.kind == "certified" and b2.audit == "multi-run" and b2.trials == 100
     assert b2.with_ideal(1.5).ideal_epsilon == 1.5

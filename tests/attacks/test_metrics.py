@@ -14,6 +14,7 @@ from dpaudit.attacks.metrics import (attack_metrics, auc, balanced_subsample, bo
                                      rates_at_threshold, roc_curve, tpr_at_fpr)
 from dpaudit.attacks.results import AttackMetrics, RocCurve
 from dpaudit.errors import DataError, ParameterError
+from dpaudit.serial import from_dict, to_dict
 
 scores = st.lists(st.integers(-5, 5).map(float), min_size=1, max_size=40)
 
@@ -115,10 +116,10 @@ def test_balanced_subsample():
 def test_json_round_trip():
     rng = np.random.default_rng(2)
     m = attack_metrics(rng.normal(1, 1, 100), rng.normal(0, 1, 100), n_bootstrap=50)
-    again = AttackMetrics.from_dict(json.loads(json.dumps(m.to_dict())))
+    again = from_dict(AttackMetrics, json.loads(json.dumps(to_dict(m))))
     assert again == m
     roc = roc_curve([1, 2], [0, 1])
-    assert RocCurve.from_dict(json.loads(json.dumps(roc.to_dict()))) == roc
+    assert from_dict(RocCurve, json.loads(json.dumps(to_dict(roc)))) == roc
 
 
 def test_bad_inputs():

@@ -13,6 +13,7 @@ from dpaudit.attacks.per_record import RecordScores, exposure_ranks, summarise_r
 from dpaudit.attacks.references import paired_inclusion, signals_from_scores
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.report.attack_outputs import write_per_record
+from dpaudit.serial import from_dict, to_dict
 
 
 def test_exposure_ranks_share_ties_and_start_at_one():
@@ -101,7 +102,7 @@ def test_summary_and_csv(tmp_path):
     md = (tmp_path / "per_record.md").read_text()
     assert "Top 20 most exposed records" in md and "not a per-record guarantee" in md and "estimate" in md
     # the JSON round trip of the scores
-    back = RecordScores.from_dict(rs.to_dict())
+    back = from_dict(RecordScores, to_dict(rs))
     assert np.array_equal(back.record, rs.record) and all(np.array_equal(back.scores[k], rs.scores[k]) for k in rs.scores)
 
 

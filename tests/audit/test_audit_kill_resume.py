@@ -21,6 +21,7 @@ import torch
 
 from dpaudit.audit.runner import AttackSpec, AuditConfig, ModelRun, run_audit
 from dpaudit.errors import DataError
+from dpaudit.serial import to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"teachers": 2, "rounds": 2, "queries": 30, "num_samples": 300, "nonprivate_baseline": False,
@@ -98,7 +99,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_numbers_fast(tmp_path, monk
     import dpaudit.audit.runner as runner
     from dpaudit._io import write_json
 
-    monkeypatch.setattr(runner, "write_report", lambda report, out: write_json(Path(out) / "report.json", report.to_dict()))
+    monkeypatch.setattr(runner, "write_report", lambda report, out: write_json(Path(out) / "report.json", to_dict(report)))
     run_audit(_config(1), tmp_path / "ref", progress=False)
     out = tmp_path / "run"
     _fork_and_kill(out, FAST_POINT, 1)

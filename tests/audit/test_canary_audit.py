@@ -10,6 +10,7 @@ from dpaudit.training.data import load_dataset, split_dataset
 from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, fit_classifier
 from dpaudit.training.models import ModelSpec
 from dpaudit.training.release import write_release
+from dpaudit.serial import from_dict, to_dict
 
 
 SPEC = ModelSpec("mlp", (30,), 2, {"hidden": [8]})
@@ -38,7 +39,7 @@ def test_one_run_white_box_weak_noise_is_caught_strong_noise_is_not(data, tmp_pa
     assert 0.3 < weak.bound.epsilon <= weak.accounted_epsilon
     assert weak.bound.ideal_epsilon >= weak.bound.epsilon
     assert {p.name for p in tmp_path.iterdir()} == {"canaries.npz", "canary_audit.json"}
-    assert CanaryAuditResult.from_dict(weak.to_dict()).bound == weak.bound
+    assert from_dict(CanaryAuditResult, to_dict(weak)).bound == weak.bound
     strong = run_canary_audit(SPEC, _cfg(20.0), ds.X[tr], ds.y[tr], ds.X[pool], ds.y[pool], audit="one-run",
                               canary="dirac", canaries=200, seed=0, device="cpu")
     assert strong.bound.epsilon <= strong.accounted_epsilon and strong.bound.epsilon < 0.3
@@ -93,7 +94,7 @@ def test_attack_cli_canary_audit(data, tmp_path, cli):
     out = tmp_path / "out"
     code, stdout, _ = cli(["attack", str(rel), "--audit", "one-run", "--canaries", "40", "--out", str(out)])
     assert code in (0, None) and "certified epsilon >=" in stdout
-    data_ = CanaryAuditResult.from_dict(__import__("json").loads((out / "canary_audit.json").read_text()))
+    data_ = from_dict(CanaryAuditResult, __import__("json").loads((out / "canary_audit.json").read_text()))
     assert data_.kind == "certified" and data_.bound.trials == 40
     trees = _release(tmp_path / "rf", ds, sp, None)
     for args, what in ((["attack", str(rel), "--audit", "multi-run", "--models", "1"], "'models'"),
@@ -123,7 +124,7 @@ def test_audit_config_canary_audits(tmp_path):
     assert 0 <= float(c["bound"]["epsilon"]) <= c["accounted_epsilon"] <= 50.0
     md = (tmp_path / "run" / "report.md").read_text()
     assert "## Certified canary audits" in md and "| wb |" in md
-    assert "certified_audits" in __import__("json").loads((tmp_path / "run" / "report.json").read_text())
+    assert __import__("json").loads((tmp_path / "run" / "report.json").read_text())["certified"]
     again = run_audit(cfg, tmp_path / "run", progress=False)  # cached
     assert again.certified == rep.certified
     p.write_text('[[canary_audits]]\nname = "x"\naudit = "multi-run"\nmodels = 1\n')
@@ -141,7 +142,7 @@ def test_method_steps_refute_paper_claims():
     assert fredy.refutes_claim and fredy.claimed_epsilon < fredy.bound.epsilon <= fredy.accounted_epsilon
     rr = audit_method_step("privatekt-rr", trials=20000, seed=0)  # PrivateKT's "eps = 5" over 30 rounds
     assert rr.refutes_claim and 5.0 < rr.bound.epsilon <= rr.accounted_epsilon
-    assert rr.to_dict()["kind"] == "certified"
+    assert to_dict(rr)["kind"] == "certified"
     proxy = audit_method_step("proxyfl-dpsgd", trials=1000, seed=0)  # a correct DP-SGD step: not refuted
     assert not proxy.refutes_claim and proxy.bound.epsilon <= proxy.accounted_epsilon
     assert proxy.bound.ideal_epsilon is not None and proxy.bound.score == "dirac-lr"

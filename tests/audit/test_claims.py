@@ -28,6 +28,7 @@ from dpaudit.audit import (
     parse_claims,
 )
 from dpaudit.errors import DataError, ParameterError
+from dpaudit.serial import from_dict, to_dict
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "claims"
 
@@ -51,7 +52,7 @@ def test_examples_parse_into_typed_claims():
     c = cf.claims[2]
     assert isinstance(c.subject, MechanismSubject) and c.subject.kind == "dpsgd"
     assert c.epsilon == 6.0 and c.delta == 1e-5 and c.granularity == "example"
-    assert c.to_dict()["params"]["noise_multiplier"] == 1.1
+    assert to_dict(c)["subject"]["params"]["noise_multiplier"] == 1.1
 
 
 def test_release_paths_are_relative_to_the_claims_file(tmp_path):
@@ -181,7 +182,7 @@ def _ledger(delta=1e-5) -> PrivacyLedger:
 
 def test_ledger_subject_overall_and_party(tmp_path):
     led = _ledger()
-    write_json(tmp_path / "ledger.json", led.to_dict())
+    write_json(tmp_path / "ledger.json", to_dict(led))
     eps_a, eps_b = led.statement("alice").epsilon, led.statement("bob").epsilon
     mid = (eps_a + eps_b) / 2
     cf = parse_claims(doc(
@@ -210,7 +211,7 @@ def _fake_release(path: Path, *, epsilon=2.0, delta=1e-5, granularity="example",
         "model": {"spec": {"name": "mlp", "input_shape": [64], "num_classes": 10, "kwargs": {}}, "file": "model.safetensors",
                   "train_config": {}},
         "ledger": (ledger or _ledger(delta)).to_dict(),
-        "statement": AccountingResult(mechanism="pate", statements=(st,)).to_dict(),
+        "statement": to_dict(AccountingResult(mechanism="pate", statements=(st,))),
         "claim": {"epsilon": epsilon, "delta": delta, "granularity": granularity, "text": "as published"},
         "assumptions": [], "created_by": "dpaudit test",
     }
@@ -298,7 +299,7 @@ def test_refuted_beats_unproven_in_a_claim_and_in_the_report(tmp_path):
                                    ((holds, unproven, r), "REFUTED", 1), ((r, unproven), "REFUTED", 1)):
         rep = ClaimsReport("x.toml", results)
         assert rep.verdict == verdict and rep.exit_code == code
-        assert ClaimsReport.from_dict(rep.to_dict()) == rep
+        assert from_dict(ClaimsReport, to_dict(rep)) == rep
     rep = ClaimsReport("x.toml", (holds, unproven, r))
     cases = ET.fromstring(rep.junit_xml()).find("testsuite").findall("testcase")
     assert [c.find("failure").get("type") if c.find("failure") is not None else None for c in cases] == \
@@ -375,11 +376,11 @@ def test_default_attack_runner_through_the_release_contract(tmp_path, monkeypatc
 
 def test_report_round_trip_table_and_junit():
     rep = check_claims(EXAMPLES / "fails.toml")
-    assert ClaimsReport.from_dict(rep.to_dict()) == rep
+    assert from_dict(ClaimsReport, to_dict(rep)) == rep
     table = rep.table()
     assert "privatekt-whole-run" in table and "UNPROVEN" in table
     assert "3 claims: 1 HOLDS, 2 UNPROVEN (privatekt-whole-run, dpsgd-digits-100-epochs), 0 REFUTED." in table
-    d = rep.to_dict()
+    d = to_dict(rep)
     assert d["verdict"] == "UNPROVEN" and d["exit_code"] == 3 and d["counts"] == {"HOLDS": 1, "UNPROVEN": 2, "REFUTED": 0}
     assert [r["verdict"] for r in d["results"]] == ["HOLDS", "UNPROVEN", "UNPROVEN"]
     root = ET.fromstring(rep.junit_xml())

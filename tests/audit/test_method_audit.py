@@ -12,6 +12,7 @@ from dpaudit.attacks.canary import multi_run_certified
 from dpaudit.audit import method_audit
 from dpaudit.audit.method_audit import MethodAuditSpec, MethodRunAudit, audit_method_run, method_run_parameters
 from dpaudit.errors import ParameterError
+from dpaudit.serial import to_dict
 
 CALLS = []
 
@@ -54,8 +55,8 @@ def test_audit_method_run_checks_parameters(toy):
     r = audit_method_run("toy", trials=2000, rounds=5, epsilon=1.0, seed=3)
     assert r.kind == "certified" and r.refutes_claim and not r.refutes_accounting  # 5 reports at eps 1 each
     assert r.bound.epsilon <= 5.0
-    assert r.to_dict()["refutes_claim"] is True and "REFUTED" in r.summary()
-    assert audit_method_run("toy", trials=2000, seed=3).to_dict() == r.to_dict()  # reproducible by seed
+    assert to_dict(r)["refutes_claim"] is True and "REFUTED" in r.summary()
+    assert to_dict(audit_method_run("toy", trials=2000, seed=3)) == to_dict(r)  # reproducible by seed
 
 
 def test_method_audit_spec_validation(toy):

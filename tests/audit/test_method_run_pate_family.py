@@ -9,6 +9,7 @@ import pytest
 from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, audit_method_run
 from dpaudit.audit.method_runs.pate_family import canary_input, noisy_max_ideal_epsilon
 from dpaudit.errors import DataError, ParameterError
+from dpaudit.serial import to_dict
 
 TINY = dict(num_samples=600, hidden=32, epochs=10, pilot=2, replicates=3)
 
@@ -25,7 +26,7 @@ def test_fredy_claim_refuted_by_its_real_training() -> None:
     assert r.refutes_claim and not r.refutes_accounting
     assert r.settings["mean_label_votes_with"] > r.settings["mean_label_votes_without"] + 2
     assert r.bound.ideal_epsilon is not None and r.bound.ideal_epsilon > 1.0
-    d = r.to_dict()
+    d = to_dict(r)
     assert d["refutes_claim"] is True and d["bound"]["kind"] == "certified"
 
 

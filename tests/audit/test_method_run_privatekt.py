@@ -8,6 +8,7 @@ import pytest
 from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, audit_method_run
 from dpaudit.audit.method_runs.privatekt import audit_run, rr_ideal_one_run_epsilon
 from dpaudit.errors import ParameterError
+from dpaudit.serial import to_dict
 
 # tiny: 100 canary clients among 104, K = 1 label per report at eps = 1, 30 rounds (about 15 reports per client);
 # a small MLP and a fast local recipe so that the canaries' local models predict their class everywhere
@@ -36,7 +37,7 @@ def test_tiny_run_is_certified_sound_and_refutes_the_per_process_claim(tiny):
     # the ideal reference (exact LR test, deterministic predictions, same participation): same rule, same m
     assert b.ideal_epsilon is not None and 1.0 < b.ideal_epsilon <= tiny.accounted_epsilon
     assert "REFUTED" in tiny.summary()
-    assert tiny.to_dict()["refutes_claim"] is True
+    assert to_dict(tiny)["refutes_claim"] is True
 
 
 def test_reproducible_by_seed():

@@ -16,6 +16,7 @@ from dpaudit.training.methods.fl_common import DataSettings
 from dpaudit.training.methods.proxyfl import ProxyFLConfig, ProxyFLMethod, run_proxyfl
 from dpaudit.training.engine import RoundEngine
 from dpaudit.training.models import ModelSpec
+from dpaudit.serial import to_dict
 
 
 
@@ -110,7 +111,7 @@ def test_white_box_audit_is_registered_certified_and_below_the_claim():
     assert r.settings["dp_steps"] == 3 * 4 and math.isclose(r.settings["sampling_rate"], 10 / 40)
     again = audit_run(canary="dirac", canaries=120, noise_multiplier=0.8, seed=0, **SMALL)
     assert again.bound == r.bound and again.claimed_epsilon == r.claimed_epsilon  # same seed, same numbers
-    assert r.to_dict()["audit"] == "one-run/dirac" and "not established" in r.notes[0]
+    assert to_dict(r)["audit"] == "one-run/dirac" and "not established" in r.notes[0]
 
 
 def test_white_box_audit_certifies_little_under_heavy_noise():

@@ -14,6 +14,7 @@ from dpaudit.audit.runner import release_digest
 from dpaudit.errors import ParameterError
 from dpaudit.training.methods import run_method
 from dpaudit.training.release import Release, load_release
+from dpaudit.serial import from_dict
 
 #: DP-SGD centrain with 200 Dirac canaries on the dead first-layer coordinates of digits: trains in < 1 s.
 DIRAC = {"method.epochs": 2, "method.noise_multiplier": 0.3, "model.hidden": [100], "canaries.kind": "dirac",
@@ -47,7 +48,7 @@ def test_released_model_bound_is_certified_and_reproducible(bundles, tmp_path):
     assert any("nothing retrained" in n for n in r.notes)
     again = audit_release_canaries(bundles["dirac"], seed=3)
     assert again.bound.epsilon == r.bound.epsilon and again.bound.ideal_epsilon == r.bound.ideal_epsilon
-    saved = CanaryAuditResult.from_dict(json.loads((tmp_path / "canary_audit.json").read_text()))
+    saved = from_dict(CanaryAuditResult, json.loads((tmp_path / "canary_audit.json").read_text()))
     assert saved.bound.epsilon == r.bound.epsilon and saved.settings["canaries"] == 200
 
 

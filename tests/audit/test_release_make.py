@@ -14,6 +14,7 @@ from dpaudit.audit.release_make import make_release, parse_claim
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.training.release import load_release
 from dpaudit.training.usercode import BundleCode
+from dpaudit.serial import to_dict
 
 CLAIM = ["epsilon=8", "delta=1e-5", "granularity=record"]
 
@@ -129,7 +130,7 @@ def test_opacus_run_accounting_and_flags(digits, tmp_path) -> None:
     from dpaudit.integrations.opacus import OpacusRun
 
     run = OpacusRun(((1.1, 0.05, 20),), poisson_sampling=False)
-    (tmp_path / "opacus.json").write_text(json.dumps(run.to_dict()))
+    (tmp_path / "opacus.json").write_text(json.dumps(to_dict(run)))
     out = make_release(tmp_path / "rel", claim=["epsilon=8", "delta=1e-5", "granularity=user"],
                        model=digits["skops"], data=digits["data"], members=digits["members"],
                        nonmembers=digits["nonmembers"], opacus=tmp_path / "opacus.json")
@@ -138,7 +139,7 @@ def test_opacus_run_accounting_and_flags(digits, tmp_path) -> None:
     # valid route (issue 27), named in release.json
     routes = {s["route"]: s["epsilon"] for s in meta["statement"]["statements"] if s["route"]}
     assert meta["statement"]["epsilon"] == min(routes.values()) <= run.opacus_epsilon(1e-5)
-    assert meta["statement"]["headline_route"] == meta["statement"]["headline"]["route"] in routes
+    assert meta["statement"]["headline_route"] == meta["statement"]["statement"]["route"] in routes
     assert {f["code"] for f in meta["flags"]} == {"sampling_not_poisson", "granularity_not_covered"}
     assert meta["ledger"]["parties"]["all"]
 
@@ -186,7 +187,7 @@ def test_ledger_accounting_and_check(digits, tmp_path) -> None:
     assert 0 < eps < 8
     # issue 27: the one route computed (the ledger's accountant) is named as the headline's
     ledger_accountant = json.loads((tmp_path / "ledger.json").read_text())["accountant"]
-    assert st["headline_route"] == st["headline"]["route"] == ledger_accountant
+    assert st["headline_route"] == st["statement"]["route"] == ledger_accountant
     (tmp_path / "claims.toml").write_text('[[claim]]\nname = "lr"\nrelease = "rel"\nepsilon = 8.0\ndelta = 1e-5\n'
                                           'granularity = "example"\n')
     report = check_claims(tmp_path / "claims.toml")

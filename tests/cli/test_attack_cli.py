@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dpaudit.attacks import AttackReport
+from dpaudit.serial import from_dict
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def test_attack_cli_threshold_writes_report(release, tmp_path, cli):
     assert "over 5 split seeds, range [" in stdout
     # stdout carries results only: progress and the paths written go to stderr
     assert "[dpaudit attack]" not in stdout and "wrote" in err and "threshold attack on" in err
-    report = AttackReport.from_dict(json.loads((out / "attack.json").read_text()))
+    report = from_dict(AttackReport, json.loads((out / "attack.json").read_text()))
     assert report.attack.metrics.auc > 0.7 and report.attack.bound.delta == 1e-5
     b = report.attack.bound
     assert b.kind == "estimate" and b.num_splits == 5 and b.split_low <= b.epsilon <= b.split_high
@@ -85,7 +86,7 @@ def test_attack_cli_lira_on_a_torch_release_uses_the_ensemble_recipe(tmp_path, c
     code, stdout, err = cli(["attack", str(rel), "--attack", "lira", "--shadows", "4", "--classifier", "logreg",
                               "--bootstrap", "20", "--out", str(tmp_path / "l")])
     assert code == 0, err
-    rep = AttackReport.from_dict(json.loads((tmp_path / "l" / "attack.json").read_text()))
+    rep = from_dict(AttackReport, json.loads((tmp_path / "l" / "attack.json").read_text()))
     assert rep.settings["recipe"] == "batch_train_fn" and rep.settings["online"] is True
     assert rep.attack.metrics.auc > 0.55          # an overfit MLP on 150 records leaks
 
@@ -123,7 +124,7 @@ def test_attack_table_is_whole_at_60_columns(release, tmp_path, cli, monkeypatch
     code, stdout, err = cli(["attack", str(release), "--attack", "threshold", "--classifier", "logreg",
                              "--bootstrap", "20", "--out", str(tmp_path / "c")])
     assert code == 0, err
-    report = AttackReport.from_dict(json.loads((tmp_path / "c" / "attack.json").read_text()))
+    report = from_dict(AttackReport, json.loads((tmp_path / "c" / "attack.json").read_text()))
     words = {w.rstrip(":") for w in stdout.split()}
     assert "…" not in stdout
     for r in (report.attack, report.blind):  # every attack's name and its AUC, whole

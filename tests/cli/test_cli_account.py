@@ -31,7 +31,7 @@ def test_ldp_example_json(capsys):
     assert code == 0
     d = json.loads(out)
     assert round(d["facts"]["beta"], 3) == 0.528
-    assert d["epsilon"] == 5.0 and d["headline"]["assumptions"]
+    assert d["epsilon"] == 5.0 and d["statement"]["assumptions"]
 
 
 def test_ldp_rounds_composed_and_shuffled(capsys):
@@ -49,13 +49,13 @@ def test_dpsgd_example_rdp_and_pld(capsys):
     code, out, _ = run(capsys, *DPSGD, "--accountant", "rdp", "--json")
     assert code == 0
     d = json.loads(out)
-    assert d["headline"]["method"] == "rdp" and abs(d["epsilon"] - 0.7242) < 5e-5
+    assert d["statement"]["method"] == "rdp" and abs(d["epsilon"] - 0.7242) < 5e-5
     code, out, _ = run(capsys, *DPSGD, "--accountant", "pld", "--json")
     d2 = json.loads(out)
-    assert d2["headline"]["method"] == "pld" and d2["epsilon"] < d["epsilon"]
+    assert d2["statement"]["method"] == "pld" and d2["epsilon"] < d["epsilon"]
     code, out, _ = run(capsys, *DPSGD, "--json")  # default: the smaller route is the headline
     d3 = json.loads(out)
-    assert d3["headline"]["method"] == "pld" and d3["epsilon"] == d2["epsilon"]
+    assert d3["statement"]["method"] == "pld" and d3["epsilon"] == d2["epsilon"]
     code, out, _ = run(capsys, *DPSGD)
     assert code == 0 and "0.7242" in out and "0.6401" in out
     assert "(route: pld)" in out
@@ -65,7 +65,7 @@ def test_forced_route_is_the_headline_and_the_json_says_so(capsys):
     # issue 27: `account --accountant rdp --json` used to report winning_route: pld
     code, out, _ = run(capsys, *DPSGD, "--accountant", "rdp", "--json")
     d = json.loads(out)
-    assert code == 0 and d["headline_route"] == d["facts"]["headline_route"] == d["headline"]["route"] == "rdp"
+    assert code == 0 and d["headline_route"] == d["facts"]["headline_route"] == d["statement"]["route"] == "rdp"
     assert d["facts"]["smallest_route"] == "pld" and "winning_route" not in d["facts"]
     code, out, _ = run(capsys, *DPSGD, "--json")
     d = json.loads(out)
@@ -175,7 +175,7 @@ def test_gnmax_answered_file_and_routes(capsys, gnmax_files):
     assert res["facts"]["answered"] == k and res["parameters"]["answered"] == k
     labels = [s["label"] for s in res["statements"]]
     assert any(f"conditioned on {k} answered of 60" in l for l in labels)
-    assert res["headline"]["details"]["route"] == res["facts"]["headline_route"]
+    assert res["statement"]["details"]["route"] == res["facts"]["headline_route"]
     assert "at the best order" in res["facts"]["data_dependent_conditions"]
     assert any("Adaptivity caveat" in a for a in res["statements"][0]["assumptions"])
     code, out, _ = run(capsys, *GN, "--votes", str(d / "votes.npy"), "--answered", str(d / "answered.npy"))
@@ -192,7 +192,7 @@ def test_gnmax_release_epsilon(capsys, gnmax_files):
     assert res["facts"]["seed"] == 5 and res["parameters"]["seed"] == 5
     assert res["statements"][0]["details"]["route"].startswith("smooth-sensitivity release")
     # the headline is the valid bound (the data-independent route), the released estimate beside it
-    assert res["headline_route"] == res["headline"]["route"] == res["statements"][2]["route"]
+    assert res["headline_route"] == res["statement"]["route"] == res["statements"][res["headline"]]["route"]
     assert res["headline_route"].startswith("data-independent") and not res["statements"][0]["route"]
     assert {"order", "beta", "sigma_ss"} <= set(res["facts"]) and any("keep it" in w for w in res["warnings"])
     code, out2, _ = run(capsys, *args)

@@ -94,7 +94,7 @@ def test_a_bug_exits_70_never_a_verdicts_code(tmp_path, capsys, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(check_cli, "check_claims", boom)
+    monkeypatch.setattr(check_cli, "check", boom)
     f = tmp_path / "c.toml"
     f.write_text(LAPLACE_OK)
     code, out, err = run(["check", str(f)], capsys)

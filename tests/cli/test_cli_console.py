@@ -11,6 +11,7 @@ import pytest
 
 from dpaudit._format import fmt_number, table_text
 from dpaudit.cli import main
+from dpaudit.serial import from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 LDP = ["account", "--mechanism", "ldp", "--epsilon", "5", "--samples", "2", "--classes", "10", "--rounds", "500",
@@ -123,7 +124,7 @@ def test_audit_console_tables_are_whole_at_60_columns(capsys, monkeypatch, tmp_p
     import dpaudit.audit.runner as runner
     from dpaudit.report.schema import AuditReport
 
-    report = AuditReport.from_dict(json.loads((ROOT / "reports" / "default" / "report.json").read_text()))
+    report = from_dict(AuditReport, json.loads((ROOT / "reports" / "default" / "report.json").read_text()))
     monkeypatch.setattr(runner, "run_audit", lambda *a, **k: report)
     monkeypatch.setenv("COLUMNS", "60")
     code, out, _ = run(["audit", "--out", tmp_path, "--quiet"], capsys)

@@ -53,7 +53,7 @@ def cases(d):
 def test_console_and_json_name_the_same_headline(capsys, votes, case):
     args, route = cases(votes)[case]
     d = json.loads(run(capsys, "account", *args, "--json"))
-    assert d["headline_route"] == d["headline"]["route"] == route
+    assert d["headline_route"] == d["statement"]["route"] == route
     eps = d["epsilon"]
     routed = [float(s["epsilon"]) for s in d["statements"] if s["route"]]
     if "forced" not in case:

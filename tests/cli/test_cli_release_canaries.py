@@ -74,9 +74,10 @@ def test_attack_errors_on_a_canary_bundle(tmp_path, cli):
         assert not bad.exists()
 
 
-def test_attack_analysis_and_strict_multi_run(tmp_path, cli):
+def test_attack_analysis_and_strict_multi_run(tmp_path, cli, monkeypatch):
     """--analysis names the headline analysis (every analysis is printed side by side); a multi-run audit with fewer
     models than the ideal attack needs is refused with --strict before anything is trained (exit 2, one line)."""
+    monkeypatch.chdir(tmp_path)        # the default output folder is runs/attack/<bundle>-<audit> under the cwd
     rel = tmp_path / "rel"
     code, _, _ = cli(["train", "centrain", "--out", rel, "--quiet", *SETS, "--set", "canaries.kind=dirac",
                       "--set", "canaries.count=40"])

@@ -13,6 +13,7 @@ from dpaudit.accountants.events import Composed, SubsampledGaussian
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.integrations.opacus import OpacusRecorder, OpacusRun, read_opacus, write_opacus_ledger
+from dpaudit.serial import to_dict
 
 opacus = pytest.importorskip("opacus")
 
@@ -60,7 +61,7 @@ def test_opacus_figure_beside_the_routes_and_the_smallest_route_is_the_headline(
     assert set(routes) == {"rdp", "pld", "prv"}
     # issue 27: one headline everywhere: the smallest valid route, named by route
     assert res.epsilon == min(s.epsilon for s in routes.values()) and res.headline_route == "pld"
-    assert res.to_dict()["headline_route"] == res.facts["headline_route"] == "pld"
+    assert to_dict(res)["headline_route"] == res.facts["headline_route"] == "pld"
     assert routes["rdp"].epsilon >= theirs * (1 - 1e-9)     # dpaudit's exact fractional orders: never below Opacus's
     assert res.epsilon < theirs
     text = " ".join(res.statement.assumptions)

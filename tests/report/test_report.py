@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from dpaudit.errors import ParameterError
+from dpaudit.errors import DataError
 from dpaudit.report.flags import compute_flags
 from dpaudit.report.render import grouped_flags, summary_rows, to_html, to_markdown, write_report
-from dpaudit.report.schema import AttackSummary, AuditReport, Flag, ModelAudit
+from dpaudit.report.schema import AttackSummary, AuditReport, Flag, ModelAudit, read_report
 from dpaudit.report.verdict import attack_power, compute_verdicts
+from dpaudit.serial import from_dict, to_dict
 
 
 def _attack(eps_lower=0.0, auc=0.52, blind_auc=0.5, blind_eps=0.0, name="threshold", kind="estimate", tpr01=0.012):
@@ -161,15 +164,15 @@ def test_report_round_trip_and_files(tmp_path):
     )
     rep = AuditReport(title="t", seed=3, dataset={"name": "digits"}, models=models, flags=tuple(compute_flags(models)),
                       verdicts=tuple(compute_verdicts(models)))
-    back = AuditReport.from_dict(json.loads(json.dumps(rep.to_dict())))
+    back = from_dict(AuditReport, json.loads(json.dumps(to_dict(rep))))
     assert back == rep
     # a schema-1 report (before bounds had a kind) still reads, its figures as estimates
-    old = rep.to_dict()
+    old = to_dict(rep)
     old["schema"] = "dpaudit.report/1"
     for m in old["models"]:
         for a in m["attacks"]:
             del a["epsilon_kind"], a["epsilon_range"], a["num_splits"], a["roc_band"]
-    assert AuditReport.from_dict(old).models[0].attacks[0].epsilon_kind == "estimate"
+    assert from_dict(AuditReport, old).models[0].attacks[0].epsilon_kind == "estimate"
     out = write_report(rep, tmp_path / "r")
     names = sorted(p.name for p in out.iterdir())
     assert names == ["epsilon.png", "per_party_1.png", "privacy_utility.png", "report.html", "report.json", "report.md", "roc.png"]
@@ -177,7 +180,7 @@ def test_report_round_trip_and_files(tmp_path):
     assert "data:image/png;base64," in html and "src='http" not in html
     md = to_markdown(rep)
     assert "| baseline | pate | 0.900 | ∞" in md
-    assert json.loads((out / "report.json").read_text())["schema"] == "dpaudit.report/2"
+    assert json.loads((out / "report.json").read_text())["schema"] == "dpaudit.report/3"
     # summary, verdicts and figures come before the flags and the per-model details
     assert html.index("id='summary'") < html.index("id='figures'") < html.index("id='flags'") < html.index("<h2>baseline")
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary leftovers
@@ -199,7 +202,8 @@ def test_epsilon_figure_marks_infinity_off_scale_and_zero_visibly():
     fig = epsilon_figure(models)
     ax = fig.axes[0]
     texts = _texts(fig)
-    assert "∞ (no\nmechanism)" in texts and "0" in texts and "500" in texts and "0.7" in texts
+    assert "∞ (no\nmechanism)" in texts and "0 (none found)" in texts and "500" in texts
+    assert "≥ 0.7 (certified)" in texts and "≈ 1.2 (estimate)" in texts   # every empirical figure says its kind
     assert "∞ (not\nestablished)" in texts  # a mechanism whose bound does not cover the release
     # estimates are hatched bars with their split-seed range, certified bounds solid
     bars = {round(p.get_height(), 3): p for p in ax.patches}
@@ -209,6 +213,7 @@ def test_epsilon_figure_marks_infinity_off_scale_and_zero_visibly():
     assert all(p.get_height() < top for p in ax.patches)
     inf_marker = [ln for ln in ax.lines if ln.get_marker() == "^"]
     zero_marker = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    assert zero_marker and all(m.get_markerfacecolor() == "white" for m in zero_marker)   # hollow: nothing certified
     assert len(inf_marker) == 2 and all(m.get_ydata()[0] == top and not m.get_clip_on() for m in inf_marker)
     assert len(zero_marker) == 3 and all(z.get_ydata()[0] == 0.0 for z in zero_marker)  # private, big, proxy
     assert ax.get_ylabel() and ax.get_legend() is not None
@@ -257,16 +262,63 @@ def test_certified_analyses_controls_and_intervals_are_rendered():
     from dataclasses import replace
 
     b = replace(b, curve_test=CurveTest("accounted PLD", 0.5, 0.95, "rule-x"))
-    canary = {**CanaryAuditResult(b, 8.0, {}, {"name": "dp-x", "canary": "dirac", "canaries": 400}, 1.0).to_dict()}
+    canary = {**to_dict(CanaryAuditResult(b, 8.0, {}, {"name": "dp-x", "canary": "dirac", "canaries": 400}, 1.0))}
     run = MethodRunAudit("privatekt", "one-run", b, 5.0, 85.0, 400, {}, 1.0, rests_on=("composition over rounds",),
                          controls=(RunControl("one report per canary", "first upload only", b, 400),))
     att = replace(_attack(0.9), epsilon_credible=(1.0, 0.5, 1.6), tpr_ci={"0.01": (0.004, 0.03)})
     models = (_model("m", attacks=(att,)),)
     rep = AuditReport(title="t", seed=0, dataset={"name": "digits"}, models=models, certified=(canary,),
-                      method_audits=({"name": "pkt", **run.to_dict()},))
-    assert AuditReport.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
+                      method_audits=({"name": "pkt", **to_dict(run)},))
+    assert read_report(json.loads(json.dumps(to_dict(rep)))) == rep
     for doc in (to_markdown(rep), to_html(rep)):
         assert "f-DP, Gaussian-DP curves (Mahloujifar et al. 2025)" in doc and "— headline" in doc
         assert "trade-off curve is Gaussian" in doc and "accounted PLD is consistent with the attack" in doc
         assert "composition over rounds" in doc and "one report per canary" in doc
         assert "≈ 1 [0.5, 1.6] (estimate)" in doc and "0.012 [0.004, 0.03]" in doc
+def test_committed_schema_2_report_reads_as_schema_3():
+    """A report written before the one serialiser (schema 2: roc objects, flag and clause objects,
+    certified_audits) reads into the same objects; written again it is schema 3."""
+    root = Path(__file__).resolve().parents[2]
+    old = json.loads((root / "reports" / "default" / "report.json").read_text())
+    assert old["schema"] == "dpaudit.report/2"
+    rep = read_report(old)
+    assert rep.schema == "dpaudit.report/3" and len(rep.certified) == len(old.get("certified_audits", ()))
+    m_old, m = old["models"][0], rep.models[0]
+    assert list(m.attacks[0].roc_fpr) == m_old["attacks"][0]["roc"]["fpr"]
+    assert [list(f) for f in m.release_flags] == [[f["code"], f["message"]] for f in m_old["release_flags"]]
+    assert rep.verdicts[0].text == old["verdicts"][0]["text"]
+    again = to_dict(rep)
+    assert again["schema"] == "dpaudit.report/3" and again["models"][0]["theoretical_epsilon"] == m_old["theoretical_epsilon"]
+    with pytest.raises(DataError, match="schema 'dpaudit.report/9'"):
+        read_report({**old, "schema": "dpaudit.report/9"})
+
+
+def test_epsilon_figure_draws_the_certified_audits_beside_the_models():
+    """A method audit certifying 1.13 and a canary audit certifying 0.87 appear beside the per-model figures as
+    solid (certified) bars with their accounted epsilon, ideal attack and the paper's claim (issue 27, item 6)."""
+    from dpaudit.report.figures import epsilon_figure
+    from dpaudit.report.render import figure_set
+
+    method = {"name": "fredy-run", "method": "fredy", "audit": "multi-run", "kind": "certified", "claimed_epsilon": 0.3,
+              "accounted_epsilon": 3.0, "bound": {"audit": "multi-run", "epsilon": 1.13, "ideal_epsilon": 1.03,
+                                                  "kind": "certified", "confidence": 0.95, "delta": 0.0}}
+    canary = {"kind": "certified", "accounted_epsilon": 8.0, "settings": {"name": "dpsgd-eps8", "canary": "dirac"},
+              "bound": {"audit": "one-run", "epsilon": 0.874, "ideal_epsilon": 1.41, "kind": "certified"}}
+    models = (_model("fredy-gamma0.3"),)
+    fig = epsilon_figure(models, [canary], [method])
+    ax, texts = fig.axes[0], _texts(fig)
+    assert "≥ 1.13 (certified)" in texts and "≥ 0.874 (certified)" in texts and "claim 0.3" in texts
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["fredy-gamma0.3", "dpsgd-eps8\n(canary audit, one-run)", "fredy-run\n(method audit, whole run)"]
+    solid = [p for p in ax.patches if round(p.get_height(), 3) in (1.13, 0.874)]
+    assert len(solid) == 2 and all(p.get_hatch() is None for p in solid)
+    assert [ln.get_ydata()[0] for ln in ax.lines if ln.get_marker() == "D"] == [1.41, 1.03]
+    rep = AuditReport(title="t", seed=0, dataset={"name": "digits"}, models=models, certified=(canary,),
+                      method_audits=(method,))
+    assert "method audits beside them" in next(f.caption for f in figure_set(rep) if f.file == "epsilon.png")
+
+
+def test_html_figures_are_full_width():
+    rep = AuditReport(title="t", seed=0, dataset={"name": "digits"}, models=(_model("m"),))
+    html = to_html(rep, [("epsilon.png", "caption", b"png"), ("roc.png", "c2", b"png")])
+    assert ".figs img{width:100%" in html and "calc(50%" not in html

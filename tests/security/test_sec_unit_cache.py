@@ -12,6 +12,7 @@ import pytest
 
 import dpaudit.attacks.shadow as shadow
 from dpaudit.executors import Executor, LocalExecutor, Unit, load_checkpoint, save_checkpoint
+from dpaudit.serial import to_dict
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def _lib(bundle, units):
 
     rep = attack_release(bundle, attack="shadow", num_shadows=2, classifier="logreg", per_class=False, n_bootstrap=0,
                          blind=False, checkpoint_dir=units)
-    return rep.to_dict()["attack"]
+    return to_dict(rep)["attack"]
 
 
 def _attack(path):

@@ -117,7 +117,7 @@ def test_ldp_release_and_centrain_release(tmp_path):
                           params={"data": {"num_clients": 4}, "model": {"hidden": [16]}, "method": {"rounds": 3}})
     meta = load_release(tmp_path / "f").meta
     assert meta["method"] == "fedavg_ldp" and meta["claim"]["epsilon"] == 5.0
-    assert meta["statement"]["headline"]["label"].startswith("client, releases actually made")
+    assert meta["statement"]["statement"]["label"].startswith("client, releases actually made")
     assert meta["statement"]["epsilon"] >= 5.0 and s.epsilon == pytest.approx(meta["statement"]["epsilon"])
     c = run_method("centrain", dataset="digits", out=tmp_path / "c", seed=0, progress=False,
                        params={"data": {"num_clients": 4}, "model": {"hidden": [16]}, "method": {"epochs": 2}})

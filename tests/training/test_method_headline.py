@@ -18,7 +18,7 @@ def check(r: AccountingResult) -> None:
               for i, s in enumerate(r.statements) if s.route]
     assert routed and r.headline == min(routed)[3]           # the rule, written out here
     d = r.to_dict()
-    assert d["headline_route"] == r.headline_route == r.statement.route == d["headline"]["route"]
+    assert d["headline_route"] == r.headline_route == r.statement.route == d["statement"]["route"]
 
 
 @pytest.mark.parametrize("votes, want", [(np.tile([250.0] + [0.0] * 9, (100, 1)), "data-dependent"),

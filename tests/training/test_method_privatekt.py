@@ -19,6 +19,7 @@ from dpaudit.training.methods.fl_common import (
     rr_perturb,
     weighted_sample,
 )
+from dpaudit.serial import to_dict
 
 
 def test_randomized_response_frequencies_match_beta():
@@ -222,7 +223,7 @@ def test_release_audits_the_no_accumulation_claim(tmp_path):
     labels = [x["label"] for x in st["statements"]]
     assert "per report (one round)" in labels
     assert any(lab.startswith("shuffled") for lab in labels)
-    assert st["headline"]["label"].startswith("client, rounds actually taken part in")
+    assert st["statement"]["label"].startswith("client, rounds actually taken part in")
     # 4 clients, 2 per round, 4 rounds: some client reported at least twice, so the composed epsilon exceeds the claim
     assert st["epsilon"] > meta["claim"]["epsilon"] == 5.0
     assert any("RED FLAG" in a for a in meta["assumptions"]) and any("RED FLAG" in w for w in st["warnings"])
@@ -253,7 +254,7 @@ def test_privatekt_default_scale_and_buffer_ablation():
     cfg = PrivateKTConfig(rounds=100, local_epochs=5, local_lr=1e-2, server_lr=1e-2)
     pkt = run_privatekt(data, spec, cfg, seed=0)
     fedavg = run_ldp_updates(data, spec, LdpUpdateConfig(rounds=100), seed=0)
-    no_buffer = run_privatekt(data, spec, PrivateKTConfig(**{**cfg.to_dict(), "use_buffer": False}), seed=0)
+    no_buffer = run_privatekt(data, spec, PrivateKTConfig(**{**to_dict(cfg), "use_buffer": False}), seed=0)
     assert pkt.test_accuracy > fedavg.test_accuracy + 0.2
     assert pkt.test_accuracy > no_buffer.test_accuracy + 0.1
 

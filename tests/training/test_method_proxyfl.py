@@ -206,7 +206,7 @@ def test_release_shows_the_proxy_epsilon_and_the_dml_assumption(tmp_path):
     assert meta["method"] == "proxyfl"
     # the distillation from the non-private private model voids the DP-SGD bound: the headline is not the
     # paper's figure (which stays available, labelled as resting on an assumption that does not hold)
-    assert s.epsilon == float("inf") and meta["statement"]["headline"]["method"] == "not established"
+    assert s.epsilon == float("inf") and meta["statement"]["statement"]["method"] == "not established"
     paper = meta["statement"]["statements"][-1]
     assert 0 < paper["epsilon"] < float("inf") and "does not hold" in paper["label"]
     assert meta["claim"]["epsilon"] == pytest.approx(paper["epsilon"])

@@ -50,6 +50,27 @@ def _write(path, ds, sp, mem, spec, cfg, **kw):
     return write_release(path, **args), clf
 
 
+def test_schema_1_bundles_still_load_and_schema_3_does_not(tmp_path, setting):
+    """release.json schema 2 writes the accounting result with the one serialiser (headline an index); a schema-1
+    bundle (headline the statement object itself) still loads into the same statement."""
+    from dpaudit.training.release_meta import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION
+
+    assert SCHEMA_VERSION == 2 and READABLE_SCHEMA_VERSIONS == (1, 2)
+    ds, sp, mem = setting
+    out, _ = _write(tmp_path / "rel", ds, sp, mem, ModelSpec("random_forest", (30,), 2, {"n_estimators": 3}), None)
+    meta = json.loads((out / "release.json").read_text())
+    st = meta["statement"]
+    assert meta["schema"] == 2 and st["headline"] == 0 and st["statement"] == st["statements"][0]
+    new = load_release(out).info.statement
+    old = {k: v for k, v in st.items() if k not in ("statement", "headline_route")}
+    old["headline"] = st["statements"][st["headline"]]
+    (out / "release.json").write_text(json.dumps({**meta, "schema": 1, "statement": old}))
+    assert load_release(out).info.statement == new
+    (out / "release.json").write_text(json.dumps({**meta, "schema": 3}))
+    with pytest.raises(DataError, match="schema version 3 is unknown; this dpaudit reads schemas 1, 2"):
+        load_release(out)
+
+
 @pytest.mark.parametrize("spec,cfg", [
     (ModelSpec("mlp", (30,), 2, {"hidden": [16]}), TrainConfig(epochs=3, batch_size=32, lr=1e-2)),
     (ModelSpec("random_forest", (30,), 2, {"n_estimators": 5}), None),
@@ -58,7 +79,7 @@ def test_roundtrip(tmp_path, setting, spec, cfg):
     ds, sp, mem = setting
     out, clf = _write(tmp_path / "rel", ds, sp, mem, spec, cfg)
     r = load_release(out)
-    assert r.meta["schema"] == 1 and r.meta["ledger"]["parties"]["party0"][0]["event"]["gamma"] == 0.1
+    assert r.meta["schema"] == 2 and r.meta["ledger"]["parties"]["party0"][0]["event"]["gamma"] == 0.1
     assert r.meta["dataset"]["num_records"] == len(ds) and r.meta["created_by"].startswith("dpaudit ")
     np.testing.assert_allclose(r.model.predict_proba(ds.X[:20]), clf.predict_proba(ds.X[:20]))
     assert all(np.array_equal(r.membership[k], mem[k]) for k in mem)

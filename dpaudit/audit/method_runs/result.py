@@ -27,10 +27,6 @@ class RunControl:
     bound: CanaryBound
     trials: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "bound": self.bound.to_dict(),
-                "trials": self.trials}
-
 
 @dataclass(frozen=True)
 class MethodRunAudit:
@@ -53,6 +49,9 @@ class MethodRunAudit:
     notes: tuple[str, ...] = field(default_factory=tuple)
     rests_on: tuple[str, ...] = ()
     controls: tuple[RunControl, ...] = ()
+    schema: int = 1
+
+    __json_computed__ = ("kind", "refutes_claim", "refutes_accounting")
 
     @property
     def kind(self) -> str:
@@ -67,14 +66,6 @@ class MethodRunAudit:
     def refutes_accounting(self) -> bool:
         """True when the certified bound exceeds dpaudit's own accounting (a bug in the method or the accountant)."""
         return self.accounted_epsilon is not None and self.bound.epsilon > self.accounted_epsilon
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": 1, "method": self.method, "audit": self.audit, "kind": self.kind,
-                "bound": self.bound.to_dict(), "claimed_epsilon": self.claimed_epsilon,
-                "accounted_epsilon": self.accounted_epsilon, "refutes_claim": self.refutes_claim,
-                "refutes_accounting": self.refutes_accounting, "trials": self.trials,
-                "settings": dict(self.settings), "elapsed_seconds": self.elapsed_seconds, "notes": list(self.notes),
-                "rests_on": list(self.rests_on), "controls": [c.to_dict() for c in self.controls]}
 
     def summary(self) -> str:
         b = self.bound

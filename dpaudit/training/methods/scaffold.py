@@ -49,6 +49,7 @@ from dpaudit._io import check_replaceable, dumps_json, exclusive_lock, parse_tom
 from dpaudit.errors import DataError, OutputError, ParameterError, check_bool, check_int
 from dpaudit.training.limits import MAX_ROUNDS, MAX_THREADS
 from dpaudit.progress import Reporter, as_reporter
+from dpaudit.serial import to_dict
 from dpaudit.threads import current as current_threads
 from dpaudit.training.methods.common import StageCache, config_to_dict
 
@@ -444,12 +445,6 @@ class RunResult:
     def epsilon(self) -> float:
         return float(self.accounting.epsilon)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "release": str(self.release), "utility": dict(self.utility),
-                "accounting": self.accounting.to_dict(), "claimed_epsilon": self.claimed_epsilon,
-                "extra_releases": {k: str(v) for k, v in self.extra_releases.items()},
-                "rounds_run": self.rounds_run, "seconds": self.seconds, "threads": self.threads}
-
     def summary(self) -> str:
         """Lines for a terminal: where, utility (scalars), the privacy statements (headline marked) with the
         headline's assumptions, the claim and the warnings."""
@@ -587,7 +582,7 @@ def execute(config: MethodConfig, out: str | Path, *, seed: int, progress: bool 
         if outcome is None:
             rep.log(f"stopped early ([run] stop_after); checkpoints kept in {ck}: the same command resumes")
             return None
-        run_info = {"threads": threads.to_dict()}
+        run_info = {"threads": to_dict(threads)}
         path = outcome.release.write(out, seed=seed, overwrite=overwrite, run=run_info)
         extras = {name: r.write(out / name, seed=seed, overwrite=True, run=run_info) for name, r in outcome.extras.items()}
         shutil.rmtree(ck, ignore_errors=True)
