@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from dpaudit.serial import from_dict, to_dict
 from dpaudit.accountants import account_dpsgd, account_gnmax, account_ldp, account_pate, release_gnmax_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, pick_headline
 from dpaudit.errors import ParameterError
@@ -24,9 +25,9 @@ def check_headline(r: AccountingResult) -> None:
     assert eligible, "every multi-route result names its routes"
     assert r.epsilon == min(s.epsilon for s in eligible)
     assert r.headline == rule(r.statements)
-    d = r.to_dict()
+    d = to_dict(r)
     assert d["headline_route"] == r.headline_route == r.statement.route == d["statement"]["route"]
-    assert AccountingResult.from_dict(d).headline == r.headline
+    assert from_dict(AccountingResult, d).headline == r.headline
     if "headline_route" in r.facts:
         assert r.facts["headline_route"] == r.headline_route
 
@@ -64,7 +65,7 @@ def test_dpsgd_forced_route_is_named(forced):
     check_headline(best)
     assert best.headline_route == best.facts["smallest_route"] == "pld"
     r = account_dpsgd(**kw, accountant=forced)
-    assert r.headline_route == r.facts["headline_route"] == r.to_dict()["headline_route"] == forced
+    assert r.headline_route == r.facts["headline_route"] == to_dict(r)["headline_route"] == forced
     assert r.facts["smallest_route"] == "pld" and r.epsilon >= best.epsilon
     assert {s.route for s in r.statements} == {"rdp", "pld", "prv"}
 
@@ -82,7 +83,7 @@ def test_pate_headline_is_the_smaller_and_ties_go_data_independent():
     assert r2.statements[0].epsilon == r2.statements[1].epsilon
     assert r2.headline_route == "data-independent" and not r2.statement.data_dependent
     forced = account_pate(strong, gamma=0.05, delta=1e-5, data_independent=True)  # the API's forced route
-    assert forced.headline_route == "data-independent" == forced.to_dict()["headline_route"]
+    assert forced.headline_route == "data-independent" == to_dict(forced)["headline_route"]
     assert forced.epsilon == pytest.approx(r.statements[1].epsilon)
 
 

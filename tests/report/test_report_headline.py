@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from dpaudit.serial import to_dict
 from dpaudit.accountants import account_pate
 from dpaudit.report.flags import compute_flags
 from dpaudit.report.render import to_markdown
@@ -19,7 +20,7 @@ def test_report_marks_the_result_headline_by_route():
                                 (np.array([[5.0, 5.0, 5.0]] * 10), 1.0, "data-independent")):
         r = account_pate(votes, gamma=gamma, delta=1e-5)
         assert r.headline_route == route
-        doc, flags = _report(r.to_dict())
+        doc, flags = _report(to_dict(r))
         marked = [line for line in doc.splitlines() if "— headline" in line]
         assert len(marked) == 1 and f"— headline (route {route})" in marked[0] and r.statement.label in marked[0]
         # a data-dependent headline is flagged; the data-independent one (picked on a tie) is not

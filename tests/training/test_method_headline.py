@@ -4,6 +4,7 @@ release's quantity, named by route in the result, its JSON and the printed text.
 import numpy as np
 import pytest
 
+from dpaudit.serial import to_dict
 from dpaudit.accountants.events import LaplaceNoisyMax, RandomizedResponse
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.pure import PureDp
@@ -17,7 +18,7 @@ def check(r: AccountingResult) -> None:
     routed = [(s.epsilon, s.data_dependent or s.route.startswith("data-dependent"), s.delta, i)
               for i, s in enumerate(r.statements) if s.route]
     assert routed and r.headline == min(routed)[3]           # the rule, written out here
-    d = r.to_dict()
+    d = to_dict(r)
     assert d["headline_route"] == r.headline_route == r.statement.route == d["statement"]["route"]
 
 
