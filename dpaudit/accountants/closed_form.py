@@ -22,7 +22,7 @@ from scipy import optimize, special, stats
 
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
-__all__ = ["log_gaussian_delta", "gaussian_mechanism_epsilon", "pure_composition_delta", "pure_composition_epsilon"]
+__all__ = ["log_gaussian_delta", "gaussian_mechanism_epsilon", "gaussian_epsilon_root", "pure_composition_delta", "pure_composition_epsilon"]
 
 #: Relative and absolute slack added to every root so that the reported epsilon sits on the conservative side.
 _ROUND_UP_REL = 1e-10
@@ -56,6 +56,14 @@ def gaussian_mechanism_epsilon(mu: float, delta: float) -> float:
     delta = check_float(delta, "delta", "gaussian_mechanism_epsilon", low=0.0, high=1.0, high_open=True)
     if delta == 0.0:
         return math.inf
+    root = gaussian_epsilon_root(mu, delta)
+    return root if root in (0.0, math.inf) else root * (1 + _ROUND_UP_REL) + _ROUND_UP_ABS
+
+
+def gaussian_epsilon_root(mu: float, delta: float) -> float:
+    """The epsilon at which the mu-Gaussian trade-off curve has ``delta`` (0 < delta < 1; mu > 0), to the root
+    finder's tolerance (1e-12): 0 when delta(0) <= delta already, inf when no epsilon below 1e300 reaches it. Callers
+    round it up (an upper bound) or down (a lower bound) past the tolerance."""
     log_d = math.log(delta)
     if log_gaussian_delta(0.0, mu) <= log_d:
         return 0.0
@@ -64,8 +72,7 @@ def gaussian_mechanism_epsilon(mu: float, delta: float) -> float:
         hi *= 2.0
         if hi > 1e300:
             return math.inf
-    root = optimize.brentq(lambda e: log_gaussian_delta(e, mu) - log_d, 0.0, hi, xtol=1e-12, rtol=1e-12)
-    return float(root) * (1 + _ROUND_UP_REL) + _ROUND_UP_ABS
+    return float(optimize.brentq(lambda e: log_gaussian_delta(e, mu) - log_d, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
 def _rr_window(k: int, p: float, tail: float = 1e-300) -> tuple[np.ndarray, float]:

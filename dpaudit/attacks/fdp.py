@@ -44,9 +44,9 @@ import math
 from typing import Callable
 
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
-from dpaudit.accountants.closed_form import log_gaussian_delta
+from dpaudit.accountants.closed_form import gaussian_epsilon_root
 from dpaudit.errors import ParameterError, check_float
 
 __all__ = [
@@ -280,13 +280,5 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         return 0.0
     if d == 0.0 or not math.isfinite(m):
         return math.inf
-    log_d = math.log(d)
-    if log_gaussian_delta(0.0, m) <= log_d:
-        return 0.0
-    hi = 1.0
-    while log_gaussian_delta(hi, m) > log_d:
-        hi *= 2.0
-        if hi > 1e300:
-            return math.inf
-    root = optimize.brentq(lambda e: log_gaussian_delta(e, m) - log_d, 0.0, hi, xtol=1e-12, rtol=1e-12)
-    return max(0.0, float(root) * (1.0 - 1e-10) - 1e-10)
+    root = gaussian_epsilon_root(m, d)
+    return root if root in (0.0, math.inf) else max(0.0, root * (1.0 - 1e-10) - 1e-10)
