@@ -212,8 +212,8 @@ class RdpAccountant(Accountant):
         return self
 
     def epsilon_quiet(self, target_delta: float) -> float:
-        """The headline epsilon of :meth:`get_statement` without building a statement or warning (cheap; used by
-        the ledger on every record)."""
+        """The epsilon of :meth:`get_statement` on the grid alone, without building a statement, warning or searching
+        past the grid's edge (cheap; used by the ledger on every record): never below the statement's figure."""
         if not self._rdp.any():
             return 0.0
         return min(rdp_to_epsilon(self.orders, self._rdp, target_delta, warn=False)[0], self._pure)
