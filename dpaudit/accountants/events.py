@@ -361,12 +361,18 @@ class SubsampledGaussian(DpEvent):
 NEIGHBOURING_RELATIONS = ("add-remove", "zero-out", "substitution")
 
 
-def _check_batches(owner: str, dataset_size: Any, batch_size: Any) -> tuple[int, int]:
-    n = check_int(dataset_size, "dataset_size", owner, low=1)
-    b = check_int(batch_size, "batch_size", owner, low=1)
+def _check_batch_fields(event: Any, owner: str) -> None:
+    """The fields the fixed-size batch events share (dataset and batch sizes, noise multiplier, steps), checked and
+    set in place on the frozen ``event``."""
+    n = check_int(event.dataset_size, "dataset_size", owner, low=1)
+    b = check_int(event.batch_size, "batch_size", owner, low=1)
     if b > n:
         raise ParameterError(f"The 'batch_size' parameter of {owner} must be an int <= dataset_size ({n}). Got {b} instead.")
-    return n, b
+    object.__setattr__(event, "dataset_size", n)
+    object.__setattr__(event, "batch_size", b)
+    object.__setattr__(event, "noise_multiplier",
+                       check_float(event.noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True))
+    object.__setattr__(event, "steps", check_int(event.steps, "steps", owner, low=1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,12 +406,7 @@ class FixedBatchGaussian(DpEvent):
 
     def __post_init__(self) -> None:
         owner = "FixedBatchGaussian"
-        n, b = _check_batches(owner, self.dataset_size, self.batch_size)
-        object.__setattr__(self, "dataset_size", n)
-        object.__setattr__(self, "batch_size", b)
-        object.__setattr__(self, "noise_multiplier",
-                           check_float(self.noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True))
-        object.__setattr__(self, "steps", check_int(self.steps, "steps", owner, low=1))
+        _check_batch_fields(self, owner)
         object.__setattr__(self, "neighbouring", check_choice(self.neighbouring, "neighbouring", owner, NEIGHBOURING_RELATIONS))
 
     @property
@@ -447,12 +448,7 @@ class ShuffledBatchGaussian(DpEvent):
 
     def __post_init__(self) -> None:
         owner = "ShuffledBatchGaussian"
-        n, b = _check_batches(owner, self.dataset_size, self.batch_size)
-        object.__setattr__(self, "dataset_size", n)
-        object.__setattr__(self, "batch_size", b)
-        object.__setattr__(self, "noise_multiplier",
-                           check_float(self.noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True))
-        object.__setattr__(self, "steps", check_int(self.steps, "steps", owner, low=1))
+        _check_batch_fields(self, owner)
         object.__setattr__(self, "drop_last", check_bool(self.drop_last, "drop_last", owner))
         object.__setattr__(self, "first_step", check_int(self.first_step, "first_step", owner, low=0))
         if self.neighbouring == "add-remove":

@@ -251,6 +251,22 @@ def _scores_signals(vm, ym, vn, yn, i1, i0, kind: str, reference_scores, referen
                                population_in=zin)
 
 
+
+def _checked_members(member_scores: Any, member_labels: Any, nonmember_scores: Any, nonmember_labels: Any, kind: str,
+                     owner: str, seed: int) -> tuple[np.ndarray, Any, np.ndarray, Any, np.ndarray, np.ndarray]:
+    """Members' and non-members' released scores checked (same class count, at least 2 of each) and a balanced
+    subsample of their indices (``seed``)."""
+    vm, ym = check_model_scores(member_scores, member_labels, kind, "member_scores")
+    vn, yn = check_model_scores(nonmember_scores, nonmember_labels, kind, "nonmember_scores")
+    if vm.shape[1:] != vn.shape[1:]:
+        raise DataError(f"'member_scores' and 'nonmember_scores' must have the same number of classes; got {vm.shape} and {vn.shape}.")
+    n1, n0 = len(vm), len(vn)
+    if n1 < 2 or n0 < 2:
+        raise DataError(f"{owner} needs at least 2 members and 2 non-members; got {n1} and {n0}.")
+    i1, i0 = balanced_subsample(n1, n0, seed=seed)
+    return vm, ym, vn, yn, i1, i0
+
+
 def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=None, nonmember_labels=None,
                   attack: str = "threshold", reference_scores=None, reference_in=None, lira_online: bool | None = None,
                   population_scores=None, population_labels=None, population_reference_scores=None,
@@ -299,14 +315,9 @@ def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=N
     conf = check_probability(confidence, "confidence", owner)
     d = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
     n_boot = check_int(n_bootstrap, "n_bootstrap", owner, low=0)
-    vm, ym = check_model_scores(member_scores, member_labels, kind, "member_scores")
-    vn, yn = check_model_scores(nonmember_scores, nonmember_labels, kind, "nonmember_scores")
-    if vm.shape[1:] != vn.shape[1:]:
-        raise DataError(f"'member_scores' and 'nonmember_scores' must have the same number of classes; got {vm.shape} and {vn.shape}.")
+    vm, ym, vn, yn, i1, i0 = _checked_members(member_scores, member_labels, nonmember_scores, nonmember_labels, kind,
+                                              owner, seed)
     n1, n0 = len(vm), len(vn)
-    if n1 < 2 or n0 < 2:
-        raise DataError(f"{owner} needs at least 2 members and 2 non-members; got {n1} and {n0}.")
-    i1, i0 = balanced_subsample(n1, n0, seed=seed)
     n = len(i1)
     settings: dict[str, Any] = {"attack": attack, "inputs": f"scores only ({kind})", "seed": seed, "confidence": conf,
                                 "delta": d, "n_bootstrap": n_boot, "num_members_total": n1, "num_nonmembers_total": n0,
@@ -374,14 +385,9 @@ def compare_scores(member_scores, nonmember_scores, *, kind: str, member_labels=
     owner = "compare_scores"
     check_choice(kind, "kind", owner, SCORE_KINDS)
     seed = check_int(seed, "seed", owner, low=0)
-    vm, ym = check_model_scores(member_scores, member_labels, kind, "member_scores")
-    vn, yn = check_model_scores(nonmember_scores, nonmember_labels, kind, "nonmember_scores")
-    if vm.shape[1:] != vn.shape[1:]:
-        raise DataError(f"'member_scores' and 'nonmember_scores' must have the same number of classes; got {vm.shape} and {vn.shape}.")
+    vm, ym, vn, yn, i1, i0 = _checked_members(member_scores, member_labels, nonmember_scores, nonmember_labels, kind,
+                                              owner, seed)
     n1, n0 = len(vm), len(vn)
-    if n1 < 2 or n0 < 2:
-        raise DataError(f"{owner} needs at least 2 members and 2 non-members; got {n1} and {n0}.")
-    i1, i0 = balanced_subsample(n1, n0, seed=seed)
     pop_kw = dict(population_scores=population_scores, population_labels=population_labels,
                   population_reference_scores=population_reference_scores,
                   population_reference_in=population_reference_in, population=population)
