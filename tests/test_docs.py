@@ -3,8 +3,8 @@ fails), and its pages run as written.
 
 Every ```` ```bash ```` and ```` ```python ```` block of a page runs in the order of the page, in one fresh copy of
 the repository (tests/docblocks.py: the README's convention), python blocks in one shared namespace, as a reader
-following a tutorial would. The getting-started page and the four tutorials run in the default suite (tiny
-settings); pages whose blocks train models or run whole audits (the moved README sections) run under ``-m slow``.
+following a tutorial would. Three tutorials and the cheap reference pages run in the default suite (tiny
+settings); the others (``FAST`` says which and why) under ``-m slow``.
 Pages are found when the test runs: a new page is run without touching this file."""
 
 from __future__ import annotations
@@ -19,9 +19,12 @@ from docblocks import NOT_RUN, ROOT, RUN, bad_fences, fresh_copy, markdown_block
 
 DOCS = ROOT / "docs"
 PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
-#: Pages executed in the default run: a new user's path, kept to seconds each.
-FAST = {"getting-started.md", "tutorials/opacus.md", "tutorials/scores-only.md", "tutorials/pate-gnmax.md",
-        "tutorials/ci-claims.md", "guide/accounting.md", "reference/release-bundle.md", "reference/json-schemas.md"}
+#: Pages executed in the default run (seconds of CPU each). Every other page with runnable blocks runs under
+#: ``-m slow``: the getting-started page (the README's three paths again, several CLI start-ups), the Opacus
+#: tutorial (trains with Opacus, like examples/python/audit_opacus_run.py) and the moved README sections (they train
+#: models and run audits).
+FAST = {"tutorials/scores-only.md", "tutorials/pate-gnmax.md", "tutorials/ci-claims.md", "guide/accounting.md",
+        "reference/release-bundle.md", "reference/json-schemas.md"}
 PAGE_TIMEOUT = 3600
 
 
