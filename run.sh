@@ -3,6 +3,7 @@
 #   bash run.sh audit [ARGS...]   run the main job (dpaudit audit on the embedded default data set)
 #   bash run.sh test  [ARGS...]   run the test suite (default run; slow tests: bash run.sh test -m slow)
 #   bash run.sh dpaudit ARGS...   any dpaudit command inside the environment
+#   bash run.sh docs  [ARGS...]   build the documentation site into site/ (mkdocs build --strict: warnings fail)
 # On a machine without an NVIDIA GPU, the CPU build of torch is installed first, so that pip never
 # pulls the multi-GB CUDA build.
 # Every install step prints one line to stderr saying what it installs, and the total time at the end;
@@ -59,8 +60,9 @@ except ImportError:
 import re
 with open("pyproject.toml", "rb") as f:
     p = tomllib.load(f)["project"]
-names = [re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in p["dependencies"] + p.get("optional-dependencies", {}).get("test", [])]
-print(", ".join(n for n in names if n != "torch"))
+extras = p.get("optional-dependencies", {})
+names = [re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in p["dependencies"] + extras.get("test", []) + extras.get("docs", [])]
+print(", ".join(n for n in names if n not in ("torch", "dpaudit")))
 PY
 )"
     step "installing dpaudit (editable) with $deps"
@@ -75,5 +77,6 @@ case "$cmd" in
     audit) exec "$venv/bin/dpaudit" audit "$@" ;;
     test)  exec "$venv/bin/python" -m pytest "$@" ;;
     dpaudit) exec "$venv/bin/dpaudit" "$@" ;;
-    *) echo "usage: bash run.sh audit|test|dpaudit [ARGS...]" >&2; exit 2 ;;
+    docs)  exec "$venv/bin/python" -m mkdocs build --strict --config-file mkdocs.yml --site-dir site "$@" ;;
+    *) echo "usage: bash run.sh audit|test|dpaudit|docs [ARGS...]" >&2; exit 2 ;;
 esac
