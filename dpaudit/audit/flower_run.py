@@ -92,8 +92,10 @@ def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, de
     accuracy = float(np.mean(clf.predict_proba(data.X[non]).argmax(axis=1) == data.y[non])) if non.size else None
     st = PrivacyStatement(acc.epsilon, acc.delta, "rdp", label=f"client-level, max over {len(acc.per_client)} clients",
                           assumptions=acc.assumptions, route="rdp",
-                          details={"lower_bound": acc.lower_bound if acc.lower_bound is not None else None})
-    statement = to_dict(AccountingResult("flower run", (st,), facts={"flower": [to_dict(f) for f in acc.flower]},
+                          details={"lower_bound_epsilon": acc.lower_bound})
+    statement = to_dict(AccountingResult("flower run", (st,), facts={"flower": [to_dict(f) for f in acc.flower],
+                                                                     "lower_bound_epsilon": acc.lower_bound,
+                                                                     "sampled_epsilon": acc.sampled_epsilon},
                                          warnings=tuple(m for _, m in acc.flags)))
     flags = [("flower_epsilon_below_lower_bound" if code == "flower_below_lower_bound" else code, msg)
              for code, msg in acc.flags if code in ("flower_below_lower_bound", "granularity_not_covered")]
