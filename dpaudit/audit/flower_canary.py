@@ -3,9 +3,10 @@
 ``canaries`` canary clients join ``clients`` ordinary ones (digits softmax regression, :func:`run_digits_simulation`)
 in one Flower simulation with server-side fixed clipping. Each canary k holds a fixed random direction u_k of norm
 C; a fair coin, drawn before the run and kept apart from what the auditor sees, decides whether it is *included*:
-an included canary answers every training message it gets with the update u_k, an excluded one with the zero update
-(the zero-out neighbour: a client whose data moves nothing; a special case of replace-one). Flower samples m of the
-N = clients + canaries nodes each round as usual.
+an included canary answers every training message it gets with the update u_k, an excluded one is an ordinary client
+training on its own digits (the replace-one neighbour: one client's data replaced). Not the zero update: Flower
+1.42's fixed clipping divides by the update's norm (``compute_clip_model_update``), and an exactly zero update stops
+the server with a ZeroDivisionError. Flower samples m of the N = clients + canaries nodes each round as usual.
 
 The auditor sees every round's global model (Flower's ``evaluate_fn``): x_{k,t} = <Delta_t, u_k> m / (sigma C^2) is,
 in units of the noise, N(1/sigma, 1) in a round where included canary k was sampled and N(0, 1) otherwise (up to the
@@ -14,8 +15,9 @@ rate q = m/N (:func:`~dpaudit.attacks.canary.dirac_scores`); the one-run bound (
 NeurIPS 2023) on the scores and the coins is certified at the stated confidence
 (:func:`~dpaudit.attacks.canary.one_run_certified`). Beside it, the ideal attack's bound: the exact likelihood-ratio
 test of the subsampled Gaussian with the same (q, sigma, rounds), same canaries and rule
-(:func:`~dpaudit.attacks.canary.ideal_one_run_epsilon`), and dpaudit's accounting of the same run under zero-out
-(:class:`~dpaudit.accountants.events.FixedBatchGaussian`).
+(:func:`~dpaudit.attacks.canary.ideal_one_run_epsilon`; its "out" canary adds nothing along u_k, where an ordinary
+client's update adds a small projection), and dpaudit's accounting of the same run under replace-one
+(:class:`~dpaudit.accountants.events.FixedBatchGaussian`, substitution).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ _DIM = 10 * 64 + 10
 @dataclass(frozen=True)
 class FlowerCanaryAudit:
     """The audit's result: ``bound`` certified (with ``bound.ideal_epsilon`` the ideal attack's reference),
-    ``accounted_epsilon`` dpaudit's accounting of the run under zero-out."""
+    ``accounted_epsilon`` dpaudit's accounting of the run under replace-one."""
 
     bound: CanaryBound
     num_canaries: int
@@ -51,7 +53,7 @@ class FlowerCanaryAudit:
     sample_size: int
     noise_multiplier: float
     accounted_epsilon: float
-    neighbouring: str = "zero-out"
+    neighbouring: str = "replace-one"
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -93,7 +95,7 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     included = rng.random(K) < 0.5
     u = rng.standard_normal((K, _DIM))
     u *= C / np.linalg.norm(u, axis=1, keepdims=True)
-    updates = {clients + k: (u[k] if included[k] else np.zeros(_DIM)) for k in range(K)}
+    updates = {clients + k: u[k] for k in range(K) if included[k]}
     models: dict[int, np.ndarray] = {}
 
     def observe(rnd: int, arrays: Mapping[str, np.ndarray]) -> None:
@@ -112,7 +114,7 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     mech = {"kind": "subsampled_gaussian", "sampling_rate": m / n, "noise_multiplier": sigma, "steps": T}
     bound = bound.with_ideal(ideal_one_run_epsilon(mech, K, delta=delta, confidence=confidence, replicates=reps, seed=seed))
     acc = RdpAccountant()
-    acc.compose(FixedBatchGaussian(n, m, sigma, steps=T, neighbouring="zero-out"))
+    acc.compose(FixedBatchGaussian(n, m, sigma, steps=T, neighbouring="substitution"))
     res = FlowerCanaryAudit(bound, K, int(included.sum()), T, n, m, sigma, float(acc.epsilon_quiet(delta)),
                             settings={"clients": clients, "canaries": K, "clipping_norm": C, "delta": delta,
                                       "confidence": confidence, "seed": seed, "ideal_replicates": reps,
