@@ -207,6 +207,10 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
     noise_ok = dp and all(r.noise_multiplier is not None and r.noise_multiplier > 0 for r in released)
     if dp and not noise_ok:
         flags.append(("zero_noise", "A released round added no noise: no guarantee."))
+    if noise_ok and st.kind.endswith("adaptive") and not st.clipped_count_stddev:
+        # the clipping norm follows the clipped-count: released without noise, it reveals clients' bits
+        flags.append(("zero_noise", "Adaptive clipping with no noise on the clipped count: no guarantee."))
+        noise_ok = False
     unverified = []
     if run.sampler != "uniform-without-replacement":
         unverified.append("the sampler is not Flower's own uniform sample_nodes")
@@ -227,7 +231,7 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
 
     def sigma_of(r) -> float:
         # the effective multiplier of the round (adaptive: the model noise and the clipped count together)
-        if sigma_eff is not None and st.clipped_count_stddev:
+        if st.kind.endswith("adaptive"):
             return (r.noise_multiplier ** -2 + (2 * st.clipped_count_stddev) ** -2) ** -0.5
         return float(r.noise_multiplier)
 
@@ -297,7 +301,7 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
     # Flower's figures
     flower: list[FlowerFigure] = []
     m = st.num_sampled_clients
-    if dp and noise_ok and released and m and sigma_eff is None:
+    if dp and noise_ok and released and m and sigma_eff is None and st.noise_multiplier:
         n = population
         for conv in ("no-amplification", "without-replacement"):
             try:

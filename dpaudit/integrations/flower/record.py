@@ -214,9 +214,11 @@ class FlowerRun:
             raise DataError("The run's rounds must be listed once each, in increasing order.")
         if len(self.partitions) > MAX_NODES:
             raise DataError(f"The run maps {len(self.partitions)} nodes to partitions, more than {MAX_NODES}.")
-        for k in self.partitions:
+        for k, v in self.partitions.items():
             if not k.isdigit() or len(k) > 20:
                 raise DataError(f"The run's 'partitions' must be keyed by node id. Got {k!r:.40} instead.")
+            if not 0 <= v < MAX_NODES:
+                raise DataError(f"The run's 'partitions' must map node ids to partition ids in [0, {MAX_NODES}). Got {v!r:.40} instead.")
         if len(self.model_keys) > 10_000 or any(len(k) > 200 for k in self.model_keys):
             raise DataError("The run's 'model_keys' must be at most 10000 names of at most 200 characters.")
 
