@@ -238,3 +238,44 @@ def test_json_round_trip_of_the_record():
     run = from_dict(FlowerRun, _run(rounds=4), what=RUN_FILE)
     assert from_dict(FlowerRun, json.loads(json.dumps(to_dict(run))), what=RUN_FILE) == run
     assert (LEDGER_FILE, RUN_FILE) == ("ledger.json", "flower_run.json")
+
+
+# ---- the recorder on Flower's own strategy objects ----------------------------------------------------------------
+
+def test_the_recorder_knows_flowers_dp_wrappers_and_samplers():
+    pytest.importorskip("flwr")
+    from flwr.clientapp.mod import LocalDpMod
+    from flwr.serverapp import strategy as fs
+    from flwr.supercore.differential_privacy import compute_adaptive_noise_params
+
+    from dpaudit.errors import ParameterError
+    from dpaudit.integrations.flower.recorder import RecordingStrategy, describe_strategy
+
+    avg = fs.FedAvg(fraction_train=0.25)
+    for cls, kind in ((fs.DifferentialPrivacyServerSideFixedClipping, "server-fixed"),
+                      (fs.DifferentialPrivacyClientSideFixedClipping, "client-fixed")):
+        st, sampler, wrapper = describe_strategy(cls(avg, 1.5, 0.7, 5))
+        assert (st.kind, st.noise_multiplier, st.clipping_norm, st.num_sampled_clients) == (kind, 1.5, 0.7, 5)
+        assert sampler == "uniform-without-replacement" and wrapper is not None
+    for cls, kind in ((fs.DifferentialPrivacyServerSideAdaptiveClipping, "server-adaptive"),
+                      (fs.DifferentialPrivacyClientSideAdaptiveClipping, "client-adaptive")):
+        st, _, wrapper = describe_strategy(cls(avg, 1.0, 10, clipped_count_stddev=2.0))
+        sb, sz = compute_adaptive_noise_params(1.0, 10, 2.0)   # Flower's own split of the asked-for multiplier
+        assert st.kind == kind and st.clipped_count_stddev == sb and wrapper.noise_multiplier == pytest.approx(sz)
+        assert st.noise_multiplier == pytest.approx(1.0)        # the effective multiplier comes back
+    assert describe_strategy(avg)[0].kind == "none"
+    assert describe_strategy(fs.FedProx())[1] == "unverified"   # another configure_train: no amplification claimed
+
+    class MySampler(fs.FedAvg):
+        def configure_train(self, *a, **k):
+            return super().configure_train(*a, **k)
+
+    assert describe_strategy(fs.DifferentialPrivacyServerSideFixedClipping(MySampler(), 1.0, 1.0, 2))[1] == "unverified"
+    assert describe_strategy(MySampler())[0].kind == "unknown"
+    with pytest.raises(ParameterError, match="DP wrappers"):
+        describe_strategy(fs.DifferentialPrivacyServerSideFixedClipping(
+            fs.DifferentialPrivacyServerSideFixedClipping(avg, 1.0, 1.0, 2), 1.0, 1.0, 2))
+    rec = RecordingStrategy(fs.DifferentialPrivacyServerSideFixedClipping(avg, 1.0, 1.0, 2),
+                            local_dp=LocalDpMod(clipping_norm=1.0, sensitivity=2.0, epsilon=0.5, delta=1e-5), seed=3)
+    assert rec.local_dp.epsilon == 0.5 and rec.local_dp.noise_std == pytest.approx(2.0 * math.sqrt(2 * math.log(1.25e5)) / 0.5)
+    assert rec.run_record().seed == 3 and rec.run_record().rounds == ()
