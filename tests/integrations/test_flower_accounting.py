@@ -105,7 +105,7 @@ def test_the_issues_mnist_setting():
 
 def test_unverified_sampling_falls_back_to_no_amplification():
     acc = _account(_run(sampler="unverified"))
-    assert not acc.sampler_verified and math.isinf(acc.sampled_epsilon)
+    assert not acc.sampler_verified and math.isinf(acc.sampled_epsilon) and acc.lower_bound is None
     assert all(c.headline == c.participation for c in acc.per_client)
     assert any(code == "sampling_unverified" for code, _ in acc.flags)
     # a round that aggregated fewer replies than it sampled: not verified either

@@ -249,10 +249,12 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
             assumptions.append(f"Sampling: Flower's sample_nodes drew exactly m of the N connected clients uniformly "
                                f"without replacement each round (N in {sorted(pops)}, m in {sorted(sizes)}), independently of the "
                                "data; amplification holds while participation stays secret.")
-        lg = {(len(r.population), len(r.sampled), float(r.noise_multiplier)): 0 for r in released}
-        for r in released:
-            lg[(len(r.population), len(r.sampled), float(r.noise_multiplier))] += 1
-        lower = sampled_lower_bound(lg, delta)
+            # the pair assumes the sampler that ran: with another sampler (one that never picks the target, say) it
+            # is no lower bound, so none is given then
+            lg = {(len(r.population), len(r.sampled), float(r.noise_multiplier)): 0 for r in released}
+            for r in released:
+                lg[(len(r.population), len(r.sampled), float(r.noise_multiplier))] += 1
+            lower = sampled_lower_bound(lg, delta)
     # per client
     per_client = []
     led = PrivacyLedger(delta=delta) if dp and noise_ok else None
