@@ -142,7 +142,8 @@ def run_digits_simulation(out: str | os.PathLike, *, clients: int = 20, sampled:
     """Run federated softmax regression on digits with Flower's simulation engine and record it into ``out``.
 
     ``clients`` SuperNodes (one partition of ``records_per_client`` digits each), ``sampled`` of them per round
-    (FedAvg ``fraction_train = sampled / clients``), ``rounds`` rounds, under the DP wrapper ``dp``. Every partition
+    (FedAvg ``fraction_train = sampled / clients``), ``rounds`` rounds, under the DP wrapper ``dp`` (``server-fixed``
+also runs Flower's own accountant, ``no-amplification``, whose figure the record keeps). Every partition
     has the same size (equal FedAvg weights). ``canary_updates``: partition id -> a fixed model update (the flat
     weight-then-bias vector) that partition's client sends instead of training (a client-level canary). The run is
     recorded by :class:`~dpaudit.integrations.flower.recorder.RecordingStrategy` (seeded sampling) and written with
@@ -227,7 +228,16 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
         inner = fs.FedAvg(fraction_train=sampled / clients, fraction_evaluate=0.0, min_train_nodes=sampled,
                           min_available_nodes=clients)
         if dp == "server-fixed":
-            strat = fs.DifferentialPrivacyServerSideFixedClipping(inner, sigma, clip, sampled)
+            # Flower's own accountant too (the one convention its fixed-clipping wrappers accept), recorded beside ours
+            acc = None
+            if sigma > 0:
+                from flwr.supercore.privacy_accounting import (NeighboringRelation, PrivacyConfig, SamplingMethod)
+                from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+                acc = RdpAccountant(PrivacyConfig(target_delta=delta, population_size=clients,
+                                                  neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                                  sampling_method=SamplingMethod.NO_AMPLIFICATION))
+            strat = fs.DifferentialPrivacyServerSideFixedClipping(inner, sigma, clip, sampled, accountant=acc)
         elif dp == "client-fixed":
             strat = fs.DifferentialPrivacyClientSideFixedClipping(inner, sigma, clip, sampled)
         elif dp == "server-adaptive":

@@ -76,6 +76,9 @@ def test_account_release_attack_check(headline_run, tmp_path, capsys):
     assert acc.sampler_verified and acc.lower_bound <= acc.sampled_epsilon
     assert all(c.headline == min(c.sampled, c.participation) for c in acc.per_client)
     wor = next(f for f in acc.flower if f.convention == "without-replacement")
+    ran = next(f for f in acc.flower if f.source == "run")                # Flower's accountant ran in the run
+    noamp = next(f for f in acc.flower if f.convention == "no-amplification")
+    assert ran.epsilon == pytest.approx(noamp.epsilon, rel=1e-9) and not ran.below_lower_bound
     assert wor.source == "flwr" and wor.below_lower_bound           # Flower's figure lies below the certified bound
     code, out = _main(capsys, "account", "--flower-run", str(headline_run))
     assert code == 0 and "RED FLAG" in out and "client-level epsilon" in out
