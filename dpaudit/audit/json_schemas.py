@@ -157,6 +157,21 @@ def _release() -> dict[str, Any]:
     return _frame("release.json", f"dpaudit release bundle metadata (schema {SCHEMA_VERSION})", body)
 
 
+def _flower_run() -> dict[str, Any]:
+    from dpaudit.integrations.flower.record import RUN_SCHEMA, FlowerRun
+
+    s = json_schema(FlowerRun)
+    s["properties"]["schema"] = {"const": RUN_SCHEMA}
+    return _frame("flower_run.json", f"dpaudit record of a Flower run (schema {RUN_SCHEMA})", s)
+
+
+def _flower_canary_audit() -> dict[str, Any]:
+    from dpaudit.audit.flower_canary import FlowerCanaryAudit
+
+    return _frame("flower_canary_audit.json", "dpaudit certified client-level canary audit of a Flower simulation",
+                  json_schema(FlowerCanaryAudit))
+
+
 #: File name -> builder of its JSON Schema. A new kind of file dpaudit writes gets one line here.
 SCHEMA_FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "report.json": _report,
@@ -166,6 +181,8 @@ SCHEMA_FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "comparison.json": _comparison,
     "per_record.json": _per_record,
     "method_audit.json": _method_audit,
+    "flower_run.json": _flower_run,
+    "flower_canary_audit.json": _flower_canary_audit,
 }
 
 

@@ -113,7 +113,10 @@ def _call(mechanism: str, o: dict[str, Any]):
 
 
 @click.command("account")
-@click.option("--mechanism", type=click.Choice(MECHANISMS), required=True, help="What to account.")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default=None, help="What to account (or --flower-run).")
+@click.option("--flower-run", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Instead of --mechanism: a recorded Flower run directory, accounted per client (with --delta, "
+                   "default 1e-5, and --neighbouring substitution (replace-one, default) or add-remove).")
 @click.option("--epsilon", type=float, help="[ldp] LDP budget of one report of K labels.")
 @click.option("--samples", type=int, help="[ldp] K, labels per report.")
 @click.option("--classes", type=int, help="[ldp] C, number of classes.")
@@ -161,8 +164,24 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--release-beta", type=float, help="[gnmax --release-epsilon] fix the smooth sensitivity's beta.")
 @click.option("--release-sigma-ss", type=float, help="[gnmax --release-epsilon] fix the release's noise multiplier.")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON.")
-def command(mechanism: str, as_json: bool, **options: Any) -> None:
+def command(mechanism: str | None, flower_run: Path | None, as_json: bool, **options: Any) -> None:
     """Theoretical epsilon of a mechanism, with every figure's assumptions."""
+    if (mechanism is None) == (flower_run is None):
+        raise click.UsageError("give exactly one of --mechanism or --flower-run.")
+    if flower_run is not None:
+        from dpaudit.audit.flower_run import account_flower_run
+        from dpaudit.cli.flower import render_flower_accounting
+
+        extra = [_FLAG[k] for k, v in options.items() if v not in (None, False) and k not in ("delta", "neighbouring")]
+        if extra:
+            raise click.UsageError(f"{', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not used with --flower-run.")
+        nb = {None: "replace-one", "substitution": "replace-one", "add-remove": "add-remove"}.get(options.get("neighbouring"))
+        if nb is None:
+            raise click.UsageError("--neighbouring must be substitution (replace-one, the default) or add-remove with "
+                                   f"--flower-run. Got {options.get('neighbouring')!r} instead.")
+        delta = 1e-5 if options.get("delta") is None else options["delta"]
+        render_flower_accounting(account_flower_run(flower_run, delta=delta, neighbouring=nb), as_json)
+        return
     _check_options(mechanism, options)
     result = _call(mechanism, options)
     if as_json:

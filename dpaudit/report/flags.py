@@ -32,6 +32,8 @@ RELEASE_FLAG_SEVERITY = {
     "opacus_epsilon_assumes_poisson": "warning",
     # a best-of-K release (hyper-parameter search) whose claim accounts fewer runs than were tried
     "tuning_not_accounted": "red",
+    # a Flower run: Flower's own accountant's figure lies below dpaudit's certified lower bound (it understates)
+    "flower_epsilon_below_lower_bound": "red",
 }
 
 

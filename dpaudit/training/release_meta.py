@@ -59,6 +59,7 @@ FLAG_CODES = (
     "granularity_not_covered",       # the claim's granularity is not the one the accounting covers
     "opacus_epsilon_assumes_poisson",  # fixed-size batches accounted as such; Opacus's own figure assumed Poisson
     "tuning_not_accounted",          # the release is the best of K runs, the claim accounts fewer
+    "flower_epsilon_below_lower_bound",  # a Flower accountant figure lies below dpaudit's certified lower bound
 )
 
 _TOP_REQUIRED = ("schema", "method", "dataset", "seed", "model", "claim")

@@ -1,0 +1,271 @@
+"""Flower runs in the audit: read and account a recorded run directory, release its global model as a dpaudit release
+bundle (so ``dpaudit attack`` and ``dpaudit check`` read it), and a real Flower simulation of federated softmax
+regression on scikit-learn's digits that records itself (the example of ``docs/flower.md`` and the tests).
+
+The recording and the accounting live in :mod:`dpaudit.integrations.flower`; this module joins them with the training
+layer's release writer and data sets (the integrations may not import those).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.integrations.flower.accounting import FlowerAccounting, account_run
+from dpaudit.integrations.flower.record import MODEL_FILE, FlowerRun, read_flower_run
+
+__all__ = ["account_flower_run", "release_flower_run", "run_digits_simulation", "digits_model_spec", "DP_CHOICES",
+           "MAX_SIM_CLIENTS", "MAX_SIM_ROUNDS"]
+
+DP_CHOICES = ("server-fixed", "client-fixed", "server-adaptive", "client-adaptive", "none")
+MAX_SIM_CLIENTS = 200
+MAX_SIM_ROUNDS = 1000
+_W, _B = "layers.1.weight", "layers.1.bias"
+
+
+def digits_model_spec():
+    """The released model's architecture: dpaudit's ``mlp`` with no hidden layer (softmax regression) on 8x8 digits."""
+    from dpaudit.training.models import ModelSpec
+
+    return ModelSpec("mlp", (1, 8, 8), 10, {"hidden": []})
+
+
+def account_flower_run(run_dir: str | os.PathLike, *, delta: float = 1e-5,
+                       neighbouring: str = "replace-one") -> FlowerAccounting:
+    """dpaudit's client-level accounting of the run recorded in ``run_dir`` (``dpaudit account --flower-run``)."""
+    return account_run(read_flower_run(run_dir), delta=delta, neighbouring=neighbouring)
+
+
+def _claim(acc: FlowerAccounting, claim: Mapping[str, Any] | None) -> dict[str, Any]:
+    if claim is None:
+        eps = acc.epsilon
+        return {"epsilon": eps if math.isfinite(eps) else None, "delta": acc.delta, "granularity": "client",
+                "text": f"Client-level DP ({acc.neighbouring}) as accounted by dpaudit from the Flower run record."}
+    from dpaudit.audit.release_make import parse_claim
+
+    return parse_claim(claim)
+
+
+def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, delta: float = 1e-5,
+                       neighbouring: str = "replace-one", claim: Mapping[str, Any] | Sequence[str] | None = None,
+                       overwrite: bool = False) -> Path:
+    """Write a release bundle of the run's final global model with its accounting and claim.
+
+    The run must record its data (``RunData``: a dpaudit data set and the clients' record indices) and a global model
+    of :func:`digits_model_spec`'s shape or another ``mlp`` whose arrays the record names. ``claim`` defaults to
+    dpaudit's own figure at client granularity.
+    """
+    from dpaudit.serial import to_dict
+    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+    from dpaudit.training.data import load_dataset
+    from dpaudit.training.models import load_classifier
+    from dpaudit.training.release import check_release_target, write_release
+
+    check_release_target(out, "out", "release_flower_run")
+    run = read_flower_run(run_dir)
+    if run.data is None:
+        raise DataError(f"The Flower run {str(run_dir)!r} records no data (which records the clients held); it cannot "
+                        "be released for attacks.")
+    acc = account_run(run, delta=delta, neighbouring=neighbouring)
+    ds = dict(run.data.dataset)
+    name = ds.get("name")
+    if name != "digits":
+        raise DataError(f"The Flower run's data set must be 'digits' (the one this release path knows). Got {name!r:.40} instead.")
+    seed = ds.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise DataError(f"The Flower run's data set seed must be an int >= 0. Got {seed!r:.40} instead.")
+    data = load_dataset("digits", seed=seed)
+    n = len(data)
+    members = np.unique(np.concatenate([np.asarray(v, dtype=np.int64) for v in run.data.clients.values()] or [np.zeros(0, np.int64)]))
+    non = np.asarray(run.data.nonmembers, dtype=np.int64)
+    att = np.asarray(run.data.attacker, dtype=np.int64)
+    for what, ids in (("clients", members), ("nonmembers", non), ("attacker", att)):
+        if ids.size and ids.max() >= n:
+            raise DataError(f"The Flower run's data.{what} index {int(ids.max())} is past the data set's {n} records.")
+    spec = digits_model_spec()
+    clf = load_classifier(Path(run_dir) / MODEL_FILE, spec, follow_symlinks=False)
+    accuracy = float(np.mean(clf.predict_proba(data.X[non]).argmax(axis=1) == data.y[non])) if non.size else None
+    st = PrivacyStatement(acc.epsilon, acc.delta, "rdp", label=f"client-level, max over {len(acc.per_client)} clients",
+                          assumptions=acc.assumptions, route="rdp",
+                          details={"lower_bound_epsilon": acc.lower_bound})
+    statement = to_dict(AccountingResult("flower run", (st,), facts={"flower": [to_dict(f) for f in acc.flower],
+                                                                     "lower_bound_epsilon": acc.lower_bound,
+                                                                     "sampled_epsilon": acc.sampled_epsilon},
+                                         warnings=tuple(m for _, m in acc.flags)))
+    flags = [("flower_epsilon_below_lower_bound" if code == "flower_below_lower_bound" else code, msg)
+             for code, msg in acc.flags if code in ("flower_below_lower_bound", "granularity_not_covered")]
+    claim_d = _claim(acc, claim)
+    if claim_d.get("epsilon") is None:
+        claim_d["epsilon"] = float("inf")
+    return write_release(
+        out, method="flower", dataset={"name": "digits", "seed": seed, "num_samples": None, "num_records": n},
+        params={"flower": {"flwr_version": run.flwr_version, "strategy": to_dict(run.strategy), "sampler": run.sampler,
+                           "rounds": len(run.rounds), "clients": len(run.clients), "run_seed": run.seed}},
+        seed=run.seed or 0, utility={"test_accuracy": accuracy, "test_split": "non-members"}, classifier=clf,
+        train_config=None, ledger=acc.ledger, statement=statement, claim=claim_d,
+        membership={"members": members, "nonmembers": non, "attacker": att},
+        assumptions=["The model was trained by a Flower run; membership (which records the clients held) is as the run "
+                     "record declares it.", *acc.assumptions], flags=flags, overwrite=overwrite)
+
+
+# --------------------------------------------------------------------------------------------------
+# a real Flower simulation that records itself
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def local_train(w: np.ndarray, b: np.ndarray, X: np.ndarray, y: np.ndarray, *, epochs: int, lr: float) -> tuple[np.ndarray, np.ndarray]:
+    """Full-batch gradient descent on the softmax cross-entropy (what each client runs); float32 in and out."""
+    w, b = w.astype(np.float64), b.astype(np.float64)
+    onehot = np.eye(w.shape[0])[y]
+    for _ in range(epochs):
+        g = (_softmax(X @ w.T + b) - onehot) / len(y)
+        w -= lr * g.T @ X
+        b -= lr * g.sum(axis=0)
+    return w.astype(np.float32), b.astype(np.float32)
+
+
+def run_digits_simulation(out: str | os.PathLike, *, clients: int = 20, sampled: int = 5, rounds: int = 30,
+                          records_per_client: int = 40, noise_multiplier: float = 1.0, clipping_norm: float = 1.0,
+                          dp: str = "server-fixed", local_epochs: int = 5, lr: float = 0.5, delta: float = 1e-5,
+                          seed: int = 0, canary_updates: Mapping[int, np.ndarray] | None = None,
+                          observe: Any = None, overwrite: bool = False) -> Path:
+    """Run federated softmax regression on digits with Flower's simulation engine and record it into ``out``.
+
+    ``clients`` SuperNodes (one partition of ``records_per_client`` digits each), ``sampled`` of them per round
+    (FedAvg ``fraction_train = sampled / clients``), ``rounds`` rounds, under the DP wrapper ``dp`` (``server-fixed``
+also runs Flower's own accountant, ``no-amplification``, whose figure the record keeps). Every partition
+    has the same size (equal FedAvg weights). ``canary_updates``: partition id -> a fixed model update (the flat
+    weight-then-bias vector) that partition's client sends instead of training (a client-level canary). The run is
+    recorded by :class:`~dpaudit.integrations.flower.recorder.RecordingStrategy` (seeded sampling) and written with
+    its data (``RunData``) so :func:`release_flower_run` can release it. ``observe(round, {name: array})`` is called with
+    the global model before the first round (round 0) and after each round (the auditor's view of every round).
+    """
+    owner = "run_digits_simulation"
+    clients = check_int(clients, "clients", owner, low=2, high=MAX_SIM_CLIENTS)
+    sampled = check_int(sampled, "sampled", owner, low=1, high=clients)
+    rounds = check_int(rounds, "rounds", owner, low=1, high=MAX_SIM_ROUNDS)
+    rpc = check_int(records_per_client, "records_per_client", owner, low=1, high=1000)
+    sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0)
+    clip = check_float(clipping_norm, "clipping_norm", owner, low=0.0, low_open=True)
+    dp = check_choice(dp, "dp", owner, DP_CHOICES)
+    local_epochs = check_int(local_epochs, "local_epochs", owner, low=1, high=1000)
+    lr = check_float(lr, "lr", owner, low=0.0, low_open=True)
+    delta = check_probability(delta, "delta", owner)
+    seed = check_int(seed, "seed", owner, low=0)
+    from dpaudit.training.data import load_dataset
+
+    data = load_dataset("digits", seed=0)
+    if clients * rpc > len(data) - 200:
+        raise ParameterError(f"The 'clients' x 'records_per_client' of {owner} must leave 200 of the {len(data)} digits "
+                             f"as non-members. Got {clients} x {rpc} instead.")
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(data))
+    parts = {str(i): tuple(int(j) for j in perm[i * rpc:(i + 1) * rpc]) for i in range(clients)}
+    rest = perm[clients * rpc:]
+    non, att = rest[: len(rest) // 2], rest[len(rest) // 2:]
+    X = (data.X.reshape(len(data), -1)).astype(np.float32)
+    y = data.y.astype(np.int64)
+    canaries = {int(k): np.asarray(v, dtype=np.float32) for k, v in (canary_updates or {}).items()}
+    for k, v in canaries.items():
+        if not 0 <= k < clients or v.shape != (10 * 64 + 10,):
+            raise ParameterError(f"The 'canary_updates' parameter of {owner} must map partition ids in [0, {clients}) to "
+                                 f"vectors of {10 * 64 + 10} values. Got {k} -> {v.shape} instead.")
+    client_data = {i: (X[np.asarray(parts[str(i)])], y[np.asarray(parts[str(i)])]) for i in range(clients)}
+
+    from dpaudit.integrations.flower.record import RunData
+
+    run_data = RunData({"name": "digits", "seed": 0}, {k: v for k, v in parts.items() if int(k) not in canaries},
+                       tuple(int(i) for i in non), tuple(int(i) for i in att))
+    return _simulate(out, client_data, canaries, clients=clients, sampled=sampled, rounds=rounds, sigma=sigma, clip=clip,
+                     dp=dp, local_epochs=local_epochs, lr=lr, delta=delta, seed=seed, run_data=run_data,
+                     observe=observe, overwrite=overwrite)
+
+
+def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, clip, dp, local_epochs, lr, delta, seed,
+              run_data, observe, overwrite) -> Path:
+    import logging
+
+    from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp import strategy as fs
+    from flwr.simulation import run_simulation
+
+    from dpaudit.integrations.flower.recorder import RecordingStrategy
+
+    client_app = ClientApp()
+
+    @client_app.train()
+    def train(msg: Message, context: Context) -> Message:
+        pid = int(context.node_config["partition-id"])
+        arrays = msg.content["arrays"]
+        w, b = arrays[_W].numpy(), arrays[_B].numpy()
+        if pid in canaries:
+            u = canaries[pid]
+            w2, b2 = w + u[:640].reshape(10, 64), b + u[640:]
+        else:
+            Xc, yc = client_data[pid]
+            w2, b2 = local_train(w, b, Xc, yc, epochs=local_epochs, lr=lr)
+        reply = RecordDict({"arrays": ArrayRecord({_W: Array(np.asarray(w2, np.float32)), _B: Array(np.asarray(b2, np.float32))}),
+                            "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})})
+        return Message(content=reply, reply_to=msg)
+
+    holder: dict[str, Any] = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        inner = fs.FedAvg(fraction_train=sampled / clients, fraction_evaluate=0.0, min_train_nodes=sampled,
+                          min_available_nodes=clients)
+        if dp == "server-fixed":
+            # Flower's own accountant too (the one convention its fixed-clipping wrappers accept), recorded beside ours
+            acc = None
+            if sigma > 0:
+                from flwr.supercore.privacy_accounting import (NeighboringRelation, PrivacyConfig, SamplingMethod)
+                from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+                acc = RdpAccountant(PrivacyConfig(target_delta=delta, population_size=clients,
+                                                  neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                                  sampling_method=SamplingMethod.NO_AMPLIFICATION))
+            strat = fs.DifferentialPrivacyServerSideFixedClipping(inner, sigma, clip, sampled, accountant=acc)
+        elif dp == "client-fixed":
+            strat = fs.DifferentialPrivacyClientSideFixedClipping(inner, sigma, clip, sampled)
+        elif dp == "server-adaptive":
+            strat = fs.DifferentialPrivacyServerSideAdaptiveClipping(inner, sigma, sampled, initial_clipping_norm=clip,
+                                                                     clipped_count_stddev=max(sampled / 20, sigma))
+        elif dp == "client-adaptive":
+            strat = fs.DifferentialPrivacyClientSideAdaptiveClipping(inner, sigma, sampled, initial_clipping_norm=clip,
+                                                                     clipped_count_stddev=max(sampled / 20, sigma))
+        else:
+            strat = inner
+        rec = RecordingStrategy(strat, seed=seed)
+        start = ArrayRecord({_W: Array(np.zeros((10, 64), np.float32)), _B: Array(np.zeros(10, np.float32))})
+        np.random.seed(seed)    # Flower's DP wrappers draw their noise from numpy's global generator
+        def evaluate(server_round: int, arrays: ArrayRecord):
+            observe(server_round, {k: v.numpy().copy() for k, v in arrays.items()})
+            return None
+
+        result = rec.start(grid=grid, initial_arrays=start, num_rounds=rounds, timeout=600,
+                           evaluate_fn=evaluate if observe is not None else None)
+        holder["path"] = rec.write(out, result.arrays, delta=delta, data=run_data, overwrite=overwrite)
+
+    if dp.startswith("client-"):
+        raise ParameterError("client-side clipping needs the clipping mod on the ClientApp; the digits simulation runs "
+                             "server-side wrappers and plain FedAvg only. Got dp=" + repr(dp) + " instead.")
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"num_cpus": 2, "include_dashboard": False}})
+    if "path" not in holder:
+        raise DataError("The Flower simulation ended without writing its run record (see Flower's log above).")
+    return holder["path"]

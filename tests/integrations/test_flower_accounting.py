@@ -1,0 +1,281 @@
+"""Issue 34 (items 1, 2, 5): a recorded Flower run accounted per client under the sampler that ran, Flower's own figures
+beside dpaudit's with the red flag, and run directories from someone else read as hostile input. No simulation here
+(tests/integrations/test_flower_run.py runs the real engine)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+from scipy import optimize, special
+
+from dpaudit.accountants.events import FixedBatchGaussian
+from dpaudit.accountants.rdp import RdpAccountant
+from dpaudit.errors import DataError
+from dpaudit.integrations.flower.accounting import account_run, flower_convention_epsilon, sampled_lower_bound
+from dpaudit.integrations.flower.record import (LEDGER_FILE, MAX_ROUNDS, RUN_FILE, FlowerRun, read_flower_run)
+from dpaudit.serial import from_dict, to_dict
+
+DELTA = 1e-5
+
+
+def _gdp_epsilon(mu: float, delta: float) -> float:
+    """Exact epsilon of mu-GDP at delta (Dong, Roth, Su 2019, Corollary 2.13), by root finding."""
+    def f(eps):
+        return special.ndtr(-eps / mu + mu / 2) - math.exp(eps) * special.ndtr(-eps / mu - mu / 2) - delta
+    return optimize.brentq(f, 0.0, 500.0)
+
+
+def _run(kind="server-fixed", *, n=20, m=5, rounds=30, sigma=2.0, sampler="uniform-without-replacement", seed=0,
+         weights=True, local_dp=None, flower_accountant=None, cls=None, **strategy) -> dict:
+    rng = np.random.default_rng(seed)
+    pop = list(range(1000, 1000 + n))
+    recs = []
+    for t in range(1, rounds + 1):
+        s = [int(i) for i in rng.choice(pop, m, replace=False)]
+        recs.append({"round": t, "population": pop, "sampled": s, "replied": s, "clipping_norm": 1.0,
+                     "noise_multiplier": sigma if kind != "none" else None, "released": True,
+                     "weights": [1.0] * m if weights else []})
+    st = {"kind": kind, "classes": cls or ["flwr.serverapp.strategy.fedavg.FedAvg"]}
+    if kind != "none":
+        st.update(num_sampled_clients=m, noise_multiplier=sigma, clipping_norm=1.0, **strategy)
+    return {"format": "dpaudit-flower-run", "schema": 1, "flwr_version": "1.42.0", "seed": seed, "strategy": st,
+            "sampler": sampler, "rounds": recs, "local_dp": local_dp, "partitions": {str(1000 + i): i for i in range(n)},
+            "flower_accountant": flower_accountant, "data": None, "model_keys": []}
+
+
+def _account(d: dict, **kw):
+    return account_run(from_dict(FlowerRun, d, what=RUN_FILE), delta=DELTA, **kw)
+
+
+def test_headline_setting_is_the_fixed_size_event_with_the_lower_bound_below_it():
+    acc = _account(_run())
+    ref = RdpAccountant()
+    ref.compose(FixedBatchGaussian(20, 5, 2.0, steps=30, neighbouring="substitution"))
+    assert acc.sampler_verified and acc.sampled_epsilon == pytest.approx(ref.epsilon_quiet(DELTA), rel=1e-12)
+    assert 0 < acc.lower_bound <= acc.sampled_epsilon
+    # add/remove: the Poisson figure at sigma/2 is the upper bound, and the same pair bounds it below: a tight interval
+    ar = _account(_run(), neighbouring="add-remove")
+    assert ar.lower_bound <= ar.sampled_epsilon <= 1.2 * ar.lower_bound
+    assert ar.sampled_epsilon < acc.sampled_epsilon
+
+
+def test_per_client_figures_come_from_each_clients_own_rounds():
+    acc = _account(_run())
+    d = _run()
+    k = {i: sum(i in r["sampled"] for r in d["rounds"]) for i in d["rounds"][0]["population"]}
+    for c in acc.per_client:
+        assert c.rounds == k[c.node_id] and c.partition == c.node_id - 1000
+        # k Gaussian mechanisms of sensitivity 2C at sigma: mu = 2 sqrt(k) / sigma, RDP never below the exact figure
+        exact = _gdp_epsilon(2 * math.sqrt(c.rounds) / 2.0, DELTA)
+        assert exact <= c.participation <= exact * 1.25
+        assert c.headline == min(c.sampled, c.participation)
+    assert acc.epsilon == max(c.headline for c in acc.per_client)
+    led = acc.privacy_ledger()
+    assert len(led.parties) == 20 and led.overall().epsilon == pytest.approx(acc.epsilon, rel=1e-9)
+
+
+def test_flowers_conventions_and_the_red_flag():
+    acc = _account(_run())
+    figs = {f.convention: f for f in acc.flower}
+    # no-amplification: Flower's GaussianDpEvent(sigma) x 30 under add/remove is mu-GDP with mu = sqrt(30) / sigma
+    assert figs["no-amplification"].epsilon >= _gdp_epsilon(math.sqrt(30) / 2.0, DELTA)
+    # without-replacement + replace-one passes GaussianDpEvent(sigma) where the sum moves by 2C: below the certified
+    # lower bound of the run, flagged
+    wor = figs["without-replacement"]
+    assert wor.epsilon < acc.lower_bound and wor.below_lower_bound
+    assert any(code == "flower_below_lower_bound" for code, _ in acc.flags)
+    assert not figs["no-amplification"].below_lower_bound
+
+
+def test_the_issues_mnist_setting():
+    # issue 34: Flower's convention gives 1.116 on 60000 / 256 / sigma 1.1 / 702 steps; the explicit pair certifies
+    # far more (the issue quotes >= 4.66 from a sharper pair)
+    eps, _ = flower_convention_epsilon("without-replacement", 60000, 256, 1.1, 702, DELTA)
+    assert eps == pytest.approx(1.116, abs=1e-3)
+    lower = sampled_lower_bound({(60000, 256, 1.1): 702}, DELTA)    # 4.31 at the default grid of 1e-3
+    assert 4.0 < lower
+    up = RdpAccountant()
+    up.compose(FixedBatchGaussian(60000, 256, 1.1, steps=702, neighbouring="substitution"))
+    assert lower <= up.epsilon_quiet(DELTA)
+
+
+def test_unverified_sampling_falls_back_to_no_amplification():
+    acc = _account(_run(sampler="unverified"))
+    assert not acc.sampler_verified and math.isinf(acc.sampled_epsilon) and acc.lower_bound is None
+    assert all(c.headline == c.participation for c in acc.per_client)
+    assert any(code == "sampling_unverified" for code, _ in acc.flags)
+    # a round that aggregated fewer replies than it sampled: not verified either
+    d = _run()
+    d["rounds"][3]["replied"] = d["rounds"][3]["sampled"][:4]
+    d["rounds"][3]["weights"] = [1.0] * 4
+    assert not _account(d).sampler_verified
+
+
+def test_unequal_weights_and_no_dp_give_no_guarantee():
+    d = _run()
+    d["rounds"][0]["weights"] = [1.0, 1.0, 1.0, 1.0, 7.0]
+    acc = _account(d)
+    assert math.isinf(acc.epsilon) and any(code == "unequal_weights" for code, _ in acc.flags)
+    none = _account(_run("none"))
+    assert math.isinf(none.epsilon) and none.ledger is None and none.lower_bound is None
+    assert any(code == "no_dp" for code, _ in none.flags)
+    assert math.isinf(_account(_run("unknown", cls=["my.Strategy"])).epsilon)
+
+
+def test_adaptive_clipping_accounts_the_clipped_count_noise():
+    sz, sb = 2.5, 1.0
+    eff = (sz ** -2 + (2 * sb) ** -2) ** -0.5       # Andrew et al. 2021, Theorem 1
+    d = _run("server-adaptive", sigma=sz, clipped_count_stddev=sb)
+    d["strategy"]["noise_multiplier"] = eff
+    acc = _account(d)
+    ref = RdpAccountant()
+    ref.compose(FixedBatchGaussian(20, 5, eff, steps=30, neighbouring="substitution"))
+    assert acc.sampled_epsilon == pytest.approx(ref.epsilon_quiet(DELTA), rel=1e-12)
+    assert acc.sampled_epsilon > _account(_run(sigma=sz)).sampled_epsilon   # the count costs privacy
+
+
+def test_local_dp_composes_over_a_clients_own_rounds_and_flags_its_sensitivity():
+    local = {"clipping_norm": 1.0, "sensitivity": 1.0, "epsilon": 0.5, "delta": 1e-5}
+    acc = _account(_run(local_dp=local))
+    std = 1.0 * math.sqrt(2 * math.log(1.25 / 1e-5)) / 0.5
+    for c in acc.per_client:
+        exact = _gdp_epsilon(2.0 * math.sqrt(c.rounds) / std, DELTA)   # sensitivity 2C per reply
+        assert exact <= c.local <= exact * 1.3
+    assert acc.local_epsilon == max(c.local for c in acc.per_client)
+    assert any(code == "local_dp_sensitivity" for code, _ in acc.flags)
+
+
+def test_a_recorded_flower_accountant_below_the_lower_bound_is_flagged():
+    acc = _account(_run(flower_accountant={"epsilon": 1.0, "delta": DELTA, "num_releases": 30}))
+    run_fig = [f for f in acc.flower if f.source == "run"]
+    assert run_fig and run_fig[0].below_lower_bound
+
+
+# ---- hostile run directories ------------------------------------------------------------------------------------
+
+def _write(tmp_path, d) -> str:
+    p = tmp_path / "run"
+    p.mkdir(exist_ok=True)
+    (p / RUN_FILE).write_text(json.dumps(d))
+    return str(p)
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d.update(format="pickle"), "format"),
+    (lambda d: d["rounds"][0].update(sampled=[1, 2, 3]), "not in the round's population"),
+    (lambda d: d["rounds"][0].update(population=[-1]), "node ids"),
+    (lambda d: d["rounds"][0].update(population=["1000"]), "population"),
+    (lambda d: d["rounds"][0].update(population=[True]), "population|node ids"),
+    (lambda d: d["rounds"][0].update(noise_multiplier=float("nan")), "noise_multiplier"),
+    (lambda d: d["rounds"][1].update(round=1), "once each"),
+    (lambda d: d["strategy"].update(kind="__import__('os')"), "kind"),
+    (lambda d: d.update(sampler="trust me"), "sampler"),
+    (lambda d: d["rounds"][0].update(weights=[1.0]), "weights"),
+    (lambda d: d.update(partitions={"../../etc": 1}), "partitions"),
+    (lambda d: d.update(rounds=[{}] * (MAX_ROUNDS + 1)), "more than"),
+])
+def test_hostile_run_records_are_one_named_error(tmp_path, mutate, match):
+    d = _run(rounds=3)
+    mutate(d)
+    with pytest.raises(DataError, match=match):
+        read_flower_run(_write(tmp_path, d))
+
+
+def test_hostile_run_directories(tmp_path):
+    good = _write(tmp_path, _run(rounds=3))
+    assert len(read_flower_run(good).rounds) == 3
+    # a symbolic link instead of the record, or instead of the directory
+    (tmp_path / "elsewhere.json").write_text(json.dumps(_run(rounds=3)))
+    link = tmp_path / "linked"
+    link.mkdir()
+    os.symlink(tmp_path / "elsewhere.json", link / RUN_FILE)
+    with pytest.raises(DataError, match="symbolic link"):
+        read_flower_run(link)
+    os.symlink(good, tmp_path / "dirlink")
+    with pytest.raises(DataError, match="symbolic link"):
+        read_flower_run(tmp_path / "dirlink")
+    # not JSON, deeply nested JSON, a file past the cap (sparse: its size is what it claims)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / RUN_FILE).write_text("[" * 100_000)
+    with pytest.raises(DataError):
+        read_flower_run(bad)
+    with open(bad / RUN_FILE, "wb") as fh:
+        fh.truncate((256 << 20) + 1)
+    with pytest.raises(DataError):
+        read_flower_run(bad)
+    with pytest.raises(DataError, match="does not exist"):
+        read_flower_run(tmp_path / "missing")
+
+
+def _main(capsys, *args) -> tuple[int, str]:
+    from dpaudit.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    return exc.value.code, out.out + out.err
+
+
+def test_cli_prints_hostile_strings_escaped_and_errors_cleanly(tmp_path, capsys):
+    d = _run("unknown", rounds=3, cls=["evil\x1b[2J\x07.Strategy"])
+    run = _write(tmp_path, d)
+    code, out = _main(capsys, "account", "--flower-run", run)
+    assert code in (0, None), out
+    assert "\x1b" not in out and "\\x1b" in out and "no_dp" in out
+    (tmp_path / "run" / RUN_FILE).write_text("{}")
+    code, out = _main(capsys, "account", "--flower-run", run)
+    assert code == 2 and "Traceback" not in out and "error" in out
+    code, out = _main(capsys, "account", "--flower-run", run, "--mechanism", "dpsgd")
+    assert code == 2
+
+
+def test_json_round_trip_of_the_record():
+    run = from_dict(FlowerRun, _run(rounds=4), what=RUN_FILE)
+    assert from_dict(FlowerRun, json.loads(json.dumps(to_dict(run))), what=RUN_FILE) == run
+    assert (LEDGER_FILE, RUN_FILE) == ("ledger.json", "flower_run.json")
+
+
+# ---- the recorder on Flower's own strategy objects ----------------------------------------------------------------
+
+def test_the_recorder_knows_flowers_dp_wrappers_and_samplers():
+    pytest.importorskip("flwr")
+    from flwr.clientapp.mod import LocalDpMod
+    from flwr.serverapp import strategy as fs
+    from flwr.supercore.differential_privacy import compute_adaptive_noise_params
+
+    from dpaudit.errors import ParameterError
+    from dpaudit.integrations.flower.recorder import RecordingStrategy, describe_strategy
+
+    avg = fs.FedAvg(fraction_train=0.25)
+    for cls, kind in ((fs.DifferentialPrivacyServerSideFixedClipping, "server-fixed"),
+                      (fs.DifferentialPrivacyClientSideFixedClipping, "client-fixed")):
+        st, sampler, wrapper = describe_strategy(cls(avg, 1.5, 0.7, 5))
+        assert (st.kind, st.noise_multiplier, st.clipping_norm, st.num_sampled_clients) == (kind, 1.5, 0.7, 5)
+        assert sampler == "uniform-without-replacement" and wrapper is not None
+    for cls, kind in ((fs.DifferentialPrivacyServerSideAdaptiveClipping, "server-adaptive"),
+                      (fs.DifferentialPrivacyClientSideAdaptiveClipping, "client-adaptive")):
+        st, _, wrapper = describe_strategy(cls(avg, 1.0, 10, clipped_count_stddev=2.0))
+        sb, sz = compute_adaptive_noise_params(1.0, 10, 2.0)   # Flower's own split of the asked-for multiplier
+        assert st.kind == kind and st.clipped_count_stddev == sb and wrapper.noise_multiplier == pytest.approx(sz)
+        assert st.noise_multiplier == pytest.approx(1.0)        # the effective multiplier comes back
+    assert describe_strategy(avg)[0].kind == "none"
+    assert describe_strategy(fs.FedProx())[1] == "unverified"   # another configure_train: no amplification claimed
+
+    class MySampler(fs.FedAvg):
+        def configure_train(self, *a, **k):
+            return super().configure_train(*a, **k)
+
+    assert describe_strategy(fs.DifferentialPrivacyServerSideFixedClipping(MySampler(), 1.0, 1.0, 2))[1] == "unverified"
+    assert describe_strategy(MySampler())[0].kind == "unknown"
+    with pytest.raises(ParameterError, match="DP wrappers"):
+        describe_strategy(fs.DifferentialPrivacyServerSideFixedClipping(
+            fs.DifferentialPrivacyServerSideFixedClipping(avg, 1.0, 1.0, 2), 1.0, 1.0, 2))
+    rec = RecordingStrategy(fs.DifferentialPrivacyServerSideFixedClipping(avg, 1.0, 1.0, 2),
+                            local_dp=LocalDpMod(clipping_norm=1.0, sensitivity=2.0, epsilon=0.5, delta=1e-5), seed=3)
+    assert rec.local_dp.epsilon == 0.5 and rec.local_dp.noise_std == pytest.approx(2.0 * math.sqrt(2 * math.log(1.25e5)) / 0.5)
+    assert rec.run_record().seed == 3 and rec.run_record().rounds == ()

@@ -1,0 +1,159 @@
+"""Issue 34's headline, on Flower's real simulation engine (Ray): a DP run with server-side fixed clipping, 20 clients,
+5 sampled per round, 30 rounds, recorded, accounted per client, released, attacked (``dpaudit attack``) and checked
+(``dpaudit check`` with a claims TOML). The simulation runs in a child process of its own session, killed with its
+Ray workers if it outlives its timeout."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from dpaudit.integrations.flower.record import LEDGER_FILE, MODEL_FILE, read_flower_run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SIM_TIMEOUT = 420
+
+
+def _simulate(out: Path, *args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "RAY_DEDUP_LOGS": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "dpaudit", "flower", "simulate", "--out", str(out), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=out.parent,
+                            start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=SIM_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)      # the simulation and every Ray process it started
+        proc.communicate()
+        pytest.fail(f"the Flower simulation did not finish in {SIM_TIMEOUT} s")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, log[-3000:]
+
+
+def _main(capsys, *args: str) -> tuple[int, str]:
+    from dpaudit.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    return exc.value.code or 0, out.out + out.err
+
+
+@pytest.fixture(scope="module")
+def headline_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("flower") / "run"
+    _simulate(out, "--clients", "20", "--sampled", "5", "--rounds", "30", "--noise-multiplier", "2", "--seed", "0")
+    return out
+
+
+def test_the_record_is_what_the_engine_ran(headline_run):
+    run = read_flower_run(headline_run)
+    assert run.strategy.kind == "server-fixed" and run.sampler == "uniform-without-replacement"
+    assert run.strategy.classes[0].endswith("DifferentialPrivacyServerSideFixedClipping")
+    assert [r.round for r in run.rounds] == list(range(1, 31))
+    assert all(len(r.population) == 20 and len(r.sampled) == 5 and set(r.replied) == set(r.sampled)
+               and r.noise_multiplier == 2.0 and r.clipping_norm == 1.0 and r.released for r in run.rounds)
+    assert sorted(run.partitions.values()) == list(range(20)) and len(run.clients) == 20
+    assert sum(run.participation().values()) == 150
+    assert (headline_run / LEDGER_FILE).is_file() and (headline_run / MODEL_FILE).is_file()
+
+
+def test_account_release_attack_check(headline_run, tmp_path, capsys):
+    from dpaudit.audit.flower_run import account_flower_run
+
+    acc = account_flower_run(headline_run)
+    assert acc.sampler_verified and acc.lower_bound <= acc.sampled_epsilon
+    assert all(c.headline == min(c.sampled, c.participation) for c in acc.per_client)
+    wor = next(f for f in acc.flower if f.convention == "without-replacement")
+    ran = next(f for f in acc.flower if f.source == "run")                # Flower's accountant ran in the run
+    noamp = next(f for f in acc.flower if f.convention == "no-amplification")
+    assert ran.epsilon == pytest.approx(noamp.epsilon, rel=1e-9) and not ran.below_lower_bound
+    assert wor.source == "flwr" and wor.below_lower_bound           # Flower's figure lies below the certified bound
+    code, out = _main(capsys, "account", "--flower-run", str(headline_run))
+    assert code == 0 and "RED FLAG" in out and "client-level epsilon" in out
+
+    bundle = tmp_path / "bundle"
+    code, out = _main(capsys, "flower", "release", str(headline_run), "--out", str(bundle))
+    assert code == 0, out
+    meta = json.loads((bundle / "release.json").read_text())
+    assert meta["method"] == "flower" and meta["claim"]["epsilon"] == pytest.approx(acc.epsilon)
+    assert meta["claim"]["granularity"] == "user"
+    assert [f["code"] for f in meta["flags"]] == ["flower_epsilon_below_lower_bound"]
+    assert meta["utility"]["test_accuracy"] > 0.2                    # 10 classes: chance is 0.1
+
+    code, out = _main(capsys, "attack", str(bundle), "--attack", "threshold", "--out", str(tmp_path / "att"), "--quiet")
+    assert code == 0, out
+    att = json.loads((tmp_path / "att" / "attack.json").read_text())
+    assert att["attack"]["bound"]["kind"] == "estimate" and 0.3 < att["attack"]["metrics"]["auc"] < 0.7
+
+    claims = tmp_path / "claims.toml"
+    claims.write_text(f"""
+[[claim]]
+name = "dpaudit-figure"
+epsilon = {math.ceil(acc.epsilon)}
+delta = 1e-5
+granularity = "user"
+release = "bundle"
+
+[[claim]]
+name = "flowers-without-replacement-figure"
+epsilon = {wor.epsilon:.4f}
+delta = 1e-5
+granularity = "user"
+release = "bundle"
+""")
+    from dpaudit.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["check", str(claims), "--json", "--quiet"])
+    code = exc.value.code
+    verdicts = {c["name"]: c["verdict"] for c in json.loads(capsys.readouterr().out)["results"]}
+    assert verdicts == {"dpaudit-figure": "HOLDS", "flowers-without-replacement-figure": "UNPROVEN"}
+    assert code == 3
+
+
+@pytest.mark.slow
+def test_plain_fedavg_is_recorded_as_no_guarantee(tmp_path, capsys):
+    out = tmp_path / "run"
+    _simulate(out, "--clients", "4", "--sampled", "2", "--rounds", "3", "--dp", "none")
+    run = read_flower_run(out)
+    assert run.strategy.kind == "none" and not (out / LEDGER_FILE).exists()
+    code, text = _main(capsys, "account", "--flower-run", str(out))
+    assert code == 0 and "no_dp" in text and "inf" in text
+
+
+@pytest.mark.slow
+def test_adaptive_clipping_run_records_the_moving_norm(tmp_path):
+    from dpaudit.audit.flower_run import account_flower_run
+
+    out = tmp_path / "run"
+    _simulate(out, "--clients", "6", "--sampled", "3", "--rounds", "4", "--dp", "server-adaptive",
+              "--noise-multiplier", "1.0")
+    run = read_flower_run(out)
+    assert run.strategy.kind == "server-adaptive" and run.strategy.clipped_count_stddev > 0
+    assert len({r.clipping_norm for r in run.rounds}) > 1                # the norm moved
+    sz = run.rounds[0].noise_multiplier
+    assert run.strategy.noise_multiplier == pytest.approx((sz ** -2 + (2 * run.strategy.clipped_count_stddev) ** -2) ** -0.5)
+    assert math.isfinite(account_flower_run(out).epsilon)
+
+
+@pytest.mark.slow
+def test_certified_canary_audit_of_a_flower_simulation(tmp_path):
+    from dpaudit.audit.flower_canary import audit_flower_simulation
+
+    res = audit_flower_simulation(tmp_path / "audit", canaries=64, clients=4, sampled=34, rounds=4, noise_multiplier=0.5,
+                                  seed=0, ideal_replicates=5)
+    assert res.bound.kind == "certified" and res.ideal_epsilon is not None
+    assert 0 < res.certified_epsilon <= res.accounted_epsilon
+    assert (tmp_path / "audit" / "flower_canary_audit.json").is_file()
