@@ -94,12 +94,17 @@ def run_methods(jobs: Sequence[FlowerJob], *, num_cpus: int | None = None, timeo
     Every configuration is loaded and checked before the simulation starts. ``num_cpus``: Ray's CPUs (default:
     dpaudit's usable cores); each party's ClientApp takes one. ``timeout``: seconds the server waits for the
     parties' replies to one task."""
-    from flwr.simulation import run_simulation
+    prepared = [_prepare(j) for j in jobs]
+    try:
+        from flwr.simulation import run_simulation
+    except ImportError as e:
+        raise ParameterError("The 'engine' parameter of dpaudit train is 'flower', which needs Flower's simulation "
+                             f"engine: pip install 'dpaudit[flower]' ({e}).") from None
 
+    from dpaudit.progress import as_reporter
     from dpaudit.threads import usable_cores
     from dpaudit.training.flower.apps import client_app, make_server_app
 
-    prepared = [_prepare(j) for j in jobs]
     nodes = max(p[3] for p in prepared)
     box: dict[str, Any] = {}
 
@@ -109,6 +114,8 @@ def run_methods(jobs: Sequence[FlowerJob], *, num_cpus: int | None = None, timeo
             run_id = hashlib.sha256(json.dumps([job.name, tables, int(job.seed), str(job.out)],
                                                sort_keys=True).encode()).hexdigest()[:16]
             with executor_for(method=job.name, tables=tables, seed=int(job.seed), parties=parties, run=run_id):
+                as_reporter(job.progress).log(f"{job.name}: {parties} parties as Flower ClientApps, the curator as the "
+                                              f"ServerApp (Flower simulation engine, {nodes} SuperNodes)")
                 results.append(module.run(config, job.out, seed=int(job.seed), progress=job.progress,
                                           overwrite=job.overwrite))
         return results
