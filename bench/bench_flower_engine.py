@@ -2,18 +2,23 @@
 
 For each method (default: privatekt, fedkt, fredy, proxyfl on digits, small settings with ``--parties`` parties):
 
-1. the in-process run (``dpaudit.training.methods.run_method``): its run time (``RunResult.seconds``);
+1. the in-process run (``dpaudit.training.methods.run_method``), twice (cold, then warm: the first run of a
+   process pays torch's first-call costs): its run time (``RunResult.seconds``);
 2. the Flower run: every method twice (cold, then warm Ray workers) in ONE simulation
    (``dpaudit.training.flower.run_methods``), so Ray's start-up is paid once and timed apart (total simulation wall
    time minus the runs); each run's own time is its ``RunResult.seconds`` inside the simulation.
 
-Reported per method: both times, the ratio warm Flower / in-process, the ratio with the cold run, and whether the
+Like for like by default: the in-process runner uses one thread and Ray gets ``--ray-cpus 1`` CPU, so the parties
+run one after another as in process (more Ray CPUs run parties in parallel: a speed-up the in-process runner gets
+from batching instead).
+
+Reported per method: both times, the ratio warm Flower / warm in-process, the ratio cold / cold, and whether the
 two releases agree (epsilon equal; weights equal or their largest difference). Ratios are measured in one session
 under the same load; absolute seconds on a shared machine are not comparable across sessions (the load average is
 recorded).
 
 Usage: python bench/bench_flower_engine.py [--methods privatekt,fedkt] [--rounds 10] [--parties 3]
-       [--out runs/bench/flower_engine.json]
+       [--ray-cpus 1] [--out runs/bench/flower_engine.json]
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--parties", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ray-cpus", type=int, default=1)
     ap.add_argument("--out", default="runs/bench/flower_engine.json")
     args = ap.parse_args()
     os.environ.setdefault("DPAUDIT_THREADS", "1")
@@ -79,24 +85,26 @@ def main() -> None:
     names = [n for n in args.methods.split(",") if n]
     tmp = Path(tempfile.mkdtemp(prefix="bench_flower_"))
     rows = {}
-    inproc = {}
-    for n in names:
-        r = run_method(n, dataset="digits", out=tmp / f"{n}_in", seed=args.seed, progress=False,
-                       params=settings(n, args.parties, args.rounds))
-        inproc[n] = r
-        print(f"{n}: in-process {r.seconds:.2f} s", flush=True)
+    inproc, inproc_cold = {}, {}
+    for phase in ("cold", "warm"):
+        for n in names:
+            r = run_method(n, dataset="digits", out=tmp / f"{n}_in_{phase}", seed=args.seed, progress=False,
+                           params=settings(n, args.parties, args.rounds))
+            (inproc if phase == "warm" else inproc_cold)[n] = r
+            print(f"{n}: in-process ({phase}) {r.seconds:.2f} s", flush=True)
     jobs = [FlowerJob(n, tmp / f"{n}_fl_{phase}", args.seed, params=settings(n, args.parties, args.rounds),
                       dataset="digits", progress=False) for phase in ("cold", "warm") for n in names]
     t0 = time.perf_counter()
-    res = run_methods(jobs)
+    res = run_methods(jobs, num_cpus=args.ray_cpus)
     total = time.perf_counter() - t0
     by = {(j.name, str(j.out).rsplit("_", 1)[-1]): r for j, r in zip(jobs, res)}
     for n in names:
         cold, warm = by[(n, "cold")], by[(n, "warm")]
-        rows[n] = {"inprocess_s": inproc[n].seconds, "flower_cold_s": cold.seconds, "flower_warm_s": warm.seconds,
-                   "ratio_warm": warm.seconds / inproc[n].seconds, "ratio_cold": cold.seconds / inproc[n].seconds,
+        rows[n] = {"inprocess_cold_s": inproc_cold[n].seconds, "inprocess_warm_s": inproc[n].seconds,
+                   "flower_cold_s": cold.seconds, "flower_warm_s": warm.seconds,
+                   "ratio_warm": warm.seconds / inproc[n].seconds, "ratio_cold": cold.seconds / inproc_cold[n].seconds,
                    "epsilon_equal": warm.epsilon == inproc[n].epsilon,
-                   **compare(tmp / f"{n}_in", tmp / f"{n}_fl_warm")}
+                   **compare(tmp / f"{n}_in_warm", tmp / f"{n}_fl_warm")}
         print(f"{n}: flower cold {cold.seconds:.2f} s, warm {warm.seconds:.2f} s; ratio warm/in-process "
               f"{rows[n]['ratio_warm']:.1f}x (cold {rows[n]['ratio_cold']:.1f}x); epsilon equal {rows[n]['epsilon_equal']}, "
               f"weights equal {rows[n]['weights_equal']} (max diff {rows[n]['weights_max_abs_diff']:.2g})", flush=True)
@@ -104,7 +112,7 @@ def main() -> None:
     startup = total - runs
     print(f"simulation wall {total:.1f} s, of which Ray/Flower start-up and shutdown {startup:.1f} s", flush=True)
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "machine": platform.platform(),
-           "cpus": os.cpu_count(), "loadavg": list(os.getloadavg()), "rounds": args.rounds, "parties": args.parties,
+           "cpus": os.cpu_count(), "loadavg": list(os.getloadavg()), "rounds": args.rounds, "parties": args.parties, "ray_cpus": args.ray_cpus,
            "seed": args.seed, "methods": rows, "simulation_wall_s": total, "startup_and_shutdown_s": startup}
     write_json(Path(args.out), out)
     print(f"written to {args.out}")
