@@ -153,6 +153,22 @@ def test_only_the_federated_seed_methods_run_on_flower(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_bad_flower_runs_are_refused_before_the_simulation_starts(tmp_path):
+    from dpaudit.errors import DataError, ParameterError
+    from dpaudit.training.flower import FlowerJob, run_method, run_methods
+
+    (tmp_path / "done").mkdir()
+    with pytest.raises(DataError, match="already exists"):
+        run_method("fredy", out=tmp_path / "done", params=TINY["fredy"])
+    # on a machine without CUDA the config refuses the device; with CUDA the Flower engine does (parties run on CPU)
+    with pytest.raises(ParameterError, match="device"):
+        run_method("fredy", out=tmp_path / "r", device="cuda", params=TINY["fredy"])
+    with pytest.raises(ParameterError, match="different release directories"):
+        run_methods([FlowerJob("fredy", tmp_path / "r", params=TINY["fredy"]),
+                     FlowerJob("fedkt", tmp_path / "r", params=TINY["fedkt"])])
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.slow
 def test_cli_engine_flower_writes_the_inprocess_release(tmp_path):
     pytest.importorskip("flwr.simulation")

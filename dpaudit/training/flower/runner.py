@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dpaudit.errors import ParameterError
+from dpaudit.errors import DataError, ParameterError
 
 __all__ = ["ENGINES", "FlowerJob", "flower_methods", "run_method", "run_methods"]
 
@@ -83,6 +83,13 @@ def _prepare(job: FlowerJob) -> tuple[Any, Any, dict, int]:
     module = method_module(job.name)
     tables = _tables(job, module)
     config = module.Config.from_tables(job.name, tables)
+    device = config.run.device
+    if device is not None and str(device) != "cpu":
+        raise ParameterError(f"The 'device' parameter of dpaudit train --engine flower must be 'cpu' (the simulation "
+                             f"gives the parties' ClientApps no GPU). Got {str(device)[:40]!r} instead.")
+    out = Path(job.out)
+    if (out.exists() or out.is_symlink()) and not job.overwrite:  # before Ray starts (the run checks it again)
+        raise DataError(f"The release directory {out} already exists; replace it with --overwrite.")
     return module, config, tables, int(module.party_count(config, int(job.seed)))
 
 
@@ -95,6 +102,9 @@ def run_methods(jobs: Sequence[FlowerJob], *, num_cpus: int | None = None, timeo
     dpaudit's usable cores); each party's ClientApp takes one. ``timeout``: seconds the server waits for the
     parties' replies to one task."""
     prepared = [_prepare(j) for j in jobs]
+    outs = [Path(j.out).resolve() for j in jobs]
+    if len(set(outs)) < len(outs):
+        raise ParameterError("The runs of one Flower simulation must write different release directories.")
     try:
         from flwr.simulation import run_simulation
     except ImportError as e:
@@ -146,8 +156,6 @@ def run_methods(jobs: Sequence[FlowerJob], *, num_cpus: int | None = None, timeo
     if "error" in box:
         raise box["error"]
     if "result" not in box:
-        from dpaudit.errors import DataError
-
         raise DataError("The Flower simulation ended without running the ServerApp.")
     return box["result"]
 
