@@ -13,16 +13,15 @@ messages and replies, checkpoints and progress. Methods own their state and thei
 they derive from ``(seed, round, party)`` with :func:`party_rng` / :func:`party_seed`, so a result does
 not depend on the order in which clients run, on batching, or on a resume in the middle of a run.
 
-Swapping in Flower's simulation (``flwr.simulation`` with its Ray backend) needs no change to method
-code: ``client_step`` becomes the body of a ``NumPyClient.fit(parameters, config)`` whose ``state`` lives
-in the client's ``Context.state`` and whose ``data`` is the partition the ``client_fn`` loads;
-``server_step`` becomes a ``Strategy`` whose ``aggregate_fit`` calls it with the fit results (keyed by
-node id) and whose ``configure_fit`` hands each sampled node ``messages[cid]`` (or the broadcast). The
-client sampling of :meth:`RoundEngine.run` maps to the strategy's ``fraction_fit`` with the same
-seeded draw. The optional batched hook ``client_steps`` (many clients at once through the ensemble
-trainer) is an in-process speed-up only; by contract it returns what mapping ``client_step`` over the
-clients would return (up to floating-point summation order), so Flower's one-client-per-call path is
-equivalent.
+With ``parties`` (a :class:`~dpaudit.training.parties.PartyExecutor`, e.g. the Flower engine of
+:mod:`dpaudit.training.flower`) the clients' steps run where the parties are: the engine samples the round's
+clients as always and sends each its message with the round's group (task ``"round"``, whose party side is
+:func:`party_round_step`: the client's state lives with the client, initialised on its first step); the server's
+step runs here; at the end a method whose ``finalize`` reads the clients' states gets them back (task ``"state"``,
+:func:`party_final_state`). The optional batched hook ``client_steps`` (many clients at once through the ensemble
+trainer) is an in-process speed-up; a method whose batched step seeds a client by its place in the group
+provides ``client_step_in_group(state, data, message, group)``, which draws what the batched step draws for that
+client (equal up to floating-point summation order).
 
 Checkpoints (every ``checkpoint_every`` rounds) hold the round index, the server state, every client
 state and the pending messages; they are written as one directory (``state.json`` + ``arrays.safetensors``)
