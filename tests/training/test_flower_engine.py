@@ -170,7 +170,10 @@ def test_bad_flower_runs_are_refused_before_the_simulation_starts(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_engine_flower_writes_the_inprocess_release(tmp_path):
+@pytest.mark.parametrize("flower_engine", ["flower", "flower-deployment"])
+def test_cli_engine_flower_writes_the_inprocess_release(tmp_path, flower_engine):
+    """``--engine flower`` (simulation) and ``--engine flower-deployment`` (flower-superlink and 3 flower-supernode
+    processes on 127.0.0.1, stopped at the end) write FedKT-L1's in-process release."""
     pytest.importorskip("flwr.simulation")
     import os
     import subprocess
@@ -181,13 +184,14 @@ def test_cli_engine_flower_writes_the_inprocess_release(tmp_path):
             "--set", "method.teacher_model_kwargs={hidden=[8]}", "--set", "method.teacher_train={epochs=1}",
             "--set", "method.student_train={epochs=1}", "--set", "method.final_train={epochs=1}"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    for engine in ("inprocess", "flower"):
+    for engine in ("inprocess", flower_engine):
         r = subprocess.run([sys.executable, "-m", "dpaudit", *args, "--engine", engine, "--out", str(tmp_path / engine)],
                            capture_output=True, text=True, env=env, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
-    a, b = _meta(tmp_path / "inprocess"), _meta(tmp_path / "flower")
+        assert "release written to" in r.stdout
+    a, b = _meta(tmp_path / "inprocess"), _meta(tmp_path / flower_engine)
     assert b["statement"] == a["statement"] and b["ledger"] == a["ledger"]
-    wa, wb = _weights(tmp_path / "inprocess"), _weights(tmp_path / "flower")
+    wa, wb = _weights(tmp_path / "inprocess"), _weights(tmp_path / flower_engine)
     assert all(np.array_equal(wa[k], wb[k]) for k in wa)
 
 
