@@ -8,6 +8,10 @@ For each method (default: privatekt, fedkt, fredy, proxyfl on digits, small sett
    (``dpaudit.training.flower.run_methods``), so Ray's start-up is paid once and timed apart (total simulation wall
    time minus the runs); each run's own time is its ``RunResult.seconds`` inside the simulation.
 
+3. with ``--deployment-methods``: those methods again on a local Flower deployment (``flower-superlink`` and one
+   ``flower-supernode`` process per party; every message starts a ``flwr-clientapp`` process), timed end to end
+   (process start-up included), one run each.
+
 Like for like by default: the in-process runner uses one thread and Ray gets ``--ray-cpus 1`` CPU, so the parties
 run one after another as in process (more Ray CPUs run parties in parallel: a speed-up the in-process runner gets
 from batching instead).
@@ -18,7 +22,7 @@ under the same load; absolute seconds on a shared machine are not comparable acr
 recorded).
 
 Usage: python bench/bench_flower_engine.py [--methods privatekt,fedkt] [--rounds 10] [--parties 3]
-       [--ray-cpus 1] [--out runs/bench/flower_engine.json]
+       [--ray-cpus 1] [--deployment-methods fedkt,fredy] [--out runs/bench/flower_engine.json]
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ def main() -> None:
     ap.add_argument("--parties", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ray-cpus", type=int, default=1)
+    ap.add_argument("--deployment-methods", default="", help="comma-separated; empty: no deployment arm")
     ap.add_argument("--out", default="runs/bench/flower_engine.json")
     args = ap.parse_args()
     os.environ.setdefault("DPAUDIT_THREADS", "1")
@@ -108,6 +113,17 @@ def main() -> None:
         print(f"{n}: flower cold {cold.seconds:.2f} s, warm {warm.seconds:.2f} s; ratio warm/in-process "
               f"{rows[n]['ratio_warm']:.1f}x (cold {rows[n]['ratio_cold']:.1f}x); epsilon equal {rows[n]['epsilon_equal']}, "
               f"weights equal {rows[n]['weights_equal']} (max diff {rows[n]['weights_max_abs_diff']:.2g})", flush=True)
+    for n in [m for m in args.deployment_methods.split(",") if m]:
+        job = FlowerJob(n, tmp / f"{n}_dep", args.seed, params=settings(n, args.parties, args.rounds),
+                        dataset="digits", progress=False)
+        t1 = time.perf_counter()
+        run_methods([job], engine="deployment")
+        wall = time.perf_counter() - t1
+        row = rows.setdefault(n, {})
+        row.update({"deployment_wall_s": wall, "ratio_deployment_wall": wall / inproc[n].seconds,
+                    **{f"deployment_{k}": v for k, v in compare(tmp / f"{n}_in_warm", tmp / f"{n}_dep").items()}})
+        print(f"{n}: local deployment {wall:.1f} s end to end ({row['ratio_deployment_wall']:.0f}x the warm in-process "
+              f"run); weights equal {row['deployment_weights_equal']}", flush=True)
     runs = sum(r.seconds for r in res)
     startup = total - runs
     print(f"simulation wall {total:.1f} s, of which Ray/Flower start-up and shutdown {startup:.1f} s", flush=True)
