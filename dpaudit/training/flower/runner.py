@@ -17,7 +17,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -52,7 +52,6 @@ class FlowerJob:
     device: str | None = None
     overwrite: bool = False
     progress: Any = True
-    tables: dict = field(default_factory=dict, compare=False)
 
 
 def _tables(job: FlowerJob, module: Any) -> dict[str, dict[str, Any]]:
