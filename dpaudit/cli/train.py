@@ -2,7 +2,8 @@
 
 One command per method, generated from the method registry (:data:`dpaudit.training.methods.METHODS`), with
 the same flags everywhere; a method's shorthand flags (``--gamma``, ``--rounds``, ...) are ``--set`` in
-disguise. Each command is one call of :func:`dpaudit.training.methods.run_method` plus printing.
+disguise. Each command is one call of :func:`dpaudit.training.methods.run_method` plus printing (with
+``--engine flower``: :func:`dpaudit.training.flower.run_method`, the same run with its parties as Flower apps).
 """
 
 from __future__ import annotations
@@ -29,8 +30,16 @@ def _option(sh: Shorthand) -> Any:
 
 def _command(name: str, entry: MethodEntry) -> click.Command:
     def callback(config_path: Path | None, sets: tuple[str, ...], seed: int, out: Path | None, quiet: bool,
-                 device: str | None, data_dir: Path | None, dataset: str | None, overwrite: bool, **shorthands: Any) -> None:
-        from dpaudit.training.methods import run_method
+                 device: str | None, data_dir: Path | None, dataset: str | None, overwrite: bool, engine: str,
+                 **shorthands: Any) -> None:
+        if engine == "inprocess":
+            from dpaudit.training.methods import run_method
+        else:  # the same run, its parties as Flower ClientApps
+            import functools
+
+            from dpaudit.training.flower import run_method as flower_run
+
+            run_method = functools.partial(flower_run, engine="simulation" if engine == "flower" else "deployment")
 
         params: dict[str, Any] = {}
         for sh in entry.shorthands:
@@ -64,6 +73,12 @@ def _command(name: str, entry: MethodEntry) -> click.Command:
                      help="Directory holding real data files (MNIST IDX, CIFAR-10 batches, SVHN .mat, Adult CSV)."),
         click.Option(["--dataset"], default=None, help="Data set name (= --set data.name=...; default digits)."),
         click.Option(["--overwrite"], is_flag=True, help="Replace an existing release directory at --out."),
+        click.Option(["--engine"], type=click.Choice(["inprocess", "flower", "flower-deployment"]), default="inprocess",
+                     show_default=True,
+                     help="Where the parties run: in this process, as Flower ClientApps on Flower's simulation engine "
+                          "(flower), or on a local Flower deployment of SuperLink and SuperNode processes "
+                          "(flower-deployment); privatekt, fedkt, fredy, proxyfl and their variants; needs "
+                          "dpaudit[flower]."),
     ]
     cmd = click.Command(name, callback=callback, params=params, help=entry.help)
     for sh in entry.shorthands:

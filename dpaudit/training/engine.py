@@ -13,16 +13,15 @@ messages and replies, checkpoints and progress. Methods own their state and thei
 they derive from ``(seed, round, party)`` with :func:`party_rng` / :func:`party_seed`, so a result does
 not depend on the order in which clients run, on batching, or on a resume in the middle of a run.
 
-Swapping in Flower's simulation (``flwr.simulation`` with its Ray backend) needs no change to method
-code: ``client_step`` becomes the body of a ``NumPyClient.fit(parameters, config)`` whose ``state`` lives
-in the client's ``Context.state`` and whose ``data`` is the partition the ``client_fn`` loads;
-``server_step`` becomes a ``Strategy`` whose ``aggregate_fit`` calls it with the fit results (keyed by
-node id) and whose ``configure_fit`` hands each sampled node ``messages[cid]`` (or the broadcast). The
-client sampling of :meth:`RoundEngine.run` maps to the strategy's ``fraction_fit`` with the same
-seeded draw. The optional batched hook ``client_steps`` (many clients at once through the ensemble
-trainer) is an in-process speed-up only; by contract it returns what mapping ``client_step`` over the
-clients would return (up to floating-point summation order), so Flower's one-client-per-call path is
-equivalent.
+With ``parties`` (a :class:`~dpaudit.training.parties.PartyExecutor`, e.g. the Flower engine of
+:mod:`dpaudit.training.flower`) the clients' steps run where the parties are: the engine samples the round's
+clients as always and sends each its message with the round's group (task ``"round"``, whose party side is
+:func:`party_round_step`: the client's state lives with the client, initialised on its first step); the server's
+step runs here; at the end a method whose ``finalize`` reads the clients' states gets them back (task ``"state"``,
+:func:`party_final_state`). The optional batched hook ``client_steps`` (many clients at once through the ensemble
+trainer) is an in-process speed-up; a method whose batched step seeds a client by its place in the group
+provides ``client_step_in_group(state, data, message, group)``, which draws what the batched step draws for that
+client (equal up to floating-point summation order).
 
 Checkpoints (every ``checkpoint_every`` rounds) hold the round index, the server state, every client
 state and the pending messages; they are written as one directory (``state.json`` + ``arrays.safetensors``)
@@ -57,6 +56,10 @@ __all__ = [
     "sample_clients",
     "save_state",
     "load_state",
+    "encode_state",
+    "decode_state",
+    "party_round_step",
+    "party_final_state",
 ]
 
 _CHECKPOINT_NAME = "engine_checkpoint"
@@ -225,6 +228,18 @@ def _rebuild_object(ref: Any) -> Any:
     return cls
 
 
+def encode_state(obj: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+    """``obj`` (what a checkpoint may hold, see :func:`save_state`) as a JSON tree and its arrays by key: how
+    engine messages travel (a checkpoint's files, or a Flower message's ConfigRecord and ArrayRecord)."""
+    arrays: dict[str, torch.Tensor] = {}
+    return _encode_state(obj, arrays), arrays
+
+
+def decode_state(tree: Any, arrays: Mapping[str, torch.Tensor]) -> Any:
+    """The object :func:`encode_state` encoded (no unpickling; only dpaudit classes already imported are rebuilt)."""
+    return _decode_state(tree, arrays)
+
+
 def save_state(directory: str | Path, state: Any) -> Path:
     """Write ``state`` (see :func:`_encode_state` for what it may hold) as ``directory`` atomically."""
     from safetensors.torch import save_file
@@ -316,6 +331,7 @@ class RoundEngine:
         resume: bool = True,
         progress: bool | Reporter | Callable[[int, int, dict], None] = False,
         stop_after: int | None = None,
+        parties: Any = None,
     ) -> None:
         owner = "RoundEngine"
         if not isinstance(method, FederatedMethod):
@@ -342,6 +358,12 @@ class RoundEngine:
                 self._progress = self._report_progress
         self._t0 = 0.0
         self._first_round = 0
+        # a party executor (dpaudit.training.parties): the clients' steps run where the parties are (Flower
+        # ClientApps), their states stay there; the engine keeps the server's side and who is still active
+        self.parties = parties
+        if parties is not None and self.checkpoint_dir is not None:
+            raise ParameterError(f"The 'checkpoint_dir' parameter of {owner} must be None when the clients run elsewhere "
+                                 "(their states live with them). Got a directory instead.")
 
     # -- checkpoints ---------------------------------------------------------------------------
     @property
@@ -412,6 +434,8 @@ class RoundEngine:
         ck = self._load()
         if ck is None:
             server_state, messages = self.method.init_server(self.seed)
+            if self.parties is not None:  # each party initialises its own state on its first step
+                return _Run(server_state, messages, [True] * len(self.client_data), [], 0, None)
             clients = [self.method.init_client(i, d, self.seed) for i, d in enumerate(self.client_data)]
             return _Run(server_state, messages, clients, [], 0, None)
         start = int(ck["next_round"])
@@ -423,11 +447,23 @@ class RoundEngine:
         False when no client is active any more."""
         method = self.method
         active_fn = getattr(method, "client_active", None)
-        active = [i for i, s in enumerate(st.client_states) if active_fn is None or active_fn(s)]
+        if self.parties is not None:  # client_states holds whether each party is still active
+            active = [i for i, a in enumerate(st.client_states) if a]
+        else:
+            active = [i for i, s in enumerate(st.client_states) if active_fn is None or active_fn(s)]
         if not active:
             return False
         group = sample_clients(self.seed, t, active, self.clients_per_round)
         msgs = [st.messages.get(int(c)) if isinstance(st.messages, PerClient) else st.messages for c in group]
+        if self.parties is not None:
+            members = [int(c) for c in group]
+            out = self.parties.call("round", {c: {"seed": self.seed, "group": members, "message": m}
+                                              for c, m in zip(members, msgs)})
+            for c in members:
+                st.client_states[c] = bool(out[c]["active"])
+            st.server_state, st.messages = method.server_step(st.server_state, {c: out[c]["reply"] for c in members})
+            st.participants.append(tuple(members))
+            return True
         states = [st.client_states[c] for c in group]
         datas = [self.client_data[c] for c in group]
         batched = getattr(method, "client_steps", None)
@@ -448,6 +484,12 @@ class RoundEngine:
         if self.checkpoint_path is not None and not self.checkpoint_every:
             self._save(len(st.participants), st.server_state, st.client_states, st.messages, st.participants)
         finalize = getattr(self.method, "finalize", None)
+        if self.parties is not None:  # the parties' own states, for a finalize that reads them
+            needs = getattr(self.method, "finalize_reads_clients", True)
+            st.client_states = [None] * len(self.client_data)
+            if needs:
+                got = self.parties.call("state", {c: {"seed": self.seed} for c in range(len(self.client_data))})
+                st.client_states = [got[c] for c in range(len(self.client_data))]
         result = (finalize(st.server_state, st.client_states, st.messages) if finalize
                   else (st.server_state, st.client_states))
         return EngineResult(
@@ -467,6 +509,31 @@ class _Run:
     participants: list
     start: int
     resumed_from: int | None
+
+
+def party_round_step(method: Any, data: Any, party: int, payload: Mapping[str, Any], state: Any) -> tuple[dict, Any]:
+    """One party's side of a round when the clients run elsewhere (:class:`RoundEngine` with ``parties``):
+    its state (initialised on its first step), its step on the round's message, and whether it stays active.
+
+    ``payload``: ``{"seed", "group", "message"}``; ``group`` lists the round's sampled clients, for a method whose
+    batched in-process step seeds each client by its place in the group (hook ``client_step_in_group(state, data,
+    message, group)``; without it, ``client_step``). Returns ``({"reply", "active"}, new state)``."""
+    if state is None:
+        state = method.init_client(int(party), data, int(payload["seed"]))
+    hook = getattr(method, "client_step_in_group", None)
+    if hook is not None:
+        state, reply = hook(state, data, payload["message"], [int(c) for c in payload["group"]])
+    else:
+        state, reply = method.client_step(state, data, payload["message"])
+    active_fn = getattr(method, "client_active", None)
+    return {"reply": reply, "active": bool(active_fn(state)) if active_fn is not None else True}, state
+
+
+def party_final_state(method: Any, data: Any, party: int, payload: Mapping[str, Any], state: Any) -> tuple[Any, Any]:
+    """A party's state at the end of a run (initialised if it never took part), for the method's ``finalize``."""
+    if state is None:
+        state = method.init_client(int(party), data, int(payload["seed"]))
+    return state, state
 
 
 def replace_state(state: Any, **changes: Any) -> Any:

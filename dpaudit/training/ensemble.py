@@ -401,8 +401,8 @@ def _resolve_device(device) -> torch.device:
         raise ParameterError(f"The 'device' parameter of train_ensemble must name a torch device. Got {device!r} instead.") from None
 
 
-def _fresh_state(spec: ModelSpec, M: int, seed: int) -> tuple[dict, dict]:
-    """``init_model(spec, seed, i)`` for ``i < M``, stacked, without building M modules.
+def _fresh_state(spec: ModelSpec, M: int, seed: int, first: int = 0) -> tuple[dict, dict]:
+    """``init_model(spec, seed, first + i)`` for ``i < M``, stacked, without building M modules.
 
     Building a module costs about a millisecond of Python; re-initialising one module in place is far
     cheaper. ``build_model`` draws from the RNG only in the submodules' ``reset_parameters`` (in
@@ -411,24 +411,24 @@ def _fresh_state(spec: ModelSpec, M: int, seed: int) -> tuple[dict, dict]:
     architecture that draws otherwise falls back to building every module.
     """
     with torch.random.fork_rng(devices=[]):
-        torch.default_generator.manual_seed(model_seed(seed, 0))
-        first = build_model(spec)
+        torch.default_generator.manual_seed(model_seed(seed, first))
+        first_model = build_model(spec)
         rng_after_first = torch.default_generator.get_state()
-    template = init_model(spec, seed, 0)  # re-initialised in place for every model
+    template = init_model(spec, seed, first)  # re-initialised in place for every model
     resettable = [m for m in template.modules() if hasattr(m, "reset_parameters")]
     named_p, named_b = dict(template.named_parameters()), dict(template.named_buffers())
     params = {k: torch.empty((M,) + v.shape, dtype=v.dtype) for k, v in named_p.items()}
     buffers = {k: torch.empty((M,) + v.shape, dtype=v.dtype) for k, v in named_b.items()}
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         for i in range(M):
-            torch.default_generator.manual_seed(model_seed(seed, i))
+            torch.default_generator.manual_seed(model_seed(seed, first + i))
             for m in resettable:
                 m.reset_parameters()
             if i == 0 and not (
                 torch.equal(torch.default_generator.get_state(), rng_after_first)
-                and all(torch.equal(v, first.state_dict()[k]) for k, v in template.state_dict().items())
+                and all(torch.equal(v, first_model.state_dict()[k]) for k, v in template.state_dict().items())
             ):
-                params, buffers = stack_module_state([init_model(spec, seed, j) for j in range(M)])
+                params, buffers = stack_module_state([init_model(spec, seed, first + j) for j in range(M)])
                 return {k: v.detach() for k, v in params.items()}, {k: v.detach() for k, v in buffers.items()}
             for d, named in ((params, named_p), (buffers, named_b)):
                 for k, v in named.items():
@@ -436,9 +436,9 @@ def _fresh_state(spec: ModelSpec, M: int, seed: int) -> tuple[dict, dict]:
     return params, buffers
 
 
-def _initial_state(spec, M, seed, init_state, device):
+def _initial_state(spec, M, seed, init_state, device, first=0):
     if init_state is None:
-        params, buffers = _fresh_state(spec, M, seed)
+        params, buffers = _fresh_state(spec, M, seed, first)
     else:
         ref = build_model(spec)
         params, buffers = {}, {}
@@ -477,6 +477,7 @@ def train_ensemble(
     canary_grads: dict | None = None,
     canary_mask=None,
     canary_hook=None,
+    model_offset: int = 0,
 ) -> Ensemble:
     """Train M models of ``spec``, model ``i`` on ``datasets[i]``, all at once.
 
@@ -522,6 +523,12 @@ def train_ensemble(
         which joins the noised sum (dividing by ``q n`` commutes with adding it, so this equals adding it before
         the noise); ``observe(t, models, noised_sum)`` then sees the step's noised sum, before normalisation.
 
+    model_offset : int
+        Without DP-SGD: model ``i`` of this call is model ``model_offset + i`` of a larger ensemble trained with
+        the same ``seed`` (its initialisation and batch order), so a party can train its own models of a group
+        alone (the Flower engine's clients). DP-SGD's noise depends on every model of the group, so an offset
+        is refused there.
+
     Training runs ``epochs`` *rounds* of ``S = max_i steps_per_epoch_i`` global steps (a round is one
     epoch of the largest data set). Model ``i``'s own step stream continues across rounds, so a model with
     fewer steps per epoch completes its ``epochs`` epochs in fewer rounds and then stays frozen; checkpoints,
@@ -540,6 +547,10 @@ def train_ensemble(
     if stop_after_epochs is not None:
         stop_after_epochs = check_int(stop_after_epochs, "stop_after_epochs", owner, low=0)
     check_choice(dp_method, "dp_method", owner, DP_METHODS)
+    model_offset = check_int(model_offset, "model_offset", owner, low=0)
+    if model_offset and config.dp is not None:
+        raise ParameterError(f"The 'model_offset' parameter of {owner} needs training without DP-SGD (the noise of a "
+                             f"step depends on every model of the group). Got model_offset={model_offset} with config.dp set.")
     if canary_grads is not None and config.dp is None:
         raise ParameterError("The 'canary_grads' parameter of train_ensemble needs DP-SGD (config.dp); got config.dp = None.")
     if canary_hook is not None and (config.dp is None or checkpoint_dir is not None):
@@ -549,9 +560,10 @@ def train_ensemble(
     dev = _resolve_device(device)
 
     plan = _plan(spec, config, data, seed, dev)
+    plan.first = model_offset
     _check_state_size(spec, plan.M, dev)
     model = _build_step_model(spec, config, dev, dp_method)
-    params, buffers = _initial_state(spec, plan.M, seed, init_state, dev)
+    params, buffers = _initial_state(spec, plan.M, seed, init_state, dev, model_offset)
     opt = StackedOptimizer(params, kind=config.optimizer, lr=config.lr, momentum=config.momentum,
                            weight_decay=config.weight_decay)
     canaries = _Canaries.build(canary_grads, canary_mask, params, dev)
@@ -559,6 +571,8 @@ def train_ensemble(
     start_epoch = 0
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     fp = _fingerprint(spec, config, seed, data, init_state, canaries and canaries.grads) if ckpt is not None else None
+    if fp is not None and model_offset:
+        fp = f"{fp}+offset{model_offset}"
     if ckpt is not None:
         start_epoch, history = _maybe_resume(ckpt, fp, params, buffers, opt)
 
@@ -620,6 +634,7 @@ class _Plan:
     total_steps: np.ndarray
     S: int
     q: np.ndarray | None
+    first: int = 0  # model i of the plan is model first + i for its seeds (train_ensemble's model_offset)
 
 
 def _plan(spec, config: TrainConfig, data, seed: int, dev) -> _Plan:
@@ -700,7 +715,7 @@ def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: S
     S, M, dev = plan.S, plan.M, plan.X.device
     if config.dp is None:
         idx, mask = _chunk_plain(g, S, plan.steps_per_epoch, plan.total_steps, plan.sizes, plan.offsets,
-                                 config.batch_size, seed, config.epochs)
+                                 config.batch_size, seed, config.epochs, plan.first)
     else:
         idx, mask = _chunk_dp(g, S, plan.steps_per_epoch, plan.total_steps, plan.sizes, plan.offsets, plan.q, seed)
     idx_t = torch.from_numpy(idx).to(dev)
@@ -742,7 +757,7 @@ def _train_round(g: int, plan: _Plan, model: _StepModel, params, buffers, opt: S
                 buffers[k].index_copy_(0, sel, v)
 
 
-def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
+def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs, first=0):
     """Index and mask blocks (S, M, W) for round g without DP, W = min(B, largest data set)."""
     M = len(sizes)
     W = int(min(B, sizes.max()))  # no batch is wider than the largest data set
@@ -753,7 +768,7 @@ def _chunk_plain(g, S, spe, total_steps, sizes, offsets, B, seed, epochs):
         lo, hi = t0, min(t1, int(total_steps[i]))
         for e in range(lo // s_i, (hi - 1) // s_i + 1) if hi > lo else ():
             padded = np.full(s_i * B, -1, dtype=np.int64)
-            padded[:n] = _perm(n, seed, i, e)
+            padded[:n] = _perm(n, seed, first + i, e)
             a, b = max(lo, e * s_i), min(hi, (e + 1) * s_i)  # this epoch's steps within the round
             local[a - t0 : b - t0, i] = padded.reshape(s_i, B)[a - e * s_i : b - e * s_i, :W]
     valid = local >= 0

@@ -93,7 +93,8 @@ def test_cli_rejects_unusable_devices_in_one_line(device: str, tmp_path: Path, c
 def test_every_train_command_has_the_same_common_flags() -> None:
     from dpaudit.cli.train import command
 
-    common = {"--config", "--set", "--seed", "--out", "--quiet", "--device", "--data-dir", "--dataset", "--overwrite"}
+    common = {"--config", "--set", "--seed", "--out", "--quiet", "--device", "--data-dir", "--dataset", "--overwrite",
+              "--engine"}
     assert set(command.commands) == set(METHODS)
     for name, cmd in command.commands.items():
         flags = {o for p in cmd.params for o in p.opts}

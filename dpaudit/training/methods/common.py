@@ -468,20 +468,23 @@ def train_group(
     checkpoint_dir: Path | None = None,
     progress: bool | Reporter = True,
     init_state: Mapping[str, Any] | None = None,
+    model_offset: int = 0,
 ) -> ModelGroup:
     """Train model i on ``datasets[i]`` for every i: torch specs all at once with the ensemble trainer
-    (resumable through its ``checkpoint_dir``), tree specs one after another with ``fit_classifier``."""
+    (resumable through its ``checkpoint_dir``), tree specs one after another with ``fit_classifier``.
+    ``model_offset``: model i is model ``model_offset + i`` of a larger group with the same seed (a party
+    training its own share of the group; see :func:`~dpaudit.training.ensemble.train_ensemble`)."""
     if spec.is_torch:
         from dpaudit.training.ensemble import train_ensemble
 
         ens = train_ensemble(
             spec, list(datasets), config, seed=seed, device=device, checkpoint_dir=checkpoint_dir,
-            progress=progress, init_state=init_state,
+            progress=progress, init_state=init_state, model_offset=model_offset,
         )
         return ModelGroup(spec, ensemble=ens)
     from dpaudit.training.ensemble import fit_classifier
 
-    members = [fit_classifier(spec, X, y, config, (seed + i) % 2**31) for i, (X, y) in enumerate(datasets)]
+    members = [fit_classifier(spec, X, y, config, (seed + model_offset + i) % 2**31) for i, (X, y) in enumerate(datasets)]
     return ModelGroup(spec, members=members)
 
 

@@ -49,6 +49,9 @@ __all__ = [
     "server_labels",
     "l1_example_sensitivity",
     "record_fedkt_events",
+    "party_setup",
+    "party_count",
+    "PARTY_TASKS",
 ]
 
 LEVELS = ("L0", "L1", "L2")
@@ -335,7 +338,23 @@ class _PartySide:
 
 def _party_side(cfg: FedKTConfig, specs: _Specs, parties: list[np.ndarray], data: DataBundle, *, seed: int,
                 device: str | None, cache: StageCache) -> _PartySide:
-    """Algorithm 1 lines 1-14: teachers per partition, (noisy at L2) partition votes, one student per partition."""
+    """Algorithm 1 lines 1-14: teachers per partition, (noisy at L2) partition votes, one student per partition.
+    With a party executor in force (the Flower engine) each party computes its own share (:func:`_party_share`)."""
+    from dpaudit.training.parties import current_executor
+
+    executor = current_executor()
+    if executor is not None:
+        cache.reporter.log(f"parties: {cfg.parties} parties train their teachers and students ({executor.engine})")
+        got = executor.call("party", {i: {} for i in range(cfg.parties)})
+        shares = [got[i] for i in range(cfg.parties)]
+        X_pub, _ = data.xy(data.splits.public)
+        q_party = select_queries(len(X_pub), queries=cfg.party_queries, fraction=cfg.party_query_fraction,
+                                 rng=derive_rng(seed, "queries"), owner="FedKT (party side)")
+        return _PartySide(np.concatenate([r["teacher_acc"] for r in shares]), q_party,
+                          np.stack([r["votes"] for r in shares]), np.stack([r["labels"] for r in shares]),
+                          np.array([int(r["z"]) for r in shares], dtype=np.int64),
+                          np.stack([r["student_preds"] for r in shares]),
+                          np.concatenate([r["student_acc"] for r in shares]))
     n, s, t = cfg.parties, cfg.partitions, cfg.teachers
     C = int(data.dataset.num_classes)
     X_pub, _ = data.xy(data.splits.public)
@@ -366,6 +385,61 @@ def _party_side(cfg: FedKTConfig, specs: _Specs, parties: list[np.ndarray], data
 
     st = cache.get_or_run("students", students)
     return _PartySide(tp["test_acc"], q_party, pv, plabels, z, st["preds"].reshape(n, s, P), st["test_acc"])
+
+
+def _party_share(cfg: FedKTConfig, specs: _Specs, parties: list[np.ndarray], data: DataBundle, i: int, *, seed: int,
+                 device: str | None) -> dict[str, Any]:
+    """Party ``i``'s part of :func:`_party_side`, computed by the party alone with the same seeds: its s*t teachers
+    (models ``i*s*t ...`` of the teachers' group), its partitions' votes and labels (at L2 its rows of the one
+    Laplace draw of every partition's queries), its z_i (Theorem 8) and its s students (models ``i*s ...``)."""
+    n, s, t = cfg.parties, cfg.partitions, cfg.teachers
+    C = int(data.dataset.num_classes)
+    X_pub, _ = data.xy(data.splits.public)
+    X_te, y_te = data.xy(data.splits.test)
+    P = len(X_pub)
+    # party i's cuts, as party_teacher_subsets draws them: from derive_rng(seed, "partition", i, j), its own streams
+    subsets = [disjoint_splits(parties[i], t, derive_rng(seed, "partition", i, j),
+                               owner=f"FedKT party {i} (records: {len(parties[i])})") for j in range(s)]
+    teachers = train_group(specs.teacher, [data.xy(subsets[j][k]) for j in range(s) for k in range(t)],
+                           cfg.teacher_train, seed=derive_seed(seed, "teachers"), device=device, progress=False,
+                           model_offset=i * s * t)
+    preds = teachers.predict(X_pub).reshape(s, t, P)
+    teacher_acc = (teachers.predict(X_te) == y_te[None, :]).mean(axis=1)
+    q_party = select_queries(P, queries=cfg.party_queries, fraction=cfg.party_query_fraction,
+                             rng=derive_rng(seed, "queries"), owner="FedKT (party side)")
+    k = len(q_party)
+    pv = np.stack([vote_counts(preds[j][:, q_party], C) for j in range(s)])  # (s, k, C)
+    if cfg.level == "L2":  # party_labels draws Lap(1/gamma) for every party's rows at once; ours are rows i*s*k...
+        noise = derive_rng(seed, "noise").laplace(0.0, 1.0 / cfg.gamma, size=(n * s * k, C))[i * s * k:(i + 1) * s * k]
+        labels = np.argmax(pv.reshape(s * k, C).astype(np.float64) + noise, axis=1).astype(np.int64).reshape(s, k)
+    else:
+        labels = noisy_argmax(pv.reshape(s * k, C), None, derive_rng(seed, "noise")).reshape(s, k)
+    z = int((top_two_gap(pv.reshape(-1, C)).reshape(s, -1) <= 1).any(axis=1).sum())
+    students = train_group(specs.student, [(X_pub[q_party], labels[j]) for j in range(s)], cfg.student_train,
+                           seed=derive_seed(seed, "students"), device=device, progress=False, model_offset=i * s)
+    return {"teacher_acc": teacher_acc, "votes": pv, "labels": labels, "z": z, "student_preds": students.predict(X_pub),
+            "student_acc": (students.predict(X_te) == y_te[None, :]).mean(axis=1)}
+
+
+def party_setup(config: Config, seed: int) -> tuple[Config, _Specs, list[np.ndarray], DataBundle, int]:
+    """What a party rebuilds before its task (see :mod:`dpaudit.training.parties`): the split data and the
+    parties' records (it reads only its own)."""
+    data, parties = config.prepare_data(seed)
+    return config, _model_specs(config.method, data.dataset), parties, data, int(seed)
+
+
+def party_count(config: Config, seed: int) -> int:
+    """The number of parties of a run."""
+    return int(config.method.parties)
+
+
+def _party_task(setup: tuple, party: int, payload: Any, state: Any) -> tuple[dict, Any]:
+    config, specs, parties, data, seed = setup
+    return _party_share(config.method, specs, parties, data, party, seed=seed, device=config.run.device), state
+
+
+#: The parties' side of a run when they run elsewhere (see :mod:`dpaudit.training.parties`).
+PARTY_TASKS = {"party": _party_task}
 
 
 def _server_side(cfg: FedKTConfig, specs: _Specs, party: _PartySide, data: DataBundle, *, seed: int,

@@ -396,6 +396,8 @@ class GlobalModelSteps:
     def progress_info(self, state: dict) -> dict:
         return {"acc": state["history"][-1][1]} if state["history"] else {}
 
+    finalize_reads_clients = False  # finalize needs only the server's state (RoundEngine with parties)
+
     def finalize(self, server_state: dict, client_states: list, messages: Any) -> dict:
         return server_state
 
@@ -419,11 +421,13 @@ def run_global_model(method: GlobalModelSteps, data: "FederatedData", config: An
     clients a round (see :class:`~dpaudit.training.engine.RoundEngine` for checkpoints, progress and
     ``stop_after``) and return ``result(...)``: the global model evaluated on the test records, and ``extra``."""
     from dpaudit.training.engine import RoundEngine
+    from dpaudit.training.parties import current_executor
 
     per_round = max(1, int(math.floor(config.client_fraction * data.num_clients)))
+    parties = current_executor()  # the clients' steps run with the parties (Flower): no engine checkpoints
     out = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=per_round,
-                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
-                      stop_after=stop_after).run()
+                      checkpoint_dir=checkpoint_dir if parties is None else None, checkpoint_every=checkpoint_every,
+                      progress=progress, stop_after=stop_after, parties=parties).run()
     st = out.result
     return result(params=st["params"], test_accuracy=data.test_accuracy(method.spec, st["params"]),
                   history=tuple(tuple(h) for h in st["history"]), ledger=st["ledger"],

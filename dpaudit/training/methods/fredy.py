@@ -34,7 +34,8 @@ from dpaudit.training.methods.common import (accounting_result, accuracy, balanc
     train_group, vote_counts)
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
-__all__ = ["Config", "FREDYConfig", "run", "fedavg", "fedavg_teachers", "initial_state", "fredy_sensitivity", "FEDAVG_ASSUMPTION"]
+__all__ = ["Config", "FREDYConfig", "run", "fedavg", "fedavg_teachers", "initial_state", "fredy_sensitivity", "FEDAVG_ASSUMPTION",
+           "party_setup", "party_count", "PARTY_TASKS"]
 
 FEDAVG_ASSUMPTION = (
     "PATE's sensitivity argument assumes one record affects one teacher. FREDY trains its teachers with FedAvg, so "
@@ -198,6 +199,58 @@ def fedavg_teachers(spec: Any, datasets: list[tuple[np.ndarray, np.ndarray]], tr
                        checkpoint_dir=cache.subdir("teachers.ckpt"), progress=progress, init_state=state)
 
 
+def _federated_teachers(executor: Any, T: int, rounds: int, w0: Mapping[str, Any], log: Any) -> dict[str, np.ndarray]:
+    """:func:`fedavg_teachers` with the teachers at the parties (the Flower engine): in rounds 1..n-1 each party
+    trains from the global model and returns its weights, which the server averages (:func:`fedavg`); in round n
+    each trains and keeps its teacher, and returns its predictions on the public pool and its test accuracy."""
+    state: Mapping[str, Any] = w0
+    for r in range(1, rounds):
+        log(f"FedAvg round {r}/{rounds}: {T} parties ({executor.engine})")
+        got = executor.call("fedavg", {i: {"round": r, "start": dict(state)} for i in range(T)})
+        state = fedavg([got[i] for i in range(T)])
+    log(f"round {rounds}/{rounds}: {T} parties train locally and keep their teachers ({executor.engine})")
+    got = executor.call("teach", {i: {"start": dict(state)} for i in range(T)})
+    return {"preds": np.stack([got[i]["preds"] for i in range(T)]),
+            "test_acc": np.array([float(got[i]["test_acc"]) for i in range(T)])}
+
+
+def party_setup(config: "Config", seed: int) -> tuple:
+    """What a party (teacher) rebuilds before its tasks (see :mod:`dpaudit.training.parties`): the split data,
+    the model spec and the teachers' shares (it reads only its own)."""
+    data, parts = config.prepare_data(seed)
+    spec = model_spec(config.method.model, config.method.model_kwargs, data.dataset)
+    return config, spec, data, parts, int(seed)
+
+
+def party_count(config: "Config", seed: int) -> int:
+    """The number of parties (teachers) of a run."""
+    return int(config.method.teachers)
+
+
+def _party_fedavg(setup: tuple, party: int, payload: Mapping[str, Any], state: Any) -> tuple[dict, Any]:
+    """Round r < n at teacher ``party``: train from the global model (model ``party`` of round r's group)."""
+    config, spec, data, parts, seed = setup
+    r = int(payload["round"])
+    g = train_group(spec, [data.xy(parts[party])], config.method.teacher_train, seed=derive_seed(seed, "fedavg", r),
+                    device=config.run.device, progress=False, init_state=payload["start"], model_offset=party)
+    return dict(g.state_dict(0)), state
+
+
+def _party_teach(setup: tuple, party: int, payload: Mapping[str, Any], state: Any) -> tuple[dict, Any]:
+    """Round n at teacher ``party``: train locally from the global model, keep the teacher, report its votes."""
+    config, spec, data, parts, seed = setup
+    g = train_group(spec, [data.xy(parts[party])], config.method.teacher_train,
+                    seed=derive_seed(seed, "fedavg", config.method.rounds), device=config.run.device, progress=False,
+                    init_state=payload["start"], model_offset=party)
+    X_pub, _ = data.xy(data.splits.public)
+    X_te, y_te = data.xy(data.splits.test)
+    return {"preds": g.predict(X_pub)[0], "test_acc": float((g.predict(X_te)[0] == y_te).mean())}, state
+
+
+#: The teachers' side of a run when they run elsewhere (see :mod:`dpaudit.training.parties`).
+PARTY_TASKS = {"fedavg": _party_fedavg, "teach": _party_teach}
+
+
 class Config(MethodConfig):
     """A FREDY run: ``[data] name``/``data_dir``, ``[method]`` (:class:`FREDYConfig`, with
     ``[method.teacher_train]``, ``[method.student_train]``, ``[method.baseline_train]``) and ``[run]``."""
@@ -234,6 +287,11 @@ def _train(config: Config, ctx: RunContext) -> Outcome:
 
     # -- FedAvg rounds 1..n-1 (each checkpointed), then the local last round -------------------------
     def teachers() -> dict[str, np.ndarray]:
+        from dpaudit.training.parties import current_executor
+
+        executor = current_executor()
+        if executor is not None:
+            return _federated_teachers(executor, len(datasets), cfg.rounds, w0, log)
         g = fedavg_teachers(spec, datasets, cfg.teacher_train, rounds=cfg.rounds, w0=w0, seed=seed, device=device,
                             cache=cache, progress=progress)
         return {"preds": g.predict(X_pub), "test_acc": (g.predict(X_te) == y_te[None, :]).mean(axis=1)}

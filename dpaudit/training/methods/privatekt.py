@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from dpaudit.accountants.events import RandomizedResponse, rr_keep_probability
-from dpaudit.errors import check_bool, check_choice, check_float, check_int
+from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int
 from dpaudit.training.limits import MAX_RECORDS, MAX_STEPS
 from dpaudit.training.engine import party_rng, party_seed
 from dpaudit.training.methods.fl_common import (
@@ -77,7 +77,8 @@ from dpaudit.training.methods.fl_common import (
 
 from dpaudit.training.methods.scaffold import MethodConfig, Outcome, Release, RunContext, RunResult, execute
 
-__all__ = ["Config", "PrivateKTConfig", "PrivateKTMethod", "PrivateKTResult", "run", "run_privatekt", "privatekt_statement"]
+__all__ = ["Config", "PrivateKTConfig", "PrivateKTMethod", "PrivateKTResult", "run", "run_privatekt", "privatekt_statement",
+           "party_setup", "party_count", "PARTY_TASKS"]
 
 
 @dataclass(frozen=True)
@@ -173,25 +174,37 @@ class PrivateKTMethod(GlobalModelSteps):
                  "reports": np.zeros(self.data.num_clients, dtype=np.int64)}
         return state, self._message(state)
 
-    def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
+    def client_step_in_group(self, state: Any, data: tuple, message: dict, group: list[int]) -> tuple[Any, dict]:
+        """One client's step when it runs alone (a Flower ClientApp): the same seeds as its place in the batched
+        in-process step of the round's ``group`` (see :meth:`client_steps`)."""
+        states, replies = self.client_steps([state], [data], [message], group=group)
+        return states[0], replies[0]
+
+    def client_steps(self, states: list, datas: list, messages: list, *, group: list[int] | None = None) -> tuple[list, list]:
         """All sampled clients at once: the ensemble trainer trains every client's copy of the global model
         (same ``init_state``) on its own data; each client then perturbs its own labels with its own RNG.
 
-        The randomized response of client c depends only on ``(seed, round, c)``. The local training's batch
-        order comes from the ensemble trainer's seed and the client's position in the group, so a run is
-        reproducible, and one-client-per-call execution (Flower) is equal in distribution, not bit for bit."""
+        The randomized response of client c depends only on ``(seed, round, c)``. The local training's
+        initialisation and batch order come from the ensemble trainer's seed (from the round and the group's first
+        client) and the client's position in the round's ``group`` (default: the clients given), so a client
+        training alone with ``group`` set (the Flower engine) draws the same batches as in the batched step."""
         from dpaudit.training.ensemble import TrainConfig, train_ensemble
 
         msg = messages[0]  # a broadcast: the same for every client
         cfg = self.config
         ids = [int(d[0]) for d in datas]
+        group = ids if group is None else [int(c) for c in group]
+        positions = [group.index(c) for c in ids]
+        if positions != list(range(positions[0], positions[0] + len(ids))):
+            raise ParameterError(f"PrivateKT's client step needs clients in consecutive places of the round's group. "
+                                 f"Got {ids} in the group {group} instead.")
         if cfg.local_epochs > 0:
             ens = train_ensemble(
                 self.spec, [(d[1], d[2]) for d in datas],
                 TrainConfig(epochs=cfg.local_epochs, batch_size=cfg.local_batch_size, optimizer=cfg.local_optimizer,
                             lr=cfg.local_lr),
-                seed=party_seed(msg["seed"], msg["round"], min(ids), stream=2), device=self.device,
-                progress=False, init_state=msg["params"])
+                seed=party_seed(msg["seed"], msg["round"], min(group), stream=2), device=self.device,
+                progress=False, init_state=msg["params"], model_offset=positions[0])
             probs = ens.predict_proba(msg["kt_x"])  # (G, K, C)
         else:
             p = make_classifier(self.spec, msg["params"]).predict_proba(msg["kt_x"])
@@ -341,18 +354,52 @@ def run(config: Config, out: Any, *, seed: int = 0, progress: Any = True, overwr
     return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
 
 
+def _setting(cfg: Config, seed: int) -> tuple[FederatedData, Any, PrivateKTConfig]:
+    """The run's data, model spec and method parameters (FedMD + LDP: PrivateKT's over the whole public set)."""
+    data = cfg.prepare_data(seed)
+    spec = model_spec_from(cfg.model, data)
+    config = cfg.method
+    if cfg.name == "fedmd-ldp":
+        from dpaudit.training.methods.baselines import fedmd_config
+
+        config = fedmd_config(config, len(data.public))
+    return data, spec, config
+
+
+def party_setup(cfg: Config, seed: int) -> tuple[PrivateKTMethod, list]:
+    """What a client rebuilds before its first round (see :mod:`dpaudit.training.parties`): the method's step
+    functions and the clients' data (it reads only its own)."""
+    data, spec, config = _setting(cfg, seed)
+    return PrivateKTMethod(config, data, spec, device=cfg.run.device), data.client_tuples()
+
+
+def party_count(cfg: Config, seed: int) -> int:
+    """The number of clients of a run."""
+    return int(cfg.prepare_data(seed).num_clients)
+
+
+def _party_round(setup: tuple, party: int, payload: Any, state: Any) -> tuple[Any, Any]:
+    from dpaudit.training.engine import party_round_step
+
+    return party_round_step(setup[0], setup[1][party], party, payload, state)
+
+
+def _party_state(setup: tuple, party: int, payload: Any, state: Any) -> tuple[Any, Any]:
+    from dpaudit.training.engine import party_final_state
+
+    return party_final_state(setup[0], setup[1][party], party, payload, state)
+
+
+#: The clients' side of a run when they run elsewhere (see :mod:`dpaudit.training.parties`).
+PARTY_TASKS = {"round": _party_round, "state": _party_state}
+
+
 def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
     from dpaudit.training.ensemble import TrainConfig
 
     seed = ctx.seed
     fedmd = cfg.name == "fedmd-ldp"
-    data = cfg.prepare_data(seed)
-    spec = model_spec_from(cfg.model, data)
-    config = cfg.method
-    if fedmd:
-        from dpaudit.training.methods.baselines import fedmd_config
-
-        config = fedmd_config(config, len(data.public))
+    data, spec, config = _setting(cfg, seed)
     res = run_privatekt(data, spec, config, seed=seed, device=cfg.run.device, checkpoint_dir=ctx.checkpoints,
                         checkpoint_every=cfg.run.checkpoint_every, progress=ctx.reporter, stop_after=cfg.run.stop_after)
     if cfg.run.stop_after is not None and res.rounds_run < config.rounds:

@@ -71,7 +71,7 @@ from dpaudit.training.methods.scaffold import (MethodConfig, Outcome, Release, R
 from dpaudit.training.optim import StackedOptimizer
 
 __all__ = ["Config", "ProxyFLConfig", "ProxyFLMethod", "ProxyFLResult", "run", "run_proxyfl", "PROXYFL_VARIANTS",
-           "VARIANT_OF", "dml_dp_assumption", "paper_statement", "PAPER_FIGURE_LABEL", "NOT_ESTABLISHED_LABEL", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
+           "VARIANT_OF", "dml_dp_assumption", "paper_statement", "party_setup", "party_count", "PARTY_TASKS", "PAPER_FIGURE_LABEL", "NOT_ESTABLISHED_LABEL", "poisson_masks", "clip_and_noise", "proxyfl_statement"]
 
 COMMUNICATIONS = ("pushsum", "replace", "average", "cycle", "none")
 PROXYFL_VARIANTS: dict[str, dict[str, Any]] = {
@@ -328,7 +328,15 @@ class ProxyFLMethod:
             st["proxy"] = {k: v.clone() for k, v in message["params"].items()}
         return st
 
-    def client_steps(self, states: list, datas: list, messages: list) -> tuple[list, list]:
+    def client_step_in_group(self, state: dict, data: tuple, message: Any, group: list[int]) -> tuple[dict, dict]:
+        """One client's step when it runs alone (a Flower ClientApp): its records padded to the largest client of
+        the round's ``group``, as in the batched in-process step, so its Poisson masks are the same draws."""
+        s, r = self.client_steps([state], [data], [message], width=int(max(self.n[int(c)] for c in group)))
+        return s[0], r[0]
+
+    def client_steps(self, states: list, datas: list, messages: list, *, width: int | None = None) -> tuple[list, list]:
+        """Every given client's round at once (``width``: pad the records to at least this many, see
+        :meth:`client_step_in_group`)."""
         cfg = self.config
         ids = [int(d[0]) for d in datas]
         msg_round = [m.get("round", 0) if isinstance(m, Mapping) else 0 for m in messages]
@@ -344,7 +352,7 @@ class ProxyFLMethod:
             else:
                 train_ids.append(i)
         if train_ids:
-            trained = self._train([states[i] for i in train_ids], [datas[i] for i in train_ids], seed, t)
+            trained = self._train([states[i] for i in train_ids], [datas[i] for i in train_ids], seed, t, width)
             for i, st in zip(train_ids, trained):
                 k = ids[i]
                 st = {**st, "dp_steps": st["dp_steps"] + (int(self.steps[k]) if cfg.dp else 0), "rounds": st["rounds"] + 1}
@@ -359,11 +367,12 @@ class ProxyFLMethod:
                 replies[i] = reply
         return out_states, replies
 
-    def _padded_data(self, datas: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """The clients' records stacked and zero-padded to the largest client: ``(X, Y, sizes, max size)``."""
+    def _padded_data(self, datas: list, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The clients' records stacked and zero-padded to the largest client (or ``width`` if larger):
+        ``(X, Y, sizes, padded size)``."""
         M = len(datas)
         n = torch.tensor([len(d[2]) for d in datas])
-        nmax = int(n.max())
+        nmax = max(int(n.max()), int(width or 0))
         shape = datas[0][1].shape[1:]
         dev = self.device
         X = torch.zeros((M, nmax) + tuple(shape))
@@ -374,13 +383,13 @@ class ProxyFLMethod:
         X, Y = X.to(dev), Y.to(dev)  # randomness (masks, noise) is drawn on the CPU and moved: same on any device
         return X, Y, n, nmax
 
-    def _train(self, states: list, datas: list, seed: int, t: int) -> list:
+    def _train(self, states: list, datas: list, seed: int, t: int, width: int | None = None) -> list:
         """One round (an epoch of steps) of DML / DP-SGD for the given clients at once."""
         cfg = self.config
         M = len(states)
         ids = [int(d[0]) for d in datas]
         dev = self.device
-        X, Y, n, nmax = self._padded_data(datas)
+        X, Y, n, nmax = self._padded_data(datas, width)
         q = torch.tensor([float(self.q[k]) for k in ids])
         steps = torch.tensor([int(self.steps[k]) for k in ids])
         gens = [torch.Generator().manual_seed(party_seed(seed, t, k, stream=13)) for k in ids]
@@ -585,10 +594,13 @@ def run_proxyfl(data: FederatedData, private_spec: Any, proxy_spec: Any, config:
                 checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, progress: Any = False,
                 stop_after: int | None = None) -> ProxyFLResult:
     """Run ProxyFL (or a family member, by ``config``) and evaluate every client's models on the test set."""
+    from dpaudit.training.parties import current_executor
+
     method = ProxyFLMethod(config, data, private_spec, proxy_spec, device=device)
+    parties = current_executor()  # the clients run with the parties (Flower): their states stay there
     engine = RoundEngine(method, data.client_tuples(), rounds=config.rounds, seed=seed, clients_per_round=None,
-                         checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, progress=progress,
-                         stop_after=stop_after)
+                         checkpoint_dir=checkpoint_dir if parties is None else None, checkpoint_every=checkpoint_every,
+                         progress=progress, stop_after=stop_after, parties=parties)
     out = engine.run()
     clients = out.result["clients"]
     proxy_acc = np.array([data.test_accuracy(proxy_spec, c["proxy"]) for c in clients])
@@ -710,19 +722,55 @@ def run(config: Config, out: Any, *, seed: int = 0, progress: Any = True, overwr
     return execute(config, out, seed=seed, progress=progress, overwrite=overwrite, body=_train, config_cls=Config)
 
 
-def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
-    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig
+def _setting(cfg: Config, seed: int) -> tuple[FederatedData, Any, Any]:
+    """The run's data (``joint``: one client holding every record) and the private and proxy model specs."""
     from dpaudit.training.models import ModelSpec
 
-    variant, seed = VARIANT_OF[cfg.name], ctx.seed
     data = cfg.prepare_data(seed)
-    if variant == "joint":  # one client holding every client's records
+    if VARIANT_OF[cfg.name] == "joint":  # one client holding every client's records
         data = replace(data, clients=(data.members,))
     proxy_spec = model_spec_from(cfg.model, data)
     config = cfg.method
     priv_kw = config.private_kwargs if config.private_kwargs is not None else (
         proxy_spec.kwargs if config.private_model == proxy_spec.name else {})
     private_spec = ModelSpec(config.private_model, data.input_shape, data.num_classes, dict(priv_kw))
+    return data, private_spec, proxy_spec
+
+
+def party_setup(cfg: Config, seed: int) -> tuple[ProxyFLMethod, list]:
+    """What a client rebuilds before its first round (see :mod:`dpaudit.training.parties`): the method's step
+    functions and the clients' data (it reads only its own)."""
+    data, private_spec, proxy_spec = _setting(cfg, seed)
+    return ProxyFLMethod(cfg.method, data, private_spec, proxy_spec, device=cfg.run.device), data.client_tuples()
+
+
+def party_count(cfg: Config, seed: int) -> int:
+    """The number of clients of a run."""
+    return int(_setting(cfg, seed)[0].num_clients)
+
+
+def _party_round(setup: tuple, party: int, payload: Any, state: Any) -> tuple[Any, Any]:
+    from dpaudit.training.engine import party_round_step
+
+    return party_round_step(setup[0], setup[1][party], party, payload, state)
+
+
+def _party_state(setup: tuple, party: int, payload: Any, state: Any) -> tuple[Any, Any]:
+    from dpaudit.training.engine import party_final_state
+
+    return party_final_state(setup[0], setup[1][party], party, payload, state)
+
+
+#: The clients' side of a run when they run elsewhere (see :mod:`dpaudit.training.parties`).
+PARTY_TASKS = {"round": _party_round, "state": _party_state}
+
+
+def _train(cfg: Config, ctx: RunContext) -> Outcome | None:
+    from dpaudit.training.ensemble import DPSGDConfig, TrainConfig
+
+    variant, seed = VARIANT_OF[cfg.name], ctx.seed
+    data, private_spec, proxy_spec = _setting(cfg, seed)
+    config = cfg.method
     res = run_proxyfl(data, private_spec, proxy_spec, config, seed=seed, device=cfg.run.device,
                       checkpoint_dir=ctx.checkpoints, checkpoint_every=cfg.run.checkpoint_every, progress=ctx.reporter,
                       stop_after=cfg.run.stop_after)
