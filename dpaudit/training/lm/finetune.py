@@ -4,7 +4,7 @@ DP-SGD (Abadi et al. 2016) as dpaudit's other trainers run it (:mod:`dpaudit.tra
 (each sequence in a step's batch independently with probability ``q = batch_size / n``), per-sequence gradients of
 the sequence's mean token loss by ``torch.func`` (``vmap(grad(...))`` over ``functional_call``, in micro-batches),
 each clipped to norm ``C`` (:func:`~dpaudit.training.dpsgd.clip_factors`), summed, plus ``N(0, sigma^2 C^2 I)``,
-divided by the expected batch ``q n``; then an Adam step. An empty batch still takes its noisy step. The run is the
+divided by the expected batch ``batch_size`` (a constant, as Opacus does: never the data's size); then an Adam step. An empty batch still takes its noisy step. The run is the
 ``SubsampledGaussian(q, sigma, steps)`` event under add/remove neighbouring: what :func:`FinetuneResult.account`
 accounts. Without ``noise_multiplier`` the run is plain minibatch training (shuffled batches of ``batch_size``).
 
@@ -39,7 +39,8 @@ LORA_TARGETS = ("c_attn", "q_proj", "v_proj", "query_key_value")
 @dataclass(frozen=True)
 class LmTrainConfig:
     """``steps`` optimiser steps, expected batch ``batch_size`` (Poisson rate ``batch_size / n`` with DP), Adam at
-    ``lr``; DP-SGD when ``noise_multiplier`` is set (clip ``max_grad_norm``); LoRA of rank ``lora_rank`` (0: every
+    ``lr``; DP-SGD when ``noise_multiplier`` is set (clip ``max_grad_norm``; ``sampling_rate`` fixes the Poisson rate
+    in advance instead of ``batch_size / n``, e.g. before canaries' coins change n); LoRA of rank ``lora_rank`` (0: every
     weight) with scale ``lora_alpha / lora_rank``; ``microbatch`` sequences a ``vmap`` call; ``device``."""
 
     steps: int = 200
@@ -52,6 +53,7 @@ class LmTrainConfig:
     lora_targets: tuple[str, ...] = LORA_TARGETS
     microbatch: int = 64
     device: str = "cpu"
+    sampling_rate: float | None = None
 
     def __post_init__(self) -> None:
         o = "LmTrainConfig"
@@ -64,6 +66,8 @@ class LmTrainConfig:
         check_int(self.lora_rank, "lora_rank", o, low=0, high=65536)
         check_float(self.lora_alpha, "lora_alpha", o, low=0.0, low_open=True)
         check_int(self.microbatch, "microbatch", o, low=1, high=1 << 20)
+        if self.sampling_rate is not None:
+            check_float(self.sampling_rate, "sampling_rate", o, low=0.0, high=1.0, low_open=True)
 
     @property
     def private(self) -> bool:
@@ -189,7 +193,7 @@ def _loop(model, seqs, cfg, train, names, per_grad, seq_loss, full_params, gen, 
     from dpaudit.training.dpsgd import clip_factors
 
     opt = torch.optim.Adam([train[k] for k in names], lr=cfg.lr)
-    q = min(1.0, cfg.batch_size / n)
+    q = min(1.0, cfg.batch_size / n) if cfg.sampling_rate is None else float(cfg.sampling_rate)
     losses: list[float] = []
     order = rng.permutation(n)
     pos = 0
@@ -211,7 +215,7 @@ def _loop(model, seqs, cfg, train, names, per_grad, seq_loss, full_params, gen, 
             sigma = float(cfg.noise_multiplier or 0.0)
             for k in names:
                 noise = torch.randn(summed[k].shape, generator=gen).to(dev, summed[k].dtype)
-                train[k].grad = (summed[k] + sigma * cfg.max_grad_norm * noise) / (q * n)
+                train[k].grad = (summed[k] + sigma * cfg.max_grad_norm * noise) / cfg.batch_size   # fixed, data-free
             losses.append(sum(batch_loss) / max(1, idx.size))
         else:
             if pos + cfg.batch_size > n:
