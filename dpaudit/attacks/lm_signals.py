@@ -159,7 +159,7 @@ def compare_lm(logp, offsets, member, *, mu=None, sigma=None, zlib_bytes=None, r
     notes: list[str] = [SINGLE_MODEL_CAVEAT]
     settings: dict[str, Any] = {"k": float(k), "seed": seed, "confidence": conf, "delta": float(delta),
                                 "n_bootstrap": n_boot, "num_members": int(mem.sum()), "num_nonmembers": int((~mem).sum()),
-                                "num_references": 0}
+                                "num_references": 0, "layout": "none", "population": 0, "gamma": float(gamma)}
     for name in LM_ATTACKS:
         if name not in scores:
             skipped[name] = ("needs the texts (their zlib lengths)" if name == "zlib" else

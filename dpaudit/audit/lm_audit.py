@@ -51,7 +51,7 @@ def _secret_logp(model: Any, canaries: Any, device: str) -> np.ndarray:
 
 def run_lm_canary_audit(*, epsilon: float | None, delta: float = 1e-5, canaries: int = 256, canary: str = "new-tokens",
                         secret_length: int = 6, lora_rank: int = 0, private_texts: Sequence[str] | int = 256,
-                        steps: int = 60, batch_size: int = 32, lr: float = 3e-3, max_grad_norm: float = 1.0,
+                        steps: int = 60, batch_size: int = 32, lr: float = 1e-2, max_grad_norm: float = 1.0,
                         pretrain_steps: int = 100, base_model: Any = None, tokenizer: Any = None,
                         max_length: int = 64, confidence: float = 0.95, replicates: int = 11, exposure: bool = False,
                         seed: int = 0, device: str = "cpu", out: str | Path | None = None) -> CanaryAuditResult:
@@ -60,7 +60,7 @@ def run_lm_canary_audit(*, epsilon: float | None, delta: float = 1e-5, canaries:
     ``canary_audit.json`` there. ``exposure``: also the random secrets' exposure (``canary="random-secret"``)."""
     from dpaudit.training.lm.canaries import make_lm_canaries, secret_candidates
     from dpaudit.training.lm.finetune import LmTrainConfig, finetune_lm
-    from dpaudit.training.lm.text import encode, synthetic_corpus, tiny_lm, train_tokenizer
+    from dpaudit.training.lm.text import DIGITS, canary_tokens, encode, synthetic_corpus, tiny_lm, train_tokenizer
 
     owner = "run_lm_canary_audit"
     t0 = time.perf_counter()
@@ -76,7 +76,7 @@ def run_lm_canary_audit(*, epsilon: float | None, delta: float = 1e-5, canaries:
     if base_model is None:
         n_priv = check_int(private_texts, "private_texts", owner, low=2, high=1_000_000)
         corpus = synthetic_corpus(n_priv + 400, seed=seed)
-        tokenizer = train_tokenizer(corpus)
+        tokenizer = train_tokenizer(corpus, extra_tokens=DIGITS + canary_tokens(max(64, int(canaries) * int(secret_length))))
         base_model = tiny_lm(tokenizer.get_vocab_size(), seed=seed)
         if pretrain_steps:
             finetune_lm(base_model, encode(tokenizer, corpus[n_priv:], max_length=max_length),

@@ -1,10 +1,11 @@
 """Canaries for language models, each included in the fine-tuning set by a fair coin.
 
 ``"new-tokens"`` (after Panda et al., ICLR 2025, "Privacy auditing of large language models"): a canary is
-``[BOS]`` followed by ``length`` tokens drawn uniformly from tokens the training text never contains (the tokenizer's
-reserved ``<c0>`` ... ``<c63>``, :data:`~dpaudit.training.lm.text.CANARY_TOKENS`): the model's prior on them is flat,
-so one gradient step on a canary moves its log-probability far above that of the canaries left out -- the reason
-their design reaches high TPR at low FPR without shadow models.
+``[BOS]`` followed by ``length`` tokens that the training text never contains (the tokenizer's reserved ``<cK>``
+tokens, :func:`~dpaudit.training.lm.text.canary_tokens`), each canary its own tokens, none shared: the model's prior
+on them is flat and only the canary's own gradient lifts them, so training on a canary moves its log-probability
+far above that of the canaries left out -- the reason their design reaches high TPR at low FPR without shadow
+models.
 
 ``"random-secret"`` (Carlini et al. 2019, "The Secret Sharer"): ``[BOS] my secret code is d_1 ... d_L`` with the
 ``d_i`` digit words drawn uniformly; the candidate space is every digit string of that length, and a canary's
@@ -54,19 +55,28 @@ def make_lm_canaries(tokenizer: Any, num_canaries: int, *, kind: str = "new-toke
     m = check_int(num_canaries, "canaries", owner, low=2, high=1_000_000)
     L = check_int(length, "length", owner, low=1, high=256)
     kind = check_choice(kind, "kind", owner, LM_CANARY_KINDS)
-    words = CANARY_TOKENS if kind == "new-tokens" else DIGITS
-    alphabet = np.array([tokenizer.token_to_id(w) for w in words if tokenizer.token_to_id(w) is not None])
+    vocab = tokenizer.get_vocab()
+    words = sorted((w for w in vocab if w.startswith("<c") and w.endswith(">") and w[2:-1].isdigit()),
+                   key=lambda w: int(w[2:-1])) if kind == "new-tokens" else list(DIGITS)
+    alphabet = np.array([vocab[w] for w in words if w in vocab], dtype=np.int64)
     if alphabet.size < 2:
         raise ParameterError(f"The tokenizer lacks the {kind} canary alphabet ({words[0]}, ...); build it with "
                              "dpaudit.training.lm.text.train_tokenizer. Got none of them instead.")
-    if float(alphabet.size) ** L < 4 * m:
+    if kind == "new-tokens" and alphabet.size < m * L:
+        raise ParameterError(f"The 'canaries' parameter of {owner} must be at most {alphabet.size // L}: new-token "
+                             f"canaries use {L} reserved tokens each, none shared, and the tokenizer has "
+                             f"{alphabet.size} (train_tokenizer(..., extra_tokens=DIGITS + canary_tokens(k))). Got {m} instead.")
+    if kind == "random-secret" and float(alphabet.size) ** L < 4 * m:
         raise ParameterError(f"The 'canaries' parameter of {owner} must be at most a quarter of the {alphabet.size}^{L} "
                              f"possible secrets. Got {m} instead.")
     head = [tokenizer.token_to_id(BOS)] + ([tokenizer.token_to_id(w) for w in _SECRET_PREFIX]
                                            if kind == "random-secret" else [])
     rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0xCA7A]))
-    secrets: set[tuple[int, ...]] = set()
     rows = []
+    if kind == "new-tokens":
+        own = rng.permutation(alphabet)[: m * L].reshape(m, L)
+        rows = [head + [int(t) for t in r] for r in own]
+    secrets: set[tuple[int, ...]] = set()
     while len(rows) < m:
         s = tuple(int(t) for t in rng.choice(alphabet, size=L))
         if s not in secrets:

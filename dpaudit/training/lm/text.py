@@ -21,7 +21,7 @@ from dpaudit._io import read_input_text
 from dpaudit.errors import DataError, check_int
 
 __all__ = ["PAD", "UNK", "BOS", "EOS", "SPECIAL_TOKENS", "DIGITS", "CANARY_TOKENS", "synthetic_corpus",
-           "train_tokenizer", "tiny_lm", "save_lm", "encode", "read_texts", "MAX_TEXTS", "MAX_TEXT_CHARS"]
+           "train_tokenizer", "canary_tokens", "tiny_lm", "save_lm", "encode", "read_texts", "MAX_TEXTS", "MAX_TEXT_CHARS"]
 
 PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)
@@ -72,9 +72,15 @@ def synthetic_corpus(num_texts: int, *, seed: int) -> list[str]:
     return out
 
 
+def canary_tokens(count: int) -> tuple[str, ...]:
+    """``<c0>`` ... ``<c{count-1}>``: reserved tokens that no corpus text contains."""
+    return tuple(f"<c{i}>" for i in range(check_int(count, "count", "canary_tokens", low=0, high=1_000_000)))
+
+
 def train_tokenizer(texts: Sequence[str], *, extra_tokens: Sequence[str] = DIGITS + CANARY_TOKENS) -> Any:
-    """A word-level ``tokenizers.Tokenizer`` (whitespace and punctuation split) with the special tokens first
-    (``[PAD]`` = 0, ``[UNK]`` = 1, ``[BOS]`` = 2, ``[EOS]`` = 3), the words of ``texts`` and ``extra_tokens``."""
+    """A word-level ``tokenizers.Tokenizer`` (whitespace split) with the special tokens first (``[PAD]`` = 0,
+    ``[UNK]`` = 1, ``[BOS]`` = 2, ``[EOS]`` = 3), the words of ``texts`` and ``extra_tokens`` (default: the digit words
+    and 64 reserved canary tokens; pass ``DIGITS + canary_tokens(k)`` for more)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.WordLevel(unk_token=UNK))
