@@ -50,7 +50,7 @@ def _secret_logp(model: Any, canaries: Any, device: str) -> np.ndarray:
 
 
 def run_lm_canary_audit(*, epsilon: float | None, delta: float = 1e-5, canaries: int = 256, canary: str = "new-tokens",
-                        secret_length: int = 6, lora_rank: int = 0, private_texts: Sequence[str] | int = 256,
+                        secret_length: int = 6, lora_rank: int = 0, lora_targets: Sequence[str] | None = None, private_texts: Sequence[str] | int = 256,
                         steps: int = 60, batch_size: int = 32, lr: float = 1e-2, max_grad_norm: float = 1.0,
                         pretrain_steps: int = 100, base_model: Any = None, tokenizer: Any = None,
                         max_length: int = 64, confidence: float = 0.95, replicates: int = 11, exposure: bool = False,
@@ -96,7 +96,8 @@ def run_lm_canary_audit(*, epsilon: float | None, delta: float = 1e-5, canaries:
         sigma = dpsgd_noise_for_epsilon(epsilon, sampling_rate=q, steps=T, delta=d)
         mechanism = {"kind": "subsampled_gaussian", "sampling_rate": q, "noise_multiplier": sigma, "steps": T}
     cfg = LmTrainConfig(steps=T, batch_size=batch_size, lr=lr, max_grad_norm=max_grad_norm, noise_multiplier=sigma,
-                        lora_rank=lora_rank, device=device, sampling_rate=q if sigma is not None else None)
+                        lora_rank=lora_rank, device=device, sampling_rate=q if sigma is not None else None,
+                        **({} if lora_targets is None else {"lora_targets": tuple(lora_targets)}))
     train_set = private + [can.sequences[i] for i in np.flatnonzero(can.included)]
     model = copy.deepcopy(base_model)
     if sigma is None and batch_size > len(train_set):
@@ -120,7 +121,8 @@ def run_lm_canary_audit(*, epsilon: float | None, delta: float = 1e-5, canaries:
         "audit": "one-run", "canary": canary, "canaries": int(can.sequences.shape[0]), "secret_length": can.secret_length,
         "included": int(inc.sum()), "score": "secret-logp-gain", "delta": d, "confidence": conf, "seed": seed,
         "num_private_texts": n, "steps": T, "batch_size": batch_size, "sampling_rate": q, "noise_multiplier": sigma,
-        "max_grad_norm": max_grad_norm, "lr": lr, "lora_rank": lora_rank, "trainable_parameters": run.trainable_parameters,
+        "max_grad_norm": max_grad_norm, "lr": lr, "lora_rank": lora_rank,
+        "lora_targets": list(cfg.lora_targets) if lora_rank else None, "trainable_parameters": run.trainable_parameters,
         "target_epsilon": epsilon, "ideal_replicates": replicates,
         "canary_auc_estimate": auc(scores[inc], scores[~inc]),
         "canary_tpr_at_1pct_fpr_estimate": tpr_at_fpr(scores[inc], scores[~inc], 0.01)}
