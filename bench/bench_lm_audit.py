@@ -3,7 +3,7 @@ accounted epsilon at epsilon 4 and 8, full fine-tuning and LoRA, over seeds; and
 
 Every bound is certified (Steinke, Nasr, Jagielski 2023, Thm 3 / the f-DP test, rule planned before the run); the
 AUC and TPR figures of the canaries are estimates on one run. Usage: python bench/bench_lm_audit.py [--seeds 3]
-[--epsilons 4 8] [--canaries 256] [--out FILE]
+[--epsilons 4 8] [--canaries 256] [--no-dp] [--multi-run N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--canaries", type=int, default=256)
     ap.add_argument("--lora", type=int, nargs="+", default=[0, 4])
     ap.add_argument("--no-dp", action="store_true", help="also one run without DP")
+    ap.add_argument("--multi-run", type=int, default=0, help="also a multi-run audit with this many models (per epsilon)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     from dpaudit.audit.lm_audit import run_lm_canary_audit
@@ -46,6 +47,17 @@ def main() -> None:
                    "seconds": round(time.perf_counter() - t, 1)}
             rows.append(row)
             print(row, flush=True)
+    for eps in a.epsilons if a.multi_run else []:
+        from dpaudit.audit.lm_audit import run_lm_multi_run_audit
+
+        t = time.perf_counter()
+        res = run_lm_multi_run_audit(epsilon=eps, models=a.multi_run)
+        b = res.bound
+        row = {"audit": "multi-run", "epsilon": eps, "models": a.multi_run, "certified_bound": b.epsilon,
+               "ideal": b.ideal_epsilon, "accounted": res.accounted_epsilon,
+               "sound": b.epsilon <= res.accounted_epsilon, "seconds": round(time.perf_counter() - t, 1)}
+        rows.append(row)
+        print(row, flush=True)
     out = {"load_avg_1min": os.getloadavg()[0], "rows": rows}
     if a.out:
         write_json(a.out, out)

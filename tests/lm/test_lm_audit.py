@@ -78,3 +78,14 @@ def test_lm_audit_without_dp_and_exposure():
     assert r.settings["exposure_kind"] == "exact"
     assert r.settings["exposure_included_mean"] > r.settings["exposure_excluded_mean"]
     assert r.settings["canary_auc_estimate"] > 0.6
+
+
+@pytest.mark.slow
+def test_lm_multi_run_audit_is_sound():
+    from dpaudit.audit.lm_audit import run_lm_multi_run_audit
+
+    r = run_lm_multi_run_audit(epsilon=8.0, models=16, private_texts=64, steps=10, batch_size=16, pretrain_steps=20,
+                               replicates=3, seed=0)
+    assert r.bound.audit == "multi-run" and r.bound.kind == "certified"
+    assert 0.0 <= r.bound.epsilon <= r.accounted_epsilon <= 8.0 + 1e-6
+    assert r.bound.ideal_epsilon is not None
