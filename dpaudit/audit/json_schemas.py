@@ -157,6 +157,15 @@ def _release() -> dict[str, Any]:
     return _frame("release.json", f"dpaudit release bundle metadata (schema {SCHEMA_VERSION})", body)
 
 
+def _lm_release() -> dict[str, Any]:
+    from dpaudit.audit.lm_release import LmReleaseMeta
+
+    s = json_schema(LmReleaseMeta)
+    s["properties"]["schema"] = {"const": 1}
+    s["additionalProperties"] = False
+    return _frame("lm_release.json", "dpaudit language-model release bundle metadata (schema 1)", s)
+
+
 #: File name -> builder of its JSON Schema. A new kind of file dpaudit writes gets one line here.
 SCHEMA_FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "report.json": _report,
@@ -166,6 +175,7 @@ SCHEMA_FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "comparison.json": _comparison,
     "per_record.json": _per_record,
     "method_audit.json": _method_audit,
+    "lm_release.json": _lm_release,
 }
 
 

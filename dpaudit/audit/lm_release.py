@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shutil
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -26,9 +26,10 @@ import numpy as np
 
 from dpaudit._io import atomic_dir, check_replaceable, load_json_file, load_npy_file, load_npz_file, write_json
 from dpaudit.attacks.compare import AttackComparison
-from dpaudit.errors import DataError, ParameterError, check_int
+from dpaudit.errors import DataError, ParameterError, check_choice, check_int
+from dpaudit.serial import from_dict, to_dict
 
-__all__ = ["LM_RELEASE_FILE", "LM_SCORES_FORMAT", "LmRelease", "is_lm_release", "make_lm_release", "load_lm_release",
+__all__ = ["LM_RELEASE_FILE", "LM_SCORES_FORMAT", "LmReleaseMeta", "LmRelease", "is_lm_release", "make_lm_release", "load_lm_release",
            "compare_lm_release", "lm_text_scores"]
 
 LM_RELEASE_FILE = "lm_release.json"
@@ -43,6 +44,46 @@ lm_scores.npz (allow_pickle=False): per-token statistics of the target LM on n s
 """
 _SCORE_ARRAYS = ("offsets", "logp", "member", "mu", "sigma", "zlib_bytes", "reference_totals", "reference_in",
                  "population_total", "population_reference_totals")
+
+
+@dataclass(frozen=True)
+class LmReleaseMeta:
+    """What ``lm_release.json`` holds (parsed and checked at the edge; JSON Schema ``dpaudit/schemas/lm_release.json``):
+    ``kind`` ``"lm"`` (an LM directory and texts) or ``"lm-scores"``; the ``claim``; the accounting (``statement``,
+    ``ledger``, ``accounting_source``) when one was given; ``counts`` of member / non-member (and population) texts;
+    for ``"lm"``: the ``model``'s type, parameter count and files' sha256, the ``references``' likewise,
+    ``reference_in`` (targets x references) and the tokens kept per text, ``max_length``."""
+
+    kind: str
+    claim: Mapping[str, Any]
+    counts: Mapping[str, int]
+    seed: int = 0
+    statement: Mapping[str, Any] | None = None
+    ledger: Mapping[str, Any] | None = None
+    accounting_source: Mapping[str, Any] = field(default_factory=dict)
+    flags: tuple[Mapping[str, str], ...] = ()
+    assumptions: tuple[str, ...] = ()
+    model: Mapping[str, Any] | None = None
+    references: tuple[Mapping[str, Any], ...] = ()
+    reference_in: tuple[tuple[bool, ...], ...] | None = None
+    max_length: int | None = None
+    created_by: str = "dpaudit lm release"
+    schema: int = 1
+
+    def __post_init__(self) -> None:
+        o = "lm_release.json"
+        check_choice(self.kind, "kind", o, ("lm", "lm-scores"))
+        if self.schema != 1:
+            raise DataError(f"{o}: schema {self.schema!r} is not one dpaudit reads (1).")
+        for k in ("members", "nonmembers"):
+            check_int(self.counts.get(k), f"counts.{k}", o, low=2)
+        if self.kind == "lm":
+            if self.model is None or not isinstance(self.model.get("sha256"), Mapping):
+                raise DataError(f"{o}: an 'lm' release records its model's files and sha256 ('model.sha256').")
+            check_int(self.max_length, "max_length", o, low=2, high=1 << 20)
+            n, K = self.counts["members"] + self.counts["nonmembers"], len(self.references)
+            if self.reference_in is not None and (len(self.reference_in) != n or any(len(r) != K for r in self.reference_in)):
+                raise DataError(f"{o}: 'reference_in' must be {n} rows of {K} booleans (targets x references).")
 
 
 def is_lm_release(path: str | Path) -> bool:
@@ -170,7 +211,7 @@ def make_lm_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any]
                              f"lm_scores={lm_scores!r} instead.")
     claim_d = parse_claim(claim)
     ledger_d, statement, acc_assumptions, flags, source = accounting_inputs(ledger, dp_events, opacus, claim_d)
-    meta: dict[str, Any] = {"schema": 1, "created_by": "dpaudit lm release", "claim": claim_d, "statement": statement,
+    meta: dict[str, Any] = {"claim": claim_d, "statement": statement,
                             "ledger": ledger_d, "accounting_source": source, "seed": seed,
                             "flags": [{"code": c, "message": m} for c, m in flags],
                             "assumptions": ["The LM was trained outside dpaudit; membership is as declared by whoever "
@@ -186,7 +227,7 @@ def make_lm_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any]
 
         with atomic_dir(out, overwrite, kind="lm release") as tmp:
             save_npz(tmp / "lm_scores.npz", **arrays)
-            write_json(tmp / LM_RELEASE_FILE, meta)
+            write_json(tmp / LM_RELEASE_FILE, to_dict(from_dict(LmReleaseMeta, meta, what=LM_RELEASE_FILE)))
         return Path(out)
     if members is None or nonmembers is None:
         raise ParameterError("An LM release needs --members and --nonmembers text files. Got "
@@ -221,7 +262,7 @@ def make_lm_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any]
         for i, r in enumerate(refs):
             _copy_lm(r.path, tmp / "references" / str(i))
         write_json(tmp / "texts.json", texts)
-        write_json(tmp / LM_RELEASE_FILE, meta)
+        write_json(tmp / LM_RELEASE_FILE, to_dict(from_dict(LmReleaseMeta, meta, what=LM_RELEASE_FILE)))
     return Path(out)
 
 
@@ -230,9 +271,13 @@ def load_lm_release(path: str | Path) -> LmRelease:
     root = Path(path)
     if root.is_symlink() or not root.is_dir():
         raise DataError(f"The LM release {str(root)!r} must be a folder (not a link).")
-    meta = load_json_file(root / LM_RELEASE_FILE, "the LM release file", follow_symlinks=False)
-    if not isinstance(meta, dict) or meta.get("schema") != 1 or meta.get("kind") not in ("lm", "lm-scores"):
-        raise DataError(f"{str(root / LM_RELEASE_FILE)!r} is not a dpaudit LM release (schema 1, kind lm or lm-scores).")
+    raw_meta = load_json_file(root / LM_RELEASE_FILE, "the LM release file", follow_symlinks=False)
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(LmReleaseMeta)}
+    if isinstance(raw_meta, dict) and set(raw_meta) - known:
+        raise DataError(f"{str(root / LM_RELEASE_FILE)!r} has unknown fields {sorted(set(raw_meta) - known)[:5]}.")
+    meta = to_dict(from_dict(LmReleaseMeta, raw_meta, what=str(root / LM_RELEASE_FILE)))
     if meta["kind"] == "lm-scores":
         z = load_npz_file(root / "lm_scores.npz", "the LM scores file", kinds="biuf", follow_symlinks=False)
         return LmRelease(root, meta, scores=_check_scores(z, f"{str(root / 'lm_scores.npz')!r}"))
@@ -245,14 +290,8 @@ def load_lm_release(path: str | Path) -> LmRelease:
         if not isinstance(v, list) or len(v) < 2 or not all(isinstance(t, str) for t in v):
             raise DataError(f"{str(root / 'texts.json')!r}: '{k}' must be a list of at least 2 strings.")
         texts[k] = tuple(v)
-    K = len(meta.get("references") or [])
-    inc = meta.get("reference_in")
-    n = len(texts["members"]) + len(texts["nonmembers"])
-    if inc is not None:
-        a = np.asarray(inc)
-        if a.dtype != bool or a.shape != (n, K):
-            raise DataError(f"{str(root / LM_RELEASE_FILE)!r}: 'reference_in' must be booleans of shape ({n}, {K}).")
-    check_int(meta.get("max_length"), "max_length", str(root / LM_RELEASE_FILE), low=2, high=1 << 20)
+    if len(texts["members"]) != meta["counts"]["members"] or len(texts["nonmembers"]) != meta["counts"]["nonmembers"]:
+        raise DataError(f"{str(root / 'texts.json')!r} holds other counts of texts than {LM_RELEASE_FILE} records.")
     return LmRelease(root, meta, texts=texts)
 
 

@@ -97,3 +97,15 @@ def test_bundle_tampered_after_make_is_refused(lm_world, cli, tmp_path):
     assert code == 2 and "differs from what lm_release.json recorded" in err
     code, out, err = cli(["attack", tmp_path / "rel", "--out", tmp_path / "b", "--quiet"])
     assert code == 2 and "--compare" in err
+
+
+def test_malformed_lm_release_json_is_refused(lm_world, cli, tmp_path):
+    code, out, err = _make(cli, tmp_path, lm_world["target"], lm_world)
+    assert code == 0, err
+    meta_path = tmp_path / "rel" / "lm_release.json"
+    meta = json.loads(meta_path.read_text())
+    for bad in ({**meta, "kind": "pickle"}, {**meta, "max_length": 0}, {**meta, "counts": {"members": 1}},
+                {**meta, "extra": 1}):
+        meta_path.write_text(json.dumps(bad))
+        code, out, err = cli(["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a", "--quiet"])
+        assert code == 2 and err.startswith("dpaudit: error:") and "Traceback" not in err, (bad, err)
