@@ -174,7 +174,7 @@ def compare_lm(logp, offsets, member, *, mu=None, sigma=None, zlib_bytes=None, r
             continue
         if not ok.all():
             notes.append(f"{name}: {int((~ok).sum())} sequence(s) without an OUT reference LM left out.")
-            scores[name] = np.where(ok, s, -np.inf)
+            scores[name] = np.where(ok, s, np.min(s[ok]) - 1.0)     # ranked last in the per-record table
         results[name] = attack_result(name, _DESCRIPTIONS[name] + (f" k = {k:g}." if "min-k" in name else ""),
                                       s[mem & ok], s[~mem & ok], threshold="held_out", confidence=conf, delta=delta,
                                       n_bootstrap=n_boot, seed=seed)
