@@ -116,6 +116,12 @@ def attack(release: "str | os.PathLike | Release", attack: str = "shadow", *, ou
     root = Path(release.path) if isinstance(release, Release) else Path(release)
     name = audit or ("compare" if compare else attack)
     out = attack_out_dir(root, name, out, overwrite=overwrite)   # refused before any work
+    from dpaudit.audit.lm_release import is_lm_release
+
+    if not isinstance(release, Release) and is_lm_release(root):
+        return _attack_lm(root, out, name, audit=audit, compare=compare, gamma=gamma, rmia_a=rmia_a,
+                          per_record=per_record, confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed,
+                          overwrite=overwrite, rep=rep)
     if isinstance(release, Release):
         bundle = release
     else:
@@ -164,6 +170,28 @@ def attack(release: "str | os.PathLike | Release", attack: str = "shadow", *, ou
     return report
 
 
+def _attack_lm(root: Path, out: Path, name: str, *, audit: str | None, compare: bool, gamma: float,
+               rmia_a: float | None, per_record: bool, confidence: float, delta: float | None, bootstrap: int,
+               seed: int, overwrite: bool, rep: Any) -> "AttackComparison":
+    """``dpaudit attack`` on an LM bundle: every sequence-level attack side by side (``--compare``)."""
+    from dpaudit.audit.attack_release import attack_output
+    from dpaudit.audit.lm_release import compare_lm_release, load_lm_release
+    from dpaudit.report.attack_outputs import write_comparison
+
+    if audit is not None or not compare:
+        raise ParameterError("An LM release is attacked with --compare (every sequence-level attack side by side); "
+                             "canary audits of LM fine-tuning run with dpaudit.audit.lm_audit. Got "
+                             f"{'--audit ' + audit if audit else 'no --compare'} instead.")
+    rel = load_lm_release(root)
+    with attack_output(root, name, out, overwrite=overwrite), rep.stage(f"LM attack comparison on {root}"):
+        comp = compare_lm_release(rel, gamma=gamma, rmia_a=rmia_a, confidence=confidence, delta=delta,
+                                  n_bootstrap=bootstrap, seed=seed, per_record=per_record, cache_dir=out / "cache")
+        paths = write_comparison(out, comp, title=f"Sequence-level membership attacks on the LM of {root}",
+                                 extra={"release": str(root)})
+    rep.log("wrote " + ", ".join(str(p) for p in paths))
+    return comp
+
+
 def audit(config: "str | os.PathLike | AuditConfig | None" = None, out: str | os.PathLike = DEFAULT_AUDIT_OUT, *,
           device: str | None = None, progress: "bool | Reporter" = False, executor: str = "local",
           ray_address: str | None = None, trust_bundle_code: bool = False) -> "AuditReport":
@@ -203,6 +231,10 @@ def make_release(out: str | os.PathLike, *, claim: Sequence[str] | dict, overwri
     loaded :class:`~dpaudit.training.release.Release`. ``claim`` is ``["epsilon=8", "delta=1e-5", ...]`` or a dict;
     ``inputs`` are :func:`dpaudit.audit.release_make.make_release`'s (``model=``, ``factory=``, ``data=``,
     ``members=``, ``nonmembers=``, ``scores=``, ``opacus=``, ...)."""
+    if inputs.get("lm") is not None or inputs.get("lm_scores") is not None:
+        from dpaudit.audit.lm_release import load_lm_release, make_lm_release
+
+        return load_lm_release(make_lm_release(out, claim=claim, overwrite=overwrite, **inputs))  # type: ignore[return-value]
     from dpaudit.audit.release_make import make_release as make
     from dpaudit.training.release import load_release as load
     from dpaudit.training.usercode import BundleCode

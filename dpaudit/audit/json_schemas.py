@@ -172,6 +172,15 @@ def _flower_canary_audit() -> dict[str, Any]:
                   json_schema(FlowerCanaryAudit))
 
 
+def _lm_release() -> dict[str, Any]:
+    from dpaudit.audit.lm_release import LmReleaseMeta
+
+    s = json_schema(LmReleaseMeta)
+    s["properties"]["schema"] = {"const": 1}
+    s["additionalProperties"] = False
+    return _frame("lm_release.json", "dpaudit language-model release bundle metadata (schema 1)", s)
+
+
 #: File name -> builder of its JSON Schema. A new kind of file dpaudit writes gets one line here.
 SCHEMA_FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "report.json": _report,
@@ -183,6 +192,7 @@ SCHEMA_FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "method_audit.json": _method_audit,
     "flower_run.json": _flower_run,
     "flower_canary_audit.json": _flower_canary_audit,
+    "lm_release.json": _lm_release,
 }
 
 

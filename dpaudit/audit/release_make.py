@@ -58,7 +58,7 @@ from dpaudit.training.release_meta import check_records, parse_train_config
 from dpaudit.serial import to_dict
 
 
-__all__ = ["make_release", "parse_claim", "SCORES_FORMAT"]
+__all__ = ["make_release", "parse_claim", "SCORES_FORMAT", "accounting_inputs", "existing_input"]
 
 SCORES_FORMAT = """\
 scores .npz (allow_pickle=False), TensorFlow Privacy AttackInputData names; "train" = members, "test" = non-members:
@@ -333,6 +333,18 @@ def _accounting(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, An
                       f"The claim is at {claim['granularity']!r} level, but Opacus accounts record-level DP (one "
                       "record added or removed); a user or party with several records is not covered."))
     return run.ledger(delta, runs=runs_tried).to_dict(), to_dict(result), list(result.statement.assumptions), flags, source
+
+
+def accounting_inputs(ledger: Any, dp_events: Any, opacus: Any, claim: Mapping[str, Any],
+                      runs_tried: int = 1) -> tuple[Any, Any, list, list, dict]:
+    """The accounting of a release made outside dpaudit (``ledger`` / ``dp_events`` / ``opacus``, at most one):
+    (ledger dict or None, statement dict or None, assumptions, flags, source info); LM releases share it."""
+    return _accounting(ledger, dp_events, opacus, claim, runs_tried)
+
+
+def existing_input(path: Any, what: str) -> Path:
+    """``path`` as a regular input file within the size cap that is not a pickle (one :class:`DataError` otherwise)."""
+    return _existing(path, what)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from dpaudit._format import fmt_number
+from dpaudit._format import fmt_number, printable
 from dpaudit.errors import ParameterError
 
 _PATH = click.Path(dir_okay=False, path_type=Path)
@@ -70,6 +70,22 @@ def command() -> None:
                    "of them): all are accounted, and a claim that covers fewer is a red flag.")
 @click.option("--claim", "claims", multiple=True, required=True,
               help="KEY=VALUE, repeated: epsilon=8, delta=1e-5, granularity=record (or example|user|party|...), text=...")
+@click.option("--lm", "lm", type=click.Path(path_type=Path), default=None,
+              help="Language model: a local Hugging Face-style directory (config.json, model.safetensors, "
+                   "tokenizer.json; built-in architectures only, no remote code, never a pickle), with --members and "
+                   "--nonmembers as text files (.jsonl with a 'text' field, or one text a line).")
+@click.option("--lm-scores", "lm_scores", type=_PATH, default=None,
+              help="Scores-only LM release: an .npz of per-token log-probabilities (offsets, logp, member; optional "
+                   "mu/sigma, zlib_bytes, reference_totals/reference_in, population_*).")
+@click.option("--reference-lm", "reference_lms", multiple=True, type=click.Path(path_type=Path),
+              help="--lm: a reference LM directory (same tokenizer), repeated; for the reference ratio, LiRA and RMIA.")
+@click.option("--reference-in", "reference_in", type=_PATH, default=None,
+              help="--lm: .npy bool (targets, K): which reference LM trained on which target (members then "
+                   "non-members); default: none did.")
+@click.option("--population-texts", "population_texts", type=_PATH, default=None,
+              help="--lm: other texts, trained on by no model (RMIA's population).")
+@click.option("--max-length", "max_length", type=click.IntRange(2, 1 << 20), default=512, show_default=True,
+              help="--lm: tokens kept per text.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing bundle at --out (only a folder dpaudit wrote).")
 def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str | None, scores: Path | None,
@@ -77,12 +93,35 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
          members: Path | None, nonmembers: Path | None, attacker: Path | None, train_fn: str | None,
          recipe_model: str | None, recipe_kwargs: str | None, recipe_config: Path | None, ledger: Path | None,
          dp_events: Path | None, opacus: Path | None, runs_tried: int, claims: tuple[str, ...], seed: int,
-         overwrite: bool) -> None:
+         overwrite: bool, lm: Path | None, lm_scores: Path | None, reference_lms: tuple[Path, ...],
+         reference_in: Path | None, population_texts: Path | None, max_length: int) -> None:
     """Build a release bundle from a model trained elsewhere, so that `dpaudit attack`, `dpaudit audit` and
     `dpaudit check` work on it."""
     from dpaudit.api import make_release
     from dpaudit.report.flags import RELEASE_FLAG_SEVERITY
 
+    if lm is not None or lm_scores is not None:
+        other = [k for k, v in (("--model", model), ("--factory", factory), ("--scores", scores), ("--data", data),
+                                ("--dataset", dataset), ("--attacker", attacker), ("--train-fn", train_fn),
+                                ("--recipe-model", recipe_model)) if v is not None]
+        if other or runs_tried != 1:
+            raise ParameterError(f"--lm / --lm-scores make a language-model release; they take none of {other or ['--runs-tried']}.")
+        kw = {} if lm_scores is not None else {"members": members, "nonmembers": nonmembers,
+                                               "population": population_texts, "reference_lms": list(reference_lms),
+                                               "reference_in": reference_in, "max_length": max_length}
+        lrel = make_release(out, claim=list(claims), lm=lm, lm_scores=lm_scores, ledger=ledger, dp_events=dp_events,
+                            opacus=opacus, seed=seed, overwrite=overwrite, **kw)
+        counts = lrel.meta["counts"]
+        click.echo(f"wrote {lrel.path} ({lrel.kind} release, {counts['members']} members, {counts['nonmembers']} "
+                   "non-members)")
+        click.echo(f"claim: {printable(lrel.meta['claim']['text'])}")
+        st = lrel.meta.get("statement")
+        if st is not None:
+            head = st["statement"]
+            h_eps = float(head["epsilon"]) if isinstance(head["epsilon"], str) else head["epsilon"]
+            click.echo(f"accounted: ε = {fmt_number(h_eps)} at δ = {fmt_number(head['delta'])} ({st['mechanism']})")
+        click.echo("attack it with: dpaudit attack " + printable(str(lrel.path)) + " --compare")
+        return
     rel = make_release(
         out, claim=list(claims), model=model, factory=factory, factory_kwargs=_json_kwargs(factory_kwargs, "--factory-kwargs"),
         data=data, labels=labels, label_column=label_column, dataset=dataset,

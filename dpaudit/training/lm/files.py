@@ -1,0 +1,276 @@
+"""Causal language models from a local Hugging Face-style directory, checked before anything is loaded.
+
+An LM directory holds ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (the ``tokenizers`` library's
+one-file format). :func:`check_lm_dir` treats it as hostile input (it may come from the party being audited):
+
+* the directory and every file in it are plain files, no symbolic links;
+* no pickle-based or code file anywhere in it (``*.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``, ``*.pkl``, ``*.pickle``,
+  ``*.joblib``, ``*.py``, ``*.pyc``, ``*.so``): transformers would not need them with safetensors, and a refusal is
+  clearer than a file silently ignored; sharded weights (``model-0000x-of-...``) are not supported;
+* ``config.json`` (at most :data:`MAX_CONFIG_BYTES`) is a JSON object whose ``model_type`` is on
+  :data:`LM_MODEL_TYPES` (built-in transformers architectures only), whose ``architectures`` are that type's causal-LM
+  class, and which names no custom code anywhere (``auto_map``, ``trust_remote_code``, ``custom_pipelines``);
+* ``tokenizer.json`` is at most :data:`MAX_TOKENIZER_BYTES`, ``model.safetensors`` at most ``max_weight_bytes``
+  (default :data:`MAX_WEIGHT_BYTES`);
+* the safetensors header (read alone, at most 100 MB) names exactly the tensors, shapes and float dtypes that the
+  config's architecture has -- the model is built on torch's ``meta`` device to know them -- before any weight is
+  read (tied output embeddings may be absent).
+
+:func:`load_lm` then loads it with transformers from these local files only (``local_files_only=True``,
+``trust_remote_code=False``, ``use_safetensors=True``, ``HF_HUB_OFFLINE``), and the tokenizer with
+``tokenizers.Tokenizer.from_file`` (no tokenizer class is looked up or imported).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from dpaudit._io import load_json_file
+from dpaudit.errors import DataError, ParameterError, check_int
+
+__all__ = ["LM_MODEL_TYPES", "LM_FILES", "MAX_CONFIG_BYTES", "MAX_TOKENIZER_BYTES", "MAX_WEIGHT_BYTES",
+           "FORBIDDEN_SUFFIXES", "LmFiles", "check_lm_dir", "load_lm", "lm_digest", "quiet_transformers"]
+
+#: The model types whose causal-LM class is built into transformers (never code from the directory), with that class.
+LM_MODEL_TYPES: Mapping[str, str] = {
+    "gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM", "phi": "PhiForCausalLM", "opt": "OPTForCausalLM", "gpt_neo": "GPTNeoForCausalLM",
+}
+#: The three files an LM directory needs.
+LM_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+MAX_CONFIG_BYTES = 1 << 20
+"""config.json: 1 MiB (a real one is a few kB)."""
+MAX_TOKENIZER_BYTES = 64 << 20
+"""tokenizer.json: 64 MiB (Llama 3's, 128k tokens, is about 9 MB)."""
+MAX_WEIGHT_BYTES = 64 << 30
+"""model.safetensors: 64 GiB by default (a 16B model in 32-bit floats); ``max_weight_bytes`` lowers it."""
+MAX_HEADER_BYTES = 100 << 20
+FORBIDDEN_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".py", ".pyc", ".so", ".dylib",
+                      ".dll", ".h5", ".msgpack")
+_CODE_KEYS = ("auto_map", "trust_remote_code", "custom_pipelines")
+_FLOAT_DTYPES = {"F32": 4, "F16": 2, "BF16": 2}
+
+
+def quiet_transformers() -> None:
+    """No network, no progress bars, no warnings from transformers on stdout/stderr."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+@dataclass(frozen=True)
+class LmFiles:
+    """A checked LM directory: its path, the parsed config, the tensors' shapes and the files' sha256."""
+
+    path: Path
+    config: Mapping[str, Any]
+    shapes: Mapping[str, tuple[int, ...]]
+    sha256: Mapping[str, str]
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config["model_type"])
+
+    @property
+    def num_parameters(self) -> int:
+        return int(sum(math.prod(s) for s in self.shapes.values()))
+
+
+def _sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _find_code_keys(obj: Any, where: str = "") -> str | None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in _CODE_KEYS:
+                return f"{where}{k}"
+            hit = _find_code_keys(v, f"{where}{k}.")
+            if hit:
+                return hit
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            hit = _find_code_keys(v, f"{where}{i}.")
+            if hit:
+                return hit
+    return None
+
+
+def _stat_file(p: Path, what: str, cap: int) -> int:
+    try:
+        st = os.stat(p, follow_symlinks=False)
+    except FileNotFoundError:
+        raise DataError(f"The LM directory {str(p.parent)!r} has no {p.name} (it needs {', '.join(LM_FILES)}).") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise DataError(f"{what} {str(p)!r} is a symbolic link; dpaudit does not follow links in an LM directory.")
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"{what} {str(p)!r} is not a regular file.")
+    if st.st_size == 0:
+        raise DataError(f"{what} {str(p)!r} is empty.")
+    if st.st_size > cap:
+        raise DataError(f"{what} {str(p)!r} is {st.st_size} bytes; dpaudit reads at most {cap} bytes here.")
+    return int(st.st_size)
+
+
+def _read_header(p: Path, size: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+    with open(p, "rb") as fh:
+        raw = fh.read(8)
+        n = int.from_bytes(raw, "little") if len(raw) == 8 else -1
+        if not 2 <= n <= min(MAX_HEADER_BYTES, size - 8):
+            raise DataError(f"The weights file {str(p)!r} is not a readable safetensors file (header of {n} bytes in a "
+                            f"file of {size}).")
+        try:
+            header = json.loads(fh.read(n).decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
+            raise DataError(f"The weights file {str(p)!r} is not a readable safetensors file (header: "
+                            f"{str(exc)[:100]}).") from None
+    if not isinstance(header, dict):
+        raise DataError(f"The weights file {str(p)!r} is not a readable safetensors file (header is not an object).")
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    end = 0
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        shape = e.get("shape") if isinstance(e, dict) else None
+        offs = e.get("data_offsets") if isinstance(e, dict) else None
+        if (not isinstance(shape, list) or len(shape) > 8 or not all(isinstance(s, int) and s >= 0 for s in shape)
+                or e.get("dtype") not in _FLOAT_DTYPES or not isinstance(offs, list) or len(offs) != 2
+                or offs[1] - offs[0] != math.prod(shape) * _FLOAT_DTYPES[e["dtype"]]):
+            raise DataError(f"The weights file {str(p)!r}: tensor {str(name)[:80]!r} has an invalid header entry "
+                            f"({str(e)[:120]}); LM weights must be F32, F16 or BF16.")
+        end = max(end, int(offs[1]))
+        out[str(name)] = (e["dtype"], tuple(shape))
+    if 8 + n + end > size:
+        raise DataError(f"The weights file {str(p)!r} is truncated: its header needs {8 + n + end} bytes, it has {size}.")
+    return out
+
+
+def _expected_shapes(config: Mapping[str, Any]) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """(parameter name -> shape of the config's architecture, names that may be absent because they are tied)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    quiet_transformers()
+    cfg = AutoConfig.for_model(**dict(config))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    tied: set[str] = set()
+    if getattr(cfg, "tie_word_embeddings", False):
+        out = model.get_output_embeddings()
+        if out is not None:
+            tied = {k for k, v in model.state_dict().items() if v is out.weight}
+            tied |= {k for k in shapes if k.endswith("lm_head.weight")}
+    return shapes, tied
+
+
+def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, what: str = "--lm") -> LmFiles:
+    """Check an LM directory (see the module docstring) and return what was read; raises :class:`DataError`
+    naming the file and the reason for anything refused, before any weight is read."""
+    cap = check_int(max_weight_bytes, "max_weight_bytes", "check_lm_dir", low=1)
+    root = Path(path)
+    try:
+        st = os.stat(root, follow_symlinks=False)
+    except FileNotFoundError:
+        raise DataError(f"The LM directory {str(root)!r} ({what}) does not exist.") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise DataError(f"The LM directory {str(root)!r} ({what}) must be a directory (not a link or a file).")
+    for entry in sorted(root.iterdir()):
+        low = entry.name.lower()
+        if entry.is_symlink():
+            raise DataError(f"The LM directory {str(root)!r} holds a symbolic link {entry.name!r}; refusing it.")
+        if low.endswith(FORBIDDEN_SUFFIXES):
+            raise DataError(f"The LM directory {str(root)!r} holds {entry.name!r}: pickle-based weights and code files "
+                            f"({', '.join(FORBIDDEN_SUFFIXES)}) are refused; dpaudit loads model.safetensors only and "
+                            "never runs code from a model directory.")
+        if low.startswith("model-") and low.endswith(".safetensors") or low == "model.safetensors.index.json":
+            raise DataError(f"The LM directory {str(root)!r} holds sharded weights ({entry.name!r}); merge them into one "
+                            "model.safetensors (sharded checkpoints are not supported).")
+    cpath, wpath, tpath = (root / f for f in LM_FILES)
+    _stat_file(cpath, "The LM config", MAX_CONFIG_BYTES)
+    _stat_file(tpath, "The tokenizer file", MAX_TOKENIZER_BYTES)
+    wsize = _stat_file(wpath, "The LM weights file", cap)
+    config = load_json_file(cpath, "the LM config", max_bytes=MAX_CONFIG_BYTES, follow_symlinks=False)
+    if not isinstance(config, dict):
+        raise DataError(f"The LM config {str(cpath)!r} must be a JSON object.")
+    code = _find_code_keys(config)
+    if code:
+        raise DataError(f"The LM config {str(cpath)!r} names custom code ({code!r}); dpaudit never runs code from a model "
+                        "directory (trust_remote_code is always False). Use a built-in architecture.")
+    mtype = config.get("model_type")
+    if mtype not in LM_MODEL_TYPES:
+        raise DataError(f"The LM config {str(cpath)!r} has model_type {str(mtype)[:80]!r}; allowed: "
+                        f"{', '.join(LM_MODEL_TYPES)}.")
+    archs = config.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or any(a != LM_MODEL_TYPES[mtype] for a in archs)):
+        raise DataError(f"The LM config {str(cpath)!r} names architectures {str(archs)[:120]}; a {mtype} causal LM is "
+                        f"{LM_MODEL_TYPES[mtype]}.")
+    header = _read_header(wpath, wsize)
+    try:
+        want, tied = _expected_shapes(config)
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a config transformers cannot build: one line
+        raise DataError(f"The LM config {str(cpath)!r} does not describe a buildable {mtype} model: "
+                        f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    got = {k: s for k, (_, s) in header.items()}
+    missing = sorted(set(want) - set(got) - tied)
+    unexpected = sorted(set(got) - set(want))
+    shaped = sorted(f"{k} {got[k]} vs {want[k]}" for k in set(got) & set(want) if got[k] != want[k])
+    if missing or unexpected or shaped:
+        parts = [p for p in (f"missing {', '.join(missing)[:300]}" if missing else "",
+                             f"unexpected {', '.join(unexpected)[:300]}" if unexpected else "",
+                             f"mis-shaped (file vs config) {'; '.join(shaped)[:300]}" if shaped else "") if p]
+        raise DataError(f"The weights file {str(wpath)!r} does not match the architecture of {str(cpath)!r}: "
+                        + "; ".join(parts) + ".")
+    digests = {f: _sha256(root / f) for f in LM_FILES}
+    return LmFiles(root, config, got, digests)
+
+
+def lm_digest(files: LmFiles) -> str:
+    """One digest of the model (config and weights): the key of the log-probability cache."""
+    return hashlib.sha256((files.sha256["config.json"] + files.sha256["model.safetensors"]).encode()).hexdigest()
+
+
+def load_lm(path: str | Path | LmFiles, *, device: str = "cpu", dtype: str | None = None,
+            max_weight_bytes: int = MAX_WEIGHT_BYTES) -> tuple[Any, Any, LmFiles]:
+    """``(model, tokenizer, files)``: the checked directory loaded with transformers from local files only (the
+    model in eval mode on ``device``; ``dtype`` ``"float32"``/``"float16"``/``"bfloat16"`` or the file's) and its
+    ``tokenizers.Tokenizer``."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    files = path if isinstance(path, LmFiles) else check_lm_dir(path, max_weight_bytes=max_weight_bytes)
+    if dtype not in (None, "float32", "float16", "bfloat16"):
+        raise ParameterError(f"The 'dtype' parameter of load_lm must be one of float32, float16, bfloat16. Got {dtype!r} instead.")
+    quiet_transformers()
+    kw: dict[str, Any] = {"dtype": getattr(torch, dtype)} if dtype else {}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(files.path), local_files_only=True, trust_remote_code=False,
+                                                     use_safetensors=True, **kw)
+        tok = Tokenizer.from_file(str(files.path / "tokenizer.json"))
+    except Exception as exc:  # noqa: BLE001 - a broken file transformers / tokenizers refuse: one line
+        raise DataError(f"The LM directory {str(files.path)!r} could not be loaded: {type(exc).__name__}: "
+                        f"{str(exc)[:200]}") from None
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    if vocab > int(model.config.vocab_size):
+        raise DataError(f"The tokenizer of {str(files.path)!r} has {vocab} tokens but the model's vocabulary is "
+                        f"{model.config.vocab_size}.")
+    return model.to(device).eval(), tok, files
