@@ -222,7 +222,7 @@ def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str,
     for name, make in makers:
         acc = make()
         if not all(acc.supports(leaf) for leaf, _ in flatten(event)):
-            kinds = sorted({type(leaf).__name__ + (" under substitution" if getattr(leaf, "neighbouring", "") == "substitution"
+            kinds = sorted({type(leaf).__name__ + (f" under {leaf.neighbouring}" if isinstance(leaf, FixedBatchGaussian)
                                                     else "") for leaf, _ in flatten(event) if not acc.supports(leaf)})
             skipped[name] = f"it does not apply to {', '.join(kinds)}"
             continue
@@ -248,7 +248,8 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
     ``"pld"`` (:class:`~dpaudit.accountants.pld.PldAccountant`: exact Gaussian-DP where the run is a composition of
     Gaussian mechanisms, dp_accounting's pessimistic PLD otherwise) and ``"prv"``
     (:class:`~dpaudit.accountants.prv.PrvAccountant`, certified upper bound; Poisson and fixed-size batches under
-    add/remove or zero-out). ``accountant="best"`` (default) makes the smallest the headline; a route name forces that
+    add/remove; fixed-size batches under zero-out or substitution take the RDP route alone, Wang-Balle-Kasiviswanathan's
+    substitution bound). ``accountant="best"`` (default) makes the smallest the headline; a route name forces that
     route's figure (e.g. to reproduce a published RDP figure) and the result names it (``headline_route``).
 
     Shuffled batches (``"shuffle"``): the headline is the valid no-amplification upper bound; beside it, the facts give

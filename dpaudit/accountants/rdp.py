@@ -55,7 +55,8 @@ _RELATION_TEXT = {
     "add-remove": "one example added or removed (a fixed batch size makes the added example displace another, "
                   "so the sum moves by up to 2C).",
     "zero-out": "one example replaced by a null example whose clipped gradient is zero (Kairouz et al. 2021); the "
-                "dataset size is public.",
+                "dataset size is public. With fixed-size batches it is accounted as a substitution (the target's "
+                "presence displaces another example, so the sum moves by up to 2C).",
     "substitution": "one example replaced by another (the clipped-gradient sum moves by up to 2C); the dataset size "
                     "is public.",
 }
