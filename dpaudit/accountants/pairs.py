@@ -1,0 +1,381 @@
+r"""Certified lower bounds from explicit pairs of neighbouring datasets: the other side of every accounted epsilon.
+
+An accountant's epsilon is an upper bound valid for *every* pair of neighbouring datasets. One explicit pair
+:math:`(D, D')` whose mechanism outputs :math:`P = M(D)`, :math:`Q = M(D')` are known in closed form gives the other
+side: no valid analysis of the mechanism can report less than that pair's own epsilon at the same delta. If an upper
+bound falls below it, the upper bound is wrong (issue 33: fixed-size batches under zero-out).
+
+The path is independent of every accountant's: the two output distributions are written down (Gaussian mixtures,
+Laplace densities, categorical probabilities), cut into finitely many outcome bins, and the pair's privacy-loss
+distribution is composed by FFT (dp_accounting's ``DensePLDPmf`` arithmetic only). Every approximation goes down:
+
+- binning the output is a post-processing (data processing inequality);
+- outcomes in the extreme tails of the loss (P-mass at most ``1e-3 * delta / compositions`` in each tail) are left
+  out: the hockey-stick divergence :math:`\sum_o (P(o) - e^\epsilon Q(o))_+` only loses non-negative terms;
+- each loss is rounded *down* to the grid (dp_accounting's optimistic estimate), after subtracting ``1e-9``
+  against float error in the loss itself;
+- the FFT round-off (and dp_accounting's ``1e-15`` truncation mass, which it adds to delta) is covered by reading
+  the epsilon at ``delta + 1e-12`` (:data:`~dpaudit.accountants._common.FFT_DELTA_ALLOWANCE`), and the result is
+  lowered by a relative ``1e-9``.
+
+So each figure here is a certified lower bound, not an estimate. The constructions per mechanism are in the
+functions' docstrings; :func:`dpsgd_lower_bound` is the public entry point for DP-SGD-style subsampled Gaussian
+mechanisms under each batch sampler and neighbouring relation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from dp_accounting.pld import pld_pmf
+from scipy import special
+
+from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, log1mexp
+from dpaudit.accountants.events import ShuffledBatchGaussian
+from dpaudit.accountants.sampling import shuffle_lower_bound
+from dpaudit.accountants.statement import LowerBound
+from dpaudit.errors import check_choice, check_float, check_int, check_probability
+
+__all__ = ["LowerBound", "composed_pair_epsilon", "gaussian_mixture_pair", "laplace_pair", "dpsgd_lower_bound",
+           "gaussian_mechanism_lower_bound", "laplace_mechanism_lower_bound", "randomized_response_lower_bound",
+           "noisy_max_lower_bound", "PAIR_METHOD", "DPSGD_PAIRS"]
+
+#: How every figure of this module is computed (written into each :class:`LowerBound`).
+PAIR_METHOD = ("explicit pair's privacy-loss distribution (binned outputs, losses rounded down, extreme tails "
+               "dropped), composed by FFT; epsilon read at delta + 1e-12")
+#: Most outcome bins of a continuous pair (more bins: tighter, slower; fewer is still a lower bound).
+MAX_BINS = 60_000
+#: Most points of one composition's loss grid, and of the composed grid (the interval coarsens past them).
+MAX_STEP_POINTS = 400_000
+MAX_COMPOSED_POINTS = 4_000_000
+#: Most compositions a pair composes (past it, the first ones only: observing fewer outputs still bounds below).
+MAX_PAIR_STEPS = 10_000_000
+_LOSS_MARGIN = 1e-9
+_TAIL_SIGMAS = 9.3  # Phi(-9.3) ~ 7e-21: the two outer bins hold the rest
+
+
+# ------------------------------------------------------------------------------------------------ the engine
+
+
+def _loss_pmf(log_p: np.ndarray, log_q: np.ndarray, interval: float, drop_mass: float) -> pld_pmf.DensePLDPmf:
+    """The optimistic privacy-loss PMF (under P) of one pair of discrete distributions (log masses per outcome)."""
+    log_p = np.asarray(log_p, dtype=np.float64)
+    log_q = np.asarray(log_q, dtype=np.float64)
+    has_p = np.isfinite(log_p)
+    inf_mass = float(np.exp(log_p[has_p & ~np.isfinite(log_q)]).sum())   # P > 0 = Q: infinite loss, exact
+    keep = has_p & np.isfinite(log_q)
+    loss = log_p[keep] - log_q[keep]
+    mass = np.exp(log_p[keep])
+    order = np.argsort(loss, kind="stable")
+    loss, mass = loss[order], mass[order]
+    if drop_mass > 0.0 and loss.size > 2:
+        cum = np.cumsum(mass)
+        first = int(np.searchsorted(cum, drop_mass, side="right"))        # leading outcomes with mass <= drop_mass
+        rcum = np.cumsum(mass[::-1])
+        last = loss.size - int(np.searchsorted(rcum, drop_mass, side="right"))
+        if first < last:
+            loss, mass = loss[first:last], mass[first:last]
+    if loss.size == 0:
+        return pld_pmf.DensePLDPmf(interval, 0, np.zeros(1), inf_mass, False)
+    idx = np.floor((loss - _LOSS_MARGIN) / interval).astype(np.int64)
+    low = int(idx[0]) if idx.size else 0
+    probs = np.bincount(idx - low, weights=mass).astype(np.float64)
+    return pld_pmf.DensePLDPmf(interval, low, probs, inf_mass, False)
+
+
+def _moments(log_p: np.ndarray, log_q: np.ndarray) -> tuple[float, float, float]:
+    """(mean, std, range) of the finite privacy loss under P (used only to size the grid)."""
+    keep = np.isfinite(log_p) & np.isfinite(log_q)
+    loss = log_p[keep] - log_q[keep]
+    w = np.exp(log_p[keep])
+    tot = float(w.sum()) or 1.0
+    mean = float((w * loss).sum() / tot)
+    var = float((w * (loss - mean) ** 2).sum() / tot)
+    return mean, math.sqrt(max(var, 0.0)), float(np.ptp(loss)) if loss.size else 0.0
+
+
+def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], delta: float, *,
+                          resolution: float = 0.005) -> float:
+    """A certified lower bound on the epsilon at ``delta`` of the composition of the pairs ``parts``:
+    ``(log P per outcome, log Q per outcome, count)`` each (P the first dataset's output law). Only the direction
+    given is evaluated (call it twice for both).
+
+    ``resolution`` sets the loss grid: the interval is ``resolution * max(scale, 0.02) / compositions`` where scale is
+    the largest single-composition loss range seen after trimming (so the rounding can cost at most about
+    ``resolution`` times that, spread over the compositions); it is coarsened so that one composition holds at most
+    :data:`MAX_STEP_POINTS` points and the composed grid about :data:`MAX_COMPOSED_POINTS`. Any interval gives a
+    lower bound; a finer one a tighter bound.
+    """
+    delta = check_probability(delta, "delta", "composed_pair_epsilon")
+    total = sum(int(c) for _, _, c in parts)
+    if total <= 0:
+        return 0.0
+    drop = 1e-3 * delta / total
+    stats = [_moments(np.asarray(lp, float), np.asarray(lq, float)) for lp, lq, _ in parts]
+    rng = max(s[2] for s in stats)
+    span = sum(c * abs(m) + 14.0 * math.sqrt(c) * sd + r for (m, sd, r), (_, _, c) in zip(stats, parts))
+    interval = max(resolution * max(rng, 0.02, span / max(total, 1)) / total, rng / MAX_STEP_POINTS,
+                   span / MAX_COMPOSED_POINTS, 1e-9)
+    pmf = None
+    with np.errstate(all="ignore"):
+        for lp, lq, c in parts:
+            one = _loss_pmf(np.asarray(lp, float), np.asarray(lq, float), interval, drop)
+            if int(c) > 1:
+                one = one.self_compose(int(c))
+            pmf = one if pmf is None else pmf.compose(one)
+        eps = float(pmf.get_epsilon_for_delta(min(delta + FFT_DELTA_ALLOWANCE, 1.0)))  # type: ignore[union-attr]
+    if not math.isfinite(eps) or math.isnan(eps):
+        return 0.0
+    return max(0.0, eps * (1.0 - 1e-9) - 1e-12)
+
+
+def _log_interval_mass(edges: np.ndarray, mean: float, sigma: float) -> np.ndarray:
+    """log N(mean, sigma^2)-mass of (-inf, e0], (e0, e1], ..., (e_last, inf), stable in both tails."""
+    x = (edges - mean) / sigma
+    lc = special.log_ndtr(x)            # log Phi(x)
+    ls = special.log_ndtr(-x)           # log (1 - Phi(x))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        below = lc[1:] + log1mexp(np.minimum(lc[:-1] - lc[1:], 0.0))     # Phi(x1) - Phi(x0), cdf side
+        above = ls[:-1] + log1mexp(np.minimum(ls[1:] - ls[:-1], 0.0))    # sf side
+        mid = np.where(x[1:] <= 0.0, below, above)
+    mid = np.where(np.isnan(mid), -np.inf, mid)
+    return np.concatenate([[lc[0]], mid, [ls[-1]]])
+
+
+def gaussian_mixture_pair(mean_p: float, mean_q: float, sigma: float, weight: float, *,
+                          bins: int = MAX_BINS) -> tuple[np.ndarray, np.ndarray]:
+    r"""log masses of :math:`P = (1-w)N(0, \sigma^2) + wN(m_P, \sigma^2)` and :math:`Q = (1-w)N(0, \sigma^2) +
+    wN(m_Q, \sigma^2)` on ``bins`` equal bins covering every component to 9.3 sigma, plus the two outer tails
+    (``weight`` = 1: the plain Gaussian pair). Binning is a post-processing: the binned pair's epsilon is at most the
+    continuous one's."""
+    lo = min(0.0, mean_p, mean_q) - _TAIL_SIGMAS * sigma
+    hi = max(0.0, mean_p, mean_q) + _TAIL_SIGMAS * sigma
+    edges = np.linspace(lo, hi, int(bins) + 1)
+
+    def mix(m: float) -> np.ndarray:
+        comp = _log_interval_mass(edges, m, sigma)
+        if weight >= 1.0:
+            return comp
+        return np.logaddexp(math.log1p(-weight) + _log_interval_mass(edges, 0.0, sigma), math.log(weight) + comp)
+
+    return mix(mean_p), mix(mean_q)
+
+
+def laplace_pair(shift: float, scale: float, *, bins: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    r"""log masses of :math:`P = \mathrm{Lap}(0, b)` and :math:`Q = \mathrm{Lap}(\Delta, b)` (``shift`` = Delta > 0,
+    ``scale`` = b) on (-inf, 0], ``bins`` equal bins of (0, Delta], (Delta, inf): exact masses (the loss is constant
+    on the two tails, linear between)."""
+    d, b = float(shift), float(scale)
+    e = np.linspace(0.0, d, int(bins) + 1)
+    # P: mass of (u, v] in [0, d] is (e^{-u/b} - e^{-v/b})/2; Q = Lap(d): (e^{(v-d)/b} - e^{(u-d)/b})/2
+    lp_mid = math.log(0.5) - e[:-1] / b + log1mexp(-(e[1:] - e[:-1]) / b)
+    lq_mid = math.log(0.5) + (e[1:] - d) / b + log1mexp(-(e[1:] - e[:-1]) / b)
+    lp = np.concatenate([[math.log(0.5)], lp_mid, [math.log(0.5) - d / b]])
+    lq = np.concatenate([[math.log(0.5) - d / b], lq_mid, [math.log(0.5)]])
+    return lp, lq
+
+
+def _best(cands: Sequence[tuple[str, Sequence[tuple[np.ndarray, np.ndarray, int]]]], delta: float,
+          resolution: float) -> tuple[float, str]:
+    """The largest lower bound over candidate constructions, each in both directions. With several, each is first
+    evaluated on a grid 8x coarser (every such figure is a lower bound too) and only the best is refined."""
+    options = []
+    for name, parts in cands:
+        options.append((f"{name} [P vs Q]", list(parts)))
+        options.append((f"{name} [Q vs P]", [(lq, lp, c) for lp, lq, c in parts]))
+    scored = []
+    for name, parts in options:
+        try:
+            eps = composed_pair_epsilon(parts, delta, resolution=min(1.0, 8.0 * resolution)) if len(options) > 1 else 0.0
+        except (OverflowError, FloatingPointError, MemoryError, ZeroDivisionError):  # pragma: no cover
+            continue   # this construction could not be evaluated: the others (or 0) still bound below
+        scored.append((eps, name, parts))
+    if not scored:
+        return 0.0, "none"
+    coarse, name, parts = max(scored, key=lambda x: x[0])
+    try:
+        fine = composed_pair_epsilon(parts, delta, resolution=resolution)
+    except (OverflowError, FloatingPointError, MemoryError, ZeroDivisionError):  # pragma: no cover
+        fine = 0.0
+    eps = max(coarse, fine)
+    return (eps, name) if eps > 0.0 else (0.0, name)
+
+
+# ------------------------------------------------------------------------------------------------ DP-SGD
+
+#: The pairs per (sampler, relation) for the subsampled Gaussian: (gradient of the target, of every other record, of
+#: the target's neighbour or None when it is removed), with the rate they imply (``dpsgd_lower_bound``).
+DPSGD_PAIRS: dict[tuple[str, str], tuple[tuple[float, float, float | None], ...]] = {
+    ("poisson", "add-remove"): ((1.0, 0.0, None),),
+    ("poisson", "zero-out"): ((1.0, 0.0, 0.0),),
+    ("fixed-wor", "add-remove"): ((1.0, -1.0, None), (1.0, 0.0, None)),
+    ("fixed-wor", "zero-out"): ((1.0, -1.0, 0.0), (1.0, 0.0, 0.0)),
+    ("fixed-wor", "substitution"): ((1.0, -1.0, -1.0), (1.0, 0.0, -1.0)),
+}
+
+
+def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: float, steps: int, delta: float,
+                      sampling: str = "poisson", neighbouring: str | None = None, drop_last: bool = False,
+                      resolution: float = 0.005) -> LowerBound:
+    r"""A certified lower bound on the epsilon at ``delta`` of DP-SGD-style subsampled Gaussian training: every
+    analysis of ``steps`` steps with clipping C, noise :math:`N(0, \sigma^2C^2)` on the sum, batch sampler ``sampling``
+    (``"poisson"`` rate B/n, ``"fixed-wor"`` exactly B of n without replacement per step, ``"shuffle"``) and
+    relation ``neighbouring`` (``"add-remove"``, ``"zero-out"``, ``"substitution"``) must report at least this.
+
+    The pair is one-dimensional (any model whose clipped gradient is a fixed scalar per record, e.g. a linear loss):
+    the target's gradient +C, every other record's ``b``, the target's neighbour ``c`` (or removed). Shifting by the
+    others' known sum, one step outputs :math:`(1-w)N(0, \sigma^2) + wN(m_P, \sigma^2)` against the same with
+    :math:`m_Q` (in units of C), :math:`m = g - b` for the record in the batch, w its inclusion probability:
+
+    - Poisson (add/remove; zero-out is the same pair): b = 0, w = B/n, :math:`m_P = 1`, :math:`m_Q = 0` -- the
+      dominating pair (Mironov et al. 2019), so the bound meets the PLD/PRV upper bounds up to discretisation.
+    - fixed-wor, add/remove: D' has n records of gradient -C, D adds the target; B/(n+1) of D's batches hold it and
+      displace a -C record: :math:`m_P = 2`, :math:`m_Q = 0` (also b = 0, :math:`m_P = 1`).
+    - fixed-wor, zero-out: the target +C or a null record 0 among -C records: :math:`m_P = 2`, :math:`m_Q = 1`
+      (issue 33's pair), w = B/n (also b = 0: 1 vs 0).
+    - fixed-wor, substitution: the target +C or -C among -C records: 2 vs 0 (also b = 0: 1 vs -1).
+    - shuffle: Chua et al.'s construction (:func:`~dpaudit.accountants.sampling.shuffle_lower_bound`).
+
+    Each candidate is evaluated in both directions; the largest epsilon is returned. With B = n every step holds
+    every record: w = 1 and the pair is the Gaussian mechanism. ``resolution``: the loss grid (coarser: faster, still
+    a lower bound).
+    """
+    owner = "dpsgd_lower_bound"
+    sampling = check_choice(sampling, "sampling", owner, ("poisson", "fixed-wor", "shuffle"))
+    n = check_int(dataset_size, "dataset_size", owner, low=1)
+    b = check_int(batch_size, "batch_size", owner, low=1, high=n)
+    sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
+    t = check_int(steps, "steps", owner, low=1)
+    delta = check_probability(delta, "delta", owner)
+    resolution = check_float(resolution, "resolution", owner, low=1e-4, high=1.0)
+    default = "zero-out" if sampling == "shuffle" else "add-remove"
+    allowed = {"poisson": ("add-remove", "zero-out"), "fixed-wor": ("add-remove", "zero-out", "substitution"),
+               "shuffle": ("zero-out", "substitution")}[sampling]
+    relation = check_choice(default if neighbouring is None else neighbouring, "neighbouring", owner, allowed)
+    if sampling == "shuffle":
+        low = shuffle_lower_bound(ShuffledBatchGaussian(n, b, sigma, t, drop_last=bool(drop_last),
+                                                        neighbouring=relation), delta)
+        return LowerBound(low.epsilon, delta, f"shuffled batches: {low.construction}",
+                          "Chua et al. 2024's maximum statistic of each epoch's batch sums, binned; its "
+                          "privacy-loss distribution rounded down and composed over the epochs",
+                          details={"epochs": low.epochs})
+    observed = min(t, MAX_PAIR_STEPS)   # an adversary may ignore later steps: fewer steps still bound below
+    cands = []
+    for target, other, neighbour in DPSGD_PAIRS[(sampling, relation)]:
+        if sampling == "poisson":
+            w = b / n
+        elif neighbour is None:
+            w = b / (n + 1)            # D' has the n records, D = D' + the target
+        else:
+            w = b / n
+        m_p = target - other
+        m_q = 0.0 if neighbour is None else neighbour - other
+        if w >= 1.0 and m_p == m_q:
+            continue
+        lp, lq = gaussian_mixture_pair(m_p, m_q, sigma, w)
+        name = (f"target {target:+g}C, other records {other:+g}C, "
+                + ("target removed" if neighbour is None else f"neighbour {neighbour:+g}C")
+                + f": (1-w)N(0,s^2)+wN({m_p:g},s^2) vs (1-w)N(0,s^2)+wN({m_q:g},s^2), w = {w:.6g}, s = {sigma:g}, "
+                  f"{observed} steps" + ("" if observed == t else f" (the first {observed} of {t})"))
+        cands.append((name, [(lp, lq, observed)]))
+    eps, pair = _best(cands, delta, resolution)
+    return LowerBound(eps, delta, pair, PAIR_METHOD, details={"steps": t, "sampling": sampling, "neighbouring": relation})
+
+
+# ------------------------------------------------------------------------------------------------ other mechanisms
+
+
+def gaussian_mechanism_lower_bound(*, sigma: float, delta: float, sensitivity: float = 1.0, count: int = 1,
+                                   resolution: float = 0.005) -> LowerBound:
+    """``count`` Gaussian(``sigma``) answers to a query whose value moves by ``sensitivity`` between the pair:
+    :math:`N(0, \\sigma^2)` vs :math:`N(\\Delta, \\sigma^2)`, binned and composed."""
+    owner = "gaussian_mechanism_lower_bound"
+    sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
+    sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
+    count = check_int(count, "count", owner, low=1)
+    delta = check_probability(delta, "delta", owner)
+    lp, lq = gaussian_mixture_pair(sens, 0.0, sigma, 1.0)
+    eps, pair = _best([(f"query value {sens:g} vs 0: N({sens:g}, {sigma:g}^2) vs N(0, {sigma:g}^2), {count} "
+                        "composition(s)", [(lp, lq, count)])], delta, resolution)
+    return LowerBound(eps, delta, pair, PAIR_METHOD)
+
+
+def laplace_mechanism_lower_bound(*, scale: float, delta: float, sensitivity: float = 1.0, count: int = 1,
+                                  resolution: float = 0.005) -> LowerBound:
+    """``count`` Laplace(``scale``) answers to a query whose value moves by ``sensitivity``: Lap(0, b) vs
+    Lap(Delta, b) (exact masses on the tails and on bins of [0, Delta]), composed."""
+    owner = "laplace_mechanism_lower_bound"
+    scale = check_float(scale, "scale", owner, low=0.0, low_open=True)
+    sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
+    count = check_int(count, "count", owner, low=1)
+    delta = check_probability(delta, "delta", owner, allow_zero=True)
+    if delta == 0.0 or sens / scale > 700:
+        # at delta = 0 the pair's epsilon is its largest loss, attained with positive probability (x <= 0)
+        return LowerBound(count * sens / scale, delta, f"query value 0 vs {sens:g}: Lap(0, {scale:g}) vs "
+                          f"Lap({sens:g}, {scale:g}); every answer <= 0 has loss {sens / scale:g}",
+                          "closed form: the largest privacy loss, attained with positive probability")
+    lp, lq = laplace_pair(sens, scale)
+    eps, pair = _best([(f"query value 0 vs {sens:g}: Lap(0, {scale:g}) vs Lap({sens:g}, {scale:g}), {count} "
+                        "composition(s)", [(lp, lq, count)])], delta, resolution)
+    return LowerBound(eps, delta, pair, PAIR_METHOD)
+
+
+def randomized_response_lower_bound(*, keep_probability: float, classes: int, labels: int = 1, reports: int = 1,
+                                    delta: float = 0.0, resolution: float = 0.005) -> LowerBound:
+    """C-ary randomized response with keep probability beta on each of ``labels`` labels per report, ``reports``
+    reports of one client: every label of the client changes from class 0 to class 1 (replace-one at the client
+    level). Output law of one label: class 0 w.p. beta + (1-beta)/C, every other class (1-beta)/C -- exact, no
+    binning. At delta = 0 the epsilon is the largest loss (attained)."""
+    owner = "randomized_response_lower_bound"
+    beta = check_probability(keep_probability, "keep_probability", owner)
+    c = check_int(classes, "classes", owner, low=2)
+    k = check_int(labels, "labels", owner, low=1)
+    r = check_int(reports, "reports", owner, low=1)
+    delta = check_probability(delta, "delta", owner, allow_zero=True)
+    hi = beta + (1.0 - beta) / c
+    lo = (1.0 - beta) / c
+    pair = (f"every label of the client class 0 vs class 1 ({k} label(s) x {r} report(s)); one label reports its own "
+            f"class w.p. {hi:.6g}, each other class w.p. {lo:.6g}")
+    if lo == 0.0:
+        return LowerBound(math.inf, delta, pair, "the output class is certain: infinite loss")
+    if delta == 0.0:
+        return LowerBound(k * r * math.log(hi / lo), delta, pair, "closed form: the largest privacy loss, attained")
+    # outcomes of one label: "0", "1", "other" (lumping the C-2 other classes is a post-processing)
+    lp = np.log(np.array([hi, lo, max(1.0 - hi - lo, 0.0)]))
+    lq = np.log(np.array([lo, hi, max(1.0 - hi - lo, 0.0)]))
+    eps, how = _best([(pair, [(lp, lq, k * r)])], delta, resolution)
+    return LowerBound(eps, delta, how, PAIR_METHOD)
+
+
+def _diff_laplace_cdf(x: np.ndarray, b: float) -> np.ndarray:
+    """P(L1 - L2 <= x) for independent Laplace(0, b): 1 - e^{-x/b}(1 + x/(2b))/2 for x >= 0, symmetric."""
+    a = np.abs(x) / b
+    tail = 0.5 * np.exp(-a) * (1.0 + 0.5 * a)
+    return np.where(x >= 0, 1.0 - tail, tail)
+
+
+def noisy_max_lower_bound(*, gamma: float, sensitivity: float, queries: int, delta: float,
+                          resolution: float = 0.005) -> LowerBound:
+    """Report-noisy-max with Laplace(1/gamma) noise (PATE's data-independent route): two classes whose vote gap d
+    moves to d + ``sensitivity`` between the pair (one record moving votes by L1 ``sensitivity``); each query
+    releases class 1 w.p. P(L1 - L2 < d). The gap is chosen from a grid (the best composed figure is kept)."""
+    owner = "noisy_max_lower_bound"
+    gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
+    s = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
+    q = check_int(queries, "queries", owner, low=1)
+    delta = check_probability(delta, "delta", owner)
+    b = 1.0 / gamma
+    cands = []
+    for gap in np.concatenate([-np.geomspace(0.25, 60.0, 24) * b, [0.0]]) - s / 2.0:
+        p1 = float(_diff_laplace_cdf(np.array([gap + s]), b)[0])
+        p0 = float(_diff_laplace_cdf(np.array([gap]), b)[0])
+        if not (0.0 < p0 < 1.0 and 0.0 < p1 < 1.0):
+            continue
+        lp = np.log(np.array([p1, 1.0 - p1]))
+        lq = np.log(np.array([p0, 1.0 - p0]))
+        cands.append((f"two classes, vote gap {gap + s:.4g} vs {gap:.4g}, Laplace scale {b:.4g}, {q} queries",
+                      [(lp, lq, q)]))
+    eps, pair = _best(cands, delta, resolution)
+    return LowerBound(eps, delta, pair, PAIR_METHOD)
