@@ -15,8 +15,8 @@ distribution is composed by FFT (dp_accounting's ``DensePLDPmf`` arithmetic only
 - each loss is rounded *down* to the grid (dp_accounting's optimistic estimate), after subtracting ``1e-9``
   against float error in the loss itself;
 - the FFT round-off (and dp_accounting's ``1e-15`` truncation mass, which it adds to delta) is covered by reading
-  the epsilon at ``delta + 1e-12`` (:data:`~dpaudit.accountants._common.FFT_DELTA_ALLOWANCE`), and the result is
-  lowered by a relative ``1e-9``.
+  the epsilon at ``delta + 1e-12`` (:data:`~dpaudit.accountants._common.FFT_DELTA_ALLOWANCE`); the epsilon is the
+  largest grid loss whose delta still exceeds that (no interpolation), lowered by a relative ``1e-9``.
 
 So each figure here is a certified lower bound, not an estimate. The constructions per mechanism are in the
 functions' docstrings; :func:`dpsgd_lower_bound` is the public entry point for DP-SGD-style subsampled Gaussian
@@ -31,6 +31,9 @@ from typing import Sequence
 import numpy as np
 from dp_accounting.pld import pld_pmf
 from scipy import special
+from scipy.stats import binom
+
+binom_logpmf = binom.logpmf
 
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, log1mexp
 from dpaudit.accountants.events import ShuffledBatchGaussian
@@ -38,7 +41,7 @@ from dpaudit.accountants.sampling import shuffle_lower_bound
 from dpaudit.accountants.statement import LowerBound
 from dpaudit.errors import check_choice, check_float, check_int, check_probability
 
-__all__ = ["LowerBound", "composed_pair_epsilon", "gaussian_mixture_pair", "laplace_pair", "dpsgd_lower_bound",
+__all__ = ["LowerBound", "composed_pair_epsilon", "binary_pair_epsilon", "lattice_pair_epsilon", "gaussian_mixture_pair", "laplace_pair", "dpsgd_lower_bound",
            "gaussian_mechanism_lower_bound", "laplace_mechanism_lower_bound", "randomized_response_lower_bound",
            "noisy_max_lower_bound", "PAIR_METHOD", "DPSGD_PAIRS"]
 
@@ -49,7 +52,7 @@ PAIR_METHOD = ("explicit pair's privacy-loss distribution (binned outputs, losse
 MAX_BINS = 60_000
 #: Most points of one composition's loss grid, and of the composed grid (the interval coarsens past them).
 MAX_STEP_POINTS = 400_000
-MAX_COMPOSED_POINTS = 4_000_000
+MAX_COMPOSED_POINTS = 1_000_000
 #: Most compositions a pair composes (past it, the first ones only: observing fewer outputs still bounds below).
 MAX_PAIR_STEPS = 10_000_000
 _LOSS_MARGIN = 1e-9
@@ -96,15 +99,37 @@ def _moments(log_p: np.ndarray, log_q: np.ndarray) -> tuple[float, float, float]
     return mean, math.sqrt(max(var, 0.0)), float(np.ptp(loss)) if loss.size else 0.0
 
 
+def _grid_epsilon(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
+    """The largest grid loss l with delta(l) > ``delta`` for the (sub-probability) loss PMF, vectorised; 0 if none.
+    Since delta(eps) decreases, every eps <= l has delta(eps) > ``delta``: the pair's epsilon at ``delta`` is >= l.
+    delta(l_k) = inf_mass + sum_{l_i > l_k} p_i (1 - e^{l_k - l_i}), summed from the top in log space."""
+    probs = np.asarray(pmf._probs, dtype=np.float64)  # noqa: SLF001 - dp_accounting's dense PMF has no public getter
+    low = int(pmf._lower_loss)                          # noqa: SLF001
+    inf_mass = float(pmf._infinity_mass)                # noqa: SLF001
+    losses = (np.arange(probs.size) + low) * float(pmf._discretization)  # noqa: SLF001
+    keep = probs > 0
+    losses, probs = losses[keep][::-1], probs[keep][::-1]            # descending
+    if losses.size == 0:
+        return 0.0
+    with np.errstate(divide="ignore"):
+        mass_above = np.concatenate([[0.0], np.cumsum(probs)[:-1]])                     # sum over l_i > l_k
+        log_e = np.concatenate([[-np.inf], np.logaddexp.accumulate(np.log(probs) - losses)[:-1]])
+    d = inf_mass + mass_above - np.exp(np.minimum(losses + log_e, 0.0))
+    over = np.flatnonzero(d > delta)
+    if over.size == 0:
+        return 0.0
+    return max(float(losses[over[0]]), 0.0)
+
+
 def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], delta: float, *,
-                          resolution: float = 0.005) -> float:
+                          resolution: float = 0.02) -> float:
     """A certified lower bound on the epsilon at ``delta`` of the composition of the pairs ``parts``:
     ``(log P per outcome, log Q per outcome, count)`` each (P the first dataset's output law). Only the direction
     given is evaluated (call it twice for both).
 
-    ``resolution`` sets the loss grid: the interval is ``resolution * max(scale, 0.02) / compositions`` where scale is
-    the largest single-composition loss range seen after trimming (so the rounding can cost at most about
-    ``resolution`` times that, spread over the compositions); it is coarsened so that one composition holds at most
+    ``resolution`` sets the loss grid: the interval is ``resolution * max(scale, 0.05) / compositions`` where scale
+    estimates the composed epsilon (mean loss times the compositions plus 4.5 standard deviations), so that rounding
+    every loss down costs at most about ``resolution`` times it; it is coarsened so that one composition holds at most
     :data:`MAX_STEP_POINTS` points and the composed grid about :data:`MAX_COMPOSED_POINTS`. Any interval gives a
     lower bound; a finer one a tighter bound.
     """
@@ -116,7 +141,9 @@ def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], d
     stats = [_moments(np.asarray(lp, float), np.asarray(lq, float)) for lp, lq, _ in parts]
     rng = max(s[2] for s in stats)
     span = sum(c * abs(m) + 14.0 * math.sqrt(c) * sd + r for (m, sd, r), (_, _, c) in zip(stats, parts))
-    interval = max(resolution * max(rng, 0.02, span / max(total, 1)) / total, rng / MAX_STEP_POINTS,
+    scale = sum(c * abs(m) for (m, _, _), (_, _, c) in zip(stats, parts)) + 4.5 * math.sqrt(
+        sum(c * sd * sd for (_, sd, _), (_, _, c) in zip(stats, parts)))   # about the composed epsilon
+    interval = max(min(resolution * max(scale, 0.05) / total, span / 20_000), rng / MAX_STEP_POINTS,
                    span / MAX_COMPOSED_POINTS, 1e-9)
     pmf = None
     with np.errstate(all="ignore"):
@@ -125,9 +152,66 @@ def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], d
             if int(c) > 1:
                 one = one.self_compose(int(c))
             pmf = one if pmf is None else pmf.compose(one)
-        eps = float(pmf.get_epsilon_for_delta(min(delta + FFT_DELTA_ALLOWANCE, 1.0)))  # type: ignore[union-attr]
+        eps = _grid_epsilon(pmf, min(delta + FFT_DELTA_ALLOWANCE, 1.0))  # type: ignore[arg-type]
     if not math.isfinite(eps) or math.isnan(eps):
         return 0.0
+    return max(0.0, eps * (1.0 - 1e-9) - 1e-12)
+
+
+def binary_pair_epsilon(p1: float, p0: float, count: int, delta: float) -> float:
+    """A certified lower bound on the epsilon at ``delta`` of ``count`` compositions of the two-outcome pair
+    (p1, 1 - p1) vs (p0, 1 - p0), exactly: with j ~ Bin(count, p1) outcomes of the first kind the loss is
+    j a + (count - j) b, delta(eps) = E[(1 - e^{eps - loss})_+] (summed over the binomial window holding all but
+    2e-152 of the mass; leaving outcomes out only lowers delta). The largest eps with delta(eps) > ``delta`` (1 + 1e-9) is found by bisection and returned
+    lowered by a relative 1e-9; no grid, no FFT."""
+    if not (0.0 < p0 < 1.0 and 0.0 < p1 < 1.0):
+        return 0.0
+    a = math.log(p1) - math.log(p0)
+    b = math.log1p(-p1) - math.log1p(-p0)
+    half = math.sqrt(350.0 * count) + 2.0   # Hoeffding: outside, less than 2e-152 of the mass (dropping it bounds below)
+    lo_j = int(max(0, math.floor(count * p1 - half)))
+    hi_j = int(min(count, math.ceil(count * p1 + half)))
+    j = np.arange(lo_j, hi_j + 1, dtype=np.float64)
+    logw = binom_logpmf(j, count, p1)
+    loss = j * a + (count - j) * b
+    target = delta * (1.0 + 1e-9)
+
+    def dlt(eps: float) -> float:
+        use = loss > eps
+        if not np.any(use):
+            return 0.0
+        with np.errstate(divide="ignore"):
+            terms = logw[use] + np.log(-np.expm1(eps - loss[use]))
+        return float(np.exp(special.logsumexp(terms)))
+
+    if dlt(0.0) <= target:
+        return 0.0
+    lo, hi = 0.0, float(loss.max())
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if dlt(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-10 * max(1.0, hi):
+            break
+    return max(0.0, lo * (1.0 - 1e-9))
+
+
+def lattice_pair_epsilon(step: float, masses: dict[int, float], count: int, delta: float) -> float:
+    """A certified lower bound on the epsilon at ``delta`` of ``count`` compositions of a pair whose privacy loss
+    under P takes the values ``k * step`` with the P-masses ``masses[k]``: the lattice is kept exactly (the grid
+    interval is ``step`` lowered by a relative 1e-12, so every loss rounds down by at most that) and composed by FFT."""
+    interval = step * (1.0 - 1e-12)
+    ks = sorted(masses)
+    probs = np.zeros(ks[-1] - ks[0] + 1)
+    for k in ks:
+        probs[k - ks[0]] += masses[k]
+    pmf = pld_pmf.DensePLDPmf(interval, ks[0], probs, 0.0, False)
+    with np.errstate(all="ignore"):
+        if count > 1:
+            pmf = pmf.self_compose(int(count))
+        eps = _grid_epsilon(pmf, min(delta + FFT_DELTA_ALLOWANCE, 1.0))
     return max(0.0, eps * (1.0 - 1e-9) - 1e-12)
 
 
@@ -218,7 +302,7 @@ DPSGD_PAIRS: dict[tuple[str, str], tuple[tuple[float, float, float | None], ...]
 
 def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: float, steps: int, delta: float,
                       sampling: str = "poisson", neighbouring: str | None = None, drop_last: bool = False,
-                      resolution: float = 0.005) -> LowerBound:
+                      resolution: float = 0.02) -> LowerBound:
     r"""A certified lower bound on the epsilon at ``delta`` of DP-SGD-style subsampled Gaussian training: every
     analysis of ``steps`` steps with clipping C, noise :math:`N(0, \sigma^2C^2)` on the sum, batch sampler ``sampling``
     (``"poisson"`` rate B/n, ``"fixed-wor"`` exactly B of n without replacement per step, ``"shuffle"``) and
@@ -288,7 +372,7 @@ def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: f
 
 
 def gaussian_mechanism_lower_bound(*, sigma: float, delta: float, sensitivity: float = 1.0, count: int = 1,
-                                   resolution: float = 0.005) -> LowerBound:
+                                   resolution: float = 0.02) -> LowerBound:
     """``count`` Gaussian(``sigma``) answers to a query whose value moves by ``sensitivity`` between the pair:
     :math:`N(0, \\sigma^2)` vs :math:`N(\\Delta, \\sigma^2)`, binned and composed."""
     owner = "gaussian_mechanism_lower_bound"
@@ -303,7 +387,7 @@ def gaussian_mechanism_lower_bound(*, sigma: float, delta: float, sensitivity: f
 
 
 def laplace_mechanism_lower_bound(*, scale: float, delta: float, sensitivity: float = 1.0, count: int = 1,
-                                  resolution: float = 0.005) -> LowerBound:
+                                  resolution: float = 0.02) -> LowerBound:
     """``count`` Laplace(``scale``) answers to a query whose value moves by ``sensitivity``: Lap(0, b) vs
     Lap(Delta, b) (exact masses on the tails and on bins of [0, Delta]), composed."""
     owner = "laplace_mechanism_lower_bound"
@@ -323,7 +407,7 @@ def laplace_mechanism_lower_bound(*, scale: float, delta: float, sensitivity: fl
 
 
 def randomized_response_lower_bound(*, keep_probability: float, classes: int, labels: int = 1, reports: int = 1,
-                                    delta: float = 0.0, resolution: float = 0.005) -> LowerBound:
+                                    delta: float = 0.0, resolution: float = 0.02) -> LowerBound:
     """C-ary randomized response with keep probability beta on each of ``labels`` labels per report, ``reports``
     reports of one client: every label of the client changes from class 0 to class 1 (replace-one at the client
     level). Output law of one label: class 0 w.p. beta + (1-beta)/C, every other class (1-beta)/C -- exact, no
@@ -342,11 +426,11 @@ def randomized_response_lower_bound(*, keep_probability: float, classes: int, la
         return LowerBound(math.inf, delta, pair, "the output class is certain: infinite loss")
     if delta == 0.0:
         return LowerBound(k * r * math.log(hi / lo), delta, pair, "closed form: the largest privacy loss, attained")
-    # outcomes of one label: "0", "1", "other" (lumping the C-2 other classes is a post-processing)
-    lp = np.log(np.array([hi, lo, max(1.0 - hi - lo, 0.0)]))
-    lq = np.log(np.array([lo, hi, max(1.0 - hi - lo, 0.0)]))
-    eps, how = _best([(pair, [(lp, lq, k * r)])], delta, resolution)
-    return LowerBound(eps, delta, how, PAIR_METHOD)
+    # outcomes of one label: "0" (loss +L), "1" (loss -L), another class (loss 0): an exact lattice
+    big = math.log(hi / lo)
+    eps = lattice_pair_epsilon(big, {1: hi, -1: lo, 0: max(1.0 - hi - lo, 0.0)}, k * r, delta)
+    return LowerBound(eps, delta, pair, "explicit pair's privacy-loss distribution on its exact lattice, composed by "
+                      "FFT; epsilon read at delta + 1e-12")
 
 
 def _diff_laplace_cdf(x: np.ndarray, b: float) -> np.ndarray:
@@ -357,25 +441,23 @@ def _diff_laplace_cdf(x: np.ndarray, b: float) -> np.ndarray:
 
 
 def noisy_max_lower_bound(*, gamma: float, sensitivity: float, queries: int, delta: float,
-                          resolution: float = 0.005) -> LowerBound:
+                          resolution: float = 0.02) -> LowerBound:
     """Report-noisy-max with Laplace(1/gamma) noise (PATE's data-independent route): two classes whose vote gap d
     moves to d + ``sensitivity`` between the pair (one record moving votes by L1 ``sensitivity``); each query
     releases class 1 w.p. P(L1 - L2 < d). The gap is chosen from a grid (the best composed figure is kept)."""
     owner = "noisy_max_lower_bound"
     gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
     s = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
-    q = check_int(queries, "queries", owner, low=1)
+    q = min(check_int(queries, "queries", owner, low=1), MAX_PAIR_STEPS)  # fewer observed queries still bound below
     delta = check_probability(delta, "delta", owner)
     b = 1.0 / gamma
-    cands = []
-    for gap in np.concatenate([-np.geomspace(0.25, 60.0, 24) * b, [0.0]]) - s / 2.0:
+    best, name = 0.0, "none"
+    for gap in np.concatenate([-np.geomspace(0.25, 60.0, 14) * b, [0.0]]) - s / 2.0:
         p1 = float(_diff_laplace_cdf(np.array([gap + s]), b)[0])
         p0 = float(_diff_laplace_cdf(np.array([gap]), b)[0])
-        if not (0.0 < p0 < 1.0 and 0.0 < p1 < 1.0):
-            continue
-        lp = np.log(np.array([p1, 1.0 - p1]))
-        lq = np.log(np.array([p0, 1.0 - p0]))
-        cands.append((f"two classes, vote gap {gap + s:.4g} vs {gap:.4g}, Laplace scale {b:.4g}, {q} queries",
-                      [(lp, lq, q)]))
-    eps, pair = _best(cands, delta, resolution)
-    return LowerBound(eps, delta, pair, PAIR_METHOD)
+        for x, y, direction in ((p1, p0, "P vs Q"), (p0, p1, "Q vs P")):
+            eps = binary_pair_epsilon(x, y, q, delta)
+            if eps > best:
+                best, name = eps, (f"two classes, vote gap {gap + s:.4g} vs {gap:.4g}, Laplace scale {b:.4g}, {q} "
+                                   f"queries [{direction}]")
+    return LowerBound(best, delta, name, "the pair's binomial privacy-loss distribution, exactly (bisection on delta)")

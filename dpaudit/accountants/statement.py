@@ -177,9 +177,9 @@ class AccountingResult(JsonUpgrade):
         figure the lower bound does not bound, e.g. data-dependent)."""
         low = self.lower_bound
         s = self.statement
-        if low is None or _looks_at_data(s) or (low.routes and s.route not in low.routes) or s.delta != low.delta:
+        if low is None or _looks_at_data(s) or (low.routes and s.route not in low.routes) or s.delta > low.delta:
             return None
-        return f"epsilon in [{low.epsilon:.4g}, {s.epsilon:.4g}] at delta = {s.delta:g}"
+        return f"epsilon in [{low.epsilon:.4g}, {s.epsilon:.4g}] at delta = {low.delta:g}"
 
     @classmethod
     def __json_upgrade__(cls, data: Any) -> Any:
