@@ -16,7 +16,7 @@ distribution is composed by FFT (dp_accounting's ``DensePLDPmf`` arithmetic only
   against float error in the loss itself;
 - the FFT round-off (and dp_accounting's ``1e-15`` truncation mass, which it adds to delta) is covered by reading
   the epsilon at ``delta + 1e-12`` (:data:`~dpaudit.accountants._common.FFT_DELTA_ALLOWANCE`); the epsilon is the
-  largest grid loss whose delta still exceeds that (no interpolation), lowered by a relative ``1e-9``.
+  exact root of the discrete PMF's delta(eps), lowered by a relative ``1e-9``.
 
 So each figure here is a certified lower bound, not an estimate. The constructions per mechanism are in the
 functions' docstrings; :func:`dpsgd_lower_bound` is the public entry point for DP-SGD-style subsampled Gaussian
@@ -37,7 +37,7 @@ binom_logpmf = binom.logpmf
 
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, log1mexp
 from dpaudit.accountants.events import ShuffledBatchGaussian
-from dpaudit.accountants.sampling import shuffle_lower_bound
+from dpaudit.accountants.sampling import max_statistic_log_cdf, shuffle_lower_bound
 from dpaudit.accountants.statement import LowerBound
 from dpaudit.errors import check_choice, check_float, check_int, check_probability
 
@@ -100,9 +100,10 @@ def _moments(log_p: np.ndarray, log_q: np.ndarray) -> tuple[float, float, float]
 
 
 def _grid_epsilon(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
-    """The largest grid loss l with delta(l) > ``delta`` for the (sub-probability) loss PMF, vectorised; 0 if none.
-    Since delta(eps) decreases, every eps <= l has delta(eps) > ``delta``: the pair's epsilon at ``delta`` is >= l.
-    delta(l_k) = inf_mass + sum_{l_i > l_k} p_i (1 - e^{l_k - l_i}), summed from the top in log space."""
+    """The epsilon at ``delta`` of the (sub-probability) loss PMF, vectorised: the largest grid loss l_k with
+    delta(l_k) > ``delta`` (delta(l_k) = inf_mass + sum_{l_i > l_k} p_i (1 - e^{l_k - l_i}), summed from the top in log
+    space), then on [l_k, l_{k-1}), where delta(eps) = inf_mass + A - e^eps B exactly, the closed-form root; 0 if
+    none. Callers lower it by a relative 1e-9 against float error."""
     probs = np.asarray(pmf._probs, dtype=np.float64)  # noqa: SLF001 - dp_accounting's dense PMF has no public getter
     low = int(pmf._lower_loss)                          # noqa: SLF001
     inf_mass = float(pmf._infinity_mass)                # noqa: SLF001
@@ -118,7 +119,14 @@ def _grid_epsilon(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
     over = np.flatnonzero(d > delta)
     if over.size == 0:
         return 0.0
-    return max(float(losses[over[0]]), 0.0)
+    k = int(over[0])
+    eps = float(losses[k])
+    if k > 0 and math.isfinite(float(log_e[k])):
+        # on [l_k, l_{k-1}) delta(eps) = inf_mass + A - e^eps B exactly (the PMF is discrete): solve it there
+        room = inf_mass + float(mass_above[k]) - delta
+        if room > 0.0:
+            eps = min(max(eps, math.log(room) - float(log_e[k])), float(losses[k - 1]))
+    return max(eps, 0.0)
 
 
 def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], delta: float, *,
@@ -161,41 +169,45 @@ def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], d
 def binary_pair_epsilon(p1: float, p0: float, count: int, delta: float) -> float:
     """A certified lower bound on the epsilon at ``delta`` of ``count`` compositions of the two-outcome pair
     (p1, 1 - p1) vs (p0, 1 - p0), exactly: with j ~ Bin(count, p1) outcomes of the first kind the loss is
-    j a + (count - j) b, delta(eps) = E[(1 - e^{eps - loss})_+] (summed over the binomial window holding all but
-    2e-152 of the mass; leaving outcomes out only lowers delta). The largest eps with delta(eps) > ``delta`` (1 + 1e-9) is found by bisection and returned
-    lowered by a relative 1e-9; no grid, no FFT."""
-    if not (0.0 < p0 < 1.0 and 0.0 < p1 < 1.0):
+    L_j = j a + (count - j) b and delta(eps) = sum_j P(j) (1 - e^{eps - L_j})_+ (over the binomial window holding all
+    but 2e-152 of the mass; leaving outcomes out only lowers delta). delta is evaluated at every L_j at once (sums from
+    the top in log space); between two consecutive losses delta(eps) = A - e^eps B is solved in closed form. The
+    result is lowered by a relative 1e-9 against float error; no grid, no FFT."""
+    if not (0.0 < p0 < 1.0 and 0.0 < p1 < 1.0) or p0 == p1:
         return 0.0
     a = math.log(p1) - math.log(p0)
     b = math.log1p(-p1) - math.log1p(-p0)
-    half = math.sqrt(350.0 * count) + 2.0   # Hoeffding: outside, less than 2e-152 of the mass (dropping it bounds below)
+    half = math.sqrt(350.0 * count) + 2.0   # Hoeffding: outside, less than 2e-152 of the mass
     lo_j = int(max(0, math.floor(count * p1 - half)))
     hi_j = int(min(count, math.ceil(count * p1 + half)))
     j = np.arange(lo_j, hi_j + 1, dtype=np.float64)
     logw = binom_logpmf(j, count, p1)
     loss = j * a + (count - j) * b
-    target = delta * (1.0 + 1e-9)
-
-    def dlt(eps: float) -> float:
-        use = loss > eps
-        if not np.any(use):
-            return 0.0
-        with np.errstate(divide="ignore"):
-            terms = logw[use] + np.log(-np.expm1(eps - loss[use]))
-        return float(np.exp(special.logsumexp(terms)))
-
-    if dlt(0.0) <= target:
+    order = np.argsort(-loss, kind="stable")                  # descending losses
+    loss, logw = loss[order], logw[order]
+    ok = np.isfinite(logw)
+    loss, logw = loss[ok], logw[ok]
+    if loss.size == 0:
         return 0.0
-    lo, hi = 0.0, float(loss.max())
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if dlt(mid) > target:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-10 * max(1.0, hi):
-            break
-    return max(0.0, lo * (1.0 - 1e-9))
+    target = delta * (1.0 + 1e-9)
+    with np.errstate(divide="ignore", over="ignore"):
+        mass = np.cumsum(np.exp(logw))                                    # A_k: mass of the k+1 largest losses
+        log_b = np.logaddexp.accumulate(logw - loss)                      # log B_k = log sum w_j e^{-L_j}
+        # delta just above L_{k+1}, i.e. on (L_{k+1}, L_k]: A_k - e^eps B_k; at eps = L_{k+1} it is d_next
+        nxt = np.concatenate([loss[1:], [-np.inf]])
+        d_next = mass - np.exp(np.minimum(nxt + log_b, 700.0))
+    over = np.flatnonzero(d_next > target)           # intervals whose lower end still has delta > target
+    if over.size == 0:
+        return 0.0
+    k = int(over[0])                                 # the top-most such interval: eps* lies in [L_{k+1}, L_k]
+    if mass[k] <= target:
+        eps = float(nxt[k])
+    else:
+        eps = min(float(loss[k]), math.log(mass[k] - target) - float(log_b[k]))
+        eps = max(eps, float(nxt[k]))
+    if not math.isfinite(eps):
+        return 0.0
+    return max(0.0, eps * (1.0 - 1e-9) - 1e-12)
 
 
 def lattice_pair_epsilon(step: float, masses: dict[int, float], count: int, delta: float) -> float:
@@ -300,9 +312,35 @@ DPSGD_PAIRS: dict[tuple[str, str], tuple[tuple[float, float, float | None], ...]
 }
 
 
+def _threshold_candidates(cands_spec: Sequence[tuple[str, float, float, float]], sigma: float, count: int, delta: float,
+                          log_cdf=None) -> tuple[float, str]:
+    """The best binary post-processing "output > c" of mixture pairs, composed ``count`` times exactly
+    (:func:`binary_pair_epsilon`), over thresholds c. ``cands_spec``: (name, m_P, m_Q, w); ``log_cdf(c, m, w)``
+    gives log P(output <= c) (default: the one-batch mixture)."""
+    if log_cdf is None:
+        def log_cdf(c: float, m: float, w: float) -> float:
+            a = float(special.log_ndtr(c / sigma))
+            if w >= 1.0:
+                return float(special.log_ndtr((c - m) / sigma))
+            return float(np.logaddexp(math.log1p(-w) + a, math.log(w) + float(special.log_ndtr((c - m) / sigma))))
+    best, how = 0.0, "none"
+    for name, m_p, m_q, w in cands_spec:
+        top, bottom = max(m_p, m_q), min(m_p, m_q)
+        for z in (-1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.5, 7.0):
+            c = (bottom if z < 0 else top) + z * sigma
+            lp, lq = log_cdf(c, m_p, w), log_cdf(c, m_q, w)
+            # P(output > c) = 1 - exp(log cdf), computed as -expm1
+            p1, p0 = -math.expm1(lp), -math.expm1(lq)
+            for x, y, direction in ((p1, p0, "P vs Q"), (p0, p1, "Q vs P")):
+                eps = binary_pair_epsilon(x, y, count, delta)
+                if eps > best:
+                    best, how = eps, f"{name}; output > {c:.4g} counted over {count} compositions [{direction}]"
+    return best, how
+
+
 def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: float, steps: int, delta: float,
                       sampling: str = "poisson", neighbouring: str | None = None, drop_last: bool = False,
-                      resolution: float = 0.02) -> LowerBound:
+                      resolution: float = 0.02, quick: bool = False) -> LowerBound:
     r"""A certified lower bound on the epsilon at ``delta`` of DP-SGD-style subsampled Gaussian training: every
     analysis of ``steps`` steps with clipping C, noise :math:`N(0, \sigma^2C^2)` on the sum, batch sampler ``sampling``
     (``"poisson"`` rate B/n, ``"fixed-wor"`` exactly B of n without replacement per step, ``"shuffle"``) and
@@ -324,7 +362,10 @@ def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: f
 
     Each candidate is evaluated in both directions; the largest epsilon is returned. With B = n every step holds
     every record: w = 1 and the pair is the Gaussian mechanism. ``resolution``: the loss grid (coarser: faster, still
-    a lower bound).
+    a lower bound). ``quick``: instead of each pair's whole privacy-loss distribution, the adversary only counts the
+    steps whose output exceeds a threshold (a post-processing: still certified, looser, and cheap -- an exact binomial,
+    a few milliseconds; used by the property sweep); for shuffled batches, whether an epoch's largest batch sum
+    exceeds it, over the complete epochs.
     """
     owner = "dpsgd_lower_bound"
     sampling = check_choice(sampling, "sampling", owner, ("poisson", "fixed-wor", "shuffle"))
@@ -338,6 +379,21 @@ def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: f
     allowed = {"poisson": ("add-remove", "zero-out"), "fixed-wor": ("add-remove", "zero-out", "substitution"),
                "shuffle": ("zero-out", "substitution")}[sampling]
     relation = check_choice(default if neighbouring is None else neighbouring, "neighbouring", owner, allowed)
+    if sampling == "shuffle" and quick:
+        nb = n // b if drop_last else -(-n // b)
+        epochs = t // nb
+        k, w = (nb, min(1.0, nb * b / n)) if epochs else (t, min(1.0, t * b / n))
+        pairs_ = [("target +1C, others -1C, neighbour 0", 2.0, 1.0), ("target +1C, others 0, neighbour 0", 1.0, 0.0)]
+        if relation == "substitution":
+            pairs_.append(("target +1C, others -1C, neighbour -1C", 2.0, 0.0))
+
+        def max_cdf(c: float, m: float, ww: float) -> float:
+            return float(max_statistic_log_cdf(np.array([c]), m, sigma, k, ww)[0]) if m else float(k * special.log_ndtr(c / sigma))
+
+        eps, how = _threshold_candidates([(f"shuffled batches, {nm}, largest of {k} batch sums", a, c_, w)
+                                          for nm, a, c_ in pairs_], sigma, max(epochs, 1), delta, log_cdf=max_cdf)
+        return LowerBound(eps, delta, how, "threshold on the pair's output, exact binomial (quick)",
+                          details={"steps": t, "sampling": sampling, "neighbouring": relation})
     if sampling == "shuffle":
         low = shuffle_lower_bound(ShuffledBatchGaussian(n, b, sigma, t, drop_last=bool(drop_last),
                                                         neighbouring=relation), delta)
@@ -346,7 +402,7 @@ def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: f
                           "privacy-loss distribution rounded down and composed over the epochs",
                           details={"epochs": low.epochs})
     observed = min(t, MAX_PAIR_STEPS)   # an adversary may ignore later steps: fewer steps still bound below
-    cands = []
+    specs = []
     for target, other, neighbour in DPSGD_PAIRS[(sampling, relation)]:
         if sampling == "poisson":
             w = b / n
@@ -358,12 +414,16 @@ def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: f
         m_q = 0.0 if neighbour is None else neighbour - other
         if w >= 1.0 and m_p == m_q:
             continue
-        lp, lq = gaussian_mixture_pair(m_p, m_q, sigma, w)
         name = (f"target {target:+g}C, other records {other:+g}C, "
                 + ("target removed" if neighbour is None else f"neighbour {neighbour:+g}C")
                 + f": (1-w)N(0,s^2)+wN({m_p:g},s^2) vs (1-w)N(0,s^2)+wN({m_q:g},s^2), w = {w:.6g}, s = {sigma:g}, "
                   f"{observed} steps" + ("" if observed == t else f" (the first {observed} of {t})"))
-        cands.append((name, [(lp, lq, observed)]))
+        specs.append((name, m_p, m_q, w))
+    if quick:
+        eps, pair = _threshold_candidates(specs, sigma, observed, delta)
+        return LowerBound(eps, delta, pair, "threshold on the pair's output, exact binomial (quick)",
+                          details={"steps": t, "sampling": sampling, "neighbouring": relation})
+    cands = [(name, [(*gaussian_mixture_pair(m_p, m_q, sigma, w), observed)]) for name, m_p, m_q, w in specs]
     eps, pair = _best(cands, delta, resolution)
     return LowerBound(eps, delta, pair, PAIR_METHOD, details={"steps": t, "sampling": sampling, "neighbouring": relation})
 
