@@ -52,7 +52,7 @@ PAIR_METHOD = ("explicit pair's privacy-loss distribution (binned outputs, losse
 MAX_BINS = 60_000
 #: Most points of one composition's loss grid, and of the composed grid (the interval coarsens past them).
 MAX_STEP_POINTS = 400_000
-MAX_COMPOSED_POINTS = 1_000_000
+MAX_COMPOSED_POINTS = 500_000
 #: Most compositions a pair composes (past it, the first ones only: observing fewer outputs still bounds below).
 MAX_PAIR_STEPS = 10_000_000
 _LOSS_MARGIN = 1e-9

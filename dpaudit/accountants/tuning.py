@@ -13,8 +13,8 @@ Papernot and Steinke, "Hyperparameter tuning with Rényi differential privacy", 
   :math:`(\\lambda, \\epsilon + \\mu\\hat\\delta + \\log(\\mu)/(\\lambda - 1))`-RDP; dpaudit takes
   :math:`\\hat\\epsilon = \\log(\\lambda/(\\lambda-1))` and :math:`\\hat\\delta` from the run's RDP (the conversion of
   :func:`~dpaudit.accountants.rdp.rdp_to_epsilon`, solved for delta: a valid upper bound), or, for a pure
-  :math:`\epsilon_0`-DP run, the exact :math:`\hat\delta = (e^{\epsilon_0} - e^{\hat\epsilon})_+/(1 + e^{\epsilon_0})`
-  (0 where :math:`\hat\epsilon \ge \epsilon_0`: the theorem's pure-DP case), the smaller.
+  :math:`\\epsilon_0`-DP run, the exact :math:`\\hat\\delta = (e^{\\epsilon_0} - e^{\\hat\\epsilon})_+/(1 + e^{\\epsilon_0})`
+  (0 where :math:`\\hat\\epsilon \\ge \\epsilon_0`: the theorem's pure-DP case), the smaller.
 
 Every order then takes the smallest bound at or above it: Rényi divergence is non-decreasing in the order, which the
 theorems' figures (loose at low orders, e.g. the truncated negative binomial with a Gaussian run) do not use.
