@@ -142,6 +142,7 @@ def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], d
     lower bound; a finer one a tighter bound.
     """
     delta = check_probability(delta, "delta", "composed_pair_epsilon")
+    parts = [(lp, lq, min(int(c), MAX_PAIR_STEPS)) for lp, lq, c in parts]   # fewer observed: still a lower bound
     total = sum(int(c) for _, _, c in parts)
     if total <= 0:
         return 0.0
@@ -155,6 +156,13 @@ def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], d
                    span / MAX_COMPOSED_POINTS, 1e-9)
     pmf = None
     with np.errstate(all="ignore"):
+        log_keep = 0.0   # log P(no composition lands on an outcome Q cannot produce)
+        for lp, lq, c in parts:
+            lp_, lq_ = np.asarray(lp, float), np.asarray(lq, float)
+            inf_mass = float(np.exp(lp_[np.isfinite(lp_) & ~np.isfinite(lq_)]).sum())
+            log_keep += c * math.log1p(-inf_mass) if inf_mass < 1.0 else -math.inf
+        if -math.expm1(log_keep) > min(delta + FFT_DELTA_ALLOWANCE, 1.0) * (1.0 + 1e-9):
+            return math.inf   # with probability above delta the output is impossible under Q: no finite epsilon
         for lp, lq, c in parts:
             one = _loss_pmf(np.asarray(lp, float), np.asarray(lq, float), interval, drop)
             if int(c) > 1:
@@ -175,6 +183,7 @@ def binary_pair_epsilon(p1: float, p0: float, count: int, delta: float) -> float
     result is lowered by a relative 1e-9 against float error; no grid, no FFT."""
     if not (0.0 < p0 < 1.0 and 0.0 < p1 < 1.0) or p0 == p1:
         return 0.0
+    count = min(int(count), MAX_PAIR_STEPS)   # fewer observed compositions: still a lower bound
     a = math.log(p1) - math.log(p0)
     b = math.log1p(-p1) - math.log1p(-p0)
     half = math.sqrt(350.0 * count) + 2.0   # Hoeffding: outside, less than 2e-152 of the mass
@@ -215,6 +224,7 @@ def lattice_pair_epsilon(step: float, masses: dict[int, float], count: int, delt
     under P takes the values ``k * step`` with the P-masses ``masses[k]``: the lattice is kept exactly (the grid
     interval is ``step`` lowered by a relative 1e-12, so every loss rounds down by at most that) and composed by FFT."""
     interval = step * (1.0 - 1e-12)
+    count = min(int(count), MAX_PAIR_STEPS)   # fewer observed compositions: still a lower bound
     ks = sorted(masses)
     probs = np.zeros(ks[-1] - ks[0] + 1)
     for k in ks:
@@ -285,7 +295,7 @@ def _best(cands: Sequence[tuple[str, Sequence[tuple[np.ndarray, np.ndarray, int]
     for name, parts in options:
         try:
             eps = composed_pair_epsilon(parts, delta, resolution=min(1.0, 8.0 * resolution)) if len(options) > 1 else 0.0
-        except (OverflowError, FloatingPointError, MemoryError, ZeroDivisionError):  # pragma: no cover
+        except (OverflowError, FloatingPointError, MemoryError, ZeroDivisionError, ValueError):  # pragma: no cover
             continue   # this construction could not be evaluated: the others (or 0) still bound below
         scored.append((eps, name, parts))
     if not scored:
@@ -293,7 +303,7 @@ def _best(cands: Sequence[tuple[str, Sequence[tuple[np.ndarray, np.ndarray, int]
     coarse, name, parts = max(scored, key=lambda x: x[0])
     try:
         fine = composed_pair_epsilon(parts, delta, resolution=resolution)
-    except (OverflowError, FloatingPointError, MemoryError, ZeroDivisionError):  # pragma: no cover
+    except (OverflowError, FloatingPointError, MemoryError, ZeroDivisionError, ValueError):  # pragma: no cover
         fine = 0.0
     eps = max(coarse, fine)
     return (eps, name) if eps > 0.0 else (0.0, name)
@@ -484,10 +494,10 @@ def randomized_response_lower_bound(*, keep_probability: float, classes: int, la
             f"class w.p. {hi:.6g}, each other class w.p. {lo:.6g}")
     if lo == 0.0:
         return LowerBound(math.inf, delta, pair, "the output class is certain: infinite loss")
+    big = math.log1p(beta / lo)   # log(hi / lo), hi - lo = beta: stable for tiny beta
     if delta == 0.0:
-        return LowerBound(k * r * math.log(hi / lo), delta, pair, "closed form: the largest privacy loss, attained")
+        return LowerBound(k * r * big, delta, pair, "closed form: the largest privacy loss, attained")
     # outcomes of one label: "0" (loss +L), "1" (loss -L), another class (loss 0): an exact lattice
-    big = math.log(hi / lo)
     eps = lattice_pair_epsilon(big, {1: hi, -1: lo, 0: max(1.0 - hi - lo, 0.0)}, k * r, delta)
     return LowerBound(eps, delta, pair, "explicit pair's privacy-loss distribution on its exact lattice, composed by "
                       "FFT; epsilon read at delta + 1e-12")
