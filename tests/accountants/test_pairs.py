@@ -95,10 +95,14 @@ def test_fixed_size_zero_out_pair_of_issue_33():
     assert r.interval_text().startswith("epsilon in [3.9")
 
 
-@pytest.mark.parametrize("sampling,relation", [("poisson", "add-remove"), ("poisson", "zero-out"),
-                                               ("fixed-wor", "add-remove"), ("fixed-wor", "zero-out"),
-                                               ("fixed-wor", "substitution"), ("shuffle", "zero-out"),
-                                               ("shuffle", "substitution")])
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("sampling,relation", [
+    ("poisson", "add-remove"), pytest.param("poisson", "zero-out", marks=_SLOW),
+    pytest.param("fixed-wor", "add-remove", marks=_SLOW), ("fixed-wor", "zero-out"),
+    pytest.param("fixed-wor", "substitution", marks=_SLOW), ("shuffle", "zero-out"),
+    pytest.param("shuffle", "substitution", marks=_SLOW)])
 def test_every_dpsgd_route_has_its_interval(sampling, relation):
     kw = dict(dataset_size=400, batch_size=20, noise_multiplier=1.0, steps=40, delta=1e-5)
     r = account_dpsgd(**kw, sampling=sampling, neighbouring=relation)
