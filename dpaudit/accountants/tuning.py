@@ -34,8 +34,9 @@ from scipy import optimize
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants.dpsgd import SAMPLING_NAMES, account_dpsgd, dpsgd_event
 from dpaudit.accountants.events import RandomStoppingTuning, tnb_expected_runs
+from dpaudit.accountants.pairs import dpsgd_lower_bound
 from dpaudit.accountants.rdp import RdpAccountant, event_assumptions, pure_epsilon, rdp_to_epsilon
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, join_assumptions
+from dpaudit.accountants.statement import AccountingResult, LowerBound, PrivacyStatement, headline_facts, join_assumptions
 from dpaudit.errors import ParameterError, check_choice, check_float, check_probability
 
 __all__ = ["rdp_random_stopping", "tnb_gamma_for_mean", "account_tuning", "RUNS_DISTRIBUTIONS"]
@@ -159,7 +160,17 @@ def account_tuning(*, runs_distribution: str, mean_runs: float, eta: float | Non
     st = acc.compose(ev).get_statement(delta)
     one = account_dpsgd(dataset_size=dataset_size, batch_size=batch_size, noise_multiplier=noise_multiplier,
                         epochs=epochs, steps=steps, delta=delta, sampling=sampling, neighbouring=neighbouring,
-                        drop_last=drop_last)
+                        drop_last=drop_last, lower_bound=False)
+    # the lower bound: a run whose score is constant releases the first run's output whenever K >= 1 (nothing when
+    # K = 0), so the tuned release of that pair has delta(eps) = P(K >= 1) delta_run(eps): at least one run's
+    # epsilon at delta / P(K >= 1), for the run's explicit pair (dpsgd_lower_bound)
+    p_some = -math.expm1(-float(ev.mu)) if ev.mu is not None else 1.0   # K ~ Poisson(mu) can be 0
+    low_run = dpsgd_lower_bound(dataset_size=int(dataset_size), batch_size=int(batch_size),
+                                noise_multiplier=float(noise_multiplier), steps=int(run.steps),  # type: ignore[attr-defined]
+                                delta=min(1.0, delta / p_some), sampling=sampling,
+                                neighbouring=getattr(run, "neighbouring", neighbouring), drop_last=drop_last)
+    lower = LowerBound(low_run.epsilon, delta, f"one run's pair, the score constant (the first run released when K >= "
+                       f"1, P = {p_some:.6g}): {low_run.pair}", low_run.method, routes=("rdp",))
     theorem = "Theorem 6" if ev.distribution == "poisson" else "Theorem 2"
     desc = (f"K ~ {runs_distribution} with E[K] = {ev.expected_runs:.4g}"
             + (f" (eta = {ev.eta:g}, gamma = {ev.gamma:.6g})" if ev.distribution != "poisson" else f" (mu = {ev.mu:g})"))
@@ -181,4 +192,4 @@ def account_tuning(*, runs_distribution: str, mean_runs: float, eta: float | Non
     warns = tuple(acc.warnings) + (f"Tuning: one run costs epsilon = {one.epsilon:.4g}; releasing the best of K runs "
                                    f"({desc}) costs epsilon = {st.epsilon:.4g}.",)
     return AccountingResult(f"tuning (best of K DP-SGD runs, {SAMPLING_NAMES[sampling]})", (tuned, single),
-                            parameters=params, facts=facts, warnings=warns)
+                            parameters=params, facts=facts, warnings=warns, lower_bound=lower)

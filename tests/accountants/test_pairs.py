@@ -196,3 +196,15 @@ def test_gaussian_mixture_pair_masses_sum_to_one():
     assert np.exp(lp).sum() == pytest.approx(1.0, abs=1e-12) and np.exp(lq).sum() == pytest.approx(1.0, abs=1e-12)
     gm = gaussian_mechanism(sigma=2.0, delta=1e-5, count=10)
     assert gm.lower_bound is not None and gm.lower_bound.epsilon <= gm.epsilon
+
+
+def test_tuning_interval_is_one_runs_pair():
+    # a constant score releases the first run whenever K >= 1: the tuned release is at least one run's pair
+    from dpaudit.accountants import account_tuning
+
+    kw = dict(dataset_size=400, batch_size=20, noise_multiplier=1.0, steps=40, delta=1e-5)
+    for dist in ("geometric", "poisson"):
+        r = account_tuning(runs_distribution=dist, mean_runs=10, **kw)
+        one = dpsgd_lower_bound(**kw).epsilon
+        assert r.lower_bound.routes == ("rdp",) and r.lower_bound.epsilon <= one + 1e-12
+        assert one * 0.999 <= r.lower_bound.epsilon <= r.epsilon and r.interval_text() is not None
