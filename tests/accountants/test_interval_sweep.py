@@ -8,7 +8,10 @@ short integer order grid (any grid gives a valid upper bound); ``-m slow`` draws
 full accountings (every route, the full lower bound, the interval check inside ``AccountingResult``).
 
 Run on the code before the issue-33 fix (zero-out under fixed-size batches accounted as the Poisson Gaussian at
-sigma), the default sweep fails on the zero-out cases: see the report of the change for the count.
+sigma; measured by restoring the old sampling.py, pld.py and prv.py), the default sweep finds 9 violations in its 210
+cases (all fixed-size zero-out, of 30 such cases) and the slow one 139 in 3000 (of 429); ``account_dpsgd`` on the
+issue's MNIST case refuses to answer (BoundsCrossedError: rdp 0.843 below the pair's 3.96). With the fix: 0 and 0,
+and 0 in the 250 full accountings.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ def test_sweep_catches_the_old_zero_out_route():
         old = SubsampledGaussian(c["batch_size"] / c["dataset_size"], c["noise_multiplier"], c["steps"])
         upper = RdpAccountant(ORDERS).compose(old).get_epsilon(c["delta"])
         caught += dpsgd_lower_bound(**c, quick=True).epsilon > upper * (1 + 1e-9) + 1e-12
-    assert caught >= 5   # measured: see the module docstring
+    assert caught >= 5   # measured: 9 of the 30 (module docstring)
 
 
 @pytest.mark.slow
