@@ -23,10 +23,10 @@ from dpaudit.accountants._common import inv_square, quiet_overflow
 from dpaudit.accountants._dp_accounting import rdp_poisson_subsampled_gaussian
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants.events import DpEvent, FixedBatchGaussian, ShuffledBatchGaussian, SubsampledGaussian, flatten
+from dpaudit.accountants.pairs import dpsgd_lower_bound
 from dpaudit.accountants.pld import PldAccountant
 from dpaudit.accountants.prv import PrvAccountant
 from dpaudit.accountants.rdp import RdpAccountant
-from dpaudit.accountants.sampling import shuffle_lower_bound
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, pick_headline
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
 
@@ -222,7 +222,7 @@ def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str,
     for name, make in makers:
         acc = make()
         if not all(acc.supports(leaf) for leaf, _ in flatten(event)):
-            kinds = sorted({type(leaf).__name__ + (" under substitution" if getattr(leaf, "neighbouring", "") == "substitution"
+            kinds = sorted({type(leaf).__name__ + (f" under {leaf.neighbouring}" if isinstance(leaf, FixedBatchGaussian)
                                                     else "") for leaf, _ in flatten(event) if not acc.supports(leaf)})
             skipped[name] = f"it does not apply to {', '.join(kinds)}"
             continue
@@ -240,7 +240,7 @@ def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str,
 @quiet_overflow
 def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float, epochs: float | None = None,
                   steps: int | None = None, delta: float, accountant: str = "best", sampling: str = "poisson",
-                  neighbouring: str | None = None, drop_last: bool = False) -> AccountingResult:
+                  neighbouring: str | None = None, drop_last: bool = False, lower_bound: bool = True) -> AccountingResult:
     """Epsilon of DP-SGD with batch size B = ``batch_size`` of n = ``dataset_size`` examples and noise multiplier
     sigma, under its batch sampler (``sampling``, :data:`SAMPLING_SCHEMES`).
 
@@ -248,8 +248,13 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
     ``"pld"`` (:class:`~dpaudit.accountants.pld.PldAccountant`: exact Gaussian-DP where the run is a composition of
     Gaussian mechanisms, dp_accounting's pessimistic PLD otherwise) and ``"prv"``
     (:class:`~dpaudit.accountants.prv.PrvAccountant`, certified upper bound; Poisson and fixed-size batches under
-    add/remove or zero-out). ``accountant="best"`` (default) makes the smallest the headline; a route name forces that
+    add/remove; fixed-size batches under zero-out or substitution take the RDP route alone, Wang-Balle-Kasiviswanathan's
+    substitution bound). ``accountant="best"`` (default) makes the smallest the headline; a route name forces that
     route's figure (e.g. to reproduce a published RDP figure) and the result names it (``headline_route``).
+
+    ``lower_bound`` (default True): beside the headline, the certified lower bound of an explicit pair of neighbouring
+    datasets (:func:`~dpaudit.accountants.pairs.dpsgd_lower_bound`), so that the result reads "epsilon in [lower,
+    upper]"; a route below it raises :class:`~dpaudit.accountants.statement.BoundsCrossedError` (a bug, never a figure).
 
     Shuffled batches (``"shuffle"``): the headline is the valid no-amplification upper bound; beside it, the facts give
     Chua et al.'s certified lower bound (:func:`~dpaudit.accountants.sampling.shuffle_lower_bound`) and the Poisson
@@ -285,16 +290,21 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
         facts["prv_estimate"] = by_route["prv"].details.get("estimate")
     for name, why in skipped.items():
         facts[f"route {name} not used"] = why
-    if isinstance(event, ShuffledBatchGaussian):
-        lower = shuffle_lower_bound(event, delta)
+    lower = None
+    if lower_bound or isinstance(event, ShuffledBatchGaussian):
+        lower = dpsgd_lower_bound(dataset_size=int(dataset_size), batch_size=int(batch_size), noise_multiplier=sigma,
+                                  steps=t, delta=delta, sampling=sampling, neighbouring=relation, drop_last=drop_last)
+    if isinstance(event, ShuffledBatchGaussian) and lower is not None:
         poisson = [s.epsilon for s in dpsgd_routes(SubsampledGaussian(q, sigma, t), delta, label="")[0] if s.route != "prv"]
         facts.update({"batches_per_epoch": event.batches_per_epoch, "participations": event.participations,
-                      "lower_bound_epsilon": lower.epsilon, "lower_bound_construction": lower.construction,
+                      "lower_bound_epsilon": lower.epsilon, "lower_bound_construction": lower.pair,
                       "poisson_epsilon_not_valid_here": min(poisson)})
         warns.append(
             f"Shuffled batches: epsilon <= {stmts[headline].epsilon:.4g} is a valid upper bound (no amplification "
             f"counted); Chua et al.'s construction certifies that no analysis of these parameters can give less than "
             f"{lower.epsilon:.4g}; the Poisson figure of the same parameters ({min(poisson):.4g}) is not a guarantee "
             "for shuffled batches.")
+        if not lower_bound:
+            lower = None
     return AccountingResult(f"dpsgd ({scheme}, {relation})", tuple(stmts), headline=headline, parameters=params,
-                            facts=facts, warnings=tuple(warns))
+                            facts=facts, warnings=tuple(warns), lower_bound=lower)

@@ -394,8 +394,11 @@ class FixedBatchGaussian(DpEvent):
       \\gamma N(m + v, \\sigma^2C^2),\\ N(m, \\sigma^2C^2))` with :math:`\\|v\\| \\le 2C`; by joint convexity it is
       bounded by the Poisson-subsampled Gaussian with rate :math:`\\gamma` (the larger dataset's n can only lower it)
       and noise multiplier :math:`\\sigma/2` -- a fixed batch size doubles the sensitivity under add/remove.
-    - ``"zero-out"``: the same coupling with :math:`\\|v\\| \\le C`: the Poisson-subsampled Gaussian with rate
-      :math:`\\gamma` and noise multiplier :math:`\\sigma`.
+    - ``"zero-out"`` (the target replaced by a null record of zero gradient): analysed as ``"substitution"``, of which
+      it is an instance. The coupling above does NOT reduce it to a Poisson pair: the target's presence also displaces
+      another record, so one step can be :math:`(1-\\gamma)N(0, \\sigma^2C^2) + \\gamma N(2C, \\sigma^2C^2)` against
+      :math:`(1-\\gamma)N(0, \\sigma^2C^2) + \\gamma N(C, \\sigma^2C^2)`, whose tail is the unsampled Gaussian's
+      (:func:`dpaudit.accountants.sampling.rdp_fixed_batch`). With B = n it is the Gaussian mechanism of sensitivity C.
     """
 
     dataset_size: int

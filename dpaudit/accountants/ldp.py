@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, MAX_FFT_COMPOSITIONS, quiet_overflow
 from dpaudit.accountants.events import RandomizedResponse, rr_epsilon_from_keep_probability, rr_keep_probability
 from dpaudit.accountants.order_search import search_rdp_orders
+from dpaudit.accountants.pairs import randomized_response_lower_bound
 from dpaudit.accountants.rdp import DEFAULT_ORDERS
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
@@ -567,6 +569,12 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                 "PrivateKT's claim that shuffling stops the accumulation over rounds does not hold: shuffling gives a "
                 f"central (eps, delta) per round ({fmt_number(numer.epsilon)}, {fmt_number(delta)}) that still composes, to {eps_sh:.4g} over "
                 f"T = {t} rounds.")
+    # the certified lower bound: one client's labels all changed (replace-one at the client level), its reports of the
+    # headline scope (one report, or the T rounds) composed
+    reports = 1 if rounds is None else facts["rounds_expected"]
+    lower = randomized_response_lower_bound(keep_probability=beta, classes=c, labels=k, reports=reports,
+                                            delta=0.0 if (delta is None or rounds is None) else delta)
+    lower = dataclasses.replace(lower, routes=("pure LDP",) if rounds is None else ("basic", "rdp"))
     return AccountingResult("ldp (PrivateKT randomized response)", tuple(statements),  # headline: pick_headline
-                            parameters=params, facts=facts, warnings=tuple(warnings_))
+                            parameters=params, facts=facts, warnings=tuple(warnings_), lower_bound=lower)
 

@@ -4,7 +4,8 @@ Used by ``dpaudit account`` (the CLI), by claims files (:mod:`dpaudit.audit.eval
 mapping from a mechanism's name to its math exists once.
 
 - ``laplace`` / ``gaussian``: the plain Laplace and Gaussian mechanisms (``scale`` or ``sigma``, ``sensitivity``,
-  ``count``), in closed form (:mod:`dpaudit.accountants.closed_form`).
+  ``count``): the Gaussian in closed form (:mod:`dpaudit.accountants.closed_form`), the Laplace mechanism by basic
+  composition, optimal composition of pure DP and its own PLD; each with the certified lower bound of its pair.
 - ``tuning``: :func:`~dpaudit.accountants.tuning.account_tuning` (the best of K DP-SGD runs, K random).
 - ``ldp``, ``dpsgd``, ``pate``, ``gnmax``: :func:`~dpaudit.accountants.ldp.account_ldp`,
   :func:`~dpaudit.accountants.dpsgd.account_dpsgd`, :func:`~dpaudit.accountants.pate.account_pate`,
@@ -17,36 +18,75 @@ import inspect
 import math
 from typing import Any, Callable, Mapping
 
-from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
+import numpy as np
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, MAX_FFT_COMPOSITIONS
+from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon, pure_composition_epsilon
 from dpaudit.accountants.dpsgd import account_dpsgd
 from dpaudit.accountants.gnmax import account_gnmax
 from dpaudit.accountants.ldp import account_ldp
+from dpaudit.accountants.pairs import gaussian_mechanism_lower_bound, laplace_mechanism_lower_bound
 from dpaudit.accountants.pate import account_pate
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.accountants.tuning import account_tuning
-from dpaudit.errors import ParameterError, check_float, check_int
+from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
 __all__ = ["ACCOUNTING_FUNCTIONS", "MECHANISM_KINDS", "laplace_mechanism", "gaussian_mechanism", "account_mechanism"]
 
 
-def laplace_mechanism(*, scale: float, sensitivity: float = 1.0, count: int = 1, owner: str = "the laplace mechanism") -> AccountingResult:
-    """``count`` Laplace(``scale``) answers to queries of L1 sensitivity ``sensitivity``: pure
-    ``count * sensitivity / scale``-DP (Dwork et al. 2006, basic composition)."""
+def laplace_mechanism(*, scale: float, sensitivity: float = 1.0, count: int = 1, delta: float = 0.0,
+                      owner: str = "the laplace mechanism") -> AccountingResult:
+    """``count`` Laplace(``scale``) answers to queries of L1 sensitivity ``sensitivity``.
+
+    Routes: ``"basic"``, pure ``count * sensitivity / scale``-DP (Dwork et al. 2006, delta 0); with ``delta`` > 0 also
+    ``"optimal composition"`` of pure DP (Kairouz, Oh, Viswanath 2015: valid for any eps0-DP mechanism) and ``"pld"``,
+    dp_accounting's pessimistic (connect-the-dots) privacy-loss distribution of the Laplace mechanism itself, composed
+    by FFT and read at ``delta - 1e-12``. The smallest is the headline. Beside it, the certified lower bound of the pair
+    Lap(0, b) vs Lap(sensitivity, b) (:func:`~dpaudit.accountants.pairs.laplace_mechanism_lower_bound`)."""
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
     count = check_int(count, "count", owner, low=1)
     scale = check_float(scale, "scale", owner, low=0.0, low_open=True)
-    eps = count * sens / scale
+    delta = check_probability(delta, "delta", owner, allow_zero=True)
+    eps0 = sens / scale
+    eps = count * eps0
     if not math.isfinite(eps):
         raise ParameterError(f"The 'scale' parameter of {owner} is out of the supported range: count * sensitivity / scale "
                              f"overflows (scale = {scale!r}, sensitivity = {sens!r}, count = {count}).")
-    st = PrivacyStatement(
-        epsilon=eps, delta=0.0, method="Laplace mechanism, basic composition",
-        assumptions=(f"Laplace noise of scale {scale:g} on a query of L1 sensitivity {sens:g} between neighbours; "
-                     f"{count} composition(s) add up (Dwork et al. 2006).",),
-        label=f"{count} quer{'y' if count == 1 else 'ies'}",
-    )
-    return AccountingResult(mechanism="laplace", statements=(st,),
-                            parameters={"scale": scale, "sensitivity": sens, "count": count})
+    base = (f"Laplace noise of scale {scale:g} on a query of L1 sensitivity {sens:g} between neighbours; "
+            f"{count} composition(s).")
+    label = f"{count} quer{'y' if count == 1 else 'ies'}"
+    stmts = [PrivacyStatement(epsilon=eps, delta=0.0, method="Laplace mechanism, basic composition",
+                              assumptions=(base, "Basic composition: the epsilons add up (Dwork et al. 2006)."),
+                              label=label + " (basic)", route="basic")]
+    facts: dict[str, Any] = {}
+    if delta > 0.0 and count > 1:
+        try:
+            kov = pure_composition_epsilon(eps0, count, delta)
+            stmts.append(PrivacyStatement(kov, delta, "optimal composition of pure DP (Kairouz et al. 2015)",
+                                          assumptions=(base,), label=label + " (optimal composition)",
+                                          route="optimal composition"))
+        except ParameterError as exc:
+            facts["route optimal composition not used"] = str(exc)
+    if delta > 2.0 * FFT_DELTA_ALLOWANCE and count <= MAX_FFT_COMPOSITIONS and eps0 <= 50.0:
+        vdi = max(1e-4, 40.0 * eps0 * math.sqrt(count) / 2e6)
+        try:
+            with np.errstate(all="ignore"):
+                pld = pld_lib.from_laplace_mechanism(scale, sensitivity=sens, value_discretization_interval=vdi)
+                if count > 1:
+                    pld = pld.self_compose(count)
+                e_pld = float(pld.get_epsilon_for_delta(delta - FFT_DELTA_ALLOWANCE))
+            if math.isfinite(e_pld) and not math.isnan(e_pld):
+                stmts.append(PrivacyStatement(max(e_pld, 0.0), delta, "pld (dp_accounting, pessimistic, Laplace mechanism)",
+                                              assumptions=(base, "dp_accounting's connect-the-dots PLD of the Laplace "
+                                                           "mechanism, composed by FFT; read at delta - 1e-12."),
+                                              label=label + " (pld)", route="pld"))
+        except (OverflowError, ValueError, FloatingPointError, MemoryError) as exc:
+            facts["route pld not used"] = f"{type(exc).__name__}: {exc}"
+    lower = laplace_mechanism_lower_bound(scale=scale, sensitivity=sens, count=count, delta=delta)
+    return AccountingResult(mechanism="laplace", statements=tuple(stmts),
+                            parameters={"scale": scale, "sensitivity": sens, "count": count, "delta": delta},
+                            facts=facts, lower_bound=lower)
 
 
 def gaussian_mechanism(*, sigma: float, delta: float, sensitivity: float = 1.0, count: int = 1,
@@ -70,8 +110,10 @@ def gaussian_mechanism(*, sigma: float, delta: float, sensitivity: float = 1.0, 
         epsilon=eps, delta=delta, method="Gaussian mechanism, exact (Balle & Wang 2018; GDP composition)",
         assumptions=tuple(assumptions), label=f"{count} quer{'y' if count == 1 else 'ies'}", details={"mu": mu},
     )
+    lower = (gaussian_mechanism_lower_bound(sigma=sigma, sensitivity=sens, count=count, delta=delta)
+             if delta > 0.0 else None)
     return AccountingResult(mechanism="gaussian", statements=(st,),
-                            parameters={"sigma": sigma, "sensitivity": sens, "count": count})
+                            parameters={"sigma": sigma, "sensitivity": sens, "count": count}, lower_bound=lower)
 
 
 #: mechanism name -> the function that accounts it (keyword arguments, ``delta`` among them where it applies).
@@ -108,8 +150,7 @@ def account_mechanism(kind: str, params: Mapping[str, Any], delta: float) -> Acc
         required = _CLOSED[kind][0]
         if required not in kwargs:
             raise ParameterError(f"The {required!r} parameter of the {kind} mechanism is required. Got nothing instead.")
-        if kind == "gaussian":
-            kwargs["delta"] = delta
+        kwargs["delta"] = delta
         return fn(**kwargs)
     sig = inspect.signature(fn)
     if "delta" in sig.parameters:

@@ -62,6 +62,7 @@ from dpaudit.accountants.closed_form import pure_composition_epsilon
 from dpaudit.accountants._common import as_votes, check_orders, edge_warning, log1mexp, quiet_overflow, validated_votes
 from dpaudit.accountants.events import DpEvent, LaplaceNoisyMax, flatten
 from dpaudit.accountants.order_search import search_rdp_orders
+from dpaudit.accountants.pairs import noisy_max_lower_bound
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import (ROUTE_DATA_DEPENDENT, ROUTE_DATA_INDEPENDENT, AccountingResult,
                                           PrivacyStatement)
@@ -645,10 +646,17 @@ def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, rel
                                data_dependent=data_dependent_forced, details={**details, "routes": di_table},
                                route=ROUTE_DATA_INDEPENDENT)
     warnings_: list[str] = []
+    # PATE's own noisy max: the certified lower bound of an explicit pair of vote histograms, beside the
+    # data-independent route (the data-dependent figure is about the realised votes: the pair does not bound it)
+    lower = None
+    if mechanism == "pate" and not data_dependent_forced:
+        lower = noisy_max_lower_bound(gamma=gamma, sensitivity=eps_q / gamma, queries=queries, delta=delta)
+        lower = dataclasses.replace(lower, routes=(ROUTE_DATA_INDEPENDENT,))
     if dd is None:
         if di_method in grids:
             warnings_ += edge_warning(grids[di_method], di_order, what[di_method])
-        return AccountingResult(mechanism, (di_stmt,), None, parameters, {"eps_query": eps_q, "num_queries": queries}, tuple(warnings_))
+        return AccountingResult(mechanism, (di_stmt,), None, parameters, {"eps_query": eps_q, "num_queries": queries},
+                                tuple(warnings_), lower_bound=lower)
     dd_figs, facts = dd
     (dd_eps, dd_order, dd_method), dd_table = _best(list(dd_figs) + di_all)
     if dd_eps >= di_eps:  # on a tie the data-independent figure (it does not look at the votes)
@@ -675,7 +683,7 @@ def _result(v, *, gamma, delta, eps_q, queries, grid, conversion, mechanism, rel
                          f"of {facts['num_queries']} queries (q >= 1/(exp(eps_query)+1)); the data-independent bound was used for them.")
     # the headline rule (pick_headline): the smaller; on a tie (the data-dependent analysis gained nothing) the
     # data-independent statement, which does not look at the votes
-    return AccountingResult(mechanism, (dd_stmt, di_stmt), None, parameters, facts, tuple(warnings_))
+    return AccountingResult(mechanism, (dd_stmt, di_stmt), None, parameters, facts, tuple(warnings_), lower_bound=lower)
 
 
 # --------------------------------------------------------------------------------------------------

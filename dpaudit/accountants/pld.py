@@ -14,8 +14,8 @@ Routes (each an upper bound on epsilon; the statement reports the smallest and n
   exact Gaussian, where the computed delta even goes negative). dpaudit therefore asks dp_accounting for the
   epsilon at ``delta - 1e-12`` (:data:`FFT_DELTA_ALLOWANCE`) and does not use this route for delta <= 2e-12.
 
-Supported events: ``SubsampledGaussian``, ``FixedBatchGaussian`` under add/remove or zero-out (the Poisson-subsampled
-Gaussian that bounds it: rate B/n, noise multiplier sigma/2 or sigma), ``ShuffledBatchGaussian`` (its participations
+Supported events: ``SubsampledGaussian``, ``FixedBatchGaussian`` under add/remove (the Poisson-subsampled Gaussian
+that bounds it: rate B/n, noise multiplier sigma/2; under zero-out only with B = n, the exact Gaussian), ``ShuffledBatchGaussian`` (its participations
 are Gaussian mechanisms: the exact route), ``RandomizedResponse`` (K labels, each dp_accounting's C-ary randomized
 response, REPLACE_ONE), ``LaplaceNoisyMax`` / ``GaussianNoisyMax`` without votes, ``Shuffled`` (Feldman-McMillan-Talwar
 2021's dominating pair, :func:`dpaudit.accountants.ldp.shuffle_pld`). Data-dependent PATE events are not supported
@@ -104,7 +104,7 @@ class PldAccountant(Accountant):
         if isinstance(event, (LaplaceNoisyMax, GaussianNoisyMax)):
             return event.votes is None
         if isinstance(event, FixedBatchGaussian):
-            return event.neighbouring != "substitution"
+            return event.neighbouring == "add-remove" or (event.neighbouring == "zero-out" and event.sampling_rate == 1.0)
         return isinstance(event, (SubsampledGaussian, RandomizedResponse, Shuffled, ShuffledBatchGaussian))
 
     def compose(self, event: DpEvent, count: int = 1) -> "PldAccountant":
@@ -115,7 +115,7 @@ class PldAccountant(Accountant):
         for leaf, _ in leaves:
             if not self.supports(leaf):
                 why = (" with votes (data-dependent)" if getattr(leaf, "votes", None) is not None else
-                       " under substitution (no dominating pair is known for fixed-size batches)"
+                       f" under {leaf.neighbouring} (no dominating pair is known for fixed-size batches)"
                        if isinstance(leaf, FixedBatchGaussian) else "")
                 raise UnsupportedEventError(f"PldAccountant does not support events of type {type(leaf).__name__}{why}.")
         if count == 0:
@@ -141,7 +141,7 @@ class PldAccountant(Accountant):
                                                   value_discretization_interval=vdi)
             return one.self_compose(event.steps * count)
         if isinstance(event, FixedBatchGaussian):
-            sigma = event.noise_multiplier / (2.0 if event.neighbouring == "add-remove" else 1.0)
+            sigma = event.noise_multiplier / 2.0  # add/remove (zero-out is supported at B = n only: the exact route)
             one = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=event.sampling_rate,
                                                   value_discretization_interval=vdi)
             return one.self_compose(event.steps * count)

@@ -142,7 +142,7 @@ def _prv_epsilon(parts: list[tuple[float, float, int]], delta: float, eps_error:
 
 
 class PrvAccountant(Accountant):
-    """Compose Poisson-subsampled Gaussian events (and fixed-size batches under add/remove or zero-out, which reduce to
+    """Compose Poisson-subsampled Gaussian events (and fixed-size batches under add/remove, which reduce to
     them), then ``get_statement(delta)``: the PRV accountant's certified upper bound (module docstring).
 
     Heterogeneous phases compose (one PRV per distinct (q, sigma)). The route refuses, with a
@@ -184,7 +184,7 @@ class PrvAccountant(Accountant):
         for leaf, mult in leaves:
             p = self._poisson(leaf)
             if p is None:
-                why = " under substitution" if isinstance(leaf, FixedBatchGaussian) else ""
+                why = f" under {leaf.neighbouring}" if isinstance(leaf, FixedBatchGaussian) else ""
                 raise UnsupportedEventError(f"PrvAccountant does not support events of type {type(leaf).__name__}{why}.")
             parts.append((p[0], p[1], p[2] * mult * count))
         if count == 0:

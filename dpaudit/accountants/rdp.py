@@ -22,7 +22,7 @@ from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
 from dpaudit.errors import ParameterError, check_int, check_probability
 
 __all__ = ["DEFAULT_ORDERS", "rdp_to_epsilon", "parse_orders", "EdgeOrderWarning", "RdpAccountant", "event_assumptions",
-           "data_dependence_note"]
+           "data_dependence_note", "pure_epsilon"]
 
 #: The largest order :class:`RdpAccountant` tries when the optimum sits at its grid's upper edge (tiny epsilons):
 #: the subsampled Gaussian's exact RDP at an integer order costs time in proportion to the order (0.3 s at 65536).
@@ -55,7 +55,8 @@ _RELATION_TEXT = {
     "add-remove": "one example added or removed (a fixed batch size makes the added example displace another, "
                   "so the sum moves by up to 2C).",
     "zero-out": "one example replaced by a null example whose clipped gradient is zero (Kairouz et al. 2021); the "
-                "dataset size is public.",
+                "dataset size is public. With fixed-size batches it is accounted as a substitution (the target's "
+                "presence displaces another example, so the sum moves by up to 2C).",
     "substitution": "one example replaced by another (the clipped-gradient sum moves by up to 2C); the dataset size "
                     "is public.",
 }
@@ -106,6 +107,12 @@ def data_dependence_note(event) -> str | None:
         return None
     return (f"{type(event).__name__}: DATA-DEPENDENT analysis from the private vote histograms; the epsilon itself "
             "is not differentially private unless released with noise (smooth sensitivity).")
+
+
+def pure_epsilon(event: DpEvent) -> float:
+    """Pure-DP epsilon of ``event`` by basic composition over its leaves (inf when a leaf is not, or not known to be,
+    a pure-DP mechanism)."""
+    return float(sum(_pure_epsilon(leaf) * mult for leaf, mult in ev.flatten(event)))
 
 
 def _pure_epsilon(event: DpEvent) -> float:

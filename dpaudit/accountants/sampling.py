@@ -4,9 +4,10 @@ Upper bounds (registered RDP functions, so every accountant and ledger takes the
 
 - :class:`~dpaudit.accountants.events.FixedBatchGaussian` -- ``"substitution"``: Wang, Balle, Kasiviswanathan,
   "Subsampled Rényi differential privacy and analytical moments accountant", AISTATS 2019 (arXiv:1808.00087),
-  Theorem 9 with the Gaussian base mechanism (:func:`rdp_wor_gaussian`); ``"add-remove"`` / ``"zero-out"``: the
-  Poisson-subsampled Gaussian at rate B/n with noise multiplier sigma/2 / sigma (the coupling argument in the event's
-  docstring).
+  Theorem 9 with the Gaussian base mechanism (:func:`rdp_wor_gaussian`), and ``"zero-out"`` by the same analysis (a
+  null record replacing the target is one substitution; :func:`rdp_fixed_batch` says why nothing smaller holds);
+  ``"add-remove"``: the Poisson-subsampled Gaussian at rate B/n with noise multiplier sigma/2 (the coupling argument in
+  the event's docstring).
 - :class:`~dpaudit.accountants.events.ShuffledBatchGaussian` -- no amplification: P participations of a Gaussian
   mechanism of sensitivity s (1 or 2), RDP :math:`P s^2 \\alpha / (2\\sigma^2)`, exactly mu-GDP with
   :math:`\\mu = s\\sqrt{P}/\\sigma`.
@@ -159,20 +160,37 @@ def rdp_wor_gaussian_theorem9(sampling_rate: float, noise_multiplier: float, ord
 
 
 def rdp_fixed_batch(event: FixedBatchGaussian, orders) -> np.ndarray:
-    """RDP of ONE step of a :class:`~dpaudit.accountants.events.FixedBatchGaussian` under its neighbouring relation."""
+    r"""RDP of ONE step of a :class:`~dpaudit.accountants.events.FixedBatchGaussian` under its neighbouring relation.
+
+    - ``"add-remove"``: the Poisson-subsampled Gaussian at rate B/n and noise multiplier sigma/2 (the event's docstring).
+    - ``"substitution"``: Wang-Balle-Kasiviswanathan's without-replacement bound (:func:`rdp_wor_gaussian`, base
+      sensitivity 2C).
+    - ``"zero-out"``: the substitution bound too. Replacing the target by a null record is one substitution, so the
+      substitution figure is valid for it. No smaller Poisson equivalent exists: including the target displaces
+      another record of the batch, so one step can be :math:`(1-\gamma)N(0, \sigma^2) + \gamma N(2, \sigma^2)`
+      against :math:`(1-\gamma)N(0, \sigma^2) + \gamma N(1, \sigma^2)` (every other gradient -C, the target's +C),
+      whose tail keeps the unsampled Gaussian's loss; the Poisson-subsampled Gaussian at sigma, used before, is below
+      that pair (issue 33: 0.504 where the pair forces >= 3.9 on the MNIST setting). WBK's Theorem 9 with base
+      sensitivity C is not valid either: its proof compares batches that differ in a record other than the target.
+      With B = n every record is in every batch and the step is exactly the Gaussian mechanism of sensitivity C.
+    """
     q, sigma = event.sampling_rate, event.noise_multiplier
-    if event.neighbouring == "substitution":
-        return rdp_wor_gaussian(q, sigma, orders)
-    poisson = SubsampledGaussian(q, sigma / 2.0 if event.neighbouring == "add-remove" else sigma, 1)
-    return np.asarray(rdp_function_for(poisson)(poisson, np.asarray(orders, dtype=np.float64)), dtype=np.float64)
+    a = np.asarray(orders, dtype=np.float64)
+    if event.neighbouring == "zero-out" and event.batch_size == event.dataset_size:
+        with np.errstate(over="ignore"):
+            return a * (0.5 * inv_square(sigma))
+    if event.neighbouring in ("substitution", "zero-out"):
+        return rdp_wor_gaussian(q, sigma, a)
+    poisson = SubsampledGaussian(q, sigma / 2.0, 1)
+    return np.asarray(rdp_function_for(poisson)(poisson, a), dtype=np.float64)
 
 
 def poisson_equivalent(event: FixedBatchGaussian) -> tuple[float, float] | None:
-    """``(q, sigma)`` of the Poisson-subsampled Gaussian that bounds ``event`` step by step (add/remove: sigma/2,
-    zero-out: sigma), or None under substitution (no such reduction)."""
-    if event.neighbouring == "substitution":
+    """``(q, sigma)`` of the Poisson-subsampled Gaussian that bounds ``event`` step by step: add/remove only (rate B/n,
+    sigma/2). None under substitution and zero-out: no such reduction holds there (:func:`rdp_fixed_batch`)."""
+    if event.neighbouring != "add-remove":
         return None
-    return event.sampling_rate, event.noise_multiplier / (2.0 if event.neighbouring == "add-remove" else 1.0)
+    return event.sampling_rate, event.noise_multiplier / 2.0
 
 
 @register_rdp(FixedBatchGaussian)

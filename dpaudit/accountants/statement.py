@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from dpaudit.errors import ParameterError
 from dpaudit.serial import JsonUpgrade, JsonValue
 
-__all__ = ["PrivacyStatement", "AccountingResult", "pick_headline", "smallest_route", "headline_facts"]
+__all__ = ["PrivacyStatement", "LowerBound", "BoundsCrossedError", "AccountingResult", "pick_headline", "smallest_route", "headline_facts"]
 
 #: route names of the two analyses of the same votes (PATE-style accountants and the methods built on them)
 ROUTE_DATA_DEPENDENT = "data-dependent"
@@ -75,6 +75,52 @@ class PrivacyStatement:
 
 
 @dataclass(frozen=True, slots=True)
+class LowerBound:
+    """A certified lower bound on the epsilon at ``delta`` that any valid analysis of the mechanism can report: the
+    epsilon of one explicit pair of neighbouring datasets (:mod:`dpaudit.accountants.pairs`).
+
+    ``pair`` says which datasets (and the output laws they give), ``method`` how the pair's epsilon was computed;
+    ``routes`` names the routes of the result it bounds (empty: every route; e.g. PATE's data-dependent figure is about
+    the realised votes, which the worst-case pair does not bound)."""
+
+    epsilon: float
+    delta: float
+    pair: str
+    method: str
+    routes: tuple[str, ...] = ()
+    details: Mapping[str, JsonValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", float(self.epsilon))
+        object.__setattr__(self, "delta", float(self.delta))
+        object.__setattr__(self, "routes", tuple(self.routes))
+        object.__setattr__(self, "details", dict(self.details))
+
+
+class BoundsCrossedError(RuntimeError):
+    """An accounted upper bound below the certified lower bound of an explicit pair: a bug in the accountant (or the
+    pair), never an answer. Deliberately not a :class:`~dpaudit.errors.DPAuditError`: the CLI reports it as an
+    internal error (exit 70)."""
+
+
+#: Slack of the comparison of an upper bound with its lower bound: float error of the two independent paths.
+CROSS_TOLERANCE = 1e-9
+
+
+def check_interval(statements: Sequence[PrivacyStatement], lower: LowerBound) -> None:
+    """Raise :class:`BoundsCrossedError` when a data-independent route's figure at a delta no larger than the lower
+    bound's lies below it (beyond :data:`CROSS_TOLERANCE`, relative)."""
+    for s in statements:
+        if not s.route or _looks_at_data(s) or (lower.routes and s.route not in lower.routes):
+            continue
+        if s.delta <= lower.delta and s.epsilon < lower.epsilon * (1.0 - CROSS_TOLERANCE) - 1e-12:
+            raise BoundsCrossedError(
+                f"internal error: the {s.route!r} route's epsilon {s.epsilon:.6g} (delta {s.delta:g}) is below the "
+                f"certified lower bound {lower.epsilon:.6g} of an explicit pair ({lower.pair}); the accountant is "
+                "unsound here and refuses to answer. Please report this.")
+
+
+@dataclass(frozen=True, slots=True)
 class AccountingResult(JsonUpgrade):
     """Several statements about one mechanism, with one of them the headline figure.
 
@@ -82,7 +128,9 @@ class AccountingResult(JsonUpgrade):
     every accountant follows); a caller passes an index only for a route the user forced, itself found by
     ``pick_headline(statements, forced)``. ``epsilon``/``delta`` are the headline's; ``parameters`` echoes the inputs; ``facts`` holds derived
     quantities that are not guarantees (beta, estimator variance, q per query...). ``warnings`` are things
-    a reader must see (best order at the grid edge, a bound that did not apply).
+    a reader must see (best order at the grid edge, a bound that did not apply). ``lower_bound`` is the certified
+    lower bound of an explicit pair beside the headline (:class:`LowerBound`; None where no construction exists): the
+    true epsilon lies in ``[lower_bound.epsilon, epsilon]``. A route below it raises :class:`BoundsCrossedError`.
     """
 
     mechanism: str
@@ -91,6 +139,7 @@ class AccountingResult(JsonUpgrade):
     parameters: Mapping[str, Any] = field(default_factory=dict)
     facts: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    lower_bound: LowerBound | None = None
 
     __json_computed__ = ("epsilon", "delta", "statement", "headline_route")
 
@@ -103,6 +152,8 @@ class AccountingResult(JsonUpgrade):
         if not 0 <= head < len(self.statements):
             raise ValueError(f"headline index {head} out of range")
         object.__setattr__(self, "headline", head)
+        if self.lower_bound is not None:
+            check_interval(self.statements, self.lower_bound)
 
     @property
     def statement(self) -> PrivacyStatement:
@@ -120,6 +171,15 @@ class AccountingResult(JsonUpgrade):
     @property
     def delta(self) -> float:
         return self.statement.delta
+
+    def interval_text(self) -> str | None:
+        """``"epsilon in [lower, upper]"`` for the headline, or None without a lower bound (or when the headline is a
+        figure the lower bound does not bound, e.g. data-dependent)."""
+        low = self.lower_bound
+        s = self.statement
+        if low is None or _looks_at_data(s) or (low.routes and s.route not in low.routes) or s.delta > low.delta:
+            return None
+        return f"epsilon in [{low.epsilon:.4g}, {s.epsilon:.4g}] at delta = {low.delta:g}"
 
     @classmethod
     def __json_upgrade__(cls, data: Any) -> Any:

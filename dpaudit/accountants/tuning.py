@@ -12,7 +12,12 @@ Papernot and Steinke, "Hyperparameter tuning with Rényi differential privacy", 
   \\hat\\delta)`-DP with :math:`e^{\\hat\\epsilon} \\le 1 + 1/(\\lambda - 1)`, the best of K runs is
   :math:`(\\lambda, \\epsilon + \\mu\\hat\\delta + \\log(\\mu)/(\\lambda - 1))`-RDP; dpaudit takes
   :math:`\\hat\\epsilon = \\log(\\lambda/(\\lambda-1))` and :math:`\\hat\\delta` from the run's RDP (the conversion of
-  :func:`~dpaudit.accountants.rdp.rdp_to_epsilon`, solved for delta: a valid upper bound).
+  :func:`~dpaudit.accountants.rdp.rdp_to_epsilon`, solved for delta: a valid upper bound), or, for a pure
+  :math:`\\epsilon_0`-DP run, the exact :math:`\\hat\\delta = (e^{\\epsilon_0} - e^{\\hat\\epsilon})_+/(1 + e^{\\epsilon_0})`
+  (0 where :math:`\\hat\\epsilon \\ge \\epsilon_0`: the theorem's pure-DP case), the smaller.
+
+Every order then takes the smallest bound at or above it: Rényi divergence is non-decreasing in the order, which the
+theorems' figures (loose at low orders, e.g. the truncated negative binomial with a Gaussian run) do not use.
 
 Both hold for adaptive runs whose candidate hyperparameters are drawn independently of the data, and a best run chosen
 by a score each run outputs (a private score, or one computed on public data).
@@ -29,8 +34,9 @@ from scipy import optimize
 from dpaudit.accountants.base import register_rdp
 from dpaudit.accountants.dpsgd import SAMPLING_NAMES, account_dpsgd, dpsgd_event
 from dpaudit.accountants.events import RandomStoppingTuning, tnb_expected_runs
-from dpaudit.accountants.rdp import RdpAccountant, event_assumptions, rdp_to_epsilon
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, join_assumptions
+from dpaudit.accountants.pairs import dpsgd_lower_bound
+from dpaudit.accountants.rdp import RdpAccountant, event_assumptions, pure_epsilon, rdp_to_epsilon
+from dpaudit.accountants.statement import AccountingResult, LowerBound, PrivacyStatement, headline_facts, join_assumptions
 from dpaudit.errors import ParameterError, check_choice, check_float, check_probability
 
 __all__ = ["rdp_random_stopping", "tnb_gamma_for_mean", "account_tuning", "RUNS_DISTRIBUTIONS"]
@@ -84,6 +90,13 @@ def rdp_random_stopping(event: RandomStoppingTuning, orders: Any) -> np.ndarray:
             mu = float(event.mu)  # type: ignore[arg-type]
             eps_hat = np.log(a / (a - 1.0))
             delta_hat = np.exp(_log_delta_from_rdp(a, inner, eps_hat))
+            eps0 = pure_epsilon(event.event)
+            if eps0 < 700.0:
+                # a pure eps0-DP run is (eps, (e^eps0 - e^eps)/(1 + e^eps0))-DP for eps <= eps0 and (eps, 0)-DP above
+                # (binary randomized response dominates every eps0-DP mechanism: Kairouz, Oh, Viswanath 2015), so
+                # Papernot-Steinke's pure-DP case delta-hat = 0 applies wherever e^eps0 <= lambda / (lambda - 1)
+                e0 = math.exp(eps0)
+                delta_hat = np.minimum(delta_hat, np.maximum(0.0, (e0 - a / (a - 1.0)) / (1.0 + e0)))
             out = inner + mu * delta_hat + log_ek / (a - 1.0)
         else:
             eta, gamma = float(event.eta), float(event.gamma)  # type: ignore[arg-type]
@@ -91,6 +104,13 @@ def rdp_random_stopping(event: RandomStoppingTuning, orders: Any) -> np.ndarray:
             extra = np.where(np.isnan(extra), np.inf, extra)
             out = inner + float(extra.min()) + log_ek / (a - 1.0)
     out = np.where(np.isnan(out), np.inf, out)
+    # Rényi divergence is non-decreasing in the order (van Erven & Harremoës 2014, Theorem 3): the bound at a higher
+    # order bounds every lower one, so each order takes the smallest bound at or above it (the theorems' figures at
+    # low orders can be far above those at higher ones)
+    idx = np.argsort(a, kind="stable")
+    suffix_min = np.minimum.accumulate(out[idx][::-1])[::-1]
+    out = out.copy()
+    out[idx] = suffix_min
     return np.maximum(out, 0.0)
 
 
@@ -140,7 +160,17 @@ def account_tuning(*, runs_distribution: str, mean_runs: float, eta: float | Non
     st = acc.compose(ev).get_statement(delta)
     one = account_dpsgd(dataset_size=dataset_size, batch_size=batch_size, noise_multiplier=noise_multiplier,
                         epochs=epochs, steps=steps, delta=delta, sampling=sampling, neighbouring=neighbouring,
-                        drop_last=drop_last)
+                        drop_last=drop_last, lower_bound=False)
+    # the lower bound: a run whose score is constant releases the first run's output whenever K >= 1 (nothing when
+    # K = 0), so the tuned release of that pair has delta(eps) = P(K >= 1) delta_run(eps): at least one run's
+    # epsilon at delta / P(K >= 1), for the run's explicit pair (dpsgd_lower_bound)
+    p_some = -math.expm1(-float(ev.mu)) if ev.mu is not None else 1.0   # K ~ Poisson(mu) can be 0
+    low_run = dpsgd_lower_bound(dataset_size=int(dataset_size), batch_size=int(batch_size),
+                                noise_multiplier=float(noise_multiplier), steps=int(run.steps),  # type: ignore[attr-defined]
+                                delta=min(1.0, delta / p_some), sampling=sampling,
+                                neighbouring=getattr(run, "neighbouring", neighbouring), drop_last=drop_last)
+    lower = LowerBound(low_run.epsilon, delta, f"one run's pair, the score constant (the first run released when K >= "
+                       f"1, P = {p_some:.6g}): {low_run.pair}", low_run.method, routes=("rdp",))
     theorem = "Theorem 6" if ev.distribution == "poisson" else "Theorem 2"
     desc = (f"K ~ {runs_distribution} with E[K] = {ev.expected_runs:.4g}"
             + (f" (eta = {ev.eta:g}, gamma = {ev.gamma:.6g})" if ev.distribution != "poisson" else f" (mu = {ev.mu:g})"))
@@ -162,4 +192,4 @@ def account_tuning(*, runs_distribution: str, mean_runs: float, eta: float | Non
     warns = tuple(acc.warnings) + (f"Tuning: one run costs epsilon = {one.epsilon:.4g}; releasing the best of K runs "
                                    f"({desc}) costs epsilon = {st.epsilon:.4g}.",)
     return AccountingResult(f"tuning (best of K DP-SGD runs, {SAMPLING_NAMES[sampling]})", (tuned, single),
-                            parameters=params, facts=facts, warnings=warns)
+                            parameters=params, facts=facts, warnings=warns, lower_bound=lower)

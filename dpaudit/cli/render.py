@@ -72,6 +72,13 @@ def render_result(result: AccountingResult, console: Console | None = None) -> N
     route = f" (route: {result.headline_route})" if result.headline_route else ""
     console.print(Text.assemble(("* headline: ", "bold"),
                                 f"ε = {fmt_number(result.epsilon)}, δ = {fmt_number(result.delta)}{route}"), soft_wrap=True)
+    low = result.lower_bound
+    if low is not None:
+        bracket = (f"ε in [{fmt_number(low.epsilon)}, {fmt_number(result.epsilon)}]" if result.interval_text() else
+                   f"ε >= {fmt_number(low.epsilon)} for {', '.join(low.routes) or 'every route'}")
+        console.print(Text.assemble(("  certified interval: ", "bold"), f"{bracket} at δ = {fmt_number(low.delta)}"),
+                      soft_wrap=True)
+        console.print(Text(f"  lower bound: the pair {low.pair}; {low.method}."), soft_wrap=True)
     if result.facts:
         print_table(console, ["fact", "value"], [[k, fmt_number(v)] for k, v in result.facts.items()], title="facts",
                     right=(1,))

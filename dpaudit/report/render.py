@@ -163,6 +163,14 @@ def _statement_rows(m: ModelAudit) -> list[list[str]]:
         mark = (" — headline" + (f" (route {s['route']})" if s.get("route") else "")) if s == head else ""
         rows.append([(s.get("label") or "–") + mark, fmt_epsilon(e), fmt_number(float(s["delta"])), s["method"],
                      fmt_number(s.get("order"))])
+    low = (m.theoretical or {}).get("lower_bound")
+    if isinstance(low, dict) and "epsilon" in low:
+        le = low["epsilon"]
+        le = float(le) if isinstance(le, str) else le
+        scope = f" (bounds {', '.join(low['routes'])})" if low.get("routes") else ""
+        rows.append([f"certified lower bound: ε in [{fmt_epsilon(le)}, {fmt_epsilon(m.theoretical_epsilon)}]{scope}",
+                     "≥ " + fmt_epsilon(le), fmt_number(float(low.get("delta", 0.0))),
+                     f"explicit pair: {low.get('pair', '?')}", "–"])
     return rows
 
 

@@ -25,3 +25,20 @@ def test_report_marks_the_result_headline_by_route():
         assert len(marked) == 1 and f"— headline (route {route})" in marked[0] and r.statement.label in marked[0]
         # a data-dependent headline is flagged; the data-independent one (picked on a tie) is not
         assert ("data_dependent_epsilon" in flags) == (route == "data-dependent")
+
+
+def test_report_shows_the_certified_lower_bound():
+    # issue 33: the accounting section shows the interval and the pair (Markdown; HTML uses the same rows)
+    from dpaudit.accountants import account_dpsgd
+    from dpaudit.report.render import to_html
+
+    r = account_dpsgd(dataset_size=600, batch_size=25, noise_multiplier=1.1, steps=70, delta=1e-5)
+    doc, _ = _report(to_dict(r))
+    rows = [line for line in doc.splitlines() if "certified lower bound" in line]
+    assert len(rows) == 1 and "explicit pair: target +1C" in rows[0] and "ε in [" in rows[0]
+    m = ModelAudit(name="m", method="dpsgd", release="runs/x", utility={}, theoretical=to_dict(r), attacks=(),
+                   noise=1.1, noise_label="sigma", num_train=600)
+    assert "certified lower bound" in to_html(AuditReport(title="t", seed=0, dataset={}, models=(m,), flags=()))
+    # a result written before issue 33 (no lower_bound) renders as before
+    old = {k: v for k, v in to_dict(r).items() if k != "lower_bound"}
+    assert "certified lower bound" not in _report(old)[0]
