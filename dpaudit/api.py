@@ -52,12 +52,18 @@ def account(mechanism: str, **params: Any) -> "AccountingResult":
     >>> f"{r.epsilon:.4f} ({r.statement.method})"
     '0.6401 (pld)'
     """
-    from dpaudit.accountants.mechanisms import ACCOUNTING_FUNCTIONS, MECHANISM_KINDS
+    from dpaudit.accountants.mechanisms import ACCOUNTING_FUNCTIONS, MECHANISM_KINDS, check_account_keywords
 
     fn = ACCOUNTING_FUNCTIONS.get(mechanism) if isinstance(mechanism, str) else None
     if fn is None:
         raise ParameterError(f"The 'mechanism' parameter of account must be one of {', '.join(MECHANISM_KINDS)}. "
                              f"Got {mechanism!r} instead.")
+    if params.get("release_epsilon") and mechanism == "gnmax":
+        from dpaudit.accountants.smooth_sensitivity import release_gnmax_epsilon
+
+        check_account_keywords(mechanism, release_gnmax_epsilon, params, release_epsilon=True)
+    else:
+        check_account_keywords(mechanism, fn, params)
     votes = params.get("votes")
     if isinstance(votes, (str, os.PathLike)):
         from dpaudit.accountants.pate import load_votes

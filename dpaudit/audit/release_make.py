@@ -447,7 +447,7 @@ def _read_scores(path: Any) -> tuple[str, dict[str, np.ndarray], int]:
     if present:
         labels = None if ym is None or yn is None else np.concatenate([ym, yn])
         ref = np.concatenate([np.asarray(z[refs[0]]), np.asarray(z[refs[1]])])
-        ref, _ = check_model_scores(ref, labels, kind, "reference scores", num_records=len(vm) + len(vn))
+        ref, _ = check_model_scores(ref, labels, kind, f"{refs[0]} + {refs[1]}", num_records=len(vm) + len(vn))
         inc = np.concatenate([np.asarray(z[refs[2]]), np.asarray(z[refs[3]])])
         if inc.dtype != bool or inc.shape != ref.shape[:2]:
             raise DataError(f"'reference_in_train/_test' must be boolean arrays of shape (n, K) matching the reference "

@@ -35,7 +35,7 @@ from dpaudit.errors import DataError, ParameterError, format_value, check_int
 from dpaudit.serial import to_dict
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
-from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
+from dpaudit.training.models import Classifier, ModelSpec, classifier_suffix, load_classifier, save_classifier
 from dpaudit.training.bundle_arrays import (MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, check_bundle_scores,
                                             check_canary_view, check_records, check_votes)
 from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION,
@@ -338,9 +338,7 @@ def write_release(
         canary_files, entry = dict(canaries[0]), _as_dict(canaries[1], "canaries")
         meta["canaries"] = entry
     if classifier is not None:      # the name save_classifier gives it
-        meta["model"]["file"] = "model" + (".safetensors" if classifier.module is not None else
-                                           ".cbm" if type(classifier.estimator).__module__.startswith("catboost") else
-                                           ".skops")
+        meta["model"]["file"] = "model" + classifier_suffix(classifier)
     # the checks load_release makes, on what is about to be written: a bundle dpaudit writes is one it accepts
     where = f"{owner} ({Path(out_dir) / 'release.json'})"
     info = parse_release_meta(meta, where)
