@@ -92,11 +92,12 @@ _LINE_BREAKS = re.compile("[\r\n\t\v\f\x1c-\x1e\x85\u2028\u2029]+")
 def md_text(value: Any) -> Md:
     """``value`` as literal Markdown text on one line: HTML-escaped (``& < >``: no raw HTML, autolink or block
     quote), Markdown punctuation backslashed (no code, emphasis, link, image, table cell or strikethrough), a
-    leading ``#``, ``-``, ``+``, ``=`` or ``1.`` escaped (no heading or list), line breaks folded into spaces, and
+    leading ``#``, ``-``, ``+``, ``=`` or ``1.`` escaped (no heading or list), line breaks folded into spaces (and
+    spaces at either end dropped: no indented code, no hard break), and
     control characters shown as in :func:`console_text`. Renders as the original text."""
     if isinstance(value, Md):
         return value
-    s = _LINE_BREAKS.sub(" ", str(value))
+    s = _LINE_BREAKS.sub(" ", str(value)).strip(" ")      # leading spaces would make code, trailing a line break
     s = _MD_PUNCT.sub(r"\\\1", s)
     s = _MD_UNDERSCORE.sub(r"\\_", s)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

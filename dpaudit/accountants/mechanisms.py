@@ -111,6 +111,8 @@ def check_account_keywords(mechanism: str, fn: Callable[..., Any], params: Mappi
     names = [p.name for p in accepted] + (["release_epsilon"] if mechanism == "gnmax" else [])
     what = f"{mechanism!r}" + (" with release_epsilon=True" if release_epsilon else "")
     for key in params:
+        if key == "release_epsilon":        # account() itself says which mechanism takes it
+            continue
         if not isinstance(key, str) or key not in names or key in _INTERNAL:
             raise ParameterError(f"{owner}({what}) takes the keywords {', '.join(names)}. Got {key!r} instead.")
     missing = [p.name for p in accepted if p.default is p.empty and p.name not in params]
