@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from dpaudit.errors import ParameterError
+from dpaudit.errors import ParameterError, check_bool, format_value
 
 if TYPE_CHECKING:  # pragma: no cover - for the signatures only
     from dpaudit.accountants.statement import AccountingResult
@@ -57,7 +57,9 @@ def account(mechanism: str, **params: Any) -> "AccountingResult":
     fn = ACCOUNTING_FUNCTIONS.get(mechanism) if isinstance(mechanism, str) else None
     if fn is None:
         raise ParameterError(f"The 'mechanism' parameter of account must be one of {', '.join(MECHANISM_KINDS)}. "
-                             f"Got {mechanism!r} instead.")
+                             f"Got {format_value(mechanism)} instead.")
+    if "release_epsilon" in params:
+        params["release_epsilon"] = check_bool(params["release_epsilon"], "release_epsilon", "account")
     if params.get("release_epsilon") and mechanism == "gnmax":
         from dpaudit.accountants.smooth_sensitivity import release_gnmax_epsilon
 
@@ -75,7 +77,10 @@ def account(mechanism: str, **params: Any) -> "AccountingResult":
     if mechanism == "gnmax" and isinstance(answered, (str, os.PathLike)):
         from dpaudit.accountants.gnmax import load_answered
 
-        queries = params.get("queries") if params.get("votes") is None else len(params["votes"])
+        import numpy as np
+
+        shape = None if params.get("votes") is None else np.shape(params["votes"])
+        queries = params.get("queries") if shape is None else (shape[0] if shape else None)
         if queries is None:
             raise ParameterError("The 'queries' parameter of account must be given with an 'answered' file and no votes.")
         params["answered"] = load_answered(answered, queries)
@@ -213,6 +218,13 @@ def make_release(out: str | os.PathLike, *, claim: Sequence[str] | dict, overwri
     from dpaudit.training.release import load_release as load
     from dpaudit.training.usercode import BundleCode
 
+    import inspect
+
+    accepted = [k for k in inspect.signature(make).parameters if k not in ("out", "claim", "overwrite")]
+    unknown = [k for k in inputs if k not in accepted]
+    if unknown:     # the caller's spelling and every keyword accepted (never Python's TypeError about make())
+        raise ParameterError(f"release.make takes the keywords out, claim, overwrite, {', '.join(accepted)}. "
+                             f"Got {unknown[0]!r} instead.")
     path = make(out, claim=claim, overwrite=overwrite, **inputs)
     # loaded with the code just named (the factory / training function), checked against the bundle's digests
     return load(path, code=BundleCode(factory=inputs.get("factory"), train_fn=inputs.get("train_fn")))

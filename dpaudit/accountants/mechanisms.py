@@ -30,11 +30,15 @@ __all__ = ["ACCOUNTING_FUNCTIONS", "MECHANISM_KINDS", "laplace_mechanism", "gaus
            "check_account_keywords"]
 
 
+#: The most compositions the plain mechanisms account (a count beyond it is a typo; the figures stay floats).
+MAX_COUNT = 10**15
+
+
 def laplace_mechanism(*, scale: float, sensitivity: float = 1.0, count: int = 1, owner: str = "the laplace mechanism") -> AccountingResult:
     """``count`` Laplace(``scale``) answers to queries of L1 sensitivity ``sensitivity``: pure
     ``count * sensitivity / scale``-DP (Dwork et al. 2006, basic composition)."""
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
-    count = check_int(count, "count", owner, low=1)
+    count = check_int(count, "count", owner, low=1, high=MAX_COUNT)
     scale = check_float(scale, "scale", owner, low=0.0, low_open=True)
     eps = count * sens / scale
     if not math.isfinite(eps):
@@ -55,7 +59,7 @@ def gaussian_mechanism(*, sigma: float, delta: float, sensitivity: float = 1.0, 
     """``count`` Gaussian(``sigma``) answers to queries of L2 sensitivity ``sensitivity``: exactly
     mu-GDP with mu = sqrt(count) * sensitivity / sigma (Dong, Roth & Su 2019), converted exactly at ``delta``."""
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
-    count = check_int(count, "count", owner, low=1)
+    count = check_int(count, "count", owner, low=1, high=MAX_COUNT)
     sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
     mu = math.sqrt(count) * sens / sigma
     if not math.isfinite(mu):

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dpaudit.accountants.granularity import GRANULARITIES, canonical_granularity
-from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import (ParameterError, check_bool, check_choice, check_float, check_int, check_path,
+                            check_probability)
 
 __all__ = [
     "GRANULARITIES",
@@ -352,6 +353,6 @@ def load_claims(path: str | Path) -> ClaimsFile:
     """Read and validate a claims TOML file (paths inside it are relative to its directory)."""
     from dpaudit._io import load_toml_file
 
-    p = Path(path)
+    p = check_path(path, "claims", "dpaudit.check")
     data = load_toml_file(p, "the claims file")
     return parse_claims(data, base_dir=p.parent, path=p)

@@ -57,7 +57,7 @@ from dpaudit.audit.claims import (
     ReleaseSubject,
     load_claims,
 )
-from dpaudit.errors import DataError, DPAuditError
+from dpaudit.errors import DataError, DPAuditError, check_path
 from dpaudit.executors import LocalExecutor
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
@@ -310,7 +310,7 @@ class ClaimsReport:
 
 def write_junit(report: ClaimsReport, path: str | Path) -> Path:
     """Write :meth:`ClaimsReport.junit_xml` atomically to ``path``."""
-    return write_text(path, report.junit_xml())
+    return write_text(check_path(path, "junit", "dpaudit.check"), report.junit_xml())
 
 
 # --------------------------------------------------------------------------------------------------

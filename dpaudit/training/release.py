@@ -31,7 +31,7 @@ import numpy as np
 
 from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, open_input, save_npy, save_npz,
                          write_json)
-from dpaudit.errors import DataError, ParameterError, format_value, check_int
+from dpaudit.errors import DataError, ParameterError, format_value, check_bool, check_int, check_path
 from dpaudit.serial import to_dict
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
@@ -570,7 +570,10 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
     from dpaudit.training.usercode import BundleCode
 
     code = BundleCode.of(code)
-    root = Path(path)
+    root = check_path(path, "path", "load_release")
+    if data_dir is not None:
+        data_dir = check_path(data_dir, "data_dir", "load_release")
+    trust_data_dir = check_bool(trust_data_dir, "trust_data_dir", "load_release")
     meta = read_release_meta(root)
     real_root = root.resolve()
     meta_path = root / "release.json"
