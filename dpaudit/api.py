@@ -118,11 +118,13 @@ def attack(release: "str | os.PathLike | Release", attack: str = "shadow", *, ou
     re-run trains only what is missing. Code a bundle names runs only when ``factory`` / ``train_fn`` name the same
     code or ``trust_bundle_code=True`` (:class:`~dpaudit.training.usercode.BundleCode`). ``executor``: ``"local"``
     or ``"ray"``."""
-    from dpaudit.audit.attack_release import attack_out_dir, attack_output
+    from dpaudit.audit.attack_release import attack_out_dir, attack_output, check_attack_counts
     from dpaudit.progress import as_reporter
     from dpaudit.training.release import Release, load_release
     from dpaudit.training.usercode import BundleCode
 
+    check_attack_counts("attack", shadows=shadows, bootstrap=bootstrap, population=population, models=models,
+                        canaries=canaries, seed=seed)                 # every count bounded before any work
     rep = as_reporter(progress, prefix="dpaudit attack")
     root = Path(release.path) if isinstance(release, Release) else Path(release)
     name = audit or ("compare" if compare else attack)
