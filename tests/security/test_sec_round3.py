@@ -163,3 +163,47 @@ def test_reproduce_only_empty_is_refused_not_the_whole_grid(tmp_path, cli, monke
     _one_error(cli, ["reproduce", "fredy", "--only", only, "--out", tmp_path / "o", "--work-dir", tmp_path / "w",
                      "--quiet"], "'only'", "at least one setting", "baseline")
     assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# item 4: every count a user passes is bounded before any work
+
+
+COUNTS = [("shadows", 10**9, "[0, 10000]"), ("bootstrap", 10**9, "[0, 100000]"), ("population", 10**12, "[0, 100000000]"),
+          ("models", 10**9, "[0, 100000]"), ("canaries", 10**9, "[0, 1000000]"), ("seed", 2**40, "[0, 4294967295]"),
+          ("bootstrap", -1, "[0, 100000]"), ("shadows", 2.5, "[0, 10000]")]
+
+
+@pytest.mark.parametrize("name, value, bound", COUNTS, ids=[f"{n}={v}" for n, v, _ in COUNTS])
+def test_every_count_an_attack_takes_is_bounded_before_any_work(tmp_path, cli, name, value, bound):
+    """The bundle does not even exist: the count is refused first (nothing loaded, trained or allocated)."""
+    with pytest.raises(ParameterError) as exc:
+        dpaudit.attack(tmp_path / "no-bundle", attack="threshold", out=tmp_path / "o", **{name: value})
+    assert f"'{name}'" in str(exc.value) and bound in str(exc.value)
+    assert not (tmp_path / "o").exists()
+    from dpaudit.audit.attack_release import attack_release, compare_release
+
+    if name in ("shadows", "bootstrap", "population", "seed"):
+        lib = {"shadows": "num_shadows", "bootstrap": "n_bootstrap"}.get(name, name)
+        with pytest.raises(ParameterError, match=f"'{name}'"):
+            attack_release(tmp_path / "no-bundle", attack="threshold", **{lib: value})
+        lib = {"shadows": "num_references", "bootstrap": "n_bootstrap"}.get(name, name)
+        with pytest.raises(ParameterError, match=f"'{name}'"):
+            compare_release(tmp_path / "no-bundle", **{lib: value})
+    if name in ("shadows", "bootstrap", "seed") and isinstance(value, int) and value > 0:
+        _one_error(cli, ["attack", tmp_path / "no-bundle", "--attack", "threshold", f"--{name}", value, "--out",
+                         tmp_path / "o", "--quiet"], name, bound.split(", ")[1].rstrip("]"))
+
+
+def test_composition_counts_and_claim_budgets_are_bounded(tmp_path):
+    with pytest.raises(ParameterError, match=r"'count'.*\[1, 1000000000000000\]"):
+        dpaudit.account("laplace", scale=1.0, count=10**80)       # was an OverflowError
+    with pytest.raises(ParameterError, match=r"'count'"):
+        dpaudit.account("gaussian", sigma=1.0, delta=1e-5, count=10**16)
+    from dpaudit.audit.claims import parse_claims
+
+    for key, value in (("shadows", 10**9), ("models", 10**9), ("canaries", 10**9), ("seed", 2**40)):
+        attack = {"kind": "canary" if key in ("models", "canaries") else "lira", key: value}
+        claim = {"name": "c", "epsilon": 1.0, "delta": 1e-5, "granularity": "example", "release": "r", "attack": attack}
+        with pytest.raises(ParameterError, match=f"'{key}'"):
+            parse_claims({"claim": [claim]}, base_dir=tmp_path)
