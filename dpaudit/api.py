@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from dpaudit.errors import ParameterError, check_bool, format_value
+from dpaudit.errors import ParameterError, check_bool, check_path, format_value
 
 if TYPE_CHECKING:  # pragma: no cover - for the signatures only
     from dpaudit.accountants.statement import AccountingResult
@@ -126,7 +126,7 @@ def attack(release: "str | os.PathLike | Release", attack: str = "shadow", *, ou
     check_attack_counts("attack", shadows=shadows, bootstrap=bootstrap, population=population, models=models,
                         canaries=canaries, seed=seed)                 # every count bounded before any work
     rep = as_reporter(progress, prefix="dpaudit attack")
-    root = Path(release.path) if isinstance(release, Release) else Path(release)
+    root = Path(release.path) if isinstance(release, Release) else check_path(release, "release", "attack")
     name = audit or ("compare" if compare else attack)
     out = attack_out_dir(root, name, out, overwrite=overwrite)   # refused before any work
     if isinstance(release, Release):

@@ -173,10 +173,19 @@ def check_path(value: Any, name: str, owner: str) -> Path:
     from pathlib import Path
 
     text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
-    if not isinstance(text, str) or not text or "\x00" in text:
+    if not isinstance(text, str) or not text or "\x00" in text or not _path_fits(text):
         raise ParameterError(f"The '{name}' parameter of {owner} must be a path (a non-empty str or os.PathLike "
-                             f"without NUL). Got {format_value(value)} instead.")
+                             f"without NUL, names of at most 255 bytes, 4095 in all). Got {format_value(value)} instead.")
     return Path(text)
+
+
+def _path_fits(text: str) -> bool:
+    """Whether the operating system can name ``text`` at all (NAME_MAX 255 bytes a component, PATH_MAX 4096)."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeError:
+        return False
+    return len(raw) < 4096 and all(len(part) <= 255 for part in raw.split(b"/"))
 
 
 def check_optional_str(value: Any, name: str, owner: str) -> str | None:

@@ -18,7 +18,7 @@ from dpaudit.attacks import AttackReport, run_attack
 from dpaudit.attacks.compare import AttackComparison, compare_attacks
 from dpaudit.attacks.scores import compare_scores, scores_attack
 from dpaudit._io import OUTPUT_MARKER, check_replaceable, is_dpaudit_output, make_output_dir
-from dpaudit.errors import DataError, OutputError, check_int
+from dpaudit.errors import DataError, OutputError, check_int, check_path
 from dpaudit.executors import Executor, LocalExecutor
 from dpaudit.training.release import Release, load_release
 
@@ -42,8 +42,8 @@ def attack_out_dir(release: str | Path, name: str, out: str | Path | None = None
     already holds results of an earlier attack (:data:`ATTACK_RESULTS`) unless ``overwrite``, and then only when
     dpaudit wrote it (:func:`dpaudit._io.check_replaceable`); an existing non-empty folder dpaudit did not write.
     """
-    bundle = Path(release).resolve()
-    o = Path(out) if out is not None else DEFAULT_ATTACK_ROOT / f"{bundle.name or 'release'}-{name}"
+    bundle = check_path(release, "release", "attack").resolve()
+    o = check_path(out, "out", "attack") if out is not None else DEFAULT_ATTACK_ROOT / f"{bundle.name or 'release'}-{name}"
     real = o.resolve()
     if real == bundle or bundle in real.parents:
         raise OutputError(f"--out {o} lies inside the release bundle {release}; dpaudit never writes into a bundle (its "

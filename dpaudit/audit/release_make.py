@@ -54,7 +54,7 @@ from dpaudit.accountants.granularity import canonical_granularity
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
-from dpaudit.errors import (DataError, DPAuditError, ParameterError, check_float, check_int, check_optional_str,
+from dpaudit.errors import (DataError, DPAuditError, ParameterError, check_float, check_bool, check_int, check_optional_str,
                             format_value)
 from dpaudit.training.release_meta import check_records, parse_train_config
 from dpaudit.serial import to_dict
@@ -513,6 +513,7 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
 
     check_release_target(out, "--out", "release make")      # before any input is read
     seed = check_int(seed, "seed", "make_release", low=0)
+    overwrite = check_bool(overwrite, "overwrite", "make_release")
     for name, value in (("factory", factory), ("train_fn", train_fn), ("recipe_model", recipe_model),
                         ("label_column", label_column), ("dataset", dataset), ("data_dir", data_dir)):
         check_optional_str(value, name, "make_release")

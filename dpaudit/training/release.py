@@ -210,9 +210,7 @@ def check_release_target(out_dir: Any, name: str, owner: str) -> Path:
     """The folder a bundle is written to must be named by its last path component: ``.``, ``..``, ``/`` or an empty
     path name a folder that holds other things (the current directory, its parent), which ``--overwrite`` would
     replace as a whole. Raises :class:`ParameterError` naming ``name`` of ``owner``."""
-    if not isinstance(out_dir, (str, Path)) or not str(out_dir) or "\x00" in str(out_dir):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be a folder path. Got {out_dir!r:.80} instead.")
-    p = Path(out_dir)
+    p = check_path(out_dir, name, owner)
     if p.name in ("", ".", ".."):
         raise ParameterError(f"The '{name}' parameter of {owner} must name a new folder for the bundle (e.g. runs/rel), "
                              f"not '.', '..' or '/': the whole folder would be replaced. Got {str(out_dir)!r} instead.")
