@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from dpaudit.errors import ParameterError, check_bool, check_path, format_value
+from dpaudit.errors import ParameterError, check_bool, check_choice, check_path, format_value
 
 if TYPE_CHECKING:  # pragma: no cover - for the signatures only
     from dpaudit.accountants.statement import AccountingResult
@@ -118,6 +118,7 @@ def attack(release: "str | os.PathLike | Release", attack: str = "shadow", *, ou
     re-run trains only what is missing. Code a bundle names runs only when ``factory`` / ``train_fn`` name the same
     code or ``trust_bundle_code=True`` (:class:`~dpaudit.training.usercode.BundleCode`). ``executor``: ``"local"``
     or ``"ray"``."""
+    from dpaudit.attacks.run import ATTACKS
     from dpaudit.audit.attack_release import attack_out_dir, attack_output, check_attack_counts
     from dpaudit.progress import as_reporter
     from dpaudit.training.release import Release, load_release
@@ -125,6 +126,11 @@ def attack(release: "str | os.PathLike | Release", attack: str = "shadow", *, ou
 
     check_attack_counts("attack", shadows=shadows, bootstrap=bootstrap, population=population, models=models,
                         canaries=canaries, seed=seed)                 # every count bounded before any work
+    if audit is not None:
+        check_choice(audit, "audit", "attack", ("one-run", "multi-run"))
+    elif not compare:
+        check_choice(attack, "attack", "attack", ATTACKS)
+    compare = check_bool(compare, "compare", "attack")
     rep = as_reporter(progress, prefix="dpaudit attack")
     root = Path(release.path) if isinstance(release, Release) else check_path(release, "release", "attack")
     name = audit or ("compare" if compare else attack)

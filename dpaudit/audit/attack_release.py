@@ -15,10 +15,11 @@ import numpy as np
 from dataclasses import replace
 
 from dpaudit.attacks import AttackReport, run_attack
+from dpaudit.attacks.run import ATTACKS
 from dpaudit.attacks.compare import AttackComparison, compare_attacks
 from dpaudit.attacks.scores import compare_scores, scores_attack
 from dpaudit._io import OUTPUT_MARKER, check_replaceable, is_dpaudit_output, make_output_dir
-from dpaudit.errors import DataError, OutputError, check_int, check_path
+from dpaudit.errors import DataError, OutputError, check_choice, check_int, check_path
 from dpaudit.executors import Executor, LocalExecutor
 from dpaudit.training.release import Release, load_release
 
@@ -126,6 +127,7 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
     then non-members, the rows of its scores file). Other arguments: see ``run_attack``.
     """
     check_attack_counts("attack_release", shadows=num_shadows, bootstrap=n_bootstrap, population=population, seed=seed)
+    check_choice(attack, "attack", "attack_release", ATTACKS)
     rel = release if isinstance(release, Release) else load_release(release, code=code)
     if delta is None:
         delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
