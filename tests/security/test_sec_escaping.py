@@ -200,3 +200,21 @@ def test_check_console_and_junit_escape_a_claims_files_strings(tmp_path):
     xml = report.junit_xml()
     root = ET.fromstring(xml.split("\n", 1)[1])                 # well-formed XML 1.0
     assert "\x1b" not in xml and root.find(".//testcase").get("name") == "c\\x1b[2K\\x1b[1A\\x0d<b>x</b>"
+
+
+def test_the_escaping_lives_in_one_module():
+    """An extra to the structure (the Markdown writers can only join Md fragments): no other module of dpaudit
+    escapes HTML or XML itself or defines its own Markdown table, and every Markdown writer returns md_document."""
+    import dpaudit
+
+    root = Path(dpaudit.__file__).parent
+    for path in root.rglob("*.py"):
+        if path.name == "_escape.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "html.escape(" not in text and "def _md_table" not in text and "saxutils" not in text, path
+    for mod in ("report/render.py", "report/attack_outputs.py"):
+        text = (root / mod).read_text(encoding="utf-8")
+        for fn in re.findall(r"\ndef (\w*markdown\w*)\(", text):
+            body = text.split(f"\ndef {fn}(", 1)[1].split("\ndef ", 1)[0]
+            assert "return md_document(" in body, (mod, fn)
