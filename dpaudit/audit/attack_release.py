@@ -98,11 +98,13 @@ def check_attack_counts(owner: str, *, shadows: Any = None, bootstrap: Any = Non
     from dpaudit.training.canaries import MAX_CANARIES
     from dpaudit.training.limits import MAX_MODELS, MAX_RECORDS
 
-    for name, value, high in (("shadows", shadows, MAX_SHADOWS), ("bootstrap", bootstrap, MAX_BOOTSTRAP),
-                              ("population", population, MAX_RECORDS), ("models", models, MAX_MODELS),
-                              ("canaries", canaries, MAX_CANARIES), ("seed", seed, MAX_SEED)):
+    for name, value, low, high in (("shadows", shadows, 0, MAX_SHADOWS), ("bootstrap", bootstrap, 0, MAX_BOOTSTRAP),
+                                   ("population", population, 0, MAX_RECORDS), ("seed", seed, 0, MAX_SEED)):
         if value is not None:
-            check_int(value, name, owner, low=0, high=high)
+            check_int(value, name, owner, low=low, high=high)
+    for name, value, high in (("models", models, MAX_MODELS), ("canaries", canaries, MAX_CANARIES)):
+        if value is not None:       # the canary audit's own ranges and words (canary_audit_release checks them again)
+            check_int(value, name, "canary audit", low=2, high=high)
 
 
 def attack_release(release: Release | str | Path, *, attack: str, num_shadows: int = 16, classifier: Any = "catboost",

@@ -170,7 +170,7 @@ def test_reproduce_only_empty_is_refused_not_the_whole_grid(tmp_path, cli, monke
 
 
 COUNTS = [("shadows", 10**9, "[0, 10000]"), ("bootstrap", 10**9, "[0, 100000]"), ("population", 10**12, "[0, 100000000]"),
-          ("models", 10**9, "[0, 100000]"), ("canaries", 10**9, "[0, 1000000]"), ("seed", 2**40, "[0, 4294967295]"),
+          ("models", 10**9, "[2, 100000]"), ("canaries", 10**9, "[2, 1000000]"), ("seed", 2**40, "[0, 4294967295]"),
           ("bootstrap", -1, "[0, 100000]"), ("shadows", 2.5, "[0, 10000]")]
 
 
