@@ -323,7 +323,8 @@ def test_fuzz_python_api(ctx, name, budget):
     def run(case):
         COUNTS[f"api {name}"] += 1
         base, changes = case
-        with tempfile.TemporaryDirectory() as d:
+        # in a fresh working directory: a relative path among the values ("lira", " ", "inf") lands there
+        with tempfile.TemporaryDirectory() as d, contextlib.chdir(d):
             c = {**ctx, "tmp": Path(d), "tmp_file": Path(d) / "f.xml"}
             kwargs = s.bases[base](c)
             keys, hinted = s.fuzzed(kwargs), sorted(s.hints)

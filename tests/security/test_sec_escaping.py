@@ -42,7 +42,7 @@ def _rendered_bullet(s) -> str:
     return out[len("<ul>\n<li>"):-len("</li>\n</ul>\n")]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, database=None)
 @given(TEXTS)
 def test_md_text_renders_as_exactly_the_text_and_nothing_else(s):
     inner = _rendered_bullet(s)
@@ -51,7 +51,7 @@ def test_md_text_renders_as_exactly_the_text_and_nothing_else(s):
     assert html.unescape(inner).strip(" ") == want, (s, md_bullet(s), inner)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(TEXTS, TEXTS)
 def test_md_table_cells_stay_in_their_cell(a, b):
     out = MD.render(md_table(["h1", "h2"], [[a, b]]))
@@ -59,7 +59,7 @@ def test_md_table_cells_stay_in_their_cell(a, b):
     assert len(cells) == 2 and all("<" not in c for c in cells), (a, b, out)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(TEXTS)
 def test_md_code_is_a_code_span_or_plain_text(s):
     inner = _rendered_bullet(md(md_code(s)))

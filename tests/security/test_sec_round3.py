@@ -115,7 +115,7 @@ def test_release_make_model_cbm_writes_a_bundle_that_loads(tmp_path, cli):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 4))
     y = (X[:, 0] > 0).astype(int)
-    catboost.CatBoostClassifier(iterations=5, verbose=False, thread_count=1, random_seed=0).fit(X, y) \
+    catboost.CatBoostClassifier(iterations=5, verbose=False, thread_count=1, random_seed=0, allow_writing_files=False).fit(X, y) \
         .save_model(str(tmp_path / "m.cbm"))
     np.savez(tmp_path / "d.npz", X=X, y=y)
     np.save(tmp_path / "mem.npy", np.arange(30))
