@@ -180,7 +180,7 @@ def _make_release_keywords() -> tuple[str, ...]:
 
 
 SURFACES: dict[str, Surface] = {
-    "account": Surface(_account, ACCOUNT_BASES, keywords=_account_keywords, fixed_signature=False, fast=160, slow=3000,
+    "account": Surface(_account, ACCOUNT_BASES, keywords=_account_keywords, fixed_signature=False, fast=200, slow=3000,
                        hints={
         "mechanism": ["laplace", "gaussian", "dpsgd", "ldp", "pate", "gnmax", "tuning", "LAPLACE", "rdp"],
         "votes": ["@garbage_npy", "@votes_npy", np.full((2, 3), -1), np.full((2, 3), 10**18), np.zeros((0, 3))],
@@ -195,7 +195,7 @@ SURFACES: dict[str, Surface] = {
         lambda c: {"release": c["scores_bundle"], "attack": "threshold", "out": c["tmp"] / "o", "bootstrap": 10},
         lambda c: {"release": c["scores_bundle"], "attack": "lira", "out": c["tmp"] / "o", "bootstrap": 10},
         lambda c: {"release": c["forest"], "attack": "threshold", "out": c["tmp"] / "o", "bootstrap": 10},
-    ), fast=45, slow=800, limit_s=60, hints={
+    ), fast=80, slow=800, limit_s=60, hints={
         "release": ["@scores_bundle", "@forest", "@dir", "@missing", "@empty", "@fifo"],
         "attack": ["threshold", "lira", "rmia", "shadow", "blind", "SHADOW"],
         "audit": ["one-run", "multi-run", "two-run"], "canary": ["dirac", "input", "gradient", "none"],
@@ -209,14 +209,14 @@ SURFACES: dict[str, Surface] = {
         "factory": ["@empty:build", "os:system", "x.py:build"], "train_fn": ["@empty:train", "subprocess:run"],
         "data_dir": ["@dir", "/", "@missing"],
     }),
-    "check": Surface(_check, (lambda c: {"claims": c["claims"]},), fast=60, slow=1200, hints={
+    "check": Surface(_check, (lambda c: {"claims": c["claims"]},), fast=80, slow=1200, hints={
         "claims": ["@claims", "@hostile_toml", "@empty", "@dir", "@fifo", "@zero", "@nul", "@missing"],
         "junit": ["@dir", "@tmp_file", "/", "@scores_bundle", "@claims"],
     }),
     "release.make": Surface(_make_release, (
         lambda c: {"out": c["tmp"] / "made", "claim": ["epsilon=8", "delta=1e-5"], "scores": c["scores_npz"]},
     ), keywords=lambda base: ("out", "claim", "overwrite") + _make_release_keywords(), fixed_signature=False,
-        fast=60, slow=1200, hints={
+        fast=80, slow=1200, hints={
         "out": ["@scores_bundle", "@forest", "@empty", "@dir", "/", "@tmp"],
         "claim": [["epsilon=8"], ["epsilon=nan", "delta=1e-5"], {"epsilon": 8, "delta": 1e-5}, ["x"], {"epsilon": -1},
                   ["epsilon=8", "delta=1e-5", "granularity=\x1b[2K"], ["epsilon=8", "delta=1e-5", "text=<script>"]],
@@ -227,11 +227,11 @@ SURFACES: dict[str, Surface] = {
         "ledger": ["@empty", "@hostile_toml"], "dp_events": ["@empty", "@nul"], "opacus": ["@empty"],
     }),
     "Release.load": Surface(_release_load, (lambda c: {"path": c["forest"]}, lambda c: {"path": c["scores_bundle"]}),
-                            fast=60, slow=1200, hints={
+                            fast=80, slow=1200, hints={
         "path": ["@forest", "@scores_bundle", "@dir", "@empty", "@fifo", "@missing", "/", "@symlink_loop"],
         "data_dir": ["@dir", "/", "@missing", "@empty"], "code": [None, "code", object()],
     }),
-    "to_dict": Surface(_to_dict, (lambda c: {"obj": c["result"]},), fast=150, slow=3000, hints={
+    "to_dict": Surface(_to_dict, (lambda c: {"obj": c["result"]},), fast=200, slow=3000, hints={
         # nesting past the recursion limit only here: Python's own repr() of it fails, so no error message can quote it
         "obj": ["@result", _deep(3000), np.array([math.inf]), {"k": [math.nan, {1, "a"}]}, Path("/x"), frozenset({1, 2})],
     }),
