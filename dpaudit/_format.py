@@ -15,24 +15,16 @@ import re
 import sys
 from typing import Any, Iterable, Sequence, TextIO
 
+from dpaudit._escape import console_text
+
 __all__ = ["fmt_number", "make_console", "build_table", "print_table", "table_text", "NO_VALUE", "printable"]
 
 #: What an absent value prints as.
 NO_VALUE = "–"
 
-# Characters that are not text for a terminal: C0 controls but tab and newline (ESC starts the sequences that move
-# the cursor, erase lines and set the window title), DEL, C1 controls, and the Unicode marks that reorder what
-# follows them on screen (bidirectional overrides and isolates).
-_NOT_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: Any) -> str:
-    """``text`` as a terminal shows it literally: every control character (ESC, carriage return, backspace, bell,
-    C1) and every bidirectional override shown as a visible ``\\xNN`` / ``\\uNNNN`` escape. Strings a release
-    bundle or an input file carries (a method name, a flag message, a data directory) are printed through this,
-    so a hostile one cannot move the cursor, erase or overwrite a verdict already printed, or set the title."""
-    return _NOT_TEXT.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                         str(text))
+#: The one console escaping (:func:`dpaudit._escape.console_text`), under the name the CLI has always used: strings a
+#: release bundle or an input file carries are printed through it.
+printable = console_text
 
 
 #: Width of a console that is neither a terminal nor given a width (COLUMNS): lines are never folded.

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from dpaudit.errors import ParameterError
+from dpaudit.errors import ParameterError, check_bool, check_choice, check_path, format_value
 
 if TYPE_CHECKING:  # pragma: no cover - for the signatures only
     from dpaudit.accountants.statement import AccountingResult
@@ -52,12 +52,20 @@ def account(mechanism: str, **params: Any) -> "AccountingResult":
     >>> f"{r.epsilon:.4f} ({r.statement.method})"
     '0.6401 (pld)'
     """
-    from dpaudit.accountants.mechanisms import ACCOUNTING_FUNCTIONS, MECHANISM_KINDS
+    from dpaudit.accountants.mechanisms import ACCOUNTING_FUNCTIONS, MECHANISM_KINDS, check_account_keywords
 
     fn = ACCOUNTING_FUNCTIONS.get(mechanism) if isinstance(mechanism, str) else None
     if fn is None:
         raise ParameterError(f"The 'mechanism' parameter of account must be one of {', '.join(MECHANISM_KINDS)}. "
-                             f"Got {mechanism!r} instead.")
+                             f"Got {format_value(mechanism)} instead.")
+    if "release_epsilon" in params:
+        params["release_epsilon"] = check_bool(params["release_epsilon"], "release_epsilon", "account")
+    if params.get("release_epsilon") and mechanism == "gnmax":
+        from dpaudit.accountants.smooth_sensitivity import release_gnmax_epsilon
+
+        check_account_keywords(mechanism, release_gnmax_epsilon, params, release_epsilon=True)
+    else:
+        check_account_keywords(mechanism, fn, params)
     votes = params.get("votes")
     if isinstance(votes, (str, os.PathLike)):
         from dpaudit.accountants.pate import load_votes
@@ -69,7 +77,10 @@ def account(mechanism: str, **params: Any) -> "AccountingResult":
     if mechanism == "gnmax" and isinstance(answered, (str, os.PathLike)):
         from dpaudit.accountants.gnmax import load_answered
 
-        queries = params.get("queries") if params.get("votes") is None else len(params["votes"])
+        import numpy as np
+
+        shape = None if params.get("votes") is None else np.shape(params["votes"])
+        queries = params.get("queries") if shape is None else (shape[0] if shape else None)
         if queries is None:
             raise ParameterError("The 'queries' parameter of account must be given with an 'answered' file and no votes.")
         params["answered"] = load_answered(answered, queries)
@@ -107,13 +118,21 @@ def attack(release: "str | os.PathLike | Release", attack: str = "shadow", *, ou
     re-run trains only what is missing. Code a bundle names runs only when ``factory`` / ``train_fn`` name the same
     code or ``trust_bundle_code=True`` (:class:`~dpaudit.training.usercode.BundleCode`). ``executor``: ``"local"``
     or ``"ray"``."""
-    from dpaudit.audit.attack_release import attack_out_dir, attack_output
+    from dpaudit.attacks.run import ATTACKS
+    from dpaudit.audit.attack_release import attack_out_dir, attack_output, check_attack_counts
     from dpaudit.progress import as_reporter
     from dpaudit.training.release import Release, load_release
     from dpaudit.training.usercode import BundleCode
 
+    check_attack_counts("attack", shadows=shadows, bootstrap=bootstrap, population=population, models=models,
+                        canaries=canaries, seed=seed)                 # every count bounded before any work
+    if audit is not None:
+        check_choice(audit, "audit", "attack", ("one-run", "multi-run"))
+    elif not compare:
+        check_choice(attack, "attack", "attack", ATTACKS)
+    compare = check_bool(compare, "compare", "attack")
     rep = as_reporter(progress, prefix="dpaudit attack")
-    root = Path(release.path) if isinstance(release, Release) else Path(release)
+    root = Path(release.path) if isinstance(release, Release) else check_path(release, "release", "attack")
     name = audit or ("compare" if compare else attack)
     out = attack_out_dir(root, name, out, overwrite=overwrite)   # refused before any work
     from dpaudit.audit.lm_release import is_lm_release
@@ -239,6 +258,13 @@ def make_release(out: str | os.PathLike, *, claim: Sequence[str] | dict, overwri
     from dpaudit.training.release import load_release as load
     from dpaudit.training.usercode import BundleCode
 
+    import inspect
+
+    accepted = [k for k in inspect.signature(make).parameters if k not in ("out", "claim", "overwrite")]
+    unknown = [k for k in inputs if k not in accepted]
+    if unknown:     # the caller's spelling and every keyword accepted (never Python's TypeError about make())
+        raise ParameterError(f"release.make takes the keywords out, claim, overwrite, {', '.join(accepted)}. "
+                             f"Got {unknown[0]!r} instead.")
     path = make(out, claim=claim, overwrite=overwrite, **inputs)
     # loaded with the code just named (the factory / training function), checked against the bundle's digests
     return load(path, code=BundleCode(factory=inputs.get("factory"), train_fn=inputs.get("train_fn")))

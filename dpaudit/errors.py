@@ -21,6 +21,8 @@ import numpy as np
 __all__ = [
     "DPAuditError",
     "format_value",
+    "check_path",
+    "check_optional_str",
     "ParameterError",
     "DataError",
     "OutputError",
@@ -138,7 +140,7 @@ def check_probability(value: Any, name: str, owner: str, *, allow_zero: bool = F
 
 def check_choice(value: Any, name: str, owner: str, choices: Iterable[str]) -> str:
     choices = tuple(choices)
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:      # (an array's "in" would raise)
         listed = ", ".join(repr(c) for c in choices)
         raise ParameterError(f"The '{name}' parameter of {owner} must be one of {listed}. Got {format_value(value)} instead.")
     return value
@@ -161,4 +163,34 @@ def check_name(value: Any, name: str, owner: str) -> str:
     if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
         raise ParameterError(f"The '{name}' parameter of {owner} must be a name of 1-64 letters, digits, '_', '.' or '-' "
                              f"starting with a letter or digit (it names a folder). Got {format_value(value)} instead.")
+    return value
+
+
+def check_path(value: Any, name: str, owner: str) -> Path:
+    """``value`` (a ``str`` or an ``os.PathLike`` naming a path) as a :class:`~pathlib.Path`, else a
+    :class:`ParameterError` (an empty string, a NUL byte, bytes or any other type: before anything is opened)."""
+    import os
+    from pathlib import Path
+
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text or "\x00" in text or not _path_fits(text):
+        raise ParameterError(f"The '{name}' parameter of {owner} must be a path (a non-empty str or os.PathLike "
+                             f"without NUL, names of at most 255 bytes, 4095 in all). Got {format_value(value)} instead.")
+    return Path(text)
+
+
+def _path_fits(text: str) -> bool:
+    """Whether the operating system can name ``text`` at all (NAME_MAX 255 bytes a component, PATH_MAX 4096)."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeError:
+        return False
+    return len(raw) < 4096 and all(len(part) <= 255 for part in raw.split(b"/"))
+
+
+def check_optional_str(value: Any, name: str, owner: str) -> str | None:
+    """``value`` if it is None or a str without NUL, else a :class:`ParameterError`."""
+    if value is not None and (not isinstance(value, str) or "\x00" in value):
+        raise ParameterError(f"The '{name}' parameter of {owner} must be a string (or None). Got "
+                             f"{format_value(value)} instead.")
     return value

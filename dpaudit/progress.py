@@ -23,6 +23,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator, TextIO
 
+from dpaudit._escape import console_text
+
 __all__ = ["Reporter", "Stage", "as_reporter", "QUIET", "format_eta"]
 
 #: Plain (non-terminal) mode: at most one progress line per this many seconds within a stage.
@@ -117,9 +119,9 @@ class Reporter:
         if live is not None:
             from rich.text import Text
 
-            live.progress.console.print(Text(f"[{self.prefix}] {message}"), soft_wrap=True)
+            live.progress.console.print(Text(console_text(f"[{self.prefix}] {message}")), soft_wrap=True)
         else:
-            print(f"[{self.prefix}] {message}", file=self.stream, flush=True)
+            print(console_text(f"[{self.prefix}] {message}"), file=self.stream, flush=True)
 
     @contextmanager
     def stage(self, description: str, total: int | None = None, *, plain_progress: bool = True) -> Iterator[Stage]:

@@ -33,9 +33,9 @@ from typing import Any, Annotated, Mapping, TypeVar
 
 import numpy as np
 
-from dpaudit.errors import DataError
+from dpaudit.errors import DataError, ParameterError
 
-__all__ = ["to_dict", "from_dict", "json_schema", "json_number", "parse_json_number", "JsonUpgrade", "FloatArray",
+__all__ = ["to_dict", "UnwritableError", "from_dict", "json_schema", "json_number", "parse_json_number", "JsonUpgrade", "FloatArray",
            "IntArray", "BoolArray", "JsonValue", "NUMBER_SCHEMA"]
 
 T = TypeVar("T")
@@ -71,35 +71,63 @@ def parse_json_number(x: Any) -> Any:
     return x
 
 
+class UnwritableError(ParameterError, TypeError):
+    """What :func:`to_dict` raises for an object it cannot write as JSON (a :class:`~dpaudit.errors.ParameterError`,
+    and a ``TypeError`` as before for callers that catch that)."""
+
+
+#: The largest integer :func:`to_dict` writes (as many bits as Python's default limit of 4,300 digits allows
+#: ``json.dumps`` to print): beyond it, one error here instead of a ValueError in the writer.
+_MAX_INT_BITS = 14_000
+
+
 def to_dict(obj: Any) -> Any:
-    """``obj`` as plain JSON values (dicts, lists, str, int, float, bool, None); see the module docstring."""
-    if obj is None or isinstance(obj, (str, bool, int)):
+    """``obj`` as plain JSON values (dicts, lists, str, int, float, bool, None); see the module docstring. Anything
+    else (a type it does not know, a cycle, nesting deeper than Python's recursion limit, an integer of more than
+    4,300 digits) is one :class:`UnwritableError`."""
+    try:
+        return _to_dict(obj)
+    except RecursionError:
+        raise UnwritableError("dpaudit.serial.to_dict cannot write a cyclic or too deeply nested object.") from None
+
+
+def _to_dict(obj: Any) -> Any:
+    if obj is None or isinstance(obj, (str, bool)):
+        return obj
+    if isinstance(obj, int):
+        if obj.bit_length() > _MAX_INT_BITS:
+            raise UnwritableError(f"dpaudit.serial.to_dict writes integers of at most {_MAX_INT_BITS} bits. Got one of "
+                                  f"{obj.bit_length()} bits instead.")
         return obj
     if isinstance(obj, float):
         return json_number(obj)
     legacy = getattr(obj, "to_dict", None)
     if callable(legacy) and not isinstance(obj, type):  # DP events: their tagged {"type": ...} form
-        return to_dict(legacy())
+        return _to_dict(legacy())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: _to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
         for name in getattr(type(obj), "__json_computed__", ()):
-            out[name] = to_dict(getattr(obj, name))
+            out[name] = _to_dict(getattr(obj, name))
         return out
     if isinstance(obj, Mapping):
-        return {k if isinstance(k, str) else str(to_dict(k)): to_dict(v) for k, v in obj.items()}
+        return {k if isinstance(k, str) else str(_to_dict(k)): _to_dict(v) for k, v in obj.items()}
     if isinstance(obj, np.ndarray):
-        if obj.dtype.kind == "f" and not np.isfinite(obj).all():
-            return to_dict(obj.tolist())
-        return obj.tolist()
+        if obj.dtype.kind in "biu" or (obj.dtype.kind == "f" and np.isfinite(obj).all()):
+            return obj.tolist()
+        return _to_dict(obj.tolist())       # non-finite floats as strings; object / other dtypes element by element
     if isinstance(obj, (list, tuple)):
-        return [to_dict(v) for v in obj]
+        return [_to_dict(v) for v in obj]
     if isinstance(obj, np.generic):
-        return to_dict(obj.item())
+        return _to_dict(obj.item())
     if isinstance(obj, Path):
         return str(obj)
     if isinstance(obj, (set, frozenset)):
-        return [to_dict(v) for v in sorted(obj)]
-    raise TypeError(f"dpaudit.serial.to_dict cannot write a {type(obj).__name__}")
+        items = [_to_dict(v) for v in obj]
+        try:
+            return sorted(items)
+        except TypeError:                   # mixed types: a stable order all the same
+            return sorted(items, key=lambda v: (type(v).__name__, repr(v)))
+    raise UnwritableError(f"dpaudit.serial.to_dict cannot write a {type(obj).__name__}.")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -32,7 +32,12 @@ from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
 from dpaudit.accountants.tuning import account_tuning
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
-__all__ = ["ACCOUNTING_FUNCTIONS", "MECHANISM_KINDS", "laplace_mechanism", "gaussian_mechanism", "account_mechanism"]
+__all__ = ["ACCOUNTING_FUNCTIONS", "MECHANISM_KINDS", "laplace_mechanism", "gaussian_mechanism", "account_mechanism",
+           "check_account_keywords"]
+
+
+#: The most compositions the plain mechanisms account (a count beyond it is a typo; the figures stay floats).
+MAX_COUNT = 10**15
 
 
 def laplace_mechanism(*, scale: float, sensitivity: float = 1.0, count: int = 1, delta: float = 0.0,
@@ -45,7 +50,7 @@ def laplace_mechanism(*, scale: float, sensitivity: float = 1.0, count: int = 1,
     by FFT and read at ``delta - 1e-12``. The smallest is the headline. Beside it, the certified lower bound of the pair
     Lap(0, b) vs Lap(sensitivity, b) (:func:`~dpaudit.accountants.pairs.laplace_mechanism_lower_bound`)."""
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
-    count = check_int(count, "count", owner, low=1)
+    count = check_int(count, "count", owner, low=1, high=MAX_COUNT)
     scale = check_float(scale, "scale", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner, allow_zero=True)
     eps0 = sens / scale
@@ -94,7 +99,7 @@ def gaussian_mechanism(*, sigma: float, delta: float, sensitivity: float = 1.0, 
     """``count`` Gaussian(``sigma``) answers to queries of L2 sensitivity ``sensitivity``: exactly
     mu-GDP with mu = sqrt(count) * sensitivity / sigma (Dong, Roth & Su 2019), converted exactly at ``delta``."""
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
-    count = check_int(count, "count", owner, low=1)
+    count = check_int(count, "count", owner, low=1, high=MAX_COUNT)
     sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
     mu = math.sqrt(count) * sens / sigma
     if not math.isfinite(mu):
@@ -127,6 +132,40 @@ ACCOUNTING_FUNCTIONS: Mapping[str, Callable[..., AccountingResult]] = {
     "tuning": account_tuning,
 }
 MECHANISM_KINDS: tuple[str, ...] = tuple(ACCOUNTING_FUNCTIONS)
+
+#: Keywords of the accounting functions that are not the caller's to pass (the owner named in error messages).
+_INTERNAL = frozenset({"owner"})
+
+
+def check_account_keywords(mechanism: str, fn: Callable[..., Any], params: Mapping[str, Any], *,
+                           owner: str = "account", release_epsilon: bool = False) -> None:
+    """Refuse, before any work, keywords that ``fn`` (the accounting function of ``mechanism``) does not take or
+    misses: one :class:`~dpaudit.errors.ParameterError` naming the caller's spelling and every accepted keyword
+    (never Python's ``TypeError`` about an internal function). ``release_epsilon``: the keywords are those of the
+    private release of GNMax's data-dependent epsilon, which cannot be combined with ``interactive`` or
+    ``data_independent`` (the data-independent figures need no release), as ``dpaudit account`` refuses too."""
+    if release_epsilon:
+        clash = [k for k in ("interactive", "data_independent") if params.get(k)]
+        if clash:
+            raise ParameterError(f"The 'release_epsilon' parameter of {owner} releases the data-dependent figure of "
+                                 f"'gnmax': it cannot be combined with {' or '.join(repr(k) for k in clash)}. "
+                                 f"Got release_epsilon=True, {', '.join(f'{k}={params[k]!r}' for k in clash)}.")
+        params = {k: v for k, v in params.items() if k not in ("interactive", "data_independent")}
+    sig = inspect.signature(fn)
+    accepted = [p for p in sig.parameters.values()
+                if p.name not in _INTERNAL and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    names = [p.name for p in accepted] + (["release_epsilon"] if mechanism == "gnmax" else [])
+    what = f"{mechanism!r}" + (" with release_epsilon=True" if release_epsilon else "")
+    for key in params:
+        if key == "release_epsilon":        # account() itself says which mechanism takes it
+            continue
+        if not isinstance(key, str) or key not in names or key in _INTERNAL:
+            raise ParameterError(f"{owner}({what}) takes the keywords {', '.join(names)}. Got {key!r} instead.")
+    missing = [p.name for p in accepted if p.default is p.empty and p.name not in params]
+    if missing:
+        raise ParameterError(f"{owner}({what}) needs the keyword{'s' if len(missing) > 1 else ''} "
+                             f"{', '.join(repr(m) for m in missing)} (it takes {', '.join(names)}). Got none.")
+
 
 _CLOSED = {"laplace": ("scale", "sensitivity", "count"), "gaussian": ("sigma", "sensitivity", "count")}
 

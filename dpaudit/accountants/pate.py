@@ -558,6 +558,7 @@ def account_pate(votes: Any = None, *, gamma: float, delta: float, sensitivity: 
     say so); ``data_independent=True`` forces the data-independent route (votes not read). ``facts`` hold q statistics and how many queries the data-dependent bound applied to.
     """
     owner = "account_pate"
+    data_independent = check_bool(data_independent, "data_independent", owner)
     if fedkt_level is not None:
         return fedkt_privacy(fedkt_level, granularity if granularity is not None else "party", gamma=gamma, delta=delta,
                              votes=None if data_independent else votes, queries=queries, partitions=partitions,

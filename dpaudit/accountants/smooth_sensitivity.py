@@ -483,7 +483,9 @@ def rdp_gnss(beta: float, sigma_ss: float, order: float) -> float:
     beta = check_float(beta, "beta", owner, low=0.0, low_open=True)
     sigma_ss = check_float(sigma_ss, "sigma_ss", owner, low=0.0, low_open=True)
     order = check_float(order, "order", owner, low=1.0, high=1.0 / (2.0 * beta), low_open=True, high_open=True)
-    return order * math.exp(2.0 * beta) / sigma_ss**2 + (beta * order - 0.5 * math.log1p(-2.0 * order * beta)) / (order - 1.0)
+    # divided twice, not by sigma_ss**2: a huge sigma_ss gives a vanishing cost and a tiny one an infinite cost (sound),
+    # where the square alone overflows (OverflowError)
+    return order * math.exp(2.0 * beta) / sigma_ss / sigma_ss + (beta * order - 0.5 * math.log1p(-2.0 * order * beta)) / (order - 1.0)
 
 
 def _private_total(v: np.ndarray, *, sigma: float, order: float, threshold: float | None, sigma1: float | None,

@@ -81,6 +81,11 @@ def check_model_scores(values, labels, kind: str, name: str, *, num_records: int
         raise DataError(f"'{name}' has {v.shape[0]} rows but there are {num_records} records (members then non-members).")
     if v.shape[0] == 0:
         raise DataError(f"'{name}' is empty.")
+    if extra and v.shape[1] == 0:
+        raise DataError(f"'{name}' has shape {v.shape}: it holds no reference model (K = 0). Give at least one "
+                        "reference model's scores, or leave the reference arrays out.")
+    if v.size == 0:
+        raise DataError(f"'{name}' has shape {v.shape}: an axis is empty (no class column).")
     lo, hi = (float(v.min()), float(v.max())) if v.size else (0.0, 0.0)   # min / max propagate NaN
     if not (np.isfinite(lo) and np.isfinite(hi)):
         bad = ~np.isfinite(v)

@@ -15,10 +15,11 @@ import numpy as np
 from dataclasses import replace
 
 from dpaudit.attacks import AttackReport, run_attack
+from dpaudit.attacks.run import ATTACKS
 from dpaudit.attacks.compare import AttackComparison, compare_attacks
 from dpaudit.attacks.scores import compare_scores, scores_attack
 from dpaudit._io import OUTPUT_MARKER, check_replaceable, is_dpaudit_output, make_output_dir
-from dpaudit.errors import DataError, OutputError
+from dpaudit.errors import DataError, OutputError, check_choice, check_int, check_path
 from dpaudit.executors import Executor, LocalExecutor
 from dpaudit.training.release import Release, load_release
 
@@ -42,8 +43,8 @@ def attack_out_dir(release: str | Path, name: str, out: str | Path | None = None
     already holds results of an earlier attack (:data:`ATTACK_RESULTS`) unless ``overwrite``, and then only when
     dpaudit wrote it (:func:`dpaudit._io.check_replaceable`); an existing non-empty folder dpaudit did not write.
     """
-    bundle = Path(release).resolve()
-    o = Path(out) if out is not None else DEFAULT_ATTACK_ROOT / f"{bundle.name or 'release'}-{name}"
+    bundle = check_path(release, "release", "attack").resolve()
+    o = check_path(out, "out", "attack") if out is not None else DEFAULT_ATTACK_ROOT / f"{bundle.name or 'release'}-{name}"
     real = o.resolve()
     if real == bundle or bundle in real.parents:
         raise OutputError(f"--out {o} lies inside the release bundle {release}; dpaudit never writes into a bundle (its "
@@ -82,6 +83,30 @@ def attack_output(release: str | Path, name: str, out: str | Path | None = None,
         raise
 
 
+#: The largest counts an attack or audit takes; beyond them a run would take days or exhaust memory (a typo, not a
+#: plan). Checked by :func:`check_attack_counts` before anything is loaded or trained.
+MAX_SEED = 2**32 - 1
+MAX_BOOTSTRAP = 100_000
+MAX_SHADOWS = 10_000
+
+
+def check_attack_counts(owner: str, *, shadows: Any = None, bootstrap: Any = None, population: Any = None,
+                        models: Any = None, canaries: Any = None, seed: Any = None) -> None:
+    """Every count an attack takes (those given: not None), each an int within its supported range, or one
+    :class:`~dpaudit.errors.ParameterError` naming it, its range and the value -- before any work (an unbounded
+    bootstrap or shadow count would allocate or train without end)."""
+    from dpaudit.training.canaries import MAX_CANARIES
+    from dpaudit.training.limits import MAX_MODELS, MAX_RECORDS
+
+    for name, value, low, high in (("shadows", shadows, 0, MAX_SHADOWS), ("bootstrap", bootstrap, 0, MAX_BOOTSTRAP),
+                                   ("population", population, 0, MAX_RECORDS), ("seed", seed, 0, MAX_SEED)):
+        if value is not None:
+            check_int(value, name, owner, low=low, high=high)
+    for name, value, high in (("models", models, MAX_MODELS), ("canaries", canaries, MAX_CANARIES)):
+        if value is not None:       # the canary audit's own ranges and words (canary_audit_release checks them again)
+            check_int(value, name, "canary audit", low=2, high=high)
+
+
 def attack_release(release: Release | str | Path, *, attack: str, num_shadows: int = 16, classifier: Any = "catboost",
                    per_class: bool = True, threshold_kind: str = "loss", lira_online: bool = True,
                    rmia_online: bool = True, population: int | None = None, gamma: float = 1.0,
@@ -103,6 +128,8 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
     ``report.per_record.record`` holds the records' indices in the release's data set (scores-only releases: members
     then non-members, the rows of its scores file). Other arguments: see ``run_attack``.
     """
+    check_attack_counts("attack_release", shadows=num_shadows, bootstrap=n_bootstrap, population=population, seed=seed)
+    check_choice(attack, "attack", "attack_release", ATTACKS)
     rel = release if isinstance(release, Release) else load_release(release, code=code)
     if delta is None:
         delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)
@@ -198,6 +225,7 @@ def compare_release(release: Release | str | Path, *, num_references: int = 16, 
     :func:`dpaudit.attacks.scores.compare_scores` on the reference models' outputs they ship). ``records.record``
     holds release record indices. Units are checkpointed in ``checkpoint_dir`` as :func:`attack_release`'s; ``code``:
     as there."""
+    check_attack_counts("compare_release", shadows=num_references, bootstrap=n_bootstrap, population=population, seed=seed)
     rel = release if isinstance(release, Release) else load_release(release, code=code)
     if delta is None:
         delta = float((rel.meta.get("claim") or {}).get("delta") or 0.0)

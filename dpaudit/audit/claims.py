@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dpaudit.accountants.granularity import GRANULARITIES, canonical_granularity
-from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import (ParameterError, check_bool, check_choice, check_float, check_int, check_path,
+                            check_probability)
 
 __all__ = [
     "GRANULARITIES",
@@ -314,15 +315,19 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
                 if key in a:
                     raise ParameterError(f"The '{key}' parameter of {aowner} applies to kind = \"method-run\" only. "
                                          f"Got kind = {a['kind']!r} instead.")
+            from dpaudit.audit.attack_release import MAX_SEED, MAX_SHADOWS   # (the attack layer: loaded when used)
+            from dpaudit.training.canaries import MAX_CANARIES
+            from dpaudit.training.limits import MAX_MODELS
+
             attack = AttackBudget(
                 kind=check_choice(a["kind"], "kind", aowner, ATTACK_KINDS),
-                shadows=check_int(a.get("shadows", 8), "shadows", aowner, low=1),
+                shadows=check_int(a.get("shadows", 8), "shadows", aowner, low=1, high=MAX_SHADOWS),
                 confidence=check_probability(a.get("confidence", 0.95), "confidence", aowner),
-                seed=check_int(a.get("seed", 0), "seed", aowner, low=0),
+                seed=check_int(a.get("seed", 0), "seed", aowner, low=0, high=MAX_SEED),
                 audit=check_choice(a.get("audit", "one-run"), "audit", aowner, ("one-run", "multi-run")),
                 canary=check_choice(a.get("canary", "dirac"), "canary", aowner, ("dirac", "mislabeled", "ood")),
-                canaries=check_int(a.get("canaries", 1000), "canaries", aowner, low=2),
-                models=check_int(a.get("models", 200), "models", aowner, low=2),
+                canaries=check_int(a.get("canaries", 1000), "canaries", aowner, low=2, high=MAX_CANARIES),
+                models=check_int(a.get("models", 200), "models", aowner, low=2, high=MAX_MODELS),
             )
     return Claim(name=name, epsilon=epsilon, delta=delta, granularity=granularity, subject=subject, party=party,
                  attack=attack, allow_data_dependent=allow_dd, description=description)
@@ -352,6 +357,6 @@ def load_claims(path: str | Path) -> ClaimsFile:
     """Read and validate a claims TOML file (paths inside it are relative to its directory)."""
     from dpaudit._io import load_toml_file
 
-    p = Path(path)
+    p = check_path(path, "claims", "dpaudit.check")
     data = load_toml_file(p, "the claims file")
     return parse_claims(data, base_dir=p.parent, path=p)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from dpaudit._escape import console_text, xml_text
 from dpaudit._format import fmt_number, table_text
 from dpaudit._io import read_json, write_text
 from dpaudit.accountants import mechanisms
@@ -56,7 +57,7 @@ from dpaudit.audit.claims import (
     ReleaseSubject,
     load_claims,
 )
-from dpaudit.errors import DataError, DPAuditError
+from dpaudit.errors import DataError, DPAuditError, check_path
 from dpaudit.executors import LocalExecutor
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
@@ -263,21 +264,21 @@ class ClaimsReport:
 
     def table(self) -> str:
         """The console table (:meth:`rows`), the summary, the audit lines and the warnings, as plain text."""
-        lines = [table_text(list(self.TABLE_HEAD), self.rows()), "", self.summary()]
-        lines += self.audit_lines()
+        lines = [self.summary()] + self.audit_lines()
         lines += [f"warning ({r.name}): {w}" for r in self.results for w in r.warnings]
-        return "\n".join(lines)
+        return "\n".join([table_text(list(self.TABLE_HEAD), self.rows()), ""] + [console_text(x) for x in lines])
 
     def junit_xml(self) -> str:
-        """JUnit XML (one testsuite, one testcase per claim; failures carry every number)."""
+        """JUnit XML (one testsuite, one testcase per claim; failures carry every number). Every string of the claims
+        file (names, reasons, warnings) through :func:`dpaudit._escape.xml_text`: only characters XML allows."""
         suite = ET.Element("testsuite", {
-            "name": f"dpaudit check {Path(self.path).name if self.path else ''}".strip(),
+            "name": xml_text(f"dpaudit check {Path(self.path).name if self.path else ''}".strip()),
             "tests": str(len(self.results)), "failures": str(len(self.failures)), "errors": "0", "skipped": "0",
             "time": f"{sum(r.seconds for r in self.results):.3f}",
         })
-        classname = "dpaudit.claims" + (f".{Path(self.path).stem}" if self.path else "")
+        classname = xml_text("dpaudit.claims" + (f".{Path(self.path).stem}" if self.path else ""))
         for r in self.results:
-            case = ET.SubElement(suite, "testcase", {"classname": classname, "name": r.name, "time": f"{r.seconds:.3f}"})
+            case = ET.SubElement(suite, "testcase", {"classname": classname, "name": xml_text(r.name), "time": f"{r.seconds:.3f}"})
             props = ET.SubElement(case, "properties")
             ET.SubElement(props, "property", {"name": "verdict", "value": r.verdict})
             ET.SubElement(props, "property", {"name": "accounted_epsilon", "value": fmt_number(r.accounted.epsilon)})
@@ -285,7 +286,7 @@ class ClaimsReport:
                 ET.SubElement(props, "property", {"name": "empirical_kind", "value": r.empirical.kind})
                 ET.SubElement(props, "property", {"name": "empirical_epsilon",
                                                   "value": fmt_number(r.empirical.epsilon_lower_bound)})
-                ET.SubElement(props, "property", {"name": "empirical_attack", "value": r.empirical.attack})
+                ET.SubElement(props, "property", {"name": "empirical_attack", "value": xml_text(r.empirical.attack)})
                 ET.SubElement(props, "property", {"name": "empirical_confidence", "value": fmt_number(r.empirical.confidence)})
                 for key in ("trials", "ideal_epsilon"):
                     if r.empirical.details.get(key) is not None:
@@ -293,14 +294,14 @@ class ClaimsReport:
                         ET.SubElement(props, "property", {"name": f"empirical_{key}",
                                                           "value": str(v) if key == "trials" else fmt_number(_unnum(v))})
             for w in r.warnings:
-                ET.SubElement(props, "property", {"name": "warning", "value": w})
+                ET.SubElement(props, "property", {"name": "warning", "value": xml_text(w)})
             if not r.held:
                 kind = "PrivacyClaimRefuted" if r.verdict == REFUTED else "PrivacyClaimUnproven"
-                fail = ET.SubElement(case, "failure", {"message": f"{r.verdict}: {r.reason}", "type": kind})
-                fail.text = r.message()
+                fail = ET.SubElement(case, "failure", {"message": xml_text(f"{r.verdict}: {r.reason}"), "type": kind})
+                fail.text = xml_text(r.message())
             else:
                 out = ET.SubElement(case, "system-out")
-                out.text = r.message()
+                out.text = xml_text(r.message())
         root = ET.Element("testsuites", {"tests": suite.get("tests"), "failures": suite.get("failures"), "errors": "0"})
         root.append(suite)
         ET.indent(root)
@@ -309,7 +310,7 @@ class ClaimsReport:
 
 def write_junit(report: ClaimsReport, path: str | Path) -> Path:
     """Write :meth:`ClaimsReport.junit_xml` atomically to ``path``."""
-    return write_text(path, report.junit_xml())
+    return write_text(check_path(path, "junit", "dpaudit.check"), report.junit_xml())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -53,7 +54,8 @@ from dpaudit.accountants.granularity import canonical_granularity
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
-from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
+from dpaudit.errors import (DataError, DPAuditError, ParameterError, check_float, check_bool, check_int, check_optional_str,
+                            format_value)
 from dpaudit.training.release_meta import check_records, parse_train_config
 from dpaudit.serial import to_dict
 
@@ -79,8 +81,14 @@ def _sha256(path: Path) -> str:
 
 
 def _existing(path: Any, what: str) -> Path:
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or "\x00" in str(os.fspath(path)):
+        raise DataError(f"{what} must be a path (a non-empty str or os.PathLike). Got {format_value(path)} instead.")
     p = Path(path)
-    if not p.is_file():
+    try:
+        is_file = p.is_file()
+    except OSError as exc:           # a name too long, a loop of links: one line
+        raise DataError(f"{what} {format_value(str(p))} cannot be read: {exc.strerror}.") from None
+    if not is_file:
         raise DataError(f"{what} {str(p)!r} does not exist (or is not a file).")
     from dpaudit.training.external import refuse_pickle
 
@@ -115,6 +123,9 @@ def parse_claim(items: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     if isinstance(items, Mapping):
         raw = dict(items)
+    elif not isinstance(items, (list, tuple)):
+        raise ParameterError("The 'claim' parameter must be a list of KEY=VALUE strings (epsilon, delta, granularity, "
+                             f"text) or a dict. Got {format_value(items)} instead.")
     else:
         for item in items:
             if not isinstance(item, str) or "=" not in item:
@@ -459,7 +470,7 @@ def _read_scores(path: Any) -> tuple[str, dict[str, np.ndarray], int]:
     if present:
         labels = None if ym is None or yn is None else np.concatenate([ym, yn])
         ref = np.concatenate([np.asarray(z[refs[0]]), np.asarray(z[refs[1]])])
-        ref, _ = check_model_scores(ref, labels, kind, "reference scores", num_records=len(vm) + len(vn))
+        ref, _ = check_model_scores(ref, labels, kind, f"{refs[0]} + {refs[1]}", num_records=len(vm) + len(vn))
         inc = np.concatenate([np.asarray(z[refs[2]]), np.asarray(z[refs[3]])])
         if inc.dtype != bool or inc.shape != ref.shape[:2]:
             raise DataError(f"'reference_in_train/_test' must be boolean arrays of shape (n, K) matching the reference "
@@ -514,6 +525,10 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
 
     check_release_target(out, "--out", "release make")      # before any input is read
     seed = check_int(seed, "seed", "make_release", low=0)
+    overwrite = check_bool(overwrite, "overwrite", "make_release")
+    for name, value in (("factory", factory), ("train_fn", train_fn), ("recipe_model", recipe_model),
+                        ("label_column", label_column), ("dataset", dataset), ("data_dir", data_dir)):
+        check_optional_str(value, name, "make_release")
     if Path(out).exists() or Path(out).is_symlink():   # before reading anything: what --overwrite may replace
         if not overwrite:
             raise DataError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it.")
@@ -522,7 +537,7 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     claim_d = parse_claim(claim)
     if (model is None) == (scores is None):
         raise ParameterError("Give exactly one of a model (--model) or the model's scores (--scores). Got "
-                             f"model={model!r}, scores={scores!r} instead.")
+                             f"model={format_value(model)}, scores={format_value(scores)} instead.")
     ledger_d, statement, acc_assumptions, flags, acc_source = _accounting(ledger, dp_events, opacus, claim_d, runs_tried)
     assumptions = ["The model was trained outside dpaudit; membership (which records it trained on) is as declared "
                    "by whoever made this release, and dpaudit cannot verify it."] + acc_assumptions

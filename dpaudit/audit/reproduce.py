@@ -34,7 +34,7 @@ from dpaudit.progress import Reporter, as_reporter
 
 __all__ = ["PAPERS", "SCALES", "VERDICTS", "Setting", "PaperClaim", "Grid", "RowResult", "ClaimVerdict",
            "ReproductionTable", "paper_grid", "grid_settings", "reproduce", "check_data_files", "check_replace",
-           "table_paths", "DEFAULT_OUT", "COMMITTED_OUT", "SETTINGS_HEAD", "CLAIMS_HEAD"]
+           "table_paths", "DEFAULT_OUT", "COMMITTED_OUT", "SETTINGS_HEAD", "CLAIMS_HEAD", "MAX_SEEDS"]
 
 PAPERS = ("privatekt", "fedkt", "fredy", "proxyfl")
 SCALES = ("cpu", "paper")
@@ -561,6 +561,11 @@ def check_replace(grid: Grid, seeds: int, json_path: str | Path) -> None:
                           f"{DEFAULT_OUT}, is scratch space).")
 
 
+#: The most seeds a reproduction runs per setting (each seed trains every setting's method once: a hundred seeds of
+#: the cpu grid is already days of work; a larger count is a typo, refused before anything runs).
+MAX_SEEDS = 100
+
+
 def reproduce(paper: str, *, scale: str = "cpu", data_dir: str | Path | None = None, seeds: int = 5,
               out: str | Path | None = None, work_dir: str | Path | None = None, device: str | None = None,
               attacks: bool = True, grid: Grid | None = None, force: bool = False,
@@ -574,7 +579,7 @@ def reproduce(paper: str, *, scale: str = "cpu", data_dir: str | Path | None = N
     from dpaudit.training.methods import run_method
     from dpaudit.training.methods.common import shared_stages
 
-    n_seeds = check_int(seeds, "seeds", "dpaudit reproduce", low=1)
+    n_seeds = check_int(seeds, "seeds", "dpaudit reproduce", low=1, high=MAX_SEEDS)
     force = check_bool(force, "force", "dpaudit reproduce")
     g = grid if grid is not None else paper_grid(paper, scale)
     md_path, json_path = table_paths(g.paper, out)
@@ -626,6 +631,9 @@ def reproduce(paper: str, *, scale: str = "cpu", data_dir: str | Path | None = N
 def grid_settings(grid: Grid, keys: Sequence[str]) -> Grid:
     """``grid`` restricted to the settings ``keys`` and the claims that only need them (a smaller run)."""
     keep = set(keys)
+    if not keep:
+        raise ParameterError(f"The 'only' parameter of dpaudit reproduce must name at least one setting of {grid.paper} "
+                             f"({', '.join(s.key for s in grid.settings)}). Got an empty selection instead.")
     unknown = keep - {s.key for s in grid.settings}
     if unknown:
         raise ParameterError(f"Unknown settings {sorted(unknown)} for {grid.paper}; the settings are "

@@ -50,9 +50,7 @@ __all__ = ["AttackSpec", "ModelRun", "AuditConfig", "default_config", "load_audi
 
 ATTACK_KINDS = ("threshold", "shadow", "lira")
 #: Supported ranges of an audit's settings (beyond them a run would take days or exhaust memory).
-MAX_SEED = 2**32 - 1
-MAX_BOOTSTRAP = 100_000
-MAX_SHADOWS = 10_000
+from dpaudit.audit.attack_release import MAX_BOOTSTRAP, MAX_SEED, MAX_SHADOWS  # noqa: E402 - one set of limits
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,6 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     if compare:
         from dpaudit.report.attack_outputs import comparison_text
 
-        click.echo(comparison_text(result))
+        click.echo(printable(comparison_text(result)))
         return
-    click.echo(render(result))
+    click.echo(printable(render(result)))

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from dpaudit._format import fmt_number, printable
+from dpaudit.cli.render import echo
 from dpaudit.errors import ParameterError
 
 _PATH = click.Path(dir_okay=False, path_type=Path)
@@ -131,22 +132,22 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
         dp_events=dp_events, opacus=opacus, runs_tried=runs_tried, seed=seed, overwrite=overwrite)
     path, meta = rel.path, rel.meta
     st = meta.get("statement")
-    click.echo(f"wrote {path} ({rel.kind} model, {len(rel.membership['members'])} members, "
+    echo(f"wrote {path} ({rel.kind} model, {len(rel.membership['members'])} members, "
                f"{len(rel.membership['nonmembers'])} non-members)")
-    click.echo(f"claim: {meta['claim']['text']}")
+    echo(f"claim: {meta['claim']['text']}")
     if st is not None:
         head = st["statement"]
         route = f", route {st['headline_route']}" if st.get("headline_route") else ""
         h_eps = float(head["epsilon"]) if isinstance(head["epsilon"], str) else head["epsilon"]  # "inf" in JSON
-        click.echo(f"headline: ε = {fmt_number(h_eps)} at δ = {fmt_number(head['delta'])} ({st['mechanism']}{route}; the "
+        echo(f"headline: ε = {fmt_number(h_eps)} at δ = {fmt_number(head['delta'])} ({st['mechanism']}{route}; the "
                    "smallest valid upper bound)")
         for s in st["statements"]:
             eps = float(s["epsilon"]) if isinstance(s["epsilon"], str) else s["epsilon"]  # "inf" in JSON
-            click.echo(f"accounted: ε = {fmt_number(eps)} at δ = {fmt_number(s['delta'])} ({s['label'] or s['method']})")
+            echo(f"accounted: ε = {fmt_number(eps)} at δ = {fmt_number(s['delta'])} ({s['label'] or s['method']})")
         lower = st.get("facts", {}).get("lower_bound_epsilon")
         if lower is not None:
-            click.echo(f"lower bound (Chua et al. 2024, certified): no analysis of this run can give ε below "
+            echo(f"lower bound (Chua et al. 2024, certified): no analysis of this run can give ε below "
                        f"{fmt_number(lower)}")
-    click.echo(f"attacks possible: {', '.join(meta['params'].get('possible_attacks', []))}")
+    echo(f"attacks possible: {', '.join(meta['params'].get('possible_attacks', []))}")
     for f in meta.get("flags", []):
-        click.echo(f"{RELEASE_FLAG_SEVERITY.get(f['code'], 'warning')} flag ({f['code']}): {f['message']}")
+        echo(f"{RELEASE_FLAG_SEVERITY.get(f['code'], 'warning')} flag ({f['code']}): {f['message']}")

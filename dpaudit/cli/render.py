@@ -20,10 +20,16 @@ from dpaudit.serial import to_dict
 from dpaudit.accountants.statement import AccountingResult
 
 __all__ = ["render_result", "render_run", "result_json", "format_number", "make_console", "print_table", "warn",
-           "print_warnings"]
+           "print_warnings", "echo"]
 
 #: The one number format (:func:`dpaudit._format.fmt_number`), under the name the commands import.
 format_number = fmt_number
+
+
+def echo(text: Any, *, err: bool = False) -> None:
+    """One line of results on stdout (``err``: stderr) through the one console escaping
+    (:func:`dpaudit._escape.console_text`): a bundle's strings are shown, never obeyed by the terminal."""
+    click.echo(printable(text), err=err)
 
 
 def warn(message: str) -> None:
@@ -71,21 +77,22 @@ def render_result(result: AccountingResult, console: Console | None = None) -> N
                 right=(1, 2, 4))
     route = f" (route: {result.headline_route})" if result.headline_route else ""
     console.print(Text.assemble(("* headline: ", "bold"),
-                                f"ε = {fmt_number(result.epsilon)}, δ = {fmt_number(result.delta)}{route}"), soft_wrap=True)
+                                printable(f"ε = {fmt_number(result.epsilon)}, δ = {fmt_number(result.delta)}{route}")),
+                  soft_wrap=True)
     low = result.lower_bound
     if low is not None:
         bracket = (f"ε in [{fmt_number(low.epsilon)}, {fmt_number(result.epsilon)}]" if result.interval_text() else
                    f"ε >= {fmt_number(low.epsilon)} for {', '.join(low.routes) or 'every route'}")
-        console.print(Text.assemble(("  certified interval: ", "bold"), f"{bracket} at δ = {fmt_number(low.delta)}"),
-                      soft_wrap=True)
-        console.print(Text(f"  lower bound: the pair {low.pair}; {low.method}."), soft_wrap=True)
+        console.print(Text.assemble(("  certified interval: ", "bold"),
+                                    printable(f"{bracket} at δ = {fmt_number(low.delta)}")), soft_wrap=True)
+        console.print(Text(printable(f"  lower bound: the pair {low.pair}; {low.method}.")), soft_wrap=True)
     if result.facts:
         print_table(console, ["fact", "value"], [[k, fmt_number(v)] for k, v in result.facts.items()], title="facts",
                     right=(1,))
     if numbers:
         console.print(Text("assumptions", style="bold"))
         for a, n in numbers.items():
-            console.print(Text(f"  {n}. {a}"), soft_wrap=True)
+            console.print(Text(printable(f"  {n}. {a}")), soft_wrap=True)
     print_warnings(result.warnings)
 
 
@@ -94,10 +101,10 @@ def render_run(result: Any, console: Console | None = None) -> None:
     utility, its accounting (:func:`render_result`) and the claimed epsilon."""
     console = console or make_console()
     rounds = f", {result.rounds_run} rounds" if result.rounds_run is not None else ""
-    console.print(Text(f"{result.method}: release written to {result.release} ({result.seconds:.1f} s{rounds})"),
+    console.print(Text(printable(f"{result.method}: release written to {result.release} ({result.seconds:.1f} s{rounds})")),
                   soft_wrap=True)
     for name, path in result.extra_releases.items():
-        console.print(Text(f"  {name} release: {path}"), soft_wrap=True)
+        console.print(Text(printable(f"  {name} release: {path}")), soft_wrap=True)
     utility = [[k, fmt_number(v)] for k, v in result.utility.items() if isinstance(v, (int, float, str))]
     if utility:
         print_table(console, ["utility", "value"], utility, right=(1,))

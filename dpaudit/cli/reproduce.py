@@ -40,7 +40,7 @@ def command(paper: str, scale: str, data_dir: Path | None, seeds: int, out: Path
     the paper's number, dpaudit's reproduction (mean ± std over seeds), accounted, claimed and empirical
     epsilon, and a verdict per claim."""
     grid = paper_grid(paper, scale)
-    if only:
+    if only is not None:      # --only '' selects nothing: refused, never the whole grid
         grid = grid_settings(grid, [k.strip() for k in only.split(",") if k.strip()])
     table = reproduce(paper, scale=scale, data_dir=data_dir, seeds=seeds, out=out, work_dir=work_dir, device=device,
                       attacks=not no_attacks, grid=grid, force=force, progress=not quiet)

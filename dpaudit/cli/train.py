@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from dpaudit._format import printable
 from dpaudit.cli.render import render_run
 from dpaudit.training.methods import METHODS, MethodEntry, Shorthand
 
@@ -50,7 +51,7 @@ def _command(name: str, entry: MethodEntry) -> click.Command:
                 params[sh.key] = value
         with warnings.catch_warnings():  # deprecations: one line each on stderr, when they happen
             warnings.simplefilter("always", FutureWarning)
-            warnings.showwarning = lambda message, *_, **__: click.echo(f"dpaudit: warning: {message}", err=True)
+            warnings.showwarning = lambda message, *_, **__: click.echo(f"dpaudit: warning: {printable(message)}", err=True)
             result = run_method(name, out=out or Path("runs") / name, dataset=dataset, seed=seed,
                                 config_file=config_path, sets=sets, params=params, data_dir=data_dir, device=device,
                                 overwrite=overwrite, progress=not quiet)

@@ -43,7 +43,7 @@ from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.rdp import EdgeOrderWarning, rdp_to_epsilon
 from dpaudit.accountants.sampling import shuffle_lower_bound
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts, pick_headline
-from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int, check_probability
+from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int, check_probability, format_value
 
 __all__ = ["OPACUS_ORDERS", "OpacusRun", "OpacusRecorder", "read_opacus", "is_poisson_loader", "write_opacus_ledger",
            "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS"]
@@ -82,7 +82,7 @@ def _check_history(history: Any, where: str = "the Opacus history") -> tuple[tup
     out = []
     for i, entry in enumerate(history):
         if not isinstance(entry, (list, tuple)) or len(entry) != 3:
-            raise DataError(f"Entry {i} of {where} must be (noise_multiplier, sample_rate, steps). Got {entry!r:.60} instead.")
+            raise DataError(f"Entry {i} of {where} must be (noise_multiplier, sample_rate, steps). Got {format_value(entry)} instead.")
         sigma, q, steps = entry
         out.append((check_float(sigma, f"history[{i}].noise_multiplier", where, low=0.0, low_open=True),
                     check_float(q, f"history[{i}].sample_rate", where, low=0.0, high=1.0, low_open=True),

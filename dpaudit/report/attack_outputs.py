@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from dpaudit._escape import Md, csv_row, md, md_bold, md_bullet, md_document, md_heading, md_image, md_table, md_text
 from dpaudit._io import atomic_path, dumps_json, write_text
 from dpaudit.attacks.compare import AttackComparison
 from dpaudit.attacks.per_record import PerRecordSummary, RecordScores, per_record_columns, summarise_records
@@ -50,13 +51,6 @@ def comparison_rows(comp: AttackComparison) -> tuple[list[str], list[list[str]]]
     return head, rows
 
 
-def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    esc = lambda c: str(c).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _setting_line(comp: AttackComparison) -> str:
     s = comp.settings
     parts = [f"{s.get('num_references')} reference models ({s.get('layout')} layout)",
@@ -70,23 +64,25 @@ def _setting_line(comp: AttackComparison) -> str:
 
 def comparison_markdown(comp: AttackComparison, *, title: str = "Reference-model attacks side by side",
                         roc_png: str | None = "roc_compare.png") -> str:
-    """The comparison as Markdown: the table, the settings, the offline ``a`` fit, the notes and the ROC figure."""
+    """The comparison as Markdown: the table, the settings, the offline ``a`` fit, the notes and the ROC figure
+    (every line an :class:`~dpaudit._escape.Md` fragment: names and notes are literal text)."""
     head, rows = comparison_rows(comp)
-    out = [f"# {title}", "", _setting_line(comp), "",
-           f"Every figure is an {ESTIMATE_CAVEAT}; intervals are stratified bootstrap percentiles "
-           f"({comp.settings.get('n_bootstrap')} replicates). TPR at FPR is read conservatively (the best threshold "
-           "whose empirical FPR does not exceed the level); with n non-members, an FPR below 1/n is not resolvable.",
-           "", _md_table(head, rows), ""]
+    out = [md_heading(1, title), Md(""), md_text(_setting_line(comp)), Md(""),
+           md_text(f"Every figure is an {ESTIMATE_CAVEAT}; intervals are stratified bootstrap percentiles "
+                   f"({comp.settings.get('n_bootstrap')} replicates). TPR at FPR is read conservatively (the best "
+                   "threshold whose empirical FPR does not exceed the level); with n non-members, an FPR below 1/n is "
+                   "not resolvable."),
+           Md(""), md_table(head, rows), Md("")]
     if comp.offline_a is not None:
         f = comp.offline_a
         curve = ", ".join(f"{g:g}: {v:.3f}" for g, v in zip(f.grid, f.auc))
-        out += [f"Offline RMIA's a = {f.a:g}, fitted on the reference models alone ({f.pseudo_targets} reference "
-                f"model(s) attacked in turn with the others as OUT references, {f.num_records} records; mean AUC by a: "
-                f"{curve}).", ""]
-    out += [f"- {n}" for n in comp.notes]
+        out += [md_text(f"Offline RMIA's a = {f.a:g}, fitted on the reference models alone ({f.pseudo_targets} "
+                        f"reference model(s) attacked in turn with the others as OUT references, {f.num_records} "
+                        f"records; mean AUC by a: {curve})."), Md("")]
+    out += [md_bullet(n) for n in comp.notes]
     if roc_png:
-        out += ["", f"![ROC of every attack (log-log; shaded: bootstrap band; curves stop at FPR = 1/n).]({roc_png})"]
-    return "\n".join(out) + "\n"
+        out += [Md(""), md_image("ROC of every attack (log-log; shaded: bootstrap band; curves stop at FPR = 1/n).", roc_png)]
+    return md_document(out)
 
 
 def comparison_text(comp: AttackComparison) -> str:
@@ -107,41 +103,42 @@ def _pct(x: float) -> str:
 
 def per_record_markdown(summary: PerRecordSummary, *, hist_png: str | None = "per_record_hist.png",
                         grid_png: str | None = None) -> str:
-    """The per-record section: who is most exposed, how concentrated the true positives are, the figures."""
-    out = ["# Per-record membership risk", "",
-           f"Records ranked by the score of **{summary.primary}** (rank 1 = most exposed; equal scores share a rank) "
-           f"over {summary.num_records} evaluated records ({summary.num_members} members). Each figure is one record "
-           f"under one target model -- an estimate ({ESTIMATE_CAVEAT.split(': ', 1)[-1]}), not a per-record guarantee. "
-           "Every record's scores, "
-           "p-values / likelihood ratios and ranks are in per_record.csv.", ""]
+    """The per-record section: who is most exposed, how concentrated the true positives are, the figures (every
+    line an :class:`~dpaudit._escape.Md` fragment)."""
+    out = [md_heading(1, "Per-record membership risk"), Md(""),
+           md("Records ranked by the score of ", md_bold(summary.primary),
+              f" (rank 1 = most exposed; equal scores share a rank) over {summary.num_records} evaluated records "
+              f"({summary.num_members} members). Each figure is one record under one target model -- an estimate "
+              f"({ESTIMATE_CAVEAT.split(': ', 1)[-1]}), not a per-record guarantee. Every record's scores, "
+              "p-values / likelihood ratios and ranks are in per_record.csv."), Md("")]
     if summary.shares:
-        out += ["## How concentrated the leakage is", ""]
+        out += [md_heading(2, "How concentrated the leakage is"), Md("")]
         for s in summary.shares:
-            out.append(f"- At FPR {s.fpr:g}: TPR {s.tpr:.3f} ({s.true_positives} members flagged); the top "
-                       f"{s.top_fraction:.0%} of records ({s.num_top}) hold {s.top_true_positives} of them (TPR "
-                       f"{s.tpr_top:.3f}, {_pct(s.share)} of the true positives).")
-        out.append("")
+            out.append(md_bullet(f"At FPR {s.fpr:g}: TPR {s.tpr:.3f} ({s.true_positives} members flagged); the top "
+                                 f"{s.top_fraction:.0%} of records ({s.num_top}) hold {s.top_true_positives} of them "
+                                 f"(TPR {s.tpr_top:.3f}, {_pct(s.share)} of the true positives)."))
+        out.append(Md(""))
     stat = next((t.statistic_name for t in summary.top if t.statistic_name), "")
-    out += [f"## Top {len(summary.top)} most exposed records", ""]
+    out += [md_heading(2, f"Top {len(summary.top)} most exposed records"), Md("")]
     head = ["rank", "record", "label", "member", "score"] + ([stat] if stat else [])
     rows = [[str(t.rank), str(t.record), str(t.label), "yes" if t.member else "no", f"{t.score:.4g}"]
             + ([f"{t.statistic:.3g}"] if stat else []) for t in summary.top]
-    out += [_md_table(head, rows), ""]
+    out += [md_table(head, rows), Md("")]
     if hist_png:
-        out += [f"![Histogram of the per-record scores of {summary.primary}, members vs non-members.]({hist_png})", ""]
+        out += [md_image(f"Histogram of the per-record scores of {summary.primary}, members vs non-members.", hist_png), Md("")]
     if grid_png:
-        out += [f"![The most exposed records (rank, label, member or not).]({grid_png})", ""]
-    return "\n".join(out)
+        out += [md_image("The most exposed records (rank, label, member or not).", grid_png), Md("")]
+    return md_document(out)
 
 
 def _csv_text(rs: RecordScores) -> str:
     names, cols = per_record_columns(rs)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(names)
+    w.writerow(csv_row(names))          # column names carry attack names: no formula, no control character
     conv = [(lambda v: repr(float(v))) if np.issubdtype(c.dtype, np.floating) else (lambda v: str(int(v))) for c in cols]
     for i in range(len(rs)):
-        w.writerow([f(c[i]) for f, c in zip(conv, cols)])
+        w.writerow([f(c[i]) for f, c in zip(conv, cols)])   # numbers only
     return buf.getvalue()
 
 

@@ -9,11 +9,12 @@ per-model details. Every empirical epsilon says whether it is certified or an es
 from __future__ import annotations
 
 import base64
-import html
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from dpaudit._escape import (Md, html_text, md, md_bold, md_bullet, md_code, md_document, md_heading, md_image,
+                             md_italic, md_table, md_text)
 from dpaudit._format import fmt_number
 from dpaudit.serial import to_dict
 from dpaudit._io import dumps_json, write_bytes, write_text
@@ -174,12 +175,6 @@ def _statement_rows(m: ModelAudit) -> list[list[str]]:
     return rows
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _byline(report: AuditReport) -> str:
     ds = report.dataset
     threads = (report.settings or {}).get("threads") or {}
@@ -322,58 +317,63 @@ def _method_name(c: dict) -> str:
 
 
 def to_markdown(report: AuditReport, figure_files: list[tuple[str, str]] | None = None) -> str:
-    parts = [f"# {report.title}", "", _byline(report), "", INTRO, ""]
-    parts += ["## Summary", "", _md_table(SUMMARY_HEAD, summary_rows(report)), ""]
-    parts += ["Verdicts:", ""] + [f"- **{name}**: {text}" for name, text in verdict_lines(report)] + [""]
+    """The report as Markdown. Every line is an :class:`~dpaudit._escape.Md` fragment: the bundle's strings (method,
+    names, assumptions, flag texts, table cells) are literal text, never Markdown or HTML (:mod:`dpaudit._escape`)."""
+    parts: list[Md] = [md_heading(1, report.title), Md(""), md_text(_byline(report)), Md(""), md_text(INTRO), Md("")]
+    blank = Md("")
+    parts += [md_heading(2, "Summary"), blank, md_table(SUMMARY_HEAD, summary_rows(report)), blank]
+    parts += [md_text("Verdicts:"), blank] + [md_bullet(md_bold(name), ": ", text) for name, text in verdict_lines(report)]
+    parts.append(blank)
     if report.certified:
-        parts += ["## Certified canary audits", "", CERTIFIED_TEXT, "", _md_table(CERTIFIED_HEAD, certified_rows(report)), ""]
+        parts += [md_heading(2, "Certified canary audits"), blank, md_text(CERTIFIED_TEXT), blank,
+                  md_table(CERTIFIED_HEAD, certified_rows(report)), blank]
         rows = analyses_rows(report.certified, _canary_name)
         if rows:
-            parts += [ANALYSES_TEXT, "", _md_table(ANALYSES_HEAD, rows), ""]
-        parts += [f"- {line}" for line in curve_test_lines(report.certified, _canary_name)] + [""]
+            parts += [md_text(ANALYSES_TEXT), blank, md_table(ANALYSES_HEAD, rows), blank]
+        parts += [md_bullet(line) for line in curve_test_lines(report.certified, _canary_name)] + [blank]
     if report.method_audits:
-        parts += ["## Certified audits of the methods' training runs", "", METHOD_AUDIT_TEXT, "",
-                  _md_table(METHOD_AUDIT_HEAD, method_audit_rows(report)), ""]
+        parts += [md_heading(2, "Certified audits of the methods' training runs"), blank, md_text(METHOD_AUDIT_TEXT),
+                  blank, md_table(METHOD_AUDIT_HEAD, method_audit_rows(report)), blank]
         rests = rests_on_lines(report)
         if rests:
-            parts += ["What each refutation rests on:", ""] + [f"- **{n}**: {r}" for n, r in rests] + [""]
+            parts += [md_text("What each refutation rests on:"), blank] + [md_bullet(md_bold(n), ": ", r) for n, r in rests]
+            parts.append(blank)
         if control_rows(report):
-            parts += ["Controls (the same audit with that ingredient removed):", "",
-                      _md_table(CONTROL_HEAD, control_rows(report)), ""]
+            parts += [md_text("Controls (the same audit with that ingredient removed):"), blank,
+                      md_table(CONTROL_HEAD, control_rows(report)), blank]
         rows = analyses_rows(report.method_audits, _method_name)
         if rows:
-            parts += [ANALYSES_TEXT, "", _md_table(ANALYSES_HEAD, rows), ""]
+            parts += [md_text(ANALYSES_TEXT), blank, md_table(ANALYSES_HEAD, rows), blank]
     power = power_rows(report)
-    parts += ["## Attack power", ""]
-    parts += ([_md_table(POWER_HEAD, power), ""] if power else
-              ["No non-private reference in this audit: the attacks' power is unknown.", ""])
+    parts += [md_heading(2, "Attack power"), blank]
+    parts += ([md_table(POWER_HEAD, power), blank] if power else
+              [md_text("No non-private reference in this audit: the attacks' power is unknown."), blank])
     if figure_files:
-        parts += ["## Figures", ""]
+        parts += [md_heading(2, "Figures"), blank]
         for file, caption in figure_files:
-            parts += [f"![{caption}]({file})", "", f"*{caption}*", ""]
+            parts += [md_image(caption, file), blank, md_italic(caption), blank]
     if report.flags:
-        parts += ["## Red flags and warnings", ""]
+        parts += [md_heading(2, "Red flags and warnings"), blank]
         for sev, code, msgs in grouped_flags(report.flags):
-            parts.append(f"### {_SEV.get(sev, sev)}: `{code}`")
-            parts.append("")
-            parts += [f"- ({', '.join(models)}) {msg}" for msg, models in msgs]
-            parts.append("")
+            parts += [md_heading(3, _SEV.get(sev, sev), ": ", md_code(code)), blank]
+            parts += [md_bullet("(", ", ".join(models), ") ", msg) for msg, models in msgs]
+            parts.append(blank)
     for m in report.models:
-        parts += [f"## {m.name}", ""]
-        parts.append(f"Method `{m.method}`, release `{m.release}`; utility: "
-                     + ", ".join(f"{k} = {fmt_number(v)}" for k, v in m.utility.items()))
-        parts.append("")
+        parts += [md_heading(2, m.name), blank]
+        parts.append(md("Method ", md_code(m.method), ", release ", md_code(m.release), "; utility: ",
+                        ", ".join(f"{k} = {fmt_number(v)}" for k, v in m.utility.items())))
+        parts.append(blank)
         if m.theoretical is not None:
-            parts += [_md_table(["figure", "ε", "δ", "method", "order"], _statement_rows(m)), ""]
+            parts += [md_table(["figure", "ε", "δ", "method", "order"], _statement_rows(m)), blank]
         else:
-            parts += ["No privacy mechanism: theoretical ε = ∞.", ""]
+            parts += [md_text("No privacy mechanism: theoretical ε = ∞."), blank]
         if _assumptions(m):
-            parts.append("Assumptions:")
-            parts += [f"- {a}" for a in _assumptions(m)]
-            parts.append("")
+            parts.append(md_text("Assumptions:"))
+            parts += [md_bullet(a) for a in _assumptions(m)]
+            parts.append(blank)
         if m.attacks:
-            parts += [_md_table(_ATTACK_HEAD, _model_rows(m)), ""]
-    return "\n".join(parts).rstrip() + "\n"
+            parts += [md_table(_ATTACK_HEAD, _model_rows(m)), blank]
+    return md_document(parts)
 
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -386,14 +386,15 @@ img{max-width:100%}figcaption{font-size:.85em;color:#555}.verdicts li{margin:.2e
 
 
 def _html_table(head: list[str], rows: list[list[str]]) -> str:
-    h = "".join(f"<th>{html.escape(c)}</th>" for c in head)
-    b = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    e = html_text
+    h = "".join(f"<th>{e(c)}</th>" for c in head)
+    b = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{h}</tr></thead><tbody>{b}</tbody></table>"
 
 
 def to_html(report: AuditReport, figures_png: list[tuple[str, str, bytes]] | None = None) -> str:
     """Self-contained HTML (figures embedded as base64 PNG, no script, no external resource)."""
-    e = html.escape
+    e = html_text       # every string, ours and the bundle's, is text (dpaudit._escape)
     out = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(report.title)}</title>"
            f"<style>{_CSS}</style></head><body>",
            f"<h1>{e(report.title)}</h1>", f"<p>{e(_byline(report))}</p>", f"<p>{e(INTRO)}</p>",

@@ -183,7 +183,7 @@ def inclusion_bits(mode: str, num_canaries: int, num_models: int, seed: int) -> 
     multi-run: one coin per model (all its canaries follow it)."""
     owner = "inclusion_bits"
     check_choice(mode, "audit", owner, AUDIT_MODES)
-    m = check_int(num_canaries, "canaries", owner, low=1)
+    m = check_int(num_canaries, "canaries", owner, low=1, high=MAX_CANARIES)
     rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0xCA4A]))
     if mode == "one-run":
         check_int(num_models, "models", owner, low=1, high=1)
@@ -199,7 +199,7 @@ def make_input_canaries(kind: str, X_pool: np.ndarray, y_pool: np.ndarray, num_c
     inputs uniformly in ``[min, max]`` of the pool with uniform labels."""
     owner = "make_input_canaries"
     check_choice(kind, "kind", owner, INPUT_KINDS)
-    m = check_int(num_canaries, "canaries", owner, low=1)
+    m = check_int(num_canaries, "canaries", owner, low=1, high=MAX_CANARIES)
     C = check_int(num_classes, "num_classes", owner, low=2)
     X_pool = np.asarray(X_pool, dtype=np.float32)
     y_pool = np.asarray(y_pool).astype(np.int64)
@@ -225,7 +225,7 @@ def dirac_coordinates(spec: ModelSpec, num_canaries: int, seed: int, X_train: np
     row-major). First the first-layer weights of input features that are zero in every row of ``X_train`` (when
     the first parameter is a ``(hidden, features)`` weight), in seeded random order, then the rest at random."""
     owner = "dirac_coordinates"
-    m = check_int(num_canaries, "canaries", owner, low=1)
+    m = check_int(num_canaries, "canaries", owner, low=1, high=MAX_CANARIES)
     shapes = _param_shapes(spec)
     total = sum(math.prod(s) for _, s in shapes)
     if m > total:
@@ -255,7 +255,7 @@ def make_canaries(kind: str, mode: str, *, num_canaries: int = 1, num_models: in
     check_choice(mode, "audit", owner, AUDIT_MODES)
     if not isinstance(spec, ModelSpec):
         raise ParameterError(f"The 'spec' parameter of {owner} must be a ModelSpec. Got {spec!r} instead.")
-    m = check_int(num_canaries, "canaries", owner, low=1)
+    m = check_int(num_canaries, "canaries", owner, low=1, high=MAX_CANARIES)
     seed = check_int(seed, "seed", owner, low=0)
     if kind == "dirac":
         coords = dirac_coordinates(spec, m, seed, X_train)

@@ -71,6 +71,7 @@ __all__ = [
     "TREE_MODELS",
     "MODELS",
     "ModelSpec",
+    "classifier_suffix",
     "build_model",
     "build_estimator",
     "Classifier",
@@ -525,6 +526,20 @@ def canonical_safetensors(blob: bytes) -> bytes:
     return len(text).to_bytes(8, "little") + text + blob[8 + n :]
 
 
+def classifier_suffix(clf: Classifier) -> str:
+    """The suffix :func:`save_classifier` writes ``clf`` with: ``.safetensors`` (torch), ``.cbm`` (CatBoost: the
+    catboost package's classifier or dpaudit's own parsed :class:`~dpaudit.training.model_files.CatBoostModel`),
+    ``.skops`` (scikit-learn). One decision, so that a bundle's ``model.file`` names the file written."""
+    if clf.module is not None:
+        return ".safetensors"
+    from dpaudit.training.model_files import CatBoostModel
+
+    est = clf.estimator
+    if type(est).__module__.startswith("catboost") or isinstance(est, CatBoostModel):
+        return ".cbm"
+    return ".skops"
+
+
 def save_classifier(clf: Classifier, path_without_suffix) -> Path:
     """Write ``clf`` without pickle; returns the path written.
 
@@ -547,9 +562,7 @@ def save_classifier(clf: Classifier, path_without_suffix) -> Path:
         write_json(base.with_name(base.name + ".json"), clf.spec.to_dict())
         return target
     est = clf.estimator
-    from dpaudit.training.model_files import CatBoostModel
-
-    if type(est).__module__.startswith("catboost") or isinstance(est, CatBoostModel):
+    if classifier_suffix(clf) == ".cbm":
         target = base.with_name(base.name + ".cbm")
         with atomic_path(target, suffix=".cbm") as tmp:
             est.save_model(str(tmp), format="cbm")

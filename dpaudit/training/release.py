@@ -31,11 +31,11 @@ import numpy as np
 
 from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, open_input, save_npy, save_npz,
                          write_json)
-from dpaudit.errors import DataError, ParameterError, format_value, check_int
+from dpaudit.errors import DataError, ParameterError, format_value, check_bool, check_int, check_path
 from dpaudit.serial import to_dict
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
-from dpaudit.training.models import Classifier, ModelSpec, load_classifier, save_classifier
+from dpaudit.training.models import Classifier, ModelSpec, classifier_suffix, load_classifier, save_classifier
 from dpaudit.training.bundle_arrays import (MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, check_bundle_scores,
                                             check_canary_view, check_records, check_votes)
 from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION,
@@ -210,9 +210,7 @@ def check_release_target(out_dir: Any, name: str, owner: str) -> Path:
     """The folder a bundle is written to must be named by its last path component: ``.``, ``..``, ``/`` or an empty
     path name a folder that holds other things (the current directory, its parent), which ``--overwrite`` would
     replace as a whole. Raises :class:`ParameterError` naming ``name`` of ``owner``."""
-    if not isinstance(out_dir, (str, Path)) or not str(out_dir) or "\x00" in str(out_dir):
-        raise ParameterError(f"The '{name}' parameter of {owner} must be a folder path. Got {out_dir!r:.80} instead.")
-    p = Path(out_dir)
+    p = check_path(out_dir, name, owner)
     if p.name in ("", ".", ".."):
         raise ParameterError(f"The '{name}' parameter of {owner} must name a new folder for the bundle (e.g. runs/rel), "
                              f"not '.', '..' or '/': the whole folder would be replaced. Got {str(out_dir)!r} instead.")
@@ -338,9 +336,7 @@ def write_release(
         canary_files, entry = dict(canaries[0]), _as_dict(canaries[1], "canaries")
         meta["canaries"] = entry
     if classifier is not None:      # the name save_classifier gives it
-        meta["model"]["file"] = "model" + (".safetensors" if classifier.module is not None else
-                                           ".cbm" if type(classifier.estimator).__module__.startswith("catboost") else
-                                           ".skops")
+        meta["model"]["file"] = "model" + classifier_suffix(classifier)
     # the checks load_release makes, on what is about to be written: a bundle dpaudit writes is one it accepts
     where = f"{owner} ({Path(out_dir) / 'release.json'})"
     info = parse_release_meta(meta, where)
@@ -572,7 +568,10 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
     from dpaudit.training.usercode import BundleCode
 
     code = BundleCode.of(code)
-    root = Path(path)
+    root = check_path(path, "path", "load_release")
+    if data_dir is not None:
+        data_dir = check_path(data_dir, "data_dir", "load_release")
+    trust_data_dir = check_bool(trust_data_dir, "trust_data_dir", "load_release")
     meta = read_release_meta(root)
     real_root = root.resolve()
     meta_path = root / "release.json"

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from dpaudit._escape import console_text
 from dpaudit.errors import DataError, ParameterError, format_value
 
 __all__ = ["ImportPath", "PinnedCode", "BundleCode", "parse_import_path", "pin_code", "run_pinned", "load_callable",
@@ -377,8 +378,10 @@ class BundleCode:
                                 "only the code a release was made with.")
             how = (f"called with keyword arguments {json.dumps(dict(kwargs or {}), sort_keys=True)}"
                    if role == "factory" else "called as train(X, y, seed)")
-            notice = (f"dpaudit: --trust-bundle-code: running the {what} that {bundle} names: file {pinned.file} "
-                      f"(sha256 {pinned.sha256}), function {pinned.path.name}, {how}\n")
+            # the bundle chose the file and function names: shown literally (a name holding ESC[2K ESC[1A CR would
+            # otherwise erase this very line, the one that says which code is about to run)
+            notice = console_text(f"dpaudit: --trust-bundle-code: running the {what} that {bundle} names: file "
+                                  f"{pinned.file} (sha256 {pinned.sha256}), function {pinned.path.name}, {how}") + "\n"
             if notice not in _ANNOUNCED:        # once per process and bundle (an audit loads a bundle several times)
                 _ANNOUNCED.add(notice)
                 sys.stderr.write(notice)

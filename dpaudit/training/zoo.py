@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpaudit.errors import check_choice, check_int
+from dpaudit.training.limits import MAX_MODELS
 
 __all__ = ["ZOO", "ZooRun", "run_zoo"]
 
@@ -197,7 +198,7 @@ def run_zoo(name: str, *, trials: int = 2000, seed: int = 0, delta: float = 1e-5
     """Run zoo entry ``name`` ``trials`` times with fair-coin canary inclusion (seeded)."""
     owner = "run_zoo"
     check_choice(name, "pipeline", owner, ZOO)
-    N = check_int(trials, "trials", owner, low=2)
+    N = check_int(trials, "trials", owner, low=2, high=MAX_MODELS)
     rng = np.random.default_rng(np.random.SeedSequence([check_int(seed, "seed", owner, low=0), 0x200]))
     inc = rng.random(N) < 0.5
     family, broken, twin, stat = _ENTRIES[name]

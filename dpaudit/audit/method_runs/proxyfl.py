@@ -52,6 +52,7 @@ from dpaudit.attacks.canary import dirac_scores, ideal_one_run_epsilon, loss_sco
 from dpaudit.audit.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice, check_float, check_int, check_probability
 from dpaudit.progress import as_reporter
+from dpaudit.training.limits import MAX_ROUNDS
 
 __all__ = ["ClientDiracHook", "PROXYFL_RUN_CANARIES", "audit_run"]
 
@@ -163,7 +164,7 @@ def audit_run(*, canary: str = "dirac", canaries: int = 1000, epsilon: float | N
     m = check_int(canaries, "canaries", owner, low=2, high=MAX_CANARIES)     # before anything is allocated
     K = check_int(num_clients, "num_clients", owner, low=1, high=MAX_MODELS)
     n0 = check_int(samples_per_client, "samples_per_client", owner, low=2)
-    T = check_int(rounds, "rounds", owner, low=1)
+    T = check_int(rounds, "rounds", owner, low=1, high=MAX_ROUNDS)
     b = check_int(batch_size, "batch_size", owner, low=1, high=n0)
     delta = check_float(delta, "delta", owner, low=0.0, high=1.0, low_open=True, high_open=True)
     confidence = check_probability(confidence, "confidence", owner)

@@ -541,7 +541,7 @@ def prepare_federated_data(dataset: str, *, seed: int, num_clients: int, samples
     from dpaudit.training.data import load_dataset, split_dataset
 
     owner = "[data]"  # the table the user writes these settings in
-    n_clients = check_int(num_clients, "num_clients", owner, low=1)
+    n_clients = check_int(num_clients, "num_clients", owner, low=1, high=MAX_MODELS)
     check_choice(partition, "partition", owner, PARTITIONS)
     ds = load_dataset(dataset, data_dir=data_dir, seed=seed, num_samples=num_samples)
     splits = split_dataset(ds, seed=seed, public_fraction=public_fraction, test_fraction=test_fraction,
