@@ -27,6 +27,11 @@ settings.load_profile("dpaudit-random" if os.environ.get("DPAUDIT_RANDOM_TESTS")
 # other jobs (CI runners, several people on one box) threads that wait for a core at every parallel region made
 # the suite several times slower. DPAUDIT_THREADS=auto (or a number) in the environment overrides it.
 os.environ.setdefault("DPAUDIT_THREADS", "1")
+# The CLI's tables take their width from COLUMNS (dpaudit._format.make_console). pytest-xdist's workers get COLUMNS=80
+# and LINES=24, and a developer's shell may export its own: the tests see no width unless they set one themselves
+# (monkeypatch.setenv("COLUMNS", ...)), so that a run in parallel prints what a run in one process prints.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 from dpaudit.threads import apply_threads  # noqa: E402
 
 apply_threads()
