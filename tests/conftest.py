@@ -18,7 +18,9 @@ from hypothesis import settings
 # Property tests: the default run is derandomised (each test's examples follow from its own source), so CI's
 # verdict depends on the code alone; DPAUDIT_RANDOM_TESTS=1 draws fresh examples each run to hunt for new cases
 # (that is how the slow fuzz runs found their bugs). A failing example is printed with its reproduction blob.
-settings.register_profile("dpaudit", derandomize=True, print_blob=True)
+# The derandomised profile keeps no example database (it would be a .hypothesis folder in the checkout, shared by the
+# parallel workers; a failing example is printed with its blob instead).
+settings.register_profile("dpaudit", derandomize=True, print_blob=True, database=None)
 settings.register_profile("dpaudit-random", derandomize=False, print_blob=True)
 settings.load_profile("dpaudit-random" if os.environ.get("DPAUDIT_RANDOM_TESTS") else "dpaudit")
 
