@@ -11,9 +11,17 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import getpass
+import tempfile
+
 import numpy as np
 import pytest
 from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+# Hypothesis's own files (its cache of the constants in the source) go to the temporary folder, not a .hypothesis
+# folder in the checkout (the tests write nothing there)
+set_hypothesis_home_dir(str(Path(tempfile.gettempdir()) / f"dpaudit-hypothesis-{getpass.getuser()}"))
 
 # Property tests: the default run is derandomised (each test's examples follow from its own source), so CI's
 # verdict depends on the code alone; DPAUDIT_RANDOM_TESTS=1 draws fresh examples each run to hunt for new cases
