@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dpaudit bootstrap: creates .venv, installs dpaudit with what it needs, then runs a job.
 #   bash run.sh audit [ARGS...]   run the main job (dpaudit audit on the embedded default data set)
-#   bash run.sh test  [ARGS...]   run the test suite (default run; slow tests: bash run.sh test -m slow)
+#   bash run.sh test  [ARGS...]   run the test suite in parallel (pytest-xdist; -n N or -p no:xdist to choose;
+#                                 slow tests: bash run.sh test -m slow)
 #   bash run.sh dpaudit ARGS...   any dpaudit command inside the environment
 #   bash run.sh docs  [ARGS...]   build the documentation site into site/ (mkdocs build --strict: warnings fail)
 # On a machine without an NVIDIA GPU, the CPU build of torch is installed first, so that pip never
@@ -75,7 +76,18 @@ cmd="${1:-audit}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
     audit) exec "$venv/bin/dpaudit" audit "$@" ;;
-    test)  exec "$venv/bin/python" -m pytest "$@" ;;
+    test)
+        # in parallel (pytest-xdist), one worker per usable core up to 8, unless the arguments choose (-n N,
+        # --numprocesses, -p no:xdist) or only one core is usable
+        xdist=()
+        cores="$("$venv/bin/python" -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)' 2>/dev/null || true)"
+        case "$cores" in ''|*[!0-9]*) cores=1 ;; esac
+        case " $* " in
+            *" -n"*|*" --numprocesses"*|*" -p no:xdist "*|*" -pno:xdist "*) ;;
+            *) if [ "$cores" -gt 1 ] && "$venv/bin/python" -c "import xdist" >/dev/null 2>&1; then
+                   xdist=(-n "$(( cores < 8 ? cores : 8 ))"); fi ;;
+        esac
+        exec "$venv/bin/python" -m pytest "${xdist[@]}" "$@" ;;
     dpaudit) exec "$venv/bin/dpaudit" "$@" ;;
     docs)  exec "$venv/bin/python" -m mkdocs build --strict --config-file mkdocs.yml --site-dir site "$@" ;;
     *) echo "usage: bash run.sh audit|test|dpaudit|docs [ARGS...]" >&2; exit 2 ;;

@@ -11,14 +11,24 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import getpass
+import tempfile
+
 import numpy as np
 import pytest
 from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+# Hypothesis's own files (its cache of the constants in the source) go to the temporary folder, not a .hypothesis
+# folder in the checkout (the tests write nothing there)
+set_hypothesis_home_dir(str(Path(tempfile.gettempdir()) / f"dpaudit-hypothesis-{getpass.getuser()}"))
 
 # Property tests: the default run is derandomised (each test's examples follow from its own source), so CI's
 # verdict depends on the code alone; DPAUDIT_RANDOM_TESTS=1 draws fresh examples each run to hunt for new cases
 # (that is how the slow fuzz runs found their bugs). A failing example is printed with its reproduction blob.
-settings.register_profile("dpaudit", derandomize=True, print_blob=True)
+# The derandomised profile keeps no example database (it would be a .hypothesis folder in the checkout, shared by the
+# parallel workers; a failing example is printed with its blob instead).
+settings.register_profile("dpaudit", derandomize=True, print_blob=True, database=None)
 settings.register_profile("dpaudit-random", derandomize=False, print_blob=True)
 settings.load_profile("dpaudit-random" if os.environ.get("DPAUDIT_RANDOM_TESTS") else "dpaudit")
 
@@ -27,6 +37,11 @@ settings.load_profile("dpaudit-random" if os.environ.get("DPAUDIT_RANDOM_TESTS")
 # other jobs (CI runners, several people on one box) threads that wait for a core at every parallel region made
 # the suite several times slower. DPAUDIT_THREADS=auto (or a number) in the environment overrides it.
 os.environ.setdefault("DPAUDIT_THREADS", "1")
+# The CLI's tables take their width from COLUMNS (dpaudit._format.make_console). pytest-xdist's workers get COLUMNS=80
+# and LINES=24, and a developer's shell may export its own: the tests see no width unless they set one themselves
+# (monkeypatch.setenv("COLUMNS", ...)), so that a run in parallel prints what a run in one process prints.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 from dpaudit.threads import apply_threads  # noqa: E402
 
 apply_threads()

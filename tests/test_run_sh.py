@@ -63,3 +63,24 @@ def test_a_failing_install_shows_pips_output_and_stops(fake_venv):
     assert p.returncode == 1 and p.stdout == ""
     assert "failed; its output" in p.stderr and "ERROR: No matching distribution found for nonsense" in p.stderr
     assert not (fake_venv / ".dpaudit-installed").exists()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ([], ["-n", "2"]),                                  # two usable cores: two workers
+    (["tests/accountants"], ["-n", "2", "tests/accountants"]),
+    (["-n", "4"], ["-n", "4"]),                         # the caller chooses
+    (["-p", "no:xdist", "-x"], ["-p", "no:xdist", "-x"]),
+])
+def test_tests_run_in_parallel_unless_the_caller_chooses(fake_venv, args, expected):
+    """``bash run.sh test`` runs pytest with one xdist worker per usable core; ``-n``/``-p no:xdist`` override it."""
+    py = fake_venv / "bin" / "python"
+    py.write_text(FAKE_PYTHON.replace('if [ "$1" = "-" ]', 'if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then shift 2; '
+                                      'echo "pytest $*"; exit 0; fi\n'
+                                      'if [ "$1" = "-c" ]; then case "$2" in *sched_getaffinity*) echo 2; exit 0;; '
+                                      'esac; exit 0; fi\nif [ "$1" = "-"  ]'))
+    e = {k: v for k, v in os.environ.items() if k not in ("FAKE_PIP_FAIL",)}
+    e.update(DPAUDIT_VENV=str(fake_venv), PATH=f"{fake_venv / 'bin'}:{os.environ.get('PATH', '')}")
+    p = subprocess.run(["bash", str(ROOT / "run.sh"), "test", *args], capture_output=True, text=True, env=e,
+                       timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["pytest", *expected]

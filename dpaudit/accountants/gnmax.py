@@ -77,6 +77,7 @@ __all__ = [
     "rdp_gnmax_mu2",
     "rdp_gnmax_data_independent",
     "rdp_gnmax_data_dependent",
+    "rdp_gnmax_votes_total",
     "gnmax_dd_applies",
     "rdp_threshold",
     "threshold_log_pr",
@@ -505,6 +506,25 @@ def _log_q_fast(votes: np.ndarray, sigma: float) -> np.ndarray:
     return out
 
 
+def rdp_gnmax_votes_total(votes: Any, sigma: float, orders: Any) -> np.ndarray:
+    """Data-dependent RDP of the GNMax answers to every row of ``votes``, summed over the queries, at every order:
+    shape (orders,) (PATE 2018, Theorem 6 with Proposition 10's orders; :math:`\lambda/\sigma^2` where it does not
+    apply).
+
+    The bound of ``rdp_gnmax_mu2(gnmax_mu2(votes, sigma), sigma, orders).sum(axis=0)`` (so where q underflows, the
+    Mills tail of :func:`gnmax_mu2`), organised for speed: q's terms from a table of the possible gaps, the per-row
+    constants computed once, then blocks of 8,192 rows whose (rows, orders) work stays in the CPU cache and is summed
+    by one matrix-vector product, instead of one (queries, orders) matrix in memory. The summation order differs from
+    the matrix's, so the total is raised by a relative 1e-12 (far above the rounding of the sums): never below it.
+    """
+    owner = "rdp_gnmax_votes_total"
+    sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
+    lam = check_orders(orders, "orders", owner, low=1.0)
+    v = validated_votes(votes, owner)
+    mu2 = gnmax_mu2(v, sigma, _log_q_fast(v, sigma))
+    return _RowSum(mu2, sigma).total(lam) * (1.0 + 1e-12)
+
+
 @register_rdp(GaussianNoisyMax)
 def _rdp_gnmax_event(event: DpEvent, orders: np.ndarray) -> np.ndarray:
     """RDP of one :class:`GaussianNoisyMax` event. With a threshold and votes, every row pays the threshold
@@ -514,9 +534,7 @@ def _rdp_gnmax_event(event: DpEvent, orders: np.ndarray) -> np.ndarray:
     if event.votes is None:  # type: ignore[attr-defined]
         total = n * rdp_gnmax_data_independent(event.sigma, lam)  # type: ignore[attr-defined]
     else:
-        v = event.votes  # type: ignore[attr-defined]
-        mu2 = gnmax_mu2(v, event.sigma, _log_q_fast(v, event.sigma))  # type: ignore[attr-defined]
-        total = _RowSum(mu2, event.sigma).total(lam) * (1.0 + 1e-12)  # type: ignore[attr-defined]
+        total = rdp_gnmax_votes_total(event.votes, event.sigma, lam)  # type: ignore[attr-defined]
     if event.threshold is not None:  # type: ignore[attr-defined]
         total = total + n * rdp_threshold(event.sigma_threshold, lam)  # type: ignore[attr-defined]
     return total

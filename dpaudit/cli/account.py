@@ -7,8 +7,6 @@ from typing import Any
 
 import click
 
-from dpaudit.accountants.rdp import parse_orders
-from dpaudit.api import account
 from dpaudit.cli.render import render_result, result_json
 
 MECHANISMS = ("ldp", "dpsgd", "tuning", "laplace", "gaussian", "pate", "gnmax")
@@ -74,6 +72,9 @@ def _call(mechanism: str, o: dict[str, Any]):
 
     The CLI's ``laplace`` and ``gaussian`` are the PATE noisy-max mechanisms without votes (data-independent):
     ``pate`` and ``gnmax`` with ``data_independent=True``."""
+    from dpaudit.accountants.rdp import parse_orders   # here, not at the top: ``--help`` loads no accountant
+    from dpaudit.api import account
+
     if mechanism == "ldp":
         return account("ldp", epsilon=o["epsilon"], samples=o["samples"], classes=o["classes"], rounds=o["rounds"],
                        participation=o["participation"], users=o["users"], delta=o["delta"])

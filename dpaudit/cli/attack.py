@@ -10,15 +10,23 @@ Results go to stdout; progress and the paths written to stderr (``--quiet``: not
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from dpaudit._format import fmt_number, make_console, printable, table_text
-from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
-from dpaudit.attacks.shadow import CLASSIFIERS
-from dpaudit.attacks.threshold import THRESHOLD_KINDS
 from dpaudit.cli.executor_options import executor_options
 from dpaudit.progress import as_reporter
+
+if TYPE_CHECKING:
+    from dpaudit.attacks import AttackReport, AttackResult
+
+# The choices of the options, spelled here so that ``dpaudit attack --help`` loads no attack (scipy, sklearn,
+# catboost); tests/cli/test_cold_start.py checks that they equal dpaudit.attacks.ATTACKS, .shadow.CLASSIFIERS and
+# .threshold.THRESHOLD_KINDS.
+ATTACKS = ("shadow", "threshold", "lira", "rmia")
+CLASSIFIERS = ("catboost", "logreg", "gbdt", "rf")
+THRESHOLD_KINDS = ("loss", "confidence")
 
 
 def _empirical(r: AttackResult) -> str:
@@ -40,6 +48,8 @@ def _row(r: AttackResult) -> list[str]:
 
 def render(report: AttackReport) -> str:
     """What ``dpaudit attack`` prints: the table (the one table style, at the console's width) and its notes."""
+    from dpaudit.attacks import ESTIMATE_CAVEAT
+
     m, b = report.attack.metrics, report.attack.bound
     fprs = " / ".join(fmt_number(f) for f, _ in m.tpr_at_fpr)
     head = ["attack", "AUC [CI]", f"TPR @ FPR {fprs}", "acc", "prec", "rec", "F1", "empirical ε (kind)"]

@@ -14,7 +14,6 @@ from typing import Any
 import click
 
 from dpaudit._io import dumps_json, parse_toml_value, write_json
-from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, audit_method_run, method_run_parameters
 from dpaudit.errors import ParameterError
 from dpaudit.progress import as_reporter
 from dpaudit.serial import to_dict
@@ -35,6 +34,8 @@ def parse_sets(sets: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _parameters_help() -> str:
+    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, method_run_parameters
+
     lines = []
     for name in sorted(METHOD_RUN_AUDITS):
         params = ", ".join(sorted(set(method_run_parameters(name)) - {"seed", "confidence"}))
@@ -42,7 +43,16 @@ def _parameters_help() -> str:
     return "\n\n".join(lines)
 
 
-@click.command("audit-method", epilog="Audit parameters (--set KEY=VALUE), by method:\n\n" + _parameters_help())
+class _Command(click.Command):
+    """The command, its epilog (every method's audit parameters, read from the audit functions' signatures) made
+    only when the help is shown: ``dpaudit --help`` and every other command load no audit code."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.epilog = "Audit parameters (--set KEY=VALUE), by method:\n\n" + _parameters_help()
+        super().format_epilog(ctx, formatter)
+
+
+@click.command("audit-method", cls=_Command)
 @click.argument("method", metavar="METHOD")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="One audit parameter, e.g. --set canary_clients=500 (repeatable).")
@@ -57,6 +67,8 @@ def command(method: str, sets: tuple[str, ...], seed: int, confidence: float, ou
     """Certified canary audit of METHOD's whole training run (METHOD: one of the methods listed below) (its real round loop / teacher training / proxy
     training with auditor-planted canaries): a lower bound on its epsilon that holds with the stated confidence,
     beside the paper's claim, dpaudit's accounting and the ideal-attack reference at the same number of trials."""
+    from dpaudit.audit.method_audit import audit_method_run, method_run_parameters
+
     params = parse_sets(sets)
     method_run_parameters(method)  # an unknown METHOD: one line naming the known ones
     for flag in ("seed", "confidence"):

@@ -13,8 +13,6 @@ from rich.text import Text
 
 from dpaudit._format import printable
 from dpaudit._io import dumps_json
-from dpaudit.api import check
-from dpaudit.audit.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
 from dpaudit.cli.render import make_console, print_table, print_warnings
 from dpaudit.progress import as_reporter
 from dpaudit.serial import to_dict
@@ -47,6 +45,9 @@ def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool,
     warnings. Exit status: 0 when every claim holds, 1 when any is refuted, 3 when some are unproven and none is
     refuted, 2 on usage errors.
     """
+    from dpaudit.api import check                 # here, not at the top: ``--help`` loads no accountant or attack
+    from dpaudit.audit.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
+
     rep = as_reporter(not quiet, prefix="dpaudit check")
     report = check(claims, junit=junit, progress=rep, trust_bundle_code=trust_bundle_code)
     if as_json:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import click
 from rich.console import Console
@@ -17,7 +17,9 @@ from rich.text import Text
 
 from dpaudit._format import fmt_number, make_console, print_table, printable
 from dpaudit.serial import to_dict
-from dpaudit.accountants.statement import AccountingResult
+
+if TYPE_CHECKING:  # the accountants (scipy, dp_accounting) load when a command accounts, not for --help
+    from dpaudit.accountants.statement import AccountingResult
 
 __all__ = ["render_result", "render_run", "result_json", "format_number", "make_console", "print_table", "warn",
            "print_warnings", "echo"]

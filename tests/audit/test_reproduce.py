@@ -108,7 +108,7 @@ def test_a_poorer_run_never_replaces_a_table_unless_forced(tmp_path, committed, 
 
 def test_cli_refuses_a_poorer_table_in_one_line_and_defaults_to_runs(tmp_path, capsys, monkeypatch):
     from dpaudit.cli import main
-    import dpaudit.cli.reproduce as cli_reproduce
+    import dpaudit.audit.reproduce as reproduce_module   # the command imports reproduce from it when it runs
 
     committed = tmp_path / "reports" / "reproduce"
     path = _committed(committed, keys=("baseline", "g1", "g05", "g02", "g01", "g02_q500", "g02_t15"))
@@ -117,7 +117,7 @@ def test_cli_refuses_a_poorer_table_in_one_line_and_defaults_to_runs(tmp_path, c
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "--force" in err and str(path) in err
     calls = []
-    monkeypatch.setattr(cli_reproduce, "reproduce", lambda *a, **k: calls.append(k) or (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr(reproduce_module, "reproduce", lambda *a, **k: calls.append(k) or (_ for _ in ()).throw(SystemExit(0)))
     with pytest.raises(SystemExit):
         main(["reproduce", "fredy", "--seeds", "1"])
     assert calls[0]["out"] == Path("runs/reproduce") and calls[0]["force"] is False
