@@ -7,10 +7,11 @@ dpaudit event ``SubsampledGaussian(sample_rate, noise_multiplier, num_steps)``, 
 * :func:`read_opacus` turns an engine (or its accountant, or a bare history) into an :class:`OpacusRun`;
 * :class:`OpacusRecorder` records the same phases itself during training, through the optimizer's step hook
   (chained after Opacus's own accountant hook), for code that does not keep the engine;
-* :meth:`OpacusRun.account` gives the epsilon **equal to Opacus's own RDP ``get_epsilon``** (dpaudit's RDP
-  accountant on Opacus's order grid ``RDPAccountant.DEFAULT_ALPHAS``; dpaudit converts with the same
-  Canonne-Kamath-Steinke / Balle et al. 2020 bound) with dp_accounting's PLD figure beside it, and Opacus's own
-  number in ``facts["opacus_rdp_epsilon"]``;
+* :meth:`OpacusRun.account` gives every valid route (dpaudit's RDP accountant on Opacus's order grid
+  ``RDPAccountant.DEFAULT_ALPHAS``, dp_accounting's PLD, PRV), the smallest the headline, with "Opacus's own
+  figure" beside them: ``get_epsilon`` of the accountant the engine actually used (``PrivacyEngine()`` defaults to
+  PRV; ``facts["opacus_epsilon"]`` and ``facts["opacus_epsilon_accountant"]``), and Opacus's RDP figure in
+  ``facts["opacus_rdp_epsilon"]``;
 * :meth:`OpacusRun.ledger` / :func:`write_opacus_ledger` give the dpaudit ledger JSON.
 
 What Opacus's accounting assumes, and what :meth:`OpacusRun.assumptions` / :meth:`OpacusRun.red_flags` say:
@@ -46,12 +47,16 @@ from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, he
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int, check_probability
 
 __all__ = ["OPACUS_ORDERS", "OpacusRun", "OpacusRecorder", "read_opacus", "is_poisson_loader", "write_opacus_ledger",
-           "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS"]
+           "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS", "OPACUS_ACCOUNTANTS"]
 
 #: What :func:`loader_sampling` can report: ``poisson`` (Opacus's DPDataLoader), ``shuffle`` (DataLoader(shuffle=True)),
 #: ``sequential`` (DataLoader(shuffle=False): deterministic batches), ``unknown`` (any other sampler).
 OPACUS_SAMPLINGS = ("poisson", "shuffle", "sequential", "unknown")
 
+
+#: Opacus's accountants (``PrivacyEngine(accountant=...)``, ``IAccountant.mechanism()``) by name; ``prv`` is the
+#: default of ``PrivacyEngine()`` (opacus 1.5 - 1.6).
+OPACUS_ACCOUNTANTS = {"rdp": "RDPAccountant", "prv": "PRVAccountant", "gdp": "GaussianAccountant"}
 
 #: Opacus's RDP order grid, ``opacus.accountants.RDPAccountant.DEFAULT_ALPHAS`` (opacus 1.4 - 1.6; a test checks it
 #: against the installed Opacus). Spelled out so that importing this module does not import Opacus (seconds).
@@ -282,8 +287,24 @@ class OpacusRun:
                 "unknown": " The data loader was checked: NOT Poisson, and its sampler was not recognised (red flag)."}
         return OPACUS_ASSUMPTIONS[:2] + (OPACUS_ASSUMPTIONS[2] + seen[self.sampling],) + OPACUS_ASSUMPTIONS[3:] + self.notes
 
-    def opacus_epsilon(self, delta: float) -> float:
-        """Opacus's own ``RDPAccountant.get_epsilon(delta)`` on this history (for comparison)."""
+    @property
+    def opacus_kind(self) -> str:
+        """The Opacus accountant whose figure is "Opacus's own": the one the engine used (``"rdp"``, ``"prv"`` --
+        the default of ``PrivacyEngine()`` -- or ``"gdp"``); ``"rdp"`` for a run read without its engine (an
+        :class:`OpacusRecorder`, a bare history)."""
+        return self.opacus_accountant if self.opacus_accountant in OPACUS_ACCOUNTANTS else "rdp"
+
+    def opacus_epsilon(self, delta: float, *, runs: int = 1) -> float:
+        """Opacus's own figure: ``get_epsilon(delta)`` of the accountant the engine used (:attr:`opacus_kind`) on this
+        history (``runs`` times over), as ``PrivacyEngine.get_epsilon`` printed it (for comparison)."""
+        from opacus.accountants import create_accountant
+
+        acc = create_accountant(self.opacus_kind)
+        acc.history = [tuple(h) for h in self.history] * runs
+        return float(acc.get_epsilon(delta=delta))
+
+    def opacus_rdp_epsilon(self, delta: float) -> float:
+        """Opacus's ``RDPAccountant.get_epsilon(delta)`` on this history, whichever accountant the engine used."""
         from opacus.accountants import RDPAccountant
 
         acc = RDPAccountant()
@@ -333,18 +354,30 @@ class OpacusRun:
         else:
             eps_o, order_o = 0.0, None
         valid = "" if not self.batches else ": NOT a guarantee for this run (it analyses Poisson sampling)"
-        stmts = [PrivacyStatement(
-            eps_o, delta, "rdp (Opacus's RDP analysis and orders)", order=order_o, label=f"Opacus's own figure{valid}",
-            assumptions=("RDP of each phase by Opacus's compute_rdp on RDPAccountant.DEFAULT_ALPHAS, summed, converted "
-                         "with the Canonne-Kamath-Steinke 2020 bound (as Opacus); shown for comparison, not a route "
-                         "dpaudit certifies.",) + common)]
+        kind = self.opacus_kind
+        if kind == "rdp":
+            stmts = [PrivacyStatement(
+                eps_o, delta, "rdp (Opacus's RDP analysis and orders)", order=order_o,
+                label=f"Opacus's own figure{valid}",
+                assumptions=("RDP of each phase by Opacus's compute_rdp on RDPAccountant.DEFAULT_ALPHAS, summed, "
+                             "converted with the Canonne-Kamath-Steinke 2020 bound (as Opacus); shown for comparison, "
+                             "not a route dpaudit certifies.",) + common)]
+        else:
+            eps_own = self.opacus_epsilon(delta, runs=runs) if self.history else 0.0
+            stmts = [PrivacyStatement(
+                eps_own, delta, f"{kind} (Opacus's {OPACUS_ACCOUNTANTS[kind]})",
+                label=f"Opacus's own figure ({OPACUS_ACCOUNTANTS[kind]}, the engine's){valid}",
+                assumptions=(f"Opacus's {OPACUS_ACCOUNTANTS[kind]}.get_epsilon on the run's history, the accountant the "
+                             "PrivacyEngine used (as PrivacyEngine.get_epsilon printed it); shown for comparison, not a "
+                             "route dpaudit certifies.",) + common)]
         event: DpEvent = Composed(self.events)
         if runs > 1:
             event = Repeated(event, runs)
         warns: list[str] = list(self.red_flags())
         facts: dict[str, Any] = {"sampling": self.scheme, "steps": self.steps, "phases": [list(h) for h in self.history],
                                  "opacus_accountant": self.opacus_accountant,
-                                 "opacus_rdp_epsilon": self.opacus_epsilon(delta) if runs == 1 else eps_o,
+                                 "opacus_epsilon": stmts[0].epsilon, "opacus_epsilon_accountant": kind,
+                                 "opacus_rdp_epsilon": self.opacus_rdp_epsilon(delta) if runs == 1 else eps_o,
                                  "poisson_sampling_checked": self.poisson_sampling, "runs": runs}
         if self.history:
             with warnings.catch_warnings():
@@ -362,7 +395,7 @@ class OpacusRun:
             warns.append(
                 f"{self.scheme.capitalize()}: epsilon <= {stmts[headline].epsilon:.4g} is a valid upper bound (no "
                 f"amplification counted); Chua et al.'s construction certifies that no analysis can give less than "
-                f"{lower.epsilon:.4g}; Opacus's own figure ({eps_o:.4g}) analyses Poisson sampling and is not a "
+                f"{lower.epsilon:.4g}; Opacus's own figure ({stmts[0].epsilon:.4g}) analyses Poisson sampling and is not a "
                 "guarantee for this run.")
         if order_o is not None and order_o in (OPACUS_ORDERS[0], OPACUS_ORDERS[-1]):
             warns.append(f"The best RDP order of Opacus's figure ({order_o:g}) is at the edge of Opacus's order grid.")
