@@ -231,8 +231,13 @@ def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str,
         except ParameterError as exc:
             skipped[name] = str(exc)
             continue
-        stmts.append(PrivacyStatement(st.epsilon, st.delta, st.method, order=st.order, label=f"{label} ({name})",
-                                      assumptions=st.assumptions + common, details=st.details, route=name))
+        # one vocabulary: the method is the route's name (``headline_route``); how the route computed it (e.g. the
+        # PLD accountant's exact Gaussian-DP composition) is ``details["computation"]``
+        details = {k: v for k, v in st.details.items() if k != "route"}
+        if st.method != name or st.details.get("route", name) != name:
+            details["computation"] = str(st.details.get("route", st.method))
+        stmts.append(PrivacyStatement(st.epsilon, st.delta, name, order=st.order, label=f"{label} ({name})",
+                                      assumptions=st.assumptions + common, details=details, route=name))
         warns.extend(getattr(acc, "warnings", ()))
     return stmts, skipped, warns
 
