@@ -39,7 +39,7 @@ from dpaudit.attacks.rmia import rmia_from_signals
 from dpaudit.attacks.results import AttackReport
 from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, attack_result
 from dpaudit.attacks.threshold import loss_scores
-from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability, worded
 
 __all__ = ["SCORE_KINDS", "SCORE_PREFIXES", "SCORES_ATTACKS", "synthetic_scores", "PROBABILITY_TOLERANCE", "check_model_scores", "true_label_log_odds",
            "scores_attack", "ScoresAudit", "scores_audit", "compare_scores"]
@@ -91,7 +91,7 @@ def check_model_scores(values, labels, kind: str, name: str, *, num_records: int
     if kind == "probabilities":
         if lo < -1e-9 or hi > 1 + 1e-9:
             raise DataError(f"'{name}' holds probabilities outside [0, 1] (range [{lo:.4g}, {hi:.4g}]); "
-                            "pass --score-kind logits for raw scores.")
+                            f"pass {worded('--score-kind logits', 'kind=' + repr('logits'))} for raw scores.")
         dev = np.abs(v.sum(axis=-1) - 1.0)
         if dev.max() > PROBABILITY_TOLERANCE:
             worst = np.unravel_index(int(np.argmax(dev)), dev.shape)

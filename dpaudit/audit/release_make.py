@@ -53,7 +53,7 @@ from dpaudit.accountants.granularity import canonical_granularity
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
-from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int
+from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int, worded
 from dpaudit.training.release_meta import check_records, parse_train_config
 from dpaudit.serial import to_dict
 
@@ -351,8 +351,8 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
     shape = tuple(X.shape[1:])
     if p.suffix == ".safetensors":
         if not factory:
-            raise ParameterError("A .safetensors weights file needs --factory FILE.py:build (the function that builds "
-                                 "the torch.nn.Module). Got nothing instead.")
+            raise ParameterError(f"A .safetensors weights file needs {worded('--factory FILE.py:build', 'factory=' + repr('FILE.py:build'))} "
+                                 "(the function that builds the torch.nn.Module). Got nothing instead.")
         digest = code_digest(factory, "--factory")
         module = load_torch_factory(factory, p, factory_kwargs=factory_kwargs, factory_sha256=digest)
         spec = ExternalSpec("torch_factory", shape, num_classes, {"factory": factory, "factory_sha256": digest,
@@ -360,7 +360,7 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
         clf = Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
     elif p.suffix in (".skops", ".cbm"):
         if factory:
-            raise ParameterError(f"--factory applies to .safetensors weights only. Got it with {p.suffix} instead.")
+            raise ParameterError(f"{worded('--factory', 'factory=')} applies to .safetensors weights only. Got it with {p.suffix} instead.")
         kind = "sklearn" if p.suffix == ".skops" else "catboost"
         est = load_sklearn_model(p) if kind == "sklearn" else load_catboost_model(p)
         classes = np.asarray(getattr(est, "classes_", []))
@@ -368,7 +368,7 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
             raise DataError(f"The model's classes {classes.tolist()[:10]} are not label indices in [0, {num_classes}) of the data.")
         clf = Classifier(ExternalSpec(kind, shape, num_classes), estimator=est)   # type: ignore[arg-type]
     else:
-        raise DataError(f"The model file {str(p)!r} must be .safetensors (with --factory), .skops or .cbm. "
+        raise DataError(f"The model file {str(p)!r} must be .safetensors (with {worded('--factory', 'factory=')}), .skops or .cbm. "
                         f"Got {p.suffix or 'no suffix'} instead.")
     try:
         out = clf.predict_proba(X[: min(4, len(X))])
@@ -384,7 +384,7 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
 def _recipe(train_fn: str | None, recipe_model: str | None, recipe_kwargs: Mapping | None, recipe_config: Any,
             shape: tuple[int, ...], num_classes: int) -> dict | None:
     if train_fn and recipe_model:
-        raise ParameterError(f"Give one training recipe: --train-fn or --recipe-model. Got both ({train_fn!r}, {recipe_model!r}) instead.")
+        raise ParameterError(f"Give one training recipe: {worded('--train-fn or --recipe-model', 'train_fn= or recipe_model=')}. Got both ({train_fn!r}, {recipe_model!r}) instead.")
     if train_fn:
         from dpaudit.training.external import code_digest, import_object
 

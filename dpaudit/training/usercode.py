@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from dpaudit.errors import DataError, ParameterError, format_value
+from dpaudit.errors import DataError, ParameterError, format_value, worded
 
 __all__ = ["ImportPath", "PinnedCode", "BundleCode", "parse_import_path", "pin_code", "run_pinned", "load_callable",
            "code_digest", "check_code_kwargs", "MAX_CODE_BYTES"]
@@ -308,6 +308,22 @@ _ROLES = {"factory": ("--factory", "model factory", "model.spec.kwargs.factory")
           "train_fn": ("--train-fn", "training function", "model.recipe.train_fn")}
 
 
+def _flag(role: str) -> str:
+    """The name of the user's code for ``role`` as the caller spells it: ``--factory`` on the command line,
+    ``BundleCode(factory=...)`` from Python."""
+    return worded(_ROLES[role][0], f"BundleCode({role}=...)")
+
+
+def _how_to_run(role: str, name: str) -> str:
+    """How to let a bundle's code run, as the caller spells it."""
+    flag = _ROLES[role][0]
+    return worded(f"Pass {flag} FILE.py:{name} (your copy of that code, checked against the digest) or "
+                  "--trust-bundle-code (runs the file the bundle names, after printing it).",
+                  f"Pass code=BundleCode({role}='FILE.py:{name}') (your copy of that code, checked against the "
+                  "digest) or code=BundleCode(trust_bundle=True) (runs the file the bundle names, after printing it); "
+                  f"dpaudit.attack takes the same code= keyword.")
+
+
 @dataclass(frozen=True)
 class BundleCode:
     """The user's decision about the code a bundle names (a torch model's factory, a recipe's training function).
@@ -325,10 +341,10 @@ class BundleCode:
     trust_bundle: bool = False
 
     def __post_init__(self) -> None:
-        for role, (flag, _, _) in _ROLES.items():
+        for role in _ROLES:
             v = getattr(self, role)
             if v is not None:
-                parse_import_path(v, flag)
+                parse_import_path(v, _flag(role))
         if not isinstance(self.trust_bundle, bool):
             raise ParameterError(f"The 'trust_bundle' parameter of BundleCode must be a bool. Got "
                                  f"{format_value(self.trust_bundle)} instead.")
@@ -345,7 +361,8 @@ class BundleCode:
                      kwargs: Mapping[str, Any] | None = None) -> tuple[Callable, str]:
         """The callable to run for the bundle's ``role`` (``"factory"`` or ``"train_fn"``) and a label naming it;
         a :class:`DataError` saying how to proceed when the user has not named that code."""
-        flag, what, field = _ROLES[role]
+        _, what, field = _ROLES[role]
+        flag = _flag(role)
         where = f"{bundle}/release.json: {field}"
         rec = parse_import_path(recorded, where)
         if not isinstance(recorded_sha, str) or not _SHA.fullmatch(recorded_sha):
@@ -377,7 +394,7 @@ class BundleCode:
                                 "only the code a release was made with.")
             how = (f"called with keyword arguments {json.dumps(dict(kwargs or {}), sort_keys=True)}"
                    if role == "factory" else "called as train(X, y, seed)")
-            notice = (f"dpaudit: --trust-bundle-code: running the {what} that {bundle} names: file {pinned.file} "
+            notice = (f"dpaudit: {worded('--trust-bundle-code', 'BundleCode(trust_bundle=True)')}: running the {what} that {bundle} names: file {pinned.file} "
                       f"(sha256 {pinned.sha256}), function {pinned.path.name}, {how}\n")
             if notice not in _ANNOUNCED:        # once per process and bundle (an audit loads a bundle several times)
                 _ANNOUNCED.add(notice)
@@ -385,6 +402,4 @@ class BundleCode:
                 sys.stderr.flush()
             return run_pinned(pinned, where), f"{rec.text} (trusted bundle code)"
         raise DataError(f"{bundle}: its {what} is code the bundle names ({rec.text}, sha256 {recorded_sha[:16]}...), "
-                        f"and dpaudit runs no code a bundle names. Pass {flag} FILE.py:{rec.name} (your copy of that "
-                        "code, checked against the digest) or --trust-bundle-code (runs the file the bundle names, "
-                        "after printing it).")
+                        f"and dpaudit runs no code a bundle names. {_how_to_run(role, rec.name)}")

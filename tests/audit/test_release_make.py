@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+import dpaudit
+
 from byom_artefacts import digits_files, scores_file, torch_files
 from dpaudit.audit.attack_release import attack_release
 from dpaudit.audit.release_make import make_release, parse_claim
@@ -54,7 +56,7 @@ def test_torch_factory_release_with_recipe_and_masks(digits, tmp_path) -> None:
     out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=f"{t['factory_module']}:build",
                        factory_kwargs={"hidden": 16}, data=digits["data"], members=tmp_path / "mask.npy",
                        nonmembers=digits["nonmembers"], train_fn="byomtrain:train")
-    with pytest.raises(DataError, match="dpaudit runs no code a bundle names. Pass --factory FILE.py:build"):
+    with pytest.raises(DataError, match="dpaudit runs no code a bundle names"):
         load_release(out)                  # the bundle's factory runs only when the user names the same code
     rel = load_release(out, code=BundleCode(factory=f"{t['factory_module']}:build", train_fn="byomtrain:train"))
     assert rel.kind == "torch_factory" and rel.spec.is_torch
@@ -192,3 +194,26 @@ def test_ledger_accounting_and_check(digits, tmp_path) -> None:
                                           'granularity = "example"\n')
     report = check_claims(tmp_path / "claims.toml")
     assert report.passed and report.results[0].accounted.epsilon == pytest.approx(eps)
+
+
+def test_python_api_errors_are_worded_in_python(digits, tmp_path) -> None:
+    # issue 36: Release.load on a bundle naming a factory said "Pass --factory FILE.py:build" (a CLI flag); from
+    # Python it names the keyword (the CLI still names its flags: test_release_make_errors, tests/security)
+    t = torch_files(tmp_path)
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=f"{t['factory_module']}:build",
+                       factory_kwargs={"hidden": 16}, data=digits["data"], members=digits["members"],
+                       nonmembers=digits["nonmembers"])
+    with pytest.raises(DataError, match="dpaudit runs no code a bundle names") as exc:
+        dpaudit.Release.load(out)
+    msg = str(exc.value)
+    assert "code=BundleCode(factory='FILE.py:build')" in msg and "code=BundleCode(trust_bundle=True)" in msg
+    assert "--factory" not in msg and "--trust-bundle-code" not in msg
+    sk = make_release(tmp_path / "sk", claim=CLAIM, model=digits["skops"], data=digits["data"],
+                      members=digits["members"], nonmembers=digits["nonmembers"])
+    with pytest.raises(ParameterError, match=r"^BundleCode\(train_fn=\.\.\.\) applies to"):
+        load_release(sk, code=BundleCode(train_fn="byomtrain:train"))
+    with pytest.raises(ParameterError, match=r"needs factory='FILE.py:build'"):
+        make_release(tmp_path / "x", claim=CLAIM, model=t["weights"], data=digits["data"], members=digits["members"],
+                     nonmembers=digits["nonmembers"])
+    with pytest.raises(DataError, match="train_fn= or recipe_model="):
+        attack_release(load_release(sk), attack="lira")
