@@ -14,7 +14,10 @@ those bytes are compiled and executed into a fresh module (no ``__pycache__`` by
 file is not read a second time). Relative imports (``from . import x``) are refused before anything runs; the
 named object must be a function or class defined in that file itself (not one it imported). What the file
 imports with ``import x`` is an ordinary import of the user's environment: dpaudit adds no folder (never a
-bundle's) to ``sys.path``.
+bundle's, nor the file's own) to ``sys.path``. So a module *beside* the file (``import mlp`` next to ``mlp.py``)
+is not found unless it is on ``sys.path`` anyway: the rule is one pinned file per factory or training function;
+helpers go into that file, or into an installed package. The error says so when the missing module lies beside
+the file.
 
 :class:`BundleCode` decides whether a bundle's recorded factory / training function may run: only when the user
 names the same code (same function name, same sha256 as the bundle records) or opts in with ``trust_bundle``
@@ -224,6 +227,20 @@ def code_digest(path: Any, what: str) -> str:
     return pin_code(path, what).sha256
 
 
+def _missing_module(file: Path, exc: ModuleNotFoundError) -> str:
+    """The reason a pinned file's import failed, with the rule when the module lies beside the file: a pinned file
+    runs alone; dpaudit never adds its folder to ``sys.path`` (the module beside it would run unpinned)."""
+    top = (exc.name or "").split(".")[0]
+    beside = [p for p in (file.parent / f"{top}.py", file.parent / top) if top and (p.is_file() or p.is_dir())]
+    if not beside:
+        return (f"ModuleNotFoundError: {exc} (a pinned file's imports resolve from your environment -- the current "
+                "folder's installed packages and PYTHONPATH -- never from the file's own folder).")
+    return (f"it imports {top!r}, the module {str(beside[0])!r} beside it, but a factory or training function is pinned "
+            "as one file (the sha256 the release records covers that file only), so dpaudit never adds its folder to "
+            f"sys.path and code beside it does not run. Put what it needs from {top!r} into the file itself, or "
+            "install that code as a package (an installed package is imported as any dependency, unpinned).")
+
+
 def run_pinned(pinned: PinnedCode, what: str) -> Callable:
     """Execute the pinned bytes into a fresh module (once per digest) and return the function or class named."""
     label = f"{what} {pinned.path.text!r}"
@@ -246,6 +263,8 @@ def run_pinned(pinned: PinnedCode, what: str) -> Callable:
         sys.modules[name] = module        # while it runs, as an import would (dataclasses look their module up)
         try:
             exec(code, module.__dict__)   # noqa: S102 - the user's own code, pinned by its digest
+        except ModuleNotFoundError as exc:
+            raise DataError(f"{label}: running {str(pinned.file)!r} failed: {_missing_module(pinned.file, exc)}") from None
         except Exception as exc:  # noqa: BLE001 - the user's file failed while running: one line
             raise DataError(f"{label}: running {str(pinned.file)!r} failed: {type(exc).__name__}: {exc}") from None
         finally:
