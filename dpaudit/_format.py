@@ -2,7 +2,7 @@
 
 Layer-free (like :mod:`dpaudit._io`): the accountants' summaries, the report's Markdown, the claims table and
 the CLI all format numbers with :func:`fmt_number`, and every table the CLI prints is built by
-:func:`print_table` (rich). A table never truncates a name or a value: cells wrap at spaces only, and on a
+:func:`print_table` (rich), at most the terminal's width, or 100 columns when piped. A table never truncates a name or a value: cells wrap at spaces only, and on a
 terminal too narrow for the table's longest words each row is printed as a block of ``column: value`` lines.
 """
 
@@ -15,7 +15,8 @@ import re
 import sys
 from typing import Any, Iterable, Sequence, TextIO
 
-__all__ = ["fmt_number", "make_console", "build_table", "print_table", "table_text", "NO_VALUE", "printable"]
+__all__ = ["fmt_number", "make_console", "build_table", "print_table", "table_text", "NO_VALUE", "printable",
+           "PIPE_TABLE_WIDTH"]
 
 #: What an absent value prints as.
 NO_VALUE = "–"
@@ -37,6 +38,9 @@ def printable(text: Any) -> str:
 
 #: Width of a console that is neither a terminal nor given a width (COLUMNS): lines are never folded.
 _UNLIMITED = 100_000
+
+#: Width of a table printed where no width is known (a pipe, a log, a string): cells wrap at spaces to fit it.
+PIPE_TABLE_WIDTH = 100
 
 
 def _short_exponent(x: float, digits: int) -> str:
@@ -153,8 +157,8 @@ def _column_widths(console: Any, head: Sequence[str], cells: list[list[str]], av
 
 def print_table(console: Any, head: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
                 right: Iterable[int] = ()) -> None:
-    """Print a table (:func:`build_table`) at the console's width, wrapping cells at spaces only. When the
-    console is narrower than the table's longest words, each row is printed instead as its first cell followed
+    """Print a table (:func:`build_table`) at the console's width (:data:`PIPE_TABLE_WIDTH` when it has none: a
+    pipe or a log), wrapping cells at spaces only. When the console is narrower than the table's longest words, each row is printed instead as its first cell followed
     by indented ``column: value`` lines, so that no name or value is ever cut or broken inside a word."""
     from rich.text import Text
 
@@ -162,7 +166,8 @@ def print_table(console: Any, head: Sequence[str], rows: Iterable[Sequence[Any]]
     head = [printable(h) for h in head]
     if title:
         console.print(Text(printable(title), style="bold"), soft_wrap=True)
-    widths = _column_widths(console, head, cells, console.width)
+    available = console.width if console.width < _UNLIMITED else PIPE_TABLE_WIDTH
+    widths = _column_widths(console, head, cells, available)
     if widths is None:
         for row in cells:
             console.print(Text(f"{head[0]}: {row[0]}", style="bold"), soft_wrap=True)
@@ -184,7 +189,7 @@ _TRAILING_SPACES = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
 
 def table_text(head: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
                right: Iterable[int] = (), width: int | None = None) -> str:
-    """:func:`print_table` into a string (plain text, ``width`` columns; default: unlimited)."""
+    """:func:`print_table` into a string (plain text, ``width`` columns; default: :data:`PIPE_TABLE_WIDTH`)."""
     import io
 
     from rich.console import Console
