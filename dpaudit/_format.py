@@ -16,7 +16,7 @@ import sys
 from typing import Any, Iterable, Sequence, TextIO
 
 __all__ = ["fmt_number", "make_console", "build_table", "print_table", "table_text", "NO_VALUE", "printable",
-           "PIPE_TABLE_WIDTH"]
+           "PIPE_TABLE_WIDTH", "table_width"]
 
 #: What an absent value prints as.
 NO_VALUE = "–"
@@ -155,6 +155,12 @@ def _column_widths(console: Any, head: Sequence[str], cells: list[list[str]], av
     return [max(a, min(b, cap_lo)) for a, b in zip(lo, hi)]
 
 
+def table_width(console: Any) -> int:
+    """The width a table gets on ``console``: its own (a terminal's, ``COLUMNS``), else :data:`PIPE_TABLE_WIDTH`
+    (a pipe or a log); a console made with an explicit width keeps it."""
+    return console.width if console.width < _UNLIMITED else PIPE_TABLE_WIDTH
+
+
 def print_table(console: Any, head: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
                 right: Iterable[int] = ()) -> None:
     """Print a table (:func:`build_table`) at the console's width (:data:`PIPE_TABLE_WIDTH` when it has none: a
@@ -166,8 +172,7 @@ def print_table(console: Any, head: Sequence[str], rows: Iterable[Sequence[Any]]
     head = [printable(h) for h in head]
     if title:
         console.print(Text(printable(title), style="bold"), soft_wrap=True)
-    available = console.width if console.width < _UNLIMITED else PIPE_TABLE_WIDTH
-    widths = _column_widths(console, head, cells, available)
+    widths = _column_widths(console, head, cells, table_width(console))
     if widths is None:
         for row in cells:
             console.print(Text(f"{head[0]}: {row[0]}", style="bold"), soft_wrap=True)
@@ -189,12 +194,12 @@ _TRAILING_SPACES = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
 
 def table_text(head: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
                right: Iterable[int] = (), width: int | None = None) -> str:
-    """:func:`print_table` into a string (plain text, ``width`` columns; default: :data:`PIPE_TABLE_WIDTH`)."""
+    """:func:`print_table` into a string (plain text, ``width`` columns; default: unlimited, as for a file)."""
     import io
 
     from rich.console import Console
 
     buf = io.StringIO()
-    console = Console(file=buf, width=width or _UNLIMITED, highlight=False, soft_wrap=False, color_system=None)
+    console = Console(file=buf, width=width or _UNLIMITED - 1, highlight=False, soft_wrap=False, color_system=None)
     print_table(console, head, rows, title=title, right=right)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())

@@ -18,7 +18,8 @@ A claims file (schema 1)::
     # train_fn = "train.py:train"               #   (run only when its sha256 matches the bundle's record)
     # ledger = "ledger.json"                    # a PrivacyLedger.to_dict() JSON file
     party = "client-0"                          # optional, release/ledger only: that party's figure
-    allow_data_dependent = true                 # optional: false fails data-dependent figures
+    allow_data_dependent = false                # optional (default false): true lets a data-dependent figure
+                                                #   (PATE / GNMax on the votes: not itself DP) hold the claim
     attack = { kind = "threshold", shadows = 8, confidence = 0.95, seed = 0 }   # optional, release only
     # or, on any subject: a certified audit of a method's whole training run (dpaudit.audit.method_audit)
     # attack = { kind = "method-run", method = "fredy", params = { gamma = 1.0, trials = 60 }, confidence = 0.95, seed = 0 }
@@ -163,7 +164,7 @@ class Claim:
     subject: Subject
     party: str | None = None
     attack: AttackBudget | None = None
-    allow_data_dependent: bool = True
+    allow_data_dependent: bool = False
     description: str = ""
 
 
@@ -245,7 +246,7 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
     epsilon = check_float(raw["epsilon"], "epsilon", owner, low=0.0)
     delta = check_probability(raw["delta"], "delta", owner, allow_zero=True)
     granularity = canonical_granularity(raw["granularity"], "granularity", owner)
-    allow_dd = check_bool(raw.get("allow_data_dependent", True), "allow_data_dependent", owner)
+    allow_dd = check_bool(raw.get("allow_data_dependent", False), "allow_data_dependent", owner)
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise ParameterError(f"The 'description' parameter of {owner} must be a string. Got {description!r} instead.")

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -381,6 +382,25 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
     return clf, {"file": str(p), "sha256": _sha256(p)}
 
 
+def _opacus_recipe(recipe: Any, factory: str | None, train_fn: str | None, recipe_model: str | None) -> dict:
+    """``{"opacus": ...}``: an Opacus ``PrivacyEngine`` recipe trained on the release's own torch factory."""
+    from dpaudit.integrations.opacus import OpacusRecipe
+
+    if train_fn or recipe_model:
+        raise ParameterError(f"Give one training recipe: {worded('--train-fn, --recipe-model or --opacus-recipe', 'train_fn=, recipe_model= or opacus_recipe=')}. "
+                             "Got more than one instead.")
+    if not factory:
+        raise ParameterError(f"The 'opacus_recipe' parameter of make_release trains the release's torch factory: it "
+                             f"needs {worded('--factory FILE.py:build', 'factory=' + repr('FILE.py:build'))}. Got no "
+                             "factory instead.")
+    if isinstance(recipe, Mapping):
+        recipe = OpacusRecipe.from_dict(recipe, where="The 'opacus_recipe' parameter of make_release")
+    if not isinstance(recipe, OpacusRecipe):
+        raise ParameterError(f"The 'opacus_recipe' parameter of make_release must be an OpacusRecipe or a dict of its "
+                             f"fields. Got {type(recipe).__name__} instead.")
+    return {"opacus": recipe.to_dict()}
+
+
 def _recipe(train_fn: str | None, recipe_model: str | None, recipe_kwargs: Mapping | None, recipe_config: Any,
             shape: tuple[int, ...], num_classes: int) -> dict | None:
     if train_fn and recipe_model:
@@ -492,7 +512,7 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
                  labels: Any = None, label_column: str | None = None, dataset: str | None = None,
                  data_dir: str | None = None, dataset_seed: int = 0, num_samples: int | None = None,
                  members: Any = None, nonmembers: Any = None, attacker: Any = None, scores: Any = None,
-                 train_fn: str | None = None, recipe_model: str | None = None,
+                 train_fn: str | None = None, recipe_model: str | None = None, opacus_recipe: Any = None,
                  recipe_kwargs: Mapping[str, Any] | None = None, recipe_config: Any = None, ledger: Any = None,
                  dp_events: Any = None, opacus: Any = None, runs_tried: int = 1, seed: int = 0,
                  overwrite: bool = False) -> Path:
@@ -517,7 +537,8 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     params: dict[str, Any] = {"accounting_source": acc_source, "runs_tried": int(runs_tried)}
 
     if scores is not None:
-        if any(v is not None for v in (data, dataset, members, nonmembers, attacker, train_fn, recipe_model, factory)):
+        if any(v is not None for v in (data, dataset, members, nonmembers, attacker, train_fn, recipe_model, factory,
+                                       opacus_recipe)):
             raise ParameterError("A scores-only release takes no data, membership, recipe or factory (the scores file "
                                  "holds members ('train') and non-members ('test')).")
         kind, arrays, n = _read_scores(scores)
@@ -557,7 +578,10 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
         arrays = {}
     mem = _membership(members, nonmembers, attacker, len(y))
     clf, model_src = _load_model(model, factory, factory_kwargs, X, num_classes)
-    recipe = _recipe(train_fn, recipe_model, recipe_kwargs, recipe_config, tuple(X.shape[1:]), num_classes)
+    if opacus_recipe is not None:
+        recipe = _opacus_recipe(opacus_recipe, factory, train_fn, recipe_model)
+    else:
+        recipe = _recipe(train_fn, recipe_model, recipe_kwargs, recipe_config, tuple(X.shape[1:]), num_classes)
     non = mem["nonmembers"]
     acc = float(np.mean(clf.predict_proba(X[non]).argmax(axis=1) == y[non]))
     possible = ["threshold"] + (["shadow", "lira", "rmia"] if recipe and len(mem["attacker"]) else [])
@@ -565,6 +589,9 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     if recipe is None:
         assumptions.append("No training recipe was given: shadow-model and LiRA attacks are not possible, only the "
                            "threshold attack.")
+    elif recipe.get("opacus"):
+        assumptions.append("Shadow / reference models are trained by an Opacus PrivacyEngine recipe "
+                           f"({json.dumps(recipe['opacus'], sort_keys=True)}) on the release's own pinned factory.")
     elif recipe.get("train_fn"):
         assumptions.append(f"Shadow / reference models are trained by the release maker's own code {recipe['train_fn']!r}; "
                            "attacking this release runs it only for an auditor who names the same code (--train-fn, "

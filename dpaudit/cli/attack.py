@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from dpaudit._format import fmt_number, make_console, printable, table_text
+from dpaudit._format import fmt_number, make_console, printable, table_text, table_width
 from dpaudit.attacks import ATTACKS, ESTIMATE_CAVEAT, AttackReport, AttackResult
 from dpaudit.attacks.shadow import CLASSIFIERS
 from dpaudit.attacks.threshold import THRESHOLD_KINDS
@@ -44,7 +44,7 @@ def render(report: AttackReport) -> str:
     fprs = " / ".join(fmt_number(f) for f, _ in m.tpr_at_fpr)
     head = ["attack", "AUC [CI]", f"TPR @ FPR {fprs}", "acc", "prec", "rec", "F1", "empirical ε (kind)"]
     rows = [_row(report.attack)] + ([_row(report.blind)] if report.blind is not None else [])
-    out = [table_text(head, rows, title=report.attack.description, right=range(1, 7), width=make_console().width)]
+    out = [table_text(head, rows, title=report.attack.description, right=range(1, 7), width=table_width(make_console()))]
     out.append(f"members / non-members evaluated: {m.num_members} / {m.num_nonmembers} (balanced); "
                f"precision/recall/F1 are macro averages at threshold {fmt_number(m.threshold)} ({m.threshold_rule}).")
     if b.certified:

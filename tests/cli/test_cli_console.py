@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit._format import fmt_number, table_text
+from dpaudit._format import fmt_number, make_console, table_text, table_width
 from dpaudit.cli import main
 from dpaudit.serial import from_dict
 
@@ -81,7 +81,7 @@ def test_tables_fit_100_columns_when_piped(capsys, monkeypatch):
     # issue 36: the facts table was about 250 characters wide when piped; a pipe now gets 100 columns
     monkeypatch.delenv("COLUMNS", raising=False)
     wide = [["lower_bound_construction", "target +1, others -1, neighbour 0 (Chua et al. 2024), remove direction " * 3]]
-    text = table_text(["fact", "value"], wide)
+    text = table_text(["fact", "value"], wide, width=table_width(make_console()))
     assert max(len(line) for line in text.splitlines()) <= 100 and "direction" in text
     code, out, _ = run(["account", "--mechanism", "dpsgd", "--dataset-size", "1000", "--batch-size", "100",
                         "--noise-multiplier", "1.3", "--epochs", "2", "--delta", "1e-5", "--sampling", "shuffle"], capsys)
