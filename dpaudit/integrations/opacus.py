@@ -33,7 +33,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -47,7 +47,8 @@ from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, he
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int, check_probability
 
 __all__ = ["OPACUS_ORDERS", "OpacusRun", "OpacusRecorder", "read_opacus", "is_poisson_loader", "write_opacus_ledger",
-           "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS", "OPACUS_ACCOUNTANTS"]
+           "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS", "OPACUS_ACCOUNTANTS", "OpacusRecipe",
+           "OpacusModel", "OPACUS_OPTIMIZERS"]
 
 #: What :func:`loader_sampling` can report: ``poisson`` (Opacus's DPDataLoader), ``shuffle`` (DataLoader(shuffle=True)),
 #: ``sequential`` (DataLoader(shuffle=False): deterministic batches), ``unknown`` (any other sampler).
@@ -534,3 +535,151 @@ class OpacusRecorder:
 def write_opacus_ledger(run: OpacusRun, path: str | Path, *, delta: float) -> Path:
     """Write the dpaudit ledger JSON of ``run`` (atomically) and return its path."""
     return write_json(path, run.ledger(delta).to_dict())
+
+
+#: Optimizers an :class:`OpacusRecipe` can name (``torch.optim`` classes).
+OPACUS_OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class OpacusRecipe:
+    """A ``PrivacyEngine`` training recipe, so that shadow / reference models are trained as the release was, without
+    a hand-written ``train(X, y, seed)``: ``make_private(module=factory(), optimizer=..., data_loader=DataLoader(
+    (X, y), batch_size), noise_multiplier, max_grad_norm, poisson_sampling)``, then ``epochs`` passes over the loader
+    minimising cross-entropy.
+
+    ``optimizer``: ``"sgd"`` (``torch.optim.SGD(lr, momentum, weight_decay)``) or ``"adam"`` (``torch.optim.Adam(lr,
+    weight_decay)``). ``poisson_sampling``: Opacus's default (its ``DPDataLoader``); false: the loader's shuffled
+    fixed-size batches. Validated at construction (a :class:`~dpaudit.errors.ParameterError` names the field).
+
+    >>> recipe = OpacusRecipe(noise_multiplier=1.1, max_grad_norm=1.0, epochs=10, batch_size=64, lr=0.5)
+    >>> train = recipe.train_fn(build)          # build() -> torch.nn.Module            # doctest: +SKIP
+    >>> model = train(X, y, seed=0)             # model.predict_proba(X) -> (n, C)      # doctest: +SKIP
+
+    In a release bundle (``dpaudit.release.make(..., factory="net.py:build", opacus_recipe=recipe)``), the recipe
+    trains shadow / reference models with the bundle's own pinned factory.
+    """
+
+    noise_multiplier: float
+    max_grad_norm: float
+    epochs: int
+    batch_size: int
+    lr: float
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    poisson_sampling: bool = True
+
+    def __post_init__(self) -> None:
+        owner = "OpacusRecipe"
+        object.__setattr__(self, "noise_multiplier", check_float(self.noise_multiplier, "noise_multiplier", owner,
+                                                                 low=0.0))
+        object.__setattr__(self, "max_grad_norm", check_float(self.max_grad_norm, "max_grad_norm", owner, low=0.0,
+                                                              low_open=True))
+        object.__setattr__(self, "epochs", check_int(self.epochs, "epochs", owner, low=1, high=100_000))
+        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch_size", owner, low=1,
+                                                         high=10_000_000))
+        object.__setattr__(self, "lr", check_float(self.lr, "lr", owner, low=0.0, low_open=True))
+        if self.optimizer not in OPACUS_OPTIMIZERS:
+            raise ParameterError(f"The 'optimizer' parameter of {owner} must be one of {', '.join(OPACUS_OPTIMIZERS)}. "
+                                 f"Got {self.optimizer!r:.40} instead.")
+        object.__setattr__(self, "momentum", check_float(self.momentum, "momentum", owner, low=0.0, high=1.0,
+                                                         high_open=True))
+        object.__setattr__(self, "weight_decay", check_float(self.weight_decay, "weight_decay", owner, low=0.0))
+        if not isinstance(self.poisson_sampling, bool):
+            raise ParameterError(f"The 'poisson_sampling' parameter of {owner} must be a bool. Got "
+                                 f"{self.poisson_sampling!r:.40} instead.")
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any, *, where: str = "the Opacus recipe") -> "OpacusRecipe":
+        """From :meth:`to_dict` output (a bundle's ``model.recipe.opacus``): unknown fields refused; a
+        :class:`DataError` naming ``where``."""
+        from dataclasses import fields
+
+        known = [f.name for f in fields(cls)]
+        if not isinstance(d, Mapping):
+            raise DataError(f"{where} must be an object with the fields {', '.join(known)}.")
+        unknown = sorted(str(k) for k in d if k not in known)
+        if unknown:
+            raise DataError(f"{where} has unknown field(s) {', '.join(repr(k) for k in unknown[:5])}; its fields are "
+                            f"{', '.join(known)}.")
+        try:
+            return cls(**d)
+        except TypeError as exc:          # a required field missing
+            raise DataError(f"{where}: {exc}") from None
+        except DPAuditError as exc:
+            raise DataError(f"{where}: {exc}") from None
+
+    def train_fn(self, factory: Callable[..., Any], **factory_kwargs: Any) -> Callable[..., "OpacusModel"]:
+        """``train(X, y, seed) -> OpacusModel``: a fresh ``factory(**factory_kwargs)`` trained by this recipe on
+        ``(X, y)``; the same seed gives the same model (torch's RNG is forked and seeded, so the caller's is
+        untouched)."""
+        if not callable(factory):
+            raise ParameterError(f"The 'factory' parameter of OpacusRecipe.train_fn must be callable (it builds the "
+                                 f"torch.nn.Module). Got {type(factory).__name__} instead.")
+        recipe = self
+
+        def train(X: Any, y: Any, seed: int) -> OpacusModel:
+            return recipe._train(factory, factory_kwargs, X, y, int(seed))
+
+        return train
+
+    def _train(self, factory: Callable[..., Any], kwargs: Mapping[str, Any], X: Any, y: Any,
+               seed: int) -> "OpacusModel":
+        import torch
+        from opacus import PrivacyEngine
+
+        X = np.asarray(X, dtype=np.float32)
+        y = np.asarray(y)
+        if X.ndim < 2 or y.shape != (len(X),) or len(X) < 1:
+            raise DataError(f"OpacusRecipe: X must be (n, ...) and y (n,). Got X {X.shape} and y {y.shape} instead.")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            module = factory(**kwargs)
+            if not isinstance(module, torch.nn.Module):
+                raise DataError(f"OpacusRecipe: the factory returned a {type(module).__name__}, not a torch.nn.Module.")
+            data = torch.utils.data.TensorDataset(torch.from_numpy(X), torch.from_numpy(y.astype(np.int64)))
+            loader = torch.utils.data.DataLoader(data, batch_size=min(self.batch_size, len(X)), shuffle=True,
+                                                 generator=torch.Generator().manual_seed(seed))
+            if self.optimizer == "sgd":
+                opt = torch.optim.SGD(module.parameters(), lr=self.lr, momentum=self.momentum,
+                                      weight_decay=self.weight_decay)
+            else:
+                opt = torch.optim.Adam(module.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")      # Opacus's secure-RNG notice and its hooks' warnings
+                model, opt, loader = PrivacyEngine(accountant="rdp").make_private(
+                    module=module, optimizer=opt, data_loader=loader, noise_multiplier=self.noise_multiplier,
+                    max_grad_norm=self.max_grad_norm, poisson_sampling=self.poisson_sampling)
+                model.train()
+                for _ in range(self.epochs):
+                    for xb, yb in loader:
+                        if len(xb) == 0:
+                            continue
+                        opt.zero_grad()
+                        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                        opt.step()
+        return OpacusModel(module)
+
+
+class OpacusModel:
+    """A model an :class:`OpacusRecipe` trained: the plain ``torch.nn.Module`` (``module``, trained in place by Opacus)
+    behind ``predict_proba(X) -> (n, C)`` (softmax, eval mode, batches of 4096)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module.cpu().eval()
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        import torch
+
+        X = np.asarray(X, dtype=np.float32)
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(X), 4096):
+                out.append(torch.softmax(self.module(torch.from_numpy(X[i:i + 4096])), dim=1).double().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0))

@@ -232,9 +232,9 @@ def _wrap_train(train: Any, label: str, num_classes: int):
         try:
             model = train(X, y, int(seed))
         except Exception as exc:  # noqa: BLE001 - the user's training failed: one line
-            raise DataError(f"--train-fn {label} failed: {type(exc).__name__}: {exc}") from None
+            raise DataError(f"{label} failed: {type(exc).__name__}: {exc}") from None
         if not callable(getattr(model, "predict_proba", None)):
-            raise DataError(f"--train-fn {label} returned a {type(model).__name__} without predict_proba.")
+            raise DataError(f"{label} returned a {type(model).__name__} without predict_proba.")
         return _Padded(model, num_classes)
 
     return fn
@@ -346,6 +346,18 @@ def recipe_train_fn(meta: Mapping[str, Any], code: BundleCode | None = None, roo
         train, label = BundleCode.of(code).callable_for("train_fn", recipe["train_fn"], recipe["train_fn_sha256"],
                                                         bundle=Path(root))
         return _wrap_train(train, label, num_classes)
+    if recipe.get("opacus"):
+        from dpaudit.integrations.opacus import OpacusRecipe
+
+        where = f"{root}/release.json: model.recipe.opacus"
+        rec = OpacusRecipe.from_dict(recipe["opacus"], where=where)
+        kw = (meta["model"].get("spec") or {}).get("kwargs") or {}
+        if meta["model"].get("kind") != "torch_factory" or not kw.get("factory_sha256"):
+            raise DataError(f"{where} trains the release's own pinned torch factory; this release has none.")
+        kwargs = check_code_kwargs(kw.get("factory_kwargs"), f"{root}/release.json: model.spec.kwargs.factory_kwargs")
+        build, label = BundleCode.of(code).callable_for("factory", kw.get("factory"), kw.get("factory_sha256"),
+                                                        bundle=Path(root), kwargs=kwargs)
+        return _wrap_train(rec.train_fn(build, **kwargs), f"the Opacus recipe on {label}", num_classes)
     if recipe.get("model"):
         from dpaudit.training.ensemble import TrainConfig, fit_classifier
         from dpaudit.training.models import ModelSpec

@@ -217,3 +217,46 @@ def test_python_api_errors_are_worded_in_python(digits, tmp_path) -> None:
                      nonmembers=digits["nonmembers"])
     with pytest.raises(DataError, match="train_fn= or recipe_model="):
         attack_release(load_release(sk), attack="lira")
+
+
+def test_opacus_recipe_trains_shadow_models_without_a_train_wrapper(digits, tmp_path) -> None:
+    # issue 36: an Opacus user had to write train(X, y, seed) before any attack beyond threshold; an OpacusRecipe
+    # (PrivacyEngine settings) on the release's own pinned factory now trains the shadow / reference models
+    from dpaudit.integrations.opacus import OpacusModel, OpacusRecipe
+
+    t = torch_files(tmp_path)
+    factory = f"{t['factory_module']}:build"
+    recipe = OpacusRecipe(noise_multiplier=0.8, max_grad_norm=1.0, epochs=2, batch_size=64, lr=0.5, momentum=0.5)
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=factory,
+                       factory_kwargs={"hidden": 16}, data=digits["data"], members=digits["members"],
+                       nonmembers=digits["nonmembers"], opacus_recipe=recipe)
+    meta = json.loads((out / "release.json").read_text())
+    assert meta["model"]["recipe"] == {"opacus": recipe.to_dict()}
+    assert set(meta["params"]["possible_attacks"]) == {"threshold", "shadow", "lira", "rmia"}
+    rel = load_release(out, code=BundleCode(factory=factory))      # the factory's permission covers the recipe
+    X, y = rel.dataset().X[:300], rel.dataset().y[:300]
+    train = rel.train_fn()
+    a, b = train(X, y, 3), train(X, y, 3)
+    pa = a.predict_proba(X)
+    assert pa.shape == (300, 10) and np.allclose(pa, b.predict_proba(X))     # same seed, same model
+    assert not np.allclose(pa, train(X, y, 4).predict_proba(X))
+    rep = attack_release(rel, attack="lira", num_shadows=4, n_bootstrap=0, blind=False)
+    assert rep.attack.name.startswith("lira") and 0.0 <= rep.attack.metrics.auc <= 1.0
+    # without the user's permission for the factory, the recipe does not run it either
+    with pytest.raises(DataError, match="runs no code a bundle names"):
+        load_release(out)
+    # the recipe needs a factory, and is one recipe among train_fn / recipe_model
+    with pytest.raises(ParameterError, match="needs factory="):
+        make_release(tmp_path / "x", claim=CLAIM, model=digits["skops"], data=digits["data"],
+                     members=digits["members"], nonmembers=digits["nonmembers"], opacus_recipe=recipe)
+    with pytest.raises(ParameterError, match="one training recipe"):
+        make_release(tmp_path / "y", claim=CLAIM, model=t["weights"], factory=factory, data=digits["data"],
+                     members=digits["members"], nonmembers=digits["nonmembers"], opacus_recipe=recipe.to_dict(),
+                     recipe_model="mlp")
+    assert isinstance(OpacusRecipe(**recipe.to_dict()).train_fn(lambda: torch_module())(X, y, 0), OpacusModel)
+
+
+def torch_module():
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))

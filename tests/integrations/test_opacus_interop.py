@@ -161,3 +161,32 @@ def test_orders_are_opacus_defaults() -> None:
     from dpaudit.integrations.opacus import OPACUS_ORDERS
 
     assert list(OPACUS_ORDERS) == [float(a) for a in RDPAccountant.DEFAULT_ALPHAS]
+
+
+@pytest.mark.parametrize("field,value", [("lr", 0.0), ("epochs", 0), ("batch_size", -1), ("max_grad_norm", 0.0),
+                                         ("optimizer", "rmsprop"), ("momentum", 1.0), ("poisson_sampling", "yes")])
+def test_opacus_recipe_is_validated_at_construction(field, value) -> None:
+    from dpaudit.integrations.opacus import OpacusRecipe
+
+    kw = dict(noise_multiplier=1.0, max_grad_norm=1.0, epochs=1, batch_size=8, lr=0.1)
+    with pytest.raises(ParameterError, match=f"'{field}' parameter of OpacusRecipe"):
+        OpacusRecipe(**{**kw, field: value})
+    with pytest.raises(DataError, match="unknown field"):
+        OpacusRecipe.from_dict({**kw, "lrr": 0.1})
+
+
+def test_opacus_recipe_gives_a_ready_train_function() -> None:
+    # issue 36: no hand-written train(X, y, seed): the recipe's train function runs PrivacyEngine.make_private
+    from dpaudit.integrations.opacus import OpacusRecipe
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(96, 5)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    state = torch.random.get_rng_state()
+    train = OpacusRecipe(noise_multiplier=0.5, max_grad_norm=1.0, epochs=3, batch_size=16, lr=0.5).train_fn(
+        torch.nn.Linear, in_features=5, out_features=2)
+    m = train(X, y, 0)
+    assert torch.equal(state, torch.random.get_rng_state())        # the caller's RNG is untouched
+    p = m.predict_proba(X)
+    assert p.shape == (96, 2) and np.allclose(p.sum(1), 1) and (p.argmax(1) == y).mean() > 0.7
+    assert np.array_equal(p, train(X, y, 0).predict_proba(X))
