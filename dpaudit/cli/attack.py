@@ -159,15 +159,18 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     against the bundle's sha256) or --trust-bundle-code. Nothing in a bundle is
     unpickled; symbolic links in it are refused."""
     from dpaudit.api import attack as run_attack
+    from dpaudit.api import specs_from_keywords
 
-    result = run_attack(release, attack, out=out, audit=audit, compare=compare, shadows=shadows, classifier=classifier,
-                        per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
-                        population=population, gamma=gamma, rmia_a=rmia_a, per_record=per_record,
-                        confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed, canary=canary,
-                        canaries=canaries, models=models, score=score, analysis=analysis, strict=strict,
-                        overwrite=overwrite, factory=factory, train_fn=train_fn, trust_bundle_code=trust_bundle_code,
-                        data_dir=data_dir, trust_data_dir=trust_data_dir, executor=executor, ray_address=ray_address,
-                        progress=as_reporter(not quiet, prefix="dpaudit attack"))
+    # the flags build the same typed specs a Python caller passes (dpaudit.specs)
+    spec, execution, code = specs_from_keywords(
+        attack, audit=audit, compare=compare, shadows=shadows, classifier=classifier, per_class=not global_model,
+        threshold_kind=threshold_kind, lira_online=not offline, population=population, gamma=gamma,
+        rmia_a=rmia_a, canary=canary, canaries=canaries, models=models, score=score,
+        analysis=analysis, strict=strict, factory=factory, train_fn=train_fn, trust_bundle_code=trust_bundle_code,
+        executor=executor, ray_address=ray_address)
+    result = run_attack(release, spec, execution, out=out, per_record=per_record, confidence=confidence, delta=delta,
+                        bootstrap=bootstrap, seed=seed, overwrite=overwrite, code=code, data_dir=data_dir,
+                        trust_data_dir=trust_data_dir, progress=as_reporter(not quiet, prefix="dpaudit attack"))
     if audit is not None:
         click.echo(printable(result.summary()))
         for note in result.notes:
