@@ -72,7 +72,7 @@ def strongest_attack(results: Mapping[str, AttackResult]) -> str:
     def strength(name: str) -> tuple:
         m = results[name].metrics
         pref = _RANK_PREFERENCE.index(name) if name in _RANK_PREFERENCE else len(_RANK_PREFERENCE)
-        return (*(t for _, t in sorted(m.tpr_at_fpr)), m.auc, -pref)
+        return (*(t for _, t in sorted(m.tpr_at_fpr.items())), m.auc, -pref)
 
     return max(results, key=strength)
 

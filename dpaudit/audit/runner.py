@@ -423,7 +423,7 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
     b = res.bound
     band = res.roc_band
     return AttackSummary(
-        attack=label, auc=float(m.auc), tpr_at_fpr={f"{f:g}": float(t) for f, t in m.tpr_at_fpr},
+        attack=label, auc=float(m.auc), tpr_at_fpr={f"{f:g}": float(t) for f, t in m.tpr_at_fpr.items()},
         accuracy=float(m.accuracy), precision=float(m.precision), recall=float(m.recall), f1=float(m.f1),
         epsilon_lower=float(res.bound.epsilon), confidence=float(res.bound.confidence), delta=float(delta),
         blind_auc=float(blind.metrics.auc) if blind else float("nan"),
@@ -437,7 +437,7 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
         epsilon_credible=None if b.bayes_median is None else (float(b.bayes_median), float(b.bayes_low or 0.0),
                                                               float(b.bayes_high or 0.0)),
         tpr_ci={f"{f:g}": (float(m.intervals[f"tpr@{f:g}"].low), float(m.intervals[f"tpr@{f:g}"].high))
-                for f, _ in m.tpr_at_fpr if f"tpr@{f:g}" in m.intervals},
+                for f in m.tpr_at_fpr if f"tpr@{f:g}" in m.intervals},
         roc_band=None if band is None else {"fpr": tuple(float(x) for x in band.fpr),
                                             "low": tuple(float(x) for x in band.low),
                                             "high": tuple(float(x) for x in band.high)},

@@ -33,7 +33,7 @@ def _row(r: AttackResult) -> list[str]:
     m = r.metrics
     auc_iv = m.intervals.get("auc")
     auc = f"{m.auc:.3f}" + (f" [{auc_iv.low:.3f}, {auc_iv.high:.3f}]" if auc_iv else "")
-    tprs = " / ".join(f"{t:.3f}" for _, t in m.tpr_at_fpr)
+    tprs = " / ".join(f"{t:.3f}" for t in m.tpr_at_fpr.values())
     return [r.name, auc, tprs, f"{m.accuracy:.3f}", f"{m.macro_precision:.3f}", f"{m.macro_recall:.3f}",
             f"{m.macro_f1:.3f}", _empirical(r)]
 
@@ -41,7 +41,7 @@ def _row(r: AttackResult) -> list[str]:
 def render(report: AttackReport) -> str:
     """What ``dpaudit attack`` prints: the table (the one table style, at the console's width) and its notes."""
     m, b = report.attack.metrics, report.attack.bound
-    fprs = " / ".join(fmt_number(f) for f, _ in m.tpr_at_fpr)
+    fprs = " / ".join(fmt_number(f) for f in m.tpr_at_fpr)
     head = ["attack", "AUC [CI]", f"TPR @ FPR {fprs}", "acc", "prec", "rec", "F1", "empirical ε (kind)"]
     rows = [_row(report.attack)] + ([_row(report.blind)] if report.blind is not None else [])
     out = [table_text(head, rows, title=report.attack.description, right=range(1, 7), width=table_width(make_console()))]

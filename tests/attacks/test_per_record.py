@@ -130,7 +130,7 @@ def test_per_record_ranks_by_the_strongest_attack(tmp_path):
     comp = compare_signals(signals_from_scores(tl, tp, rl, rp, inc, population_logp=zl, population_reference_logp=zr),
                            member, n_bootstrap=0)
     best = comp.records.primary
-    key = lambda r: (*(t for _, t in sorted(r.metrics.tpr_at_fpr)), r.metrics.auc)
+    key = lambda r: (*(t for _, t in sorted(r.metrics.tpr_at_fpr.items())), r.metrics.auc)
     assert all(key(comp.results[best]) >= key(r) for r in comp.results.values())
     write_per_record(tmp_path, comp.records)
     assert f"**{best}**, the strongest attack run" in (tmp_path / "per_record.md").read_text()
