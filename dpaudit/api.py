@@ -18,9 +18,9 @@ if TYPE_CHECKING:  # pragma: no cover - for the signatures only
     from dpaudit.accountants.statement import AccountingResult
     from dpaudit.attacks.compare import AttackComparison
     from dpaudit.attacks.results import AttackReport
-    from dpaudit.audit.canary_audit import CanaryAuditResult
-    from dpaudit.audit.evaluate import ClaimsReport
-    from dpaudit.audit.runner import AuditConfig
+    from dpaudit.auditing.canary_audit import CanaryAuditResult
+    from dpaudit.auditing.evaluate import ClaimsReport
+    from dpaudit.auditing.runner import AuditConfig
     from dpaudit.progress import Reporter
     from dpaudit.report.schema import AuditReport
     from dpaudit.specs import AttackSpec, Execution
@@ -152,7 +152,7 @@ def attack(release: "str | os.PathLike | Release", *specs: Any, out: str | os.Pa
     :class:`~dpaudit.specs.Compare` runs every reference-model attack on the same reference models (an
     :class:`~dpaudit.attacks.compare.AttackComparison`); :class:`~dpaudit.specs.CanaryAudit` is a *certified* canary
     audit (of the released model itself when the bundle holds canaries, else of its DP-SGD recipe, retrained; a
-    :class:`~dpaudit.audit.canary_audit.CanaryAuditResult`). :class:`~dpaudit.specs.Execution` says where shadow /
+    :class:`~dpaudit.auditing.canary_audit.CanaryAuditResult`). :class:`~dpaudit.specs.Execution` says where shadow /
     reference models train (default: this process). Several attack specs run one after the other and give a tuple
     of results, each written into its own folder.
 
@@ -222,7 +222,7 @@ def attack(release: "str | os.PathLike | Release", *specs: Any, out: str | os.Pa
 def _attack_one(release: "str | os.PathLike | Release", spec: Any, execution: Any, *, out: Any, per_record: bool,
                 confidence: float, delta: float | None, bootstrap: int, seed: int, overwrite: bool, code: Any,
                 data_dir: Any, trust_data_dir: bool, progress: Any) -> Any:
-    from dpaudit.audit.attack_release import attack_out_dir, attack_output
+    from dpaudit.auditing.attack_release import attack_out_dir, attack_output
     from dpaudit.progress import as_reporter
     from dpaudit.specs import RMIA, CanaryAudit, Compare, LiRA, Shadow, Threshold
     from dpaudit.training.release import Release, load_release
@@ -237,7 +237,7 @@ def _attack_one(release: "str | os.PathLike | Release", spec: Any, execution: An
     else:
         bundle = load_release(root, data_dir=data_dir, trust_data_dir=trust_data_dir, code=BundleCode.of(code))
     if isinstance(spec, CanaryAudit):
-        from dpaudit.audit.canary_audit import canary_audit_release
+        from dpaudit.auditing.canary_audit import canary_audit_release
 
         with attack_output(root, name, out, overwrite=overwrite):
             return canary_audit_release(bundle, audit=spec.kind, canary=spec.canary, canaries=spec.canaries,
@@ -246,7 +246,7 @@ def _attack_one(release: "str | os.PathLike | Release", spec: Any, execution: An
                                         out=out, progress=rep, analysis=spec.analysis, strict=spec.strict)
     from dpaudit._io import atomic_path, write_json
     from dpaudit.attacks.plots import roc_figure
-    from dpaudit.audit.attack_release import attack_release, compare_release, release_record_images
+    from dpaudit.auditing.attack_release import attack_release, compare_release, release_record_images
     from dpaudit.executors import make_executor
     from dpaudit.report.attack_outputs import write_comparison, write_per_record
     from dpaudit.serial import to_dict
@@ -293,12 +293,12 @@ def audit(config: "str | os.PathLike | AuditConfig | None" = None, out: str | os
           device: str | None = None, progress: "bool | Reporter" = False, executor: str = "local",
           ray_address: str | None = None, trust_bundle_code: bool = False) -> "AuditReport":
     """Run an audit (``dpaudit audit``): train or load the releases of ``config`` (an audit TOML file, an
-    :class:`~dpaudit.audit.runner.AuditConfig`, or None for the embedded default on digits), account them, attack
+    :class:`~dpaudit.auditing.runner.AuditConfig`, or None for the embedded default on digits), account them, attack
     them, run the certified canary and whole-run audits, and write ``report.{json,md,html}`` with its figures into
     ``out``. Re-running resumes what is complete. ``trust_bundle_code``: let release models run the code their
     bundles name (otherwise only the code a ``[[models]]`` entry names itself). Returns the
     :class:`~dpaudit.report.schema.AuditReport`."""
-    from dpaudit.audit.runner import AuditConfig, default_config, load_audit_config, run_audit
+    from dpaudit.auditing.runner import AuditConfig, default_config, load_audit_config, run_audit
     from dpaudit.executors import make_executor
 
     cfg = (default_config() if config is None else config if isinstance(config, AuditConfig)
@@ -311,10 +311,10 @@ def check(claims: str | os.PathLike, *, junit: str | os.PathLike | None = None,
           progress: "bool | Reporter" = False, trust_bundle_code: bool = False) -> "ClaimsReport":
     """Check the privacy claims of a claims TOML file (``dpaudit check``). Each claim gets a verdict: HOLDS (the
     accounting shows it), UNPROVEN (it cannot) or REFUTED (certified evidence above the claimed epsilon; estimates
-    never refute). The :class:`~dpaudit.audit.evaluate.ClaimsReport` has ``verdict`` (the worst), ``exit_code``
+    never refute). The :class:`~dpaudit.auditing.evaluate.ClaimsReport` has ``verdict`` (the worst), ``exit_code``
     (0 / 3 / 1) and a result per claim; ``junit`` also writes JUnit XML there. ``trust_bundle_code``: let attacks
     run the code release bundles name (otherwise only the code a claim names itself)."""
-    from dpaudit.audit.evaluate import check_claims, write_junit
+    from dpaudit.auditing.evaluate import check_claims, write_junit
 
     report = check_claims(claims, progress=progress, trust_bundle_code=trust_bundle_code)
     if junit is not None:
@@ -326,9 +326,9 @@ def make_release(out: str | os.PathLike, *, claim: Sequence[str] | dict, overwri
                  **inputs: Any) -> "Release":
     """A release bundle from a model trained elsewhere, or only its scores (``dpaudit release make``); returns the
     loaded :class:`~dpaudit.training.release.Release`. ``claim`` is ``["epsilon=8", "delta=1e-5", ...]`` or a dict;
-    ``inputs`` are :func:`dpaudit.audit.release_make.make_release`'s (``model=``, ``factory=``, ``data=``,
+    ``inputs`` are :func:`dpaudit.auditing.release_make.make_release`'s (``model=``, ``factory=``, ``data=``,
     ``members=``, ``nonmembers=``, ``scores=``, ``opacus=``, ...)."""
-    from dpaudit.audit.release_make import make_release as make
+    from dpaudit.auditing.release_make import make_release as make
     from dpaudit.training.release import load_release as load
     from dpaudit.training.usercode import BundleCode
 

@@ -43,7 +43,7 @@ CLASSIFIERS = ("catboost", "logreg", "gbdt", "rf")
 CANARY_KINDS = ("mislabeled", "ood", "dirac")
 #: Canary scores (``dirac-*`` for Dirac canaries, ``loss`` / ``lira`` for input canaries).
 CANARY_SCORES = ("loss", "lira", "dirac-lr", "dirac-sum")
-#: :data:`dpaudit.audit.canary_audit.ANALYSIS_CHOICES`.
+#: :data:`dpaudit.auditing.canary_audit.ANALYSIS_CHOICES`.
 ANALYSES = ("auto", "eps", "fdp", "fdp-dp", "gdp")
 #: What trains the shadow / reference models (:func:`dpaudit.executors.make_executor`).
 EXECUTORS = ("local", "ray")

@@ -81,7 +81,7 @@ SCHEMA_CHECKED = ("report.json", "attack.json", "canary_audit.json", "release.js
 
 _PKG = Path(__file__).resolve().parents[1] / "dpaudit"
 #: Modules that import ``write_text`` by name and write schema-checked files.
-_WRITERS = ("dpaudit.report.render", "dpaudit.report.attack_outputs", "dpaudit.audit.evaluate")
+_WRITERS = ("dpaudit.report.render", "dpaudit.report.attack_outputs", "dpaudit.auditing.evaluate")
 
 
 def _written_by_dpaudit() -> bool:
@@ -119,7 +119,7 @@ def _written_files_match_their_schemas(request, monkeypatch):
             monkeypatch.setattr(mod, "write_text", recording)
     yield
     if written:
-        from dpaudit.audit.json_schemas import validate_file_data
+        from dpaudit.auditing.json_schemas import validate_file_data
 
         for target, text in written:
             data = json.loads(text)

@@ -46,7 +46,7 @@ def test_spec_choices_are_the_attack_layers():
     from dpaudit import specs
     from dpaudit.attacks.shadow import CLASSIFIERS
     from dpaudit.attacks.threshold import THRESHOLD_KINDS
-    from dpaudit.audit.canary_audit import ANALYSIS_CHOICES
+    from dpaudit.auditing.canary_audit import ANALYSIS_CHOICES
 
     assert specs.CLASSIFIERS == CLASSIFIERS and specs.THRESHOLD_KINDS == THRESHOLD_KINDS
     assert specs.ANALYSES == ANALYSIS_CHOICES

@@ -2,8 +2,8 @@
 
 Loads the release (never unpickling, running no code it names unless the user names the same code or passes
 ``--trust-bundle-code``), hands its model, member / non-member / attacker records and training recipe to
-:func:`dpaudit.audit.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``)
-into the folder :func:`~dpaudit.audit.attack_release.attack_out_dir` chooses (never inside the bundle).
+:func:`dpaudit.auditing.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``)
+into the folder :func:`~dpaudit.auditing.attack_release.attack_out_dir` chooses (never inside the bundle).
 Results go to stdout; progress and the paths written to stderr (``--quiet``: nothing on stderr).
 """
 

@@ -1,5 +1,5 @@
 """``dpaudit audit-method METHOD``: a certified canary audit of a method's whole training run, against the paper's
-claim and dpaudit's accounting (:func:`dpaudit.audit.method_audit.audit_method_run`).
+claim and dpaudit's accounting (:func:`dpaudit.auditing.method_audit.audit_method_run`).
 
 Results go to stdout (a summary, or ``--json``); progress to stderr (``--quiet``: none); ``--out DIR`` writes
 ``method_audit.json`` atomically.
@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from dpaudit._io import dumps_json, parse_toml_value, write_json
-from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, audit_method_run, method_run_parameters
+from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS, audit_method_run, method_run_parameters
 from dpaudit.errors import ParameterError
 from dpaudit.progress import as_reporter
 from dpaudit.serial import to_dict

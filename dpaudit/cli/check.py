@@ -1,7 +1,7 @@
 """``dpaudit check CLAIMS.toml [--junit FILE] [--json]``: does every privacy claim hold?
 
 Exit status: 0 when every claim HOLDS, 1 when any is REFUTED, 3 when none is refuted but some are UNPROVEN,
-2 on usage errors (:data:`dpaudit.audit.evaluate.EXIT_CODES`).
+2 on usage errors (:data:`dpaudit.auditing.evaluate.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.text import Text
 from dpaudit._format import printable
 from dpaudit._io import dumps_json
 from dpaudit.api import check
-from dpaudit.audit.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
+from dpaudit.auditing.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
 from dpaudit.cli.render import make_console, print_table, print_warnings
 from dpaudit.progress import as_reporter
 from dpaudit.serial import to_dict

@@ -1,6 +1,6 @@
 """``dpaudit release make``: a release bundle from a model trained elsewhere (or only its scores).
 
-Parsing and printing only: the work is :func:`dpaudit.audit.release_make.make_release`.
+Parsing and printing only: the work is :func:`dpaudit.auditing.release_make.make_release`.
 """
 
 from __future__ import annotations

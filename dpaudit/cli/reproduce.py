@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from dpaudit.audit.reproduce import (CLAIMS_HEAD, COMMITTED_OUT, DEFAULT_OUT, NOTE, PAPERS, SCALES, SETTINGS_HEAD,
+from dpaudit.auditing.reproduce import (CLAIMS_HEAD, COMMITTED_OUT, DEFAULT_OUT, NOTE, PAPERS, SCALES, SETTINGS_HEAD,
                                      grid_settings, paper_grid, reproduce)
 from dpaudit.cli.render import make_console, print_table
 

@@ -421,7 +421,7 @@ class Release:
         return self.meta["model"].get("kind") or "dpaudit"
 
     def scores(self) -> dict[str, np.ndarray]:
-        """The arrays of a scores-only release's ``scores.npz`` (see :mod:`dpaudit.audit.release_make`), checked
+        """The arrays of a scores-only release's ``scores.npz`` (see :mod:`dpaudit.auditing.release_make`), checked
         against ``release.json`` (:func:`~dpaudit.training.release_meta.check_bundle_scores`)."""
         from dpaudit.training.external import load_bundle_npz
 

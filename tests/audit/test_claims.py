@@ -15,7 +15,7 @@ from dpaudit.accountants.dpsgd import account_dpsgd
 from dpaudit.accountants.events import SubsampledGaussian
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.audit import (
+from dpaudit.auditing import (
     AttackBudget,
     ClaimsReport,
     EmpiricalBound,
@@ -354,7 +354,7 @@ def test_default_attack_runner_through_the_release_contract(tmp_path, monkeypatc
         def dataset(self):
             return types.SimpleNamespace(X=X, y=y, num_classes=2)
 
-    import dpaudit.audit.attack_release as attack_release
+    import dpaudit.auditing.attack_release as attack_release
 
     monkeypatch.setattr(attack_release, "load_release", lambda path, **kw: Release())
     _fake_release(tmp_path / "rel", epsilon=0.5)

@@ -11,8 +11,8 @@ import pytest
 import dpaudit
 
 from byom_artefacts import digits_files, scores_file, torch_files
-from dpaudit.audit.attack_release import attack_release
-from dpaudit.audit.release_make import make_release, parse_claim
+from dpaudit.auditing.attack_release import attack_release
+from dpaudit.auditing.release_make import make_release, parse_claim
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.training.release import load_release
 from dpaudit.training.usercode import BundleCode
@@ -178,7 +178,7 @@ def test_opacus_shuffled_batches_release_and_best_of_k(digits, tmp_path) -> None
 
 
 def test_ledger_accounting_and_check(digits, tmp_path) -> None:
-    from dpaudit.audit import check_claims
+    from dpaudit.auditing import check_claims
     from dpaudit.integrations.opacus import OpacusRun, write_opacus_ledger
 
     write_opacus_ledger(OpacusRun(((1.1, 0.05, 20),)), tmp_path / "ledger.json", delta=1e-5)

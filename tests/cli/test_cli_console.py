@@ -135,7 +135,7 @@ def test_check_table_is_whole_at_any_width(columns, capsys, monkeypatch):
 
 def test_audit_console_tables_are_whole_at_60_columns(capsys, monkeypatch, tmp_path):
     """`dpaudit audit` prints the committed default report's tables (run_audit replaced by reading it)."""
-    import dpaudit.audit.runner as runner
+    import dpaudit.auditing.runner as runner
     from dpaudit.report.schema import AuditReport
 
     report = from_dict(AuditReport, json.loads((ROOT / "reports" / "default" / "report.json").read_text()))

@@ -21,7 +21,7 @@ A claims file (schema 1)::
     allow_data_dependent = false                # optional (default false): true lets a data-dependent figure
                                                 #   (PATE / GNMax on the votes: not itself DP) hold the claim
     attack = { kind = "threshold", shadows = 8, confidence = 0.95, seed = 0 }   # optional, release only
-    # or, on any subject: a certified audit of a method's whole training run (dpaudit.audit.method_audit)
+    # or, on any subject: a certified audit of a method's whole training run (dpaudit.auditing.method_audit)
     # attack = { kind = "method-run", method = "fredy", params = { gamma = 1.0, trials = 60 }, confidence = 0.95, seed = 0 }
 
 Paths are relative to the claims file's directory. Everything that can be decided from the file alone is
@@ -32,7 +32,7 @@ A ``method-run`` attack's ``method`` and ``params`` are checked here too (a regi
 names, the types of their defaults, no ``seed``/``confidence``/``delta`` inside ``params``: those are the attack's
 and the claim's), as is the claim's granularity against the neighbouring relation the audit's canary changes.
 Facts about the subject that contradict the claim (a release accounted at another granularity or a larger
-delta) make the claim *fail* instead; see :mod:`dpaudit.audit.evaluate`.
+delta) make the claim *fail* instead; see :mod:`dpaudit.auditing.evaluate`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class AttackBudget:
     empirical epsilon lower bound (e.g. 0.95), and its ``seed``. ``kind = "canary"``: a certified canary audit of
     the release's DP-SGD recipe (``audit`` one-run|multi-run, ``canary`` dirac|mislabeled|ood, ``canaries`` m,
     ``models`` N); only certified bounds can fail a claim. ``kind = "method-run"``: the certified audit of
-    ``method``'s whole training run (:func:`dpaudit.audit.method_audit.audit_method_run`) with the audit parameters
+    ``method``'s whole training run (:func:`dpaudit.auditing.method_audit.audit_method_run`) with the audit parameters
     ``params`` and this budget's ``seed`` and ``confidence`` (and the claim's delta where the audit takes one)."""
 
     kind: str
@@ -206,7 +206,7 @@ def _code_path(value: Any, name: str, owner: str, base: Path) -> str | None:
 
 def _method_run_attack(a: Mapping[str, Any], owner: str, granularity: str) -> AttackBudget:
     """Validate a ``kind = "method-run"`` attack table against the registered method audits."""
-    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, check_method_params
+    from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS, check_method_params
 
     _unknown(set(a), _METHOD_RUN_KEYS, f"{owner} (kind = \"method-run\")")
     if "method" not in a:

@@ -7,7 +7,7 @@ the stated confidence and at a delta no smaller than the claim's, exceeds the cl
 (``kind = "estimate"``: the single-model Clopper-Pearson figure, whose records are coupled through one model)
 never refute a claim; one above the claim is reported as a warning. An ``attack.kind = "method-run"`` budget
 (any subject) runs the certified audit of a method's whole training run
-(:func:`dpaudit.audit.method_audit.audit_method_run`) and compares its bound with the *claim's* epsilon (the
+(:func:`dpaudit.auditing.method_audit.audit_method_run`) and compares its bound with the *claim's* epsilon (the
 paper's figure inside the audit and the audit's own accounting are reported, not used for the verdict). A bound
 at a smaller delta than the claim's cannot refute the claim and is reported as a warning.
 
@@ -50,7 +50,7 @@ from dpaudit.accountants import mechanisms
 from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
 from dpaudit.accountants.pate import load_votes
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.audit.claims import (
+from dpaudit.auditing.claims import (
     AttackBudget,
     Claim,
     ClaimsFile,
@@ -386,7 +386,7 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, 
     ``progress``: bars (or lines) on stderr for the shadow models / the canary audit's training.
     """
     if budget.kind == "canary":
-        from dpaudit.audit.canary_audit import canary_audit_release
+        from dpaudit.auditing.canary_audit import canary_audit_release
 
         res = canary_audit_release(release, code=code, audit=budget.audit, canary=budget.canary, canaries=budget.canaries,
                                    models=budget.models, delta=delta, confidence=budget.confidence, seed=budget.seed,
@@ -396,7 +396,7 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, 
             attack=f"canary-{b.audit}", epsilon_lower_bound=float(b.epsilon), confidence=budget.confidence,
             delta=delta, details={"ideal_epsilon": b.ideal_epsilon, "trials": b.trials, "score": b.score,
                                   "notes": list(res.notes)}, kind="certified")
-    from dpaudit.audit.attack_release import attack_release
+    from dpaudit.auditing.attack_release import attack_release
 
     report = attack_release(release, attack=budget.kind, num_shadows=budget.shadows, confidence=budget.confidence,
                             delta=delta, n_bootstrap=0, blind=False, seed=budget.seed, code=code,
@@ -413,10 +413,10 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, 
 
 def method_run_bound(budget: AttackBudget, delta: float, *, progress: "bool | Reporter" = False) -> EmpiricalBound:
     """Run the certified audit of ``budget.method``'s whole training run
-    (:func:`dpaudit.audit.method_audit.audit_method_run` with ``budget.params``, ``budget.seed`` and
+    (:func:`dpaudit.auditing.method_audit.audit_method_run` with ``budget.params``, ``budget.seed`` and
     ``budget.confidence``; an audit that takes a ``delta`` gets the claim's ``delta``) and return its bound as an
     :class:`EmpiricalBound` of the audit's kind (certified), at the bound's own delta."""
-    from dpaudit.audit.method_audit import audit_method_run, method_run_parameters
+    from dpaudit.auditing.method_audit import audit_method_run, method_run_parameters
 
     params = dict(budget.params)
     if "delta" in method_run_parameters(budget.method):

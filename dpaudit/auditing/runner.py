@@ -198,8 +198,8 @@ def default_config() -> AuditConfig:
     baseline, attacked by the loss-threshold, shadow-model (CatBoost, 16 shadows) and LiRA (16 shadows) attacks;
     and two certified audits: a one-run white-box audit (1000 Dirac canaries) of DP-SGD at epsilon 8 on digits, and a
     multi-run audit of FREDY's whole training (400 trainings with or without a canary record) at gamma 0.3."""
-    from dpaudit.audit.canary_audit import CanaryAuditSpec
-    from dpaudit.audit.method_audit import MethodAuditSpec
+    from dpaudit.auditing.canary_audit import CanaryAuditSpec
+    from dpaudit.auditing.method_audit import MethodAuditSpec
 
     gammas = (0.05, 0.3, 2.0)
     models = []
@@ -279,7 +279,7 @@ def load_audit_config(path: str | Path) -> AuditConfig:
             raise ParameterError(f"The 'kind' key of [[attacks]] entry #{i + 1} of {p} is required. Got nothing instead.")
         attacks.append(AttackSpec(**a))
     data_dir = data.get("data_dir")
-    from dpaudit.audit.canary_audit import CanaryAuditSpec
+    from dpaudit.auditing.canary_audit import CanaryAuditSpec
 
     cfields = {f.name for f in dataclasses.fields(CanaryAuditSpec)}
     canary_audits = []
@@ -291,7 +291,7 @@ def load_audit_config(path: str | Path) -> AuditConfig:
             canary_audits.append(CanaryAuditSpec(**c))
         except TypeError as exc:  # a required key missing
             raise ParameterError(f"[[canary_audits]] entry #{i + 1} of {p}: {exc}.") from None
-    from dpaudit.audit.method_audit import MethodAuditSpec
+    from dpaudit.auditing.method_audit import MethodAuditSpec
 
     method_audits = []
     for i, c in enumerate(tables("method_audits", [])):
@@ -465,7 +465,7 @@ def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache
             rep.log(f"  {spec.label}: cached (same settings, same release content)")
             return from_dict(AttackSummary, data["summary"], what=str(path))
     rep.log(f"  {spec.label}: attacking")
-    from dpaudit.audit.attack_release import attack_release
+    from dpaudit.auditing.attack_release import attack_release
 
     report = attack_release(release, attack=spec.kind, num_shadows=spec.shadows, classifier=spec.classifier,
                             threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
@@ -477,7 +477,7 @@ def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache
 
 def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, rep: Reporter) -> dict:
     """Run (or reuse) one certified canary audit; its result dict (``kind: "certified"``)."""
-    from dpaudit.audit.canary_audit import run_canary_spec
+    from dpaudit.auditing.canary_audit import run_canary_spec
 
     stage = out / "canary_audits" / spec.name
     key = _hash({"spec": to_dict(spec), "dataset": cfg.dataset, "seed": cfg.seed, "delta": cfg.delta,
@@ -495,7 +495,7 @@ def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, re
 
 def _method_audit(spec: Any, cfg: AuditConfig, out: Path, rep: Reporter) -> dict:
     """Run (or reuse) one certified audit of a method's whole run; its result dict (``kind: "certified"``)."""
-    from dpaudit.audit.method_audit import audit_method_run, method_run_parameters
+    from dpaudit.auditing.method_audit import audit_method_run, method_run_parameters
 
     # the audit config's data set (and data_dir) unless the entry names its own
     taken = method_run_parameters(spec.method)
