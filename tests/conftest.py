@@ -61,9 +61,13 @@ def forest_release(tmp_path_factory) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def cli(capsys) -> Callable[[list], tuple[int, str, str]]:
-    """``cli(argv) -> (exit code, stdout, stderr)`` of ``dpaudit ARGV`` run in this process."""
+def cli(capsys, monkeypatch) -> Callable[[list], tuple[int, str, str]]:
+    """``cli(argv) -> (exit code, stdout, stderr)`` of ``dpaudit ARGV`` run in this process, at 250 columns (a
+    pipe gets 100, which wraps table cells; the widths are pinned in tests/cli/test_cli_console.py, the content
+    here)."""
     from dpaudit.cli import main
+
+    monkeypatch.setenv("COLUMNS", "250")
 
     def run(argv: list) -> tuple[int, str, str]:
         with pytest.raises(SystemExit) as exc:
