@@ -394,7 +394,8 @@ def _opacus_recipe(recipe: Any, factory: str | None, train_fn: str | None, recip
                              f"needs {worded('--factory FILE.py:build', 'factory=' + repr('FILE.py:build'))}. Got no "
                              "factory instead.")
     if isinstance(recipe, Mapping):
-        recipe = OpacusRecipe.from_dict(recipe, where="The 'opacus_recipe' parameter of make_release")
+        recipe = OpacusRecipe.from_dict(recipe, where=worded("--opacus-recipe",
+                                                             "The 'opacus_recipe' parameter of make_release"))
     if not isinstance(recipe, OpacusRecipe):
         raise ParameterError(f"The 'opacus_recipe' parameter of make_release must be an OpacusRecipe or a dict of its "
                              f"fields. Got {type(recipe).__name__} instead.")

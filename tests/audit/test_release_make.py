@@ -260,3 +260,18 @@ def torch_module():
     import torch
 
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+
+
+def test_release_make_cli_takes_an_opacus_recipe(digits, tmp_path, cli) -> None:
+    t = torch_files(tmp_path)
+    recipe = {"noise_multiplier": 1.0, "max_grad_norm": 1.0, "epochs": 1, "batch_size": 64, "lr": 0.1}
+    args = ["release", "make", "--out", tmp_path / "rel", "--model", t["weights"], "--factory",
+            f"{t['factory_module']}:build", "--factory-kwargs", '{"hidden": 16}', "--data", digits["data"],
+            "--members", digits["members"], "--nonmembers", digits["nonmembers"], "--claim", "epsilon=8",
+            "--claim", "delta=1e-5"]
+    code, out, err = cli([*args, "--opacus-recipe", json.dumps({**recipe, "lrr": 1})])
+    assert code == 2 and "--opacus-recipe" in err and "'lrr'" in err and "Traceback" not in err
+    code, out, err = cli([*args, "--opacus-recipe", json.dumps(recipe)])
+    assert code == 0, err
+    meta = json.loads((tmp_path / "rel" / "release.json").read_text())
+    assert meta["model"]["recipe"]["opacus"]["noise_multiplier"] == 1.0 and "lira" in meta["params"]["possible_attacks"]
