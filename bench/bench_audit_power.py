@@ -185,7 +185,7 @@ def markdown(res: dict) -> str:
 def dpsgd(seeds: list[int]) -> list[dict]:
     """The default audit's DP-SGD canary audit (digits MLP, 1000 Dirac canaries, accounted eps 8) under each
     analysis: the certified bound and the ideal-attack reference."""
-    from dpaudit.audit.canary_audit import CanaryAuditSpec, run_canary_spec
+    from dpaudit.auditing.canary_audit import CanaryAuditSpec, run_canary_spec
 
     out = []
     for seed in seeds:

@@ -54,7 +54,7 @@ def soundness(args, rows):
 
 
 def zoo(args, rows):
-    from dpaudit.audit.canary_audit import run_zoo_audit
+    from dpaudit.auditing.canary_audit import run_zoo_audit
     from dpaudit.training.zoo import ZOO
 
     for name in ZOO:
@@ -67,7 +67,7 @@ def zoo(args, rows):
 
 
 def methods(args, rows):
-    from dpaudit.audit.canary_audit import METHOD_STEPS, audit_method_step
+    from dpaudit.auditing.canary_audit import METHOD_STEPS, audit_method_step
 
     for name in METHOD_STEPS:
         for n in (2000, 20000, 100000):
@@ -76,7 +76,7 @@ def methods(args, rows):
 
 
 def table(args, rows):
-    from dpaudit.audit.canary_audit import CanaryAuditSpec, run_canary_spec
+    from dpaudit.auditing.canary_audit import CanaryAuditSpec, run_canary_spec
 
     for eps in args.eps:
         for item in args.audits:

@@ -98,7 +98,7 @@ def bench_lira(workers: int, num_models: int, epochs: int) -> dict:
 
 
 def bench_audit(workers: int) -> dict:
-    from dpaudit.audit.runner import default_config, run_audit
+    from dpaudit.auditing.runner import default_config, run_audit
     from dpaudit.executors import LocalExecutor
 
     tmp = Path(tempfile.mkdtemp(prefix="dpaudit-bench-executor-"))

@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--multi-run", type=int, default=0, help="also a multi-run audit with this many models (per epsilon)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
-    from dpaudit.audit.lm_audit import run_lm_canary_audit
+    from dpaudit.auditing.lm_audit import run_lm_canary_audit
 
     rows = []
     cases = [(e, r) for e in a.epsilons for r in a.lora] + ([(None, 0)] if a.no_dp else [])
@@ -48,7 +48,7 @@ def main() -> None:
             rows.append(row)
             print(row, flush=True)
     for eps in a.epsilons if a.multi_run else []:
-        from dpaudit.audit.lm_audit import run_lm_multi_run_audit
+        from dpaudit.auditing.lm_audit import run_lm_multi_run_audit
 
         t = time.perf_counter()
         res = run_lm_multi_run_audit(epsilon=eps, models=a.multi_run)

@@ -5,7 +5,7 @@ whole training runs").
     python bench/bench_method_runs.py --quick    # the cheap rows only (FREDY at 40 trainings, PATE, ProxyFL)
     python bench/bench_method_runs.py --rows fredy-40 pate
 
-Each row is one :func:`dpaudit.audit.method_audit.audit_method_run` call at seed 0, confidence 0.95, on digits;
+Each row is one :func:`dpaudit.auditing.method_audit.audit_method_run` call at seed 0, confidence 0.95, on digits;
 printed as a JSON line (certified bound, ideal-attack reference, the paper's claim, dpaudit's accounting, trials,
 seconds), then as a Markdown table. Seconds depend on the machine's load: compare them within one run only.
 """
@@ -40,7 +40,7 @@ QUICK = ("fredy-40", "pate", "proxyfl-wb-8")
 
 
 def run_row(name: str, seed: int = 0) -> dict:
-    from dpaudit.audit.method_audit import audit_method_run
+    from dpaudit.auditing.method_audit import audit_method_run
 
     method, params, label = ROWS[name]
     t0 = time.perf_counter()

@@ -74,7 +74,7 @@ def idealized(args, rows):
 
 
 def whitebox(args, rows):
-    from dpaudit.audit.canary_audit import CanaryAuditSpec, run_canary_spec
+    from dpaudit.auditing.canary_audit import CanaryAuditSpec, run_canary_spec
 
     for eps in args.whitebox_eps:
         spec = CanaryAuditSpec(f"published-eps{eps:g}", audit="one-run", canary="dirac", canaries=args.m,
@@ -104,7 +104,7 @@ def whitebox_ideal(args, rows):
     published epsilon: Dirac canaries seen in every step of full-batch DP-SGD (q = 1, T = 100; the composition is a
     Gaussian mechanism), sigma calibrated by RDP so the recipe is (eps, delta)-DP."""
     from dpaudit.attacks.canary import ideal_one_run_epsilon
-    from dpaudit.audit.canary_audit import dpsgd_noise_for_epsilon
+    from dpaudit.auditing.canary_audit import dpsgd_noise_for_epsilon
 
     eps = PUBLISHED_WHITEBOX["theoretical_eps"]
     sigma = dpsgd_noise_for_epsilon(eps, sampling_rate=1.0, steps=100, delta=args.delta)

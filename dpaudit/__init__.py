@@ -8,9 +8,10 @@ The entry points are the library calls the command line makes, each returning a 
 
 - ``dpaudit.account(mechanism, **params)`` -> ``AccountingResult``: ``dpaudit account`` (``epsilon``, the headline
   ``statement`` and every valid route in ``statements``, each with its assumptions);
-- ``dpaudit.attack(release, attack="shadow" | "threshold" | "lira" | "rmia", audit=None | "one-run" | "multi-run",
-  compare=False, ...)`` -> ``AttackReport`` (``CanaryAuditResult`` for an audit, ``AttackComparison`` with
-  ``compare=True``): ``dpaudit attack``;
+- ``dpaudit.attack(release, dpaudit.RMIA(references=16, offline=True), per_record=True)`` -> ``AttackReport``
+  (typed specs, :mod:`dpaudit.specs`: ``Threshold``, ``Shadow``, ``LiRA``, ``RMIA``; ``Compare`` ->
+  ``AttackComparison``; ``CanaryAudit("one-run", canaries=1000)`` -> ``CanaryAuditResult``; ``Execution("ray")``;
+  the code a bundle names runs only as ``code=dpaudit.BundleCode(...)`` allows): ``dpaudit attack``;
 - ``dpaudit.audit(config=None, out="runs/audit", ...)`` -> ``AuditReport``: ``dpaudit audit``;
 - ``dpaudit.check(claims_toml, junit=None)`` -> ``ClaimsReport`` (``verdict``: HOLDS / UNPROVEN / REFUTED,
   ``exit_code``): ``dpaudit check``;
@@ -54,12 +55,21 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "PrivacyStatement": ("dpaudit.accountants.statement", "PrivacyStatement"),
     "AttackReport": ("dpaudit.attacks.results", "AttackReport"),
     "AuditReport": ("dpaudit.report.schema", "AuditReport"),
-    "ClaimsReport": ("dpaudit.audit.evaluate", "ClaimsReport"),
-    "CanaryAuditResult": ("dpaudit.audit.canary_audit", "CanaryAuditResult"),
+    "ClaimsReport": ("dpaudit.auditing.evaluate", "ClaimsReport"),
+    "CanaryAuditResult": ("dpaudit.auditing.canary_audit", "CanaryAuditResult"),
+    "Threshold": ("dpaudit.specs", "Threshold"),
+    "Shadow": ("dpaudit.specs", "Shadow"),
+    "LiRA": ("dpaudit.specs", "LiRA"),
+    "RMIA": ("dpaudit.specs", "RMIA"),
+    "Compare": ("dpaudit.specs", "Compare"),
+    "CanaryAudit": ("dpaudit.specs", "CanaryAudit"),
+    "Execution": ("dpaudit.specs", "Execution"),
+    "BundleCode": ("dpaudit.training.usercode", "BundleCode"),
 }
 
 __all__ = ["account", "attack", "audit", "check", "release", "Release", "to_dict", "from_dict", "AccountingResult",
-           "PrivacyStatement", "AttackReport", "AuditReport", "ClaimsReport", "CanaryAuditResult", "DPAuditError",
+           "PrivacyStatement", "AttackReport", "AuditReport", "ClaimsReport", "CanaryAuditResult", "Threshold", "Shadow",
+           "LiRA", "RMIA", "Compare", "CanaryAudit", "Execution", "BundleCode", "DPAuditError",
            "ParameterError", "DataError", "OutputError", "__version__"]
 
 

@@ -2,7 +2,7 @@
 
 Layer-free (like :mod:`dpaudit._io`): the accountants' summaries, the report's Markdown, the claims table and
 the CLI all format numbers with :func:`fmt_number`, and every table the CLI prints is built by
-:func:`print_table` (rich). A table never truncates a name or a value: cells wrap at spaces only, and on a
+:func:`print_table` (rich), at most the terminal's width, or 100 columns when piped. A table never truncates a name or a value: cells wrap at spaces only, and on a
 terminal too narrow for the table's longest words each row is printed as a block of ``column: value`` lines.
 """
 
@@ -17,7 +17,8 @@ from typing import Any, Iterable, Sequence, TextIO
 
 from dpaudit._escape import console_text
 
-__all__ = ["fmt_number", "make_console", "build_table", "print_table", "table_text", "NO_VALUE", "printable"]
+__all__ = ["fmt_number", "make_console", "build_table", "print_table", "table_text", "NO_VALUE", "printable",
+           "PIPE_TABLE_WIDTH", "table_width"]
 
 #: What an absent value prints as.
 NO_VALUE = "–"
@@ -29,6 +30,9 @@ printable = console_text
 
 #: Width of a console that is neither a terminal nor given a width (COLUMNS): lines are never folded.
 _UNLIMITED = 100_000
+
+#: Width of a table printed where no width is known (a pipe, a log, a string): cells wrap at spaces to fit it.
+PIPE_TABLE_WIDTH = 100
 
 
 def _short_exponent(x: float, digits: int) -> str:
@@ -143,10 +147,16 @@ def _column_widths(console: Any, head: Sequence[str], cells: list[list[str]], av
     return [max(a, min(b, cap_lo)) for a, b in zip(lo, hi)]
 
 
+def table_width(console: Any) -> int:
+    """The width a table gets on ``console``: its own (a terminal's, ``COLUMNS``), else :data:`PIPE_TABLE_WIDTH`
+    (a pipe or a log); a console made with an explicit width keeps it."""
+    return console.width if console.width < _UNLIMITED else PIPE_TABLE_WIDTH
+
+
 def print_table(console: Any, head: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
                 right: Iterable[int] = ()) -> None:
-    """Print a table (:func:`build_table`) at the console's width, wrapping cells at spaces only. When the
-    console is narrower than the table's longest words, each row is printed instead as its first cell followed
+    """Print a table (:func:`build_table`) at the console's width (:data:`PIPE_TABLE_WIDTH` when it has none: a
+    pipe or a log), wrapping cells at spaces only. When the console is narrower than the table's longest words, each row is printed instead as its first cell followed
     by indented ``column: value`` lines, so that no name or value is ever cut or broken inside a word."""
     from rich.text import Text
 
@@ -154,7 +164,7 @@ def print_table(console: Any, head: Sequence[str], rows: Iterable[Sequence[Any]]
     head = [printable(h) for h in head]
     if title:
         console.print(Text(printable(title), style="bold"), soft_wrap=True)
-    widths = _column_widths(console, head, cells, console.width)
+    widths = _column_widths(console, head, cells, table_width(console))
     if widths is None:
         for row in cells:
             console.print(Text(f"{head[0]}: {row[0]}", style="bold"), soft_wrap=True)
@@ -176,12 +186,12 @@ _TRAILING_SPACES = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
 
 def table_text(head: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
                right: Iterable[int] = (), width: int | None = None) -> str:
-    """:func:`print_table` into a string (plain text, ``width`` columns; default: unlimited)."""
+    """:func:`print_table` into a string (plain text, ``width`` columns; default: unlimited, as for a file)."""
     import io
 
     from rich.console import Console
 
     buf = io.StringIO()
-    console = Console(file=buf, width=width or _UNLIMITED, highlight=False, soft_wrap=False, color_system=None)
+    console = Console(file=buf, width=width or _UNLIMITED - 1, highlight=False, soft_wrap=False, color_system=None)
     print_table(console, head, rows, title=title, right=right)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())

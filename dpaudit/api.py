@@ -12,20 +12,22 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from dpaudit.errors import ParameterError, check_bool, check_choice, check_path, format_value
+from dpaudit.errors import ParameterError, check_bool, check_path, format_value
 
 if TYPE_CHECKING:  # pragma: no cover - for the signatures only
     from dpaudit.accountants.statement import AccountingResult
     from dpaudit.attacks.compare import AttackComparison
     from dpaudit.attacks.results import AttackReport
-    from dpaudit.audit.canary_audit import CanaryAuditResult
-    from dpaudit.audit.evaluate import ClaimsReport
-    from dpaudit.audit.runner import AuditConfig
+    from dpaudit.auditing.canary_audit import CanaryAuditResult
+    from dpaudit.auditing.evaluate import ClaimsReport
+    from dpaudit.auditing.runner import AuditConfig
     from dpaudit.progress import Reporter
     from dpaudit.report.schema import AuditReport
+    from dpaudit.specs import AttackSpec, Execution
     from dpaudit.training.release import Release
 
-__all__ = ["account", "attack", "audit", "check", "make_release", "load_release", "DEFAULT_AUDIT_OUT"]
+__all__ = ["account", "attack", "audit", "check", "make_release", "load_release", "DEFAULT_AUDIT_OUT",
+           "specs_from_keywords"]
 
 #: Where ``dpaudit audit`` (and :func:`audit`) write when no output folder is given.
 DEFAULT_AUDIT_OUT = Path("runs/audit")
@@ -94,90 +96,211 @@ def account(mechanism: str, **params: Any) -> "AccountingResult":
     return fn(**params)
 
 
-def attack(release: "str | os.PathLike | Release", attack: str = "shadow", *, out: str | os.PathLike | None = None,
-           audit: str | None = None, compare: bool = False, shadows: int = 16, classifier: str = "catboost",
-           per_class: bool = True, threshold_kind: str = "loss", lira_online: bool = True,
-           population: int | None = None, gamma: float = 1.0, rmia_a: float | None = None, per_record: bool = False,
-           confidence: float = 0.95, delta: float | None = None, bootstrap: int = 1000, seed: int = 0,
-           canary: str | None = None, canaries: int | None = None, models: int = 200, score: str | None = None,
-           analysis: str = "auto", strict: bool = False, overwrite: bool = False, factory: str | None = None,
-           train_fn: str | None = None, trust_bundle_code: bool = False, data_dir: str | os.PathLike | None = None,
-           trust_data_dir: bool = False, executor: str = "local", ray_address: str | None = None,
-           progress: "bool | Reporter" = False) -> "AttackReport | CanaryAuditResult | AttackComparison":
-    """Attack a release bundle (``dpaudit attack``): a membership-inference attack (``attack``: ``"shadow"``,
-    ``"threshold"``, ``"lira"``, ``"rmia"``; ``lira_online=False``: the offline LiRA / RMIA) beside the blind
-    baseline, its empirical epsilon an *estimate* on one model; with ``compare=True`` every reference-model attack on
-    the same reference models (an :class:`~dpaudit.attacks.compare.AttackComparison`); or, with
-    ``audit="one-run"`` / ``"multi-run"``, a *certified* canary audit (of the released model itself when the bundle
-    holds canaries, else of its DP-SGD recipe, retrained; ``analysis``, ``strict`` as ``dpaudit attack``).
+#: The flat keywords of :func:`attack` before the typed specs (one release of deprecation): name -> default.
+_LEGACY_ATTACK_KEYWORDS: dict[str, Any] = {
+    "audit": None, "compare": False, "shadows": 16, "classifier": "catboost", "per_class": True,
+    "threshold_kind": "loss", "lira_online": True, "population": None, "gamma": 1.0, "rmia_a": None, "canary": None,
+    "canaries": None, "models": 200, "score": None, "analysis": "auto", "strict": False, "factory": None,
+    "train_fn": None, "trust_bundle_code": False, "executor": "local", "ray_address": None,
+}
+
+
+def specs_from_keywords(attack: str | None = "shadow", **keywords: Any) -> "tuple[AttackSpec, Execution, Any]":
+    """The typed specs the old flat keywords of :func:`attack` (``attack="lira", shadows=8, lira_online=False,
+    audit="one-run", executor="ray", factory=...``) stand for: ``(attack spec, Execution, BundleCode or None)``.
+    ``dpaudit attack``'s flags are these keywords; it builds its specs here."""
+    from dpaudit.specs import RMIA, CanaryAudit, Compare, Execution, LiRA, Shadow, Threshold
+
+    unknown = sorted(set(keywords) - set(_LEGACY_ATTACK_KEYWORDS))
+    if unknown:
+        raise ParameterError(f"dpaudit.attack got unknown keyword(s) {', '.join(repr(k) for k in unknown)}; it takes "
+                             "attack specs (Threshold, Shadow, LiRA, RMIA, Compare, CanaryAudit, Execution) and "
+                             "out, per_record, confidence, delta, bootstrap, seed, overwrite, code, data_dir, "
+                             "trust_data_dir, progress.")
+    k = {**_LEGACY_ATTACK_KEYWORDS, **keywords}
+    if k["audit"] is not None:
+        spec: Any = CanaryAudit(k["audit"], canaries=k["canaries"], models=k["models"], canary=k["canary"],
+                                score=k["score"], analysis=k["analysis"], strict=k["strict"])
+    elif k["compare"]:
+        spec = Compare(references=k["shadows"], population=k["population"], gamma=k["gamma"], a=k["rmia_a"])
+    else:
+        from dpaudit.errors import check_choice
+
+        kind = check_choice(attack, "attack", "dpaudit.attack", ("shadow", "threshold", "lira", "rmia"))
+        blind = k["classifier"]
+        if kind == "threshold":
+            spec = Threshold(k["threshold_kind"], blind=blind)
+        elif kind == "shadow":
+            spec = Shadow(k["shadows"], k["classifier"], per_class=k["per_class"], blind=blind)
+        elif kind == "lira":
+            spec = LiRA(k["shadows"], offline=not k["lira_online"], blind=blind)
+        else:
+            spec = RMIA(k["shadows"], offline=not k["lira_online"], population=k["population"], gamma=k["gamma"],
+                        a=k["rmia_a"] if not k["lira_online"] else None, blind=blind)
+    execution = Execution(k["executor"], k["ray_address"])
+    code = None
+    if k["factory"] is not None or k["train_fn"] is not None or k["trust_bundle_code"]:
+        from dpaudit.training.usercode import BundleCode
+
+        code = BundleCode(factory=k["factory"], train_fn=k["train_fn"], trust_bundle=bool(k["trust_bundle_code"]))
+    return spec, execution, code
+
+
+def attack(release: "str | os.PathLike | Release", *specs: Any, out: str | os.PathLike | None = None,
+           per_record: bool = False, confidence: float = 0.95, delta: float | None = None, bootstrap: int = 1000,
+           seed: int = 0, overwrite: bool = False, code: Any = None, data_dir: str | os.PathLike | None = None,
+           trust_data_dir: bool = False, progress: "bool | Reporter" = False,
+           **legacy: Any) -> "AttackReport | CanaryAuditResult | AttackComparison | tuple":
+    """Attack a release bundle (``dpaudit attack``) with typed specs (:mod:`dpaudit.specs`)::
+
+        dpaudit.attack(release, dpaudit.RMIA(references=16, offline=True), per_record=True)
+        dpaudit.attack(release, dpaudit.CanaryAudit("one-run", canaries=1000))
+        dpaudit.attack(release, dpaudit.LiRA(), dpaudit.RMIA(), dpaudit.Execution("ray"))   # two attacks
+
+    A membership-inference attack (:class:`~dpaudit.specs.Threshold`, :class:`~dpaudit.specs.Shadow` -- the
+    default --, :class:`~dpaudit.specs.LiRA`, :class:`~dpaudit.specs.RMIA`) runs beside the blind baseline, its
+    empirical epsilon an *estimate* on one model (an :class:`~dpaudit.attacks.results.AttackReport`);
+    :class:`~dpaudit.specs.Compare` runs every reference-model attack on the same reference models (an
+    :class:`~dpaudit.attacks.compare.AttackComparison`); :class:`~dpaudit.specs.CanaryAudit` is a *certified* canary
+    audit (of the released model itself when the bundle holds canaries, else of its DP-SGD recipe, retrained; a
+    :class:`~dpaudit.auditing.canary_audit.CanaryAuditResult`). :class:`~dpaudit.specs.Execution` says where shadow /
+    reference models train (default: this process). Several attack specs run one after the other and give a tuple
+    of results, each written into its own folder.
 
     Writes ``attack.json`` and ``roc.png`` (a comparison: ``comparison.json/.md``, ``roc_compare.png``; a canary
     audit: ``canary_audit.json``; ``per_record=True``: ``per_record.*``) into ``out`` (default
-    ``runs/attack/<bundle name>-<attack>``; never inside the bundle, and earlier results there are replaced only with
-    ``overwrite=True``) and returns the result. Finished groups of shadow models are kept in ``out/units``, so a
-    re-run trains only what is missing. Code a bundle names runs only when ``factory`` / ``train_fn`` name the same
-    code or ``trust_bundle_code=True`` (:class:`~dpaudit.training.usercode.BundleCode`). ``executor``: ``"local"``
-    or ``"ray"``."""
-    from dpaudit.attacks.run import ATTACKS
-    from dpaudit.audit.attack_release import attack_out_dir, attack_output, check_attack_counts
+    ``runs/attack/<bundle name>-<attack>``; with several specs, ``out/<attack>``; never inside the bundle, and earlier
+    results there are replaced only with ``overwrite=True``) and returns the result. Finished groups of shadow models
+    are kept in ``out/units``, so a re-run trains only what is missing. ``confidence``, ``delta`` (default: the
+    release's claimed delta), ``bootstrap`` (replicates of the intervals) and ``seed`` apply to every attack. Code a
+    bundle names runs only as ``code`` (a :class:`~dpaudit.training.usercode.BundleCode`) allows.
+
+    The flat keywords of earlier releases (``attack="lira"`` as the second argument, ``shadows=``,
+    ``lira_online=``, ``audit="one-run"``, ``compare=True``, ``executor=``, ``factory=`` ...) still work for this
+    release, with a :class:`DeprecationWarning`; :func:`specs_from_keywords` shows the specs they stand for."""
+    import warnings
+
+    from dpaudit.specs import CanaryAudit, Compare, Execution, LiRA, RMIA, Shadow, Threshold
+
+    attack_types = (Threshold, Shadow, LiRA, RMIA, Compare, CanaryAudit)
+    old_kind = legacy.pop("attack", None)       # attack="lira" by keyword (deprecated)
+    if specs and isinstance(specs[0], str):
+        if old_kind is not None:
+            raise ParameterError(f"dpaudit.attack got the attack twice ({specs[0]!r} and attack={old_kind!r}).")
+        old_kind, specs = specs[0], specs[1:]
+    if old_kind is not None or legacy:
+        if any(isinstance(s, attack_types + (Execution,)) for s in specs):
+            raise ParameterError("dpaudit.attack takes attack specs or the deprecated flat keywords "
+                                 f"({', '.join(sorted(legacy)) or repr(old_kind)}), not both.")
+        if specs:
+            raise ParameterError(f"dpaudit.attack takes attack specs. Got {format_value(specs[0])} instead.")
+        legacy_code = {k: legacy[k] for k in ("factory", "train_fn", "trust_bundle_code") if k in legacy}
+        if legacy_code and code is not None:
+            raise ParameterError("dpaudit.attack takes code=BundleCode(...) or the deprecated factory= / train_fn= / "
+                                 "trust_bundle_code=, not both.")
+        spec, execution, old_code = specs_from_keywords("shadow" if old_kind is None else old_kind, **legacy)
+        warnings.warn("dpaudit.attack's flat keywords (attack=..., shadows=..., audit=..., executor=..., factory=...) "
+                      f"are deprecated; pass typed specs instead: dpaudit.attack(release, {spec!r}"
+                      + (f", {execution!r}" if execution != Execution() else "")
+                      + (", code=BundleCode(...)" if old_code is not None else "") + ").",
+                      DeprecationWarning, stacklevel=2)
+        specs, code = (spec, execution), code if old_code is None else old_code
+    attacks = [s for s in specs if isinstance(s, attack_types)]
+    executions = [s for s in specs if isinstance(s, Execution)]
+    others = [s for s in specs if not isinstance(s, attack_types + (Execution,))]
+    if others:
+        raise ParameterError(f"The specs of dpaudit.attack must be Threshold, Shadow, LiRA, RMIA, Compare, CanaryAudit "
+                             f"or Execution objects. Got {format_value(others[0])} instead.")
+    if len(executions) > 1:
+        raise ParameterError(f"dpaudit.attack takes at most one Execution. Got {len(executions)} instead.")
+    if not attacks:
+        attacks = [Shadow()]
+    names = [a.name for a in attacks]
+    if len(set(names)) != len(names):
+        raise ParameterError(f"dpaudit.attack runs each attack once; give different attacks. Got {', '.join(names)}.")
+    execution = executions[0] if executions else Execution()
+    if len(attacks) > 1:
+        base = None if out is None else Path(out)
+        return tuple(attack(release, a, execution, out=None if base is None else base / a.name, per_record=per_record,
+                            confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed, overwrite=overwrite,
+                            code=code, data_dir=data_dir, trust_data_dir=trust_data_dir, progress=progress)
+                     for a in attacks)
+    return _attack_one(release, attacks[0], execution, out=out, per_record=per_record, confidence=confidence,
+                       delta=delta, bootstrap=bootstrap, seed=seed, overwrite=overwrite, code=code, data_dir=data_dir,
+                       trust_data_dir=trust_data_dir, progress=progress)
+
+
+def _attack_one(release: "str | os.PathLike | Release", spec: Any, execution: Any, *, out: Any, per_record: bool,
+                confidence: float, delta: float | None, bootstrap: int, seed: int, overwrite: bool, code: Any,
+                data_dir: Any, trust_data_dir: bool, progress: Any) -> Any:
+    from dpaudit.auditing.attack_release import attack_out_dir, attack_output, check_attack_counts
     from dpaudit.progress import as_reporter
+    from dpaudit.specs import RMIA, CanaryAudit, Compare, LiRA, Shadow, Threshold
     from dpaudit.training.release import Release, load_release
     from dpaudit.training.usercode import BundleCode
 
-    check_attack_counts("attack", shadows=shadows, bootstrap=bootstrap, population=population, models=models,
-                        canaries=canaries, seed=seed)                 # every count bounded before any work
-    if audit is not None:
-        check_choice(audit, "audit", "attack", ("one-run", "multi-run"))
-    elif not compare:
-        check_choice(attack, "attack", "attack", ATTACKS)
-    compare = check_bool(compare, "compare", "attack")
+    # every count bounded before any work (the specs check their own types and ranges at construction too)
+    check_attack_counts("attack", shadows=getattr(spec, "shadows", getattr(spec, "references", None)),
+                        bootstrap=bootstrap, population=getattr(spec, "population", None),
+                        models=getattr(spec, "models", None), canaries=getattr(spec, "canaries", None), seed=seed)
     rep = as_reporter(progress, prefix="dpaudit attack")
     root = Path(release.path) if isinstance(release, Release) else check_path(release, "release", "attack")
-    name = audit or ("compare" if compare else attack)
+    name = spec.name
     out = attack_out_dir(root, name, out, overwrite=overwrite)   # refused before any work
-    from dpaudit.audit.lm_release import is_lm_release
+    from dpaudit.auditing.lm_release import is_lm_release
 
     if not isinstance(release, Release) and is_lm_release(root):
-        return _attack_lm(root, out, name, audit=audit, compare=compare, gamma=gamma, rmia_a=rmia_a,
+        return _attack_lm(root, out, name, audit=spec.kind if isinstance(spec, CanaryAudit) else None,
+                          compare=isinstance(spec, Compare), gamma=getattr(spec, "gamma", 1.0),
+                          rmia_a=getattr(spec, "a", None),
                           per_record=per_record, confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed,
                           overwrite=overwrite, rep=rep)
     if isinstance(release, Release):
         bundle = release
     else:
-        code = BundleCode(factory=factory, train_fn=train_fn, trust_bundle=trust_bundle_code)
-        bundle = load_release(root, data_dir=data_dir, trust_data_dir=trust_data_dir, code=code)
-    if audit is not None:
-        from dpaudit.audit.canary_audit import canary_audit_release
+        bundle = load_release(root, data_dir=data_dir, trust_data_dir=trust_data_dir, code=BundleCode.of(code))
+    if isinstance(spec, CanaryAudit):
+        from dpaudit.auditing.canary_audit import canary_audit_release
 
-        with attack_output(root, audit, out, overwrite=overwrite):
-            return canary_audit_release(bundle, audit=audit, canary=canary, canaries=canaries, models=models,
-                                        score=score, delta=1e-5 if delta is None else delta, confidence=confidence,
-                                        seed=seed, out=out, progress=rep, analysis=analysis, strict=strict)
+        with attack_output(root, name, out, overwrite=overwrite):
+            return canary_audit_release(bundle, audit=spec.kind, canary=spec.canary, canaries=spec.canaries,
+                                        models=spec.models, score=spec.score,
+                                        delta=1e-5 if delta is None else delta, confidence=confidence, seed=seed,
+                                        out=out, progress=rep, analysis=spec.analysis, strict=spec.strict)
     from dpaudit._io import atomic_path, write_json
     from dpaudit.attacks.plots import roc_figure
-    from dpaudit.audit.attack_release import attack_release, compare_release, release_record_images
+    from dpaudit.auditing.attack_release import attack_release, compare_release, release_record_images
     from dpaudit.executors import make_executor
     from dpaudit.report.attack_outputs import write_comparison, write_per_record
     from dpaudit.serial import to_dict
 
-    if compare:
+    if isinstance(spec, Compare):
         with attack_output(root, name, out, overwrite=overwrite), \
-                make_executor(executor, address=ray_address, progress=rep) as ex, \
+                make_executor(execution.executor, address=execution.ray_address, progress=rep) as ex, \
                 rep.stage(f"attack comparison on {root}"):
-            comp = compare_release(bundle, num_references=shadows, population=population, gamma=gamma, rmia_a=rmia_a,
-                                   confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,
-                                   checkpoint_dir=out / "units", per_record=per_record)
+            comp = compare_release(bundle, num_references=spec.references, population=spec.population,
+                                   gamma=spec.gamma, rmia_a=spec.a, confidence=confidence, delta=delta,
+                                   n_bootstrap=bootstrap, seed=seed, executor=ex, checkpoint_dir=out / "units",
+                                   per_record=per_record)
             paths = write_comparison(out, comp, title=f"Reference-model attacks on {root}",
                                      images_of=release_record_images(bundle), extra={"release": str(root)})
         rep.log("wrote " + ", ".join(str(p) for p in paths))
         return comp
-    with attack_output(root, attack, out, overwrite=overwrite), \
-            make_executor(executor, address=ray_address, progress=rep) as ex, rep.stage(f"{attack} attack on {root}"):
-        report = attack_release(bundle, attack=attack, num_shadows=shadows, classifier=classifier,
-                                per_class=per_class, threshold_kind=threshold_kind, lira_online=lira_online,
-                                rmia_online=lira_online, population=population, gamma=gamma, rmia_a=rmia_a,
-                                confidence=confidence, delta=delta, n_bootstrap=bootstrap, seed=seed, executor=ex,
-                                checkpoint_dir=out / "units", per_record=per_record)
+    kw: dict[str, Any] = {"blind": spec.blind is not None, "classifier": spec.blind or "catboost"}
+    if isinstance(spec, Threshold):
+        kw.update(threshold_kind=spec.kind)
+    elif isinstance(spec, Shadow):
+        kw.update(num_shadows=spec.shadows, classifier=spec.classifier, per_class=spec.per_class)
+    elif isinstance(spec, LiRA):
+        kw.update(num_shadows=spec.references, lira_online=not spec.offline)
+    elif isinstance(spec, RMIA):
+        kw.update(num_shadows=spec.references, rmia_online=not spec.offline, lira_online=not spec.offline,
+                  population=spec.population, gamma=spec.gamma, rmia_a=spec.a)
+    with attack_output(root, name, out, overwrite=overwrite), \
+            make_executor(execution.executor, address=execution.ray_address, progress=rep) as ex, \
+            rep.stage(f"{name} attack on {root}"):
+        report = attack_release(bundle, attack=name, confidence=confidence, delta=delta, n_bootstrap=bootstrap,
+                                seed=seed, executor=ex, checkpoint_dir=out / "units", per_record=per_record, **kw)
         path = write_json(out / "attack.json", {"release": str(root), **to_dict(report)})
         if report.per_record is not None:
             for p in write_per_record(out, report.per_record, images_of=release_record_images(bundle)):
@@ -193,13 +316,13 @@ def _attack_lm(root: Path, out: Path, name: str, *, audit: str | None, compare: 
                rmia_a: float | None, per_record: bool, confidence: float, delta: float | None, bootstrap: int,
                seed: int, overwrite: bool, rep: Any) -> "AttackComparison":
     """``dpaudit attack`` on an LM bundle: every sequence-level attack side by side (``--compare``)."""
-    from dpaudit.audit.attack_release import attack_output
-    from dpaudit.audit.lm_release import compare_lm_release, load_lm_release
+    from dpaudit.auditing.attack_release import attack_output
+    from dpaudit.auditing.lm_release import compare_lm_release, load_lm_release
     from dpaudit.report.attack_outputs import write_comparison
 
     if audit is not None or not compare:
         raise ParameterError("An LM release is attacked with --compare (every sequence-level attack side by side); "
-                             "canary audits of LM fine-tuning run with dpaudit.audit.lm_audit. Got "
+                             "canary audits of LM fine-tuning run with dpaudit.auditing.lm_audit. Got "
                              f"{'--audit ' + audit if audit else 'no --compare'} instead.")
     rel = load_lm_release(root)
     with attack_output(root, name, out, overwrite=overwrite), rep.stage(f"LM attack comparison on {root}"):
@@ -215,12 +338,12 @@ def audit(config: "str | os.PathLike | AuditConfig | None" = None, out: str | os
           device: str | None = None, progress: "bool | Reporter" = False, executor: str = "local",
           ray_address: str | None = None, trust_bundle_code: bool = False) -> "AuditReport":
     """Run an audit (``dpaudit audit``): train or load the releases of ``config`` (an audit TOML file, an
-    :class:`~dpaudit.audit.runner.AuditConfig`, or None for the embedded default on digits), account them, attack
+    :class:`~dpaudit.auditing.runner.AuditConfig`, or None for the embedded default on digits), account them, attack
     them, run the certified canary and whole-run audits, and write ``report.{json,md,html}`` with its figures into
     ``out``. Re-running resumes what is complete. ``trust_bundle_code``: let release models run the code their
     bundles name (otherwise only the code a ``[[models]]`` entry names itself). Returns the
     :class:`~dpaudit.report.schema.AuditReport`."""
-    from dpaudit.audit.runner import AuditConfig, default_config, load_audit_config, run_audit
+    from dpaudit.auditing.runner import AuditConfig, default_config, load_audit_config, run_audit
     from dpaudit.executors import make_executor
 
     cfg = (default_config() if config is None else config if isinstance(config, AuditConfig)
@@ -233,10 +356,10 @@ def check(claims: str | os.PathLike, *, junit: str | os.PathLike | None = None,
           progress: "bool | Reporter" = False, trust_bundle_code: bool = False) -> "ClaimsReport":
     """Check the privacy claims of a claims TOML file (``dpaudit check``). Each claim gets a verdict: HOLDS (the
     accounting shows it), UNPROVEN (it cannot) or REFUTED (certified evidence above the claimed epsilon; estimates
-    never refute). The :class:`~dpaudit.audit.evaluate.ClaimsReport` has ``verdict`` (the worst), ``exit_code``
+    never refute). The :class:`~dpaudit.auditing.evaluate.ClaimsReport` has ``verdict`` (the worst), ``exit_code``
     (0 / 3 / 1) and a result per claim; ``junit`` also writes JUnit XML there. ``trust_bundle_code``: let attacks
     run the code release bundles name (otherwise only the code a claim names itself)."""
-    from dpaudit.audit.evaluate import check_claims, write_junit
+    from dpaudit.auditing.evaluate import check_claims, write_junit
 
     report = check_claims(claims, progress=progress, trust_bundle_code=trust_bundle_code)
     if junit is not None:
@@ -248,13 +371,13 @@ def make_release(out: str | os.PathLike, *, claim: Sequence[str] | dict, overwri
                  **inputs: Any) -> "Release":
     """A release bundle from a model trained elsewhere, or only its scores (``dpaudit release make``); returns the
     loaded :class:`~dpaudit.training.release.Release`. ``claim`` is ``["epsilon=8", "delta=1e-5", ...]`` or a dict;
-    ``inputs`` are :func:`dpaudit.audit.release_make.make_release`'s (``model=``, ``factory=``, ``data=``,
+    ``inputs`` are :func:`dpaudit.auditing.release_make.make_release`'s (``model=``, ``factory=``, ``data=``,
     ``members=``, ``nonmembers=``, ``scores=``, ``opacus=``, ...)."""
     if inputs.get("lm") is not None or inputs.get("lm_scores") is not None:
-        from dpaudit.audit.lm_release import load_lm_release, make_lm_release
+        from dpaudit.auditing.lm_release import load_lm_release, make_lm_release
 
         return load_lm_release(make_lm_release(out, claim=claim, overwrite=overwrite, **inputs))  # type: ignore[return-value]
-    from dpaudit.audit.release_make import make_release as make
+    from dpaudit.auditing.release_make import make_release as make
     from dpaudit.training.release import load_release as load
     from dpaudit.training.usercode import BundleCode
 

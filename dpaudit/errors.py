@@ -11,6 +11,8 @@ Checks never use ``assert`` (stripped under ``python -O``).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
 import re
@@ -33,6 +35,8 @@ __all__ = [
     "check_bool",
     "NAME_PATTERN",
     "check_name",
+    "worded",
+    "cli_wording",
 ]
 
 
@@ -194,3 +198,24 @@ def check_optional_str(value: Any, name: str, owner: str) -> str | None:
         raise ParameterError(f"The '{name}' parameter of {owner} must be a string (or None). Got "
                              f"{format_value(value)} instead.")
     return value
+
+
+#: True while the command line runs (set by the ``dpaudit`` group): messages then name flags, not keywords.
+_CLI_WORDING: contextvars.ContextVar[bool] = contextvars.ContextVar("dpaudit_cli_wording", default=False)
+
+
+def worded(cli: str, python: str) -> str:
+    """How to fix something, as the caller spells it: ``cli`` (a flag, ``"--factory FILE.py:build"``) under the
+    command line, ``python`` (a keyword, ``"code=BundleCode(factory='FILE.py:build')"``) from the Python API."""
+    return cli if _CLI_WORDING.get() else python
+
+
+@contextlib.contextmanager
+def cli_wording():
+    """Within this block, :func:`worded` messages name the command line's flags (the ``dpaudit`` command's group
+    enters it for the command it runs)."""
+    token = _CLI_WORDING.set(True)
+    try:
+        yield
+    finally:
+        _CLI_WORDING.reset(token)

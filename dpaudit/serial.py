@@ -20,7 +20,7 @@ with a ``to_dict()`` method through it.
 To serialise a new result type: make it a frozen dataclass with precise type hints (``float | None``,
 ``tuple[X, ...]``, ``Mapping[str, Any]``, ``FloatArray`` / ``IntArray`` / ``BoolArray`` for numpy arrays) and call
 :func:`to_dict` / :func:`from_dict`; if a file dpaudit writes holds it, add it to that file's schema in
-:mod:`dpaudit.audit.json_schemas` and regenerate ``dpaudit/schemas/`` (CONTRIBUTING.md).
+:mod:`dpaudit.auditing.json_schemas` and regenerate ``dpaudit/schemas/`` (CONTRIBUTING.md).
 """
 
 from __future__ import annotations

@@ -76,9 +76,13 @@ def forest_release(tmp_path_factory) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def cli(capsys) -> Callable[[list], tuple[int, str, str]]:
-    """``cli(argv) -> (exit code, stdout, stderr)`` of ``dpaudit ARGV`` run in this process."""
+def cli(capsys, monkeypatch) -> Callable[[list], tuple[int, str, str]]:
+    """``cli(argv) -> (exit code, stdout, stderr)`` of ``dpaudit ARGV`` run in this process, at 250 columns (a
+    pipe gets 100, which wraps table cells; the widths are pinned in tests/cli/test_cli_console.py, the content
+    here)."""
     from dpaudit.cli import main
+
+    monkeypatch.setenv("COLUMNS", "250")
 
     def run(argv: list) -> tuple[int, str, str]:
         with pytest.raises(SystemExit) as exc:
@@ -96,7 +100,7 @@ SCHEMA_CHECKED = ("report.json", "attack.json", "canary_audit.json", "release.js
 
 _PKG = Path(__file__).resolve().parents[1] / "dpaudit"
 #: Modules that import ``write_text`` by name and write schema-checked files.
-_WRITERS = ("dpaudit.report.render", "dpaudit.report.attack_outputs", "dpaudit.audit.evaluate")
+_WRITERS = ("dpaudit.report.render", "dpaudit.report.attack_outputs", "dpaudit.auditing.evaluate")
 
 
 def _written_by_dpaudit() -> bool:
@@ -134,7 +138,7 @@ def _written_files_match_their_schemas(request, monkeypatch):
             monkeypatch.setattr(mod, "write_text", recording)
     yield
     if written:
-        from dpaudit.audit.json_schemas import validate_file_data
+        from dpaudit.auditing.json_schemas import validate_file_data
 
         for target, text in written:
             data = json.loads(text)

@@ -28,7 +28,7 @@ def _env() -> dict[str, str]:
 
 def test_import_dpaudit_loads_no_heavy_layer():
     code = ("import sys, dpaudit; heavy = [m for m in ('torch', 'pydantic', 'sklearn', 'dpaudit.training', "
-            "'dpaudit.audit', 'dpaudit.accountants') if m in sys.modules]; print(heavy)")
+            "'dpaudit.auditing', 'dpaudit.accountants') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), check=True).stdout
     assert out.strip() == "[]"
 
@@ -54,7 +54,7 @@ def test_top_level_names_are_the_library_functions():
     from dpaudit.training.release import Release, load_release
 
     assert (dpaudit.account, dpaudit.attack, dpaudit.check) == (api.account, api.attack, api.check)
-    assert dpaudit.audit in (api.audit, sys.modules.get("dpaudit.audit"))
+    assert dpaudit.audit is api.audit
     assert dpaudit.Release is Release and dpaudit.release.make is api.make_release and dpaudit.release.Release is Release
     assert Release.load.__func__.__qualname__ == "Release.load" and load_release.__name__ == "load_release"
     with pytest.raises(AttributeError):
@@ -117,13 +117,12 @@ def test_example_opacus_end_to_end(tmp_path):
         assert (tmp_path / f).is_file(), f
 
 
-def test_dpaudit_audit_is_callable_after_its_package_is_imported(monkeypatch):
-    """Importing any module of the package dpaudit.audit binds the package to the name dpaudit.audit; calling it
-    still runs dpaudit.api.audit."""
+def test_dpaudit_audit_is_the_function_and_the_package_is_auditing():
+    """Issue 36: ``dpaudit.audit`` was both a subpackage and a function (resolved by swapping the package module's
+    class); the subpackage is ``dpaudit.auditing`` now, so importing it leaves ``dpaudit.audit`` the function."""
     import dpaudit.api
-    import dpaudit.audit.runner  # noqa: F401
+    import dpaudit.auditing.runner  # noqa: F401
 
-    calls = []
-    monkeypatch.setattr(dpaudit.api, "audit", lambda *a, **k: calls.append((a, k)) or "report")
-    assert dpaudit.audit("cfg.toml", "runs/x", progress=False) == "report"
-    assert calls == [(("cfg.toml", "runs/x"), {"progress": False})]
+    assert dpaudit.audit is dpaudit.api.audit and callable(dpaudit.audit)
+    assert type(sys.modules["dpaudit.auditing"]) is type(sys)        # a plain module, no class swap
+    assert "dpaudit.audit" not in sys.modules

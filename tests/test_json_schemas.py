@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.audit.json_schemas import SCHEMA_DIR, SCHEMA_FILES, build_schema, load_schema, main, validate_file_data
+from dpaudit.auditing.json_schemas import SCHEMA_DIR, SCHEMA_FILES, build_schema, load_schema, main, validate_file_data
 from dpaudit.errors import DataError
 from dpaudit.serial import from_dict, json_schema, to_dict
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_committed_schema_matches_the_types(name):
     committed = json.loads((SCHEMA_DIR / name).read_text(encoding="utf-8"))
     assert committed == build_schema(name), (
-        f"dpaudit/schemas/{name} is stale: the result types changed; run python -m dpaudit.audit.json_schemas")
+        f"dpaudit/schemas/{name} is stale: the result types changed; run python -m dpaudit.auditing.json_schemas")
     assert load_schema(name) == committed   # shipped as package data, read through importlib.resources
 
 

@@ -12,17 +12,17 @@ PKG = Path(__file__).resolve().parents[1] / "dpaudit"
 # package -> top-level modules / dpaudit subpackages it must not import
 FORBIDDEN = {
     "accountants": {"torch", "sklearn", "catboost", "opacus", "matplotlib",
-                    "dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.audit", "dpaudit.cli",
+                    "dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.auditing", "dpaudit.cli",
                     "dpaudit.integrations", "dpaudit.executors"},
-    "integrations": {"dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.audit", "dpaudit.cli",
+    "integrations": {"dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.auditing", "dpaudit.cli",
                      "dpaudit.executors"},
-    "training": {"dpaudit.attacks", "dpaudit.report", "dpaudit.audit", "dpaudit.cli"},
-    "attacks": {"dpaudit.training", "dpaudit.report", "dpaudit.audit", "dpaudit.cli"},
-    "report": {"dpaudit.cli", "dpaudit.audit"},
-    "audit": {"dpaudit.cli"},
+    "training": {"dpaudit.attacks", "dpaudit.report", "dpaudit.auditing", "dpaudit.cli"},
+    "attacks": {"dpaudit.training", "dpaudit.report", "dpaudit.auditing", "dpaudit.cli"},
+    "report": {"dpaudit.cli", "dpaudit.auditing"},
+    "auditing": {"dpaudit.cli"},
     # executors run anything and know nothing: only dpaudit.errors, dpaudit._io and dpaudit.progress
     "executors": {"torch", "sklearn", "catboost", "opacus", "matplotlib", "dpaudit.accountants",
-                  "dpaudit.integrations", "dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.audit",
+                  "dpaudit.integrations", "dpaudit.training", "dpaudit.attacks", "dpaudit.report", "dpaudit.auditing",
                   "dpaudit.cli", "dpaudit.testing"},
 }
 

@@ -231,8 +231,13 @@ def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str,
         except ParameterError as exc:
             skipped[name] = str(exc)
             continue
-        stmts.append(PrivacyStatement(st.epsilon, st.delta, st.method, order=st.order, label=f"{label} ({name})",
-                                      assumptions=st.assumptions + common, details=st.details, route=name))
+        # one vocabulary: the method is the route's name (``headline_route``); how the route computed it (e.g. the
+        # PLD accountant's exact Gaussian-DP composition) is ``details["computation"]``
+        details = {k: v for k, v in st.details.items() if k != "route"}
+        if st.method != name or st.details.get("route", name) != name:
+            details["computation"] = str(st.details.get("route", st.method))
+        stmts.append(PrivacyStatement(st.epsilon, st.delta, name, order=st.order, label=f"{label} ({name})",
+                                      assumptions=st.assumptions + common, details=details, route=name))
         warns.extend(getattr(acc, "warnings", ()))
     return stmts, skipped, warns
 
@@ -240,7 +245,8 @@ def dpsgd_routes(event: DpEvent, delta: float, *, label: str, common: tuple[str,
 @quiet_overflow
 def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float, epochs: float | None = None,
                   steps: int | None = None, delta: float, accountant: str = "best", sampling: str = "poisson",
-                  neighbouring: str | None = None, drop_last: bool = False, lower_bound: bool = True) -> AccountingResult:
+                  neighbouring: str | None = None, drop_last: bool = False, lower_bound: bool = True,
+                  opacus_loader: bool = False) -> AccountingResult:
     """Epsilon of DP-SGD with batch size B = ``batch_size`` of n = ``dataset_size`` examples and noise multiplier
     sigma, under its batch sampler (``sampling``, :data:`SAMPLING_SCHEMES`).
 
@@ -259,18 +265,42 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
     Shuffled batches (``"shuffle"``): the headline is the valid no-amplification upper bound; beside it, the facts give
     Chua et al.'s certified lower bound (:func:`~dpaudit.accountants.sampling.shuffle_lower_bound`) and the Poisson
     figure of the same parameters, which is NOT a guarantee for this run, so that the reader sees the uncertainty.
+
+    ``opacus_loader=True`` (Poisson only) counts as Opacus's ``DPDataLoader`` does for a ``DataLoader`` of batch size
+    B over n records (``drop_last=False``): T = ceil(n / B) = ``len(data_loader)`` batches per epoch, sample rate
+    q = 1 / T (Opacus's ``sample_rate = 1 / len(data_loader)``), ``epochs`` E giving ceil(E * T) steps. Without it,
+    q = B / n and ceil(E * n / B) steps; the two agree when B divides n.
     """
     owner = "account_dpsgd"
     accountant = check_choice(accountant, "accountant", owner, ("best", "rdp", "pld", "prv"))
     sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
-    event = dpsgd_event(dataset_size=dataset_size, batch_size=batch_size, noise_multiplier=sigma, epochs=epochs,
-                        steps=steps, sampling=sampling, neighbouring=neighbouring, drop_last=drop_last)
+    if check_bool(opacus_loader, "opacus_loader", owner):
+        if sampling != "poisson":
+            raise ParameterError(f"The 'opacus_loader' parameter of {owner} applies to sampling='poisson' only "
+                                 f"(Opacus's DPDataLoader). Got it with sampling={sampling!r} instead.")
+        n = check_int(dataset_size, "dataset_size", owner, low=1)
+        b = check_int(batch_size, "batch_size", owner, low=1)
+        dpsgd_steps(dataset_size=n, batch_size=b, epochs=epochs, steps=steps)     # the same checks and ranges
+        per_epoch = -(-n // b)
+        t = steps if steps is not None else max(1, math.ceil(check_float(epochs, "epochs", owner) * per_epoch - 1e-9))
+        if not t <= MAX_STEPS:
+            raise ParameterError(f"The 'epochs' parameter of {owner} is out of the supported range: epochs * batches "
+                                 f"per epoch must be at most {MAX_STEPS:g} steps. Got epochs={epochs!r} instead.")
+        q = 1.0 / per_epoch
+        check_choice("add-remove" if neighbouring is None else neighbouring, "neighbouring", owner,
+                     ("add-remove", "zero-out"))
+        event: DpEvent = SubsampledGaussian(sampling_rate=q, noise_multiplier=sigma, steps=int(t))
+        qdesc = f"q = 1/ceil({dataset_size}/{batch_size}) = 1/{per_epoch} = {q:.6g} (Opacus: 1 / len(data_loader))"
+    else:
+        event = dpsgd_event(dataset_size=dataset_size, batch_size=batch_size, noise_multiplier=sigma, epochs=epochs,
+                            steps=steps, sampling=sampling, neighbouring=neighbouring, drop_last=drop_last)
+        q = int(batch_size) / int(dataset_size)
+        qdesc = f"q = {batch_size}/{dataset_size} = {q:.6g} (batch size B / n)"
     t = event.steps  # type: ignore[attr-defined]
-    q = int(batch_size) / int(dataset_size)
     relation = getattr(event, "neighbouring", "add-remove" if neighbouring is None else neighbouring)
     scheme = SAMPLING_NAMES[sampling]
-    sdesc = f"{scheme}: q = {batch_size}/{dataset_size} = {q:.6g} (batch size B / n), sigma = {sigma:g}, {t} steps."
+    sdesc = f"{scheme}: {qdesc}, sigma = {sigma:g}, {t} steps."
     common: tuple[str, ...] = (sdesc,)
     if sampling in _SCHEME_ASSUMPTION:
         common = (_SCHEME_ASSUMPTION[sampling],) + common
@@ -279,20 +309,22 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
     by_route = {s.route: s for s in stmts}
     params = {"dataset_size": int(dataset_size), "batch_size": int(batch_size), "noise_multiplier": sigma,
               "epochs": epochs, "steps": t, "delta": delta, "accountant": accountant, "sampling": sampling,
-              "neighbouring": relation, "drop_last": bool(drop_last)}
+              "neighbouring": relation, "drop_last": bool(drop_last), "opacus_loader": bool(opacus_loader)}
     facts: dict = {"sampling": scheme, "neighbouring": relation, "sampling_rate": q, "steps": t,
                    **headline_facts(stmts, headline)}
     if "rdp" in by_route:
         facts["rdp_order"] = by_route["rdp"].order
     if "pld" in by_route:
-        facts["pld_route"] = by_route["pld"].details.get("route")
+        facts["pld_computation"] = by_route["pld"].details.get("computation", "pld")
     if "prv" in by_route:
         facts["prv_estimate"] = by_route["prv"].details.get("estimate")
     for name, why in skipped.items():
         facts[f"route {name} not used"] = why
     lower = None
     if lower_bound or isinstance(event, ShuffledBatchGaussian):
-        lower = dpsgd_lower_bound(dataset_size=int(dataset_size), batch_size=int(batch_size), noise_multiplier=sigma,
+        # the pair at the rate that ran: Opacus's loader samples at q = 1/ceil(n/B), i.e. one record in per_epoch
+        n_pair, b_pair = (per_epoch, 1) if opacus_loader else (int(dataset_size), int(batch_size))
+        lower = dpsgd_lower_bound(dataset_size=n_pair, batch_size=b_pair, noise_multiplier=sigma,
                                   steps=t, delta=delta, sampling=sampling, neighbouring=relation, drop_last=drop_last)
     if isinstance(event, ShuffledBatchGaussian) and lower is not None:
         poisson = [s.epsilon for s in dpsgd_routes(SubsampledGaussian(q, sigma, t), delta, label="")[0] if s.route != "prv"]

@@ -507,7 +507,7 @@ def _log_q_fast(votes: np.ndarray, sigma: float) -> np.ndarray:
 
 
 def rdp_gnmax_votes_total(votes: Any, sigma: float, orders: Any) -> np.ndarray:
-    """Data-dependent RDP of the GNMax answers to every row of ``votes``, summed over the queries, at every order:
+    r"""Data-dependent RDP of the GNMax answers to every row of ``votes``, summed over the queries, at every order:
     shape (orders,) (PATE 2018, Theorem 6 with Proposition 10's orders; :math:`\lambda/\sigma^2` where it does not
     apply).
 

@@ -1,6 +1,6 @@
 """The mechanism table: one name per mechanism description, one function that accounts it.
 
-Used by ``dpaudit account`` (the CLI), by claims files (:mod:`dpaudit.audit.evaluate`) and by the tests, so the
+Used by ``dpaudit account`` (the CLI), by claims files (:mod:`dpaudit.auditing.evaluate`) and by the tests, so the
 mapping from a mechanism's name to its math exists once.
 
 - ``laplace`` / ``gaussian``: the plain Laplace and Gaussian mechanisms (``scale`` or ``sigma``, ``sensitivity``,

@@ -277,7 +277,7 @@ class PldAccountant(Accountant):
         else:
             route, best = "none", math.inf
         base = [f"Smallest epsilon over the valid routes ({', '.join(f'{k}: {v:.6g}' for k, v in eps.items())}); "
-                f"reported route: {route}."]
+                f"taken from {route}."]
         if route == "pld (dp_accounting)":
             base.append(f"dp_accounting PLDs convolved (adaptive composition), pessimistic discretisation (interval "
                         f"{self._built_vdi:g}); epsilon taken at delta - {FFT_DELTA_ALLOWANCE:g} to cover "

@@ -40,7 +40,7 @@ from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, attack_result
 from dpaudit.errors import DataError, DPAuditError, check_float, check_int, check_probability
 from dpaudit.executors import Executor
 
-__all__ = ["COMPARED_ATTACKS", "AttackComparison", "compare_signals", "compare_attacks"]
+__all__ = ["COMPARED_ATTACKS", "AttackComparison", "compare_signals", "compare_attacks", "strongest_attack"]
 
 COMPARED_ATTACKS = ("threshold", "lira-online", "lira-online-fixed", "lira-offline", "lira-offline-fixed",
                     "rmia-online", "rmia-offline")
@@ -54,6 +54,27 @@ _DESCRIPTIONS = {
     "rmia-online": "RMIA online (Zarifzadeh et al. 2024): Pr(x) over all references, pairwise against the population.",
     "rmia-offline": "RMIA offline: OUT references, Pr(x) = ((1 + a) Pr_OUT + 1 - a) / 2 with a fitted on the references.",
 }
+
+
+#: Among attacks of equal strength, the one whose scores rank the per-record report (per-record p-values first).
+_RANK_PREFERENCE = ("rmia-online", "rmia-offline", "lira-online", "lira-offline", "lira-online-fixed",
+                    "lira-offline-fixed", "threshold")
+
+
+def strongest_attack(results: Mapping[str, AttackResult]) -> str:
+    """The strongest of ``results`` on these targets, whose scores rank the per-record report: the largest TPR at the
+    smallest FPR computed (the low-FPR regime that matters for membership, Carlini et al. 2022), then the largest
+    TPR at the next FPR, then the largest AUC; exact ties go to the attack with per-record p-values
+    (:data:`_RANK_PREFERENCE`). ``""`` when ``results`` is empty."""
+    if not results:
+        return ""
+
+    def strength(name: str) -> tuple:
+        m = results[name].metrics
+        pref = _RANK_PREFERENCE.index(name) if name in _RANK_PREFERENCE else len(_RANK_PREFERENCE)
+        return (*(t for _, t in sorted(m.tpr_at_fpr.items())), m.auc, -pref)
+
+    return max(results, key=strength)
 
 
 @dataclass(frozen=True)
@@ -152,7 +173,7 @@ def compare_signals(signals: ReferenceSignals, member, *, record=None, labels=No
                 extra_notes.append(f"{name}: {note}")
         scores[name] = s
         stats.update(st)
-    primary = next((p for p in ("rmia-online", "rmia-offline", "lira-offline-fixed", "threshold") if p in scores), "")
+    primary = strongest_attack(results)
     records = None
     if per_record:
         n = signals.num_targets

@@ -277,6 +277,6 @@ def attack_metrics(member_scores, nonmember_scores, *, threshold: float | str = 
             intervals[k] = _percentile_interval(point[k], reps, conf)
 
     return AttackMetrics(
-        auc=auc_hat, tpr_at_fpr=tuple((f, tprs[f]) for f in fprs), threshold=t, threshold_rule=rule,
+        auc=auc_hat, tpr_at_fpr={float(f): tprs[f] for f in fprs}, threshold=t, threshold_rule=rule,
         num_members=int(pos.size), num_nonmembers=int(neg.size), intervals=intervals, **point,
     )

@@ -15,7 +15,7 @@ import numpy as np
 
 from dpaudit.attacks.per_record import RecordScores
 from dpaudit.errors import check_choice
-from dpaudit.serial import FloatArray, JsonValue
+from dpaudit.serial import FloatArray, JsonUpgrade, JsonValue
 
 #: What an empirical epsilon bound is. ``"certified"``: a lower bound that holds with the stated confidence
 #: because every trial is an independent run of the mechanism (mechanism tests, one model per trial, multi-run
@@ -103,10 +103,12 @@ class RocCurve:
 
 
 @dataclass(frozen=True, slots=True)
-class AttackMetrics:
+class AttackMetrics(JsonUpgrade):
     """Membership-inference metrics of one attack on one balanced evaluation set.
 
-    Threshold-free: ``auc``, ``tpr_at_fpr`` (pairs ``(fpr_target, tpr)``, conservative step interpolation).
+    Threshold-free: ``auc``, ``tpr_at_fpr`` (a mapping ``{fpr_target: tpr}``, conservative step interpolation:
+    ``metrics.tpr_at_fpr[0.01]``; in JSON an object ``{"0.01": tpr}``; files of earlier releases, a list of
+    ``[fpr, tpr]`` pairs, are read as well).
     At ``threshold`` (chosen by ``threshold_rule``, see :func:`dpaudit.attacks.metrics.attack_metrics`):
     ``accuracy``, ``balanced_accuracy``, member-class ``precision``/``recall``/``f1`` and the macro averages
     over the two classes (member, non-member) — FREDY (2024) Table 2 reports Accuracy, Recall, Precision,
@@ -115,7 +117,7 @@ class AttackMetrics:
     """
 
     auc: float
-    tpr_at_fpr: tuple[tuple[float, float], ...]
+    tpr_at_fpr: Mapping[float, float]
     accuracy: float
     balanced_accuracy: float
     precision: float
@@ -130,11 +132,23 @@ class AttackMetrics:
     num_nonmembers: int
     intervals: Mapping[str, Interval] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        pairs = self.tpr_at_fpr.items() if isinstance(self.tpr_at_fpr, Mapping) else self.tpr_at_fpr
+        object.__setattr__(self, "tpr_at_fpr", {float(f): float(t) for f, t in pairs})   # pairs: the old form
+
+    @classmethod
+    def __json_upgrade__(cls, d: Any) -> Any:
+        """attack.json / comparison.json of earlier releases: ``tpr_at_fpr`` as a list of ``[fpr, tpr]`` pairs."""
+        pairs = d.get("tpr_at_fpr") if isinstance(d, dict) else None
+        if isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            d = {**d, "tpr_at_fpr": {str(f): t for f, t in pairs}}
+        return d
+
     def tpr_at(self, fpr: float) -> float:
-        for f, t in self.tpr_at_fpr:
+        for f, t in self.tpr_at_fpr.items():
             if math.isclose(f, fpr):
                 return t
-        raise KeyError(f"TPR at FPR {fpr} was not computed; have {[f for f, _ in self.tpr_at_fpr]}")
+        raise KeyError(f"TPR at FPR {fpr} was not computed; have {list(self.tpr_at_fpr)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,9 +39,9 @@ from dpaudit.attacks.rmia import rmia_from_signals
 from dpaudit.attacks.results import AttackReport
 from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, attack_result
 from dpaudit.attacks.threshold import loss_scores
-from dpaudit.errors import DataError, check_bool, check_choice, check_float, check_int, check_probability
+from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_float, check_int, check_probability, worded
 
-__all__ = ["SCORE_KINDS", "SCORE_PREFIXES", "SCORES_ATTACKS", "synthetic_scores", "PROBABILITY_TOLERANCE", "check_model_scores", "true_label_log_odds",
+__all__ = ["ATTACK_INPUT_DATA_NAMES", "SCORE_KINDS", "SCORE_PREFIXES", "SCORES_ATTACKS", "synthetic_scores", "PROBABILITY_TOLERANCE", "check_model_scores", "true_label_log_odds",
            "scores_attack", "ScoresAudit", "scores_audit", "compare_scores"]
 
 SCORE_KINDS = ("logits", "probabilities", "losses")
@@ -52,6 +52,43 @@ SCORES_ATTACKS = ("threshold", "lira", "rmia")
 SCORE_PREFIXES = {"logits": "logits", "probabilities": "probs", "losses": "loss"}
 #: Rows of a probability matrix must sum to 1 within this tolerance (float32 softmax outputs are within ~1e-6).
 PROBABILITY_TOLERANCE = 1e-3
+
+
+#: TensorFlow Privacy ``AttackInputData``'s keyword names that the scores functions take as well.
+ATTACK_INPUT_DATA_NAMES = ("loss_train", "loss_test", "logits_train", "logits_test", "probs_train", "probs_test",
+                           "labels_train", "labels_test")
+
+
+def _attack_input_data(owner: str, member_scores, nonmember_scores, kind, member_labels, nonmember_labels,
+                       aid: dict) -> tuple:
+    """``(member_scores, nonmember_scores, kind, member_labels, nonmember_labels)`` from either dpaudit's names or
+    TF Privacy ``AttackInputData``'s (``logits_train`` / ``logits_test``, ``probs_*`` or ``loss_*``, with
+    ``labels_train`` / ``labels_test``: train = members, test = non-members); the kind follows from the prefix."""
+    given = {k: v for k, v in aid.items() if v is not None}
+    if not given:
+        if member_scores is None or nonmember_scores is None or kind is None:
+            raise ParameterError(f"{owner} needs member_scores, nonmember_scores and kind, or TF Privacy "
+                                 "AttackInputData's names (logits_train / logits_test, probs_* or loss_*, with "
+                                 "labels_train / labels_test). Got neither instead.")
+        return member_scores, nonmember_scores, kind, member_labels, nonmember_labels
+    if member_scores is not None or nonmember_scores is not None or member_labels is not None \
+            or nonmember_labels is not None:
+        raise ParameterError(f"{owner} takes member_scores / nonmember_scores (and labels) or AttackInputData's names "
+                             f"({', '.join(sorted(given))}), not both.")
+    kinds = {k2 for k2, pre in SCORE_PREFIXES.items() if f"{pre}_train" in given or f"{pre}_test" in given}
+    if len(kinds) != 1:
+        raise ParameterError(f"{owner} needs one kind of AttackInputData scores: logits_train / logits_test, "
+                             f"probs_train / probs_test or loss_train / loss_test. Got {', '.join(sorted(given))} "
+                             "instead.")
+    k2 = kinds.pop()
+    pre = SCORE_PREFIXES[k2]
+    missing = [n for n in (f"{pre}_train", f"{pre}_test") if n not in given]
+    if missing:
+        raise ParameterError(f"{owner} needs both {pre}_train (members) and {pre}_test (non-members). Got no "
+                             f"{missing[0]} instead.")
+    if kind is not None and kind != k2:
+        raise ParameterError(f"The 'kind' parameter of {owner} is {kind!r}, but {pre}_train / {pre}_test are {k2}.")
+    return given[f"{pre}_train"], given[f"{pre}_test"], k2, given.get("labels_train"), given.get("labels_test")
 _FLOOR = np.log(1e-12)   # as lira._FLOOR: probabilities below 1e-12 count as 1e-12
 
 
@@ -96,7 +133,7 @@ def check_model_scores(values, labels, kind: str, name: str, *, num_records: int
     if kind == "probabilities":
         if lo < -1e-9 or hi > 1 + 1e-9:
             raise DataError(f"'{name}' holds probabilities outside [0, 1] (range [{lo:.4g}, {hi:.4g}]); "
-                            "pass --score-kind logits for raw scores.")
+                            f"pass {worded('--score-kind logits', 'kind=' + repr('logits'))} for raw scores.")
         dev = np.abs(v.sum(axis=-1) - 1.0)
         if dev.max() > PROBABILITY_TOLERANCE:
             worst = np.unravel_index(int(np.argmax(dev)), dev.shape)
@@ -272,7 +309,9 @@ def _checked_members(member_scores: Any, member_labels: Any, nonmember_scores: A
     return vm, ym, vn, yn, i1, i0
 
 
-def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=None, nonmember_labels=None,
+def scores_attack(member_scores=None, nonmember_scores=None, *, kind: str | None = None, member_labels=None,
+                  nonmember_labels=None, loss_train=None, loss_test=None, logits_train=None, logits_test=None,
+                  probs_train=None, probs_test=None, labels_train=None, labels_test=None,
                   attack: str = "threshold", reference_scores=None, reference_in=None, lira_online: bool | None = None,
                   population_scores=None, population_labels=None, population_reference_scores=None,
                   population_reference_in=None, population: int | None = None, rmia_online: bool | None = None,
@@ -285,6 +324,10 @@ def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=N
     member_scores, nonmember_scores : array_like
         The target model's outputs on its members / on non-members: (n, C) logits or probabilities, or (n,) losses.
     kind : "logits", "probabilities" or "losses"
+    loss_train, loss_test, logits_train, logits_test, probs_train, probs_test, labels_train, labels_test : optional
+        TensorFlow Privacy ``AttackInputData``'s names instead of the above (train = members, test = non-members; the
+        kind follows from the prefix): ``scores_attack(logits_train=..., logits_test=..., labels_train=...,
+        labels_test=...)``.
     member_labels, nonmember_labels : array_like of int, optional
         Labels (required for logits and probabilities).
     attack : "threshold", "lira" or "rmia"
@@ -314,6 +357,11 @@ def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=N
         the whole LiRA test, and the intervals are then narrow anyway (AUC +- ~0.003).
     """
     owner = "scores_attack"
+    member_scores, nonmember_scores, kind, member_labels, nonmember_labels = _attack_input_data(
+        owner, member_scores, nonmember_scores, kind, member_labels, nonmember_labels,
+        dict(loss_train=loss_train, loss_test=loss_test, logits_train=logits_train, logits_test=logits_test,
+                              probs_train=probs_train, probs_test=probs_test, labels_train=labels_train,
+                              labels_test=labels_test))
     check_choice(kind, "kind", owner, SCORE_KINDS)
     check_choice(attack, "attack", owner, SCORES_ATTACKS)
     seed = check_int(seed, "seed", owner, low=0)
@@ -379,7 +427,9 @@ def scores_attack(member_scores, nonmember_scores, *, kind: str, member_labels=N
     return AttackReport(result, None, settings, tuple(notes), records)
 
 
-def compare_scores(member_scores, nonmember_scores, *, kind: str, member_labels=None, nonmember_labels=None,
+def compare_scores(member_scores=None, nonmember_scores=None, *, kind: str | None = None, member_labels=None,
+                   nonmember_labels=None, loss_train=None, loss_test=None, logits_train=None, logits_test=None,
+                   probs_train=None, probs_test=None, labels_train=None, labels_test=None,
                    reference_scores=None, reference_in=None, population_scores=None, population_labels=None,
                    population_reference_scores=None, population_reference_in=None, population: int | None = None,
                    gamma: float = 1.0, rmia_a: float | None = None, confidence: float = 0.95, delta: float = 0.0,
@@ -388,6 +438,11 @@ def compare_scores(member_scores, nonmember_scores, *, kind: str, member_labels=
     same reference models and targets (:func:`~dpaudit.attacks.compare.compare_signals`). RMIA needs the population
     arrays (see :func:`scores_attack`); without them it is listed as skipped. Arguments as :func:`scores_attack`."""
     owner = "compare_scores"
+    member_scores, nonmember_scores, kind, member_labels, nonmember_labels = _attack_input_data(
+        owner, member_scores, nonmember_scores, kind, member_labels, nonmember_labels,
+        dict(loss_train=loss_train, loss_test=loss_test, logits_train=logits_train, logits_test=logits_test,
+                              probs_train=probs_train, probs_test=probs_test, labels_train=labels_train,
+                              labels_test=labels_test))
     check_choice(kind, "kind", owner, SCORE_KINDS)
     seed = check_int(seed, "seed", owner, low=0)
     vm, ym, vn, yn, i1, i0 = _checked_members(member_scores, member_labels, nonmember_scores, nonmember_labels, kind,
@@ -427,12 +482,19 @@ class ScoresAudit:
         return tuple(self.reports)
 
 
-def scores_audit(member_scores, nonmember_scores, *, kind: str, member_labels=None, nonmember_labels=None,
+def scores_audit(member_scores=None, nonmember_scores=None, *, kind: str | None = None, member_labels=None,
+                 nonmember_labels=None, loss_train=None, loss_test=None, logits_train=None, logits_test=None,
+                 probs_train=None, probs_test=None, labels_train=None, labels_test=None,
                  reference_scores=None, reference_in=None, population_scores=None, population_labels=None,
                  population_reference_scores=None, population_reference_in=None, confidence: float = 0.95,
                  delta: float = 0.0, n_bootstrap: int = 0, seed: int = 0) -> ScoresAudit:
     """Run every attack the inputs allow (threshold always; LiRA with reference models; RMIA with reference models
     and population records) -- see :func:`scores_attack`."""
+    member_scores, nonmember_scores, kind, member_labels, nonmember_labels = _attack_input_data(
+        "scores_audit", member_scores, nonmember_scores, kind, member_labels, nonmember_labels,
+        dict(loss_train=loss_train, loss_test=loss_test, logits_train=logits_train, logits_test=logits_test,
+                              probs_train=probs_train, probs_test=probs_test, labels_train=labels_train,
+                              labels_test=labels_test))
     kw = dict(kind=kind, member_labels=member_labels, nonmember_labels=nonmember_labels, confidence=confidence,
               delta=delta, n_bootstrap=n_bootstrap, seed=seed)
     reports = {"threshold": scores_attack(member_scores, nonmember_scores, attack="threshold", **kw)}

@@ -39,8 +39,10 @@ def cli(threads: int | None) -> None:
     Accounted (theoretical) epsilon beside empirical figures from attacks (each a certified lower bound or an
     estimate, and said to be which).
     """
+    from dpaudit.errors import cli_wording
     from dpaudit.threads import apply_threads
 
+    click.get_current_context().with_resource(cli_wording())   # errors name flags, not Python keywords
     apply_threads(threads)  # before any tensor work: the commands run after this
 
 

@@ -24,6 +24,7 @@ _FLAG = {
     "answered": "--answered", "interactive": "--interactive", "release_epsilon": "--release-epsilon", "seed": "--seed",
     "release_order": "--release-order", "release_beta": "--release-beta", "release_sigma_ss": "--release-sigma-ss",
     "sampling": "--sampling", "neighbouring": "--neighbouring", "drop_last": "--drop-last",
+    "opacus_loader": "--opacus-loader",
     "runs_distribution": "--runs-distribution", "mean_runs": "--mean-runs", "eta": "--eta",
 }
 
@@ -31,7 +32,7 @@ _FLAG = {
 _USES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ldp": (("epsilon", "samples", "classes"), ("rounds", "participation", "users", "delta")),
     "dpsgd": (("dataset_size", "batch_size", "noise_multiplier", "delta"),
-              ("epochs", "steps", "accountant", "sampling", "neighbouring", "drop_last")),
+              ("epochs", "steps", "accountant", "sampling", "neighbouring", "drop_last", "opacus_loader")),
     "tuning": (("runs_distribution", "mean_runs", "dataset_size", "batch_size", "noise_multiplier", "delta"),
                ("eta", "epochs", "steps", "sampling", "neighbouring", "drop_last")),
     "laplace": (("gamma", "queries", "delta"), ("sensitivity", "orders", "conversion")),
@@ -83,7 +84,7 @@ def _call(mechanism: str, o: dict[str, Any]):
                    epochs=o["epochs"], steps=o["steps"], delta=o["delta"], sampling=o["sampling"] or "poisson",
                    neighbouring=o["neighbouring"], drop_last=bool(o["drop_last"]))
         if mechanism == "dpsgd":
-            return account("dpsgd", **run, accountant=o["accountant"] or "best")
+            return account("dpsgd", **run, accountant=o["accountant"] or "best", opacus_loader=bool(o["opacus_loader"]))
         return account("tuning", runs_distribution=o["runs_distribution"], mean_runs=o["mean_runs"], eta=o["eta"], **run)
     orders = parse_orders(o["orders"]) if o["orders"] is not None else None
     if mechanism in ("laplace", "pate"):
@@ -128,11 +129,12 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--dataset-size", type=int, help="[dpsgd, tuning] examples in the training set.")
 @click.option("--batch-size", type=int, help="[dpsgd, tuning] (expected) batch size (q = batch/dataset).")
 @click.option("--noise-multiplier", type=float, help="[dpsgd, tuning] sigma.")
-@click.option("--epochs", type=float, help="[dpsgd, tuning] epochs (steps = ceil(epochs*dataset/batch); shuffle: epochs * batches per epoch).")
+@click.option("--epochs", type=float, help="[dpsgd, tuning] epochs (steps = ceil(epochs*dataset/batch); shuffle, --opacus-loader: epochs * batches per epoch).")
 @click.option("--steps", type=int, help="[dpsgd, tuning] steps.")
 @click.option("--accountant", type=click.Choice(("best", "rdp", "pld", "prv")), help="[dpsgd] headline route: best (default: the smallest valid upper bound of rdp, pld and prv), or force one route (the output names it).")
 @click.option("--sampling", type=click.Choice(("poisson", "shuffle", "fixed-wor")), help="[dpsgd, tuning] batch sampler: poisson (default), shuffle (a random permutation per epoch cut into batches: PyTorch's DataLoader(shuffle=True)), fixed-wor (B examples without replacement at every step).")
 @click.option("--neighbouring", type=click.Choice(("add-remove", "zero-out", "substitution")), help="[dpsgd, tuning] neighbouring relation: add-remove (default; poisson, fixed-wor), zero-out (default for shuffle), substitution.")
+@click.option("--opacus-loader", is_flag=True, help="[dpsgd] count as Opacus's DPDataLoader does (PrivacyEngine.make_private, poisson_sampling=True): T = ceil(dataset/batch) = len(data_loader) batches per epoch, q = 1/T, steps = ceil(epochs*T). Without it q = batch/dataset; the two agree when the batch size divides the dataset size.")
 @click.option("--drop-last", is_flag=True, help="[dpsgd, tuning] shuffle: the loader drops the last incomplete batch of each epoch.")
 @click.option("--runs-distribution", type=click.Choice(("poisson", "geometric", "logarithmic", "truncated-negative-binomial")), help="[tuning] distribution of the number of training runs K (random stopping, Papernot & Steinke 2022).")
 @click.option("--mean-runs", type=float, help="[tuning] expected number of runs E[K].")
@@ -170,7 +172,7 @@ def command(mechanism: str | None, flower_run: Path | None, as_json: bool, **opt
     if (mechanism is None) == (flower_run is None):
         raise click.UsageError("give exactly one of --mechanism or --flower-run.")
     if flower_run is not None:
-        from dpaudit.audit.flower_run import account_flower_run
+        from dpaudit.auditing.flower_run import account_flower_run
         from dpaudit.cli.flower import render_flower_accounting
 
         extra = [_FLAG[k] for k, v in options.items() if v not in (None, False) and k not in ("delta", "neighbouring")]

@@ -2,8 +2,8 @@
 
 Loads the release (never unpickling, running no code it names unless the user names the same code or passes
 ``--trust-bundle-code``), hands its model, member / non-member / attacker records and training recipe to
-:func:`dpaudit.audit.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``)
-into the folder :func:`~dpaudit.audit.attack_release.attack_out_dir` chooses (never inside the bundle).
+:func:`dpaudit.auditing.attack_release.attack_release`, prints a table and writes ``attack.json`` (and ``roc.png``)
+into the folder :func:`~dpaudit.auditing.attack_release.attack_out_dir` chooses (never inside the bundle).
 Results go to stdout; progress and the paths written to stderr (``--quiet``: nothing on stderr).
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dpaudit._format import fmt_number, make_console, printable, table_text
+from dpaudit._format import fmt_number, make_console, printable, table_text, table_width
 from dpaudit.cli.executor_options import executor_options
 from dpaudit.progress import as_reporter
 
@@ -41,7 +41,7 @@ def _row(r: AttackResult) -> list[str]:
     m = r.metrics
     auc_iv = m.intervals.get("auc")
     auc = f"{m.auc:.3f}" + (f" [{auc_iv.low:.3f}, {auc_iv.high:.3f}]" if auc_iv else "")
-    tprs = " / ".join(f"{t:.3f}" for _, t in m.tpr_at_fpr)
+    tprs = " / ".join(f"{t:.3f}" for t in m.tpr_at_fpr.values())
     return [r.name, auc, tprs, f"{m.accuracy:.3f}", f"{m.macro_precision:.3f}", f"{m.macro_recall:.3f}",
             f"{m.macro_f1:.3f}", _empirical(r)]
 
@@ -51,10 +51,10 @@ def render(report: AttackReport) -> str:
     from dpaudit.attacks import ESTIMATE_CAVEAT
 
     m, b = report.attack.metrics, report.attack.bound
-    fprs = " / ".join(fmt_number(f) for f, _ in m.tpr_at_fpr)
+    fprs = " / ".join(fmt_number(f) for f in m.tpr_at_fpr)
     head = ["attack", "AUC [CI]", f"TPR @ FPR {fprs}", "acc", "prec", "rec", "F1", "empirical ε (kind)"]
     rows = [_row(report.attack)] + ([_row(report.blind)] if report.blind is not None else [])
-    out = [table_text(head, rows, title=report.attack.description, right=range(1, 7), width=make_console().width)]
+    out = [table_text(head, rows, title=report.attack.description, right=range(1, 7), width=table_width(make_console()))]
     out.append(f"members / non-members evaluated: {m.num_members} / {m.num_nonmembers} (balanced); "
                f"precision/recall/F1 are macro averages at threshold {fmt_number(m.threshold)} ({m.threshold_rule}).")
     if b.certified:
@@ -169,15 +169,18 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
     against the bundle's sha256) or --trust-bundle-code. Nothing in a bundle is
     unpickled; symbolic links in it are refused."""
     from dpaudit.api import attack as run_attack
+    from dpaudit.api import specs_from_keywords
 
-    result = run_attack(release, attack, out=out, audit=audit, compare=compare, shadows=shadows, classifier=classifier,
-                        per_class=not global_model, threshold_kind=threshold_kind, lira_online=not offline,
-                        population=population, gamma=gamma, rmia_a=rmia_a, per_record=per_record,
-                        confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed, canary=canary,
-                        canaries=canaries, models=models, score=score, analysis=analysis, strict=strict,
-                        overwrite=overwrite, factory=factory, train_fn=train_fn, trust_bundle_code=trust_bundle_code,
-                        data_dir=data_dir, trust_data_dir=trust_data_dir, executor=executor, ray_address=ray_address,
-                        progress=as_reporter(not quiet, prefix="dpaudit attack"))
+    # the flags build the same typed specs a Python caller passes (dpaudit.specs)
+    spec, execution, code = specs_from_keywords(
+        attack, audit=audit, compare=compare, shadows=shadows, classifier=classifier, per_class=not global_model,
+        threshold_kind=threshold_kind, lira_online=not offline, population=population, gamma=gamma,
+        rmia_a=rmia_a, canary=canary, canaries=canaries, models=models, score=score,
+        analysis=analysis, strict=strict, factory=factory, train_fn=train_fn, trust_bundle_code=trust_bundle_code,
+        executor=executor, ray_address=ray_address)
+    result = run_attack(release, spec, execution, out=out, per_record=per_record, confidence=confidence, delta=delta,
+                        bootstrap=bootstrap, seed=seed, overwrite=overwrite, code=code, data_dir=data_dir,
+                        trust_data_dir=trust_data_dir, progress=as_reporter(not quiet, prefix="dpaudit attack"))
     if audit is not None:
         click.echo(printable(result.summary()))
         for note in result.notes:

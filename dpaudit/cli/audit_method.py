@@ -1,5 +1,5 @@
 """``dpaudit audit-method METHOD``: a certified canary audit of a method's whole training run, against the paper's
-claim and dpaudit's accounting (:func:`dpaudit.audit.method_audit.audit_method_run`).
+claim and dpaudit's accounting (:func:`dpaudit.auditing.method_audit.audit_method_run`).
 
 Results go to stdout (a summary, or ``--json``); progress to stderr (``--quiet``: none); ``--out DIR`` writes
 ``method_audit.json`` atomically.
@@ -34,7 +34,7 @@ def parse_sets(sets: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _parameters_help() -> str:
-    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, method_run_parameters
+    from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS, method_run_parameters
 
     lines = []
     for name in sorted(METHOD_RUN_AUDITS):
@@ -67,7 +67,7 @@ def command(method: str, sets: tuple[str, ...], seed: int, confidence: float, ou
     """Certified canary audit of METHOD's whole training run (METHOD: one of the methods listed below) (its real round loop / teacher training / proxy
     training with auditor-planted canaries): a lower bound on its epsilon that holds with the stated confidence,
     beside the paper's claim, dpaudit's accounting and the ideal-attack reference at the same number of trials."""
-    from dpaudit.audit.method_audit import audit_method_run, method_run_parameters
+    from dpaudit.auditing.method_audit import audit_method_run, method_run_parameters
 
     params = parse_sets(sets)
     method_run_parameters(method)  # an unknown METHOD: one line naming the known ones

@@ -1,7 +1,7 @@
 """``dpaudit check CLAIMS.toml [--junit FILE] [--json]``: does every privacy claim hold?
 
 Exit status: 0 when every claim HOLDS, 1 when any is REFUTED, 3 when none is refuted but some are UNPROVEN,
-2 on usage errors (:data:`dpaudit.audit.evaluate.EXIT_CODES`).
+2 on usage errors (:data:`dpaudit.auditing.evaluate.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool,
     refuted, 2 on usage errors.
     """
     from dpaudit.api import check                 # here, not at the top: ``--help`` loads no accountant or attack
-    from dpaudit.audit.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
+    from dpaudit.auditing.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
 
     rep = as_reporter(not quiet, prefix="dpaudit check")
     report = check(claims, junit=junit, progress=rep, trust_bundle_code=trust_bundle_code)

@@ -1,7 +1,7 @@
 """``dpaudit flower ...``: run a recorded Flower simulation, release a recorded run, audit one with canary clients.
 
 ``dpaudit account --flower-run DIR`` prints the same accounting as ``dpaudit flower account DIR``. Parsing and
-printing only: the work is in :mod:`dpaudit.audit.flower_run` and :mod:`dpaudit.audit.flower_canary`.
+printing only: the work is in :mod:`dpaudit.auditing.flower_run` and :mod:`dpaudit.auditing.flower_canary`.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def command() -> None:
 def simulate(out: Path, clients: int, sampled: int, rounds: int, records_per_client: int, noise_multiplier: float,
              clipping_norm: float, dp: str, delta: float, seed: int, overwrite: bool) -> None:
     """Federated softmax regression on digits in Flower's simulation engine, recorded into --out."""
-    from dpaudit.audit.flower_run import run_digits_simulation
+    from dpaudit.auditing.flower_run import run_digits_simulation
 
     path = run_digits_simulation(out, clients=clients, sampled=sampled, rounds=rounds,
                                  records_per_client=records_per_client, noise_multiplier=noise_multiplier,
@@ -96,7 +96,7 @@ def simulate(out: Path, clients: int, sampled: int, rounds: int, records_per_cli
 @click.option("--json", "as_json", is_flag=True)
 def account(run_dir: Path, delta: float, neighbouring: str, as_json: bool) -> None:
     """Client-level accounting of a recorded Flower run (same as `dpaudit account --flower-run`)."""
-    from dpaudit.audit.flower_run import account_flower_run
+    from dpaudit.auditing.flower_run import account_flower_run
 
     render_flower_accounting(account_flower_run(run_dir, delta=delta, neighbouring=neighbouring), as_json)
 
@@ -111,7 +111,7 @@ def account(run_dir: Path, delta: float, neighbouring: str, as_json: bool) -> No
 @click.option("--overwrite", is_flag=True)
 def release(run_dir: Path, out: Path, delta: float, neighbouring: str, claims: tuple[str, ...], overwrite: bool) -> None:
     """A release bundle of the run's final global model, its ledger and its claim (for attack and check)."""
-    from dpaudit.audit.flower_run import release_flower_run
+    from dpaudit.auditing.flower_run import release_flower_run
 
     path = release_flower_run(run_dir, out, delta=delta, neighbouring=neighbouring, claim=list(claims) or None,
                               overwrite=overwrite)
@@ -131,7 +131,7 @@ def release(run_dir: Path, out: Path, delta: float, neighbouring: str, claims: t
 def audit(out: Path, canaries: int, clients: int, sampled: int, rounds: int, noise_multiplier: float,
           clipping_norm: float, delta: float, seed: int) -> None:
     """A certified client-level canary audit of a real Flower simulation (server-side fixed clipping)."""
-    from dpaudit.audit.flower_canary import audit_flower_simulation
+    from dpaudit.auditing.flower_canary import audit_flower_simulation
 
     res = audit_flower_simulation(out, canaries=canaries, clients=clients, sampled=sampled, rounds=rounds,
                                   noise_multiplier=noise_multiplier, clipping_norm=clipping_norm, delta=delta, seed=seed)

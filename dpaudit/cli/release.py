@@ -1,6 +1,6 @@
 """``dpaudit release make``: a release bundle from a model trained elsewhere (or only its scores).
 
-Parsing and printing only: the work is :func:`dpaudit.audit.release_make.make_release`.
+Parsing and printing only: the work is :func:`dpaudit.auditing.release_make.make_release`.
 """
 
 from __future__ import annotations
@@ -61,6 +61,10 @@ def command() -> None:
               "random_forest, ...) trained with --recipe-config.")
 @click.option("--recipe-kwargs", default=None, help="JSON object of architecture keyword arguments for --recipe-model.")
 @click.option("--recipe-config", type=_PATH, default=None, help="TrainConfig fields (.json or .toml) for --recipe-model.")
+@click.option("--opacus-recipe", default=None, help="Instead of --train-fn: an Opacus PrivacyEngine recipe as a JSON "
+              "object (noise_multiplier, max_grad_norm, epochs, batch_size, lr; optional optimizer sgd|adam, momentum, "
+              "weight_decay, poisson_sampling) that trains shadow / reference models on --factory's module: no "
+              "train(X, y, seed) to write (dpaudit.integrations.opacus.OpacusRecipe).")
 @click.option("--ledger", type=_PATH, default=None, help="Accounting: a dpaudit ledger JSON.")
 @click.option("--dp-events", type=_PATH, default=None, help="Accounting: a dp_accounting event as JSON "
               "(dpaudit.integrations.dp_accounting.dp_event_to_json).")
@@ -92,7 +96,8 @@ def command() -> None:
 def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str | None, scores: Path | None,
          data: Path | None, labels: Path | None, label_column: str | None, dataset: str | None, data_dir: Path | None,
          members: Path | None, nonmembers: Path | None, attacker: Path | None, train_fn: str | None,
-         recipe_model: str | None, recipe_kwargs: str | None, recipe_config: Path | None, ledger: Path | None,
+         recipe_model: str | None, recipe_kwargs: str | None, recipe_config: Path | None, opacus_recipe: str | None,
+         ledger: Path | None,
          dp_events: Path | None, opacus: Path | None, runs_tried: int, claims: tuple[str, ...], seed: int,
          overwrite: bool, lm: Path | None, lm_scores: Path | None, reference_lms: tuple[Path, ...],
          reference_in: Path | None, population_texts: Path | None, max_length: int) -> None:
@@ -128,7 +133,8 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
         data=data, labels=labels, label_column=label_column, dataset=dataset,
         data_dir=None if data_dir is None else str(data_dir), members=members, nonmembers=nonmembers, attacker=attacker,
         scores=scores, train_fn=train_fn, recipe_model=recipe_model,
-        recipe_kwargs=_json_kwargs(recipe_kwargs, "--recipe-kwargs"), recipe_config=recipe_config, ledger=ledger,
+        recipe_kwargs=_json_kwargs(recipe_kwargs, "--recipe-kwargs"), recipe_config=recipe_config,
+        opacus_recipe=_json_kwargs(opacus_recipe, "--opacus-recipe"), ledger=ledger,
         dp_events=dp_events, opacus=opacus, runs_tried=runs_tried, seed=seed, overwrite=overwrite)
     path, meta = rel.path, rel.meta
     st = meta.get("statement")

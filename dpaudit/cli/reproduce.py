@@ -15,7 +15,7 @@ from rich.text import Text
 from dpaudit.cli.render import make_console, print_table
 
 # Spelled here so that ``dpaudit reproduce --help`` loads no audit code (scipy, torch); tests/cli/test_cold_start.py
-# checks that they equal dpaudit.audit.reproduce's PAPERS, SCALES, DEFAULT_OUT and COMMITTED_OUT.
+# checks that they equal dpaudit.auditing.reproduce's PAPERS, SCALES, DEFAULT_OUT and COMMITTED_OUT.
 PAPERS = ("privatekt", "fedkt", "fredy", "proxyfl")
 SCALES = ("cpu", "paper")
 DEFAULT_OUT = Path("runs") / "reproduce"
@@ -44,7 +44,7 @@ def command(paper: str, scale: str, data_dir: Path | None, seeds: int, out: Path
     """Rerun PAPER's experiment grid (privatekt, fedkt, fredy, proxyfl) and write a Markdown and a JSON table:
     the paper's number, dpaudit's reproduction (mean ± std over seeds), accounted, claimed and empirical
     epsilon, and a verdict per claim."""
-    from dpaudit.audit.reproduce import CLAIMS_HEAD, NOTE, SETTINGS_HEAD, grid_settings, paper_grid, reproduce
+    from dpaudit.auditing.reproduce import CLAIMS_HEAD, NOTE, SETTINGS_HEAD, grid_settings, paper_grid, reproduce
 
     grid = paper_grid(paper, scale)
     if only is not None:      # --only '' selects nothing: refused, never the whole grid

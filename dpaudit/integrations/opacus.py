@@ -7,10 +7,11 @@ dpaudit event ``SubsampledGaussian(sample_rate, noise_multiplier, num_steps)``, 
 * :func:`read_opacus` turns an engine (or its accountant, or a bare history) into an :class:`OpacusRun`;
 * :class:`OpacusRecorder` records the same phases itself during training, through the optimizer's step hook
   (chained after Opacus's own accountant hook), for code that does not keep the engine;
-* :meth:`OpacusRun.account` gives the epsilon **equal to Opacus's own RDP ``get_epsilon``** (dpaudit's RDP
-  accountant on Opacus's order grid ``RDPAccountant.DEFAULT_ALPHAS``; dpaudit converts with the same
-  Canonne-Kamath-Steinke / Balle et al. 2020 bound) with dp_accounting's PLD figure beside it, and Opacus's own
-  number in ``facts["opacus_rdp_epsilon"]``;
+* :meth:`OpacusRun.account` gives every valid route (dpaudit's RDP accountant on Opacus's order grid
+  ``RDPAccountant.DEFAULT_ALPHAS``, dp_accounting's PLD, PRV), the smallest the headline, with "Opacus's own
+  figure" beside them: ``get_epsilon`` of the accountant the engine actually used (``PrivacyEngine()`` defaults to
+  PRV; ``facts["opacus_epsilon"]`` and ``facts["opacus_epsilon_accountant"]``), and Opacus's RDP figure in
+  ``facts["opacus_rdp_epsilon"]``;
 * :meth:`OpacusRun.ledger` / :func:`write_opacus_ledger` give the dpaudit ledger JSON.
 
 What Opacus's accounting assumes, and what :meth:`OpacusRun.assumptions` / :meth:`OpacusRun.red_flags` say:
@@ -32,7 +33,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -46,12 +47,17 @@ from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, he
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_float, check_int, check_probability, format_value
 
 __all__ = ["OPACUS_ORDERS", "OpacusRun", "OpacusRecorder", "read_opacus", "is_poisson_loader", "write_opacus_ledger",
-           "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS"]
+           "OPACUS_ASSUMPTIONS", "loader_sampling", "OPACUS_SAMPLINGS", "OPACUS_ACCOUNTANTS", "OpacusRecipe",
+           "OpacusModel", "OPACUS_OPTIMIZERS"]
 
 #: What :func:`loader_sampling` can report: ``poisson`` (Opacus's DPDataLoader), ``shuffle`` (DataLoader(shuffle=True)),
 #: ``sequential`` (DataLoader(shuffle=False): deterministic batches), ``unknown`` (any other sampler).
 OPACUS_SAMPLINGS = ("poisson", "shuffle", "sequential", "unknown")
 
+
+#: Opacus's accountants (``PrivacyEngine(accountant=...)``, ``IAccountant.mechanism()``) by name; ``prv`` is the
+#: default of ``PrivacyEngine()`` (opacus 1.5 - 1.6).
+OPACUS_ACCOUNTANTS = {"rdp": "RDPAccountant", "prv": "PRVAccountant", "gdp": "GaussianAccountant"}
 
 #: Opacus's RDP order grid, ``opacus.accountants.RDPAccountant.DEFAULT_ALPHAS`` (opacus 1.4 - 1.6; a test checks it
 #: against the installed Opacus). Spelled out so that importing this module does not import Opacus (seconds).
@@ -282,8 +288,24 @@ class OpacusRun:
                 "unknown": " The data loader was checked: NOT Poisson, and its sampler was not recognised (red flag)."}
         return OPACUS_ASSUMPTIONS[:2] + (OPACUS_ASSUMPTIONS[2] + seen[self.sampling],) + OPACUS_ASSUMPTIONS[3:] + self.notes
 
-    def opacus_epsilon(self, delta: float) -> float:
-        """Opacus's own ``RDPAccountant.get_epsilon(delta)`` on this history (for comparison)."""
+    @property
+    def opacus_kind(self) -> str:
+        """The Opacus accountant whose figure is "Opacus's own": the one the engine used (``"rdp"``, ``"prv"`` --
+        the default of ``PrivacyEngine()`` -- or ``"gdp"``); ``"rdp"`` for a run read without its engine (an
+        :class:`OpacusRecorder`, a bare history)."""
+        return self.opacus_accountant if self.opacus_accountant in OPACUS_ACCOUNTANTS else "rdp"
+
+    def opacus_epsilon(self, delta: float, *, runs: int = 1) -> float:
+        """Opacus's own figure: ``get_epsilon(delta)`` of the accountant the engine used (:attr:`opacus_kind`) on this
+        history (``runs`` times over), as ``PrivacyEngine.get_epsilon`` printed it (for comparison)."""
+        from opacus.accountants import create_accountant
+
+        acc = create_accountant(self.opacus_kind)
+        acc.history = [tuple(h) for h in self.history] * runs
+        return float(acc.get_epsilon(delta=delta))
+
+    def opacus_rdp_epsilon(self, delta: float) -> float:
+        """Opacus's ``RDPAccountant.get_epsilon(delta)`` on this history, whichever accountant the engine used."""
         from opacus.accountants import RDPAccountant
 
         acc = RDPAccountant()
@@ -333,18 +355,30 @@ class OpacusRun:
         else:
             eps_o, order_o = 0.0, None
         valid = "" if not self.batches else ": NOT a guarantee for this run (it analyses Poisson sampling)"
-        stmts = [PrivacyStatement(
-            eps_o, delta, "rdp (Opacus's RDP analysis and orders)", order=order_o, label=f"Opacus's own figure{valid}",
-            assumptions=("RDP of each phase by Opacus's compute_rdp on RDPAccountant.DEFAULT_ALPHAS, summed, converted "
-                         "with the Canonne-Kamath-Steinke 2020 bound (as Opacus); shown for comparison, not a route "
-                         "dpaudit certifies.",) + common)]
+        kind = self.opacus_kind
+        if kind == "rdp":
+            stmts = [PrivacyStatement(
+                eps_o, delta, "rdp (Opacus's RDP analysis and orders)", order=order_o,
+                label=f"Opacus's own figure{valid}",
+                assumptions=("RDP of each phase by Opacus's compute_rdp on RDPAccountant.DEFAULT_ALPHAS, summed, "
+                             "converted with the Canonne-Kamath-Steinke 2020 bound (as Opacus); shown for comparison, "
+                             "not a route dpaudit certifies.",) + common)]
+        else:
+            eps_own = self.opacus_epsilon(delta, runs=runs) if self.history else 0.0
+            stmts = [PrivacyStatement(
+                eps_own, delta, f"{kind} (Opacus's {OPACUS_ACCOUNTANTS[kind]})",
+                label=f"Opacus's own figure ({OPACUS_ACCOUNTANTS[kind]}, the engine's){valid}",
+                assumptions=(f"Opacus's {OPACUS_ACCOUNTANTS[kind]}.get_epsilon on the run's history, the accountant the "
+                             "PrivacyEngine used (as PrivacyEngine.get_epsilon printed it); shown for comparison, not a "
+                             "route dpaudit certifies.",) + common)]
         event: DpEvent = Composed(self.events)
         if runs > 1:
             event = Repeated(event, runs)
         warns: list[str] = list(self.red_flags())
         facts: dict[str, Any] = {"sampling": self.scheme, "steps": self.steps, "phases": [list(h) for h in self.history],
                                  "opacus_accountant": self.opacus_accountant,
-                                 "opacus_rdp_epsilon": self.opacus_epsilon(delta) if runs == 1 else eps_o,
+                                 "opacus_epsilon": stmts[0].epsilon, "opacus_epsilon_accountant": kind,
+                                 "opacus_rdp_epsilon": self.opacus_rdp_epsilon(delta) if runs == 1 else eps_o,
                                  "poisson_sampling_checked": self.poisson_sampling, "runs": runs}
         if self.history:
             with warnings.catch_warnings():
@@ -362,7 +396,7 @@ class OpacusRun:
             warns.append(
                 f"{self.scheme.capitalize()}: epsilon <= {stmts[headline].epsilon:.4g} is a valid upper bound (no "
                 f"amplification counted); Chua et al.'s construction certifies that no analysis can give less than "
-                f"{lower.epsilon:.4g}; Opacus's own figure ({eps_o:.4g}) analyses Poisson sampling and is not a "
+                f"{lower.epsilon:.4g}; Opacus's own figure ({stmts[0].epsilon:.4g}) analyses Poisson sampling and is not a "
                 "guarantee for this run.")
         if order_o is not None and order_o in (OPACUS_ORDERS[0], OPACUS_ORDERS[-1]):
             warns.append(f"The best RDP order of Opacus's figure ({order_o:g}) is at the edge of Opacus's order grid.")
@@ -501,3 +535,151 @@ class OpacusRecorder:
 def write_opacus_ledger(run: OpacusRun, path: str | Path, *, delta: float) -> Path:
     """Write the dpaudit ledger JSON of ``run`` (atomically) and return its path."""
     return write_json(path, run.ledger(delta).to_dict())
+
+
+#: Optimizers an :class:`OpacusRecipe` can name (``torch.optim`` classes).
+OPACUS_OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class OpacusRecipe:
+    """A ``PrivacyEngine`` training recipe, so that shadow / reference models are trained as the release was, without
+    a hand-written ``train(X, y, seed)``: ``make_private(module=factory(), optimizer=..., data_loader=DataLoader(
+    (X, y), batch_size), noise_multiplier, max_grad_norm, poisson_sampling)``, then ``epochs`` passes over the loader
+    minimising cross-entropy.
+
+    ``optimizer``: ``"sgd"`` (``torch.optim.SGD(lr, momentum, weight_decay)``) or ``"adam"`` (``torch.optim.Adam(lr,
+    weight_decay)``). ``poisson_sampling``: Opacus's default (its ``DPDataLoader``); false: the loader's shuffled
+    fixed-size batches. Validated at construction (a :class:`~dpaudit.errors.ParameterError` names the field).
+
+    >>> recipe = OpacusRecipe(noise_multiplier=1.1, max_grad_norm=1.0, epochs=10, batch_size=64, lr=0.5)
+    >>> train = recipe.train_fn(build)          # build() -> torch.nn.Module            # doctest: +SKIP
+    >>> model = train(X, y, seed=0)             # model.predict_proba(X) -> (n, C)      # doctest: +SKIP
+
+    In a release bundle (``dpaudit.release.make(..., factory="net.py:build", opacus_recipe=recipe)``), the recipe
+    trains shadow / reference models with the bundle's own pinned factory.
+    """
+
+    noise_multiplier: float
+    max_grad_norm: float
+    epochs: int
+    batch_size: int
+    lr: float
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    poisson_sampling: bool = True
+
+    def __post_init__(self) -> None:
+        owner = "OpacusRecipe"
+        object.__setattr__(self, "noise_multiplier", check_float(self.noise_multiplier, "noise_multiplier", owner,
+                                                                 low=0.0))
+        object.__setattr__(self, "max_grad_norm", check_float(self.max_grad_norm, "max_grad_norm", owner, low=0.0,
+                                                              low_open=True))
+        object.__setattr__(self, "epochs", check_int(self.epochs, "epochs", owner, low=1, high=100_000))
+        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch_size", owner, low=1,
+                                                         high=10_000_000))
+        object.__setattr__(self, "lr", check_float(self.lr, "lr", owner, low=0.0, low_open=True))
+        if self.optimizer not in OPACUS_OPTIMIZERS:
+            raise ParameterError(f"The 'optimizer' parameter of {owner} must be one of {', '.join(OPACUS_OPTIMIZERS)}. "
+                                 f"Got {self.optimizer!r:.40} instead.")
+        object.__setattr__(self, "momentum", check_float(self.momentum, "momentum", owner, low=0.0, high=1.0,
+                                                         high_open=True))
+        object.__setattr__(self, "weight_decay", check_float(self.weight_decay, "weight_decay", owner, low=0.0))
+        if not isinstance(self.poisson_sampling, bool):
+            raise ParameterError(f"The 'poisson_sampling' parameter of {owner} must be a bool. Got "
+                                 f"{self.poisson_sampling!r:.40} instead.")
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any, *, where: str = "the Opacus recipe") -> "OpacusRecipe":
+        """From :meth:`to_dict` output (a bundle's ``model.recipe.opacus``): unknown fields refused; a
+        :class:`DataError` naming ``where``."""
+        from dataclasses import fields
+
+        known = [f.name for f in fields(cls)]
+        if not isinstance(d, Mapping):
+            raise DataError(f"{where} must be an object with the fields {', '.join(known)}.")
+        unknown = sorted(str(k) for k in d if k not in known)
+        if unknown:
+            raise DataError(f"{where} has unknown field(s) {', '.join(repr(k) for k in unknown[:5])}; its fields are "
+                            f"{', '.join(known)}.")
+        try:
+            return cls(**d)
+        except TypeError as exc:          # a required field missing
+            raise DataError(f"{where}: {exc}") from None
+        except DPAuditError as exc:
+            raise DataError(f"{where}: {exc}") from None
+
+    def train_fn(self, factory: Callable[..., Any], **factory_kwargs: Any) -> Callable[..., "OpacusModel"]:
+        """``train(X, y, seed) -> OpacusModel``: a fresh ``factory(**factory_kwargs)`` trained by this recipe on
+        ``(X, y)``; the same seed gives the same model (torch's RNG is forked and seeded, so the caller's is
+        untouched)."""
+        if not callable(factory):
+            raise ParameterError(f"The 'factory' parameter of OpacusRecipe.train_fn must be callable (it builds the "
+                                 f"torch.nn.Module). Got {type(factory).__name__} instead.")
+        recipe = self
+
+        def train(X: Any, y: Any, seed: int) -> OpacusModel:
+            return recipe._train(factory, factory_kwargs, X, y, int(seed))
+
+        return train
+
+    def _train(self, factory: Callable[..., Any], kwargs: Mapping[str, Any], X: Any, y: Any,
+               seed: int) -> "OpacusModel":
+        import torch
+        from opacus import PrivacyEngine
+
+        X = np.asarray(X, dtype=np.float32)
+        y = np.asarray(y)
+        if X.ndim < 2 or y.shape != (len(X),) or len(X) < 1:
+            raise DataError(f"OpacusRecipe: X must be (n, ...) and y (n,). Got X {X.shape} and y {y.shape} instead.")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            module = factory(**kwargs)
+            if not isinstance(module, torch.nn.Module):
+                raise DataError(f"OpacusRecipe: the factory returned a {type(module).__name__}, not a torch.nn.Module.")
+            data = torch.utils.data.TensorDataset(torch.from_numpy(X), torch.from_numpy(y.astype(np.int64)))
+            loader = torch.utils.data.DataLoader(data, batch_size=min(self.batch_size, len(X)), shuffle=True,
+                                                 generator=torch.Generator().manual_seed(seed))
+            if self.optimizer == "sgd":
+                opt = torch.optim.SGD(module.parameters(), lr=self.lr, momentum=self.momentum,
+                                      weight_decay=self.weight_decay)
+            else:
+                opt = torch.optim.Adam(module.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")      # Opacus's secure-RNG notice and its hooks' warnings
+                model, opt, loader = PrivacyEngine(accountant="rdp").make_private(
+                    module=module, optimizer=opt, data_loader=loader, noise_multiplier=self.noise_multiplier,
+                    max_grad_norm=self.max_grad_norm, poisson_sampling=self.poisson_sampling)
+                model.train()
+                for _ in range(self.epochs):
+                    for xb, yb in loader:
+                        if len(xb) == 0:
+                            continue
+                        opt.zero_grad()
+                        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                        opt.step()
+        return OpacusModel(module)
+
+
+class OpacusModel:
+    """A model an :class:`OpacusRecipe` trained: the plain ``torch.nn.Module`` (``module``, trained in place by Opacus)
+    behind ``predict_proba(X) -> (n, C)`` (softmax, eval mode, batches of 4096)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module.cpu().eval()
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        import torch
+
+        X = np.asarray(X, dtype=np.float32)
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(X), 4096):
+                out.append(torch.softmax(self.module(torch.from_numpy(X[i:i + 4096])), dim=1).double().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0))

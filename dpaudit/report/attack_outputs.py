@@ -101,12 +101,17 @@ def _pct(x: float) -> str:
     return "—" if math.isnan(x) else f"{100 * x:.0f}%"
 
 
+_WHY_PRIMARY = (", the strongest attack run on these records (the largest TPR at the lowest FPR, then at the next "
+                "FPR, then the largest AUC)")
+
+
 def per_record_markdown(summary: PerRecordSummary, *, hist_png: str | None = "per_record_hist.png",
-                        grid_png: str | None = None) -> str:
+                        grid_png: str | None = None, attacks: int = 1) -> str:
     """The per-record section: who is most exposed, how concentrated the true positives are, the figures (every
-    line an :class:`~dpaudit._escape.Md` fragment)."""
+    line an :class:`~dpaudit._escape.Md` fragment). ``attacks``: how many attacks scored the records (more than one:
+    the ranking attack is the strongest, :func:`dpaudit.attacks.compare.strongest_attack`)."""
     out = [md_heading(1, "Per-record membership risk"), Md(""),
-           md("Records ranked by the score of ", md_bold(summary.primary),
+           md("Records ranked by the score of ", md_bold(summary.primary), _WHY_PRIMARY if attacks > 1 else "",
               f" (rank 1 = most exposed; equal scores share a rank) over {summary.num_records} evaluated records "
               f"({summary.num_members} members). Each figure is one record under one target model -- an estimate "
               f"({ESTIMATE_CAVEAT.split(': ', 1)[-1]}), not a per-record guarantee. Every record's scores, "
@@ -166,7 +171,7 @@ def write_per_record(out: str | Path, records: RecordScores, *,
         paths.append(_save(record_grid(imgs, caps, title=f"Most exposed records ({records.primary})"),
                            out / "per_record_grid.png"))
         grid = "per_record_grid.png"
-    paths.append(write_text(out / "per_record.md", per_record_markdown(summary, grid_png=grid)))
+    paths.append(write_text(out / "per_record.md", per_record_markdown(summary, grid_png=grid, attacks=len(records.scores))))
     return paths
 
 

@@ -55,7 +55,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from dpaudit.errors import DataError, ParameterError, check_int
+from dpaudit.errors import DataError, ParameterError, check_int, worded
 from dpaudit.training.usercode import BundleCode, check_code_kwargs, code_digest, load_callable
 
 __all__ = ["EXTERNAL_KINDS", "ExternalSpec", "import_object", "refuse_pickle", "load_torch_factory", "load_external_model",
@@ -200,7 +200,7 @@ def load_sklearn_model(path: Path, *, follow_symlinks: bool = True):
     p = Path(path)
     refuse_pickle(p, "The model file")
     if p.suffix != ".skops":
-        raise DataError(f"The model file {str(p)!r} must be .safetensors (with --factory), .skops or .cbm. Got {p.suffix or 'no suffix'}.")
+        raise DataError(f"The model file {str(p)!r} must be .safetensors (with {worded('--factory', 'factory=')}), .skops or .cbm. Got {p.suffix or 'no suffix'}.")
     # read once, capped; only allow-listed scikit-learn classifiers and their parts; every fitted tree checked
     est = load_skops(p, SKOPS_TRUSTED_TYPES, follow_symlinks=follow_symlinks)
     if not callable(getattr(est, "predict_proba", None)) or not hasattr(est, "classes_"):
@@ -232,9 +232,9 @@ def _wrap_train(train: Any, label: str, num_classes: int):
         try:
             model = train(X, y, int(seed))
         except Exception as exc:  # noqa: BLE001 - the user's training failed: one line
-            raise DataError(f"--train-fn {label} failed: {type(exc).__name__}: {exc}") from None
+            raise DataError(f"{label} failed: {type(exc).__name__}: {exc}") from None
         if not callable(getattr(model, "predict_proba", None)):
-            raise DataError(f"--train-fn {label} returned a {type(model).__name__} without predict_proba.")
+            raise DataError(f"{label} returned a {type(model).__name__} without predict_proba.")
         return _Padded(model, num_classes)
 
     return fn
@@ -290,8 +290,9 @@ def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | Non
         raise DataError(f"{root}/release.json: model kind {kind!r} is unknown; known: {', '.join(EXTERNAL_KINDS)}.")
     code = BundleCode.of(code)
     if code.factory is not None and kind != "torch_factory":
-        raise ParameterError(f"--factory applies to a bundle whose model is built by a torch factory; the model of "
-                             f"{root} is of kind {kind!r}. Got --factory {code.factory!r} instead.")
+        flag = worded("--factory", "BundleCode(factory=...)")
+        raise ParameterError(f"{flag} applies to a bundle whose model is built by a torch factory; the model of "
+                             f"{root} is of kind {kind!r}. Got {flag} {code.factory!r} instead.")
     if kind == "scores":
         load_bundle_npz(root, "scores.npz")     # present and readable
         return None
@@ -345,14 +346,27 @@ def recipe_train_fn(meta: Mapping[str, Any], code: BundleCode | None = None, roo
         train, label = BundleCode.of(code).callable_for("train_fn", recipe["train_fn"], recipe["train_fn_sha256"],
                                                         bundle=Path(root))
         return _wrap_train(train, label, num_classes)
+    if recipe.get("opacus"):
+        from dpaudit.integrations.opacus import OpacusRecipe
+
+        where = f"{root}/release.json: model.recipe.opacus"
+        rec = OpacusRecipe.from_dict(recipe["opacus"], where=where)
+        kw = (meta["model"].get("spec") or {}).get("kwargs") or {}
+        if meta["model"].get("kind") != "torch_factory" or not kw.get("factory_sha256"):
+            raise DataError(f"{where} trains the release's own pinned torch factory; this release has none.")
+        kwargs = check_code_kwargs(kw.get("factory_kwargs"), f"{root}/release.json: model.spec.kwargs.factory_kwargs")
+        build, label = BundleCode.of(code).callable_for("factory", kw.get("factory"), kw.get("factory_sha256"),
+                                                        bundle=Path(root), kwargs=kwargs)
+        return _wrap_train(rec.train_fn(build, **kwargs), f"the Opacus recipe on {label}", num_classes)
     if recipe.get("model"):
         from dpaudit.training.ensemble import TrainConfig, fit_classifier
         from dpaudit.training.models import ModelSpec
 
         spec, config = ModelSpec.from_dict(recipe["model"]), TrainConfig.from_dict(recipe.get("train_config") or {})
         return lambda X, y, seed: fit_classifier(spec, X, y, config, int(seed))
-    raise DataError("This release has no training recipe for shadow / reference models (make it with --train-fn "
-                    "FILE.py:train or --recipe-model NAME); only the threshold attack is possible.")
+    raise DataError("This release has no training recipe for shadow / reference models (make it with "
+                    f"{worded('--train-fn FILE.py:train or --recipe-model NAME', 'train_fn=' + repr('FILE.py:train') + ' or recipe_model=NAME')}"
+                    "); only the threshold attack is possible.")
 
 
 def recipe_train_many(meta: Mapping[str, Any], code: BundleCode | None = None, root: str | Path = "."):

@@ -31,7 +31,7 @@ import numpy as np
 
 from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, open_input, save_npy, save_npz,
                          write_json)
-from dpaudit.errors import DataError, ParameterError, format_value, check_bool, check_int, check_path
+from dpaudit.errors import DataError, ParameterError, format_value, check_bool, check_int, check_path, worded
 from dpaudit.serial import to_dict
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
 from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
@@ -417,7 +417,7 @@ class Release:
         return self.meta["model"].get("kind") or "dpaudit"
 
     def scores(self) -> dict[str, np.ndarray]:
-        """The arrays of a scores-only release's ``scores.npz`` (see :mod:`dpaudit.audit.release_make`), checked
+        """The arrays of a scores-only release's ``scores.npz`` (see :mod:`dpaudit.auditing.release_make`), checked
         against ``release.json`` (:func:`~dpaudit.training.release_meta.check_bundle_scores`)."""
         from dpaudit.training.external import load_bundle_npz
 
@@ -516,8 +516,8 @@ def _resolve_data_dir(meta_dir: Any, root: Path, real_root: Path, data_dir: Any,
         return str(inside)
     raise DataError(
         f"{root}: release.json asks to read its data from {meta_dir}, outside the bundle; a bundle does not choose "
-        "where dpaudit reads files. Pass --data-dir DIR (data_dir=) to name the data directory yourself, or "
-        "--trust-data-dir (trust_data_dir=True) to use the one the bundle names."
+        f"where dpaudit reads files. Pass {worded('--data-dir DIR', 'data_dir=DIR')} to name the data directory yourself, "
+        f"or {worded('--trust-data-dir', 'trust_data_dir=True')} to use the one the bundle names."
     )
 
 
@@ -580,8 +580,9 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
     meta["claim"] = {**meta["claim"], "granularity": info.claim.granularity}
     m = meta["model"]
     if code.train_fn is not None and not (isinstance(m.get("recipe"), dict) and m["recipe"].get("train_fn")):
-        raise ParameterError(f"--train-fn applies to a bundle whose recipe names a training function; {root}'s does "
-                             f"not. Got --train-fn {code.train_fn!r} instead.")
+        flag = worded("--train-fn", "BundleCode(train_fn=...)")
+        raise ParameterError(f"{flag} applies to a bundle whose recipe names a training function; {root}'s does "
+                             f"not. Got {flag} {code.train_fn!r} instead.")
     if info.model.kind != "dpaudit":   # an outside model (dpaudit release make)
         from dpaudit.training.external import load_external_model
 
@@ -589,8 +590,10 @@ def load_release(path, *, data_dir: str | Path | None = None, trust_data_dir: bo
         spec = None if model is None else model.spec
     else:
         if code.factory is not None:
-            raise ParameterError(f"--factory applies to a bundle whose model is built by a torch factory; {root} is a "
-                                 f"release of dpaudit's own method {meta['method']!r}. Got --factory {code.factory!r} instead.")
+            flag = worded("--factory", "BundleCode(factory=...)")
+            raise ParameterError(f"{flag} applies to a bundle whose model is built by a torch factory; {root} is a "
+                                 f"release of dpaudit's own method {meta['method']!r}. Got {flag} {code.factory!r} "
+                                 "instead.")
         spec, model = _load_own_model(root, real_root, info, meta_path)
     release = _finish_loading(root, real_root, meta, spec, model)
     release.code = code

@@ -115,12 +115,15 @@ class DatasetRef:
 @dataclass(frozen=True, slots=True)
 class Recipe:
     """How an outside release's shadow / reference models are trained: the maker's own ``train_fn`` (an import path
-    pinned by ``train_fn_sha256``) or a dpaudit architecture ``model`` with its ``train_config``."""
+    pinned by ``train_fn_sha256``), a dpaudit architecture ``model`` with its ``train_config``, or an Opacus
+    ``PrivacyEngine`` recipe (``opacus``, :class:`~dpaudit.integrations.opacus.OpacusRecipe`) run on the release's
+    own pinned torch factory."""
 
     train_fn: str | None = None
     train_fn_sha256: str | None = None
     model: Any = None                  # ModelSpec
     train_config: Any = None           # TrainConfig
+    opacus: Any = None                 # OpacusRecipe
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +335,14 @@ def _recipe(r: Any, spec: Any, where: str) -> Recipe | None:
         _keys(r, ("train_fn", "train_fn_sha256"), where, field, ("train_fn", "train_fn_sha256"))
         return Recipe(train_fn=_str(r["train_fn"], where, f"{field}.train_fn", max_len=4096),
                       train_fn_sha256=_sha(r["train_fn_sha256"], where, f"{field}.train_fn_sha256"))
+    if "opacus" in r:
+        from dpaudit.integrations.opacus import OpacusRecipe
+
+        _keys(r, ("opacus",), where, field, ("opacus",))
+        if spec is None or getattr(spec, "name", None) != "torch_factory":
+            raise DataError(f"{where}: '{field}.opacus' trains the release's own torch factory; this release's model "
+                            "is not built by one.")
+        return Recipe(opacus=OpacusRecipe.from_dict(r["opacus"], where=f"{where}: '{field}.opacus'"))
     _keys(r, ("model", "train_config"), where, field, ("model",))
     rspec = _model_spec(r["model"], where, f"{field}.model")
     if spec is not None and (tuple(rspec.input_shape) != tuple(spec.input_shape) or rspec.num_classes != spec.num_classes):

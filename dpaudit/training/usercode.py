@@ -14,7 +14,10 @@ those bytes are compiled and executed into a fresh module (no ``__pycache__`` by
 file is not read a second time). Relative imports (``from . import x``) are refused before anything runs; the
 named object must be a function or class defined in that file itself (not one it imported). What the file
 imports with ``import x`` is an ordinary import of the user's environment: dpaudit adds no folder (never a
-bundle's) to ``sys.path``.
+bundle's, nor the file's own) to ``sys.path``. So a module *beside* the file (``import mlp`` next to ``mlp.py``)
+is not found unless it is on ``sys.path`` anyway: the rule is one pinned file per factory or training function;
+helpers go into that file, or into an installed package. The error says so when the missing module lies beside
+the file.
 
 :class:`BundleCode` decides whether a bundle's recorded factory / training function may run: only when the user
 names the same code (same function name, same sha256 as the bundle records) or opts in with ``trust_bundle``
@@ -42,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from dpaudit._escape import console_text
-from dpaudit.errors import DataError, ParameterError, format_value
+from dpaudit.errors import DataError, ParameterError, format_value, worded
 
 __all__ = ["ImportPath", "PinnedCode", "BundleCode", "parse_import_path", "pin_code", "run_pinned", "load_callable",
            "code_digest", "check_code_kwargs", "MAX_CODE_BYTES"]
@@ -225,6 +228,20 @@ def code_digest(path: Any, what: str) -> str:
     return pin_code(path, what).sha256
 
 
+def _missing_module(file: Path, exc: ModuleNotFoundError) -> str:
+    """The reason a pinned file's import failed, with the rule when the module lies beside the file: a pinned file
+    runs alone; dpaudit never adds its folder to ``sys.path`` (the module beside it would run unpinned)."""
+    top = (exc.name or "").split(".")[0]
+    beside = [p for p in (file.parent / f"{top}.py", file.parent / top) if top and (p.is_file() or p.is_dir())]
+    if not beside:
+        return (f"ModuleNotFoundError: {exc} (a pinned file's imports resolve from your environment -- the current "
+                "folder's installed packages and PYTHONPATH -- never from the file's own folder).")
+    return (f"it imports {top!r}, the module {str(beside[0])!r} beside it, but a factory or training function is pinned "
+            "as one file (the sha256 the release records covers that file only), so dpaudit never adds its folder to "
+            f"sys.path and code beside it does not run. Put what it needs from {top!r} into the file itself, or "
+            "install that code as a package (an installed package is imported as any dependency, unpinned).")
+
+
 def run_pinned(pinned: PinnedCode, what: str) -> Callable:
     """Execute the pinned bytes into a fresh module (once per digest) and return the function or class named."""
     label = f"{what} {pinned.path.text!r}"
@@ -247,6 +264,8 @@ def run_pinned(pinned: PinnedCode, what: str) -> Callable:
         sys.modules[name] = module        # while it runs, as an import would (dataclasses look their module up)
         try:
             exec(code, module.__dict__)   # noqa: S102 - the user's own code, pinned by its digest
+        except ModuleNotFoundError as exc:
+            raise DataError(f"{label}: running {str(pinned.file)!r} failed: {_missing_module(pinned.file, exc)}") from None
         except Exception as exc:  # noqa: BLE001 - the user's file failed while running: one line
             raise DataError(f"{label}: running {str(pinned.file)!r} failed: {type(exc).__name__}: {exc}") from None
         finally:
@@ -309,6 +328,22 @@ _ROLES = {"factory": ("--factory", "model factory", "model.spec.kwargs.factory")
           "train_fn": ("--train-fn", "training function", "model.recipe.train_fn")}
 
 
+def _flag(role: str) -> str:
+    """The name of the user's code for ``role`` as the caller spells it: ``--factory`` on the command line,
+    ``BundleCode(factory=...)`` from Python."""
+    return worded(_ROLES[role][0], f"BundleCode({role}=...)")
+
+
+def _how_to_run(role: str, name: str) -> str:
+    """How to let a bundle's code run, as the caller spells it."""
+    flag = _ROLES[role][0]
+    return worded(f"Pass {flag} FILE.py:{name} (your copy of that code, checked against the digest) or "
+                  "--trust-bundle-code (runs the file the bundle names, after printing it).",
+                  f"Pass code=BundleCode({role}='FILE.py:{name}') (your copy of that code, checked against the "
+                  "digest) or code=BundleCode(trust_bundle=True) (runs the file the bundle names, after printing it); "
+                  f"dpaudit.attack takes the same code= keyword.")
+
+
 @dataclass(frozen=True)
 class BundleCode:
     """The user's decision about the code a bundle names (a torch model's factory, a recipe's training function).
@@ -326,10 +361,10 @@ class BundleCode:
     trust_bundle: bool = False
 
     def __post_init__(self) -> None:
-        for role, (flag, _, _) in _ROLES.items():
+        for role in _ROLES:
             v = getattr(self, role)
             if v is not None:
-                parse_import_path(v, flag)
+                parse_import_path(v, _flag(role))
         if not isinstance(self.trust_bundle, bool):
             raise ParameterError(f"The 'trust_bundle' parameter of BundleCode must be a bool. Got "
                                  f"{format_value(self.trust_bundle)} instead.")
@@ -346,7 +381,8 @@ class BundleCode:
                      kwargs: Mapping[str, Any] | None = None) -> tuple[Callable, str]:
         """The callable to run for the bundle's ``role`` (``"factory"`` or ``"train_fn"``) and a label naming it;
         a :class:`DataError` saying how to proceed when the user has not named that code."""
-        flag, what, field = _ROLES[role]
+        _, what, field = _ROLES[role]
+        flag = _flag(role)
         where = f"{bundle}/release.json: {field}"
         rec = parse_import_path(recorded, where)
         if not isinstance(recorded_sha, str) or not _SHA.fullmatch(recorded_sha):
@@ -380,14 +416,13 @@ class BundleCode:
                    if role == "factory" else "called as train(X, y, seed)")
             # the bundle chose the file and function names: shown literally (a name holding ESC[2K ESC[1A CR would
             # otherwise erase this very line, the one that says which code is about to run)
-            notice = console_text(f"dpaudit: --trust-bundle-code: running the {what} that {bundle} names: file "
-                                  f"{pinned.file} (sha256 {pinned.sha256}), function {pinned.path.name}, {how}") + "\n"
+            notice = console_text(f"dpaudit: {worded('--trust-bundle-code', 'BundleCode(trust_bundle=True)')}: running the "
+                                  f"{what} that {bundle} names: file {pinned.file} (sha256 {pinned.sha256}), function "
+                                  f"{pinned.path.name}, {how}") + "\n"
             if notice not in _ANNOUNCED:        # once per process and bundle (an audit loads a bundle several times)
                 _ANNOUNCED.add(notice)
                 sys.stderr.write(notice)
                 sys.stderr.flush()
             return run_pinned(pinned, where), f"{rec.text} (trusted bundle code)"
         raise DataError(f"{bundle}: its {what} is code the bundle names ({rec.text}, sha256 {recorded_sha[:16]}...), "
-                        f"and dpaudit runs no code a bundle names. Pass {flag} FILE.py:{rec.name} (your copy of that "
-                        "code, checked against the digest) or --trust-bundle-code (runs the file the bundle names, "
-                        "after printing it).")
+                        f"and dpaudit runs no code a bundle names. {_how_to_run(role, rec.name)}")

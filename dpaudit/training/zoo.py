@@ -1,5 +1,5 @@
 """A zoo of broken privatization pipelines, each beside its correct twin, for testing that certified canary audits
-catch them (:func:`dpaudit.audit.canary_audit.run_zoo_audit`).
+catch them (:func:`dpaudit.auditing.canary_audit.run_zoo_audit`).
 
 Every entry runs its privatization step ``trials`` times, vectorised, on a worst-case canary whose presence is
 decided by a fair coin per trial, and returns what an observer of the pipeline's output sees about the canary,

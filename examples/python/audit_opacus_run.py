@@ -84,7 +84,7 @@ def main(out: str | Path = "runs/python_opacus") -> dict:
         members=out / "members.npy", nonmembers=out / "nonmembers.npy", opacus=read_opacus(engine, data_loader=loader),
         claim=[f"epsilon={EPSILON:g}", f"delta={DELTA:g}", "granularity=record"], overwrite=True)
     accounted = release.meta["statement"]["epsilon"]
-    attack = dpaudit.attack(release, "threshold", out=out / "attack")
+    attack = dpaudit.attack(release, dpaudit.Threshold(), out=out / "attack")
 
     with torch.no_grad():
         probs = torch.softmax(net(torch.from_numpy(canary_X)), 1).numpy()

@@ -37,7 +37,7 @@ def main(out: str | Path = "runs/python_sklearn_scores") -> dpaudit.AttackReport
 
     release = dpaudit.release.make(out / "release", scores=out / "scores.npz", overwrite=True,
                                    claim=["epsilon=1", "delta=1e-5", "granularity=record"])
-    report = dpaudit.attack(release, "threshold", out=out / "attack")   # writes attack.json and roc.png
+    report = dpaudit.attack(release, dpaudit.Threshold(), out=out / "attack")   # writes attack.json and roc.png
     b = report.attack.bound
     print(f"{report.attack.name}: AUC {report.attack.metrics.auc:.3f}; empirical epsilon ≈ {b.epsilon:.2f} "
           f"[{b.split_low:.2f}, {b.split_high:.2f}] ({b.kind}) against the claimed 1")

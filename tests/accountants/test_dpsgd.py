@@ -27,6 +27,18 @@ def test_default_headline_is_the_smaller_route():
     assert r.facts["rdp_order"] == 19.0
 
 
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle", "fixed-wor"])
+def test_one_route_name_everywhere(sampling):
+    # issue 36: with shuffled batches the headline route was "pld" but statement.method "gaussian-dp exact"
+    r = account_dpsgd(dataset_size=1000, batch_size=100, noise_multiplier=1.3, epochs=2, delta=1e-5, sampling=sampling)
+    assert r.statement.method == r.statement.route == r.headline_route == r.facts["headline_route"]
+    for s in r.statements:
+        if s.route:
+            assert s.method == s.route and "route" not in s.details
+    if sampling == "shuffle":   # how the PLD route computed it stays, under its own name
+        assert r.headline_route == "pld" and r.statement.details["computation"] == "gaussian-dp exact"
+
+
 def test_pld_headline_tighter_than_rdp():
     r = account_dpsgd(**MNIST, accountant="pld")
     rdp = next(s for s in r.statements if s.method == "rdp")

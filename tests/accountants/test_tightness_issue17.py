@@ -125,7 +125,8 @@ def test_issue_full_batch_optimum_interior_and_headline_exact():
     r = account_dpsgd(dataset_size=100, batch_size=100, noise_multiplier=0.5, steps=100000, delta=1e-5)
     exact = exact_gaussian_eps(math.sqrt(100000) / 0.5, 1e-5)
     assert exact == pytest.approx(202_696, abs=1)
-    assert exact <= r.epsilon <= exact + 1e-3 and r.statement.method == "gaussian-dp exact"
+    assert exact <= r.epsilon <= exact + 1e-3 and r.statement.details["computation"] == "gaussian-dp exact"
+    assert r.statement.method == r.statement.route == r.headline_route == "pld"   # issue 36: one route name
 
 
 def test_rdp_matches_integer_formula_and_grid_reports_winner():

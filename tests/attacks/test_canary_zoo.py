@@ -4,7 +4,7 @@ broken caught in >= 19 of 20 seeds, correct twins in 0 of 20)."""
 
 import pytest
 
-from dpaudit.audit.canary_audit import run_zoo_audit
+from dpaudit.auditing.canary_audit import run_zoo_audit
 from dpaudit.errors import ParameterError
 from dpaudit.training.zoo import ZOO, run_zoo
 

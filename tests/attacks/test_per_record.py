@@ -8,7 +8,7 @@ import csv
 import numpy as np
 import pytest
 
-from dpaudit.attacks.compare import compare_signals
+from dpaudit.attacks.compare import compare_signals, strongest_attack
 from dpaudit.attacks.per_record import RecordScores, exposure_ranks, summarise_records, tpr_share
 from dpaudit.attacks.references import paired_inclusion, signals_from_scores
 from dpaudit.errors import DataError, ParameterError
@@ -81,11 +81,11 @@ def test_summary_and_csv(tmp_path):
     comp = compare_signals(sig, member, record=np.arange(len(tl)) * 3, labels=np.arange(len(tl)) % 10,
                            n_bootstrap=0)
     rs = comp.records
-    assert rs.primary == "rmia-online" and set(rs.scores) == set(comp.results)
+    assert rs.primary == strongest_attack(comp.results) and set(rs.scores) == set(comp.results)
     summ = summarise_records(rs, top=20)
     ranks = [t.rank for t in summ.top]
     assert len(summ.top) == 20 and ranks == sorted(ranks) and ranks[0] == 1
-    assert summ.top[0].statistic_name == "rmia-online_p_value"
+    assert summ.top[0].statistic_name.startswith(rs.primary + "_") or not summ.top[0].statistic_name
     assert [s.fpr for s in summ.shares] == [0.001, 0.01]
     paths = write_per_record(tmp_path, rs)
     assert {p.name for p in paths} >= {"per_record.csv", "per_record.json", "per_record.md", "per_record_hist.png"}
@@ -111,3 +111,26 @@ def test_record_scores_validation():
         RecordScores(np.arange(3), np.zeros(2), np.zeros(3, bool), {"a": np.zeros(3)})
     with pytest.raises(ParameterError):
         RecordScores(np.arange(3), np.zeros(3), np.zeros(3, bool), {"a": np.zeros(3)}, primary="b")
+
+
+def test_per_record_ranks_by_the_strongest_attack(tmp_path):
+    # issue 36: per_record.md ranked by rmia-online even when another attack was stronger
+    from dpaudit.attacks.compare import strongest_attack
+    from dpaudit.attacks.run import attack_result
+
+    rng = np.random.default_rng(0)
+    neg = rng.normal(size=400)
+    weak = attack_result("rmia-online", "weak", rng.normal(0.2, 1, 400), neg, threshold="held_out", confidence=0.95, delta=0.0, n_bootstrap=0, seed=0)
+    strong = attack_result("threshold", "strong", rng.normal(2.0, 1, 400), neg, threshold="held_out", confidence=0.95, delta=0.0, n_bootstrap=0, seed=0)
+    assert strongest_attack({"rmia-online": weak, "threshold": strong}) == "threshold"
+    assert strongest_attack({"threshold": weak, "rmia-online": weak}) == "rmia-online"   # a tie: per-record p-values
+    assert strongest_attack({}) == ""
+    # through the comparison: the ranking attack is the one with the largest low-FPR TPR, and per_record.md says so
+    tl, tp, rl, rp, inc, zl, zr, member = _signals(seed=4)
+    comp = compare_signals(signals_from_scores(tl, tp, rl, rp, inc, population_logp=zl, population_reference_logp=zr),
+                           member, n_bootstrap=0)
+    best = comp.records.primary
+    key = lambda r: (*(t for _, t in sorted(r.metrics.tpr_at_fpr.items())), r.metrics.auc)
+    assert all(key(comp.results[best]) >= key(r) for r in comp.results.values())
+    write_per_record(tmp_path, comp.records)
+    assert f"**{best}**, the strongest attack run" in (tmp_path / "per_record.md").read_text()

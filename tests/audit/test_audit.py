@@ -13,7 +13,7 @@ import pytest
 
 from dpaudit.cli import main
 from dpaudit.errors import DataError, ParameterError
-from dpaudit.audit.runner import AttackSpec, AuditConfig, ModelRun, default_config, load_audit_config, run_audit
+from dpaudit.auditing.runner import AttackSpec, AuditConfig, ModelRun, default_config, load_audit_config, run_audit
 from dpaudit.serial import to_dict
 
 TINY_FREDY = {"teachers": 2, "rounds": 2, "queries": 40, "num_samples": 500,
@@ -76,7 +76,7 @@ def test_every_bound_says_it_is_an_estimate_with_its_split_range(audited):
 
 def test_rerun_resumes_without_training_or_attacking(audited, monkeypatch):
     cfg, out, report = audited
-    import dpaudit.audit.attack_release as attack_release
+    import dpaudit.auditing.attack_release as attack_release
     import dpaudit.training.methods as methods
 
     def boom(*a, **k):
@@ -92,7 +92,7 @@ class _Counts:
     """Counts the stages an audit really runs: trainings by model directory, attacks by (release dir, label)."""
 
     def __init__(self, monkeypatch):
-        import dpaudit.audit.attack_release as ar
+        import dpaudit.auditing.attack_release as ar
         import dpaudit.training.methods as methods
 
         self.trained: list[str] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpaudit.audit.runner import AttackSpec, AuditConfig, ModelRun, check_audit_config, run_audit
+from dpaudit.auditing.runner import AttackSpec, AuditConfig, ModelRun, check_audit_config, run_audit
 from dpaudit.training.methods.scaffold import check_device
 from dpaudit.cli import main
 from dpaudit.errors import DataError, ParameterError

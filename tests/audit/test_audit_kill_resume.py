@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpaudit.audit.runner import AttackSpec, AuditConfig, ModelRun, run_audit
+from dpaudit.auditing.runner import AttackSpec, AuditConfig, ModelRun, run_audit
 from dpaudit.errors import DataError
 from dpaudit.serial import to_dict
 
@@ -96,7 +96,7 @@ SLOW_POINTS = [".dpaudit.lock", "models/m0/.release.checkpoints/*", "models/m0/r
 
 def test_sigkill_then_resume_gives_the_uninterrupted_numbers_fast(tmp_path, monkeypatch):
     # one model, and report.json without the figures (matplotlib's layout is most of a tiny audit's time)
-    import dpaudit.audit.runner as runner
+    import dpaudit.auditing.runner as runner
     from dpaudit._io import write_json
 
     monkeypatch.setattr(runner, "write_report", lambda report, out: write_json(Path(out) / "report.json", to_dict(report)))

@@ -355,7 +355,7 @@ def test_h1_multi_run_model_count_is_capped_before_work(dpsgd_release, cli, monk
     code, _, err = cli(["attack", dpsgd_release, "--audit", "one-run", "--canaries", str(10**9), "--quiet",
                         "--out", tmp_path / "one"])
     _one_line(code, err, "'canaries' parameter of canary audit")
-    from dpaudit.audit.canary_audit import canary_audit_release
+    from dpaudit.auditing.canary_audit import canary_audit_release
     from dpaudit.errors import ParameterError
 
     with pytest.raises(ParameterError, match=r"'models' parameter of canary audit must be an int in the range"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpaudit.audit.canary_audit import CanaryAuditResult, canary_audit_release, run_canary_audit
+from dpaudit.auditing.canary_audit import CanaryAuditResult, canary_audit_release, run_canary_audit
 from dpaudit.errors import ParameterError
 from dpaudit.training.data import load_dataset, split_dataset
 from dpaudit.training.ensemble import DPSGDConfig, TrainConfig, fit_classifier
@@ -108,7 +108,7 @@ def test_attack_cli_canary_audit(data, tmp_path, cli):
 
 
 def test_audit_config_canary_audits(tmp_path):
-    from dpaudit.audit.runner import default_config, load_audit_config, run_audit
+    from dpaudit.auditing.runner import default_config, load_audit_config, run_audit
 
     (c0,) = default_config().canary_audits  # the default audit includes one certified audit
     assert (c0.audit, c0.canary, c0.canaries, c0.epsilon) == ("one-run", "dirac", 1000, 8.0)
@@ -136,7 +136,7 @@ def test_audit_config_canary_audits(tmp_path):
 
 
 def test_method_steps_refute_paper_claims():
-    from dpaudit.audit.canary_audit import audit_method_step
+    from dpaudit.auditing.canary_audit import audit_method_step
 
     fredy = audit_method_step("fredy-noisy-max", trials=2000, seed=0)
     assert fredy.refutes_claim and fredy.claimed_epsilon < fredy.bound.epsilon <= fredy.accounted_epsilon
@@ -152,7 +152,7 @@ def test_method_steps_refute_paper_claims():
 
 def test_check_fails_a_claim_on_a_certified_canary_bound(data, tmp_path):
     from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-    from dpaudit.audit.evaluate import check_claims
+    from dpaudit.auditing.evaluate import check_claims
 
     ds, sp = data
     cfg = _cfg(0.3)
@@ -189,7 +189,7 @@ def test_trained_recipe_soundness_20_seeds(data):
 def test_multi_run_model_count_is_checked_before_training(data):
     """The default recipe's 200 models cannot certify anything at 0.95 on a weakly leaking recipe: warned before any
     training (or refused with strict=True, naming 'models', before any training)."""
-    from dpaudit.audit.canary_audit import UnderpoweredAuditWarning
+    from dpaudit.auditing.canary_audit import UnderpoweredAuditWarning
 
     ds, sp = data
     tr, pool = sp.train[:60], sp.attacker
@@ -224,7 +224,7 @@ def test_noise_calibration_at_a_vanishing_epsilon_is_sound():
     2 Phi(1 / (2 sigma)) - 1 (Balle-Wang 2018 at epsilon 0), is at most delta."""
     from scipy.stats import norm
 
-    from dpaudit.audit.canary_audit import dpsgd_noise_for_epsilon
+    from dpaudit.auditing.canary_audit import dpsgd_noise_for_epsilon
 
     sigma = dpsgd_noise_for_epsilon(1e-300, sampling_rate=1.0, steps=1, delta=1e-5)
     assert 2 * norm.cdf(1 / (2 * sigma)) - 1 <= 1e-5

@@ -15,7 +15,7 @@ from dpaudit.accountants.dpsgd import account_dpsgd
 from dpaudit.accountants.events import SubsampledGaussian
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.audit import (
+from dpaudit.auditing import (
     AttackBudget,
     ClaimsReport,
     EmpiricalBound,
@@ -226,18 +226,19 @@ def _release_claim(**kw):
 def test_release_subject_statement_granularity_delta_and_data_dependence(tmp_path):
     _fake_release(tmp_path / "rel", epsilon=2.0, granularity="party", data_dependent=True)
     cf = parse_claims(doc(
-        _release_claim(name="holds", epsilon=2.0, delta=1e-5, granularity="party"),
+        _release_claim(name="holds", epsilon=2.0, delta=1e-5, granularity="party", allow_data_dependent=True),
         _release_claim(name="wrong-granularity", epsilon=2.0, delta=1e-5, granularity="example"),
         _release_claim(name="smaller-delta", epsilon=2.0, delta=1e-6, granularity="party"),
-        _release_claim(name="strict", epsilon=2.0, delta=1e-5, granularity="party", allow_data_dependent=False),
-        _release_claim(name="party-alice", epsilon=1e9, delta=1e-5, granularity="party", party="alice"),
+        _release_claim(name="strict", epsilon=2.0, delta=1e-5, granularity="party"),
+        _release_claim(name="party-alice", epsilon=1e9, delta=1e-5, granularity="party", party="alice",
+                       allow_data_dependent=True),
     ), base_dir=tmp_path)
     r = {x.name: x for x in evaluate_claims(cf).results}
     assert r["holds"].held and any("data-dependent" in w for w in r["holds"].warnings)
     # what the accounting cannot show is UNPROVEN, never REFUTED
     assert r["wrong-granularity"].verdict == "UNPROVEN" and "granularity mismatch" in r["wrong-granularity"].reason
     assert r["smaller-delta"].verdict == "UNPROVEN" and "accounted delta" in r["smaller-delta"].reason
-    assert r["strict"].verdict == "UNPROVEN" and "data-dependent" in r["strict"].reason
+    assert r["strict"].verdict == "UNPROVEN" and "allow_data_dependent = true" in r["strict"].reason
     assert r["party-alice"].held and r["party-alice"].accounted.label != "student"  # from the ledger, not the headline
 
 
@@ -353,7 +354,7 @@ def test_default_attack_runner_through_the_release_contract(tmp_path, monkeypatc
         def dataset(self):
             return types.SimpleNamespace(X=X, y=y, num_classes=2)
 
-    import dpaudit.audit.attack_release as attack_release
+    import dpaudit.auditing.attack_release as attack_release
 
     monkeypatch.setattr(attack_release, "load_release", lambda path, **kw: Release())
     _fake_release(tmp_path / "rel", epsilon=0.5)

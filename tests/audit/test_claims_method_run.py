@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from dpaudit.attacks.canary import multi_run_certified
-from dpaudit.audit import claims as claims_module
-from dpaudit.audit import method_audit
-from dpaudit.audit.claims import AttackBudget, parse_claims
-from dpaudit.audit.evaluate import ClaimsReport, check_claims, evaluate_claims
-from dpaudit.audit.method_audit import MethodRunAudit
+from dpaudit.auditing import claims as claims_module
+from dpaudit.auditing import method_audit
+from dpaudit.auditing.claims import AttackBudget, parse_claims
+from dpaudit.auditing.evaluate import ClaimsReport, check_claims, evaluate_claims
+from dpaudit.auditing.method_audit import MethodRunAudit
 from dpaudit.errors import ParameterError
 from dpaudit.serial import from_dict, to_dict
 
@@ -217,7 +217,7 @@ def test_fredy_example_fails_on_its_certified_bound(cli):
 
 
 def test_fredy_example_parses_without_running():
-    from dpaudit.audit.claims import load_claims
+    from dpaudit.auditing.claims import load_claims
 
     (c,) = load_claims(EXAMPLES / "method_run_fails.toml").claims
     assert c.attack == AttackBudget("method-run", confidence=0.95, seed=0, method="fredy",

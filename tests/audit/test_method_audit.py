@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from dpaudit.attacks.canary import multi_run_certified
-from dpaudit.audit import method_audit
-from dpaudit.audit.method_audit import MethodAuditSpec, MethodRunAudit, audit_method_run, method_run_parameters
+from dpaudit.auditing import method_audit
+from dpaudit.auditing.method_audit import MethodAuditSpec, MethodRunAudit, audit_method_run, method_run_parameters
 from dpaudit.errors import ParameterError
 from dpaudit.serial import to_dict
 
@@ -70,7 +70,7 @@ def test_method_audit_spec_validation(toy):
 
 
 def test_audit_config_runs_and_reports_method_audits(toy, tmp_path):
-    from dpaudit.audit.runner import load_audit_config as load_config, run_audit
+    from dpaudit.auditing.runner import load_audit_config as load_config, run_audit
 
     p = tmp_path / "a.toml"
     p.write_text('seed = 2\n[[method_audits]]\nmethod = "toy"\nname = "rr-5"\nparams = {rounds = 5, trials = 1000}\n')
@@ -153,7 +153,7 @@ def test_privatekt_run_audit_at_extreme_epsilon_is_finite_or_infinite_not_a_cras
 
 
 def test_method_audits_take_the_audit_configs_data_set_unless_named(monkeypatch, tmp_path):
-    from dpaudit.audit.runner import load_audit_config, run_audit
+    from dpaudit.auditing.runner import load_audit_config, run_audit
 
     monkeypatch.setitem(method_audit.METHOD_RUN_AUDITS, "toy-data", _rr_run_on)
     CALLS.clear()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dpaudit.attacks.canary import dirac_scores, ideal_one_run_epsilon, one_run_certified
-from dpaudit.audit import method_audit
+from dpaudit.auditing import method_audit
 from dpaudit.errors import DataError, ParameterError
 
 
@@ -43,8 +43,8 @@ def test_i8_cli_device_is_checked_before_work(cli, method, device, match):
 
 @pytest.mark.usefixtures("no_work")
 def test_i8_library_and_configs_check_the_device(tmp_path):
-    from dpaudit.audit.claims import parse_claims
-    from dpaudit.audit.method_audit import MethodAuditSpec, audit_method_run
+    from dpaudit.auditing.claims import parse_claims
+    from dpaudit.auditing.method_audit import MethodAuditSpec, audit_method_run
 
     with pytest.raises(ParameterError, match="'device' parameter of the audit of 'proxyfl'.*Got 'meta'"):
         audit_method_run("proxyfl", device="meta")
@@ -96,7 +96,7 @@ def test_u1_proxyfl_audit_at_noise_1e_300_answers(cli):
 
 def test_proxyfl_canary_count_is_capped_before_work(monkeypatch):
     """Found by the fuzz suite: --set canaries=2147483648 allocated for minutes before the Dirac-coordinate check."""
-    from dpaudit.audit.method_runs import proxyfl
+    from dpaudit.auditing.method_runs import proxyfl
     from dpaudit.training.methods.fl_common import DataSettings
 
     def forbidden(*a, **k):

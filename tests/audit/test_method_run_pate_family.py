@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, audit_method_run
-from dpaudit.audit.method_runs.pate_family import canary_input, noisy_max_ideal_epsilon
+from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS, audit_method_run
+from dpaudit.auditing.method_runs.pate_family import canary_input, noisy_max_ideal_epsilon
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.serial import to_dict
 

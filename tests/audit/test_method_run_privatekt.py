@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, audit_method_run
-from dpaudit.audit.method_runs.privatekt import audit_run, rr_ideal_one_run_epsilon
+from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS, audit_method_run
+from dpaudit.auditing.method_runs.privatekt import audit_run, rr_ideal_one_run_epsilon
 from dpaudit.errors import ParameterError
 from dpaudit.serial import to_dict
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, MethodRunAudit, audit_method_run
-from dpaudit.audit.method_runs.proxyfl import ClientDiracHook, audit_run
+from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS, MethodRunAudit, audit_method_run
+from dpaudit.auditing.method_runs.proxyfl import ClientDiracHook, audit_run
 from dpaudit.errors import ParameterError
 from dpaudit.training.methods.fl_common import DataSettings
 from dpaudit.training.methods.proxyfl import ProxyFLConfig, ProxyFLMethod, run_proxyfl
@@ -152,7 +152,7 @@ def test_white_box_audit_at_the_papers_noise_with_many_canaries_is_sound_and_inf
 
 
 def test_parameters_are_listed_and_unknown_ones_refused():
-    from dpaudit.audit.method_audit import method_run_parameters
+    from dpaudit.auditing.method_audit import method_run_parameters
 
     params = method_run_parameters("proxyfl")
     assert params["canary"] == "dirac" and params["canaries"] == 1000 and "progress" not in params

@@ -8,9 +8,9 @@ import shutil
 import numpy as np
 import pytest
 
-from dpaudit.audit.canary_audit import (CanaryAuditResult, audit_release_canaries, canary_audit_release,
+from dpaudit.auditing.canary_audit import (CanaryAuditResult, audit_release_canaries, canary_audit_release,
                                         release_canary_scores)
-from dpaudit.audit.runner import release_digest
+from dpaudit.auditing.runner import release_digest
 from dpaudit.errors import ParameterError
 from dpaudit.training.methods import run_method
 from dpaudit.training.release import Release, load_release

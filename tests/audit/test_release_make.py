@@ -8,9 +8,11 @@ import json
 import numpy as np
 import pytest
 
+import dpaudit
+
 from byom_artefacts import digits_files, scores_file, torch_files
-from dpaudit.audit.attack_release import attack_release
-from dpaudit.audit.release_make import make_release, parse_claim
+from dpaudit.auditing.attack_release import attack_release
+from dpaudit.auditing.release_make import make_release, parse_claim
 from dpaudit.errors import DataError, ParameterError
 from dpaudit.training.release import load_release
 from dpaudit.training.usercode import BundleCode
@@ -54,7 +56,7 @@ def test_torch_factory_release_with_recipe_and_masks(digits, tmp_path) -> None:
     out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=f"{t['factory_module']}:build",
                        factory_kwargs={"hidden": 16}, data=digits["data"], members=tmp_path / "mask.npy",
                        nonmembers=digits["nonmembers"], train_fn="byomtrain:train")
-    with pytest.raises(DataError, match="dpaudit runs no code a bundle names. Pass --factory FILE.py:build"):
+    with pytest.raises(DataError, match="dpaudit runs no code a bundle names"):
         load_release(out)                  # the bundle's factory runs only when the user names the same code
     rel = load_release(out, code=BundleCode(factory=f"{t['factory_module']}:build", train_fn="byomtrain:train"))
     assert rel.kind == "torch_factory" and rel.spec.is_torch
@@ -176,7 +178,7 @@ def test_opacus_shuffled_batches_release_and_best_of_k(digits, tmp_path) -> None
 
 
 def test_ledger_accounting_and_check(digits, tmp_path) -> None:
-    from dpaudit.audit import check_claims
+    from dpaudit.auditing import check_claims
     from dpaudit.integrations.opacus import OpacusRun, write_opacus_ledger
 
     write_opacus_ledger(OpacusRun(((1.1, 0.05, 20),)), tmp_path / "ledger.json", delta=1e-5)
@@ -192,3 +194,84 @@ def test_ledger_accounting_and_check(digits, tmp_path) -> None:
                                           'granularity = "example"\n')
     report = check_claims(tmp_path / "claims.toml")
     assert report.passed and report.results[0].accounted.epsilon == pytest.approx(eps)
+
+
+def test_python_api_errors_are_worded_in_python(digits, tmp_path) -> None:
+    # issue 36: Release.load on a bundle naming a factory said "Pass --factory FILE.py:build" (a CLI flag); from
+    # Python it names the keyword (the CLI still names its flags: test_release_make_errors, tests/security)
+    t = torch_files(tmp_path)
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=f"{t['factory_module']}:build",
+                       factory_kwargs={"hidden": 16}, data=digits["data"], members=digits["members"],
+                       nonmembers=digits["nonmembers"])
+    with pytest.raises(DataError, match="dpaudit runs no code a bundle names") as exc:
+        dpaudit.Release.load(out)
+    msg = str(exc.value)
+    assert "code=BundleCode(factory='FILE.py:build')" in msg and "code=BundleCode(trust_bundle=True)" in msg
+    assert "--factory" not in msg and "--trust-bundle-code" not in msg
+    sk = make_release(tmp_path / "sk", claim=CLAIM, model=digits["skops"], data=digits["data"],
+                      members=digits["members"], nonmembers=digits["nonmembers"])
+    with pytest.raises(ParameterError, match=r"^BundleCode\(train_fn=\.\.\.\) applies to"):
+        load_release(sk, code=BundleCode(train_fn="byomtrain:train"))
+    with pytest.raises(ParameterError, match=r"needs factory='FILE.py:build'"):
+        make_release(tmp_path / "x", claim=CLAIM, model=t["weights"], data=digits["data"], members=digits["members"],
+                     nonmembers=digits["nonmembers"])
+    with pytest.raises(DataError, match="train_fn= or recipe_model="):
+        attack_release(load_release(sk), attack="lira")
+
+
+def test_opacus_recipe_trains_shadow_models_without_a_train_wrapper(digits, tmp_path) -> None:
+    # issue 36: an Opacus user had to write train(X, y, seed) before any attack beyond threshold; an OpacusRecipe
+    # (PrivacyEngine settings) on the release's own pinned factory now trains the shadow / reference models
+    from dpaudit.integrations.opacus import OpacusModel, OpacusRecipe
+
+    t = torch_files(tmp_path)
+    factory = f"{t['factory_module']}:build"
+    recipe = OpacusRecipe(noise_multiplier=0.8, max_grad_norm=1.0, epochs=2, batch_size=64, lr=0.5, momentum=0.5)
+    out = make_release(tmp_path / "rel", claim=CLAIM, model=t["weights"], factory=factory,
+                       factory_kwargs={"hidden": 16}, data=digits["data"], members=digits["members"],
+                       nonmembers=digits["nonmembers"], opacus_recipe=recipe)
+    meta = json.loads((out / "release.json").read_text())
+    assert meta["model"]["recipe"] == {"opacus": recipe.to_dict()}
+    assert set(meta["params"]["possible_attacks"]) == {"threshold", "shadow", "lira", "rmia"}
+    rel = load_release(out, code=BundleCode(factory=factory))      # the factory's permission covers the recipe
+    X, y = rel.dataset().X[:300], rel.dataset().y[:300]
+    train = rel.train_fn()
+    a, b = train(X, y, 3), train(X, y, 3)
+    pa = a.predict_proba(X)
+    assert pa.shape == (300, 10) and np.allclose(pa, b.predict_proba(X))     # same seed, same model
+    assert not np.allclose(pa, train(X, y, 4).predict_proba(X))
+    rep = attack_release(rel, attack="lira", num_shadows=4, n_bootstrap=0, blind=False)
+    assert rep.attack.name.startswith("lira") and 0.0 <= rep.attack.metrics.auc <= 1.0
+    # without the user's permission for the factory, the recipe does not run it either
+    with pytest.raises(DataError, match="runs no code a bundle names"):
+        load_release(out)
+    # the recipe needs a factory, and is one recipe among train_fn / recipe_model
+    with pytest.raises(ParameterError, match="needs factory="):
+        make_release(tmp_path / "x", claim=CLAIM, model=digits["skops"], data=digits["data"],
+                     members=digits["members"], nonmembers=digits["nonmembers"], opacus_recipe=recipe)
+    with pytest.raises(ParameterError, match="one training recipe"):
+        make_release(tmp_path / "y", claim=CLAIM, model=t["weights"], factory=factory, data=digits["data"],
+                     members=digits["members"], nonmembers=digits["nonmembers"], opacus_recipe=recipe.to_dict(),
+                     recipe_model="mlp")
+    assert isinstance(OpacusRecipe(**recipe.to_dict()).train_fn(lambda: torch_module())(X, y, 0), OpacusModel)
+
+
+def torch_module():
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+
+
+def test_release_make_cli_takes_an_opacus_recipe(digits, tmp_path, cli) -> None:
+    t = torch_files(tmp_path)
+    recipe = {"noise_multiplier": 1.0, "max_grad_norm": 1.0, "epochs": 1, "batch_size": 64, "lr": 0.1}
+    args = ["release", "make", "--out", tmp_path / "rel", "--model", t["weights"], "--factory",
+            f"{t['factory_module']}:build", "--factory-kwargs", '{"hidden": 16}', "--data", digits["data"],
+            "--members", digits["members"], "--nonmembers", digits["nonmembers"], "--claim", "epsilon=8",
+            "--claim", "delta=1e-5"]
+    code, out, err = cli([*args, "--opacus-recipe", json.dumps({**recipe, "lrr": 1})])
+    assert code == 2 and "--opacus-recipe" in err and "'lrr'" in err and "Traceback" not in err
+    code, out, err = cli([*args, "--opacus-recipe", json.dumps(recipe)])
+    assert code == 0, err
+    meta = json.loads((tmp_path / "rel" / "release.json").read_text())
+    assert meta["model"]["recipe"]["opacus"]["noise_multiplier"] == 1.0 and "lira" in meta["params"]["possible_attacks"]

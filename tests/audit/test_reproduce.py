@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.audit.reproduce import (PAPERS, Grid, PaperClaim, RowResult, Setting, check_data_files, check_replace,
+from dpaudit.auditing.reproduce import (PAPERS, Grid, PaperClaim, RowResult, Setting, check_data_files, check_replace,
                                      grid_settings, paper_grid, reproduce, table_paths)
 from dpaudit.errors import DataError, OutputError, ParameterError
 
@@ -32,7 +32,7 @@ def _row(key, values, acc=1.0, claimed=1.0):
 
 
 def test_verdicts_follow_the_claim_kind_and_the_scale():
-    from dpaudit.audit.reproduce import _verdict
+    from dpaudit.auditing.reproduce import _verdict
 
     rows = {"a": _row("a", [0.8, 0.9]), "b": _row("b", [0.5, 0.6]), "c": _row("c", [0.5], acc=math.inf, claimed=2.0)}
     assert _verdict(PaperClaim("x", "a beats b", "Fig. 1", "greater", ("a", "b")), rows, "cpu").verdict == "reproduced"
@@ -108,7 +108,7 @@ def test_a_poorer_run_never_replaces_a_table_unless_forced(tmp_path, committed, 
 
 def test_cli_refuses_a_poorer_table_in_one_line_and_defaults_to_runs(tmp_path, capsys, monkeypatch):
     from dpaudit.cli import main
-    import dpaudit.audit.reproduce as reproduce_module   # the command imports reproduce from it when it runs
+    import dpaudit.auditing.reproduce as reproduce_module   # the command imports reproduce from it when it runs
 
     committed = tmp_path / "reports" / "reproduce"
     path = _committed(committed, keys=("baseline", "g1", "g05", "g02", "g01", "g02_q500", "g02_t15"))
@@ -147,7 +147,7 @@ def test_cli_reports_missing_files_in_one_line(tmp_path, capsys):
 
 
 def test_made_by_line_names_the_root_of_the_committed_tables():
-    from dpaudit.audit.reproduce import ReproductionTable
+    from dpaudit.auditing.reproduce import ReproductionTable
 
     t = ReproductionTable(_tiny_grid(), (0, 1), (), (), 3.0, "reports/reproduce")
     assert "Made by `dpaudit reproduce fredy --scale cpu --seeds 2 --out reports/reproduce`." in t.to_markdown()

@@ -115,7 +115,7 @@ def test_rmia_cli_errors(release, tmp_path, cli):
 
 def test_release_make_checks_population_arrays(tmp_path):
     from dpaudit.attacks.scores import synthetic_scores
-    from dpaudit.audit.release_make import make_release
+    from dpaudit.auditing.release_make import make_release
     from dpaudit.errors import DataError
 
     a = synthetic_scores(20, num_references=3, num_population=10, seed=0)

@@ -229,3 +229,25 @@ def test_gaussian_interactive_is_accounted_data_independently(capsys, tmp_path):
     assert code == 0, err
     res = json.loads(out)
     assert res["parameters"]["answered"] == 3 and res["parameters"]["interactive"]
+
+
+def test_account_epochs_reproduces_opacus_sample_rate_and_steps(capsys):
+    # issue 36: Opacus's DPDataLoader has q = 1/len(loader) = 1/ceil(n/B) and ceil(n/B) steps per epoch; --epochs
+    # alone uses q = B/n. --opacus-loader counts as Opacus does (n = 1797, B = 64: 29 batches, not 28.08).
+    from opacus.accountants import RDPAccountant
+
+    args = ["account", "--mechanism", "dpsgd", "--dataset-size", "1797", "--batch-size", "64", "--noise-multiplier",
+            "1.1", "--epochs", "10", "--delta", "1e-5", "--accountant", "rdp", "--json"]
+    code, out, err = run(capsys, *args, "--opacus-loader")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["facts"]["steps"] == 290 and d["facts"]["sampling_rate"] == pytest.approx(1 / 29)
+    acc = RDPAccountant()
+    acc.history = [(1.1, 1 / 29, 290)]
+    assert d["epsilon"] == pytest.approx(acc.get_epsilon(delta=1e-5), rel=1e-6)     # Opacus's own figure
+    assert "1 / len(data_loader)" in " ".join(d["statement"]["assumptions"])
+    code, out, _ = run(capsys, *args)
+    plain = json.loads(out)
+    assert plain["facts"]["steps"] == 281 and plain["epsilon"] != pytest.approx(d["epsilon"], rel=1e-3)
+    code, _, err = run(capsys, *args, "--opacus-loader", "--sampling", "shuffle")
+    assert code == 2 and "opacus_loader" in err and "poisson" in err

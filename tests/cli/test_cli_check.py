@@ -29,7 +29,8 @@ def run(argv, capsys):
     return info.value.code, out, err
 
 
-def test_all_hold_exit_0(tmp_path, capsys):
+def test_all_hold_exit_0(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")    # whole cells on one line (a pipe gets 100 columns: test_cli_console)
     f = tmp_path / "c.toml"
     f.write_text(LAPLACE_OK)
     code, out, err = run(["check", str(f)], capsys)
@@ -37,7 +38,8 @@ def test_all_hold_exit_0(tmp_path, capsys):
     assert "accounted ε" in out and "HOLDS" in out and "1 claim: 1 HOLDS, 0 UNPROVEN, 0 REFUTED." in out
 
 
-def test_an_unproven_claim_exits_3_and_junit_is_written(tmp_path, capsys):
+def test_an_unproven_claim_exits_3_and_junit_is_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")    # whole cells on one line (a pipe gets 100 columns: test_cli_console)
     f = tmp_path / "c.toml"
     f.write_text(LAPLACE_OK + "\n" + LAPLACE_BAD)
     junit = tmp_path / "out" / "claims.xml"
@@ -71,7 +73,7 @@ def test_warnings_go_to_stderr(tmp_path, capsys):
     np.save(votes, np.array([[9, 1, 0], [5, 4, 1]]))
     f = tmp_path / "c.toml"
     f.write_text('[[claim]]\nname = "p"\nmechanism = "pate"\nparams = { votes = "votes.npy", gamma = 0.1 }\n'
-                 'epsilon = 100.0\ndelta = 1e-5\ngranularity = "example"\n')
+                 'epsilon = 100.0\ndelta = 1e-5\ngranularity = "example"\nallow_data_dependent = true\n')
     for extra in ([], ["--quiet"]):
         code, out, err = run(["check", str(f), *extra], capsys)
         assert code == 0 and "data-dependent" not in out, extra
@@ -128,3 +130,25 @@ def test_real_process_has_no_traceback(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-m", "dpaudit", "check", str(f)], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.startswith("dpaudit: error: ")
+
+
+def test_a_data_dependent_figure_is_unproven_unless_the_claim_allows_it(tmp_path, capsys):
+    # issue 36: a claim HELD on a data-dependent PATE figure that dpaudit's own warning calls "not itself DP";
+    # allow_data_dependent now defaults to false: UNPROVEN with the reason, HOLDS only when the claim allows it
+    np.save(tmp_path / "votes.npy", np.array([[250, 0, 0]] * 200))    # consensus: data-dependent 0.10, else 15.2
+    base = ('[[claim]]\nname = "{name}"\nmechanism = "pate"\nparams = {{ votes = "votes.npy", gamma = 0.1 }}\n'
+            'epsilon = {eps}\ndelta = 1e-5\ngranularity = "example"\n')
+    f = tmp_path / "c.toml"
+    f.write_text(base.format(name="default", eps=1.0) + "\n" + base.format(name="allowed", eps=1.0)
+                 + "allow_data_dependent = true\n\n" + base.format(name="independent-enough", eps=20.0))
+    code, out, _ = run(["check", str(f), "--json"], capsys)
+    d = json.loads(out)
+    assert code == 3 and [(r["name"], r["verdict"]) for r in d["results"]] == [
+        ("default", "UNPROVEN"), ("allowed", "HOLDS"), ("independent-enough", "HOLDS")]
+    why = " ".join(d["results"][0]["unproven_because"])
+    assert "data-dependent" in why and "not itself DP" in why and "allow_data_dependent = true" in why
+    assert d["results"][1]["accounted"]["data_dependent"] is True
+    # a claim the data-independent route supports holds on that route, said so
+    third = d["results"][2]
+    assert third["accounted"]["data_dependent"] is False and third["accounted"]["epsilon"] > 15
+    assert any("judged on the data-independent route" in w for w in third["warnings"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit._format import fmt_number, table_text
+from dpaudit._format import fmt_number, make_console, table_text, table_width
 from dpaudit.cli import main
 from dpaudit.serial import from_dict
 
@@ -77,6 +77,20 @@ def test_a_pipe_gets_one_line_per_row():
     assert all(line == line.rstrip() for line in text.splitlines())  # no padding spaces at line ends
 
 
+def test_tables_fit_100_columns_when_piped(capsys, monkeypatch):
+    # issue 36: the facts table was about 250 characters wide when piped; a pipe now gets 100 columns
+    monkeypatch.delenv("COLUMNS", raising=False)
+    wide = [["lower_bound_construction", "target +1, others -1, neighbour 0 (Chua et al. 2024), remove direction " * 3]]
+    text = table_text(["fact", "value"], wide, width=table_width(make_console()))
+    assert max(len(line) for line in text.splitlines()) <= 100 and "direction" in text
+    code, out, _ = run(["account", "--mechanism", "dpsgd", "--dataset-size", "1000", "--batch-size", "100",
+                        "--noise-multiplier", "1.3", "--epochs", "2", "--delta", "1e-5", "--sampling", "shuffle"], capsys)
+    assert code == 0
+    tables = out.split("\nassumptions\n")[0].splitlines()      # every table comes before the numbered assumptions
+    assert "facts" in tables and max(len(line) for line in tables) <= 100
+    assert "lower_bound_construction" in out and "Chua et al. 2024" in out
+
+
 # ---------------------------------------------------------------- commands
 
 
@@ -121,7 +135,7 @@ def test_check_table_is_whole_at_any_width(columns, capsys, monkeypatch):
 
 def test_audit_console_tables_are_whole_at_60_columns(capsys, monkeypatch, tmp_path):
     """`dpaudit audit` prints the committed default report's tables (run_audit replaced by reading it)."""
-    import dpaudit.audit.runner as runner
+    import dpaudit.auditing.runner as runner
     from dpaudit.report.schema import AuditReport
 
     report = from_dict(AuditReport, json.loads((ROOT / "reports" / "default" / "report.json").read_text()))

@@ -57,7 +57,7 @@ def test_the_choices_the_cli_spells_are_the_librarys():
     from dpaudit.attacks import ATTACKS
     from dpaudit.attacks.shadow import CLASSIFIERS
     from dpaudit.attacks.threshold import THRESHOLD_KINDS
-    from dpaudit.audit import reproduce
+    from dpaudit.auditing import reproduce
     from dpaudit.cli import attack as attack_cli
     from dpaudit.cli import reproduce as reproduce_cli
 
@@ -68,7 +68,7 @@ def test_the_choices_the_cli_spells_are_the_librarys():
 
 
 def test_audit_method_help_lists_every_methods_parameters(cli):
-    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS
+    from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS
 
     code, out, _ = cli(["audit-method", "--help"])
     assert code == 0

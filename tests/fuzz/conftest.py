@@ -42,7 +42,7 @@ def outside_artefacts(tmp_path_factory) -> dict:
     from sklearn.linear_model import LogisticRegression
 
     from dpaudit.attacks.scores import synthetic_scores
-    from dpaudit.audit.release_make import make_release
+    from dpaudit.auditing.release_make import make_release
 
     root = tmp_path_factory.mktemp("outside")
     X, y = load_digits(return_X_y=True)

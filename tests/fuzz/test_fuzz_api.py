@@ -174,7 +174,7 @@ def _to_dict(**kw):
 
 
 def _make_release_keywords() -> tuple[str, ...]:
-    from dpaudit.audit.release_make import make_release
+    from dpaudit.auditing.release_make import make_release
 
     return tuple(inspect.signature(make_release).parameters)
 

@@ -537,7 +537,7 @@ def stop_before_training(monkeypatch):
 
 
 def _set_cases():
-    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, method_run_parameters
+    from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS, method_run_parameters
 
     def sets(method):
         keys = sorted(set(method_run_parameters(method)) - {"seed", "confidence"}) + ["bogus"]

@@ -201,7 +201,7 @@ class _Stop(Exception):
 @pytest.fixture
 def no_run(monkeypatch):
     """Stop `audit` where it would start training (after the whole config was checked): exit 0."""
-    import dpaudit.audit.runner as runner
+    import dpaudit.auditing.runner as runner
 
     def stop(*a, **k):
         raise click.exceptions.Exit(0)

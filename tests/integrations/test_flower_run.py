@@ -70,7 +70,7 @@ def test_the_record_is_what_the_engine_ran(headline_run):
 
 
 def test_account_release_attack_check(headline_run, tmp_path, capsys):
-    from dpaudit.audit.flower_run import account_flower_run
+    from dpaudit.auditing.flower_run import account_flower_run
 
     acc = account_flower_run(headline_run)
     assert acc.sampler_verified and acc.lower_bound <= acc.sampled_epsilon
@@ -135,7 +135,7 @@ def test_plain_fedavg_is_recorded_as_no_guarantee(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_adaptive_clipping_run_records_the_moving_norm(tmp_path):
-    from dpaudit.audit.flower_run import account_flower_run
+    from dpaudit.auditing.flower_run import account_flower_run
 
     out = tmp_path / "run"
     _simulate(out, "--clients", "6", "--sampled", "3", "--rounds", "4", "--dp", "server-adaptive",
@@ -150,7 +150,7 @@ def test_adaptive_clipping_run_records_the_moving_norm(tmp_path):
 
 @pytest.mark.slow
 def test_certified_canary_audit_of_a_flower_simulation(tmp_path):
-    from dpaudit.audit.flower_canary import audit_flower_simulation
+    from dpaudit.auditing.flower_canary import audit_flower_simulation
 
     res = audit_flower_simulation(tmp_path / "audit", canaries=64, clients=4, sampled=34, rounds=4, noise_multiplier=0.5,
                                   seed=0, ideal_replicates=5)

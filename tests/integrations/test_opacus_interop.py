@@ -18,7 +18,7 @@ from dpaudit.serial import to_dict
 opacus = pytest.importorskip("opacus")
 
 
-def _train(poisson: bool, steps_epochs: int = 2, seed: int = 0, loader_kwargs=None):
+def _train(poisson: bool, steps_epochs: int = 2, seed: int = 0, loader_kwargs=None, accountant: str = "rdp"):
     from opacus import PrivacyEngine
 
     torch.manual_seed(seed)
@@ -28,7 +28,7 @@ def _train(poisson: bool, steps_epochs: int = 2, seed: int = 0, loader_kwargs=No
                                          **(loader_kwargs or {"shuffle": True}))
     model = torch.nn.Linear(5, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    engine = PrivacyEngine(accountant="rdp")
+    engine = PrivacyEngine(accountant=accountant) if accountant else PrivacyEngine()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=1.3,
@@ -68,6 +68,26 @@ def test_opacus_figure_beside_the_routes_and_the_smallest_route_is_the_headline(
     assert "Poisson" in text and "Record-level" in text
     # the recorder saw the same phases through the optimizer hook, without the engine
     assert read_opacus(rec).history == run.history
+
+
+@pytest.mark.parametrize("accountant", [None, "prv", "gdp", "rdp"])
+def test_opacus_own_figure_is_the_accountant_the_engine_used(accountant) -> None:
+    # issue 36: a default PrivacyEngine() uses PRV; "Opacus's own figure" is what engine.get_epsilon printed
+    engine, rec, loader = _train(poisson=True, accountant=accountant, steps_epochs=1 if accountant == "gdp" else 2)
+    run = read_opacus(engine, data_loader=loader)
+    kind = accountant or "prv"
+    assert run.opacus_kind == kind
+    res = run.account(1e-5)
+    theirs = engine.get_epsilon(delta=1e-5)
+    assert res.statements[0].epsilon == pytest.approx(theirs, rel=1e-6) and res.statements[0].route == ""
+    assert res.statements[0].label.startswith("Opacus's own figure")
+    assert res.facts["opacus_epsilon"] == res.statements[0].epsilon and res.facts["opacus_epsilon_accountant"] == kind
+    # the RDP figure stays beside it, whichever accountant ran
+    assert res.facts["opacus_rdp_epsilon"] == pytest.approx(run.opacus_rdp_epsilon(1e-5), rel=1e-12)
+    assert run.opacus_epsilon(1e-5) == pytest.approx(theirs, rel=1e-6)
+    # the record keeps the accountant's name, so a release made from it shows the same figure
+    assert OpacusRun.from_dict(json.loads(json.dumps(run.to_dict()))).opacus_kind == kind
+    assert read_opacus(rec).opacus_kind == "rdp"            # a recorder does not know the engine's accountant
 
 
 def test_shuffled_batches_are_accounted_as_shuffled_not_poisson() -> None:
@@ -141,3 +161,32 @@ def test_orders_are_opacus_defaults() -> None:
     from dpaudit.integrations.opacus import OPACUS_ORDERS
 
     assert list(OPACUS_ORDERS) == [float(a) for a in RDPAccountant.DEFAULT_ALPHAS]
+
+
+@pytest.mark.parametrize("field,value", [("lr", 0.0), ("epochs", 0), ("batch_size", -1), ("max_grad_norm", 0.0),
+                                         ("optimizer", "rmsprop"), ("momentum", 1.0), ("poisson_sampling", "yes")])
+def test_opacus_recipe_is_validated_at_construction(field, value) -> None:
+    from dpaudit.integrations.opacus import OpacusRecipe
+
+    kw = dict(noise_multiplier=1.0, max_grad_norm=1.0, epochs=1, batch_size=8, lr=0.1)
+    with pytest.raises(ParameterError, match=f"'{field}' parameter of OpacusRecipe"):
+        OpacusRecipe(**{**kw, field: value})
+    with pytest.raises(DataError, match="unknown field"):
+        OpacusRecipe.from_dict({**kw, "lrr": 0.1})
+
+
+def test_opacus_recipe_gives_a_ready_train_function() -> None:
+    # issue 36: no hand-written train(X, y, seed): the recipe's train function runs PrivacyEngine.make_private
+    from dpaudit.integrations.opacus import OpacusRecipe
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(96, 5)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    state = torch.random.get_rng_state()
+    train = OpacusRecipe(noise_multiplier=0.5, max_grad_norm=1.0, epochs=3, batch_size=16, lr=0.5).train_fn(
+        torch.nn.Linear, in_features=5, out_features=2)
+    m = train(X, y, 0)
+    assert torch.equal(state, torch.random.get_rng_state())        # the caller's RNG is untouched
+    p = m.predict_proba(X)
+    assert p.shape == (96, 2) and np.allclose(p.sum(1), 1) and (p.argmax(1) == y).mean() > 0.7
+    assert np.array_equal(p, train(X, y, 0).predict_proba(X))

@@ -26,7 +26,7 @@ def test_exposure_matches_ranks_by_hand():
 
 @pytest.mark.parametrize("lora", [4, pytest.param(0, marks=pytest.mark.slow)])
 def test_dp_lm_audit_is_certified_and_below_the_accounting(tmp_path, lora):
-    from dpaudit.audit.lm_audit import run_lm_canary_audit
+    from dpaudit.auditing.lm_audit import run_lm_canary_audit
 
     r = run_lm_canary_audit(epsilon=8.0, lora_rank=lora, seed=0, out=tmp_path, **_SMALL)
     assert r.bound.kind == "certified"
@@ -60,7 +60,7 @@ def test_finetune_is_seeded_and_private_run_is_accounted():
 @pytest.mark.parametrize("lora", [0, 4])
 def test_dp_lm_audit_sound_over_seeds(epsilon, lora):
     """The certified bound never exceeds the accounted epsilon over seeds (full fine-tuning and LoRA)."""
-    from dpaudit.audit.lm_audit import run_lm_canary_audit
+    from dpaudit.auditing.lm_audit import run_lm_canary_audit
 
     for seed in range(3):
         r = run_lm_canary_audit(epsilon=epsilon, lora_rank=lora, seed=seed, canaries=128, private_texts=128,
@@ -70,7 +70,7 @@ def test_dp_lm_audit_sound_over_seeds(epsilon, lora):
 
 @pytest.mark.slow
 def test_lm_audit_without_dp_and_exposure():
-    from dpaudit.audit.lm_audit import run_lm_canary_audit
+    from dpaudit.auditing.lm_audit import run_lm_canary_audit
 
     r = run_lm_canary_audit(epsilon=None, canary="random-secret", secret_length=3, canaries=128, private_texts=128,
                             steps=150, batch_size=32, pretrain_steps=60, exposure=True, seed=0)
@@ -82,7 +82,7 @@ def test_lm_audit_without_dp_and_exposure():
 
 @pytest.mark.slow
 def test_lm_multi_run_audit_is_sound():
-    from dpaudit.audit.lm_audit import run_lm_multi_run_audit
+    from dpaudit.auditing.lm_audit import run_lm_multi_run_audit
 
     r = run_lm_multi_run_audit(epsilon=8.0, models=16, private_texts=64, steps=10, batch_size=16, pretrain_steps=20,
                                replicates=3, seed=0)

@@ -253,8 +253,8 @@ def test_certified_analyses_controls_and_intervals_are_rendered():
 
     from dpaudit.attacks.canary import one_run_certified
     from dpaudit.attacks.results import CurveTest
-    from dpaudit.audit.canary_audit import CanaryAuditResult
-    from dpaudit.audit.method_runs.result import MethodRunAudit, RunControl
+    from dpaudit.auditing.canary_audit import CanaryAuditResult
+    from dpaudit.auditing.method_runs.result import MethodRunAudit, RunControl
 
     rng = np.random.default_rng(0)
     inc = rng.random(400) < 0.5

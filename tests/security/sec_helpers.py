@@ -74,7 +74,7 @@ def user_files(root: Path) -> dict[str, Path]:
 
 def torch_bundle(root: Path, out: Path) -> tuple[Path, dict[str, Path]]:
     """A torch-factory bundle with a training function recipe, made the honest way (``release make``)."""
-    from dpaudit.audit.release_make import make_release
+    from dpaudit.auditing.release_make import make_release
 
     f = user_files(root)
     make_release(out, claim=CLAIM, model=f["weights"], factory=f"{f['factory']}:build", factory_kwargs={"hidden": 8},

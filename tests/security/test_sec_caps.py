@@ -61,7 +61,7 @@ def made(tmp_path_factory):
     from sklearn.linear_model import LogisticRegression
 
     from dpaudit.attacks.scores import synthetic_scores
-    from dpaudit.audit.release_make import make_release
+    from dpaudit.auditing.release_make import make_release
 
     root = tmp_path_factory.mktemp("made")
     X, y = digits_arrays()

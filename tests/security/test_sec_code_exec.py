@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sec_helpers import CLAIM, set_factory, set_train_fn, sha256, torch_bundle, touch_src
-from dpaudit.errors import DPAuditError
+from dpaudit.errors import DataError, DPAuditError
 from dpaudit.training.release import load_release
 from dpaudit.training.usercode import BundleCode, load_callable, pin_code, run_pinned
 
@@ -259,3 +259,20 @@ def test_audit_and_check_run_a_bundles_code_only_through_the_users_config(bundle
     (tmp_path / "claims.toml").write_text(claim.format(code='factory = "mynet.py:build"'))
     code, out, err = cli(["check", tmp_path / "claims.toml"])
     assert code in (0, 1) and "c" in out, err
+
+
+def test_a_train_fn_importing_a_module_beside_it_gets_the_rule(tmp_path, monkeypatch):
+    # issue 36: "No module named 'mlp'" did not say why: a pinned file runs alone, its folder is not on sys.path
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "mlp_beside_36.py").write_text("def net():\n    return 1\n")
+    (code / "train.py").write_text("import mlp_beside_36\n\ndef train(X, y, seed):\n    return mlp_beside_36.net()\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match="mlp_beside_36") as exc:
+        load_callable(f"{code / 'train.py'}:train", "--train-fn")
+    msg = str(exc.value)
+    assert "beside it" in msg and "pinned as one file" in msg and "sys.path" in msg
+    assert "mlp_beside_36" not in sys.modules                          # nothing beside it ran
+    (code / "train2.py").write_text("import no_such_module_36\n\ndef train(X, y, seed):\n    return 0\n")
+    with pytest.raises(DataError, match="never from the file's own folder"):
+        load_callable(f"{code / 'train2.py'}:train", "--train-fn")

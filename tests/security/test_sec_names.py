@@ -12,9 +12,9 @@ BAD = ["..", ".", "../escape", "a/b", "/abs", "a\x00b", "", " x", "-x", ".hidden
 
 @pytest.mark.parametrize("name", BAD)
 def test_bad_names_are_refused_by_the_library(name):
-    from dpaudit.audit.canary_audit import CanaryAuditSpec
-    from dpaudit.audit.method_audit import MethodAuditSpec
-    from dpaudit.audit.runner import ModelRun
+    from dpaudit.auditing.canary_audit import CanaryAuditSpec
+    from dpaudit.auditing.method_audit import MethodAuditSpec
+    from dpaudit.auditing.runner import ModelRun
 
     assert not NAME_PATTERN.fullmatch(name)
     for make in (lambda: check_name(name, "name", "test"),

@@ -151,7 +151,7 @@ def test_reproduce_seeds_1000000000_is_refused_with_its_bound_before_any_work(tm
     _one_error(cli, ["reproduce", "fredy", "--seeds", "1000000000", "--out", tmp_path / "o", "--work-dir",
                      tmp_path / "w", "--quiet"], "'seeds'", "[1, 100]", "1000000000")
     assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()
-    from dpaudit.audit.reproduce import reproduce
+    from dpaudit.auditing.reproduce import reproduce
 
     with pytest.raises(ParameterError, match=r"\[1, 100\]"):
         reproduce("fredy", seeds=101, out=tmp_path / "o", work_dir=tmp_path / "w", progress=False)
@@ -181,7 +181,7 @@ def test_every_count_an_attack_takes_is_bounded_before_any_work(tmp_path, cli, n
         dpaudit.attack(tmp_path / "no-bundle", attack="threshold", out=tmp_path / "o", **{name: value})
     assert f"'{name}'" in str(exc.value) and bound in str(exc.value)
     assert not (tmp_path / "o").exists()
-    from dpaudit.audit.attack_release import attack_release, compare_release
+    from dpaudit.auditing.attack_release import attack_release, compare_release
 
     if name in ("shadows", "bootstrap", "population", "seed"):
         lib = {"shadows": "num_shadows", "bootstrap": "n_bootstrap"}.get(name, name)
@@ -200,7 +200,7 @@ def test_composition_counts_and_claim_budgets_are_bounded(tmp_path):
         dpaudit.account("laplace", scale=1.0, count=10**80)       # was an OverflowError
     with pytest.raises(ParameterError, match=r"'count'"):
         dpaudit.account("gaussian", sigma=1.0, delta=1e-5, count=10**16)
-    from dpaudit.audit.claims import parse_claims
+    from dpaudit.auditing.claims import parse_claims
 
     for key, value in (("shadows", 10**9), ("models", 10**9), ("canaries", 10**9), ("seed", 2**40)):
         attack = {"kind": "canary" if key in ("models", "canaries") else "lira", key: value}

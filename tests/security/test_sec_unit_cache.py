@@ -60,7 +60,7 @@ def _args(bundle, *extra):
 
 def _lib(bundle, units):
     """The shadow attack through the library, shadow models checkpointed in ``units``: its result dict."""
-    from dpaudit.audit.attack_release import attack_release
+    from dpaudit.auditing.attack_release import attack_release
 
     rep = attack_release(bundle, attack="shadow", num_shadows=2, classifier="logreg", per_class=False, n_bootstrap=0,
                          blind=False, checkpoint_dir=units)

@@ -98,7 +98,7 @@ def test_a_bundle_directory_that_is_a_symlink_is_refused(copy, tmp_path):
 def test_data_dir_outside_the_bundle_needs_the_users_confirmation(copy, tmp_path):
     b = copy()
     _edit(b, lambda m: m["dataset"].__setitem__("data_dir", "/etc"))
-    with pytest.raises(DataError, match="outside the bundle.*--data-dir.*--trust-data-dir"):
+    with pytest.raises(DataError, match="outside the bundle.*data_dir=DIR.*trust_data_dir=True"):
         load_release(b)
     assert load_release(b, trust_data_dir=True).meta["dataset"]["data_dir"] == "/etc"
     assert load_release(b, data_dir=tmp_path).meta["dataset"]["data_dir"] == str(tmp_path)

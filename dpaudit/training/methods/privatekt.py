@@ -267,7 +267,7 @@ def run_privatekt(data: FederatedData, spec: Any, config: PrivateKTConfig, *, se
 
     ``observer(round, uploads)``, when given, is called once per round computed in this call with what the server
     received: ``{client_id: perturbed labels (K,)}`` (copies). It is for auditors (see
-    :mod:`dpaudit.audit.method_runs.privatekt`); it draws no randomness, so the run's numbers are the same with or
+    :mod:`dpaudit.auditing.method_runs.privatekt`); it draws no randomness, so the run's numbers are the same with or
     without it. Rounds restored from a checkpoint are not replayed to it."""
     method = PrivateKTMethod(config, data, spec, device=device, observer=observer)
     return run_global_model(method, data, config, seed=seed, result=PrivateKTResult, beta=method.beta, **engine)

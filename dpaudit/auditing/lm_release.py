@@ -192,8 +192,8 @@ def make_lm_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any]
     or lists of strings; ``reference_lms``: LM directories of the same tokenizer; ``reference_in``: ``.npy`` or array
     (n_targets, K) bool (default: no reference LM trained on a target). Or ``lm_scores``: an ``.npz`` of
     :data:`LM_SCORES_FORMAT`. ``claim``, ``ledger``/``dp_events``/``opacus``: as
-    :func:`dpaudit.audit.release_make.make_release`. ``max_length``: tokens kept per text."""
-    from dpaudit.audit.release_make import accounting_inputs, existing_input, parse_claim
+    :func:`dpaudit.auditing.release_make.make_release`. ``max_length``: tokens kept per text."""
+    from dpaudit.auditing.release_make import accounting_inputs, existing_input, parse_claim
     from dpaudit.training.lm.files import MAX_WEIGHT_BYTES, check_lm_dir
     from dpaudit.training.release import check_release_target
 

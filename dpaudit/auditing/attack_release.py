@@ -19,7 +19,7 @@ from dpaudit.attacks.run import ATTACKS
 from dpaudit.attacks.compare import AttackComparison, compare_attacks
 from dpaudit.attacks.scores import compare_scores, scores_attack
 from dpaudit._io import OUTPUT_MARKER, check_replaceable, is_dpaudit_output, make_output_dir
-from dpaudit.errors import DataError, OutputError, check_choice, check_int, check_path
+from dpaudit.errors import DataError, OutputError, check_choice, check_int, check_path, worded
 from dpaudit.executors import Executor, LocalExecutor
 from dpaudit.training.release import Release, load_release
 
@@ -32,6 +32,10 @@ ATTACK_RESULTS = ("attack.json", "roc.png", "canary_audit.json", "canaries.npz",
                   "per_record_grid.png")
 #: Where ``dpaudit attack`` writes by default: ``runs/attack/<bundle name>-<attack>`` (relative to the current folder).
 DEFAULT_ATTACK_ROOT = Path("runs") / "attack"
+
+
+def _RECIPE_HINT() -> str:    # noqa: N802 - a message fragment, as the caller spells it
+    return worded("--train-fn or --recipe-model", "dpaudit.release.make(..., train_fn= or recipe_model=)")
 
 
 def attack_out_dir(release: str | Path, name: str, out: str | Path | None = None, *, overwrite: bool = False) -> Path:
@@ -54,12 +58,13 @@ def attack_out_dir(release: str | Path, name: str, out: str | Path | None = None
         raise OutputError(f"--out {o} is a symbolic link; dpaudit writes only into a folder itself.")
     if o.exists():
         if not o.is_dir():
-            raise OutputError(f"--out {o} is a file, not a folder.")
+            raise OutputError(f"{worded('--out', 'out=')} {o} is a file, not a folder.")
         earlier = [f for f in ATTACK_RESULTS if (o / f).exists() or (o / f).is_symlink()]
         if earlier:
             if not overwrite:
-                raise OutputError(f"--out {o} already holds the results of an earlier attack ({', '.join(earlier)}); "
-                                  "pass --overwrite to replace them, or choose another --out.")
+                raise OutputError(f"{worded('--out', 'out=')} {o} already holds the results of an earlier attack "
+                                  f"({', '.join(earlier)}); pass {worded('--overwrite', 'overwrite=True')} to replace "
+                                  f"them, or choose another {worded('--out', 'out')}.")
             check_replaceable(o)
         elif any(o.iterdir()) and not is_dpaudit_output(o):
             raise OutputError(f"--out {o} exists and was not written by dpaudit (it holds no {OUTPUT_MARKER}); choose "
@@ -141,7 +146,7 @@ def attack_release(release: Release | str | Path, *, attack: str, num_shadows: i
         return _with_release_records(rel, report)
     if attack in ("shadow", "lira", "rmia") and not getattr(rel, "has_recipe", True):
         raise DataError(f"The {attack} attack needs a training recipe for shadow models; release {str(rel.path)!r} has "
-                        "none (make it with --train-fn or --recipe-model). Possible here: threshold.")
+                        f"none (make it with {_RECIPE_HINT()}). Possible here: threshold.")
     ds = rel.dataset()
     m = rel.membership
     for key in ("members", "nonmembers", "attacker"):
@@ -246,7 +251,7 @@ def compare_release(release: Release | str | Path, *, num_references: int = 16, 
     else:
         if not getattr(rel, "has_recipe", True):
             raise DataError(f"The attack comparison needs a training recipe for reference models; release "
-                            f"{str(rel.path)!r} has none (make it with --train-fn or --recipe-model).")
+                            f"{str(rel.path)!r} has none (make it with {_RECIPE_HINT()}).")
         ds = rel.dataset()
         m = rel.membership
         for key in ("members", "nonmembers", "attacker"):

@@ -18,9 +18,10 @@ A claims file (schema 1)::
     # train_fn = "train.py:train"               #   (run only when its sha256 matches the bundle's record)
     # ledger = "ledger.json"                    # a PrivacyLedger.to_dict() JSON file
     party = "client-0"                          # optional, release/ledger only: that party's figure
-    allow_data_dependent = true                 # optional: false fails data-dependent figures
+    allow_data_dependent = false                # optional (default false): true lets a data-dependent figure
+                                                #   (PATE / GNMax on the votes: not itself DP) hold the claim
     attack = { kind = "threshold", shadows = 8, confidence = 0.95, seed = 0 }   # optional, release only
-    # or, on any subject: a certified audit of a method's whole training run (dpaudit.audit.method_audit)
+    # or, on any subject: a certified audit of a method's whole training run (dpaudit.auditing.method_audit)
     # attack = { kind = "method-run", method = "fredy", params = { gamma = 1.0, trials = 60 }, confidence = 0.95, seed = 0 }
 
 Paths are relative to the claims file's directory. Everything that can be decided from the file alone is
@@ -31,7 +32,7 @@ A ``method-run`` attack's ``method`` and ``params`` are checked here too (a regi
 names, the types of their defaults, no ``seed``/``confidence``/``delta`` inside ``params``: those are the attack's
 and the claim's), as is the claim's granularity against the neighbouring relation the audit's canary changes.
 Facts about the subject that contradict the claim (a release accounted at another granularity or a larger
-delta) make the claim *fail* instead; see :mod:`dpaudit.audit.evaluate`.
+delta) make the claim *fail* instead; see :mod:`dpaudit.auditing.evaluate`.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class AttackBudget:
     empirical epsilon lower bound (e.g. 0.95), and its ``seed``. ``kind = "canary"``: a certified canary audit of
     the release's DP-SGD recipe (``audit`` one-run|multi-run, ``canary`` dirac|mislabeled|ood, ``canaries`` m,
     ``models`` N); only certified bounds can fail a claim. ``kind = "method-run"``: the certified audit of
-    ``method``'s whole training run (:func:`dpaudit.audit.method_audit.audit_method_run`) with the audit parameters
+    ``method``'s whole training run (:func:`dpaudit.auditing.method_audit.audit_method_run`) with the audit parameters
     ``params`` and this budget's ``seed`` and ``confidence`` (and the claim's delta where the audit takes one)."""
 
     kind: str
@@ -164,7 +165,7 @@ class Claim:
     subject: Subject
     party: str | None = None
     attack: AttackBudget | None = None
-    allow_data_dependent: bool = True
+    allow_data_dependent: bool = False
     description: str = ""
 
 
@@ -206,7 +207,7 @@ def _code_path(value: Any, name: str, owner: str, base: Path) -> str | None:
 
 def _method_run_attack(a: Mapping[str, Any], owner: str, granularity: str) -> AttackBudget:
     """Validate a ``kind = "method-run"`` attack table against the registered method audits."""
-    from dpaudit.audit.method_audit import METHOD_RUN_AUDITS, check_method_params
+    from dpaudit.auditing.method_audit import METHOD_RUN_AUDITS, check_method_params
 
     _unknown(set(a), _METHOD_RUN_KEYS, f"{owner} (kind = \"method-run\")")
     if "method" not in a:
@@ -246,7 +247,7 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
     epsilon = check_float(raw["epsilon"], "epsilon", owner, low=0.0)
     delta = check_probability(raw["delta"], "delta", owner, allow_zero=True)
     granularity = canonical_granularity(raw["granularity"], "granularity", owner)
-    allow_dd = check_bool(raw.get("allow_data_dependent", True), "allow_data_dependent", owner)
+    allow_dd = check_bool(raw.get("allow_data_dependent", False), "allow_data_dependent", owner)
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise ParameterError(f"The 'description' parameter of {owner} must be a string. Got {description!r} instead.")
@@ -315,7 +316,7 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
                 if key in a:
                     raise ParameterError(f"The '{key}' parameter of {aowner} applies to kind = \"method-run\" only. "
                                          f"Got kind = {a['kind']!r} instead.")
-            from dpaudit.audit.attack_release import MAX_SEED, MAX_SHADOWS   # (the attack layer: loaded when used)
+            from dpaudit.auditing.attack_release import MAX_SEED, MAX_SHADOWS   # (the attack layer: loaded when used)
             from dpaudit.training.canaries import MAX_CANARIES
             from dpaudit.training.limits import MAX_MODELS
 

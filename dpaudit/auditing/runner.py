@@ -50,7 +50,7 @@ __all__ = ["AttackSpec", "ModelRun", "AuditConfig", "default_config", "load_audi
 
 ATTACK_KINDS = ("threshold", "shadow", "lira")
 #: Supported ranges of an audit's settings (beyond them a run would take days or exhaust memory).
-from dpaudit.audit.attack_release import MAX_BOOTSTRAP, MAX_SEED, MAX_SHADOWS  # noqa: E402 - one set of limits
+from dpaudit.auditing.attack_release import MAX_BOOTSTRAP, MAX_SEED, MAX_SHADOWS  # noqa: E402 - one set of limits
 
 
 @dataclass(frozen=True)
@@ -196,8 +196,8 @@ def default_config() -> AuditConfig:
     baseline, attacked by the loss-threshold, shadow-model (CatBoost, 16 shadows) and LiRA (16 shadows) attacks;
     and two certified audits: a one-run white-box audit (1000 Dirac canaries) of DP-SGD at epsilon 8 on digits, and a
     multi-run audit of FREDY's whole training (400 trainings with or without a canary record) at gamma 0.3."""
-    from dpaudit.audit.canary_audit import CanaryAuditSpec
-    from dpaudit.audit.method_audit import MethodAuditSpec
+    from dpaudit.auditing.canary_audit import CanaryAuditSpec
+    from dpaudit.auditing.method_audit import MethodAuditSpec
 
     gammas = (0.05, 0.3, 2.0)
     models = []
@@ -277,7 +277,7 @@ def load_audit_config(path: str | Path) -> AuditConfig:
             raise ParameterError(f"The 'kind' key of [[attacks]] entry #{i + 1} of {p} is required. Got nothing instead.")
         attacks.append(AttackSpec(**a))
     data_dir = data.get("data_dir")
-    from dpaudit.audit.canary_audit import CanaryAuditSpec
+    from dpaudit.auditing.canary_audit import CanaryAuditSpec
 
     cfields = {f.name for f in dataclasses.fields(CanaryAuditSpec)}
     canary_audits = []
@@ -289,7 +289,7 @@ def load_audit_config(path: str | Path) -> AuditConfig:
             canary_audits.append(CanaryAuditSpec(**c))
         except TypeError as exc:  # a required key missing
             raise ParameterError(f"[[canary_audits]] entry #{i + 1} of {p}: {exc}.") from None
-    from dpaudit.audit.method_audit import MethodAuditSpec
+    from dpaudit.auditing.method_audit import MethodAuditSpec
 
     method_audits = []
     for i, c in enumerate(tables("method_audits", [])):
@@ -421,7 +421,7 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
     b = res.bound
     band = res.roc_band
     return AttackSummary(
-        attack=label, auc=float(m.auc), tpr_at_fpr={f"{f:g}": float(t) for f, t in m.tpr_at_fpr},
+        attack=label, auc=float(m.auc), tpr_at_fpr={f"{f:g}": float(t) for f, t in m.tpr_at_fpr.items()},
         accuracy=float(m.accuracy), precision=float(m.precision), recall=float(m.recall), f1=float(m.f1),
         epsilon_lower=float(res.bound.epsilon), confidence=float(res.bound.confidence), delta=float(delta),
         blind_auc=float(blind.metrics.auc) if blind else float("nan"),
@@ -435,7 +435,7 @@ def _summary(report: Any, label: str, delta: float) -> AttackSummary:
         epsilon_credible=None if b.bayes_median is None else (float(b.bayes_median), float(b.bayes_low or 0.0),
                                                               float(b.bayes_high or 0.0)),
         tpr_ci={f"{f:g}": (float(m.intervals[f"tpr@{f:g}"].low), float(m.intervals[f"tpr@{f:g}"].high))
-                for f, _ in m.tpr_at_fpr if f"tpr@{f:g}" in m.intervals},
+                for f in m.tpr_at_fpr if f"tpr@{f:g}" in m.intervals},
         roc_band=None if band is None else {"fpr": tuple(float(x) for x in band.fpr),
                                             "low": tuple(float(x) for x in band.low),
                                             "high": tuple(float(x) for x in band.high)},
@@ -463,7 +463,7 @@ def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache
             rep.log(f"  {spec.label}: cached (same settings, same release content)")
             return from_dict(AttackSummary, data["summary"], what=str(path))
     rep.log(f"  {spec.label}: attacking")
-    from dpaudit.audit.attack_release import attack_release
+    from dpaudit.auditing.attack_release import attack_release
 
     report = attack_release(release, attack=spec.kind, num_shadows=spec.shadows, classifier=spec.classifier,
                             threshold_kind=spec.threshold_kind, confidence=cfg.confidence, delta=cfg.delta,
@@ -475,7 +475,7 @@ def _attack(release: Any, digest: str, spec: AttackSpec, cfg: AuditConfig, cache
 
 def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, rep: Reporter) -> dict:
     """Run (or reuse) one certified canary audit; its result dict (``kind: "certified"``)."""
-    from dpaudit.audit.canary_audit import run_canary_spec
+    from dpaudit.auditing.canary_audit import run_canary_spec
 
     stage = out / "canary_audits" / spec.name
     key = _hash({"spec": to_dict(spec), "dataset": cfg.dataset, "seed": cfg.seed, "delta": cfg.delta,
@@ -493,7 +493,7 @@ def _canary_audit(spec: Any, cfg: AuditConfig, out: Path, device: str | None, re
 
 def _method_audit(spec: Any, cfg: AuditConfig, out: Path, rep: Reporter) -> dict:
     """Run (or reuse) one certified audit of a method's whole run; its result dict (``kind: "certified"``)."""
-    from dpaudit.audit.method_audit import audit_method_run, method_run_parameters
+    from dpaudit.auditing.method_audit import audit_method_run, method_run_parameters
 
     # the audit config's data set (and data_dir) unless the entry names its own
     taken = method_run_parameters(spec.method)

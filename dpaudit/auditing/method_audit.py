@@ -13,10 +13,10 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from dpaudit.audit.method_runs import pate_family
-from dpaudit.audit.method_runs import privatekt as privatekt_run
-from dpaudit.audit.method_runs import proxyfl as proxyfl_run
-from dpaudit.audit.method_runs.result import MethodRunAudit
+from dpaudit.auditing.method_runs import pate_family
+from dpaudit.auditing.method_runs import privatekt as privatekt_run
+from dpaudit.auditing.method_runs import proxyfl as proxyfl_run
+from dpaudit.auditing.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice, check_name
 
 __all__ = ["MethodRunAudit", "MethodAuditSpec", "METHOD_RUN_AUDITS", "audit_method_run", "check_method_params",

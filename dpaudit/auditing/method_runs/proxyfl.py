@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from dpaudit.attacks.canary import dirac_scores, ideal_one_run_epsilon, loss_scores, one_run_certified
-from dpaudit.audit.method_runs.result import MethodRunAudit
+from dpaudit.auditing.method_runs.result import MethodRunAudit
 from dpaudit.errors import ParameterError, check_choice, check_float, check_int, check_probability
 from dpaudit.progress import as_reporter
 from dpaudit.training.limits import MAX_ROUNDS
@@ -149,7 +149,7 @@ def audit_run(*, canary: str = "dirac", canaries: int = 1000, epsilon: float | N
     :class:`~dpaudit.training.methods.proxyfl.ProxyFLConfig` (``delta`` is also its accounting delta).
     ``progress``: a line on stderr per stage (``dpaudit.progress``).
     """
-    from dpaudit.audit.canary_audit import dpsgd_noise_for_epsilon
+    from dpaudit.auditing.canary_audit import dpsgd_noise_for_epsilon
     from dpaudit.training.canaries import dirac_coordinates, inclusion_bits, make_input_canaries
     from dpaudit.training.engine import RoundEngine
     from dpaudit.training.methods.fl_common import DataSettings, make_classifier

@@ -61,7 +61,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dpaudit.attacks.canary import multi_run_certified
-from dpaudit.audit.method_runs.result import MethodRunAudit, RunControl
+from dpaudit.auditing.method_runs.result import MethodRunAudit, RunControl
 from dpaudit.errors import ParameterError, check_float, check_int
 from dpaudit.progress import as_reporter
 from dpaudit.training.limits import MAX_EPOCHS, MAX_MODELS, MAX_RECORDS, MAX_WIDTH

@@ -8,7 +8,7 @@
 2. draws ``m`` canaries (:func:`~dpaudit.training.lm.canaries.make_lm_canaries`: new tokens after Panda et al. 2025,
    or random secrets after Carlini et al. 2019), each included in the fine-tuning set by a fair coin;
 3. fixes the Poisson sampling rate ``q = batch_size / len(private_texts)`` and the noise multiplier for the target
-   epsilon (RDP calibration, :func:`dpaudit.audit.canary_audit.dpsgd_noise_for_epsilon`) *before* the coins, and plans
+   epsilon (RDP calibration, :func:`dpaudit.auditing.canary_audit.dpsgd_noise_for_epsilon`) *before* the coins, and plans
    the analysis and guessing rule on the ideal attack of the accounted mechanism (:func:`plan_one_run`), before the
    run: nothing is chosen after looking at the scores;
 4. fine-tunes with dpaudit's DP step (:func:`dpaudit.training.lm.finetune.finetune_lm`: per-sequence gradients with
@@ -33,7 +33,7 @@ import numpy as np
 from dpaudit._io import write_json
 from dpaudit.attacks.canary import one_run_certified
 from dpaudit.attacks.metrics import auc, tpr_at_fpr
-from dpaudit.audit.canary_audit import (CanaryAuditResult, accounted_curve_test, dpsgd_noise_for_epsilon,
+from dpaudit.auditing.canary_audit import (CanaryAuditResult, accounted_curve_test, dpsgd_noise_for_epsilon,
                                         one_run_with_plan, plan_note)
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 from dpaudit.serial import to_dict

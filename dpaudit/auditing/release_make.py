@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import os
 from pathlib import Path
@@ -55,7 +56,7 @@ from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.statement import AccountingResult
 from dpaudit.attacks.scores import SCORE_PREFIXES, check_model_scores
 from dpaudit.errors import (DataError, DPAuditError, ParameterError, check_float, check_bool, check_int, check_optional_str,
-                            format_value)
+                            format_value, worded)
 from dpaudit.training.release_meta import check_records, parse_train_config
 from dpaudit.serial import to_dict
 
@@ -374,8 +375,8 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
     shape = tuple(X.shape[1:])
     if p.suffix == ".safetensors":
         if not factory:
-            raise ParameterError("A .safetensors weights file needs --factory FILE.py:build (the function that builds "
-                                 "the torch.nn.Module). Got nothing instead.")
+            raise ParameterError(f"A .safetensors weights file needs {worded('--factory FILE.py:build', 'factory=' + repr('FILE.py:build'))} "
+                                 "(the function that builds the torch.nn.Module). Got nothing instead.")
         digest = code_digest(factory, "--factory")
         module = load_torch_factory(factory, p, factory_kwargs=factory_kwargs, factory_sha256=digest)
         spec = ExternalSpec("torch_factory", shape, num_classes, {"factory": factory, "factory_sha256": digest,
@@ -383,7 +384,7 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
         clf = Classifier(spec, module=module)          # type: ignore[arg-type] - duck-typed spec
     elif p.suffix in (".skops", ".cbm"):
         if factory:
-            raise ParameterError(f"--factory applies to .safetensors weights only. Got it with {p.suffix} instead.")
+            raise ParameterError(f"{worded('--factory', 'factory=')} applies to .safetensors weights only. Got it with {p.suffix} instead.")
         kind = "sklearn" if p.suffix == ".skops" else "catboost"
         est = load_sklearn_model(p) if kind == "sklearn" else load_catboost_model(p)
         classes = np.asarray(getattr(est, "classes_", []))
@@ -391,7 +392,7 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
             raise DataError(f"The model's classes {classes.tolist()[:10]} are not label indices in [0, {num_classes}) of the data.")
         clf = Classifier(ExternalSpec(kind, shape, num_classes), estimator=est)   # type: ignore[arg-type]
     else:
-        raise DataError(f"The model file {str(p)!r} must be .safetensors (with --factory), .skops or .cbm. "
+        raise DataError(f"The model file {str(p)!r} must be .safetensors (with {worded('--factory', 'factory=')}), .skops or .cbm. "
                         f"Got {p.suffix or 'no suffix'} instead.")
     try:
         out = clf.predict_proba(X[: min(4, len(X))])
@@ -404,10 +405,30 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
     return clf, {"file": str(p), "sha256": _sha256(p)}
 
 
+def _opacus_recipe(recipe: Any, factory: str | None, train_fn: str | None, recipe_model: str | None) -> dict:
+    """``{"opacus": ...}``: an Opacus ``PrivacyEngine`` recipe trained on the release's own torch factory."""
+    from dpaudit.integrations.opacus import OpacusRecipe
+
+    if train_fn or recipe_model:
+        raise ParameterError(f"Give one training recipe: {worded('--train-fn, --recipe-model or --opacus-recipe', 'train_fn=, recipe_model= or opacus_recipe=')}. "
+                             "Got more than one instead.")
+    if not factory:
+        raise ParameterError(f"The 'opacus_recipe' parameter of make_release trains the release's torch factory: it "
+                             f"needs {worded('--factory FILE.py:build', 'factory=' + repr('FILE.py:build'))}. Got no "
+                             "factory instead.")
+    if isinstance(recipe, Mapping):
+        recipe = OpacusRecipe.from_dict(recipe, where=worded("--opacus-recipe",
+                                                             "The 'opacus_recipe' parameter of make_release"))
+    if not isinstance(recipe, OpacusRecipe):
+        raise ParameterError(f"The 'opacus_recipe' parameter of make_release must be an OpacusRecipe or a dict of its "
+                             f"fields. Got {type(recipe).__name__} instead.")
+    return {"opacus": recipe.to_dict()}
+
+
 def _recipe(train_fn: str | None, recipe_model: str | None, recipe_kwargs: Mapping | None, recipe_config: Any,
             shape: tuple[int, ...], num_classes: int) -> dict | None:
     if train_fn and recipe_model:
-        raise ParameterError(f"Give one training recipe: --train-fn or --recipe-model. Got both ({train_fn!r}, {recipe_model!r}) instead.")
+        raise ParameterError(f"Give one training recipe: {worded('--train-fn or --recipe-model', 'train_fn= or recipe_model=')}. Got both ({train_fn!r}, {recipe_model!r}) instead.")
     if train_fn:
         from dpaudit.training.external import code_digest, import_object
 
@@ -515,7 +536,7 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
                  labels: Any = None, label_column: str | None = None, dataset: str | None = None,
                  data_dir: str | None = None, dataset_seed: int = 0, num_samples: int | None = None,
                  members: Any = None, nonmembers: Any = None, attacker: Any = None, scores: Any = None,
-                 train_fn: str | None = None, recipe_model: str | None = None,
+                 train_fn: str | None = None, recipe_model: str | None = None, opacus_recipe: Any = None,
                  recipe_kwargs: Mapping[str, Any] | None = None, recipe_config: Any = None, ledger: Any = None,
                  dp_events: Any = None, opacus: Any = None, runs_tried: int = 1, seed: int = 0,
                  overwrite: bool = False) -> Path:
@@ -544,7 +565,8 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     params: dict[str, Any] = {"accounting_source": acc_source, "runs_tried": int(runs_tried)}
 
     if scores is not None:
-        if any(v is not None for v in (data, dataset, members, nonmembers, attacker, train_fn, recipe_model, factory)):
+        if any(v is not None for v in (data, dataset, members, nonmembers, attacker, train_fn, recipe_model, factory,
+                                       opacus_recipe)):
             raise ParameterError("A scores-only release takes no data, membership, recipe or factory (the scores file "
                                  "holds members ('train') and non-members ('test')).")
         kind, arrays, n = _read_scores(scores)
@@ -584,7 +606,10 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
         arrays = {}
     mem = _membership(members, nonmembers, attacker, len(y))
     clf, model_src = _load_model(model, factory, factory_kwargs, X, num_classes)
-    recipe = _recipe(train_fn, recipe_model, recipe_kwargs, recipe_config, tuple(X.shape[1:]), num_classes)
+    if opacus_recipe is not None:
+        recipe = _opacus_recipe(opacus_recipe, factory, train_fn, recipe_model)
+    else:
+        recipe = _recipe(train_fn, recipe_model, recipe_kwargs, recipe_config, tuple(X.shape[1:]), num_classes)
     non = mem["nonmembers"]
     acc = float(np.mean(clf.predict_proba(X[non]).argmax(axis=1) == y[non]))
     possible = ["threshold"] + (["shadow", "lira", "rmia"] if recipe and len(mem["attacker"]) else [])
@@ -592,6 +617,9 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
     if recipe is None:
         assumptions.append("No training recipe was given: shadow-model and LiRA attacks are not possible, only the "
                            "threshold attack.")
+    elif recipe.get("opacus"):
+        assumptions.append("Shadow / reference models are trained by an Opacus PrivacyEngine recipe "
+                           f"({json.dumps(recipe['opacus'], sort_keys=True)}) on the release's own pinned factory.")
     elif recipe.get("train_fn"):
         assumptions.append(f"Shadow / reference models are trained by the release maker's own code {recipe['train_fn']!r}; "
                            "attacking this release runs it only for an auditor who names the same code (--train-fn, "

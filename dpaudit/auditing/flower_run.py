@@ -46,7 +46,7 @@ def _claim(acc: FlowerAccounting, claim: Mapping[str, Any] | None) -> dict[str, 
         eps = acc.epsilon
         return {"epsilon": eps if math.isfinite(eps) else None, "delta": acc.delta, "granularity": "client",
                 "text": f"Client-level DP ({acc.neighbouring}) as accounted by dpaudit from the Flower run record."}
-    from dpaudit.audit.release_make import parse_claim
+    from dpaudit.auditing.release_make import parse_claim
 
     return parse_claim(claim)
 

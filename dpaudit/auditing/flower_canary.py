@@ -76,7 +76,7 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     """Run the audit (module docstring); the run directory is written to ``out/run`` and the result to
     ``out/flower_canary_audit.json``."""
     from dpaudit._io import make_dirs, write_json
-    from dpaudit.audit.flower_run import run_digits_simulation
+    from dpaudit.auditing.flower_run import run_digits_simulation
     from dpaudit.serial import to_dict
 
     owner = "audit_flower_simulation"

@@ -7,7 +7,7 @@ the stated confidence and at a delta no smaller than the claim's, exceeds the cl
 (``kind = "estimate"``: the single-model Clopper-Pearson figure, whose records are coupled through one model)
 never refute a claim; one above the claim is reported as a warning. An ``attack.kind = "method-run"`` budget
 (any subject) runs the certified audit of a method's whole training run
-(:func:`dpaudit.audit.method_audit.audit_method_run`) and compares its bound with the *claim's* epsilon (the
+(:func:`dpaudit.auditing.method_audit.audit_method_run`) and compares its bound with the *claim's* epsilon (the
 paper's figure inside the audit and the audit's own accounting are reported, not used for the verdict). A bound
 at a smaller delta than the claim's cannot refute the claim and is reported as a warning.
 
@@ -19,8 +19,11 @@ at a smaller delta than the claim's cannot refute the claim and is reported as a
    a smaller one does, with the same epsilon). Mechanism subjects are accounted *at* the claimed delta;
 3. the subject states a different granularity than the claim (a release's ``claim.granularity``): the figures
    are about different neighbouring relations, so the claim is unsupported;
-4. ``allow_data_dependent = false`` and the figure is data-dependent (a function of the private data, not
-   itself DP).
+4. the figure is data-dependent (a function of the private data, not itself DP: PATE / GNMax accounted on the
+   votes) and the claim does not set ``allow_data_dependent = true`` (the default is false: such a figure alone
+   never makes a claim HOLD). The claim is then judged on the smallest data-independent route of the same result,
+   when there is one (said in a warning), and UNPROVEN, with the reason, when only the data-dependent figure is
+   within it.
 
 **HOLDS** -- the accounting shows the claim and no certified evidence contradicts it.
 
@@ -48,7 +51,7 @@ from dpaudit.accountants import mechanisms
 from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
 from dpaudit.accountants.pate import load_votes
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
-from dpaudit.audit.claims import (
+from dpaudit.auditing.claims import (
     AttackBudget,
     Claim,
     ClaimsFile,
@@ -384,7 +387,7 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, 
     ``progress``: bars (or lines) on stderr for the shadow models / the canary audit's training.
     """
     if budget.kind == "canary":
-        from dpaudit.audit.canary_audit import canary_audit_release
+        from dpaudit.auditing.canary_audit import canary_audit_release
 
         res = canary_audit_release(release, code=code, audit=budget.audit, canary=budget.canary, canaries=budget.canaries,
                                    models=budget.models, delta=delta, confidence=budget.confidence, seed=budget.seed,
@@ -394,7 +397,7 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, 
             attack=f"canary-{b.audit}", epsilon_lower_bound=float(b.epsilon), confidence=budget.confidence,
             delta=delta, details={"ideal_epsilon": b.ideal_epsilon, "trials": b.trials, "score": b.score,
                                   "notes": list(res.notes)}, kind="certified")
-    from dpaudit.audit.attack_release import attack_release
+    from dpaudit.auditing.attack_release import attack_release
 
     report = attack_release(release, attack=budget.kind, num_shadows=budget.shadows, confidence=budget.confidence,
                             delta=delta, n_bootstrap=0, blind=False, seed=budget.seed, code=code,
@@ -411,10 +414,10 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, 
 
 def method_run_bound(budget: AttackBudget, delta: float, *, progress: "bool | Reporter" = False) -> EmpiricalBound:
     """Run the certified audit of ``budget.method``'s whole training run
-    (:func:`dpaudit.audit.method_audit.audit_method_run` with ``budget.params``, ``budget.seed`` and
+    (:func:`dpaudit.auditing.method_audit.audit_method_run` with ``budget.params``, ``budget.seed`` and
     ``budget.confidence``; an audit that takes a ``delta`` gets the claim's ``delta``) and return its bound as an
     :class:`EmpiricalBound` of the audit's kind (certified), at the bound's own delta."""
-    from dpaudit.audit.method_audit import audit_method_run, method_run_parameters
+    from dpaudit.auditing.method_audit import audit_method_run, method_run_parameters
 
     params = dict(budget.params)
     if "delta" in method_run_parameters(budget.method):
@@ -437,6 +440,29 @@ def method_run_bound(budget: AttackBudget, delta: float, *, progress: "bool | Re
 # --------------------------------------------------------------------------------------------------
 
 
+def _allowed_statement(result: AccountingResult, claim: Claim, notes: list[str]) -> PrivacyStatement:
+    """The figure the claim is judged on: the headline, or, when the headline is data-dependent and the claim does not
+    allow that (``allow_data_dependent``, default false), the smallest data-independent route of the same result (a
+    valid upper bound of the same scope) when there is one."""
+    st = result.statement
+    if not st.data_dependent or claim.allow_data_dependent:
+        return st
+    others = [s for s in result.statements if s.route and not s.data_dependent]
+    if not others:
+        return st
+    best = min(others, key=lambda s: s.epsilon)
+    notes.append(f"the headline epsilon {fmt_number(st.epsilon)} is data-dependent (it depends on the private data and "
+                 "is not itself DP) and the claim does not allow that (allow_data_dependent = false): judged on the "
+                 f"data-independent route {best.route!r} ({fmt_number(best.epsilon)}) instead.")
+    if not best.epsilon <= claim.epsilon and st.epsilon <= claim.epsilon:
+        notes.append(_DD_REASON.format(eps=fmt_number(st.epsilon)))
+    return best
+
+
+_DD_REASON = ("only the data-dependent epsilon {eps} (it depends on the private data and is not itself DP) is within "
+              "the claim; set allow_data_dependent = true in the claim to accept such a figure")
+
+
 def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, base_dir: str | Path = ".",
                    progress: "bool | Reporter" = False, trust_bundle_code: bool = False) -> ClaimResult:
     """Account ``claim``'s subject (and run its attack budget) and give it its verdict (REFUTED, UNPROVEN or
@@ -453,7 +479,7 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
         warnings.simplefilter("always")
         if isinstance(subject, MechanismSubject):
             result = account_mechanism(subject.kind, subject.params, claim.delta, base_dir=base_dir)
-            st = result.statement
+            st = _allowed_statement(result, claim, notes)
             notes += list(result.warnings)
         elif isinstance(subject, LedgerSubject):
             if not subject.path.is_file():
@@ -473,7 +499,7 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
                 if meta.get("statement") is None:
                     raise DataError(f"Release {str(subject.path)!r} has no accounted statement in release.json.")
                 res = from_dict(AccountingResult, meta["statement"], what=f"the statement in {str(subject.path / 'release.json')!r}")
-                st = res.statement
+                st = _allowed_statement(res, claim, notes)
                 notes += list(res.warnings)
             stated = (meta.get("claim") or {}).get("granularity")
             if stated is not None and stated != claim.granularity:
@@ -482,13 +508,15 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
 
     if not st.epsilon <= claim.epsilon:
         unproven.insert(0, f"accounted epsilon {fmt_number(st.epsilon)} > claimed {fmt_number(claim.epsilon)}")
+        unproven.extend(n for n in notes if n.startswith(_DD_REASON[:30]))
     if st.delta > claim.delta:
         unproven.append(f"accounted delta {fmt_number(st.delta)} > claimed {fmt_number(claim.delta)}")
     if st.data_dependent:
         if claim.allow_data_dependent:
             notes.append("the accounted epsilon is data-dependent: it depends on the private data and is not itself DP.")
         else:
-            unproven.append("the accounted epsilon is data-dependent (not itself DP) and the claim does not allow that")
+            unproven.append("the accounted epsilon is data-dependent (it depends on the private data and is not itself "
+                            "DP); set allow_data_dependent = true in the claim to accept such a figure")
 
     if claim.attack is not None and claim.attack.kind == "method-run":
         empirical = method_run_bound(claim.attack, claim.delta, progress=progress)

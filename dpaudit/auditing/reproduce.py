@@ -488,7 +488,7 @@ def _row_dataset(grid: Grid, setting: Setting) -> str:
 
 
 def _empirical(release: Path, delta: float, seed: int) -> tuple[float, str, float]:
-    from dpaudit.audit.attack_release import attack_release
+    from dpaudit.auditing.attack_release import attack_release
 
     rep = attack_release(release, attack="threshold", n_bootstrap=0, blind=False, delta=delta, seed=seed)
     return float(rep.attack.bound.epsilon), str(rep.attack.bound.kind), float(rep.attack.metrics.auc)

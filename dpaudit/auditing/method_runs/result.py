@@ -1,7 +1,7 @@
-"""The result type of a certified audit of a method's whole training run (see :mod:`dpaudit.audit.method_audit`).
+"""The result type of a certified audit of a method's whole training run (see :mod:`dpaudit.auditing.method_audit`).
 
 It lives here, apart from the registry, so that each family module of this package can build it while
-:mod:`dpaudit.audit.method_audit` imports the families to register them (no import circle).
+:mod:`dpaudit.auditing.method_audit` imports the families to register them (no import circle).
 """
 
 from __future__ import annotations

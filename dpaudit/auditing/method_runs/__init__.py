@@ -2,7 +2,7 @@
 training, not only its privatization function).
 
 One module per method family; each exports ``audit_run(**params) -> MethodRunAudit``. The public entry point is
-:func:`dpaudit.audit.method_audit.audit_method_run`.
+:func:`dpaudit.auditing.method_audit.audit_method_run`.
 """
 
 __all__: list[str] = []

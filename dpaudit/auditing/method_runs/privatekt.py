@@ -40,8 +40,8 @@ from dpaudit._format import fmt_number
 from dpaudit.accountants.events import RandomizedResponse, flatten, rr_epsilon_from_keep_probability, \
     rr_keep_probability
 from dpaudit.attacks.canary import one_run_certified
-from dpaudit.audit.canary_audit import check_analysis, one_run_with_plan, plan_note
-from dpaudit.audit.method_runs.result import MethodRunAudit, RunControl
+from dpaudit.auditing.canary_audit import check_analysis, one_run_with_plan, plan_note
+from dpaudit.auditing.method_runs.result import MethodRunAudit, RunControl
 from dpaudit.errors import ParameterError, check_float, check_int, check_probability
 
 __all__ = ["audit_run", "rr_ideal_one_run_epsilon", "rr_ideal_simulator", "RESTS_ON"]
@@ -142,7 +142,7 @@ def audit_run(*, canary_clients: int, seed: int = 0, confidence: float = 0.95, d
     local_epochs, local_lr, local_batch_size, server_steps, server_lr: PrivateKT's client and server training
         (defaults: dpaudit's PrivateKT defaults).
     progress: passed to the round engine.
-    config_overrides: (direct calls only; :func:`~dpaudit.audit.method_audit.audit_method_run` takes the named
+    config_overrides: (direct calls only; :func:`~dpaudit.auditing.method_audit.audit_method_run` takes the named
         parameters) any other :class:`~dpaudit.training.methods.privatekt.PrivateKTConfig` field (e.g.
         ``importance_sampling``, ``buffer_rounds``); unknown names are a ParameterError naming them.
     """
