@@ -93,11 +93,12 @@ def test_flowers_conventions_and_the_red_flag():
 
 def test_the_issues_mnist_setting():
     # issue 34: Flower's convention gives 1.116 on 60000 / 256 / sigma 1.1 / 702 steps; the explicit pair certifies
-    # far more (the issue quotes >= 4.66 from a sharper pair)
+    # far more: 4.31 from the Poisson-style pair at the default grid of 1e-3, 4.664 from the accountants' fixed-size
+    # pairs (issue 33), which the lower bound takes when every round has the same setting
     eps, _ = flower_convention_epsilon("without-replacement", 60000, 256, 1.1, 702, DELTA)
     assert eps == pytest.approx(1.116, abs=1e-3)
-    lower = sampled_lower_bound({(60000, 256, 1.1): 702}, DELTA)    # 4.31 at the default grid of 1e-3
-    assert 4.0 < lower
+    lower = sampled_lower_bound({(60000, 256, 1.1): 702}, DELTA)
+    assert 4.6 < lower
     up = RdpAccountant()
     up.compose(FixedBatchGaussian(60000, 256, 1.1, steps=702, neighbouring="substitution"))
     assert lower <= up.epsilon_quiet(DELTA)

@@ -45,6 +45,7 @@ from typing import Any, Mapping
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
+from dpaudit.accountants.pairs import dpsgd_lower_bound
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE
 from dpaudit.accountants.events import FixedBatchGaussian, SubsampledGaussian
 from dpaudit.accountants.ledger import PrivacyLedger
@@ -125,7 +126,9 @@ def sampled_lower_bound(rounds: Mapping[tuple[int, int, float], int], delta: flo
     \\sigma^2))` in units of C: the Poisson-subsampled Gaussian at rate q with noise multiplier sigma/2, independent
     over rounds. Its privacy-loss distribution (dp_accounting, *optimistic* rounding, both directions) composed over
     the rounds, at ``delta + 1e-12`` (FFT round-off), is attained by a valid pair of neighbouring populations, so no
-    correct analysis can give less. Swap point for a shared certified-lower-bound API (issue 33).
+    correct analysis can give less. With one setting for every round, the larger of this and the accountants' own
+    fixed-size pairs (:func:`dpaudit.accountants.pairs.dpsgd_lower_bound`, the smaller of its add/remove and
+    substitution figures, so that it holds under both).
     """
     delta = check_probability(delta, "delta", "sampled_lower_bound")
     vdi = check_float(value_discretization_interval, "value_discretization_interval", "sampled_lower_bound", low=1e-6, high=1.0)
@@ -140,6 +143,16 @@ def sampled_lower_bound(rounds: Mapping[tuple[int, int, float], int], delta: flo
         one = one.self_compose(count)
         total = one if total is None else total.compose(one)
     best = 0.0 if total is None else float(total.get_epsilon_for_delta(min(delta + FFT_DELTA_ALLOWANCE, 1.0)))
+    if len(rounds) == 1:
+        # one setting throughout: also the accountants' explicit fixed-size pairs (issue 33), which hold the target's
+        # displacement of another client; the smaller of the two relations', so the figure holds under both
+        (n, m, sigma), count = next(iter(rounds.items()))
+        if 1 <= m <= n and count >= 1:
+            pairs = min(dpsgd_lower_bound(dataset_size=int(n), batch_size=int(m), noise_multiplier=float(sigma),
+                                          steps=int(count), delta=delta, sampling="fixed-wor",
+                                          neighbouring=relation).epsilon
+                        for relation in ("add-remove", "substitution"))
+            best = max(best, float(pairs))
     return max(best, 0.0)
 
 
