@@ -198,6 +198,12 @@ def attack(release: "str | os.PathLike | Release", *specs: Any, out: str | os.Pa
         if legacy_code and code is not None:
             raise ParameterError("dpaudit.attack takes code=BundleCode(...) or the deprecated factory= / train_fn= / "
                                  "trust_bundle_code=, not both.")
+        from dpaudit.auditing.attack_release import check_attack_counts
+
+        # every count of the flat keywords bounded before any work, whether or not the attack uses it
+        check_attack_counts("attack", shadows=legacy.get("shadows"), population=legacy.get("population"),
+                            models=legacy.get("models"), canaries=legacy.get("canaries"), bootstrap=bootstrap,
+                            seed=seed)
         spec, execution, old_code = specs_from_keywords("shadow" if old_kind is None else old_kind, **legacy)
         warnings.warn("dpaudit.attack's flat keywords (attack=..., shadows=..., audit=..., executor=..., factory=...) "
                       f"are deprecated; pass typed specs instead: dpaudit.attack(release, {spec!r}"

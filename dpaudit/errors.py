@@ -144,7 +144,8 @@ def check_probability(value: Any, name: str, owner: str, *, allow_zero: bool = F
 
 def check_choice(value: Any, name: str, owner: str, choices: Iterable[str]) -> str:
     choices = tuple(choices)
-    if not isinstance(value, str) or value not in choices:      # (an array's "in" would raise)
+    # a str (or None where None is one of the choices); anything else is refused before "in" (an array's would raise)
+    if not (isinstance(value, str) or (value is None and None in choices)) or value not in choices:
         listed = ", ".join(repr(c) for c in choices)
         raise ParameterError(f"The '{name}' parameter of {owner} must be one of {listed}. Got {format_value(value)} instead.")
     return value

@@ -495,6 +495,10 @@ def randomized_response_lower_bound(*, keep_probability: float, classes: int, la
     if lo == 0.0:
         return LowerBound(math.inf, delta, pair, "the output class is certain: infinite loss")
     big = math.log1p(beta / lo)   # log(hi / lo), hi - lo = beta: stable for tiny beta
+    # a keep probability near 1 carries the float error of 1 - beta (up to half an ulp of 1, relative to 1 - beta):
+    # the loss is lowered by that bound, so the pair never claims more than the mechanism the caller meant (eps = 25
+    # per label gives beta with 1 - beta ~ 4e-11, whose float loss reads 25.0000012)
+    big = max(0.0, big - 4.0 * 2.0 ** -53 / max(1.0 - beta, 2.0 ** -53))
     if delta == 0.0:
         return LowerBound(k * r * big, delta, pair, "closed form: the largest privacy loss, attained")
     # outcomes of one label: "0" (loss +L), "1" (loss -L), another class (loss 0): an exact lattice

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from typing import TYPE_CHECKING, Any, Iterable
 
 import click
 from rich.console import Console
 from rich.text import Text
 
-from dpaudit._format import fmt_number, make_console, print_table, printable
+from dpaudit._format import fmt_number, make_console, print_table, printable, table_width
 from dpaudit.serial import to_dict
 
 if TYPE_CHECKING:  # the accountants (scipy, dp_accounting) load when a command accounts, not for --help
@@ -87,7 +88,10 @@ def render_result(result: AccountingResult, console: Console | None = None) -> N
                    f"ε >= {fmt_number(low.epsilon)} for {', '.join(low.routes) or 'every route'}")
         console.print(Text.assemble(("  certified interval: ", "bold"),
                                     printable(f"{bracket} at δ = {fmt_number(low.delta)}")), soft_wrap=True)
-        console.print(Text(printable(f"  lower bound: the pair {low.pair}; {low.method}.")), soft_wrap=True)
+        # prose from the construction: folded at the tables' width (100 columns when piped), like the tables above it
+        text = textwrap.fill(printable(f"lower bound: the pair {low.pair}; {low.method}."), width=table_width(console),
+                             initial_indent="  ", subsequent_indent="    ", break_long_words=False)
+        console.print(Text(text), soft_wrap=True)
     if result.facts:
         print_table(console, ["fact", "value"], [[k, fmt_number(v)] for k, v in result.facts.items()], title="facts",
                     right=(1,))

@@ -35,7 +35,7 @@ def test_report_shows_the_certified_lower_bound():
     r = account_dpsgd(dataset_size=600, batch_size=25, noise_multiplier=1.1, steps=70, delta=1e-5)
     doc, _ = _report(to_dict(r))
     rows = [line for line in doc.splitlines() if "certified lower bound" in line]
-    assert len(rows) == 1 and "explicit pair: target +1C" in rows[0] and "ε in [" in rows[0]
+    assert len(rows) == 1 and "explicit pair: target +1C" in rows[0] and "ε in \\[" in rows[0]   # "[" escaped in Markdown (dpaudit._escape)
     m = ModelAudit(name="m", method="dpsgd", release="runs/x", utility={}, theoretical=to_dict(r), attacks=(),
                    noise=1.1, noise_label="sigma", num_train=600)
     assert "certified lower bound" in to_html(AuditReport(title="t", seed=0, dataset={}, models=(m,), flags=()))
