@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import math
 import os
 import signal
@@ -164,6 +165,38 @@ def _release_load(**kw):
     return dpaudit.Release.load(**kw)
 
 
+def _flower_account(path: Any, delta: Any = 1e-5, neighbouring: Any = "replace-one"):
+    from dpaudit.integrations.flower.accounting import account_run
+    from dpaudit.integrations.flower.record import read_flower_run
+
+    return account_run(read_flower_run(path), delta=delta, neighbouring=neighbouring)
+
+
+def _lm_check(path: Any, max_weight_bytes: Any = 2**20):
+    from dpaudit.training.lm.files import check_lm_dir
+
+    return check_lm_dir(path, max_weight_bytes=max_weight_bytes)
+
+
+def _flower_record(n: int = 8, m: int = 3, rounds: int = 4, **change: Any) -> dict:
+    """A recorded Flower run (server-side fixed clipping), as dpaudit's recorder writes it."""
+    rng = np.random.default_rng(0)
+    pop = list(range(1000, 1000 + n))
+    recs = []
+    for t in range(1, rounds + 1):
+        chosen = [int(i) for i in rng.choice(pop, m, replace=False)]
+        recs.append({"round": t, "population": pop, "sampled": chosen, "replied": chosen, "clipping_norm": 1.0,
+                     "noise_multiplier": 1.0, "released": True, "weights": [1.0] * m})
+    run = {"format": "dpaudit-flower-run", "schema": 1, "flwr_version": "1.42.0", "seed": 0,
+           "strategy": {"kind": "server-fixed", "classes": ["flwr.serverapp.strategy.fedavg.FedAvg"],
+                        "num_sampled_clients": m, "noise_multiplier": 1.0, "clipping_norm": 1.0},
+           "sampler": "uniform-without-replacement", "rounds": recs, "local_dp": None,
+           "partitions": {str(1000 + i): i for i in range(n)}, "flower_accountant": None, "data": None,
+           "model_keys": []}
+    run.update(change)
+    return run
+
+
 def _to_dict(**kw):
     from dpaudit._io import dumps_json
     from dpaudit.serial import to_dict
@@ -231,6 +264,16 @@ SURFACES: dict[str, Surface] = {
         "path": ["@forest", "@scores_bundle", "@dir", "@empty", "@fifo", "@missing", "/", "@symlink_loop"],
         "data_dir": ["@dir", "/", "@missing", "@empty"], "code": [None, "code", object()],
     }),
+    "flower run dirs": Surface(_flower_account, (lambda c: {"path": c["flower_run"]},), fast=60, slow=1000, hints={
+        "path": ["@flower_run", "@flower_pickle", "@flower_huge", "@flower_nan", "@dir", "@empty", "@fifo", "@missing",
+                 "@symlink_loop", "@scores_bundle"],
+        "delta": [0.0, 1.0, 1e-300, math.nan, "1e-5"], "neighbouring": ["add-remove", "replace-one", "zero-out", ""],
+    }),
+    "LM bundle dirs": Surface(_lm_check, (lambda c: {"path": c["lm_config_only"]},), fast=60, slow=1000, hints={
+        "path": ["@lm_config_only", "@lm_pickle", "@lm_auto_map", "@lm_remote", "@lm_big_tokenizer", "@dir", "@empty",
+                 "@fifo", "@missing", "@symlink_loop", "@scores_bundle"],
+        "max_weight_bytes": [0, -1, 2**70, 1.5],
+    }),
     "to_dict": Surface(_to_dict, (lambda c: {"obj": c["result"]},), fast=200, slow=3000, hints={
         # nesting past the recursion limit only here: Python's own repr() of it fails, so no error message can quote it
         "obj": ["@result", _deep(3000), np.array([math.inf]), {"k": [math.nan, {1, "a"}]}, Path("/x"), frozenset({1, 2})],
@@ -269,6 +312,25 @@ def ctx(tmp_path_factory, forest_release) -> dict:
     c["scores_bundle"] = dpaudit.release.make(root / "sc", claim=["epsilon=8", "delta=1e-5"], scores=root / "scores.npz").path
     c["forest"] = forest_release(members=60, trees=2)
     c["result"] = dpaudit.account("laplace", scale=1.0)
+    from dpaudit.integrations.flower.record import RUN_FILE
+
+    for name, run in (("flower_run", _flower_record()), ("flower_pickle", _flower_record(format="pickle")),
+                      ("flower_huge", _flower_record(partitions={str(10**30): 0})),
+                      ("flower_nan", _flower_record(strategy={"kind": "server-fixed", "noise_multiplier": math.nan}))):
+        (root / name).mkdir()
+        (root / name / RUN_FILE).write_text(json.dumps(run))
+        c[name] = root / name
+    gpt2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 1, "n_embd": 8, "n_head": 2,
+            "vocab_size": 16, "n_positions": 16}
+    for name, extra, files in (("lm_config_only", {}, {}), ("lm_pickle", {}, {"pytorch_model.bin": b"\x80\x04K\x01."}),
+                               ("lm_auto_map", {"auto_map": {"AutoModelForCausalLM": "evil.Model"}}, {}),
+                               ("lm_remote", {"trust_remote_code": True}, {"evil.py": b"import os"}),
+                               ("lm_big_tokenizer", {}, {"tokenizer.json": b" " * (65 * 2**20)})):
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps({**gpt2, **extra}))
+        for fname, data in files.items():
+            (root / name / fname).write_bytes(data)
+        c[name] = root / name
     for b in (c["scores_bundle"], c["forest"]):
         os.chmod(b, 0o555)              # nothing may write into a bundle
     yield c

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dpaudit._io import load_json_file, read_input_bytes
-from dpaudit.errors import DataError
+from dpaudit.errors import DataError, check_path
 from dpaudit.serial import JsonValue, from_dict
 
 __all__ = ["FlowerRun", "RoundRecord", "DpSettings", "LocalDpSettings", "RunData", "read_flower_run", "RUN_FILE",
@@ -238,7 +238,7 @@ class FlowerRun:
 
 
 def _check_dir(path: Any) -> Path:
-    p = Path(path)
+    p = check_path(path, "path", "read_flower_run")     # a str or PathLike, no NUL, a name the system can hold
     if p.is_symlink():
         raise DataError(f"The Flower run directory {str(p)!r} is a symbolic link; give the directory itself.")
     if not p.is_dir():

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dpaudit._io import load_json_file
-from dpaudit.errors import DataError, ParameterError, check_int
+from dpaudit.errors import DataError, ParameterError, check_int, check_path
 
 __all__ = ["LM_MODEL_TYPES", "LM_FILES", "MAX_CONFIG_BYTES", "MAX_TOKENIZER_BYTES", "MAX_WEIGHT_BYTES",
            "FORBIDDEN_SUFFIXES", "LmFiles", "check_lm_dir", "load_lm", "lm_digest", "quiet_transformers"]
@@ -184,7 +184,7 @@ def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, 
     """Check an LM directory (see the module docstring) and return what was read; raises :class:`DataError`
     naming the file and the reason for anything refused, before any weight is read."""
     cap = check_int(max_weight_bytes, "max_weight_bytes", "check_lm_dir", low=1)
-    root = Path(path)
+    root = check_path(path, "path", "check_lm_dir")     # a str or PathLike, no NUL, a name the system can hold
     try:
         st = os.stat(root, follow_symlinks=False)
     except FileNotFoundError:
