@@ -9,9 +9,9 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("torch", "matplotlib", "scipy", "sklearn", "catboost", "pydantic", "dp_accounting", "opacus", "pandas")
+HEAVY = ("torch", "matplotlib", "scipy", "sklearn", "catboost", "pydantic", "dp_accounting", "opacus", "pandas", "flwr", "ray", "transformers", "tokenizers")
 
-COMMANDS = ("account", "train", "attack", "audit", "audit-method", "check", "release", "reproduce")
+COMMANDS = ("account", "train", "attack", "audit", "audit-method", "check", "release", "reproduce", "flower")
 
 
 def _loaded_after(code: str) -> list[str]:
