@@ -62,7 +62,10 @@ import re
 with open("pyproject.toml", "rb") as f:
     p = tomllib.load(f)["project"]
 extras = p.get("optional-dependencies", {})
-names = [re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in p["dependencies"] + extras.get("test", []) + extras.get("docs", [])]
+# the test extra's own packages, then those of the extras it pulls in (dpaudit[docs,flower,lm])
+pulled = [e for d in extras.get("test", []) if d.startswith("dpaudit[") for e in d[8:].split("]")[0].split(",")]
+reqs = p["dependencies"] + extras.get("test", []) + [d for e in pulled for d in extras.get(e.strip(), [])]
+names = [re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in reqs]
 print(", ".join(n for n in names if n not in ("torch", "dpaudit")))
 PY
 )"
