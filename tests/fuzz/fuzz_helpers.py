@@ -7,6 +7,7 @@ import collections
 import contextlib
 import io
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +128,18 @@ def toml_document(top: dict, tables: dict[str, list[dict]]) -> str:
             lines.append(f"[[{name}]]")
             lines += [f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in e.items()]
     return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int, what):
+    """Fail (instead of hanging the suite) when one input takes longer than ``seconds``."""
+    def alarm(*_):
+        raise AssertionError(f"no answer within {seconds} s for {what!r:.400}")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

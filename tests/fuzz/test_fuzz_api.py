@@ -24,7 +24,6 @@ import inspect
 import json
 import math
 import os
-import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuzz_helpers import _COMMON, COUNTS, OUTCOMES
+from fuzz_helpers import _COMMON, COUNTS, OUTCOMES, time_limit
 from dpaudit.errors import DPAuditError
 
 # --------------------------------------------------------------------------------------------------
@@ -346,18 +345,6 @@ def _resolve(value: Any, c: dict) -> Any:
     return value
 
 
-@contextlib.contextmanager
-def _time_limit(seconds: int, what: Any):
-    def alarm(*_):
-        raise AssertionError(f"no answer within {seconds} s for {what!r:.400}")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _cases(s: Surface):
@@ -395,7 +382,7 @@ def test_fuzz_python_api(ctx, name, budget):
                 pool = s.hints.get(key) if use_hint else None
                 kwargs[key] = _resolve(pool[h % len(pool)] if pool else GENERIC[g], c)
             try:
-                with _time_limit(s.limit_s, (name, kwargs)):
+                with time_limit(s.limit_s, (name, kwargs)):
                     s.call(**kwargs)
                 OUTCOMES[f"api {name}"][0] += 1
             except DPAuditError:

@@ -11,13 +11,11 @@ codes.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
 import os
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
@@ -28,23 +26,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzz_helpers import (_COMMON, ARRAYS, COUNTS, EXTREME_FLOATS, EXTREME_INTS, VALUES, assert_clean,
-                          assert_nothing_half_written, record, run_cli, toml_value)
+                          assert_nothing_half_written, record, run_cli, time_limit, toml_value)
 from dpaudit.errors import DPAuditError
 
 
-@contextlib.contextmanager
-def time_limit(seconds: int, what):
-    """Fail (instead of hanging the suite) when one input takes longer than ``seconds``."""
-    def alarm(*_):
-        raise AssertionError(f"no answer within {seconds} s for {what!r:.300}")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _budget(fast: int, slow: int):
