@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import math
 import os
@@ -31,7 +32,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["json_number", "parse_json_number", "atomic_path", "write_bytes", "write_text", "write_json", "read_json",
+__all__ = ["file_sha256", "json_number", "parse_json_number", "atomic_path", "write_bytes", "write_text", "write_json", "read_json",
            "save_npz", "save_npy", "atomic_dir", "check_input_file", "read_input_bytes", "read_input_text",
            "load_toml_file", "read_toml", "parse_toml_value", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES",
            "MAX_JSON_BYTES", "open_input", "read_zip_archive", "read_npy_header",
@@ -54,6 +55,16 @@ ARRAY_BYTES_ENV = "DPAUDIT_MAX_ARRAY_BYTES"
 DEFAULT_MAX_ARRAY_BYTES = 1 << 30
 #: The most members an ``.npz`` archive may hold (its directory is read before anything else).
 MAX_ZIP_MEMBERS = 4096
+
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks (the one file digest of release make and LM bundles)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _umask() -> int:

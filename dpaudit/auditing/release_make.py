@@ -39,7 +39,6 @@ Every input is checked before anything is written (one :class:`~dpaudit.errors.D
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -49,7 +48,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from dpaudit._format import fmt_number
-from dpaudit._io import (check_input_file, check_replaceable, load_json_file, load_npy_file, load_npz_file, load_toml_file,
+from dpaudit._io import (check_input_file, file_sha256, check_replaceable, load_json_file, load_npy_file, load_npz_file, load_toml_file,
                          read_input_text)
 from dpaudit.accountants.granularity import canonical_granularity
 from dpaudit.accountants.ledger import PrivacyLedger
@@ -72,13 +71,6 @@ scores .npz (allow_pickle=False), TensorFlow Privacy AttackInputData names; "tra
     reference_population_<kind> (m, K[, C]), optionally reference_in_population (m, K) bool (default: all OUT)
 """
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _existing(path: Any, what: str) -> Path:
@@ -177,7 +169,7 @@ def _read_data(data: Any, labels: Any, label_column: str | None) -> tuple[np.nda
         raise DataError(f"Features and labels differ in length: {len(X)} rows of features, {y.shape} labels.")
     # the checks a bundle's data.npz gets when it is loaded (dpaudit.training.release_meta.check_records)
     X, y = check_records(X, y, str(p))
-    return X, y, {"file": str(p), "sha256": _sha256(p)}
+    return X, y, {"file": str(p), "sha256": file_sha256(p)}
 
 
 def _read_csv(p: Path, label_column: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -402,7 +394,7 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
         raise DataError(f"The model cannot score the data (input shape {shape}): {type(exc).__name__}: {str(exc)[:200]}") from None
     if out.shape[1:] != (num_classes,) or not np.all(np.isfinite(out)):
         raise DataError(f"The model gives {out.shape[1:]} outputs per record, but the labels have {num_classes} classes.")
-    return clf, {"file": str(p), "sha256": _sha256(p)}
+    return clf, {"file": str(p), "sha256": file_sha256(p)}
 
 
 def _opacus_recipe(recipe: Any, factory: str | None, train_fn: str | None, recipe_model: str | None) -> dict:
@@ -573,7 +565,7 @@ def make_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any], m
         n1 = len(arrays["member_scores"])
         possible = ["threshold"] + (["lira"] if "reference_scores" in arrays else []) + \
             (["rmia"] if "population_scores" in arrays else [])
-        params.update(scores={"file": str(scores), "sha256": _sha256(Path(scores)), "kind": kind},
+        params.update(scores={"file": str(scores), "sha256": file_sha256(Path(scores)), "kind": kind},
                       possible_attacks=possible)
         assumptions.append(f"Scores-only release ({kind}): the attacks possible are {', '.join(possible)}; the shadow "
                            "attack and the blind baseline need a model and record features. Every empirical bound is "

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dpaudit._io import load_json_file
+from dpaudit._io import file_sha256, load_json_file
 from dpaudit.errors import DataError, ParameterError, check_int, check_path
 
 __all__ = ["LM_MODEL_TYPES", "LM_FILES", "MAX_CONFIG_BYTES", "MAX_TOKENIZER_BYTES", "MAX_WEIGHT_BYTES",
@@ -87,13 +87,6 @@ class LmFiles:
     def num_parameters(self) -> int:
         return int(sum(math.prod(s) for s in self.shapes.values()))
 
-
-def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _find_code_keys(obj: Any, where: str = "") -> str | None:
@@ -239,7 +232,7 @@ def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, 
                              f"mis-shaped (file vs config) {'; '.join(shaped)[:300]}" if shaped else "") if p]
         raise DataError(f"The weights file {str(wpath)!r} does not match the architecture of {str(cpath)!r}: "
                         + "; ".join(parts) + ".")
-    digests = {f: _sha256(root / f) for f in LM_FILES}
+    digests = {f: file_sha256(root / f) for f in LM_FILES}
     return LmFiles(root, config, got, digests)
 
 
