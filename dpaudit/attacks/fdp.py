@@ -41,7 +41,7 @@ Curve families (each a blow-up inverse, vectorised over its parameter):
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from scipy import special
@@ -79,6 +79,20 @@ def gdp_blow_up_inverse(y: np.ndarray, mu: np.ndarray) -> np.ndarray:
         return special.ndtr(special.ndtri(np.clip(y, 0.0, 1.0)) - mu)
 
 
+class GdpInverse:
+    """:func:`gdp_blow_up_inverse` as a family object, with the cheaper form the recursion uses for y in [0, 1]."""
+
+    def __call__(self, y: np.ndarray, mu: np.ndarray) -> np.ndarray:
+        return gdp_blow_up_inverse(y, mu)
+
+    def inside(self, mu: np.ndarray) -> Callable[[np.ndarray, Any], np.ndarray] | None:
+        """For y in [0, 1] and every mu finite: the same values without the clip and the error-state switch
+        (``ndtri(y) - mu`` is never inf - inf)."""
+        if not np.all(np.isfinite(mu)):
+            return None
+        return lambda y, m: special.ndtr(special.ndtri(y) - m)
+
+
 def approx_dp_blow_up_inverse(y: np.ndarray, eps: np.ndarray, delta: float | np.ndarray) -> np.ndarray:
     """``max(0, (y - delta) e^-eps, 1 - delta - e^eps (1 - y))``, elementwise: the blow-up inverse of the
     (eps, delta)-DP curve (at ``y = 1`` the value is ``1 - delta``)."""
@@ -108,6 +122,23 @@ class ApproxDpInverse:
     def __call__(self, y: np.ndarray, state: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         return _approx_dp_inv(y, state[0], state[1], self.delta)
 
+    def inside(self, state: tuple[np.ndarray, np.ndarray]) -> Callable[[np.ndarray, Any], np.ndarray] | None:
+        """For y in [0, 1] and every e^eps finite (eps below ~709): the same values as ``__call__`` with fewer
+        operations (no clip; ``1 - delta - e^eps (1 - y)`` is already ``1 - delta`` at y = 1 and never NaN).
+        None when some e^eps overflowed (then ``__call__`` handles inf * 0)."""
+        if not np.all(np.isfinite(state[1])):
+            return None
+        keep = 1.0 - self.delta
+        delta = self.delta
+
+        def inv(y: np.ndarray, st: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+            a = (y - delta) * st[0]
+            b = keep - st[1] * (1.0 - y)
+            np.maximum(a, b, out=a)
+            return np.maximum(a, 0.0, out=a)
+
+        return inv
+
 
 def profile_blow_up_inverse(epsilons, deltas) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The blow-up inverse of the curve of a privacy profile ``(eps_j, delta_j)`` (every pair holds): the largest
@@ -135,6 +166,15 @@ def fdp_statistic(num_canaries, guesses, correct, alpha, param, blow_up_inverse:
     parameter is passed instead, once). Vectorised over the batch; the loop over i runs from the largest c down,
     on the elements still moving only: an element whose h did not change has reached its fixed point (r and h never
     change again)."""
+    return _recursion(num_canaries, guesses, correct, alpha, param, blow_up_inverse, stop_when_rejected=False)
+
+
+def _recursion(num_canaries, guesses, correct, alpha, param, blow_up_inverse: BlowUpInverse, *,
+               stop_when_rejected: bool) -> np.ndarray:
+    """The statistic of :func:`fdp_statistic`. With ``stop_when_rejected`` an element leaves the loop as soon as it
+    is rejected (its statistic is then positive but not final): r and h only grow as i falls (h by a max, r by a
+    non-negative step capped at 1), and floating-point addition is monotone, so a positive partial sum stays
+    positive and the sign -- all :func:`fdp_rejects` reads -- is the same as the full recursion's."""
     m, cp, c, a, p = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in
                                            (num_canaries, guesses, correct, alpha, param)))
     if np.any((c < 0) | (c > cp) | (cp > m) | (m < 1)) or np.any((a <= 0) | (a > 1)):
@@ -144,42 +184,66 @@ def fdp_statistic(num_canaries, guesses, correct, alpha, param, blow_up_inverse:
     m, cp, c, a, p = (v.ravel() for v in (m, cp, c, a, p))
     r = a * c / m
     h = a * (cp - c) / m
+    bound = cp / m
     prep = getattr(blow_up_inverse, "prepare", None)
     state = prep(p) if prep is not None else p
+    # inside the loop y = r lies in [0, 1] (it starts at alpha c / m and is capped at 1): a family may offer a
+    # cheaper form for that domain (same values bit for bit)
+    inv = getattr(blow_up_inverse, "inside", None)
+    inv = inv(state) if inv is not None else None
+    if inv is None:
+        inv = blow_up_inverse
     ci = c.astype(np.int64)
     idx = np.flatnonzero(ci > 0)                  # elements still moving (frozen ones are written back)
+    if stop_when_rejected:
+        idx = idx[(r[idx] + h[idx] - bound[idx]) <= 0.0]
     order = np.argsort(-ci[idx], kind="stable")
     idx = idx[order]
+    neg_c = -ci[idx]
     started = 0                                   # idx[:started] have c > i
-    i = int(ci.max(initial=0)) - 1
+    i = int(ci[idx[0]]) - 1 if idx.size else -1
+    enter = i                                     # the next i at which elements join (c - 1 of idx[started])
     act = np.empty(0, dtype=np.int64)
-    rr = hh = cc = np.empty(0)
-    st: object = None
+    rr = hh = cc = bb = np.empty(0)
+    st: object = _take(state, act)
     while i >= 0:
-        n_new = started + int(np.searchsorted(-ci[idx[started:]], -i, side="left"))  # c > i  <=>  -c < -i
-        if n_new > started:
+        if i == enter:
+            n_new = started + int(np.searchsorted(neg_c[started:], -i, side="left"))  # c > i  <=>  -c < -i
             new = idx[started:n_new]
             act = np.concatenate([act, new])
             rr, hh, cc = np.concatenate([rr, r[new]]), np.concatenate([hh, h[new]]), np.concatenate([cc, cp[new]])
+            if stop_when_rejected:
+                bb = np.concatenate([bb, bound[new]])
+            st = _join(st, _take(state, new))
             started = n_new
+            enter = int(ci[idx[started]]) - 1 if started < idx.size else -1
         if act.size == 0:
-            if started >= idx.size:
+            if enter < 0:
                 break
-            i = int(ci[idx[started]]) - 1
+            i = enter
             continue
-        st = _take(state, act)
-        hn = np.maximum(hh, blow_up_inverse(rr, st))
+        hn = np.maximum(hh, inv(rr, st))
         moving = hn != hh
-        if not moving.all():
-            done = act[~moving]
-            r[done], h[done] = rr[~moving], hh[~moving]
-            act, rr, hh, hn, cc = act[moving], rr[moving], hh[moving], hn[moving], cc[moving]
         rr = np.minimum(rr + (i / (cc - i)) * (hn - hh), 1.0)
         hh = hn
+        if stop_when_rejected:
+            moving &= (rr + hh - bb) <= 0.0
+        if np.count_nonzero(moving) < moving.size:
+            done = ~moving
+            r[act[done]], h[act[done]] = rr[done], hh[done]
+            act, rr, hh, cc, st = act[moving], rr[moving], hh[moving], cc[moving], _take(st, moving)
+            if stop_when_rejected:
+                bb = bb[moving]
         i -= 1
     if act.size:
         r[act], h[act] = rr, hh
-    return (r + h - cp / m).reshape(shape)
+    return (r + h - bound).reshape(shape)
+
+
+def _join(a: object, b: object) -> object:
+    if isinstance(a, tuple):
+        return tuple(np.concatenate([x, y]) for x, y in zip(a, b))  # type: ignore[arg-type]
+    return np.concatenate([a, b])  # type: ignore[list-item]
 
 
 def _take(state: object, idx: np.ndarray) -> object:
@@ -190,7 +254,7 @@ def _take(state: object, idx: np.ndarray) -> object:
 
 def fdp_rejects(num_canaries, guesses, correct, alpha, param, blow_up_inverse: BlowUpInverse) -> np.ndarray:
     """Boolean: the recursion rejects the curve (statistic > 0)."""
-    return fdp_statistic(num_canaries, guesses, correct, alpha, param, blow_up_inverse) > 0.0
+    return _recursion(num_canaries, guesses, correct, alpha, param, blow_up_inverse, stop_when_rejected=True) > 0.0
 
 
 def largest_rejected(num_canaries, guesses, correct, alpha, blow_up_inverse: BlowUpInverse, *, low: float = 0.0,
@@ -235,7 +299,7 @@ def fdp_gdp_mu(num_canaries, guesses, correct, *, confidence: float = 0.95) -> n
     perfect privacy, is not rejected), vectorised over ``guesses`` / ``correct`` (and a per-element ``confidence``
     array, e.g. Bonferroni-split levels)."""
     conf = np.asarray(confidence, dtype=np.float64)
-    return largest_rejected(num_canaries, guesses, correct, 1.0 - conf, gdp_blow_up_inverse, high=MU_MAX)
+    return largest_rejected(num_canaries, guesses, correct, 1.0 - conf, GdpInverse(), high=MU_MAX)
 
 
 def fdp_approx_dp_epsilon(num_canaries, guesses, correct, *, delta: float = 0.0,

@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from dpaudit.attacks.fdp import (
+    ApproxDpInverse,
+    GdpInverse,
     approx_dp_blow_up_inverse,
+    fdp_rejects,
     fdp_approx_dp_epsilon,
     fdp_gdp_mu,
     fdp_profile_p_value,
@@ -94,6 +97,29 @@ def test_batched_statistic_equals_elementwise():
     batch = fdp_statistic(m, cp, c, 0.05, mu, gdp_blow_up_inverse)
     one = [float(fdp_statistic(m, a, b, 0.05, u, gdp_blow_up_inverse)) for a, b, u in zip(cp, c, mu)]
     np.testing.assert_allclose(batch, one, rtol=0, atol=0)
+
+
+def test_early_stopping_rejection_and_cheap_forms_change_no_decision():
+    """fdp_rejects stops an element once its partial sum is positive, and the families' ``inside`` forms skip the
+    clip and NaN handling: on a random batch the decisions equal the full statistic's sign and the forms' values
+    equal the general ones bit for bit."""
+    rng = np.random.default_rng(7)
+    m = 500
+    cp = rng.integers(1, m + 1, 4000)
+    c = (cp * rng.uniform(0.5, 1.0, cp.size)).astype(np.int64)
+    alpha = rng.choice([0.05, 0.01, 0.001], cp.size)
+    for fam, par in ((GdpInverse(), rng.uniform(0.0, 1.5, cp.size)),
+                     (ApproxDpInverse(1e-5), rng.uniform(0.0, 2.0, cp.size)),
+                     (ApproxDpInverse(0.0), rng.uniform(0.0, 2.0, cp.size))):
+        full = fdp_statistic(m, cp, c, alpha, par, fam)
+        assert np.array_equal(fdp_rejects(m, cp, c, alpha, par, fam), full > 0.0)
+        assert 0.1 < float(np.mean(full > 0.0)) < 0.9
+        state = fam.prepare(par) if hasattr(fam, "prepare") else par
+        y = np.r_[0.0, 1.0, rng.uniform(0.0, 1.0, cp.size - 2)]
+        assert np.array_equal(fam.inside(state)(y, state), fam(y, state))
+    # an overflowing e^eps keeps the general form
+    assert ApproxDpInverse(1e-5).inside(ApproxDpInverse(1e-5).prepare(np.array([1.0, 800.0]))) is None
+    assert GdpInverse().inside(np.array([1.0, np.inf])) is None
 
 
 @pytest.mark.parametrize("m,cp,c,alpha", [x for x in CASES if x[3] < 0.5])
