@@ -163,6 +163,29 @@ def shadow_features(proba, labels, *, features: str = "both", num_classes: int |
     return np.concatenate(parts, axis=1)
 
 
+def _fit_all(jobs: Sequence[tuple[Any, Any, np.ndarray, np.ndarray]], *, concurrent: bool) -> None:
+    """Fit each job's classifier on its (features, labels). With ``concurrent`` (dpaudit's own CatBoost
+    classifiers) and more than one thread in the thread policy, the fits run side by side in that many Python
+    threads of one CatBoost thread each: CatBoost trains without the GIL, and a small fit keeps one core busier
+    than two threads on one fit do (measured in ``bench/bench_attacks.py``). CatBoost's result does not depend on
+    its thread count (tests/attacks/test_attack_reuse.py), so the fitted models are the same either way. Other
+    classifiers (a caller's object may not be thread-safe) are fitted one after another."""
+    from dpaudit.threads import current
+
+    workers = min(current().threads, len(jobs)) if concurrent else 1
+    if workers <= 1:
+        for _, clf, X, t in jobs:
+            clf.fit(X, t)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    for _, clf, _, _ in jobs:
+        clf.set_params(thread_count=1)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpaudit-attack-fit") as pool:
+        for fut in [pool.submit(clf.fit, X, t) for _, clf, X, t in jobs]:
+            fut.result()
+
+
 class AttackModel:
     """Attack classifier(s) mapping (probabilities, label) to P[member]: one per class plus a global fallback."""
 
@@ -180,16 +203,18 @@ class AttackModel:
             raise DataError("The attack model needs shadow records of both kinds (in and out).")
         p, y = check_proba(proba, labels, "AttackModel.fit")
         self.num_classes_ = p.shape[1]
-        self.global_ = make_classifier(self.classifier, seed=self.seed)
-        self.global_.fit(shadow_features(p, y, features=self.features, with_label=True), m)
-        self.per_class_ = {}
+        jobs: list[tuple[int | None, Any, np.ndarray, np.ndarray]] = [
+            (None, make_classifier(self.classifier, seed=self.seed),
+             shadow_features(p, y, features=self.features, with_label=True), m)]
         if self.per_class:
             for c in np.unique(y):
                 rows = y == c
                 if rows.sum() >= _MIN_PER_CLASS and len(np.unique(m[rows])) == 2:
-                    clf = make_classifier(self.classifier, seed=self.seed + 1 + int(c))
-                    clf.fit(shadow_features(p[rows], y[rows], features=self.features), m[rows])
-                    self.per_class_[int(c)] = clf
+                    jobs.append((int(c), make_classifier(self.classifier, seed=self.seed + 1 + int(c)),
+                                 shadow_features(p[rows], y[rows], features=self.features), m[rows]))
+        _fit_all(jobs, concurrent=self.classifier == "catboost")
+        self.global_ = jobs[0][1]
+        self.per_class_ = {c: clf for c, clf, _, _ in jobs[1:]}
         return self
 
     def predict_proba(self, proba: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -67,3 +67,34 @@ def test_catboost_attack_classifier_is_the_same_whatever_its_thread_count(monkey
         clf.set_params(iterations=60)
         probs.append(clf.fit(X, y).predict_proba(X))
     assert np.array_equal(probs[0], probs[1])
+
+
+def test_attack_model_fits_side_by_side_give_the_same_model(monkeypatch):
+    """With two threads in the policy, AttackModel fits its CatBoost classifiers (global and per class) side by side
+    in two Python threads: the scores equal those of the one-after-another fits bit for bit."""
+    import dpaudit.attacks.shadow as shadow
+    import dpaudit.threads as th
+
+    rng = np.random.default_rng(1)
+    n, C = 600, 3
+    p = rng.dirichlet(np.ones(C), size=n)
+    y = rng.integers(0, C, n)
+    member = (p[np.arange(n), y] + 0.3 * rng.normal(size=n) > 0.4).astype(int)
+    calls = []
+    real = shadow._fit_all
+
+    def spy(jobs, *, concurrent):
+        calls.append((len(jobs), concurrent, th.current().threads))
+        for _, clf, _, _ in jobs:
+            clf.set_params(iterations=40)
+        return real(jobs, concurrent=concurrent)
+
+    monkeypatch.setattr(shadow, "_fit_all", spy)
+    out = []
+    for threads in (1, 2):
+        monkeypatch.setattr(th, "current", lambda t=threads: th.ThreadSetting(t, "--threads", t, 1))
+        model = shadow.AttackModel("catboost", seed=3).fit(p, y, member)
+        assert sorted(model.per_class_) == [0, 1, 2]
+        out.append(model.predict_proba(p, y))
+    assert calls == [(4, True, 1), (4, True, 2)]
+    assert np.array_equal(out[0], out[1])
