@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 #: (stage, function name, file suffix): the runner's stages and what they spend their time on.
 STAGES = [
-    ("whole audit (run_audit)", "_run_audit", "audit/runner.py"),
-    ("train the releases (3 FREDY runs + baseline)", "_train", "audit/runner.py"),
-    ("attacks: 3 kinds x 4 releases", "_attack_unit", "audit/runner.py"),
+    ("whole audit (run_audit)", "_run_audit", "auditing/runner.py"),
+    ("train the releases (3 FREDY runs + baseline)", "_train", "auditing/runner.py"),
+    ("attacks: 3 kinds x 4 releases", "_attack_unit", "auditing/runner.py"),
     ("  of which shadow-model attack", "shadow_attack", "attacks/shadow.py"),
     ("  of which LiRA", "lira_attack", "attacks/lira.py"),
-    ("certified canary audit (one-run, white-box)", "_canary_audit", "audit/runner.py"),
-    ("FREDY whole-run audit", "_method_audit", "audit/runner.py"),
+    ("certified canary audit (one-run, white-box)", "_canary_audit", "auditing/runner.py"),
+    ("FREDY whole-run audit", "_method_audit", "auditing/runner.py"),
     ("report (Markdown, HTML, JSON, figures)", "write_report", "report/render.py"),
     ("  of which matplotlib savefig", "savefig", "matplotlib/figure.py"),
     ("every train_ensemble call", "train_ensemble", "training/ensemble.py"),
