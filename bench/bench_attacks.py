@@ -8,6 +8,9 @@
    sort-based (dpaudit.attacks.rmia.rmia_scores) vs a direct pairwise count of the paper's formula (the n x m
    likelihood ratios, in chunks of targets) on the same arrays; the scores must agree exactly. Target < 5 s on 2
    cores (issue 25).
+4. Attack-classifier fits: the shadow attack's CatBoost classifiers (global + one per class, digits-shaped shadow
+   features) fitted one after another with every thread each vs side by side in one Python thread per core of one
+   CatBoost thread each (``AttackModel.fit`` does the latter); the scores must be identical.
 
 Both timings are taken in the same process, so the ratio is meaningful on a shared, noisy machine.
 Usage: python bench/bench_attacks.py [--out runs/bench/attacks.json] [--shadows 16] [--epochs 10] [--quick]
@@ -110,6 +113,42 @@ def bench_rmia(n: int, m: int, K: int, repeats: int) -> dict:
             "target_s": 5.0, "load_1min": os.getloadavg()[0], "cores": os.cpu_count()}
 
 
+def bench_attack_fits(records: int, classes: int, repeats: int) -> dict:
+    """AttackModel.fit with the thread policy at 1 (fits one after another, at the process's thread count through
+    CatBoost itself) vs at the usable core count (fits side by side), same process, best of ``repeats``."""
+    import dpaudit.attacks.shadow as shadow
+    import dpaudit.threads as th
+    from catboost import CatBoostClassifier
+
+    cores = th.usable_cores()
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(classes) * 0.3, size=records)
+    y = rng.integers(0, classes, records)
+    member = (p[np.arange(records), y] + 0.3 * rng.normal(size=records) > 0.5).astype(int)
+    real_current = th.current
+    real_fit_all = shadow._fit_all
+
+    def sequential_all_threads(jobs, *, concurrent):   # the previous organisation: each fit with every thread
+        for _, clf, X, t in jobs:
+            clf.set_params(thread_count=cores)
+            clf.fit(X, t)
+
+    out = {}
+    try:
+        th.current = lambda: th.ThreadSetting(cores, "--threads", cores, 1)
+        shadow._fit_all = sequential_all_threads
+        seq = _best_of(lambda: out.__setitem__("seq", shadow.AttackModel(seed=0).fit(p, y, member)), repeats)
+        shadow._fit_all = real_fit_all
+        par = _best_of(lambda: out.__setitem__("par", shadow.AttackModel(seed=0).fit(p, y, member)), repeats)
+    finally:
+        th.current, shadow._fit_all = real_current, real_fit_all
+    same = bool(np.array_equal(out["seq"].predict_proba(p, y), out["par"].predict_proba(p, y)))
+    assert isinstance(out["par"].global_, CatBoostClassifier)
+    return {"records": records, "classes": classes, "fits": 1 + len(out["par"].per_class_), "cores": cores,
+            "one_after_another_s": seq, "side_by_side_s": par, "speedup": seq / par, "scores_identical": same,
+            "load_1min": os.getloadavg()[0]}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench/attacks.json"))
@@ -122,9 +161,21 @@ def main(argv=None) -> None:
     ap.add_argument("--population", type=int, default=10_000, help="RMIA population records.")
     ap.add_argument("--skip-training", action="store_true", help="Only the LiRA and RMIA scoring parts.")
     ap.add_argument("--only-rmia", action="store_true", help="Only the RMIA scoring part.")
+    ap.add_argument("--only-fits", action="store_true", help="Only the attack-classifier fits.")
+    ap.add_argument("--fit-records", type=int, default=9600, help="Shadow records the attack classifiers learn from.")
     args = ap.parse_args(argv)
 
     result: dict = {"machine": platform.platform(), "python": platform.python_version()}
+    f = bench_attack_fits(args.fit_records, 10, args.repeats)
+    result["attack_fits"] = f
+    print(f"Attack-classifier fits, {f['fits']} CatBoost fits on {f['records']} shadow records ({f['classes']} classes, "
+          f"best of {args.repeats}): one after another {f['one_after_another_s']:.2f} s, side by side "
+          f"{f['side_by_side_s']:.2f} s (x{f['speedup']:.2f}); scores identical: {f['scores_identical']}; "
+          f"load average {f['load_1min']:.1f} on {f['cores']} cores")
+    if args.only_fits:
+        write_json(args.out, result)
+        print(f"wrote {args.out}")
+        return
     r = bench_rmia(args.examples, args.population, args.lira_shadows, args.repeats)
     result["rmia"] = r
     print(f"RMIA scoring, {r['targets']} targets x {r['population']} population x {r['references']} references "
