@@ -24,6 +24,7 @@ response, REPLACE_ONE), ``LaplaceNoisyMax`` / ``GaussianNoisyMax`` without votes
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, cast
 
@@ -46,6 +47,20 @@ __all__ = ["PldAccountant", "FFT_DELTA_ALLOWANCE", "MAX_FFT_COMPOSITIONS"]
 
 #: Most privacy-loss grid points the FFT route aims for; the interval is coarsened (pessimistically) beyond it.
 MAX_GRID_POINTS = 2_000_000
+
+
+@functools.lru_cache(maxsize=32)
+def gaussian_pld(standard_deviation: float, sensitivity: float = 1.0, sampling_prob: float = 1.0, *,
+                 value_discretization_interval: float, pessimistic_estimate: bool = True,
+                 use_connect_dots: bool = True) -> Any:
+    """dp_accounting's one-step PLD of the (subsampled) Gaussian mechanism, memoised per process: building it walks
+    the loss grid in Python (about 0.6 s at the default interval), and one process often accounts the same mechanism
+    several times (an upper bound and its worst-case pair, several claims or routes over one recipe). The object is
+    only ever composed, never changed (dp_accounting's composition returns new objects), so sharing it is safe; at
+    most 32 are kept (a one-step PLD holds the grid up to its tail, a few thousand points)."""
+    return pld_lib.from_gaussian_mechanism(standard_deviation, sensitivity=sensitivity, sampling_prob=sampling_prob,
+                                           value_discretization_interval=value_discretization_interval,
+                                           pessimistic_estimate=pessimistic_estimate, use_connect_dots=use_connect_dots)
 _PROBE_ORDERS = (1.01, 1.1, 1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0)
 
 
@@ -137,17 +152,14 @@ class PldAccountant(Accountant):
         if n > MAX_FFT_COMPOSITIONS:
             raise ParameterError(f"{n} compositions are out of the FFT route's supported range (<= {MAX_FFT_COMPOSITIONS}).")
         if isinstance(event, SubsampledGaussian):
-            one = pld_lib.from_gaussian_mechanism(standard_deviation=event.noise_multiplier, sampling_prob=event.sampling_rate,
-                                                  value_discretization_interval=vdi)
+            one = gaussian_pld(event.noise_multiplier, sampling_prob=event.sampling_rate, value_discretization_interval=vdi)
             return one.self_compose(event.steps * count)
         if isinstance(event, FixedBatchGaussian):
             sigma = event.noise_multiplier / 2.0  # add/remove (zero-out is supported at B = n only: the exact route)
-            one = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=event.sampling_rate,
-                                                  value_discretization_interval=vdi)
+            one = gaussian_pld(sigma, sampling_prob=event.sampling_rate, value_discretization_interval=vdi)
             return one.self_compose(event.steps * count)
         if isinstance(event, ShuffledBatchGaussian):
-            one = pld_lib.from_gaussian_mechanism(standard_deviation=event.noise_multiplier / event.sensitivity,
-                                                  value_discretization_interval=vdi)
+            one = gaussian_pld(event.noise_multiplier / event.sensitivity, value_discretization_interval=vdi)
             return one.self_compose(event.participations * count)
         if isinstance(event, RandomizedResponse):
             one = pld_lib.from_randomized_response(
@@ -159,11 +171,9 @@ class PldAccountant(Accountant):
                                                   value_discretization_interval=vdi)
             return one.self_compose(event.n_queries * count)
         if isinstance(event, GaussianNoisyMax):
-            one = pld_lib.from_gaussian_mechanism(standard_deviation=event.sigma, sensitivity=math.sqrt(2.0),
-                                                  value_discretization_interval=vdi)
+            one = gaussian_pld(event.sigma, sensitivity=math.sqrt(2.0), value_discretization_interval=vdi)
             if event.sigma_threshold is not None:
-                one = one.compose(pld_lib.from_gaussian_mechanism(standard_deviation=event.sigma_threshold, sensitivity=1.0,
-                                                                  value_discretization_interval=vdi))
+                one = one.compose(gaussian_pld(event.sigma_threshold, sensitivity=1.0, value_discretization_interval=vdi))
             return one.self_compose(event.n_queries * count)
         if isinstance(event, Shuffled):
             return shuffle_pld(event.local_epsilon, event.num_users, value_discretization_interval=vdi).self_compose(count)

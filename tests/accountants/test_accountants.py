@@ -215,3 +215,22 @@ def test_basic_composition_figure_is_not_data_dependent():
     st2 = RdpAccountant().compose(clear).get_statement(1e-5)
     assert st2.method == "rdp" and st2.data_dependent
     assert any("DATA-DEPENDENT" in a for a in st2.assumptions)
+
+
+def test_the_one_step_gaussian_pld_is_memoised_and_never_changed():
+    """PldAccountant builds the one-step PLD of a (subsampled) Gaussian once per process (dpaudit.accountants.pld.
+    gaussian_pld): a second accounting of the same mechanism reuses it, gives the same epsilon bit for bit as a
+    fresh build, and composing it leaves the shared object as it was."""
+    from dpaudit.accountants.pld import gaussian_pld
+
+    ev = SubsampledGaussian(sampling_rate=0.013, noise_multiplier=0.97, steps=300)
+    first = PldAccountant().compose(ev).get_epsilon(1e-5)
+    hits = gaussian_pld.cache_info().hits
+    shared = gaussian_pld(0.97, sampling_prob=0.013, value_discretization_interval=PldAccountant().value_discretization_interval)
+    before = shared.get_delta_for_epsilon(1.0)
+    assert PldAccountant().compose(ev).get_epsilon(1e-5) == first
+    assert gaussian_pld.cache_info().hits > hits
+    shared.self_compose(50).compose(shared)
+    assert shared.get_delta_for_epsilon(1.0) == before
+    gaussian_pld.cache_clear()
+    assert PldAccountant().compose(ev).get_epsilon(1e-5) == first          # a fresh build: the same number

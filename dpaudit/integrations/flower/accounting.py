@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dpaudit.accountants.pld import gaussian_pld
 
 from dpaudit.accountants.pairs import dpsgd_lower_bound
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE
@@ -137,9 +137,8 @@ def sampled_lower_bound(rounds: Mapping[tuple[int, int, float], int], delta: flo
         if sigma <= 0:
             return math.inf
         # ADD_OR_REMOVE_ONE: dp_accounting builds both directions (remove and add) and takes the larger epsilon
-        one = pld_lib.from_gaussian_mechanism(sigma / 2.0, sensitivity=1.0, sampling_prob=min(1.0, m / n),
-                                              pessimistic_estimate=False, value_discretization_interval=vdi,
-                                              use_connect_dots=False)
+        one = gaussian_pld(sigma / 2.0, sensitivity=1.0, sampling_prob=min(1.0, m / n), pessimistic_estimate=False,
+                           value_discretization_interval=vdi, use_connect_dots=False)
         one = one.self_compose(count)
         total = one if total is None else total.compose(one)
     best = 0.0 if total is None else float(total.get_epsilon_for_delta(min(delta + FFT_DELTA_ALLOWANCE, 1.0)))
