@@ -47,6 +47,24 @@ from dpaudit.threads import apply_threads  # noqa: E402
 apply_threads()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _background_jobs(request, tmp_path_factory):
+    """Start the collected modules' background jobs (tests/background.py: their ``BACKGROUND`` tuples) that a collected
+    test needs when the run starts, in xdist worker gw0 or the only process, and wait for them before this process
+    exits."""
+    import background
+
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
+        seen: set[str] = set()
+        for item in request.session.items:
+            for job in getattr(getattr(item, "module", None), "BACKGROUND", ()):
+                if job.name not in seen and job.fixture in getattr(item, "fixturenames", ()):
+                    seen.add(job.name)
+                    background.start(job, tmp_path_factory)
+    yield
+    background.join_started()
+
+
 @pytest.fixture(scope="session")
 def forest_release(tmp_path_factory) -> Callable[..., Path]:
     """``forest_release(members=300, trees=20, claim=None, votes=None) -> Path``: a release bundle of a random

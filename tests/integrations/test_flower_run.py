@@ -1,7 +1,8 @@
 """Issue 34's headline, on Flower's real simulation engine (Ray): a DP run with server-side fixed clipping, 20 clients,
 5 sampled per round, 30 rounds, recorded, accounted per client, released, attacked (``dpaudit attack``) and checked
 (``dpaudit check`` with a claims TOML). The simulation runs in a child process of its own session, killed with its
-Ray workers if it outlives its timeout."""
+Ray workers if it outlives its timeout. The headline run is a background job (tests/background.py): it starts with
+the test run, and its Ray start-up and Flower's polling overlap other tests."""
 
 from __future__ import annotations
 
@@ -17,16 +18,28 @@ import pytest
 
 pytest.importorskip("flwr")
 
+import background  # noqa: E402
 from dpaudit.integrations.flower.record import LEDGER_FILE, MODEL_FILE, read_flower_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_TIMEOUT = 420
+#: the environment of every simulation: this checkout's dpaudit, Ray's logs whole and no usage report
+SIM_ENV = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "RAY_DEDUP_LOGS": "0",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+HEADLINE = ("--clients", "20", "--sampled", "5", "--rounds", "30", "--noise-multiplier", "2", "--seed", "0")
+
+
+def _simulate_argv(out: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "dpaudit", "flower", "simulate", "--out", str(out), *args]
+
+
+BACKGROUND = (background.Job("flower-headline-run", "headline_run",
+                             lambda out: _simulate_argv(out / "run", *HEADLINE), timeout=SIM_TIMEOUT, env=SIM_ENV),)
 
 
 def _simulate(out: Path, *args: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "RAY_DEDUP_LOGS": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "dpaudit", "flower", "simulate", "--out", str(out), *args],
+    env = {**os.environ, **SIM_ENV}
+    proc = subprocess.Popen(_simulate_argv(out, *args),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=out.parent,
                             start_new_session=True)
     try:
@@ -52,9 +65,7 @@ def _main(capsys, *args: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def headline_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("flower") / "run"
-    _simulate(out, "--clients", "20", "--sampled", "5", "--rounds", "30", "--noise-multiplier", "2", "--seed", "0")
-    return out
+    return background.result(BACKGROUND[0], tmp_path_factory) / "run"
 
 
 def test_the_record_is_what_the_engine_ran(headline_run):
