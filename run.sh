@@ -90,6 +90,9 @@ case "$cmd" in
             *) if [ "$cores" -gt 1 ] && "$venv/bin/python" -c "import xdist" >/dev/null 2>&1; then
                    xdist=(-n "$(( cores < 8 ? cores : 8 ))"); fi ;;
         esac
+        # work stealing: a worker that runs dry takes queued tests from the other, so the run does not end with one
+        # worker finishing a long tail alone (unless the arguments choose --dist)
+        case " $* " in *" --dist"*|*" -d "*) ;; *) [ ${#xdist[@]} -gt 0 ] && xdist+=(--dist worksteal) ;; esac
         exec "$venv/bin/python" -m pytest "${xdist[@]}" "$@" ;;
     dpaudit) exec "$venv/bin/dpaudit" "$@" ;;
     docs)  exec "$venv/bin/python" -m mkdocs build --strict --config-file mkdocs.yml --site-dir site "$@" ;;

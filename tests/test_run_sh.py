@@ -66,13 +66,15 @@ def test_a_failing_install_shows_pips_output_and_stops(fake_venv):
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    ([], ["-n", "2"]),                                  # two usable cores: two workers
-    (["tests/accountants"], ["-n", "2", "tests/accountants"]),
+    ([], ["-n", "2", "--dist", "worksteal"]),           # two usable cores: two workers, stealing work at the end
+    (["tests/accountants"], ["-n", "2", "--dist", "worksteal", "tests/accountants"]),
+    (["--dist", "load"], ["-n", "2", "--dist", "load"]),  # the caller chooses the distribution
     (["-n", "4"], ["-n", "4"]),                         # the caller chooses
     (["-p", "no:xdist", "-x"], ["-p", "no:xdist", "-x"]),
 ])
 def test_tests_run_in_parallel_unless_the_caller_chooses(fake_venv, args, expected):
-    """``bash run.sh test`` runs pytest with one xdist worker per usable core; ``-n``/``-p no:xdist`` override it."""
+    """``bash run.sh test`` runs pytest with one xdist worker per usable core, work stealing between them;
+    ``-n``/``-p no:xdist`` and ``--dist`` override it."""
     py = fake_venv / "bin" / "python"
     py.write_text(FAKE_PYTHON.replace('if [ "$1" = "-" ]', 'if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then shift 2; '
                                       'echo "pytest $*"; exit 0; fi\n'
