@@ -227,7 +227,7 @@ SURFACES: dict[str, Surface] = {
         lambda c: {"release": c["scores_bundle"], "attack": "threshold", "out": c["tmp"] / "o", "bootstrap": 10},
         lambda c: {"release": c["scores_bundle"], "attack": "lira", "out": c["tmp"] / "o", "bootstrap": 10},
         lambda c: {"release": c["forest"], "attack": "threshold", "out": c["tmp"] / "o", "bootstrap": 10},
-    ), fast=80, slow=800, limit_s=60, hints={
+    ), fast=40, slow=800, limit_s=60, hints={
         "release": ["@scores_bundle", "@forest", "@dir", "@missing", "@empty", "@fifo"],
         "attack": ["threshold", "lira", "rmia", "shadow", "blind", "SHADOW"],
         "audit": ["one-run", "multi-run", "two-run"], "canary": ["dirac", "input", "gradient", "none"],
@@ -263,7 +263,7 @@ SURFACES: dict[str, Surface] = {
         "path": ["@forest", "@scores_bundle", "@dir", "@empty", "@fifo", "@missing", "/", "@symlink_loop"],
         "data_dir": ["@dir", "/", "@missing", "@empty"], "code": [None, "code", object()],
     }),
-    "flower run dirs": Surface(_flower_account, (lambda c: {"path": c["flower_run"]},), fast=60, slow=1000, hints={
+    "flower run dirs": Surface(_flower_account, (lambda c: {"path": c["flower_run"]},), fast=30, slow=1000, hints={
         "path": ["@flower_run", "@flower_pickle", "@flower_huge", "@flower_nan", "@dir", "@empty", "@fifo", "@missing",
                  "@symlink_loop", "@scores_bundle"],
         "delta": [0.0, 1.0, 1e-300, math.nan, "1e-5"], "neighbouring": ["add-remove", "replace-one", "zero-out", ""],
