@@ -10,7 +10,8 @@ pads little), right-padded with an attention mask, ``batch_tokens`` tokens a bat
   the same logits in the same pass.
 
 Results (:class:`TokenLogProbs`: flat arrays and offsets) are cached in memory and, with ``cache_dir``, on disk as
-``.npz``, keyed by the model's digest and the token ids, so a second attack, a second command or a re-run costs
+``.npz``, keyed by the model's digest, the dtype and device type it runs in (float32 and bfloat16, CPU and GPU give
+different numbers) and the token ids, so a second attack, a second command or a re-run of the same computation costs
 nothing.
 """
 
@@ -138,8 +139,11 @@ def token_logprobs(model: Any, sequences: Sequence[np.ndarray], *, model_digest:
         if s.min() < 0 or s.max() >= vocab:
             raise DataError(f"{owner}: sequence {i} holds token ids outside the vocabulary [0, {vocab}).")
     key = None
+    dev = device or str(next(model.parameters()).device)
     if model_digest is not None:
-        key = sequences_digest(model_digest, seqs)
+        # the same weights in another dtype or on another kind of device compute other numbers: their own entry
+        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        key = sequences_digest(f"{model_digest}|{dtype}|{dev.split(':')[0]}", seqs)
         if key in _MEMORY:
             _MEMORY.move_to_end(key)
             return _MEMORY[key]
@@ -156,7 +160,6 @@ def token_logprobs(model: Any, sequences: Sequence[np.ndarray], *, model_digest:
                         return tl
                 except (KeyError, DataError):
                     pass            # a stale or foreign cache file: recomputed and replaced
-    dev = device or str(next(model.parameters()).device)
     lp, mu, sd = _pass(model, seqs, bt, dev)
     offsets = np.r_[0, np.cumsum([s.size - 1 for s in seqs])]
     tl = TokenLogProbs(np.concatenate(lp), np.concatenate(mu), np.concatenate(sd), offsets)
