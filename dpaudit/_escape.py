@@ -95,9 +95,17 @@ def md_text(value: Any) -> Md:
     leading ``#``, ``-``, ``+``, ``=`` or ``1.`` escaped (no heading or list), line breaks folded into spaces (and
     spaces at either end dropped: no indented code, no hard break), and
     control characters shown as in :func:`console_text`. Renders as the original text."""
+    return _md_piece(value, lead=True, trail=True)
+
+
+def _md_piece(value: Any, *, lead: bool, trail: bool) -> Md:
+    """:func:`md_text` of one piece of a line, with spaces dropped at its start (``lead``) and end (``trail``)
+    only when asked (:func:`md` drops them at the ends of the whole line instead)."""
     if isinstance(value, Md):
         return value
-    s = _LINE_BREAKS.sub(" ", str(value)).strip(" ")      # leading spaces would make code, trailing a line break
+    s = _LINE_BREAKS.sub(" ", str(value))                 # leading spaces would make code, trailing a line break
+    s = s.lstrip(" ") if lead else s
+    s = s.rstrip(" ") if trail else s
     s = _MD_PUNCT.sub(r"\\\1", s)
     s = _MD_UNDERSCORE.sub(r"\\_", s)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -119,8 +127,12 @@ def md_code(value: Any) -> Md:
 
 
 def md(*pieces: Any) -> Md:
-    """The pieces side by side: :class:`Md` pieces as they are, anything else through :func:`md_text`."""
-    return Md("".join(md_text(p) for p in pieces))
+    """The pieces side by side: :class:`Md` pieces as they are, anything else through :func:`md_text` (spaces
+    dropped at the ends of the whole, kept between pieces)."""
+    # each piece escapes its own leading marks (so whatever piece ends up first cannot start a heading or list);
+    # the spaces go at the ends of the joined line only (an empty first piece must not leave the next one's
+    # spaces at the start, where they would make indented code)
+    return Md("".join(_md_piece(p, lead=False, trail=False) for p in pieces).strip(" "))
 
 
 def md_bold(*pieces: Any) -> Md:

@@ -51,6 +51,24 @@ def test_md_text_renders_as_exactly_the_text_and_nothing_else(s):
     assert html.unescape(inner).strip(" ") == want, (s, md_bullet(s), inner)
 
 
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(TEXTS, min_size=2, max_size=4))
+def test_a_line_of_pieces_renders_as_the_pieces_joined_with_their_spaces(pieces):
+    """``md(a, ": ", b)`` is one line whose text is the pieces side by side: spaces between pieces stay (the bold
+    name and its verdict were run together before), spaces at the ends of the line go."""
+    inner = _rendered_bullet(md(*pieces))
+    assert "<" not in inner, (pieces, inner)
+    want = console_text("".join(_FOLD.sub(" ", p) for p in pieces)).strip(" ")   # each piece's breaks folded
+    assert html.unescape(inner).strip(" ") == want, (pieces, md(*pieces), inner)
+
+
+def test_report_verdict_lines_keep_the_space_after_the_name():
+    from dpaudit._escape import md_bold
+
+    line = md_bullet(md_bold("fredy-gamma2"), ": ", "no leakage demonstrated (AUC 0.516)")
+    assert MD.render(line) == "<ul>\n<li><strong>fredy-gamma2</strong>: no leakage demonstrated (AUC 0.516)</li>\n</ul>\n"
+
+
 @settings(max_examples=200, deadline=None, database=None)
 @given(TEXTS, TEXTS)
 def test_md_table_cells_stay_in_their_cell(a, b):
