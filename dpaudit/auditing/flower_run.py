@@ -195,6 +195,8 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
               run_data, observe, overwrite) -> Path:
     import logging
 
+    from dpaudit._ray_local import loopback_only
+
     from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
@@ -263,9 +265,10 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
         raise ParameterError("client-side clipping needs the clipping mod on the ClientApp; the digits simulation runs "
                              "server-side wrappers and plain FedAvg only. Got dp=" + repr(dp) + " instead.")
     logging.getLogger("flwr").setLevel(logging.WARNING)
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": 2, "include_dashboard": False}})
+    with loopback_only():   # the simulation's Ray instance listens on 127.0.0.1 only
+        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                       "init_args": {"num_cpus": 2, "include_dashboard": False}})
     if "path" not in holder:
         raise DataError("The Flower simulation ended without writing its run record (see Flower's log above).")
     return holder["path"]

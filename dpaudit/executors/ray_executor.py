@@ -108,9 +108,12 @@ class RayExecutor(Executor):
                 os.environ["PYTHONPATH"] = root if not old else (old if root in old.split(os.pathsep) else root + os.pathsep + old)
                 try:
                     # "local": always a new instance of our own, never someone else's cluster on this machine
-                    # on loopback: a local instance talks to nothing outside this machine
-                    ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False,
-                             logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
+                    # on loopback: a local instance talks to nothing outside this machine (dpaudit._ray_local)
+                    from dpaudit._ray_local import loopback_only
+
+                    with loopback_only():
+                        ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False,
+                                 logging_level=logging.WARNING)
                 finally:
                     if old is None:
                         os.environ.pop("PYTHONPATH", None)

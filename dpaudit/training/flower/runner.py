@@ -142,6 +142,7 @@ def run_methods(jobs: Sequence[FlowerJob], *, engine: str = "simulation", num_cp
         raise ParameterError("The 'engine' parameter of dpaudit train is 'flower', which needs Flower's simulation "
                              f"engine: pip install 'dpaudit[flower]' ({e}).") from None
 
+    from dpaudit._ray_local import loopback_only
     from dpaudit.threads import usable_cores
     from dpaudit.training.flower.apps import client_app, make_server_app
 
@@ -166,8 +167,9 @@ def run_methods(jobs: Sequence[FlowerJob], *, engine: str = "simulation", num_cp
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # run_simulation's deprecation notice ('flwr run' needs a packaged app)
-            run_simulation(server_app=app, client_app=client_app, num_supernodes=nodes, backend_config=backend,
-                           verbose_logging=verbose)
+            with loopback_only():   # the simulation's Ray instance listens on 127.0.0.1 only
+                run_simulation(server_app=app, client_app=client_app, num_supernodes=nodes, backend_config=backend,
+                               verbose_logging=verbose)
     finally:
         flwr_logger.setLevel(level)
         if env_before is None:  # the Ray backend extends PYTHONPATH for its workers; put it back
