@@ -64,7 +64,7 @@ def _claim(root: Path, job: Job) -> bool:
     return True
 
 
-_STARTED: dict[str, threading.Thread] = {}
+_STARTED: dict[str, tuple[threading.Thread, subprocess.Popen]] = {}
 
 
 def start(job: Job, tmp_path_factory) -> bool:
@@ -99,14 +99,29 @@ def start(job: Job, tmp_path_factory) -> bool:
 
     t = threading.Thread(target=wait, name=f"background-{job.name}", daemon=True)
     t.start()
-    _STARTED[job.name] = t
+    _STARTED[job.name] = (t, proc)
     return True
 
 
-def join_started() -> None:
-    """Wait for every job this process started (each is bounded by its own timeout)."""
-    for t in _STARTED.values():
-        t.join()
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def join_started(*, kill: bool = False) -> None:
+    """Wait for every job this process started (each is bounded by its own timeout); with ``kill`` (the run was
+    stopped: -x, a keyboard interrupt), or on a keyboard interrupt while waiting, kill them instead."""
+    try:
+        for t, proc in _STARTED.values():
+            if kill:
+                _kill(proc)
+            t.join()
+    except KeyboardInterrupt:
+        for _, proc in _STARTED.values():
+            _kill(proc)
+        raise
 
 
 def result(job: Job, tmp_path_factory) -> Path:

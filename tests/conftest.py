@@ -62,7 +62,8 @@ def _background_jobs(request, tmp_path_factory):
                     seen.add(job.name)
                     background.start(job, tmp_path_factory)
     yield
-    background.join_started()
+    session = request.session
+    background.join_started(kill=bool(session.shouldfail or session.shouldstop))
 
 
 @pytest.fixture(scope="session")
