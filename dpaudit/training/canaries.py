@@ -45,12 +45,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from dpaudit._io import load_npz_file, save_npz
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int
-from dpaudit.training.models import ModelSpec, build_model
+
+if TYPE_CHECKING:
+    import torch
+
+    from dpaudit.training.models import ModelSpec
+
+# torch and the model builder are imported by the functions that build or hook models: the file names, kinds and
+# limits here are read by bundle checks that must not load torch (a scores-only bundle is attacked without it)
 
 __all__ = [
     "CANARY_KINDS",
@@ -217,6 +225,8 @@ def make_input_canaries(kind: str, X_pool: np.ndarray, y_pool: np.ndarray, num_c
 
 
 def _param_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
+    from dpaudit.training.models import build_model
+
     return [(k, tuple(v.shape)) for k, v in build_model(spec).named_parameters()]
 
 
@@ -253,6 +263,8 @@ def make_canaries(kind: str, mode: str, *, num_canaries: int = 1, num_models: in
     owner = "make_canaries"
     check_choice(kind, "kind", owner, CANARY_KINDS)
     check_choice(mode, "audit", owner, AUDIT_MODES)
+    from dpaudit.training.models import ModelSpec
+
     if not isinstance(spec, ModelSpec):
         raise ParameterError(f"The 'spec' parameter of {owner} must be a ModelSpec. Got {spec!r} instead.")
     m = check_int(num_canaries, "canaries", owner, low=1, high=MAX_CANARIES)
@@ -300,12 +312,16 @@ class DiracHook:
         self.sigma = check_float(noise_multiplier, "noise_multiplier", "DiracHook", low=0.0, low_open=True)
         self.shapes = _param_shapes(spec)
         self.sizes = [math.prod(s) for _, s in self.shapes]
+        import torch
+
         self.coords = torch.as_tensor(canaries.coords, dtype=torch.long)
         self.included = np.asarray(canaries.included, dtype=bool)
         self.seed = int(seed)
         self._obs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        import torch
+
         parts = torch.split(flat, self.sizes, dim=1)
         return {k: p.reshape((flat.shape[0],) + s) for (k, s), p in zip(self.shapes, parts)}
 
@@ -317,6 +333,8 @@ class DiracHook:
         add = self.included[models] & (u < qs[:, None])
         if not add.any():
             return None
+        import torch
+
         flat = torch.zeros((len(models), sum(self.sizes)), dtype=torch.float32)
         r, c = np.nonzero(add)
         flat.index_put_((torch.as_tensor(r), self.coords[torch.as_tensor(c)]),
@@ -324,6 +342,8 @@ class DiracHook:
         return self._split(flat)
 
     def observe(self, t: int, models: np.ndarray, noisy: dict[str, torch.Tensor]) -> None:
+        import torch
+
         flat = torch.cat([noisy[k].reshape(noisy[k].shape[0], -1) for k, _ in self.shapes], dim=1)
         vals = flat[:, self.coords.to(flat.device)].detach().cpu().numpy().astype(np.float64)
         self._obs[int(t)] = (np.asarray(models), vals / (self.sigma * self.C))

@@ -283,8 +283,6 @@ def load_bundle_npz(root: Path, fname: str) -> dict[str, np.ndarray]:
 def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | None = None):
     """The released outside model of ``release.json["model"]`` (``None`` for a scores-only release). A torch
     factory runs only as ``code`` allows (see :class:`BundleCode`)."""
-    from dpaudit.training.models import Classifier
-
     kind = m.get("kind")
     if kind not in EXTERNAL_KINDS:
         raise DataError(f"{root}/release.json: model kind {kind!r} is unknown; known: {', '.join(EXTERNAL_KINDS)}.")
@@ -296,6 +294,8 @@ def load_external_model(root: Path, m: Mapping[str, Any], code: BundleCode | Non
     if kind == "scores":
         load_bundle_npz(root, "scores.npz")     # present and readable
         return None
+    from dpaudit.training.models import Classifier      # torch: not for a scores-only release
+
     spec = ExternalSpec.from_dict(m["spec"] or {})
     path = _bundle_file(root, m["file"], "model")
     if kind == "torch_factory":

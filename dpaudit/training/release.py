@@ -25,7 +25,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -34,8 +34,12 @@ from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_
 from dpaudit.errors import DataError, ParameterError, format_value, check_bool, check_int, check_path, worded
 from dpaudit.serial import to_dict
 from dpaudit.training.data import DATASETS, Dataset, load_dataset
-from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
-from dpaudit.training.models import Classifier, ModelSpec, classifier_suffix, load_classifier, save_classifier
+if TYPE_CHECKING:
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.models import Classifier, ModelSpec
+
+# torch-backed modules (ensemble, models) are imported where a model is written, loaded or trained: a scores-only
+# bundle is made, read and attacked without importing torch
 from dpaudit.training.bundle_arrays import (MAX_CLASSES, MAX_INPUT_SIZE, MAX_RECORDS, check_bundle_scores,
                                             check_canary_view, check_records, check_votes)
 from dpaudit.training.release_meta import (FLAG_CODES, OUTSIDE_DATASETS, READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION,
@@ -281,16 +285,21 @@ def write_release(
     seed = check_int(seed, "seed", owner, low=0)
     extra_model = dict(model_meta or {})
     scores_only = extra_model.get("kind") == "scores"
-    if not isinstance(classifier, Classifier) and not (scores_only and classifier is None):
-        raise ParameterError(f"The 'classifier' parameter of {owner} must be a Classifier. Got {type(classifier).__name__} instead.")
+    if not (scores_only and classifier is None):
+        from dpaudit.training.models import Classifier
+
+        if not isinstance(classifier, Classifier):
+            raise ParameterError(f"The 'classifier' parameter of {owner} must be a Classifier. Got {type(classifier).__name__} instead.")
     ds = _check_dataset_spec(dataset, owner)
     if ds.get("num_records") is None:
         ds["num_records"] = len(load_dataset(ds["name"], **_load_kwargs(ds)))
     ds["num_records"] = int(ds["num_records"])
-    if isinstance(train_config, TrainConfig):
-        tc = train_config.to_dict()
-    elif train_config is None:
+    if train_config is not None:
+        from dpaudit.training.ensemble import TrainConfig
+    if train_config is None:
         tc = None
+    elif isinstance(train_config, TrainConfig):
+        tc = train_config.to_dict()
     elif isinstance(train_config, Mapping):
         tc = TrainConfig.from_dict(train_config).to_dict()
     else:
@@ -336,6 +345,8 @@ def write_release(
         canary_files, entry = dict(canaries[0]), _as_dict(canaries[1], "canaries")
         meta["canaries"] = entry
     if classifier is not None:      # the name save_classifier gives it
+        from dpaudit.training.models import classifier_suffix
+
         meta["model"]["file"] = "model" + classifier_suffix(classifier)
     # the checks load_release makes, on what is about to be written: a bundle dpaudit writes is one it accepts
     where = f"{owner} ({Path(out_dir) / 'release.json'})"
@@ -348,6 +359,8 @@ def write_release(
         ctx = atomic_dir(out_dir, overwrite=overwrite, kind="release")
         with ctx as tmp:
             if classifier is not None:
+                from dpaudit.training.models import save_classifier
+
                 model_path = save_classifier(classifier, tmp / "model")
                 if model_path.name != meta["model"]["file"]:
                     raise ParameterError(f"{where}: the model was saved as {model_path.name}, not "
@@ -436,7 +449,11 @@ class Release:
     @property
     def train_config(self) -> TrainConfig | None:
         tc = self.meta["model"].get("train_config")
-        return None if tc is None else TrainConfig.from_dict(tc)
+        if tc is None:
+            return None
+        from dpaudit.training.ensemble import TrainConfig
+
+        return TrainConfig.from_dict(tc)
 
     def dataset(self) -> Dataset:
         """The data set the membership indices point into, rebuilt from ``meta["dataset"]``."""
@@ -463,6 +480,8 @@ class Release:
         spec, config = self.spec, self.train_config
 
         def train(X: np.ndarray, y: np.ndarray, seed: int) -> Classifier:
+            from dpaudit.training.ensemble import fit_classifier
+
             return fit_classifier(spec, X, y, config, int(seed))
 
         return train
@@ -477,6 +496,8 @@ class Release:
         spec, config = self.spec, self.train_config
 
         def train(datasets: Sequence[tuple[np.ndarray, np.ndarray]], seed: int) -> list[Classifier]:
+            from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
+
             seed = int(seed)
             if spec.is_torch:
                 ens = train_ensemble(spec, list(datasets), config or TrainConfig(), seed=seed, progress=False)
@@ -651,6 +672,8 @@ def _load_own_model(root: Path, real_root: Path, info: ReleaseMeta, meta_path: P
     model_file = _bundle_file(root, real_root, info.model.file)
     check_input_file(model_file, "the model file named in release.json", max_bytes=None)
     _check_weights_fit_file(spec, model_file)
+    from dpaudit.training.models import load_classifier
+
     return spec, load_classifier(model_file, spec, follow_symlinks=False)
 
 

@@ -74,3 +74,25 @@ def test_audit_method_help_lists_every_methods_parameters(cli):
     assert code == 0
     for name in METHOD_RUN_AUDITS:
         assert f"{name}: " in out
+
+
+def test_a_scores_only_bundle_is_made_and_attacked_without_torch(tmp_path):
+    """``release make --scores`` and ``attack`` (threshold and LiRA) of a scores-only bundle never import torch: the
+    model and trainer modules load only where a model is written, loaded, hooked or trained."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n, k = 120, 8
+    np.savez(tmp_path / "s.npz", loss_train=rng.exponential(0.5, n), loss_test=rng.exponential(1.0, n),
+             reference_loss_train=rng.exponential(0.8, (n, k)), reference_loss_test=rng.exponential(0.8, (n, k)),
+             reference_in_train=rng.random((n, k)) < 0.5, reference_in_test=rng.random((n, k)) < 0.5)
+    code = ("import contextlib, io\nfrom dpaudit.cli import main\n"
+            "for args in (['release', 'make', '--out', 'R', '--scores', 'S', '--claim', 'epsilon=1', '--claim', "
+            "'delta=1e-5'], ['attack', 'R', '--attack', 'threshold', '--quiet', '--out', 'A1'], "
+            "['attack', 'R', '--attack', 'lira', '--quiet', '--out', 'A2']):\n"
+            "    args = [str(T / a) if a in ('R', 'S', 'A1', 'A2') else a for a in args]\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n            main(args)\n        except SystemExit as e:\n            assert e.code in (0, None), (args, e.code)\n")
+    code = code.replace("T / a", f"__import__('pathlib').Path({str(tmp_path)!r}) / {{'S': 's.npz'}}.get(a, a)")
+    loaded = _loaded_after(code)
+    assert (tmp_path / "A2").is_dir() and "torch" not in loaded, loaded
