@@ -95,17 +95,17 @@ def md_text(value: Any) -> Md:
     leading ``#``, ``-``, ``+``, ``=`` or ``1.`` escaped (no heading or list), line breaks folded into spaces (and
     spaces at either end dropped: no indented code, no hard break), and
     control characters shown as in :func:`console_text`. Renders as the original text."""
-    return _md_piece(value, lead=True, trail=True)
-
-
-def _md_piece(value: Any, *, lead: bool, trail: bool) -> Md:
-    """:func:`md_text` of one piece of a line, with spaces dropped at its start (``lead``) and end (``trail``)
-    only when asked (:func:`md` drops them at the ends of the whole line instead)."""
     if isinstance(value, Md):
         return value
-    s = _LINE_BREAKS.sub(" ", str(value))                 # leading spaces would make code, trailing a line break
-    s = s.lstrip(" ") if lead else s
-    s = s.rstrip(" ") if trail else s
+    return Md(_md_piece(value).strip(" "))      # leading spaces would make code, trailing ones a line break
+
+
+def _md_piece(value: Any) -> Md:
+    """One piece of a line as literal Markdown, its spaces kept (:func:`md` and :func:`md_text` drop them at the
+    ends of the line)."""
+    if isinstance(value, Md):
+        return value
+    s = _LINE_BREAKS.sub(" ", str(value))
     s = _MD_PUNCT.sub(r"\\\1", s)
     s = _MD_UNDERSCORE.sub(r"\\_", s)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -132,7 +132,7 @@ def md(*pieces: Any) -> Md:
     # each piece escapes its own leading marks (so whatever piece ends up first cannot start a heading or list);
     # the spaces go at the ends of the joined line only (an empty first piece must not leave the next one's
     # spaces at the start, where they would make indented code)
-    return Md("".join(_md_piece(p, lead=False, trail=False) for p in pieces).strip(" "))
+    return Md("".join(_md_piece(p) for p in pieces).strip(" "))
 
 
 def md_bold(*pieces: Any) -> Md:
