@@ -4,14 +4,19 @@ its servers then accept connections from the network."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
+import background  # noqa: E402
 from dpaudit._ray_local import LOOPBACK_ENV, loopback_only  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _descendants(root: int) -> set[int]:
@@ -64,22 +69,46 @@ def _listening(pids: set[int]) -> list[tuple[str, int, str]]:
     return out
 
 
-@pytest.mark.skipif(not Path("/proc/net/tcp").is_file(), reason="needs Linux's /proc")
-def test_a_local_ray_executor_listens_on_loopback_only():
-    from dpaudit.executors import Unit
-    from dpaudit.executors.ray_executor import RayExecutor
+# the real check: a child process starts a local RayExecutor, runs one unit on a worker, and writes every TCP
+# listener of its process tree; a background job (tests/background.py), so that Ray's start-up overlaps other tests
+_PROBE = """
+import json, os, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[2], str(Path(sys.argv[2]).parent)]   # this folder, and tests/ (background.py)
+from test_ray_loopback import _descendants, _listening
+from dpaudit._ray_local import LOOPBACK_ENV
+from dpaudit.executors import Unit
+from dpaudit.executors.ray_executor import RayExecutor
 
-    before = os.environ.get(LOOPBACK_ENV)
-    ex = RayExecutor(num_cpus=1)
-    try:
-        ex.start()
-        assert ex.map([Unit("one", abs, (-3,))]) == [3]          # a worker has started and answered
-        found = _listening(_descendants(os.getpid()) | {os.getpid()})
-    finally:
-        ex.shutdown()
+before = os.environ.get(LOOPBACK_ENV)
+ex = RayExecutor(num_cpus=1)
+try:
+    ex.start()
+    answer = ex.map([Unit("one", abs, (-3,))])
+    found = _listening(_descendants(os.getpid()) | {os.getpid()})
+finally:
+    ex.shutdown()
+Path(sys.argv[1], "listeners.json").write_text(json.dumps(
+    {"answer": answer, "found": found, "switch_put_back": os.environ.get(LOOPBACK_ENV) == before}))
+"""
+BACKGROUND = (background.Job("ray-loopback", "ray_listeners",
+                             lambda out: [sys.executable, "-c", _PROBE, str(out), str(Path(__file__).parent)],
+                             timeout=300, env={"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                                               "RAY_USAGE_STATS_ENABLED": "0"}),)
+
+
+@pytest.fixture(scope="module")
+def ray_listeners(tmp_path_factory) -> dict:
+    return json.loads((background.result(BACKGROUND[0], tmp_path_factory) / "listeners.json").read_text())
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").is_file(), reason="needs Linux's /proc")
+def test_a_local_ray_executor_listens_on_loopback_only(ray_listeners):
+    assert ray_listeners["answer"] == [3]                           # a worker has started and answered
+    found = ray_listeners["found"]
     assert len(found) >= 3, found                                  # GCS, raylet, worker, runtime-env agent...
     assert all(a == "127.0.0.1" for a, _, _ in found), found
-    assert os.environ.get(LOOPBACK_ENV) == before                  # the switch is put back
+    assert ray_listeners["switch_put_back"]                        # the switch is put back
 
 
 def test_the_switch_makes_ray_keep_the_loopback_address_and_is_put_back():
