@@ -166,12 +166,13 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     result: dict = {"machine": platform.platform(), "python": platform.python_version()}
-    f = bench_attack_fits(args.fit_records, 10, args.repeats)
-    result["attack_fits"] = f
-    print(f"Attack-classifier fits, {f['fits']} CatBoost fits on {f['records']} shadow records ({f['classes']} classes, "
-          f"best of {args.repeats}): one after another {f['one_after_another_s']:.2f} s, side by side "
-          f"{f['side_by_side_s']:.2f} s (x{f['speedup']:.2f}); scores identical: {f['scores_identical']}; "
-          f"load average {f['load_1min']:.1f} on {f['cores']} cores")
+    if not args.only_rmia:
+        f = bench_attack_fits(args.fit_records, 10, args.repeats)
+        result["attack_fits"] = f
+        print(f"Attack-classifier fits, {f['fits']} CatBoost fits on {f['records']} shadow records ({f['classes']} "
+              f"classes, best of {args.repeats}): one after another {f['one_after_another_s']:.2f} s, side by side "
+              f"{f['side_by_side_s']:.2f} s (x{f['speedup']:.2f}); scores identical: {f['scores_identical']}; "
+              f"load average {f['load_1min']:.1f} on {f['cores']} cores")
     if args.only_fits:
         write_json(args.out, result)
         print(f"wrote {args.out}")
