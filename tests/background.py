@@ -7,14 +7,17 @@ module fixture that runs one blocks its pytest-xdist worker all that time. Inste
     BACKGROUND = (background.Job("flower-headline", "headline_run", lambda out: [sys.executable, "-m", ...],
                                  timeout=420),)
 
-and its fixture (``headline_run`` here) asks for the result: ``background.result(job, tmp_path_factory)`` returns the job's output folder
-once the process has exited with status 0 (the test fails with the end of the job's log otherwise).
+and its fixture (``headline_run`` here) asks for the result: ``background.result(job, tmp_path_factory)`` returns
+the job's output folder once the process has exited with status 0 (the test fails with the end of the job's log
+otherwise). :func:`ray_env` is the environment of a job that starts Ray (this checkout importable, Ray's logs whole,
+no usage report).
 
 Who runs a job: the first process to claim it (an atomic ``mkdir`` in the run's temporary folder, shared by the
 xdist workers of one run). The session fixture in ``conftest.py`` claims and starts, in worker ``gw0`` (or the only
-process), at the start of the run every job whose fixture a collected test uses; a fixture that finds its job unclaimed (a
-run of one test, ``-p no:xdist``) claims and runs it itself. A job runs in a session of its own, is killed with
-everything it started when it outlives its timeout, and the process that started it waits for it before exiting.
+process), at the start of the run every job whose fixture a collected test uses; a fixture that finds its job
+unclaimed (a run of one test, ``-p no:xdist``) claims and runs it itself. A job runs in a session of its own, is
+killed with everything it started when it outlives its timeout or the run stops early, and the process that started
+it waits for it before exiting.
 Nothing is written outside pytest's temporary folders.
 """
 
@@ -29,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Seconds the status file may lag behind the job's own timeout (the starter's bookkeeping) before a waiting
 #: fixture gives up.
@@ -45,6 +50,13 @@ class Job:
     argv: Callable[[Path], Sequence[str]]
     timeout: float
     env: Mapping[str, str] = field(default_factory=dict)
+
+
+def ray_env() -> dict[str, str]:
+    """The environment a job that starts Ray adds: this checkout's dpaudit importable in Ray's workers, Ray's logs
+    whole (no deduplication), no usage report."""
+    return {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "RAY_DEDUP_LOGS": "0",
+            "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def shared_root(tmp_path_factory) -> Path:
@@ -67,6 +79,14 @@ def _claim(root: Path, job: Job) -> bool:
 _STARTED: dict[str, tuple[threading.Thread, subprocess.Popen]] = {}
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    """The job and every process it started (Ray's workers): its session."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def start(job: Job, tmp_path_factory) -> bool:
     """Claim and start ``job`` in a thread of this process (False when another process has claimed it)."""
     root = shared_root(tmp_path_factory)
@@ -87,10 +107,7 @@ def start(job: Job, tmp_path_factory) -> bool:
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)     # the job and every process it started (Ray's workers)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill(proc)
             proc.wait()
             log.close()
             tmp = home / "status.json.tmp"
@@ -101,13 +118,6 @@ def start(job: Job, tmp_path_factory) -> bool:
     t.start()
     _STARTED[job.name] = (t, proc)
     return True
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def join_started(*, kill: bool = False) -> None:

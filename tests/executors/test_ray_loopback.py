@@ -16,7 +16,6 @@ ray = pytest.importorskip("ray")
 import background  # noqa: E402
 from dpaudit._ray_local import LOOPBACK_ENV, loopback_only  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _descendants(root: int) -> set[int]:
@@ -93,8 +92,7 @@ Path(sys.argv[1], "listeners.json").write_text(json.dumps(
 """
 BACKGROUND = (background.Job("ray-loopback", "ray_listeners",
                              lambda out: [sys.executable, "-c", _PROBE, str(out), str(Path(__file__).parent)],
-                             timeout=300, env={"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                                               "RAY_USAGE_STATS_ENABLED": "0"}),)
+                             timeout=300, env=background.ray_env()),)
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,8 @@ pytest.importorskip("flwr")
 import background  # noqa: E402
 from dpaudit.integrations.flower.record import LEDGER_FILE, MODEL_FILE, read_flower_run  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 SIM_TIMEOUT = 420
-#: the environment of every simulation: this checkout's dpaudit, Ray's logs whole and no usage report
-SIM_ENV = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "RAY_DEDUP_LOGS": "0",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+SIM_ENV = background.ray_env()
 HEADLINE = ("--clients", "20", "--sampled", "5", "--rounds", "30", "--noise-multiplier", "2", "--seed", "0")
 
 

@@ -40,7 +40,6 @@ TINY = {
                 "method": {"rounds": 2, "batch_size": 10}},
 }
 EXACT = {"privatekt": True, "fedkt": True, "fredy": True, "proxyfl": False}
-ROOT = Path(__file__).resolve().parents[2]
 
 # the Flower side: every method in one Flower simulation (one Ray worker imports torch), each run's epsilon written
 # to epsilons.json
@@ -53,11 +52,9 @@ res = run_methods([FlowerJob(n, out / f"{n}_fl", 3, params=p, dataset="digits", 
                    for n, p in tiny.items()], timeout=300, num_cpus=1)
 (out / "epsilons.json").write_text(json.dumps({n: r.epsilon for n, r in zip(tiny, res)}))
 """
-_ENV = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "RAY_DEDUP_LOGS": "0",
-        "RAY_USAGE_STATS_ENABLED": "0"}
 BACKGROUND = (background.Job("flower-engine-methods", "runs",
                              lambda out: [sys.executable, "-c", _FLOWER_RUNS, str(out), json.dumps(TINY)],
-                             timeout=420, env=_ENV),
+                             timeout=420, env=background.ray_env()),
               ) if importlib.util.find_spec("flwr") is not None else ()
 
 
