@@ -1,9 +1,22 @@
 """The thread policy: how many intra-op threads torch and the BLAS libraries use in a dpaudit process.
 
-Left alone, torch, MKL and OpenBLAS each start one thread per CPU the machine shows. That oversubscribes the
-cores as soon as several workers run at once (Ray tasks, spawned processes, a CPU quota smaller than the CPU
-count), and a parallel region whose threads do not all get a core waits at its barrier for the slowest one.
-dpaudit therefore sets the count itself, before any tensor work::
+Left alone, torch, MKL and OpenBLAS each start one thread per CPU the machine shows. A parallel region whose
+threads do not all get a core waits at its barrier for the slowest one, so as soon as anything else runs on the
+machine (other jobs on a CI runner, several workers of one run, a CPU quota smaller than the CPU count) every step
+stalls: measured on a shared 2-core machine, two threads per process were 2.8-7x slower than one beside six busy
+processes. dpaudit therefore sets the count itself, before any tensor work, and by default to **one intra-op
+thread per process**. Its parallelism comes from independent units instead (the models of an ensemble trained
+as one batched computation, the units of an executor run as Ray tasks or processes), whose results do not depend
+on how many run at once.
+
+Why one and not "the free cores": the thread count can change floating-point summation order, and the same command
+with the same seed must give the same numbers on the same machine whatever else is running, so the default may
+not look at the load. One thread is the count that is never slowed by the load; dpaudit's models are small, so on
+a quiet machine more threads buy little (``bench/bench_threads.py`` measures both; ``docs/results/speed.md``).
+
+Overrides, first that is set wins: an explicit count (the CLI's ``--threads N``, given before or after the command
+name), the environment variable ``DPAUDIT_THREADS`` (a positive integer, or ``auto``), the default (1). ``auto``
+(``--threads auto`` or ``DPAUDIT_THREADS=auto``) divides the cores among the workers::
 
     threads = max(1, usable_cores() // workers)
 
@@ -12,17 +25,12 @@ dpaudit therefore sets the count itself, before any tensor work::
 * ``workers``: how many processes or tasks of this run work at the same time (1 for the local executor; a Ray
   task gets its CPU share from :class:`~dpaudit.executors.ray_executor.RayExecutor`).
 
-Overrides, first that is set wins: an explicit count (the CLI's global ``--threads N``), the environment variable
-``DPAUDIT_THREADS`` (a positive integer, or ``auto`` for the policy), the policy. The policy deliberately does not
-look at the machine's load average: the thread count can change floating-point summation order, and the same
-command with the same seed must give the same numbers on the same machine whatever else is running. On a machine
-shared with other jobs, set ``DPAUDIT_THREADS=1`` (or ``--threads 1``): every process then keeps to one core.
-
-:func:`apply_threads` sets torch (when it is imported; otherwise ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` make torch
-start with the count), the BLAS libraries already loaded (through ``threadpoolctl`` when it is installed) and, for
-libraries loaded later and child processes, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS``.
-:func:`current` returns the setting in force; reports and releases record it. This module is layer-free: it
-imports neither torch nor numpy itself.
+Use ``auto`` (or a count) only on a machine that is yours alone and for large models (a GPU run does not depend on
+it). :func:`apply_threads` sets torch (when it is imported; otherwise ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` make
+torch start with the count), the BLAS libraries already loaded (through ``threadpoolctl`` when it is installed) and,
+for libraries loaded later and child processes, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and
+``OPENBLAS_NUM_THREADS``. :func:`current` returns the setting in force; reports and releases record it. This module
+is layer-free: it imports neither torch nor numpy itself.
 """
 
 from __future__ import annotations
@@ -36,18 +44,22 @@ from typing import Mapping
 
 from dpaudit.errors import ParameterError, check_int
 
-__all__ = ["ENV_VAR", "MAX_THREADS", "ThreadSetting", "usable_cores", "cgroup_cpu_limit", "resolve_threads",
+__all__ = ["ENV_VAR", "MAX_THREADS", "DEFAULT_THREADS", "AUTO", "ThreadSetting", "parse_threads", "usable_cores", "cgroup_cpu_limit", "resolve_threads",
            "apply_threads", "apply_setting", "current"]
 
 ENV_VAR = "DPAUDIT_THREADS"
 MAX_THREADS = 4096
+DEFAULT_THREADS = 1
+"""Intra-op threads per process when nothing is set (see the module docstring)."""
+AUTO = "auto"
+"""The value (of ``--threads`` or ``DPAUDIT_THREADS``) that asks for usable cores / workers."""
 _BLAS_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 @dataclass(frozen=True, slots=True)
 class ThreadSetting:
     """A resolved thread count: ``threads`` intra-op threads, chosen by ``source`` (``"--threads"``,
-    ``"DPAUDIT_THREADS"`` or ``"policy"``) on a process that may use ``cores`` cores and runs beside
+    ``"DPAUDIT_THREADS"``, ``"policy"`` (the default, one thread) or ``"auto"`` (cores / workers)) on a process that may use ``cores`` cores and runs beside
     ``workers - 1`` other workers."""
 
     threads: int
@@ -56,8 +68,8 @@ class ThreadSetting:
     workers: int
 
     def describe(self) -> str:
-        """One line for reports: ``2 threads (policy: 2 usable cores / 1 worker)``."""
-        why = {"policy": "policy", "--threads": "set with --threads", ENV_VAR: f"set with {ENV_VAR}"}.get(
+        """One line for reports: ``1 intra-op thread (policy; 2 usable cores / 1 worker)``."""
+        why = {"policy": "policy", "auto": "auto: cores / workers", "--threads": "set with --threads", ENV_VAR: f"set with {ENV_VAR}"}.get(
             self.source, self.source)
         plural = "s" if self.threads != 1 else ""
         return (f"{self.threads} intra-op thread{plural} ({why}; {self.cores} usable core{'s' if self.cores != 1 else ''}"
@@ -151,40 +163,57 @@ def usable_cores() -> int:
     return max(1, n)
 
 
-def _parse_env(value: str) -> int | None:
-    text = value.strip().lower()
-    if text in ("", "auto", "0"):
+def parse_threads(value: "int | str | None", name: str = ENV_VAR) -> "int | str | None":
+    """A thread count as a user typed it: a positive integer, ``"auto"``, or None / ``""`` (not set); ``name``
+    (the option or variable) is named in the error."""
+    if value is None:
         return None
-    try:
-        n = int(text)
-    except ValueError:
+    if isinstance(value, bool):
         n = -1
+    elif isinstance(value, int):
+        n = value
+    else:
+        text = str(value).strip().lower()
+        if text == "":
+            return None
+        if text == AUTO:
+            return AUTO
+        try:
+            n = int(text)
+        except ValueError:
+            n = -1
     if not 1 <= n <= MAX_THREADS:
-        raise ParameterError(f"The environment variable {ENV_VAR} must be a positive integer in [1, {MAX_THREADS}] "
+        what = "environment variable" if name == ENV_VAR else "option"
+        raise ParameterError(f"The {what} {name} must be a positive integer in [1, {MAX_THREADS}] "
                              f"or 'auto'. Got {value!r} instead.")
     return n
 
 
-def resolve_threads(threads: int | None = None, *, workers: int = 1,
+def resolve_threads(threads: "int | str | None" = None, *, workers: int = 1,
                     environ: Mapping[str, str] | None = None) -> ThreadSetting:
-    """The thread count to use (see the module docstring): ``threads`` if given, else ``DPAUDIT_THREADS`` if set,
-    else ``max(1, usable_cores() // workers)``. Nothing is changed."""
+    """The thread count to use (see the module docstring): ``threads`` if given (a count or ``"auto"``), else
+    ``DPAUDIT_THREADS`` if set, else one thread. ``auto`` gives ``max(1, usable_cores() // workers)``. Nothing is
+    changed."""
     workers = check_int(workers, "workers", "resolve_threads", low=1, high=MAX_THREADS)
     env = os.environ if environ is None else environ
     cores = usable_cores()
     if threads is not None:
+        if isinstance(threads, str) and threads.strip().lower() == AUTO:
+            return ThreadSetting(max(1, cores // workers), "auto", cores, workers)
         n = check_int(threads, "threads", "dpaudit (--threads)", low=1, high=MAX_THREADS)
         return ThreadSetting(n, "--threads", cores, workers)
-    from_env = _parse_env(env.get(ENV_VAR, ""))
+    from_env = parse_threads(env.get(ENV_VAR, ""))
+    if from_env == AUTO:
+        return ThreadSetting(max(1, cores // workers), "auto", cores, workers)
     if from_env is not None:
-        return ThreadSetting(from_env, ENV_VAR, cores, workers)
-    return ThreadSetting(max(1, cores // workers), "policy", cores, workers)
+        return ThreadSetting(int(from_env), ENV_VAR, cores, workers)
+    return ThreadSetting(DEFAULT_THREADS, "policy", cores, workers)
 
 
 _CURRENT: ThreadSetting | None = None
 
 
-def apply_threads(threads: int | None = None, *, workers: int = 1) -> ThreadSetting:
+def apply_threads(threads: "int | str | None" = None, *, workers: int = 1) -> ThreadSetting:
     """Resolve the thread count (:func:`resolve_threads`) and set it for torch, the loaded BLAS libraries, and
     (through the environment) libraries loaded later and child processes. Returns the setting, also kept as
     :func:`current`."""

@@ -37,20 +37,24 @@ def test_usable_cores_is_affinity_capped_by_the_quota_rounded_down(monkeypatch, 
     assert th.usable_cores() == expect
 
 
-def test_policy_divides_the_cores_by_the_workers(monkeypatch):
+def test_default_is_one_thread_whatever_the_cores_and_auto_divides_them_by_the_workers(monkeypatch):
     _cores(monkeypatch, 8, None)
     env: dict[str, str] = {}
-    assert [th.resolve_threads(workers=w, environ=env).threads for w in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    assert [th.resolve_threads(workers=w, environ=env).threads for w in (1, 2, 3, 8, 16)] == [1, 1, 1, 1, 1]
     s = th.resolve_threads(workers=3, environ=env)
-    assert (s.source, s.cores, s.workers) == ("policy", 8, 3)
+    assert (s.threads, s.source, s.cores, s.workers) == (1, "policy", 8, 3)
+    assert [th.resolve_threads("auto", workers=w, environ=env).threads for w in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    assert [th.resolve_threads(workers=w, environ={th.ENV_VAR: "auto"}).threads for w in (1, 2, 3)] == [8, 4, 2]
+    assert th.resolve_threads(environ={th.ENV_VAR: "AUTO"}).source == "auto"
 
 
 def test_explicit_count_beats_the_environment_which_beats_the_policy(monkeypatch):
     _cores(monkeypatch, 4, None)
     assert th.resolve_threads(3, environ={th.ENV_VAR: "2"}) == th.ThreadSetting(3, "--threads", 4, 1)
+    assert th.resolve_threads("auto", environ={th.ENV_VAR: "2"}) == th.ThreadSetting(4, "auto", 4, 1)
     assert th.resolve_threads(environ={th.ENV_VAR: " 2 "}) == th.ThreadSetting(2, th.ENV_VAR, 4, 1)
-    assert th.resolve_threads(environ={th.ENV_VAR: "auto"}).source == "policy"
-    assert th.resolve_threads(environ={th.ENV_VAR: ""}).threads == 4
+    assert th.resolve_threads(environ={th.ENV_VAR: "auto"}).source == "auto"
+    assert th.resolve_threads(environ={th.ENV_VAR: ""}) == th.ThreadSetting(1, "policy", 4, 1)
 
 
 @pytest.mark.parametrize("bad", ["x", "-1", "1.5", "5000", "2 threads"])
@@ -116,6 +120,24 @@ def test_apply_sets_torch_the_environment_and_is_recorded(monkeypatch, restore_t
     assert th.current() == th.ThreadSetting(2, "torch", 2, 1)
     assert th.apply_threads(workers=2).threads == 1 and torch.get_num_threads() == 1
     assert "1 intra-op thread (policy; 2 usable cores / 2 workers)" == th.current().describe()
+    assert th.apply_threads("auto", workers=1).threads == 2 and torch.get_num_threads() == 2
+
+
+def test_every_command_and_sub_command_accepts_threads():
+    import click
+
+    from dpaudit.cli import cli as group
+
+    def walk(cmd, path):
+        yield path, cmd
+        for name, sub in (getattr(cmd, "commands", None) or {}).items():
+            yield from walk(sub, path + [name])
+
+    seen = 0
+    for path, cmd in walk(group, ["dpaudit"]):
+        assert [p for p in cmd.params if isinstance(p, click.Option) and "--threads" in p.opts], " ".join(path)
+        seen += 1
+    assert seen > 10
 
 
 def test_blas_loaded_by_numpy_is_limited_too(monkeypatch, restore_threads):
@@ -136,6 +158,14 @@ def test_cli_threads_option_and_environment(cli, monkeypatch, restore_threads):
     assert code == 0 and torch.get_num_threads() == 1 and th.current().source == "--threads"
     code, _, err = cli(["--threads", "0", "account", "--help"])
     assert code == 2 and err.count("\n") == 1 and "--threads" in err
+    # after the command's name too (bash run.sh audit --threads 1), and it wins over the one before
+    code, out, err = cli(["--threads", "1", "account", "--mechanism", "laplace", "--gamma", "0.1", "--queries", "10", "--delta", "1e-5",
+                          "--threads", "2"])
+    assert code == 0 and torch.get_num_threads() == 2 and th.current().source == "--threads", err
+    code, _, err = cli(["account", "--mechanism", "laplace", "--gamma", "0.1", "--queries", "10", "--delta", "1e-5", "--threads", "x"])
+    assert code == 2 and err.count("\n") == 1 and "--threads" in err and "auto" in err
+    code, _, err = cli(["--threads", "auto", "account", "--help"])
+    assert code == 0 and th.current().source == "auto"
     monkeypatch.setenv(th.ENV_VAR, "many")
     code, _, err = cli(["account", "--help"])
     assert code == 2 and err.startswith("dpaudit: error: ") and th.ENV_VAR in err and "Traceback" not in err

@@ -27,13 +27,48 @@ INTERNAL_ERROR = 70
 _COMMAND_MODULES = ("account", "train", "attack", "audit", "audit_method", "check", "release", "reproduce", "flower")
 
 
+class _Threads(click.ParamType):
+    """``--threads``: a positive count or ``auto`` (dpaudit.threads)."""
+
+    name = "threads"
+
+    def convert(self, value, param, ctx):
+        from dpaudit.threads import parse_threads
+
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return parse_threads(value, "--threads")
+        except DPAuditError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+_THREADS_HELP = ("Intra-op threads of torch and BLAS per process: N, or 'auto' (the cores this process may use divided "
+                 "by the workers it runs). Default: $DPAUDIT_THREADS, else 1, which is never slowed by other jobs; "
+                 "the same seed gives the same numbers for a given count.")
+
+
+def _threads_given(ctx: click.Context, param: click.Parameter, value) -> None:
+    """``--threads`` after a command's name (``dpaudit audit --threads 1``): applied before the command runs."""
+    if value is not None and not ctx.resilient_parsing:
+        from dpaudit.threads import apply_threads
+
+        apply_threads(value)
+
+
+def _add_threads_option(cmd: click.Command) -> None:
+    """Every command (and sub-command) accepts ``--threads`` too, so it works wherever a user types it."""
+    if not any(isinstance(p, click.Option) and "--threads" in p.opts for p in cmd.params):
+        cmd.params.append(click.Option(["--threads"], type=_Threads(), default=None, metavar="N|auto",
+                                       expose_value=False, callback=_threads_given, help=_THREADS_HELP))
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        _add_threads_option(sub)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="dpaudit")
-@click.option("--threads", type=click.IntRange(1, 4096), default=None, metavar="N",
-              help="Intra-op threads of torch and BLAS in this process (default: $DPAUDIT_THREADS, else the cores this "
-                   "process may use (affinity, CPU quota) divided by the workers it runs). Use 1 on a machine shared "
-                   "with other jobs.")
-def cli(threads: int | None) -> None:
+@click.option("--threads", type=_Threads(), default=None, metavar="N|auto", help=_THREADS_HELP)
+def cli(threads: int | str | None) -> None:
     """dpaudit: what privacy does a released model really have?
 
     Accounted (theoretical) epsilon beside empirical figures from attacks (each a certified lower bound or an
@@ -55,6 +90,7 @@ for _name in _COMMAND_MODULES:
         continue
     _cmd = getattr(_mod, "command", None)
     if _cmd is not None:
+        _add_threads_option(_cmd)
         cli.add_command(_cmd)
 
 

@@ -3,8 +3,8 @@ sized to this machine, or on an existing cluster (``address``).
 
 * Each unit is one task of 1 CPU (and ``gpus_per_unit`` GPUs when the cluster has GPUs, 1 by default). Its
   intra-op thread count (:mod:`dpaudit.threads`) is set before it runs: ``--threads`` / ``DPAUDIT_THREADS``
-  when the driver was given one, else this machine's usable cores divided by the tasks running at once on a
-  local instance, and 1 (the task's CPU) on a cluster.
+  when the driver was given a count, with ``auto`` this machine's usable cores divided by the tasks running at
+  once on a local instance, else one thread (the default; on a cluster, the task's one CPU).
 * A task whose worker dies (killed, out of memory, node lost) is retried by Ray up to ``max_retries`` times
   (then :class:`~dpaudit.executors.UnitFailed`); an exception raised by the unit itself is not retried (it
   would raise again) and stops the run once the units in flight have finished.
@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_int
 from dpaudit.executors.base import Executor, Unit, UnitFailed, note_unit
-from dpaudit.threads import ENV_VAR, ThreadSetting, apply_setting, current, resolve_threads
+from dpaudit.threads import AUTO, DEFAULT_THREADS, ENV_VAR, ThreadSetting, apply_setting, current, resolve_threads
 
 __all__ = ["RayExecutor", "ray_available"]
 
@@ -136,7 +136,9 @@ class RayExecutor(Executor):
             return ThreadSetting(cur.threads, cur.source, cur.cores, self.slots)
         if self._root.address:  # a cluster: each task reserves one CPU of its node
             return ThreadSetting(1, "policy", 1, 1)
-        return resolve_threads(workers=self.slots)
+        if cur.source == "auto":  # auto: this machine's cores shared among the tasks that run at once
+            return resolve_threads(AUTO, workers=self.slots)
+        return ThreadSetting(DEFAULT_THREADS, "policy", cur.cores, self.slots)
 
     def _run(self, units: list[Unit], index: list[int], on_done: Callable[[int, Any], None], tally: Any) -> None:
         import ray
