@@ -26,10 +26,12 @@ layer's (a test checks that they agree).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Union
 
 from dpaudit.errors import ParameterError, check_bool, check_choice, check_float, check_int, format_value, worded
+from dpaudit.training.limits import MAX_CANARIES, MAX_MODELS, MAX_RECORDS
 
 __all__ = ["Threshold", "Shadow", "LiRA", "RMIA", "Compare", "CanaryAudit", "Execution", "AttackSpec",
            "MembershipSpec", "THRESHOLD_KINDS", "CLASSIFIERS", "CANARY_KINDS", "CANARY_SCORES", "ANALYSES",
@@ -57,8 +59,17 @@ def _blind(value: Any, owner: str) -> str | None:
     return check_choice(value, "blind", owner, CLASSIFIERS)
 
 
+def _count(value: Any, name: str, owner: str, low: int, high: int) -> int:
+    """A count is an int (never a float, not even ``1e18`` or ``16.0``: a float count is a typo or an overflow)
+    within the range :func:`dpaudit.attack` runs, checked here so that the spec itself is refused."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ParameterError(f"The '{name}' parameter of {owner} must be an int in the range [{low}, {high}] (a "
+                             f"count: never a float). Got {format_value(value)} instead.")
+    return check_int(value, name, owner, low=low, high=high)
+
+
 def _references(value: Any, owner: str, low: int) -> int:
-    return check_int(value, "references", owner, low=low, high=MAX_REFERENCES)
+    return _count(value, "references", owner, low, MAX_REFERENCES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +100,7 @@ class Shadow:
     name = "shadow"
 
     def __post_init__(self) -> None:
-        check_int(self.shadows, "shadows", "Shadow", low=2, high=MAX_REFERENCES)
+        object.__setattr__(self, "shadows", _count(self.shadows, "shadows", "Shadow", 2, MAX_REFERENCES))
         check_choice(self.classifier, "classifier", "Shadow", CLASSIFIERS)
         check_bool(self.per_class, "per_class", "Shadow")
         object.__setattr__(self, "blind", _blind(self.blind, "Shadow"))
@@ -108,7 +119,7 @@ class LiRA:
 
     def __post_init__(self) -> None:
         check_bool(self.offline, "offline", "LiRA")
-        _references(self.references, "LiRA", 2 if self.offline else 4)
+        object.__setattr__(self, "references", _references(self.references, "LiRA", 2 if self.offline else 4))
         object.__setattr__(self, "blind", _blind(self.blind, "LiRA"))
 
 
@@ -130,9 +141,9 @@ class RMIA:
     def __post_init__(self) -> None:
         owner = "RMIA"
         check_bool(self.offline, "offline", owner)
-        _references(self.references, owner, 2)
+        object.__setattr__(self, "references", _references(self.references, owner, 2))
         if self.population is not None:
-            check_int(self.population, "population", owner, low=1)
+            object.__setattr__(self, "population", _count(self.population, "population", owner, 1, MAX_RECORDS))
         object.__setattr__(self, "gamma", check_float(self.gamma, "gamma", owner, low=0.0, low_open=True))
         if self.a is not None:
             object.__setattr__(self, "a", check_float(self.a, "a", owner, low=0.0, high=1.0))
@@ -156,9 +167,9 @@ class Compare:
 
     def __post_init__(self) -> None:
         owner = "Compare"
-        _references(self.references, owner, 2)
+        object.__setattr__(self, "references", _references(self.references, owner, 2))
         if self.population is not None:
-            check_int(self.population, "population", owner, low=1)
+            object.__setattr__(self, "population", _count(self.population, "population", owner, 1, MAX_RECORDS))
         object.__setattr__(self, "gamma", check_float(self.gamma, "gamma", owner, low=0.0, low_open=True))
         if self.a is not None:
             object.__setattr__(self, "a", check_float(self.a, "a", owner, low=0.0, high=1.0))
@@ -185,8 +196,8 @@ class CanaryAudit:
         owner = "CanaryAudit"
         check_choice(self.kind, "kind", owner, ("one-run", "multi-run"))
         if self.canaries is not None:
-            check_int(self.canaries, "canaries", owner, low=1)
-        check_int(self.models, "models", owner, low=1)
+            object.__setattr__(self, "canaries", _count(self.canaries, "canaries", owner, 2, MAX_CANARIES))
+        object.__setattr__(self, "models", _count(self.models, "models", owner, 2, MAX_MODELS))
         if self.canary is not None:
             check_choice(self.canary, "canary", owner, CANARY_KINDS)
         if self.score is not None:

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import dpaudit
@@ -31,6 +33,22 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_specs_are_validated_at_construction(make, field):
     with pytest.raises(ParameterError, match=f"'{field}' parameter of"):
         make()
+
+
+@pytest.mark.parametrize("make,field,value", [
+    (lambda: RMIA(population=1e18), "population", "1e+18"), (lambda: RMIA(population=100.0), "population", "100.0"),
+    (lambda: Compare(population=1e18), "population", "1e+18"), (lambda: LiRA(references=16.0), "references", "16.0"),
+    (lambda: Shadow(shadows=8.0), "shadows", "8.0"), (lambda: Shadow(shadows=True), "shadows", "True"),
+    (lambda: CanaryAudit(canaries=1e18), "canaries", "1e+18"), (lambda: CanaryAudit(models=200.0), "models", "200.0"),
+    (lambda: RMIA(population=10**9), "population", "1000000000"), (lambda: CanaryAudit(canaries=10**7), "canaries", ""),
+    (lambda: CanaryAudit(models=10**6), "models", "1000000"),
+])
+def test_spec_counts_given_as_floats_are_refused_at_construction(make, field, value):
+    """Issue 44: RMIA(population=1e18) was accepted and refused only when dpaudit.attack ran; counts are ints within
+    the range the attack runs, checked when the spec is made."""
+    with pytest.raises(ParameterError, match=rf"'{field}' parameter of \w+ must be an int in the range \[\d+, \d+\].*{re.escape(value)}"):
+        make()
+    assert RMIA(population=np.int64(5)).population == 5 and type(RMIA(population=np.int64(5)).population) is int
 
 
 def test_specs_are_frozen_and_read_as_written():

@@ -51,6 +51,7 @@ import numpy as np
 
 from dpaudit._io import load_npz_file, save_npz
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int
+from dpaudit.training.limits import MAX_CANARIES as _MAX_CANARIES
 
 if TYPE_CHECKING:
     import torch
@@ -86,7 +87,7 @@ CANARY_KINDS = ("mislabeled", "ood", "dirac")
 INPUT_KINDS = ("mislabeled", "ood")
 AUDIT_MODES = ("one-run", "multi-run")
 #: Most canaries a ``[canaries]`` table may ask for (beyond this a bundle's canary files would be unbounded).
-MAX_CANARIES = 1_000_000
+MAX_CANARIES = _MAX_CANARIES
 RELEASE_CANARIES_FILE = "canaries.npz"
 RELEASE_TRUTH_FILE = "canaries_truth.npz"
 #: The keys of a release's ``canaries.npz`` by canary kind (the attacker's view; never the inclusion bits).

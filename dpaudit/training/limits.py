@@ -9,7 +9,7 @@ epochs, a few thousand queries) and above what a run of this toolkit can finish 
 from __future__ import annotations
 
 __all__ = ["MAX_ROUNDS", "MAX_MODELS", "MAX_EPOCHS", "MAX_RECORDS", "MAX_STEPS", "MAX_THREADS", "MAX_WIDTH",
-           "MAX_ENSEMBLE_BYTES"]
+           "MAX_ENSEMBLE_BYTES", "MAX_CANARIES"]
 
 MAX_ROUNDS = 1_000_000
 """Federated / FedAvg rounds, and the round counts of ``[run]`` (``checkpoint_every``, ``stop_after``, ``eval_every``)."""
@@ -22,6 +22,9 @@ MAX_EPOCHS = 100_000
 
 MAX_RECORDS = 100_000_000
 """Counts of records: queries, samples, batch sizes (a data set is at most this large, see ``load_dataset``)."""
+
+MAX_CANARIES = 1_000_000
+"""Canaries of one audit or one ``[canaries]`` table (beyond this a bundle's canary files would be unbounded)."""
 
 MAX_STEPS = 1_000_000
 """Optimiser steps of a fixed count (PrivateKT's ``server_steps``) and buffer lengths in rounds."""
