@@ -380,8 +380,15 @@ def make_release(out: str | os.PathLike, *, claim: Sequence[str] | dict, overwri
     ``inputs`` are :func:`dpaudit.auditing.release_make.make_release`'s (``model=``, ``factory=``, ``data=``,
     ``members=``, ``nonmembers=``, ``scores=``, ``opacus=``, ...)."""
     if inputs.get("lm") is not None or inputs.get("lm_scores") is not None:
+        import inspect
+
         from dpaudit.auditing.lm_release import load_lm_release, make_lm_release
 
+        lm_keys = [k for k in inspect.signature(make_lm_release).parameters if k not in ("out", "claim", "overwrite")]
+        unknown = [k for k in inputs if k not in lm_keys]
+        if unknown:     # e.g. data= beside lm=: the LM release's own keywords, never Python's TypeError
+            raise ParameterError(f"release.make with lm= or lm_scores= (an LM release) takes the keywords out, claim, "
+                                 f"overwrite, {', '.join(lm_keys)}. Got {unknown[0]!r} instead.")
         return load_lm_release(make_lm_release(out, claim=claim, overwrite=overwrite, **inputs))  # type: ignore[return-value]
     from dpaudit.auditing.release_make import make_release as make
     from dpaudit.training.release import load_release as load

@@ -11,6 +11,13 @@ never refute a claim; one above the claim is reported as a warning. An ``attack.
 paper's figure inside the audit and the audit's own accounting are reported, not used for the verdict). A bound
 at a smaller delta than the claim's cannot refute the claim and is reported as a warning.
 
+**REFUTED (analytic)** -- the subject's own accounting refutes the claim: the claim's epsilon is below the certified
+lower bound of an explicit pair of neighbouring datasets for the mechanism the accounting describes
+(``AccountingResult.lower_bound``: the lower end of the interval ``[lower, accounted]``; a Flower run's ex-ante pair),
+at a delta no smaller than the claim's and about the figure the claim is judged on (its route, data-independent;
+a release at the claim's granularity). No attack is run: no valid analysis of that mechanism can give the claim
+(:func:`analytic_refutation`). A ledger holds no such pair and is never refuted this way.
+
 **UNPROVEN** -- no certified evidence against the claim, but the accounting cannot show it:
 
 1. the accounted epsilon exceeds the claimed epsilon (no tolerance: accountants round up). An accounted
@@ -50,7 +57,7 @@ from dpaudit._io import read_json, write_text
 from dpaudit.accountants import mechanisms
 from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
 from dpaudit.accountants.pate import load_votes
-from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+from dpaudit.accountants.statement import ROUTE_DATA_DEPENDENT, AccountingResult, LowerBound, PrivacyStatement
 from dpaudit.auditing.claims import (
     AttackBudget,
     Claim,
@@ -86,6 +93,8 @@ __all__ = [
     "write_junit",
     "default_attack_runner",
     "method_run_bound",
+    "analytic_refutation",
+    "release_lower_bound",
 ]
 
 
@@ -102,8 +111,8 @@ VERDICT_MEANINGS: dict[str, str] = {
     HOLDS: "the accounting shows the claim and no certified evidence contradicts it",
     UNPROVEN: "the accounting cannot show the claim (its epsilon, delta or granularity does not support it); "
               "no certified evidence says the claim is false",
-    REFUTED: "certified empirical evidence (a lower bound at the stated confidence) is above the claimed epsilon: "
-             "the claim is false",
+    REFUTED: "certified evidence is above the claimed epsilon: an empirical lower bound at the stated confidence, or "
+             "(analytic) the certified lower bound of an explicit pair for the accounted mechanism: the claim is false",
 }
 
 
@@ -459,6 +468,65 @@ def _allowed_statement(result: AccountingResult, claim: Claim, notes: list[str])
     return best
 
 
+#: Slack of the comparison of a claim with a certified lower bound (float error, relative): a claim is refuted only
+#: below the bound by more than this.
+ANALYTIC_TOLERANCE = 1e-9
+
+
+def release_lower_bound(result: AccountingResult) -> LowerBound | None:
+    """The certified lower bound a release's accounting holds: its ``lower_bound`` (an explicit pair, e.g. DP-SGD's),
+    or for a Flower run (``mechanism == "flower run"``) the ex-ante client-level pair of the rounds that ran
+    (``facts["lower_bound_epsilon"]``, :func:`dpaudit.integrations.flower.accounting.sampled_lower_bound`: it holds
+    under replace-one and add/remove alike) at the statement's delta. None without one."""
+    if result.lower_bound is not None:
+        return result.lower_bound
+    low = result.facts.get("lower_bound_epsilon") if result.mechanism == "flower run" else None
+    if isinstance(low, bool) or not isinstance(low, (int, float, str)):
+        return None
+    try:
+        eps = float(_unnum(low))
+    except (TypeError, ValueError):
+        return None
+    if not eps >= 0.0:
+        return None
+    return LowerBound(eps, result.delta, "the target client's clipped update +C, every other client's -C, under the "
+                      "sampler that ran (ex ante: while participation stays secret)",
+                      "privacy-loss distribution of the pair composed over the rounds (dp_accounting, optimistic)")
+
+
+def analytic_refutation(claim: Claim, judged: PrivacyStatement, lower: LowerBound | None,
+                        headline: PrivacyStatement | None = None) -> str | None:
+    """The reason a claim is REFUTED by its subject's own accounting, or None.
+
+    ``lower`` is the certified lower bound of an explicit pair of neighbouring datasets for the mechanism the subject's
+    accounting describes: the mechanism is not (eps', ``lower.delta``)-DP for any eps' < ``lower.epsilon``, so it is
+    not (eps', d)-DP for any d <= ``lower.delta`` either. It refutes the claim only when it is about the figure the
+    claim is judged on (``judged``; ``headline``: its result's headline):
+
+    * the claim's delta is at most the pair's delta (a claim at a larger delta is another statement);
+    * the judged figure is the headline or one of its rival routes, data-independent, and among the routes the pair
+      bounds (``lower.routes``): a figure of another scope, relation or data-dependent quantity is not bounded by it;
+    * the judged figure, at a delta no larger than the pair's, is not itself below the pair (then it is another
+      quantity, e.g. a Flower client's ex-post figure over its own rounds);
+    * the claim is below the pair's epsilon (beyond :data:`ANALYTIC_TOLERANCE`).
+
+    The caller drops the pair when the claim's granularity differs from the subject's."""
+    if lower is None or not claim.delta <= lower.delta:
+        return None
+    if judged.data_dependent or judged.route.startswith(ROUTE_DATA_DEPENDENT):
+        return None
+    if not judged.route and judged is not headline:
+        return None
+    if lower.routes and judged.route not in lower.routes:
+        return None
+    if judged.delta <= lower.delta and judged.epsilon < lower.epsilon * (1.0 - ANALYTIC_TOLERANCE):
+        return None
+    if not claim.epsilon < lower.epsilon * (1.0 - ANALYTIC_TOLERANCE) - 1e-12:
+        return None
+    return (f"analytic: certified lower bound {fmt_number(lower.epsilon)} at delta {fmt_number(lower.delta)} of the "
+            f"accounted mechanism > claimed {fmt_number(claim.epsilon)} (explicit pair: {lower.pair})")
+
+
 _DD_REASON = ("only the data-dependent epsilon {eps} (it depends on the private data and is not itself DP) is within "
               "the claim; set allow_data_dependent = true in the claim to accept such a figure")
 
@@ -475,12 +543,15 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
     notes: list[str] = []
     empirical = None
     subject = claim.subject
+    lower: LowerBound | None = None  # the certified lower bound of the mechanism the subject's accounting describes
+    headline: PrivacyStatement | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if isinstance(subject, MechanismSubject):
             result = account_mechanism(subject.kind, subject.params, claim.delta, base_dir=base_dir)
             st = _allowed_statement(result, claim, notes)
             notes += list(result.warnings)
+            lower, headline = result.lower_bound, result.statement
         elif isinstance(subject, LedgerSubject):
             if not subject.path.is_file():
                 raise DataError(f"Ledger file {str(subject.path)!r} does not exist.")
@@ -501,11 +572,16 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
                 res = from_dict(AccountingResult, meta["statement"], what=f"the statement in {str(subject.path / 'release.json')!r}")
                 st = _allowed_statement(res, claim, notes)
                 notes += list(res.warnings)
+                lower, headline = release_lower_bound(res), res.statement
             stated = (meta.get("claim") or {}).get("granularity")
             if stated is not None and stated != claim.granularity:
                 unproven.append(f"granularity mismatch: the release is accounted at {stated!r} level, the claim is at {claim.granularity!r}")
+                lower = None  # the pair is about the release's neighbouring relation, not the claim's
     notes += [str(w.message) for w in caught]
 
+    analytic = analytic_refutation(claim, st, lower, headline)
+    if analytic is not None:
+        refuted.append(analytic)
     if not st.epsilon <= claim.epsilon:
         unproven.insert(0, f"accounted epsilon {fmt_number(st.epsilon)} > claimed {fmt_number(claim.epsilon)}")
         unproven.extend(n for n in notes if n.startswith(_DD_REASON[:30]))

@@ -75,6 +75,10 @@ class LmReleaseMeta:
         check_choice(self.kind, "kind", o, ("lm", "lm-scores"))
         if self.schema != 1:
             raise DataError(f"{o}: schema {self.schema!r} is not one dpaudit reads (1).")
+        from dpaudit.training.release_meta import parse_claim_entry
+
+        # the claim as a release.json's: numbers in range (a delta "abc" or 10**400 is one DataError, never float()'s)
+        parse_claim_entry(dict(self.claim) if isinstance(self.claim, Mapping) else self.claim, o)
         for k in ("members", "nonmembers"):
             check_int(self.counts.get(k), f"counts.{k}", o, low=2)
         if self.kind == "lm":

@@ -111,6 +111,16 @@ def _load_array(path: Path, what: str) -> np.ndarray:
     raise DataError(f"{what} {str(path)!r} must be a .npy, .npz, .txt or .csv file.")
 
 
+def _beyond_float(value: Any) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    except (TypeError, ValueError):
+        return False
+    return False
+
+
 def parse_claim(items: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
     """``["epsilon=8", "delta=1e-5", "granularity=record"]`` (or a dict) -> the release's claim dict."""
     raw: dict[str, Any] = {}
@@ -134,7 +144,13 @@ def parse_claim(items: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
     try:
         eps, delta = float(raw["epsilon"]), float(raw["delta"])
     except (TypeError, ValueError):
-        raise ParameterError(f"The claim's epsilon and delta must be numbers. Got {raw['epsilon']!r}, {raw['delta']!r} instead.") from None
+        raise ParameterError(f"The claim's epsilon and delta must be numbers. Got {format_value(raw['epsilon'])}, "
+                             f"{format_value(raw['delta'])} instead.") from None
+    except OverflowError:    # an int beyond the float range (10**400): refused with its range, never float()'s error
+        k = "epsilon" if _beyond_float(raw["epsilon"]) else "delta"
+        raise ParameterError(f"The '{k}' parameter of --claim must be a float in the range "
+                             f"{'(0, inf] (write inf for no bound)' if k == 'epsilon' else '[0, 1)'}. "
+                             f"Got {format_value(raw[k])} instead.") from None
     eps = check_float(eps, "epsilon", "--claim", low=0.0, low_open=True, allow_inf=True)
     delta = check_float(delta, "delta", "--claim", low=0.0, high=1.0, high_open=True)
     gran = canonical_granularity(raw.get("granularity", "record"), "granularity", "--claim")

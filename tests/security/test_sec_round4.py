@@ -1,0 +1,92 @@
+"""Issue 44, hostile input round four (LM bundles and tokenizers, extreme numbers, output folders): each test is
+named after the failure it fixes. The Flower items are in tests/integrations; the property tests of the LM bundle
+directories and tokenizer files in tests/fuzz/test_fuzz_lm.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import dpaudit
+from dpaudit.errors import DataError, ParameterError
+
+CLAIM = ["--claim", "epsilon=8", "--claim", "delta=1e-5"]
+
+
+def _one_error(cli, args, *needles):
+    code, out, err = cli(args)
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("[dpaudit")]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("dpaudit: error:"), (code, out, err)
+    assert "Traceback" not in err and "internal error" not in err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_lm_dir(tmp_path_factory) -> dict[str, Path]:
+    """An untrained 1-layer GPT-2 with dpaudit's word-level tokenizer, and member / non-member text files."""
+    from dpaudit.training.lm.text import save_lm, synthetic_corpus, tiny_lm, train_tokenizer
+
+    root = tmp_path_factory.mktemp("round4_lm")
+    corpus = synthetic_corpus(24, seed=0)
+    tok = train_tokenizer(corpus)
+    save_lm(tiny_lm(tok.get_vocab_size(), seed=0, n_layer=1, n_embd=16, n_head=2, n_positions=32), tok, root / "lm")
+    (root / "lm" / "generation_config.json").unlink(missing_ok=True)
+    for name, texts in (("members", corpus[:12]), ("nonmembers", corpus[12:])):
+        (root / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return {"lm": root / "lm", "members": root / "members.jsonl", "nonmembers": root / "nonmembers.jsonl"}
+
+
+def _lm_copy(tiny_lm_dir, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(tiny_lm_dir["lm"], tmp_path / "lm"))
+
+
+def _make_lm(cli, tiny_lm_dir, tmp_path, lm=None, **files):
+    f = {**tiny_lm_dir, **files}
+    return ["release", "make", "--out", tmp_path / "rel", "--lm", lm or f["lm"], "--members", f["members"],
+            "--nonmembers", f["nonmembers"], *CLAIM]
+
+
+# --------------------------------------------------------------------------------------------------
+# extreme numbers and raw TypeErrors of the Python API
+
+
+@pytest.mark.parametrize("key", ["epsilon", "delta"])
+def test_claim_epsilon_10_pow_400_is_a_range_error_not_an_overflow(tmp_path, key):
+    """Before: OverflowError 'int too large to convert to float' from dpaudit.release.make(claim={...})."""
+    claim = {"epsilon": 8, "delta": 1e-5, key: 10**400}
+    with pytest.raises(ParameterError, match=rf"'{key}' parameter of --claim must be a float in the range .* "
+                                             r"Got an integer of about 401 digits"):
+        dpaudit.release.make(tmp_path / "r", claim=claim, scores=tmp_path / "absent.npz")
+    assert not (tmp_path / "r").exists()
+
+
+def test_release_make_with_lm_and_data_is_a_parameter_error_not_a_typeerror(tmp_path, tiny_lm_dir):
+    """Before: TypeError "make_lm_release() got an unexpected keyword argument 'data'"."""
+    with pytest.raises(ParameterError, match=r"release.make with lm= or lm_scores= .* takes the keywords .*members.*"
+                                             r"Got 'data' instead"):
+        dpaudit.release.make(tmp_path / "r", claim={"epsilon": 8, "delta": 1e-5}, lm=tiny_lm_dir["lm"],
+                             data=tmp_path / "d.npz")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("delta", ["abc", [1e-5], None, 10**400, 2.0])
+def test_lm_bundle_whose_claim_delta_is_not_a_number_is_a_data_error(tmp_path, tiny_lm_dir, cli, delta):
+    """Before: ValueError from float() in compare_lm_release (exit 70). Now lm_release.json's claim is checked as
+    release.json's is, when the bundle is read."""
+    code, out, err = cli(_make_lm(cli, tiny_lm_dir, tmp_path))
+    assert code == 0, err
+    meta_path = tmp_path / "rel" / "lm_release.json"
+    meta = json.loads(meta_path.read_text())
+    meta["claim"]["delta"] = delta
+    meta_path.write_text(json.dumps(meta))
+    _one_error(cli, ["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a"], "claim.delta",
+               "a number in [0, 1)")
+    from dpaudit.auditing.lm_release import load_lm_release
+
+    with pytest.raises(DataError, match="claim.delta"):
+        load_lm_release(tmp_path / "rel")
