@@ -101,7 +101,8 @@ _LEGACY_ATTACK_KEYWORDS: dict[str, Any] = {
     "audit": None, "compare": False, "shadows": 16, "classifier": "catboost", "per_class": True,
     "threshold_kind": "loss", "lira_online": True, "population": None, "gamma": 1.0, "rmia_a": None, "canary": None,
     "canaries": None, "models": 200, "score": None, "analysis": "auto", "strict": False, "factory": None,
-    "train_fn": None, "trust_bundle_code": False, "executor": "local", "ray_address": None,
+    "train_fn": None, "trust_bundle_code": False, "executor": "local", "ray_address": None, "min_k": 0.2,
+    "min_k_rounding": "floor",
 }
 
 
@@ -122,7 +123,8 @@ def specs_from_keywords(attack: str | None = "shadow", **keywords: Any) -> "tupl
         spec: Any = CanaryAudit(k["audit"], canaries=k["canaries"], models=k["models"], canary=k["canary"],
                                 score=k["score"], analysis=k["analysis"], strict=k["strict"])
     elif k["compare"]:
-        spec = Compare(references=k["shadows"], population=k["population"], gamma=k["gamma"], a=k["rmia_a"])
+        spec = Compare(references=k["shadows"], population=k["population"], gamma=k["gamma"], a=k["rmia_a"],
+                       min_k=k["min_k"], min_k_rounding=k["min_k_rounding"])
     else:
         from dpaudit.errors import check_choice
 
@@ -258,8 +260,8 @@ def _attack_one(release: "str | os.PathLike | Release", spec: Any, execution: An
     if not isinstance(release, Release) and is_lm_release(root):
         return _attack_lm(root, out, name, audit=spec.kind if isinstance(spec, CanaryAudit) else None,
                           compare=isinstance(spec, Compare), gamma=getattr(spec, "gamma", 1.0),
-                          rmia_a=getattr(spec, "a", None),
-                          per_record=per_record, confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed,
+                          rmia_a=getattr(spec, "a", None), min_k=getattr(spec, "min_k", 0.2),
+                          min_k_rounding=getattr(spec, "min_k_rounding", "floor"), per_record=per_record, confidence=confidence, delta=delta, bootstrap=bootstrap, seed=seed,
                           overwrite=overwrite, rep=rep)
     if isinstance(release, Release):
         bundle = release
@@ -320,7 +322,8 @@ def _attack_one(release: "str | os.PathLike | Release", spec: Any, execution: An
 
 def _attack_lm(root: Path, out: Path, name: str, *, audit: str | None, compare: bool, gamma: float,
                rmia_a: float | None, per_record: bool, confidence: float, delta: float | None, bootstrap: int,
-               seed: int, overwrite: bool, rep: Any) -> "AttackComparison":
+               seed: int, overwrite: bool, rep: Any, min_k: float = 0.2,
+               min_k_rounding: str = "floor") -> "AttackComparison":
     """``dpaudit attack`` on an LM bundle: every sequence-level attack side by side (``--compare``)."""
     from dpaudit.auditing.attack_release import attack_output
     from dpaudit.auditing.lm_release import compare_lm_release, load_lm_release
@@ -332,7 +335,8 @@ def _attack_lm(root: Path, out: Path, name: str, *, audit: str | None, compare: 
                              f"{'--audit ' + audit if audit else 'no --compare'} instead.")
     rel = load_lm_release(root)
     with attack_output(root, name, out, overwrite=overwrite), rep.stage(f"LM attack comparison on {root}"):
-        comp = compare_lm_release(rel, gamma=gamma, rmia_a=rmia_a, confidence=confidence, delta=delta,
+        comp = compare_lm_release(rel, k=min_k, rounding=min_k_rounding, gamma=gamma, rmia_a=rmia_a,
+                                  confidence=confidence, delta=delta,
                                   n_bootstrap=bootstrap, seed=seed, per_record=per_record, cache_dir=out / "cache")
         paths = write_comparison(out, comp, title=f"Sequence-level membership attacks on the LM of {root}",
                                  extra={"release": str(root)})
@@ -363,13 +367,31 @@ def check(claims: str | os.PathLike, *, junit: str | os.PathLike | None = None,
     """Check the privacy claims of a claims TOML file (``dpaudit check``). Each claim gets a verdict: HOLDS (the
     accounting shows it), UNPROVEN (it cannot) or REFUTED (certified evidence above the claimed epsilon; estimates
     never refute). The :class:`~dpaudit.auditing.evaluate.ClaimsReport` has ``verdict`` (the worst), ``exit_code``
-    (0 / 3 / 1) and a result per claim; ``junit`` also writes JUnit XML there. ``trust_bundle_code``: let attacks
-    run the code release bundles name (otherwise only the code a claim names itself)."""
-    from dpaudit.auditing.evaluate import check_claims, write_junit
+    (0 / 3 / 1) and a result per claim; ``junit`` also writes JUnit XML there, one test case per claim. A claim
+    that cannot be evaluated (a missing subject file, ...) does not stop the others: every claim is evaluated, the
+    JUnit file records it as an ``<error>``, and then :class:`~dpaudit.auditing.evaluate.ClaimsIncomplete` (a
+    ``DataError``, exit 2 in the CLI) is raised, naming it and holding the whole report (``.report``). A claims file
+    that cannot be read at all raises its error after writing a JUnit file with one ``<error>`` for it.
+    ``trust_bundle_code``: let attacks run the code release bundles name (otherwise only the code a claim names
+    itself)."""
+    from dpaudit.auditing.claims import load_claims
+    from dpaudit.auditing.evaluate import ClaimError, ClaimsIncomplete, ClaimsReport, evaluate_claims, write_junit
+    from dpaudit.errors import DPAuditError
 
-    report = check_claims(claims, progress=progress, trust_bundle_code=trust_bundle_code)
+    try:
+        parsed = load_claims(claims)
+    except DPAuditError as exc:
+        if junit is not None:  # CI reads the JUnit file: it says why there are no verdicts
+            try:
+                write_junit(ClaimsReport(str(claims), (), (ClaimError("claims file", str(claims), str(exc)),)), junit)
+            except (DPAuditError, OSError):
+                pass   # the claims file's own error is the one to report
+        raise
+    report = evaluate_claims(parsed, progress=progress, trust_bundle_code=trust_bundle_code, keep_going=True)
     if junit is not None:
         write_junit(report, junit)
+    if report.errors:
+        raise ClaimsIncomplete(report)
     return report
 
 

@@ -84,7 +84,9 @@ __all__ = [
     "EmpiricalBound",
     "AttackRunner",
     "ClaimResult",
+    "ClaimError",
     "ClaimsReport",
+    "ClaimsIncomplete",
     "account_mechanism",
     "gaussian_mechanism_epsilon",
     "evaluate_claim",
@@ -211,18 +213,31 @@ class ClaimResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimError:
+    """A claim that could not be evaluated (a missing or malformed subject file, a route its subject does not
+    support, ...): ``error`` is the one-line message ``dpaudit check`` prints. It has no verdict; JUnit records it
+    as an ``<error>`` test case."""
+
+    name: str
+    subject: str
+    error: str
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimsReport:
     """The verdicts on every claim of a claims file; :attr:`verdict` is the worst of them and :attr:`exit_code`
-    its exit status (:data:`EXIT_CODES`)."""
+    its exit status (:data:`EXIT_CODES`; 2 when a claim could not be evaluated, listed in ``errors``)."""
 
     path: str | None
     results: tuple[ClaimResult, ...]
+    errors: tuple[ClaimError, ...] = ()
 
     __json_computed__ = ("verdict", "exit_code", "counts", "passed")
 
     @property
     def passed(self) -> bool:
-        return all(r.held for r in self.results)
+        return all(r.held for r in self.results) and not self.errors
 
     @property
     def failures(self) -> tuple[ClaimResult, ...]:
@@ -242,7 +257,7 @@ class ClaimsReport:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict]
+        return 2 if self.errors else EXIT_CODES[self.verdict]
 
     TABLE_HEAD = ("claim", "claimed ε / δ", "granularity", "accounted ε (δ)", "empirical ε (kind)", "verdict", "why")
 
@@ -266,7 +281,9 @@ class ClaimsReport:
         for v in VERDICTS:
             names = [r.name for r in self.results if r.verdict == v]
             parts.append(f"{counts[v]} {v}" + (f" ({', '.join(names)})" if names and v != HOLDS else ""))
-        n = len(self.results)
+        if self.errors:
+            parts.append(f"{len(self.errors)} not evaluated ({', '.join(e.name for e in self.errors)})")
+        n = len(self.results) + len(self.errors)
         return f"{n} claim{'s' if n != 1 else ''}: {', '.join(parts)}."
 
     def audit_lines(self) -> list[str]:
@@ -285,8 +302,9 @@ class ClaimsReport:
         file (names, reasons, warnings) through :func:`dpaudit._escape.xml_text`: only characters XML allows."""
         suite = ET.Element("testsuite", {
             "name": xml_text(f"dpaudit check {Path(self.path).name if self.path else ''}".strip()),
-            "tests": str(len(self.results)), "failures": str(len(self.failures)), "errors": "0", "skipped": "0",
-            "time": f"{sum(r.seconds for r in self.results):.3f}",
+            "tests": str(len(self.results) + len(self.errors)), "failures": str(len(self.failures)),
+            "errors": str(len(self.errors)), "skipped": "0",
+            "time": f"{sum(r.seconds for r in self.results) + sum(e.seconds for e in self.errors):.3f}",
         })
         classname = xml_text("dpaudit.claims" + (f".{Path(self.path).stem}" if self.path else ""))
         for r in self.results:
@@ -314,7 +332,15 @@ class ClaimsReport:
             else:
                 out = ET.SubElement(case, "system-out")
                 out.text = xml_text(r.message())
-        root = ET.Element("testsuites", {"tests": suite.get("tests"), "failures": suite.get("failures"), "errors": "0"})
+        for e in self.errors:  # a claim that could not be evaluated: a JUnit error (not a failure: no verdict)
+            case = ET.SubElement(suite, "testcase", {"classname": classname, "name": xml_text(e.name),
+                                                     "time": f"{e.seconds:.3f}"})
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", {"name": "verdict", "value": "NOT EVALUATED"})
+            err = ET.SubElement(case, "error", {"message": xml_text(e.error), "type": "ClaimNotEvaluated"})
+            err.text = xml_text(f"claim {e.name!r} ({e.subject}) could not be evaluated: {e.error}")
+        root = ET.Element("testsuites", {"tests": suite.get("tests"), "failures": suite.get("failures"),
+                                         "errors": suite.get("errors")})
         root.append(suite)
         ET.indent(root)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
@@ -323,6 +349,18 @@ class ClaimsReport:
 def write_junit(report: ClaimsReport, path: str | Path) -> Path:
     """Write :meth:`ClaimsReport.junit_xml` atomically to ``path``."""
     return write_text(check_path(path, "junit", "dpaudit.check"), report.junit_xml())
+
+
+class ClaimsIncomplete(DataError):
+    """Some claims could not be evaluated: the message names the first (and counts the others); ``report`` holds
+    every claim, the verdicts of those that were evaluated and the errors of the others."""
+
+    def __init__(self, report: ClaimsReport) -> None:
+        first = report.errors[0]
+        more = len(report.errors) - 1
+        super().__init__(f"claim {first.name!r} could not be evaluated: {first.error}"
+                         + (f" ({more} more claim{'s' if more != 1 else ''} not evaluated)" if more else ""))
+        self.report = report
 
 
 # --------------------------------------------------------------------------------------------------
@@ -651,22 +689,36 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
 
 
 def evaluate_claims(claims: ClaimsFile, *, attack_runner: AttackRunner | None = None,
-                    progress: "bool | Reporter" = False, trust_bundle_code: bool = False) -> ClaimsReport:
-    """Evaluate every claim of a parsed claims file (paths already resolved against its directory)."""
+                    progress: "bool | Reporter" = False, trust_bundle_code: bool = False,
+                    keep_going: bool = False) -> ClaimsReport:
+    """Evaluate every claim of a parsed claims file (paths already resolved against its directory). A claim that
+    cannot be evaluated raises its error, or with ``keep_going`` is recorded in the report's ``errors`` and the
+    other claims are evaluated."""
     base = claims.path.parent if claims.path is not None else Path(".")
     rep = as_reporter(progress)
     results = []
+    errors = []
     for c in claims.claims:
         if c.attack is not None:
             rep.log(f"claim {c.name!r}: running its {c.attack.kind} attack")
-        results.append(evaluate_claim(c, attack_runner=attack_runner, base_dir=base, progress=rep,
-                                      trust_bundle_code=trust_bundle_code))
-    return ClaimsReport(path=None if claims.path is None else str(claims.path), results=tuple(results))
+        t0 = time.perf_counter()
+        try:
+            results.append(evaluate_claim(c, attack_runner=attack_runner, base_dir=base, progress=rep,
+                                          trust_bundle_code=trust_bundle_code))
+        except DPAuditError as exc:
+            if not keep_going:
+                raise
+            errors.append(ClaimError(c.name, c.subject.describe(), " ".join(str(exc).split()),
+                                     time.perf_counter() - t0))
+    return ClaimsReport(path=None if claims.path is None else str(claims.path), results=tuple(results),
+                        errors=tuple(errors))
 
 
 def check_claims(path: str | Path, *, attack_runner: AttackRunner | None = None,
-                 progress: "bool | Reporter" = False, trust_bundle_code: bool = False) -> ClaimsReport:
+                 progress: "bool | Reporter" = False, trust_bundle_code: bool = False,
+                 keep_going: bool = False) -> ClaimsReport:
     """Load, validate and evaluate a claims TOML file: the library call behind ``dpaudit check``
-    (``trust_bundle_code``: ``--trust-bundle-code``, see :func:`evaluate_claim`)."""
+    (``trust_bundle_code``: ``--trust-bundle-code``, see :func:`evaluate_claim`; ``keep_going``: see
+    :func:`evaluate_claims`)."""
     return evaluate_claims(load_claims(path), attack_runner=attack_runner, progress=progress,
-                           trust_bundle_code=trust_bundle_code)
+                           trust_bundle_code=trust_bundle_code, keep_going=keep_going)

@@ -22,7 +22,8 @@ from dpaudit.serial import to_dict
 @click.argument("claims", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the verdicts as JUnit XML (one testcase per claim; REFUTED and UNPROVEN claims are "
-                   "failures of type PrivacyClaimRefuted / PrivacyClaimUnproven) to this file.")
+                   "failures of type PrivacyClaimRefuted / PrivacyClaimUnproven; a claim that could not be evaluated "
+                   "is an error of type ClaimNotEvaluated, and the command then exits 2) to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON instead of the table.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr (warnings about the claims still go there).")
 @click.option("--trust-bundle-code", is_flag=True,
@@ -46,10 +47,14 @@ def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool,
     refuted, 2 on usage errors.
     """
     from dpaudit.api import check                 # here, not at the top: ``--help`` loads no accountant or attack
-    from dpaudit.auditing.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS
+    from dpaudit.auditing.evaluate import HOLDS, VERDICT_MEANINGS, VERDICTS, ClaimsIncomplete
 
     rep = as_reporter(not quiet, prefix="dpaudit check")
-    report = check(claims, junit=junit, progress=rep, trust_bundle_code=trust_bundle_code)
+    incomplete: ClaimsIncomplete | None = None
+    try:
+        report = check(claims, junit=junit, progress=rep, trust_bundle_code=trust_bundle_code)
+    except ClaimsIncomplete as exc:  # the verdicts of the claims that were evaluated, then the error (exit 2)
+        report, incomplete = exc.report, exc
     if as_json:
         click.echo(dumps_json(to_dict(report)))
     else:
@@ -65,4 +70,6 @@ def command(ctx: click.Context, claims: Path, junit: Path | None, as_json: bool,
         print_warnings(r.warnings, where=f" ({r.name})")
     if junit is not None:
         rep.log(f"JUnit XML written to {junit}")
+    if incomplete is not None:
+        raise incomplete
     ctx.exit(report.exit_code)
