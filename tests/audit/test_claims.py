@@ -110,18 +110,27 @@ def test_top_level_errors(tmp_path):
 
 
 def test_laplace_claim_holds_exactly_at_its_epsilon_and_fails_above():
+    from dpaudit.accountants.mechanisms import laplace_mechanism
+
+    res = laplace_mechanism(scale=2.0, count=3, delta=1e-3)
+    mid = (res.lower_bound.epsilon + res.epsilon) / 2      # inside the accounting's interval
     rep = evaluate_claims(parse_claims(doc(claim(name="ok", epsilon=0.5, params={"scale": 2.0}),
                                            claim(name="bad", epsilon=0.4, params={"scale": 2.0, "count": 1}),
-                                           claim(name="composed", epsilon=1.0, params={"scale": 2.0, "count": 3}))))
+                                           claim(name="composed", epsilon=mid, delta=1e-3,
+                                                 params={"scale": 2.0, "count": 3}))))
     ok, bad, composed = rep.results
     assert ok.held and ok.verdict == "HOLDS" and ok.accounted.epsilon == 0.5
-    # an accounted epsilon above the claim: the accounting cannot show it, nothing shows it false
-    assert bad.verdict == "UNPROVEN" and bad.reasons == ("accounted epsilon 0.5 > claimed 0.4",)
-    assert bad.unproven_because == bad.reasons and bad.refuted_by == ()
-    assert composed.verdict == "UNPROVEN" and composed.accounted.epsilon == pytest.approx(1.5)  # 3 x 1/2, basic composition
-    assert rep.verdict == "UNPROVEN" and rep.exit_code == 3 and not rep.passed
+    # below the pair Lap(0, 2) vs Lap(1, 2), whose epsilon 0.5 is attained: false for this mechanism (analytic)
+    assert bad.verdict == "REFUTED" and bad.unproven_because == ("accounted epsilon 0.5 > claimed 0.4",)
+    assert len(bad.refuted_by) == 1 and bad.refuted_by[0].startswith("analytic: certified lower bound 0.5 at delta 0")
+    assert "Lap(" in bad.refuted_by[0]                                   # the pair is named
+    # three queries at delta 1e-3, a claim inside the accounting's interval: UNPROVEN, not refuted
+    assert res.lower_bound.epsilon < mid < res.epsilon
+    assert composed.verdict == "UNPROVEN" and composed.accounted.epsilon == pytest.approx(res.epsilon)
+    assert composed.refuted_by == ()
+    assert rep.verdict == "REFUTED" and rep.exit_code == 1 and not rep.passed
     assert [r.name for r in rep.failures] == ["bad", "composed"]
-    assert rep.counts == {"HOLDS": 1, "UNPROVEN": 2, "REFUTED": 0}
+    assert rep.counts == {"HOLDS": 1, "UNPROVEN": 1, "REFUTED": 1}
 
 
 def test_gaussian_mechanism_epsilon_against_dp_accounting_pld():
@@ -163,11 +172,13 @@ def test_unknown_mechanism_parameters_are_usage_errors():
 def test_examples_verdicts():
     holds = check_claims(EXAMPLES / "holds.toml")
     assert holds.verdict == "HOLDS" and holds.exit_code == 0
-    # fails.toml fails on the accounted epsilon alone: UNPROVEN (exit 3), not REFUTED (no certified evidence)
+    # fails.toml: two claims below their mechanism's certified lower bound (REFUTED, analytic: exit 1) and one inside
+    # the accounting's interval (UNPROVEN)
     rep = check_claims(EXAMPLES / "fails.toml")
-    assert [r.verdict for r in rep.results] == ["HOLDS", "UNPROVEN", "UNPROVEN"]
-    assert rep.verdict == "UNPROVEN" and rep.exit_code == 3
+    assert [r.verdict for r in rep.results] == ["HOLDS", "REFUTED", "REFUTED", "UNPROVEN"]
+    assert rep.verdict == "REFUTED" and rep.exit_code == 1
     assert rep.results[1].accounted.epsilon > 100  # 250 rounds of 5-LDP reports
+    assert all(r.refuted_by[0].startswith("analytic: ") and r.empirical is None for r in rep.results[1:3])
 
 
 # ---------------------------------------------------------------- ledger and release subjects
@@ -380,21 +391,26 @@ def test_report_round_trip_table_and_junit():
     assert from_dict(ClaimsReport, to_dict(rep)) == rep
     table = rep.table()
     assert "privatekt-whole-run" in table and "UNPROVEN" in table
-    assert "3 claims: 1 HOLDS, 2 UNPROVEN (privatekt-whole-run, dpsgd-digits-100-epochs), 0 REFUTED." in table
+    assert ("4 claims: 1 HOLDS, 1 UNPROVEN (dpsgd-digits-30-epochs), 2 REFUTED (privatekt-whole-run, "
+            "dpsgd-digits-100-epochs).") in table
     d = to_dict(rep)
-    assert d["verdict"] == "UNPROVEN" and d["exit_code"] == 3 and d["counts"] == {"HOLDS": 1, "UNPROVEN": 2, "REFUTED": 0}
-    assert [r["verdict"] for r in d["results"]] == ["HOLDS", "UNPROVEN", "UNPROVEN"]
+    assert d["verdict"] == "REFUTED" and d["exit_code"] == 1 and d["counts"] == {"HOLDS": 1, "UNPROVEN": 1, "REFUTED": 2}
+    assert [r["verdict"] for r in d["results"]] == ["HOLDS", "REFUTED", "REFUTED", "UNPROVEN"]
     root = ET.fromstring(rep.junit_xml())
     suite = root.find("testsuite")
-    assert suite.get("tests") == "3" and suite.get("failures") == "2"
+    assert suite.get("tests") == "4" and suite.get("failures") == "3"
     cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == ["laplace-count", "privatekt-whole-run", "dpsgd-digits-100-epochs"]
+    assert [c.get("name") for c in cases] == ["laplace-count", "privatekt-whole-run", "dpsgd-digits-100-epochs",
+                                              "dpsgd-digits-30-epochs"]
     assert [{p.get("name"): p.get("value") for p in c.find("properties")}["verdict"] for c in cases] == \
-        ["HOLDS", "UNPROVEN", "UNPROVEN"]
+        ["HOLDS", "REFUTED", "REFUTED", "UNPROVEN"]
     fail = cases[2].find("failure")
-    assert fail is not None and fail.get("type") == "PrivacyClaimUnproven"
-    assert fail.get("message").startswith("UNPROVEN: accounted epsilon") and "claimed 3" in fail.get("message")
+    assert fail is not None and fail.get("type") == "PrivacyClaimRefuted"
+    assert fail.get("message").startswith("REFUTED: analytic: certified lower bound 12.69") and "claimed 3" in fail.get("message")
     assert "q = 64/1437" in fail.text  # the accountant's assumptions travel with the failure
+    fail = cases[3].find("failure")
+    assert fail is not None and fail.get("type") == "PrivacyClaimUnproven"
+    assert fail.get("message").startswith("UNPROVEN: accounted epsilon") and "claimed 6.45" in fail.get("message")
     assert cases[0].find("failure") is None
 
 

@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "claims"
 
 LAPLACE_OK = '[[claim]]\nname = "a"\nmechanism = "laplace"\nparams = { scale = 1.0 }\nepsilon = 1.0\ndelta = 0.0\ngranularity = "example"\n'
-LAPLACE_BAD = LAPLACE_OK.replace('name = "a"', 'name = "b"').replace("epsilon = 1.0", "epsilon = 0.5")
+# 50 Laplace answers at delta 0.01: the accounting's interval is [30.22, 30.37] (an explicit pair below, the PLD above),
+# so a claim of 30.3 is UNPROVEN; a claim of 0.5 for one answer is below the pair's 1 (REFUTED, analytic)
+LAPLACE_BAD = ('[[claim]]\nname = "b"\nmechanism = "laplace"\nparams = { scale = 1.0, count = 50 }\nepsilon = 30.3\n'
+               'delta = 0.01\ngranularity = "example"\n')
+LAPLACE_FALSE = LAPLACE_OK.replace('name = "a"', 'name = "c"').replace("epsilon = 1.0", "epsilon = 0.5")
 
 
 def run(argv, capsys):
@@ -44,7 +48,7 @@ def test_an_unproven_claim_exits_3_and_junit_is_written(tmp_path, capsys, monkey
     f.write_text(LAPLACE_OK + "\n" + LAPLACE_BAD)
     junit = tmp_path / "out" / "claims.xml"
     code, out, err = run(["check", str(f), "--junit", str(junit)], capsys)
-    assert code == 3 and "UNPROVEN" in out and "accounted epsilon 1 > claimed 0.5" in out
+    assert code == 3 and "UNPROVEN" in out and "accounted epsilon 30.37 > claimed 30.3" in out
     assert "REFUTED" in out  # the summary line counts every verdict
     assert "UNPROVEN: the accounting cannot show the claim" in out  # the legend of the verdicts that occurred
     assert "JUnit XML written" in err and "JUnit" not in out          # stdout: results only
@@ -65,7 +69,17 @@ def test_json_is_pure_json_with_the_verdicts(tmp_path, capsys):
     assert code == 3 and d["verdict"] == "UNPROVEN" and d["exit_code"] == 3
     assert d["counts"] == {"HOLDS": 1, "UNPROVEN": 1, "REFUTED": 0}
     assert [(r["name"], r["verdict"]) for r in d["results"]] == [("a", "HOLDS"), ("b", "UNPROVEN")]
-    assert d["results"][1]["unproven_because"] == ["accounted epsilon 1 > claimed 0.5"]
+    assert d["results"][1]["unproven_because"] == ["accounted epsilon 30.37 > claimed 30.3"]
+
+
+def test_a_claim_below_the_mechanisms_lower_bound_exits_1(tmp_path, capsys):
+    f = tmp_path / "c.toml"
+    f.write_text(LAPLACE_OK + "\n" + LAPLACE_FALSE)
+    code, out, err = run(["check", str(f), "--json"], capsys)
+    d = json.loads(out)
+    assert code == 1 and d["verdict"] == "REFUTED" and d["counts"] == {"HOLDS": 1, "UNPROVEN": 0, "REFUTED": 1}
+    (why,) = d["results"][1]["refuted_by"]
+    assert why.startswith("analytic: certified lower bound 1 at delta 0") and "Lap(0, 1)" in why
 
 
 def test_warnings_go_to_stderr(tmp_path, capsys):
@@ -84,10 +98,11 @@ def test_warnings_go_to_stderr(tmp_path, capsys):
 
 
 def test_example_that_fails_on_purpose(capsys):
-    # fails.toml's claims fail on the accounted epsilon: UNPROVEN (exit 3), not REFUTED
+    # fails.toml: two claims below their mechanism's certified lower bound (REFUTED, analytic: exit 1), one inside
+    # the accounting's interval (UNPROVEN)
     code, out, _ = run(["check", str(EXAMPLES / "fails.toml")], capsys)
-    assert code == 3 and "privatekt-whole-run" in out and "UNPROVEN" in out
-    assert "0 REFUTED" in out
+    assert code == 1 and "privatekt-whole-run" in out and "UNPROVEN" in out and "analytic" in out
+    assert "2 REFUTED" in out and "1 UNPROVEN" in out
 
 
 def test_a_bug_exits_70_never_a_verdicts_code(tmp_path, capsys, monkeypatch):
@@ -139,7 +154,8 @@ def test_a_data_dependent_figure_is_unproven_unless_the_claim_allows_it(tmp_path
     base = ('[[claim]]\nname = "{name}"\nmechanism = "pate"\nparams = {{ votes = "votes.npy", gamma = 0.1 }}\n'
             'epsilon = {eps}\ndelta = 1e-5\ngranularity = "example"\n')
     f = tmp_path / "c.toml"
-    f.write_text(base.format(name="default", eps=1.0) + "\n" + base.format(name="allowed", eps=1.0)
+    # (the data-independent route's interval is [6.52, 15.2]: a claim of 10 is inside it, one of 1 below its pair)
+    f.write_text(base.format(name="default", eps=10.0) + "\n" + base.format(name="allowed", eps=1.0)
                  + "allow_data_dependent = true\n\n" + base.format(name="independent-enough", eps=20.0))
     code, out, _ = run(["check", str(f), "--json"], capsys)
     d = json.loads(out)
