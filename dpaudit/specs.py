@@ -156,12 +156,17 @@ class RMIA:
 @dataclass(frozen=True, slots=True)
 class Compare:
     """Every reference-model attack (threshold, LiRA online / offline / fixed variance, RMIA online / offline) on the
-    *same* ``references`` reference models and targets; ``population``, ``gamma``, ``a``: as :class:`RMIA`'s."""
+    *same* ``references`` reference models and targets; ``population``, ``gamma``, ``a``: as :class:`RMIA`'s. On a
+    language-model release: every sequence-level attack, with Min-K% / Min-K%++ over the ``min_k`` fraction of the
+    lowest tokens, ``int(min_k * n)`` of them (``min_k_rounding="floor"``, the published code's convention) or
+    ``ceil(min_k * n)`` (``"ceil"``), at least one."""
 
     references: int = 16
     population: int | None = None
     gamma: float = 1.0
     a: float | None = None
+    min_k: float = 0.2
+    min_k_rounding: str = "floor"
 
     name = "compare"
 
@@ -173,6 +178,8 @@ class Compare:
         object.__setattr__(self, "gamma", check_float(self.gamma, "gamma", owner, low=0.0, low_open=True))
         if self.a is not None:
             object.__setattr__(self, "a", check_float(self.a, "a", owner, low=0.0, high=1.0))
+        object.__setattr__(self, "min_k", check_float(self.min_k, "min_k", owner, low=0.0, high=1.0, low_open=True))
+        check_choice(self.min_k_rounding, "min_k_rounding", owner, ("floor", "ceil"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,15 @@ computed once by :func:`dpaudit.training.lm.logprobs.token_logprobs`; every scor
               of the reference LMs that did not train on the sequence
 ============  ============================================================================================================
 
+Conventions. ``k`` is a fraction in (0, 1] (default 0.2, the papers' usual setting; ``--min-k`` on the command line).
+Of a sequence's n scored tokens Min-K% and Min-K%++ keep the ``int(k * n)`` lowest, as the published reference code
+of both papers does (``k_length = int(len(x) * ratio)``; Python's ``int`` of the float product), and at least one
+(where ``int(k * n)`` is 0 the reference code averages an empty slice, NaN); ``rounding="ceil"`` keeps
+``ceil(k * n)`` instead (dpaudit's convention before November 2026). The zlib length is that of exactly the text
+whose tokens are scored: a text cut to ``max_length`` tokens is compressed as cut (the characters its kept tokens
+cover), never whole. Which tokens are scored (a BOS token first or not) is the encoder's choice
+(:func:`dpaudit.training.lm.text.encode`, ``bos``).
+
 With reference LMs (each with its inclusion mask over the targets) the sequence-level LiRA and RMIA of
 :func:`dpaudit.attacks.compare.compare_signals` run on per-sequence scores: a sequence's ``log Pr(x | theta)`` is its
 total token log-probability (RMIA's statistic; RMIA's population is a set of other texts scored by every model) and
@@ -26,7 +35,7 @@ model.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -34,11 +43,12 @@ from dpaudit.attacks.compare import AttackComparison, compare_signals
 from dpaudit.attacks.per_record import RecordScores
 from dpaudit.attacks.references import ReferenceSignals
 from dpaudit.attacks.run import SINGLE_MODEL_CAVEAT, attack_result
-from dpaudit.errors import DataError, check_float, check_int, check_probability
+from dpaudit.errors import DataError, check_choice, check_float, check_int, check_probability
 
 __all__ = ["LM_ATTACKS", "segment_lengths", "loss_score", "zlib_score", "min_k_score", "min_k_plus_plus_score",
-           "total_logprob", "reference_ratio_score", "lm_scores", "compare_lm"]
+           "total_logprob", "reference_ratio_score", "lm_scores", "compare_lm", "MIN_K_ROUNDING", "min_k_count", "strongest_attack"]
 
+MIN_K_ROUNDING = ("floor", "ceil")
 LM_ATTACKS = ("loss", "zlib", "min-k", "min-k++", "reference")
 _DESCRIPTIONS = {
     "loss": "Loss: mean token log-probability (Yeom et al. 2018; Carlini et al. 2021).",
@@ -83,25 +93,40 @@ def zlib_score(logp, offsets, zlib_bytes) -> np.ndarray:
     return loss_score(logp, offsets) / z
 
 
-def _lowest_mean(values: np.ndarray, offsets, k: float) -> np.ndarray:
+def min_k_count(n: int, k: float, rounding: str = "floor") -> int:
+    """How many of ``n`` scored tokens Min-K% keeps: ``int(k * n)`` (``"floor"``, the published reference code's
+    ``int(len * ratio)``) or ``ceil(k * n)`` (``"ceil"``), at least 1 and at most ``n``."""
+    c = int(k * n) if rounding == "floor" else int(np.ceil(k * n))
+    return min(n, max(1, c))
+
+
+def _lowest_mean(values: np.ndarray, offsets, k: float, rounding: str) -> np.ndarray:
     lens = segment_lengths(offsets)
     o = np.asarray(offsets, dtype=np.int64)
     out = np.empty(lens.size)
     for i in range(lens.size):
         v = np.sort(values[o[i]:o[i + 1]])
-        out[i] = v[: max(1, int(np.ceil(k * v.size)))].mean()
+        out[i] = v[: min_k_count(v.size, k, rounding)].mean()
     return out
 
 
-def min_k_score(logp, offsets, *, k: float = 0.2) -> np.ndarray:
-    kk = check_float(k, "k", "min_k_score", low=0.0, high=1.0, low_open=True)
-    return _lowest_mean(_flat(logp, offsets, "logp"), offsets, kk)
+def _k(k: float, rounding: str, owner: str) -> tuple[float, str]:
+    return (check_float(k, "k", owner, low=0.0, high=1.0, low_open=True),
+            check_choice(rounding, "rounding", owner, MIN_K_ROUNDING))
 
 
-def min_k_plus_plus_score(logp, mu, sigma, offsets, *, k: float = 0.2) -> np.ndarray:
-    kk = check_float(k, "k", "min_k_plus_plus_score", low=0.0, high=1.0, low_open=True)
+def min_k_score(logp, offsets, *, k: float = 0.2, rounding: str = "floor") -> np.ndarray:
+    """Min-K% Prob: the mean of the ``min_k_count(n, k, rounding)`` lowest token log-probabilities of each sequence."""
+    kk, rd = _k(k, rounding, "min_k_score")
+    return _lowest_mean(_flat(logp, offsets, "logp"), offsets, kk, rd)
+
+
+def min_k_plus_plus_score(logp, mu, sigma, offsets, *, k: float = 0.2, rounding: str = "floor") -> np.ndarray:
+    """Min-K%++: the same mean over the standardised log-probabilities ``(logp - mu) / sigma`` (sigma at least
+    1e-6)."""
+    kk, rd = _k(k, rounding, "min_k_plus_plus_score")
     z = (_flat(logp, offsets, "logp") - _flat(mu, offsets, "mu")) / np.maximum(_flat(sigma, offsets, "sigma"), 1e-6)
-    return _lowest_mean(z, offsets, kk)
+    return _lowest_mean(z, offsets, kk, rd)
 
 
 def reference_ratio_score(target_total, reference_totals, reference_in=None) -> np.ndarray:
@@ -115,15 +140,16 @@ def reference_ratio_score(target_total, reference_totals, reference_in=None) -> 
 
 
 def lm_scores(logp, offsets, *, mu=None, sigma=None, zlib_bytes=None, reference_totals=None, reference_in=None,
-              k: float = 0.2) -> dict[str, np.ndarray]:
+              k: float = 0.2, rounding: str = "floor") -> dict[str, np.ndarray]:
     """Every reference-free attack's per-sequence scores that the inputs allow (``reference`` with
-    ``reference_totals`` (n, K)): name -> (n,) scores."""
+    ``reference_totals`` (n, K)): name -> (n,) scores. ``zlib_bytes``: the zlib length of each *scored* text (as
+    cut to the scored tokens)."""
     out = {"loss": loss_score(logp, offsets)}
     if zlib_bytes is not None:
         out["zlib"] = zlib_score(logp, offsets, zlib_bytes)
-    out["min-k"] = min_k_score(logp, offsets, k=k)
+    out["min-k"] = min_k_score(logp, offsets, k=k, rounding=rounding)
     if mu is not None and sigma is not None:
-        out["min-k++"] = min_k_plus_plus_score(logp, mu, sigma, offsets, k=k)
+        out["min-k++"] = min_k_plus_plus_score(logp, mu, sigma, offsets, k=k, rounding=rounding)
     if reference_totals is not None:
         out["reference"] = reference_ratio_score(total_logprob(logp, offsets), reference_totals, reference_in)
     return out
@@ -131,7 +157,8 @@ def lm_scores(logp, offsets, *, mu=None, sigma=None, zlib_bytes=None, reference_
 
 def compare_lm(logp, offsets, member, *, mu=None, sigma=None, zlib_bytes=None, reference_totals=None,
                reference_in=None, population_total=None, population_reference_totals=None, k: float = 0.2,
-               gamma: float = 1.0, a: float | None = None, confidence: float = 0.95, delta: float = 0.0,
+               rounding: str = "floor", gamma: float = 1.0, a: float | None = None, confidence: float = 0.95,
+               delta: float = 0.0,
                n_bootstrap: int = 1000, seed: int = 0, per_record: bool = True,
                record: Sequence[int] | None = None) -> AttackComparison:
     """Every LM attack the inputs allow, side by side (an :class:`~dpaudit.attacks.compare.AttackComparison`).
@@ -140,7 +167,10 @@ def compare_lm(logp, offsets, member, *, mu=None, sigma=None, zlib_bytes=None, r
     truth for the metrics only. ``reference_totals`` (n, K): each reference LM's total log-probability of each target,
     ``reference_in`` (n, K): which reference LM trained on which target (default: none, the offline layout).
     ``population_total`` (m,) and ``population_reference_totals`` (m, K): other texts, scored by the target and by
-    the references, for RMIA. Other arguments: as :func:`~dpaudit.attacks.compare.compare_signals`."""
+    the references, for RMIA. ``k``, ``rounding``: Min-K% / Min-K%++'s fraction and count (:func:`min_k_count`).
+    The per-record table ranks by the strongest attack as measured here: the largest AUC (ties: the larger TPR at the
+    lowest FPR, then the order of the table); ``settings["primary_attack"]`` names it. Other arguments: as
+    :func:`~dpaudit.attacks.compare.compare_signals`."""
     owner = "compare_lm"
     mem = np.asarray(member, dtype=bool).ravel()
     lens = segment_lengths(offsets)
@@ -152,12 +182,12 @@ def compare_lm(logp, offsets, member, *, mu=None, sigma=None, zlib_bytes=None, r
     seed = check_int(seed, "seed", owner, low=0)
     rec = np.arange(lens.size) if record is None else np.asarray(record, dtype=np.int64)
     scores = lm_scores(logp, offsets, mu=mu, sigma=sigma, zlib_bytes=zlib_bytes, reference_totals=reference_totals,
-                       reference_in=reference_in, k=k)
+                       reference_in=reference_in, k=k, rounding=rounding)
     results: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     stats: dict[str, np.ndarray] = {}
     notes: list[str] = [SINGLE_MODEL_CAVEAT]
-    settings: dict[str, Any] = {"k": float(k), "seed": seed, "confidence": conf, "delta": float(delta),
+    settings: dict[str, Any] = {"k": float(k), "min_k_rounding": rounding, "seed": seed, "confidence": conf, "delta": float(delta),
                                 "n_bootstrap": n_boot, "num_members": int(mem.sum()), "num_nonmembers": int((~mem).sum()),
                                 "num_references": 0, "layout": "none", "population": 0, "gamma": float(gamma)}
     for name in LM_ATTACKS:
@@ -175,7 +205,8 @@ def compare_lm(logp, offsets, member, *, mu=None, sigma=None, zlib_bytes=None, r
         if not ok.all():
             notes.append(f"{name}: {int((~ok).sum())} sequence(s) without an OUT reference LM left out.")
             scores[name] = np.where(ok, s, np.min(s[ok]) - 1.0)     # ranked last in the per-record table
-        results[name] = attack_result(name, _DESCRIPTIONS[name] + (f" k = {k:g}." if "min-k" in name else ""),
+        how = f" k = {k:g} ({rounding}(k n) tokens, at least 1)." if "min-k" in name else ""
+        results[name] = attack_result(name, _DESCRIPTIONS[name] + how,
                                       s[mem & ok], s[~mem & ok], threshold="held_out", confidence=conf, delta=delta,
                                       n_bootstrap=n_boot, seed=seed)
     fit = None
@@ -213,9 +244,21 @@ def compare_lm(logp, offsets, member, *, mu=None, sigma=None, zlib_bytes=None, r
         notes.extend(n for n in comp.notes if n != SINGLE_MODEL_CAVEAT)
     if not results:
         raise DataError(f"{owner}: no attack could run on these inputs ({'; '.join(f'{k}: {v}' for k, v in skipped.items())}).")
-    primary = next((p for p in ("seq-rmia-online", "seq-lira-online", "seq-rmia-offline", "seq-lira-offline-fixed",
-                                "min-k++", "loss") if p in results), next(iter(results)))
+    primary = strongest_attack(results)
     settings["primary_attack"] = primary
+    settings["primary_rule"] = "largest AUC (ties: TPR at the lowest FPR, then table order)"
     records = RecordScores(rec, np.full(lens.size, -1), mem, {k: v for k, v in scores.items() if k in results},
                            stats, primary) if per_record else None
     return AttackComparison(results, skipped, settings, tuple(notes), fit, records)
+
+
+def strongest_attack(results: Mapping[str, Any]) -> str:
+    """The attack of ``results`` (name -> :class:`~dpaudit.attacks.results.AttackResult`) with the largest AUC; ties
+    go to the larger TPR at the lowest FPR reported, then to the first in ``results``' order."""
+    def key(item: tuple[int, str]) -> tuple[float, float, int]:
+        i, name = item
+        m = results[name].metrics
+        tprs = sorted(m.tpr_at_fpr.items())
+        return (float(m.auc), float(tprs[0][1]) if tprs else 0.0, -i)
+
+    return max(enumerate(results), key=key)[1]

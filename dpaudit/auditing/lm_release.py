@@ -26,11 +26,11 @@ import numpy as np
 
 from dpaudit._io import atomic_dir, check_replaceable, load_json_file, load_npy_file, load_npz_file, write_json
 from dpaudit.attacks.compare import AttackComparison
-from dpaudit.errors import DataError, ParameterError, check_choice, check_int
+from dpaudit.errors import DataError, ParameterError, check_bool, check_choice, check_int
 from dpaudit.serial import from_dict, to_dict
 
-__all__ = ["LM_RELEASE_FILE", "LM_SCORES_FORMAT", "LmReleaseMeta", "LmRelease", "is_lm_release", "make_lm_release", "load_lm_release",
-           "compare_lm_release", "lm_text_scores"]
+__all__ = ["LM_RELEASE_FILE", "LM_SCORES_FORMAT", "LmReleaseMeta", "LmRelease", "is_lm_release", "make_lm_release",
+           "load_lm_release", "compare_lm_release", "lm_text_scores", "scored_zlib_bytes"]
 
 LM_RELEASE_FILE = "lm_release.json"
 LM_SCORES_FORMAT = """\
@@ -38,7 +38,8 @@ lm_scores.npz (allow_pickle=False): per-token statistics of the target LM on n s
   offsets (n+1,) int, 0 first, increasing; logp (T,) float: log p(x_t | x_<t) for t >= 1 of each sequence
   member (n,) bool
   optional: mu, sigma (T,) float (vocabulary mean / std of log p at each position: Min-K%++)
-            zlib_bytes (n,) (zlib-compressed length of each text: the zlib attack)
+            zlib_bytes (n,) (zlib-compressed length of each text as scored, i.e. cut where its last scored token
+                       ends: the zlib attack)
             reference_totals (n, K) float (reference LMs' total log-probability of each sequence), reference_in (n, K) bool
             population_total (m,), population_reference_totals (m, K) (other texts: RMIA)
 """
@@ -52,7 +53,8 @@ class LmReleaseMeta:
     ``kind`` ``"lm"`` (an LM directory and texts) or ``"lm-scores"``; the ``claim``; the accounting (``statement``,
     ``ledger``, ``accounting_source``) when one was given; ``counts`` of member / non-member (and population) texts;
     for ``"lm"``: the ``model``'s type, parameter count and files' sha256, the ``references``' likewise,
-    ``reference_in`` (targets x references) and the tokens kept per text, ``max_length``."""
+    ``reference_in`` (targets x references), the tokens kept per text, ``max_length``, and the BOS convention the
+    texts are scored with, ``bos`` (:func:`dpaudit.training.lm.text.encode`; files without it: True)."""
 
     kind: str
     claim: Mapping[str, Any]
@@ -67,6 +69,7 @@ class LmReleaseMeta:
     references: tuple[Mapping[str, Any], ...] = ()
     reference_in: tuple[tuple[bool, ...], ...] | None = None
     max_length: int | None = None
+    bos: bool = True
     created_by: str = "dpaudit lm release"
     schema: int = 1
 
@@ -189,14 +192,17 @@ def make_lm_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any]
                     members: Any = None, nonmembers: Any = None, population: Any = None,
                     reference_lms: Sequence[Any] = (), reference_in: Any = None, lm_scores: Any = None,
                     ledger: Any = None, dp_events: Any = None, opacus: Any = None, seed: int = 0,
-                    max_length: int = 512, max_weight_bytes: int | None = None, overwrite: bool = False) -> Path:
+                    max_length: int = 512, max_weight_bytes: int | None = None, overwrite: bool = False,
+                    bos: bool = True) -> Path:
     """Check every input, then write an LM bundle ``out`` atomically (see the module docstring).
 
     ``lm``: the LM directory; ``members`` / ``nonmembers`` / ``population``: text files (``.jsonl`` or one text a line)
     or lists of strings; ``reference_lms``: LM directories of the same tokenizer; ``reference_in``: ``.npy`` or array
     (n_targets, K) bool (default: no reference LM trained on a target). Or ``lm_scores``: an ``.npz`` of
     :data:`LM_SCORES_FORMAT`. ``claim``, ``ledger``/``dp_events``/``opacus``: as
-    :func:`dpaudit.auditing.release_make.make_release`. ``max_length``: tokens kept per text."""
+    :func:`dpaudit.auditing.release_make.make_release`. ``max_length``: tokens kept per text; ``bos``: score the texts
+    with the tokenizer's BOS token first (True) or their own tokens only (False), see
+    :func:`dpaudit.training.lm.text.encode`."""
     from dpaudit.auditing.release_make import accounting_inputs, existing_input, parse_claim
     from dpaudit.training.lm.files import MAX_WEIGHT_BYTES, check_lm_dir
     from dpaudit.training.release import check_release_target
@@ -260,6 +266,7 @@ def make_lm_release(out: str | Path, *, claim: Sequence[str] | Mapping[str, Any]
                                   "sha256": dict(files.sha256)},
                 references=[{"model_type": r.model_type, "sha256": dict(r.sha256)} for r in refs],
                 reference_in=None if inc is None else inc.tolist(), max_length=L,
+                bos=check_bool(bos, "bos", "make_lm_release"),
                 counts={k: len(v) for k, v in texts.items()})
     with atomic_dir(out, overwrite, kind="lm release") as tmp:
         _copy_lm(files.path, tmp / "model")
@@ -299,15 +306,20 @@ def load_lm_release(path: str | Path) -> LmRelease:
     return LmRelease(root, meta, texts=texts)
 
 
+def _context(model: Any, max_length: int) -> int:
+    return int(getattr(model.config, "n_positions", getattr(model.config, "max_position_embeddings", max_length)))
+
+
 def lm_text_scores(model: Any, tokenizer: Any, texts: Sequence[str], *, model_digest: str, max_length: int,
-                   cache_dir: str | Path | None = None, batch_tokens: int = 8192, device: str | None = None) -> Any:
-    """:func:`~dpaudit.training.lm.logprobs.token_logprobs` of ``texts`` (encoded with ``[BOS]`` first, cut to
-    ``max_length`` tokens and to the model's context)."""
+                   cache_dir: str | Path | None = None, batch_tokens: int | None = None, device: str | None = None,
+                   bos: bool = True) -> Any:
+    """:func:`~dpaudit.training.lm.logprobs.token_logprobs` of ``texts`` (encoded by
+    :func:`~dpaudit.training.lm.text.encode` with the ``bos`` convention, cut to ``max_length`` tokens and to the
+    model's context)."""
     from dpaudit.training.lm.logprobs import token_logprobs
     from dpaudit.training.lm.text import encode
 
-    ctx = int(getattr(model.config, "n_positions", getattr(model.config, "max_position_embeddings", max_length)))
-    seqs = encode(tokenizer, texts, max_length=min(max_length, ctx))
+    seqs = encode(tokenizer, texts, max_length=min(max_length, _context(model, max_length)), bos=bos)
     short = [i for i, s in enumerate(seqs) if s.size < 2]
     if short:
         raise DataError(f"Text {short[0]} ({texts[short[0]][:40]!r}) has fewer than 2 tokens; nothing to score.")
@@ -315,20 +327,35 @@ def lm_text_scores(model: Any, tokenizer: Any, texts: Sequence[str], *, model_di
                           device=device)
 
 
-def compare_lm_release(release: LmRelease | str | Path, *, k: float = 0.2, gamma: float = 1.0,
-                       rmia_a: float | None = None, confidence: float = 0.95, delta: float | None = None,
-                       n_bootstrap: int = 1000, seed: int = 0, per_record: bool = True, device: str = "cpu",
-                       cache_dir: str | Path | None = None, batch_tokens: int = 8192) -> AttackComparison:
+def scored_zlib_bytes(model: Any, tokenizer: Any, texts: Sequence[str], *, max_length: int,
+                      bos: bool = True) -> np.ndarray:
+    """The zlib-compressed length (bytes, UTF-8) of exactly the part of each text whose tokens
+    :func:`lm_text_scores` scores: the text cut where its last kept token ends (the zlib signal's denominator)."""
+    from dpaudit.training.lm.text import encode
+
+    _, kept = encode(tokenizer, texts, max_length=min(max_length, _context(model, max_length)), bos=bos,
+                     with_text=True)
+    return np.array([max(1, len(zlib.compress(t.encode("utf-8")))) for t in kept], dtype=np.float64)
+
+
+def compare_lm_release(release: LmRelease | str | Path, *, k: float = 0.2, rounding: str = "floor",
+                       gamma: float = 1.0, rmia_a: float | None = None, confidence: float = 0.95,
+                       delta: float | None = None, n_bootstrap: int = 1000, seed: int = 0, per_record: bool = True,
+                       device: str = "cpu", cache_dir: str | Path | None = None,
+                       batch_tokens: int | None = None) -> AttackComparison:
     """Every sequence-level attack on an LM bundle, side by side (:func:`dpaudit.attacks.lm_signals.compare_lm`):
     the token log-probabilities of every text under the target and each reference LM are computed once (cached
-    under ``cache_dir``). ``delta`` defaults to the claimed delta."""
+    under ``cache_dir``), with the BOS convention the release recorded (``bos``, default True) and its
+    ``max_length``; the zlib signal compresses exactly the scored part of each text. ``k``, ``rounding``: Min-K%'s
+    fraction and count (:func:`~dpaudit.attacks.lm_signals.min_k_count`). ``delta`` defaults to the claimed delta;
+    ``batch_tokens``: tokens per batch of the log-probability pass (default: chosen from the measured rate)."""
     from dpaudit.attacks.lm_signals import compare_lm, total_logprob
     from dpaudit.training.lm.files import check_lm_dir, lm_digest, load_lm
 
     rel = release if isinstance(release, LmRelease) else load_lm_release(release)
     if delta is None:
         delta = float(rel.meta["claim"].get("delta") or 0.0)
-    kw = dict(k=k, gamma=gamma, a=rmia_a, confidence=confidence, delta=delta, n_bootstrap=n_bootstrap, seed=seed,
+    kw = dict(k=k, rounding=rounding, gamma=gamma, a=rmia_a, confidence=confidence, delta=delta, n_bootstrap=n_bootstrap, seed=seed,
               per_record=per_record)
     if rel.scores is not None:
         s = rel.scores
@@ -341,17 +368,22 @@ def compare_lm_release(release: LmRelease | str | Path, *, k: float = 0.2, gamma
     member = np.r_[np.ones(len(texts["members"]), bool), np.zeros(len(texts["nonmembers"]), bool)]
     pop = list(texts.get("population", ()))
     L = int(rel.meta["max_length"])
+    bos = bool(rel.meta.get("bos", True))
+    zl = None
 
     def scored(lm_dir: Path, want_sha: Mapping[str, str]) -> tuple[Any, Any]:
+        nonlocal zl
         files = check_lm_dir(lm_dir)
         if dict(files.sha256) != dict(want_sha):
             raise DataError(f"The LM {str(lm_dir)!r} differs from what {LM_RELEASE_FILE} recorded (sha256).")
         model, tok, _ = load_lm(files, device=device)
         d = lm_digest(files)
         t = lm_text_scores(model, tok, targets, model_digest=d, max_length=L, cache_dir=cache_dir,
-                           batch_tokens=batch_tokens)
+                           batch_tokens=batch_tokens, bos=bos)
         p = lm_text_scores(model, tok, pop, model_digest=d, max_length=L, cache_dir=cache_dir,
-                           batch_tokens=batch_tokens) if pop else None
+                           batch_tokens=batch_tokens, bos=bos) if pop else None
+        if zl is None:
+            zl = scored_zlib_bytes(model, tok, targets, max_length=L, bos=bos)
         return t, p
 
     tgt, tpop = scored(rel.path / "model", rel.meta["model"]["sha256"])
@@ -363,7 +395,6 @@ def compare_lm_release(release: LmRelease | str | Path, *, k: float = 0.2, gamma
         ref_tot.append(total_logprob(t.logp, t.offsets))
         if p is not None:
             pop_ref.append(total_logprob(p.logp, p.offsets))
-    zl = np.array([len(zlib.compress(t.encode("utf-8"))) for t in targets], dtype=np.float64)
     R = np.stack(ref_tot, 1) if ref_tot else None
     inc = None if rel.meta.get("reference_in") is None else np.asarray(rel.meta["reference_in"], dtype=bool)
     return compare_lm(tgt.logp, tgt.offsets, member, mu=tgt.mu, sigma=tgt.sigma, zlib_bytes=zl, reference_totals=R,

@@ -93,6 +93,12 @@ def render(report: AttackReport) -> str:
 @click.option("--compare", is_flag=True,
               help="Every reference-model attack (threshold, LiRA online/offline/fixed variance, RMIA online/offline) "
                    "on the same --shadows reference models and targets: writes comparison.json/.md and roc_compare.png.")
+@click.option("--min-k", "min_k", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.2, show_default=True,
+              help="LM releases: Min-K% / Min-K%++ average the lowest fraction k of each text's token scores.")
+@click.option("--min-k-rounding", "min_k_rounding", type=click.Choice(("floor", "ceil")), default="floor",
+              show_default=True,
+              help="LM releases: keep int(k n) of the n scored tokens (floor: the published reference code) or "
+                   "ceil(k n); at least one.")
 @click.option("--per-record", "per_record", is_flag=True,
               help="Per-record risk: write per_record.csv (every record's scores, p-value or likelihood ratio, rank) "
                    "and per_record.md/.json with the most exposed records and a score histogram (and an image grid "
@@ -153,7 +159,7 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
             data_dir: Path | None, trust_data_dir: bool, quiet: bool, audit: str | None, canary: str | None,
             canaries: int | None, models: int, score: str | None, analysis: str, strict: bool, overwrite: bool,
             factory: str | None, train_fn: str | None, trust_bundle_code: bool, executor: str,
-            ray_address: str | None) -> None:
+            ray_address: str | None, min_k: float, min_k_rounding: str) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
     With --audit, run a certified canary audit instead: of the released model itself when the bundle holds canaries
@@ -177,7 +183,7 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
         threshold_kind=threshold_kind, lira_online=not offline, population=population, gamma=gamma,
         rmia_a=rmia_a, canary=canary, canaries=canaries, models=models, score=score,
         analysis=analysis, strict=strict, factory=factory, train_fn=train_fn, trust_bundle_code=trust_bundle_code,
-        executor=executor, ray_address=ray_address)
+        executor=executor, ray_address=ray_address, min_k=min_k, min_k_rounding=min_k_rounding)
     result = run_attack(release, spec, execution, out=out, per_record=per_record, confidence=confidence, delta=delta,
                         bootstrap=bootstrap, seed=seed, overwrite=overwrite, code=code, data_dir=data_dir,
                         trust_data_dir=trust_data_dir, progress=as_reporter(not quiet, prefix="dpaudit attack"))

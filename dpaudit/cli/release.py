@@ -91,6 +91,9 @@ def command() -> None:
               help="--lm: other texts, trained on by no model (RMIA's population).")
 @click.option("--max-length", "max_length", type=click.IntRange(2, 1 << 20), default=512, show_default=True,
               help="--lm: tokens kept per text.")
+@click.option("--lm-bos/--no-lm-bos", "lm_bos", default=True, show_default=True,
+              help="--lm: score each text with the tokenizer's BOS token first, so that its first token is scored too "
+                   "(recorded in lm_release.json); --no-lm-bos: the text's own tokens only.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing bundle at --out (only a folder dpaudit wrote).")
 def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str | None, scores: Path | None,
@@ -100,7 +103,7 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
          ledger: Path | None,
          dp_events: Path | None, opacus: Path | None, runs_tried: int, claims: tuple[str, ...], seed: int,
          overwrite: bool, lm: Path | None, lm_scores: Path | None, reference_lms: tuple[Path, ...],
-         reference_in: Path | None, population_texts: Path | None, max_length: int) -> None:
+         reference_in: Path | None, population_texts: Path | None, max_length: int, lm_bos: bool) -> None:
     """Build a release bundle from a model trained elsewhere, so that `dpaudit attack`, `dpaudit audit` and
     `dpaudit check` work on it."""
     from dpaudit.api import make_release
@@ -114,7 +117,8 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
             raise ParameterError(f"--lm / --lm-scores make a language-model release; they take none of {other or ['--runs-tried']}.")
         kw = {} if lm_scores is not None else {"members": members, "nonmembers": nonmembers,
                                                "population": population_texts, "reference_lms": list(reference_lms),
-                                               "reference_in": reference_in, "max_length": max_length}
+                                               "reference_in": reference_in, "max_length": max_length,
+                                               "bos": lm_bos}
         lrel = make_release(out, claim=list(claims), lm=lm, lm_scores=lm_scores, ledger=ledger, dp_events=dp_events,
                             opacus=opacus, seed=seed, overwrite=overwrite, **kw)
         counts = lrel.meta["counts"]

@@ -50,11 +50,22 @@ def test_scores_only_lm_release(lm_world, cli, tmp_path):
     code, out, err = cli(["release", "make", "--out", tmp_path / "rel", "--lm-scores", tmp_path / "s.npz",
                           "--claim", "epsilon=inf", "--claim", "delta=1e-5"])
     assert code == 0, err
-    code, out, err = cli(["attack", tmp_path / "rel", "--compare", "--bootstrap", "0", "--out", tmp_path / "a", "--quiet"])
+    code, out, err = cli(["attack", tmp_path / "rel", "--compare", "--bootstrap", "0", "--out", tmp_path / "a", "--quiet",
+                          "--min-k", "0.5", "--min-k-rounding", "ceil"])
     assert code == 0, err
-    res = json.loads((tmp_path / "a" / "comparison.json").read_text())["results"]
+    comp = json.loads((tmp_path / "a" / "comparison.json").read_text())
+    res = comp["results"]
     assert set(res) == {"loss", "min-k", "min-k++"}
     assert res["loss"]["metrics"]["auc"] > 0.8
+    # k and its rounding reach the signal (CLI and Python agree)
+    from dpaudit.attacks.lm_signals import min_k_score
+    from dpaudit.attacks.metrics import auc
+
+    s = min_k_score(tl.logp, tl.offsets, k=0.5, rounding="ceil")
+    assert comp["settings"]["k"] == 0.5 and comp["settings"]["min_k_rounding"] == "ceil"
+    assert res["min-k"]["metrics"]["auc"] == pytest.approx(auc(s[member], s[~member]))
+    code, out, err = cli(["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a2", "--min-k", "0"])
+    assert code == 2 and "--min-k" in err
     # a scores file with a wrong shape is refused cleanly
     np.savez(tmp_path / "bad.npz", offsets=tl.offsets, logp=tl.logp[:-1], member=member)
     code, out, err = cli(["release", "make", "--out", tmp_path / "rel2", "--lm-scores", tmp_path / "bad.npz",

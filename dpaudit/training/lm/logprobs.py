@@ -121,13 +121,13 @@ def _pass(model: Any, seqs: list[np.ndarray], batch_tokens: int, device: str) ->
 
 
 def token_logprobs(model: Any, sequences: Sequence[np.ndarray], *, model_digest: str | None = None,
-                   batch_tokens: int = 8192, device: str | None = None, cache_dir: str | Path | None = None
+                   batch_tokens: int | None = None, device: str | None = None, cache_dir: str | Path | None = None
                    ) -> TokenLogProbs:
     """The per-token statistics of ``sequences`` (token id arrays, each at least 2 tokens, at most the model's
     context) under ``model`` (see the module docstring). ``model_digest`` (e.g.
     :func:`~dpaudit.training.lm.files.lm_digest`) turns the cache on; ``device`` defaults to the model's."""
     owner = "token_logprobs"
-    bt = check_int(batch_tokens, "batch_tokens", owner, low=1, high=1 << 26)
+    bt = 8192 if batch_tokens is None else check_int(batch_tokens, "batch_tokens", owner, low=1, high=1 << 26)
     seqs = [np.asarray(s, dtype=np.int64).ravel() for s in sequences]
     if not seqs:
         raise DataError(f"{owner} needs at least one sequence.")

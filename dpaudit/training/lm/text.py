@@ -21,7 +21,8 @@ from dpaudit._io import read_input_text
 from dpaudit.errors import DataError, check_int
 
 __all__ = ["PAD", "UNK", "BOS", "EOS", "SPECIAL_TOKENS", "DIGITS", "CANARY_TOKENS", "synthetic_corpus",
-           "train_tokenizer", "canary_tokens", "tiny_lm", "save_lm", "encode", "read_texts", "MAX_TEXTS", "MAX_TEXT_CHARS"]
+           "train_tokenizer", "canary_tokens", "tiny_lm", "save_lm", "encode", "bos_token_id", "BOS_NAMES",
+           "read_texts", "MAX_TEXTS", "MAX_TEXT_CHARS"]
 
 PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)
@@ -118,12 +119,55 @@ def save_lm(model: Any, tokenizer: Any, directory: str | Path) -> Path:
     return d
 
 
-def encode(tokenizer: Any, texts: Sequence[str], *, max_length: int = 64) -> list[np.ndarray]:
-    """Token ids of each text, ``[BOS]`` first, cut to ``max_length`` tokens (int64 arrays)."""
+#: Names of a beginning-of-sequence token, looked up in this order by :func:`bos_token_id`.
+BOS_NAMES = (BOS, "<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>")
+
+
+def bos_token_id(tokenizer: Any) -> int | None:
+    """The id of the tokenizer's beginning-of-sequence token: the first of :data:`BOS_NAMES` in its vocabulary
+    (dpaudit's ``[BOS]``; Llama / Mistral's ``<s>``; Gemma's ``<bos>``; Llama 3's ``<|begin_of_text|>``; GPT-2's
+    ``<|endoftext|>``, which GPT-2 was trained with between documents), or None."""
+    for name in BOS_NAMES:
+        i = tokenizer.token_to_id(name)
+        if i is not None:
+            return int(i)
+    return None
+
+
+def encode(tokenizer: Any, texts: Sequence[str], *, max_length: int = 64, bos: bool = True,
+           with_text: bool = False) -> Any:
+    """Token ids of each text cut to ``max_length`` tokens (int64 arrays).
+
+    The BOS convention (``bos``): the first token of a sequence is never scored (nothing predicts it), so with
+    ``bos=True`` (the default) the tokenizer's BOS token (:func:`bos_token_id`) comes first -- added unless the
+    tokenizer's own encoding already starts with it -- and every token of the text is scored; with ``bos=False`` the
+    text's own tokens only (no special tokens at all), and its first token is not scored. A tokenizer without a BOS
+    token encodes as with ``bos=False``. The two conventions give different figures (a causal LM's loss on the
+    first token is large), so releases record which one ran.
+
+    ``with_text``: return ``(ids, kept)`` where ``kept[i]`` is the part of ``texts[i]`` that its kept tokens cover
+    (the text up to the end of its last kept token; the whole text when nothing is cut), e.g. for the zlib signal,
+    which must compress exactly the scored text."""
     L = check_int(max_length, "max_length", "encode", low=2, high=1 << 20)
-    bos = tokenizer.token_to_id(BOS)
-    head = [] if bos is None else [bos]
-    return [np.asarray((head + e.ids)[:L], dtype=np.int64) for e in tokenizer.encode_batch(list(texts))]
+    texts = list(texts)
+    bid = bos_token_id(tokenizer) if bos else None
+    encs = tokenizer.encode_batch(texts, add_special_tokens=bool(bos))
+    ids_out: list[np.ndarray] = []
+    kept: list[str] = []
+    for text, e in zip(texts, encs):
+        ids = list(e.ids)
+        head = [bid] if bid is not None and (not ids or ids[0] != bid) else []
+        full = head + ids
+        ids_out.append(np.asarray(full[:L], dtype=np.int64))
+        if with_text:
+            n_kept = max(0, min(len(ids), L - len(head)))
+            if n_kept >= len(ids):
+                kept.append(text)
+            else:
+                ends = [end for (_, end), special in zip(e.offsets[:n_kept], e.special_tokens_mask[:n_kept])
+                        if not special]
+                kept.append(text[:max(ends, default=0)])
+    return (ids_out, kept) if with_text else ids_out
 
 
 def read_texts(path: str | Path, what: str) -> list[str]:
