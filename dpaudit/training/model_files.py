@@ -45,7 +45,7 @@ from dpaudit.errors import DataError
 
 __all__ = ["SKOPS_CLASSES", "SKOPS_CLASSIFIERS", "MAX_SKOPS_SCHEMA_BYTES", "MAX_SKOPS_NODES", "MAX_SKOPS_DEPTH",
            "load_skops_file", "check_skops_schema", "check_sklearn_structures",
-           "load_safetensors_file", "MAX_SAFETENSORS_HEADER_BYTES",
+           "load_safetensors_file", "safetensors_entry", "MAX_SAFETENSORS_HEADER_BYTES",
            "load_catboost_file", "parse_catboost_model", "CatBoostModel", "MAX_CATBOOST_TREES", "MAX_CATBOOST_DEPTH",
            "MAX_CATBOOST_DIM"]
 
@@ -397,6 +397,39 @@ _ST_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16"
               "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
+def _plain_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def safetensors_entry(name: Any, entry: Any, dtypes: Mapping[str, int], where: str,
+                      size: int) -> tuple[str, tuple[int, ...], tuple[int, int]]:
+    """One tensor entry of a safetensors header checked by its types before any value is used: ``dtype`` a string
+    of ``dtypes`` (name -> bytes per element), ``shape`` a list of at most 8 ints >= 0, ``data_offsets`` two ints
+    ``0 <= begin <= end <= size`` (the data part's length) spanning exactly the tensor's bytes. Returns
+    ``(dtype, shape, (begin, end))``; anything else (``"dtype": ["F32"]``, string or float offsets, a bool in a shape)
+    is one :class:`DataError` naming the tensor and the field, never a ``TypeError``."""
+    label = f"{where}: the tensor {str(name)[:80]!r}"
+    if not isinstance(entry, dict):
+        raise DataError(f"{label} has an invalid header entry (an object with dtype, shape and data_offsets is "
+                        f"needed; got {str(entry)[:80]}).")
+    dtype, shape, offs = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in dtypes:
+        raise DataError(f"{label} has an invalid header entry: 'dtype' must be one of {', '.join(dtypes)}; got "
+                        f"{str(dtype)[:40]}.")
+    if not isinstance(shape, list) or len(shape) > 8 or not all(_plain_int(d) and d >= 0 for d in shape):
+        raise DataError(f"{label} has an invalid header entry: 'shape' must be a list of at most 8 ints >= 0; got "
+                        f"{str(shape)[:80]}.")
+    if (not isinstance(offs, list) or len(offs) != 2 or not all(_plain_int(o) for o in offs)
+            or not 0 <= offs[0] <= offs[1] <= size):
+        raise DataError(f"{label} has an invalid header entry: 'data_offsets' must be two ints 0 <= begin <= end <= "
+                        f"{size}; got {str(offs)[:80]}.")
+    nbytes = math.prod(shape) * dtypes[dtype]
+    if offs[1] - offs[0] != nbytes:
+        raise DataError(f"{label} has an invalid header entry: its data_offsets span {offs[1] - offs[0]} bytes, its "
+                        f"dtype and shape {nbytes}.")
+    return dtype, tuple(shape), (offs[0], offs[1])
+
+
 def load_safetensors_file(path: str | Path, expected: Mapping[str, tuple[int, ...]] | None = None, *,
                           follow_symlinks: bool = True, what: str = "the weights file",
                           mismatch: str = "does not match the module") -> dict[str, Any]:
@@ -422,13 +455,7 @@ def load_safetensors_file(path: str | Path, expected: Mapping[str, tuple[int, ..
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        shape = entry.get("shape") if isinstance(entry, dict) else None
-        if (not isinstance(shape, list) or len(shape) > 8
-                or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s for s in shape)
-                or entry.get("dtype") not in _ST_DTYPES
-                or math.prod(shape) * _ST_DTYPES[entry["dtype"]] > len(blob)):
-            raise DataError(f"{p}: the tensor {name[:80]!r} has an invalid header entry ({str(entry)[:120]}).")
-        shapes[name] = tuple(shape)
+        _, shapes[name], _ = safetensors_entry(name, entry, _ST_DTYPES, str(p), len(blob) - 8 - n)
     if expected is not None:
         want = {k: tuple(int(s) for s in v) for k, v in expected.items()}
         missing = sorted(set(want) - set(shapes))

@@ -90,3 +90,55 @@ def test_lm_bundle_whose_claim_delta_is_not_a_number_is_a_data_error(tmp_path, t
 
     with pytest.raises(DataError, match="claim.delta"):
         load_lm_release(tmp_path / "rel")
+
+
+# --------------------------------------------------------------------------------------------------
+# safetensors header entries of the wrong type
+
+
+def _rewrite_header(path: Path, change) -> None:
+    blob = path.read_bytes()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    change(header)
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + blob[8 + n:])
+
+
+def _first_tensor(header: dict) -> dict:
+    return header[next(k for k in header if k != "__metadata__")]
+
+
+WRONG_TYPES = [
+    ("dtype", ["F32"], "'dtype' must be one of"), ("dtype", {"F32": 1}, "'dtype' must be one of"),
+    ("dtype", None, "'dtype' must be one of"), ("shape", "16", "'shape' must be a list"),
+    ("shape", [True, 16], "'shape' must be a list"), ("shape", [16.0], "'shape' must be a list"),
+    ("data_offsets", ["0", "64"], "'data_offsets' must be two ints"),
+    ("data_offsets", [0.0, 64.0], "'data_offsets' must be two ints"),
+    ("data_offsets", [64, 0], "'data_offsets' must be two ints"), ("data_offsets", [-64, 0], "'data_offsets' must"),
+    ("data_offsets", None, "'data_offsets' must be two ints"), ("entry", "F32", "an object with dtype"),
+]
+
+
+@pytest.mark.parametrize("field, value, message", WRONG_TYPES)
+def test_safetensors_header_entries_of_the_wrong_type_are_a_data_error(tiny_lm_dir, tmp_path, cli, field, value,
+                                                                       message):
+    """Before: TypeError ("unhashable type: 'list'", "unsupported operand type(s) for -: 'str' and 'str'") from the
+    LM directory check and from training/model_files.py's safetensors reader (exit 70)."""
+    d = _lm_copy(tiny_lm_dir, tmp_path)
+
+    def change(h):
+        name = next(k for k in h if k != "__metadata__")
+        if field == "entry":
+            h[name] = value
+        else:
+            h[name][field] = value
+
+    _rewrite_header(d / "model.safetensors", change)
+    _one_error(cli, _make_lm(cli, tiny_lm_dir, tmp_path, lm=d), message, "The weights file")
+    assert not (tmp_path / "rel").exists()
+    from dpaudit.training.model_files import load_safetensors_file
+
+    with pytest.raises(DataError, match=message):
+        load_safetensors_file(d / "model.safetensors")

@@ -135,22 +135,21 @@ def _read_header(p: Path, size: int) -> dict[str, tuple[str, tuple[int, ...]]]:
                             f"{str(exc)[:100]}).") from None
     if not isinstance(header, dict):
         raise DataError(f"The weights file {str(p)!r} is not a readable safetensors file (header is not an object).")
+    from dpaudit.training.model_files import safetensors_entry
+
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    end = 0
+    data = size - 8 - n
     for name, e in header.items():
         if name == "__metadata__":
             continue
-        shape = e.get("shape") if isinstance(e, dict) else None
         offs = e.get("data_offsets") if isinstance(e, dict) else None
-        if (not isinstance(shape, list) or len(shape) > 8 or not all(isinstance(s, int) and s >= 0 for s in shape)
-                or e.get("dtype") not in _FLOAT_DTYPES or not isinstance(offs, list) or len(offs) != 2
-                or offs[1] - offs[0] != math.prod(shape) * _FLOAT_DTYPES[e["dtype"]]):
-            raise DataError(f"The weights file {str(p)!r}: tensor {str(name)[:80]!r} has an invalid header entry "
-                            f"({str(e)[:120]}); LM weights must be F32, F16 or BF16.")
-        end = max(end, int(offs[1]))
-        out[str(name)] = (e["dtype"], tuple(shape))
-    if 8 + n + end > size:
-        raise DataError(f"The weights file {str(p)!r} is truncated: its header needs {8 + n + end} bytes, it has {size}.")
+        if (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
+                and 0 <= offs[0] <= offs[1] and offs[1] > data):
+            raise DataError(f"The weights file {str(p)!r} is truncated: its header needs {8 + n + offs[1]} bytes, it has "
+                            f"{size}.")
+        # every field's type and range (LM weights are F32, F16 or BF16): one DataError naming the tensor and field
+        dtype, shape, _ = safetensors_entry(name, e, _FLOAT_DTYPES, f"The weights file {str(p)!r}", data)
+        out[str(name)] = (dtype, shape)
     return out
 
 
