@@ -52,6 +52,7 @@ which holds whatever the answers. Interactive GNMax (PATE 2018, Algorithm 2) is 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any, Callable
@@ -66,6 +67,7 @@ from dpaudit.accountants._common import (as_votes, check_orders, inv_square, log
                                          validated_votes)
 from dpaudit.accountants.events import DpEvent, GaussianNoisyMax
 from dpaudit.accountants.order_search import OrderSearch, search_rdp_orders
+from dpaudit.accountants.pairs import gnmax_lower_bound
 from dpaudit.accountants.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 from dpaudit.accountants.statement import AccountingResult, PrivacyStatement, headline_facts
 from dpaudit.errors import DataError, ParameterError, check_bool, check_float, check_int, check_probability
@@ -846,10 +848,16 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
               "answered": n_answered, "orders": grid.tolist(), "data_independent": v is None or data_independent,
               "interactive": interactive}
     facts: dict[str, Any] = {"num_queries": queries, "answered": n_answered}
+    # the certified lower bound of an explicit pair of integer vote histograms, beside the data-independent routes
+    # (not the conditioned or data-dependent figures: they are about the realised answers and votes); Interactive
+    # GNMax's check looks at the student's prediction too: no pair is given for it
+    lower = None if interactive else dataclasses.replace(
+        gnmax_lower_bound(sigma=sigma, queries=queries, delta=delta, threshold=threshold, sigma1=sigma1),
+        routes=(ROUTE_RDP, ROUTE_GDP))
     if v is None or data_independent:
         warnings_ += _edge_warnings(statements, searches)  # the headline: pick_headline (ties: the a-priori figure)
         facts.update(headline_facts(statements))
-        return AccountingResult("gnmax", tuple(statements), None, params, facts, tuple(warnings_))
+        return AccountingResult("gnmax", tuple(statements), None, params, facts, tuple(warnings_), lower_bound=lower)
 
     # ---- data-dependent RDP
     lq = _log_q_fast(v, sigma)
@@ -931,4 +939,4 @@ def account_gnmax(votes: Any = None, *, sigma: float, delta: float, queries: int
     facts.update({"q_min": float(q.min()), "q_median": float(np.median(q)), "q_mean": float(q.mean()),
                   "q_max": float(q.max()), "data_dependent_queries": n_dd, "data_dependent_conditions": cond_text,
                   **headline_facts(statements)})
-    return AccountingResult("gnmax", tuple(statements), None, params, facts, tuple(warnings_))
+    return AccountingResult("gnmax", tuple(statements), None, params, facts, tuple(warnings_), lower_bound=lower)

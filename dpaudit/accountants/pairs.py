@@ -39,11 +39,12 @@ from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, log1mexp
 from dpaudit.accountants.events import ShuffledBatchGaussian
 from dpaudit.accountants.sampling import max_statistic_log_cdf, shuffle_lower_bound
 from dpaudit.accountants.statement import LowerBound
-from dpaudit.errors import check_choice, check_float, check_int, check_probability
+from dpaudit.errors import ParameterError, check_choice, check_float, check_int, check_probability
 
 __all__ = ["LowerBound", "composed_pair_epsilon", "binary_pair_epsilon", "lattice_pair_epsilon", "gaussian_mixture_pair", "laplace_pair", "dpsgd_lower_bound",
            "gaussian_mechanism_lower_bound", "laplace_mechanism_lower_bound", "randomized_response_lower_bound",
-           "noisy_max_lower_bound", "PAIR_METHOD", "DPSGD_PAIRS"]
+           "noisy_max_lower_bound", "gnmax_lower_bound", "categorical_pair_epsilon", "laplace_argmax_log_probs",
+           "PAIR_METHOD", "DPSGD_PAIRS"]
 
 #: How every figure of this module is computed (written into each :class:`LowerBound`).
 PAIR_METHOD = ("explicit pair's privacy-loss distribution (binned outputs, losses rounded down, extreme tails "
@@ -192,14 +193,22 @@ def binary_pair_epsilon(p1: float, p0: float, count: int, delta: float) -> float
     j = np.arange(lo_j, hi_j + 1, dtype=np.float64)
     logw = binom_logpmf(j, count, p1)
     loss = j * a + (count - j) * b
+    return _atoms_epsilon(loss, logw, delta)
+
+
+def _atoms_epsilon(loss: np.ndarray, logw: np.ndarray, delta: float) -> float:
+    """The epsilon at ``delta`` of a discrete privacy-loss law given as atoms (loss ``loss[i]`` with P-mass
+    ``exp(logw[i])``; atoms left out only lower delta): delta(eps) = sum_i w_i (1 - e^{eps - L_i})_+ is evaluated at
+    every atom at once (sums from the top in log space) and solved in closed form between two consecutive losses.
+    Lowered by a relative 1e-9 against float error."""
     order = np.argsort(-loss, kind="stable")                  # descending losses
     loss, logw = loss[order], logw[order]
-    ok = np.isfinite(logw)
+    ok = np.isfinite(logw) & ~np.isnan(loss)
     loss, logw = loss[ok], logw[ok]
     if loss.size == 0:
         return 0.0
     target = delta * (1.0 + 1e-9)
-    with np.errstate(divide="ignore", over="ignore"):
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         mass = np.cumsum(np.exp(logw))                                    # A_k: mass of the k+1 largest losses
         log_b = np.logaddexp.accumulate(logw - loss)                      # log B_k = log sum w_j e^{-L_j}
         # delta just above L_{k+1}, i.e. on (L_{k+1}, L_k]: A_k - e^eps B_k; at eps = L_{k+1} it is d_next
@@ -507,6 +516,55 @@ def randomized_response_lower_bound(*, keep_probability: float, classes: int, la
                       "FFT; epsilon read at delta + 1e-12")
 
 
+#: Most atoms the exact multinomial sum of a three-outcome pair enumerates (past it: the FFT route, still a bound).
+MAX_MULTINOMIAL_ATOMS = 2_000_000
+#: The three-class search of the noisy-max pair runs only while one candidate's multinomial window is at most this
+#: (about 500 queries; past it the two-class pairs only: still a lower bound, and it keeps the accounting fast).
+MAX_THREE_CLASS_ATOMS = 250_000
+
+
+def categorical_pair_epsilon(log_p: Sequence[float] | np.ndarray, log_q: Sequence[float] | np.ndarray, count: int,
+                             delta: float) -> float:
+    """A certified lower bound on the epsilon at ``delta`` of ``count`` compositions of a pair of laws on two or three
+    outcomes (log masses ``log_p`` under the first dataset, ``log_q`` under the second), exactly where affordable:
+    with counts (j_0, j_1, j_2) ~ Multinomial(count, P) the loss is sum_i j_i (log P_i - log Q_i), and delta(eps) is
+    summed over every count vector in the window of +-sqrt(175 count) + 2 around the mean of each coordinate (outside,
+    less than 2e-152 of the mass per coordinate by Hoeffding: leaving atoms out only lowers delta), solved in closed
+    form between consecutive losses (:func:`binary_pair_epsilon` for two outcomes). Past
+    :data:`MAX_MULTINOMIAL_ATOMS` atoms, or with an outcome impossible under Q, the pair's PLD composed by FFT
+    (:func:`composed_pair_epsilon` at resolution 0.002)."""
+    lp = np.asarray(log_p, dtype=np.float64)
+    lq = np.asarray(log_q, dtype=np.float64)
+    count = min(int(count), MAX_PAIR_STEPS)
+    keep = np.isfinite(lp)
+    if np.any(keep & ~np.isfinite(lq)) or lp.size > 3:
+        return composed_pair_epsilon([(lp, lq, count)], delta, resolution=0.002)
+    lp, lq = lp[keep], lq[keep]
+    if lp.size <= 1:
+        return 0.0
+    if lp.size == 2:
+        return binary_pair_epsilon(math.exp(lp[0]), math.exp(lq[0]), count, delta) if (
+            0.0 < math.exp(lq[0]) < 1.0 and 0.0 < math.exp(lp[0]) < 1.0) else composed_pair_epsilon(
+            [(lp, lq, count)], delta, resolution=0.002)
+    p = np.exp(lp)
+    half = math.sqrt(175.0 * count) + 2.0
+    wins = [np.arange(int(max(0, math.floor(count * pi - half))), int(min(count, math.ceil(count * pi + half))) + 1)
+            for pi in p[:2]]
+    if wins[0].size * wins[1].size > MAX_MULTINOMIAL_ATOMS:
+        return composed_pair_epsilon([(lp, lq, count)], delta, resolution=0.002)
+    g0, g1 = np.meshgrid(wins[0].astype(np.float64), wins[1].astype(np.float64), indexing="ij")
+    j0, j1 = g0.ravel(), g1.ravel()
+    j2 = count - j0 - j1
+    ok = j2 >= 0
+    j0, j1, j2 = j0[ok], j1[ok], j2[ok]
+    a = lp - lq
+    with np.errstate(invalid="ignore", divide="ignore"):
+        logw = (special.gammaln(count + 1.0) - special.gammaln(j0 + 1.0) - special.gammaln(j1 + 1.0)
+                - special.gammaln(j2 + 1.0) + special.xlogy(j0, p[0]) + special.xlogy(j1, p[1]) + special.xlogy(j2, p[2]))
+    loss = j0 * a[0] + j1 * a[1] + j2 * a[2]
+    return _atoms_epsilon(loss, logw, delta)
+
+
 def _diff_laplace_cdf(x: np.ndarray, b: float) -> np.ndarray:
     """P(L1 - L2 <= x) for independent Laplace(0, b): 1 - e^{-x/b}(1 + x/(2b))/2 for x >= 0, symmetric."""
     a = np.abs(x) / b
@@ -514,24 +572,211 @@ def _diff_laplace_cdf(x: np.ndarray, b: float) -> np.ndarray:
     return np.where(x >= 0, 1.0 - tail, tail)
 
 
+def _log_diff_laplace_cdf(x: float, b: float) -> tuple[float, float]:
+    """(log P(L2 - L1 < x), log P(L2 - L1 > x)) for independent Laplace(0, b), each side computed directly."""
+    a = abs(x) / b
+    log_tail = math.log(0.5) - a + math.log1p(0.5 * a)
+    log_big = math.log1p(-math.exp(log_tail))
+    return (log_big, log_tail) if x >= 0 else (log_tail, log_big)
+
+
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(20)
+
+
+def laplace_argmax_log_probs(counts: Sequence[float] | np.ndarray, scale: float) -> np.ndarray:
+    r"""log P(class j is the noisy argmax) of the counts ``counts`` plus i.i.d. Laplace(0, ``scale``) noise, each
+    class: :math:`\int f(z)\prod_{i\ne j}F(z + n_j - n_i)\,dz` (f, F the Laplace density and distribution), a
+    positive integrand integrated in log space by 20-point Gauss-Legendre on pieces no longer than half the scale
+    between its kinks (relative error near machine precision: the integrand is a sum of exponentials on each piece),
+    over the kinks +-45 scales (the rest holds below e^-44 of each probability). Ties have probability 0."""
+    n = np.asarray(counts, dtype=np.float64)
+    b = float(scale)
+    out = np.empty(n.size)
+    for j in range(n.size):
+        c = n[j] - np.delete(n, j)
+        kinks = np.unique(np.concatenate([[0.0], -c]))
+        edges = [kinks[0] - 45.0 * b]
+        pts = list(kinks) + [kinks[-1] + 45.0 * b]
+        for lo, hi in zip([edges[0]] + pts[:-1], pts):
+            if hi <= lo:
+                continue
+            k = max(1, int(math.ceil((hi - lo) / (0.5 * b))))
+            edges.extend(np.linspace(lo, hi, k + 1)[1:].tolist())
+        e = np.asarray(edges)
+        lo, hi = e[:-1, None], e[1:, None]
+        z = 0.5 * (hi - lo) * _GL_X[None, :] + 0.5 * (hi + lo)
+        logw = np.log(0.5 * (hi - lo) * _GL_W[None, :])
+        x = z[..., None] + c[None, None, :]
+        with np.errstate(divide="ignore"):
+            log_f = np.log(0.5 / b) - np.abs(z) / b
+            log_cdf = np.where(x < 0, math.log(0.5) + np.minimum(x, 0.0) / b, np.log1p(-0.5 * np.exp(-np.maximum(x, 0.0) / b)))
+        terms = logw + log_f + log_cdf.sum(axis=-1)
+        out[j] = float(special.logsumexp(terms))
+    return out
+
+
+def _integer_offsets(scale: float, most: int, low: int = 0) -> list[int]:
+    """About ``most`` integers from ``low`` to about 60 scales, geometrically spaced, and the first few."""
+    big = max(4.0, 60.0 * scale)
+    pts = np.unique(np.round(np.concatenate([np.arange(low, low + 4), low + np.geomspace(0.5, big, most)])).astype(int))
+    return [int(x) for x in pts]
+
+
 def noisy_max_lower_bound(*, gamma: float, sensitivity: float, queries: int, delta: float,
-                          resolution: float = 0.02) -> LowerBound:
-    """Report-noisy-max with Laplace(1/gamma) noise (PATE's data-independent route): two classes whose vote gap d
-    moves to d + ``sensitivity`` between the pair (one record moving votes by L1 ``sensitivity``); each query
-    releases class 1 w.p. P(L1 - L2 < d). The gap is chosen from a grid (the best composed figure is kept)."""
+                          resolution: float = 0.02, three_classes: bool = True) -> LowerBound:
+    r"""Report-noisy-max with Laplace(1/gamma) noise (PATE's data-independent route): an explicit pair of integer vote
+    histograms that one record (one teacher, or the record whose votes move the histogram by L1 ``sensitivity`` S)
+    turns into each other, the same pair at every query.
+
+    Vote counts are integers, so a histogram moves by an integer vector of L1 norm at most S. Under "one teacher's
+    vote changes" (S >= 2) the largest realisable move of one class's lead over another is
+    :math:`k = 2\lfloor S/2\rfloor` (:math:`\lfloor S/2\rfloor` teachers switch between the two classes; totals kept);
+    with 1 <= S < 2 only one vote is added or removed: k = 1; below 1 no vote moves and the bound is 0.
+
+    - Two classes (counts n1, n2 with lead g = n1 - n2 an integer, moved to g + k): the released class is 1 with
+      probability :math:`P(L_2 - L_1 < g)` (closed form for the difference of two Laplace noises); every integer lead
+      up to about 60 scales is a candidate (about 30 spaced geometrically, then the neighbours of the best), both
+      directions, composed over the queries exactly (:func:`binary_pair_epsilon`).
+    - Three classes (``three_classes``, up to about 500 queries: :data:`MAX_THREE_CLASS_ATOMS`): the best two-class
+      pairs with a third class placed at integer levels within about 6 scales of them (its count fixed); the three win probabilities by quadrature (:func:`laplace_argmax_log_probs`) and the
+      composition by an exact multinomial sum (:func:`categorical_pair_epsilon`).
+
+    The histograms of the reported pair are in ``details["histograms"]`` (relative counts: add any integer to every
+    class to make them teacher counts; the argmax does not change), so the pair can be checked to be realisable.
+    ``resolution`` is unused (every evaluation is exact); it is kept for the callers' signature."""
     owner = "noisy_max_lower_bound"
     gamma = check_float(gamma, "gamma", owner, low=0.0, low_open=True)
     s = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
     q = min(check_int(queries, "queries", owner, low=1), MAX_PAIR_STEPS)  # fewer observed queries still bound below
     delta = check_probability(delta, "delta", owner)
     b = 1.0 / gamma
-    best, name = 0.0, "none"
-    for gap in np.concatenate([-np.geomspace(0.25, 60.0, 14) * b, [0.0]]) - s / 2.0:
-        p1 = float(_diff_laplace_cdf(np.array([gap + s]), b)[0])
-        p0 = float(_diff_laplace_cdf(np.array([gap]), b)[0])
-        for x, y, direction in ((p1, p0, "P vs Q"), (p0, p1, "Q vs P")):
-            eps = binary_pair_epsilon(x, y, q, delta)
+    k = 2 * int(math.floor(s / 2.0)) if s >= 2.0 else (1 if s >= 1.0 else 0)
+    method = "the pair's privacy-loss law over the queries, exactly (binomial or multinomial sum)"
+    if k == 0:
+        return LowerBound(0.0, delta, f"no integer vote histogram moves by L1 sensitivity {s:g} < 1: no pair", method,
+                          details={"move": 0})
+    up, down = (k + 1) // 2, k // 2            # class 1 gains `up` votes, class 2 loses `down`
+
+    def two(g: int) -> tuple[float, float]:
+        lp = _log_diff_laplace_cdf(float(g + k), b)    # P(class 1 | lead g + k), P(class 2 | ...)
+        lq = _log_diff_laplace_cdf(float(g), b)
+        return lp[0], lq[0]
+
+    scored: dict[tuple[int, bool], float] = {}
+
+    def score(g: int) -> None:
+        lp1, lq1 = two(g)
+        p1, q1 = math.exp(lp1), math.exp(lq1)
+        for flip in (False, True):
+            if (g, flip) not in scored:
+                scored[(g, flip)] = binary_pair_epsilon(q1, p1, q, delta) if flip else binary_pair_epsilon(p1, q1, q, delta)
+
+    centre = -(k // 2)
+    for off in _integer_offsets(b, 28):
+        score(centre - off)
+    for _ in range(3):   # refine around the best: the neighbours one, two, four votes away
+        (g0, _f), _e = max(scored.items(), key=lambda kv: kv[1])
+        for dg in (-4, -2, -1, 1, 2, 4):
+            score(g0 + dg)
+    (g_best, flip_best), best = max(scored.items(), key=lambda kv: kv[1])
+    first, second = ([up, -g_best - down], [0, -g_best])     # lead g + k (the first law), lead g
+    hist = (first, second) if not flip_best else (second, first)
+    name = (f"two classes, lead {g_best + k} vs {g_best} (histograms {hist[0]} vs {hist[1]}, relative counts), Laplace "
+            f"scale {b:.4g}, {q} queries")
+    if three_classes and (2.0 * math.sqrt(175.0 * q) + 5.0) ** 2 <= MAX_THREE_CLASS_ATOMS:
+        tops = sorted(scored.items(), key=lambda kv: -kv[1])[:2]
+        cands = []
+        for (g, flip), _e in tops:
+            n_p, n_q = np.array([up, -g - down], float), np.array([0.0, -g], float)
+            hi_level = max(n_p.max(), n_q.max())
+            for off in _integer_offsets(b / 10.0, 6, low=-3):   # a third class within about 6 scales of the two
+                cands.append((g, flip, float(hi_level - off)))
+                cands.append((g, flip, float(hi_level + 1 + off)))
+        seen = set()
+        for g, flip, level in cands:
+            if (g, flip, level) in seen:
+                continue
+            seen.add((g, flip, level))
+            n_p = np.array([up, -g - down, level])
+            n_q = np.array([0.0, -g, level])
+            lp, lq = laplace_argmax_log_probs(n_p, b), laplace_argmax_log_probs(n_q, b)
+            if flip:
+                lp, lq, n_p, n_q = lq, lp, n_q, n_p
+            eps = categorical_pair_epsilon(lp, lq, q, delta)
             if eps > best:
-                best, name = eps, (f"two classes, vote gap {gap + s:.4g} vs {gap:.4g}, Laplace scale {b:.4g}, {q} "
-                                   f"queries [{direction}]")
-    return LowerBound(best, delta, name, "the pair's binomial privacy-loss distribution, exactly (bisection on delta)")
+                best = eps
+                hist = ([int(x) for x in n_p], [int(x) for x in n_q])
+                name = (f"three classes, histograms {hist[0]} vs {hist[1]} (relative counts), Laplace scale {b:.4g}, "
+                        f"{q} queries")
+    return LowerBound(best, delta, name, method, details={"histograms": [list(map(int, h)) for h in hist], "move": k})
+
+
+def gnmax_lower_bound(*, sigma: float, queries: int, delta: float, threshold: float | None = None,
+                      sigma1: float | None = None) -> LowerBound:
+    r"""GNMax (PATE 2018) answers with :math:`N(0, \sigma^2)` noise on each vote count, optionally Confident-GNMax's
+    check :math:`\max_j n_j + N(0, \sigma_1^2) \ge T` first: an explicit pair of integer two-class vote histograms
+    under "one teacher's vote changes" (the teacher moves from class 2 to class 1: the lead g of class 1 becomes
+    g + 2, the largest count moves by one), the same at every query.
+
+    Without the check the released class is 1 with probability :math:`\Phi(g / (\sqrt2\sigma))` (the difference of
+    two noises), composed exactly over the queries (:func:`binary_pair_epsilon`), every integer lead up to about 9
+    standard deviations a candidate. With the check each query outputs "not answered" with probability
+    :math:`1 - \Phi((\max_j n_j - T)/\sigma_1)`, else the class: three outcomes, composed by an exact multinomial sum
+    (:func:`categorical_pair_epsilon`); the absolute counts (integers >= 0) are searched around T. The histograms of
+    the reported pair are in ``details["histograms"]``."""
+    owner = "gnmax_lower_bound"
+    sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
+    q = min(check_int(queries, "queries", owner, low=1), MAX_PAIR_STEPS)
+    delta = check_probability(delta, "delta", owner)
+    if (threshold is None) != (sigma1 is None):
+        raise ParameterError(f"{owner} needs both 'threshold' and 'sigma1', or neither. Got threshold={threshold!r}, "
+                             f"sigma1={sigma1!r} instead.")
+    s2 = math.sqrt(2.0) * sigma
+    method = "the pair's privacy-loss law over the queries, exactly (binomial or multinomial sum)"
+
+    def cls(g: float) -> tuple[float, float]:       # log P(class 1), log P(class 2) at lead g
+        return float(special.log_ndtr(g / s2)), float(special.log_ndtr(-g / s2))
+
+    scored: dict[tuple[int, bool], float] = {}
+    for off in _integer_offsets(sigma / 6.0, 24):
+        g = -1 - off
+        a, c = cls(g + 2.0), cls(float(g))
+        for flip in (False, True):
+            p1, q1 = math.exp(a[0]), math.exp(c[0])
+            scored[(g, flip)] = binary_pair_epsilon(q1, p1, q, delta) if flip else binary_pair_epsilon(p1, q1, q, delta)
+    (g_best, flip_best), best = max(scored.items(), key=lambda kv: kv[1])
+    if threshold is None:
+        h_p, h_q = [1, -g_best - 1], [0, -g_best]     # relative counts: the lead g_best + 2 vs g_best
+        hist = (h_p, h_q) if not flip_best else (h_q, h_p)
+        return LowerBound(best, delta, f"two classes, lead {g_best + 2} vs {g_best} (histograms {hist[0]} vs {hist[1]}, "
+                          f"relative counts), GNMax noise {sigma:g}, {q} queries", method,
+                          details={"histograms": [list(h) for h in hist]})
+    sigma1 = check_float(sigma1, "sigma1", owner, low=0.0, low_open=True)
+    threshold = check_float(threshold, "threshold", owner)
+    best, hist, name = 0.0, ([0, 0], [0, 0]), "none"
+    tops = sorted(scored.items(), key=lambda kv: -kv[1])[:1]
+    level_offsets = sorted({int(round(x * sigma1)) for x in (-2, -1, 0, 1, 2, 3)})
+    for (g, flip), _e in tops:
+        for off in level_offsets:
+            top = int(math.ceil(threshold)) + off          # the larger count of the histogram with the larger maximum
+            # D: (c1 + 1, c2 - 1), D': (c1, c2) with c1 - c2 = g; the counts kept >= 0
+            c1 = top - 1 if g + 2 >= 0 else top + g + 1
+            c2 = c1 - g
+            lift = max(0, -c1, 1 - c2)                     # teacher counts are >= 0: raise both classes
+            c1, c2 = c1 + lift, c2 + lift
+            h_p, h_q = [c1 + 1, c2 - 1], [c1, c2]
+            if flip:
+                h_p, h_q = h_q, h_p
+            laws = []
+            for h in (h_p, h_q):
+                log_ans = float(special.log_ndtr((max(h) - threshold) / sigma1))
+                log_no = float(special.log_ndtr(-(max(h) - threshold) / sigma1))
+                c_1, c_2 = cls(float(h[0] - h[1]))
+                laws.append(np.array([log_no, log_ans + c_1, log_ans + c_2]))
+            eps = categorical_pair_epsilon(laws[0], laws[1], q, delta)
+            if eps > best:
+                best, hist = eps, (h_p, h_q)
+                name = (f"two classes, histograms {h_p} vs {h_q} (teacher counts), Confident-GNMax check T = "
+                        f"{threshold:g}, sigma1 = {sigma1:g}, GNMax noise {sigma:g}, {q} queries (outputs: not "
+                        "answered, class 1, class 2)")
+    return LowerBound(best, delta, name, method, details={"histograms": [list(h) for h in hist]})
