@@ -138,7 +138,7 @@ def run_digits_simulation(out: str | os.PathLike, *, clients: int = 20, sampled:
                           records_per_client: int = 40, noise_multiplier: float = 1.0, clipping_norm: float = 1.0,
                           dp: str = "server-fixed", local_epochs: int = 5, lr: float = 0.5, delta: float = 1e-5,
                           seed: int = 0, canary_updates: Mapping[int, np.ndarray] | None = None,
-                          observe: Any = None, overwrite: bool = False) -> Path:
+                          observe: Any = None, declared_sampled: int | None = None, overwrite: bool = False) -> Path:
     """Run federated softmax regression on digits with Flower's simulation engine and record it into ``out``.
 
     ``clients`` SuperNodes (one partition of ``records_per_client`` digits each), ``sampled`` of them per round
@@ -149,6 +149,9 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
     recorded by :class:`~dpaudit.integrations.flower.recorder.RecordingStrategy` (seeded sampling) and written with
     its data (``RunData``) so :func:`release_flower_run` can release it. ``observe(round, {name: array})`` is called with
     the global model before the first round (round 0) and after each round (the auditor's view of every round).
+    ``declared_sampled``: the DP wrapper's ``num_sampled_clients`` when it differs from what FedAvg samples (a
+    misconfigured app; Flower then scales its noise to the declared number, and dpaudit accounts what was added).
+    Before any training, the planned run is accounted (a multiplier whose figure cannot be computed is refused here).
     """
     owner = "run_digits_simulation"
     clients = check_int(clients, "clients", owner, low=2, high=MAX_SIM_CLIENTS)
@@ -162,6 +165,11 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
     lr = check_float(lr, "lr", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
     seed = check_int(seed, "seed", owner, low=0)
+    declared = sampled if declared_sampled is None else check_int(declared_sampled, "declared_sampled", owner, low=1,
+                                                                  high=clients)
+    if dp != "none":
+        _preflight(owner, clients=clients, sampled=sampled, declared=declared, rounds=rounds, sigma=sigma, dp=dp,
+                   delta=delta)
     from dpaudit.training.data import load_dataset
 
     data = load_dataset("digits", seed=0)
@@ -188,11 +196,39 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
                        tuple(int(i) for i in non), tuple(int(i) for i in att))
     return _simulate(out, client_data, canaries, clients=clients, sampled=sampled, rounds=rounds, sigma=sigma, clip=clip,
                      dp=dp, local_epochs=local_epochs, lr=lr, delta=delta, seed=seed, run_data=run_data,
-                     observe=observe, overwrite=overwrite)
+                     observe=observe, overwrite=overwrite, declared=declared)
+
+
+#: Above this noise multiplier Flower's float32 model is noise past the float range (and every figure is 0 anyway)
+MAX_SIM_NOISE_MULTIPLIER = 1e6
+
+
+def _preflight(owner: str, *, clients: int, sampled: int, declared: int, rounds: int, sigma: float, dp: str,
+               delta: float) -> None:
+    """Account the planned run (every client in turn sampled, every reply aggregated) before anything trains: a
+    multiplier outside what Flower's float32 arrays or the accounting can hold is one ParameterError now, not an
+    exit 70 after the training."""
+    from dpaudit.integrations.flower.record import RUN_FORMAT, RUN_SCHEMA, DpSettings, FlowerRun, RoundRecord
+
+    if sigma > MAX_SIM_NOISE_MULTIPLIER:
+        raise ParameterError(f"The 'noise_multiplier' of {owner} must be at most {MAX_SIM_NOISE_MULTIPLIER:g} (Flower's "
+                             f"float32 model would hold only noise). Got {sigma!r} instead.")
+    pop = tuple(range(clients))
+    recs = tuple(RoundRecord(t + 1, pop, tuple((t * sampled + i) % clients for i in range(sampled)),
+                             tuple((t * sampled + i) % clients for i in range(sampled)), 1.0, sigma, True,
+                             (1.0,) * sampled, declared) for t in range(rounds))
+    extra = dict(clipped_count_stddev=max(declared / 20, sigma)) if dp.endswith("adaptive") else {}
+    plan = FlowerRun(RUN_FORMAT, RUN_SCHEMA, "plan", 0, DpSettings(dp, (), declared, sigma, 1.0, **extra),
+                     "uniform-without-replacement", recs)
+    try:
+        account_run(plan, delta=delta)
+    except (ArithmeticError, ValueError) as exc:
+        raise ParameterError(f"The 'noise_multiplier' of {owner} gives a run dpaudit cannot account "
+                             f"({type(exc).__name__}: {str(exc)[:120]}). Got {sigma!r} instead.") from None
 
 
 def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, clip, dp, local_epochs, lr, delta, seed,
-              run_data, observe, overwrite) -> Path:
+              run_data, observe, overwrite, declared=None) -> Path:
     import logging
 
     from dpaudit._ray_local import loopback_only
@@ -229,25 +265,27 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
     def main(grid: Grid, context: Context) -> None:
         inner = fs.FedAvg(fraction_train=sampled / clients, fraction_evaluate=0.0, min_train_nodes=sampled,
                           min_available_nodes=clients)
+        m_decl = sampled if declared is None else declared
         if dp == "server-fixed":
-            # Flower's own accountant too (the one convention its fixed-clipping wrappers accept), recorded beside ours
+            # Flower's own accountant too (the one convention its fixed-clipping wrappers accept), recorded beside ours;
+            # it refuses a sample size other than the declared one, so it runs only when they agree
             acc = None
-            if sigma > 0:
+            if sigma > 0 and m_decl == sampled:
                 from flwr.supercore.privacy_accounting import (NeighboringRelation, PrivacyConfig, SamplingMethod)
                 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
                 acc = RdpAccountant(PrivacyConfig(target_delta=delta, population_size=clients,
                                                   neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
                                                   sampling_method=SamplingMethod.NO_AMPLIFICATION))
-            strat = fs.DifferentialPrivacyServerSideFixedClipping(inner, sigma, clip, sampled, accountant=acc)
+            strat = fs.DifferentialPrivacyServerSideFixedClipping(inner, sigma, clip, m_decl, accountant=acc)
         elif dp == "client-fixed":
-            strat = fs.DifferentialPrivacyClientSideFixedClipping(inner, sigma, clip, sampled)
+            strat = fs.DifferentialPrivacyClientSideFixedClipping(inner, sigma, clip, m_decl)
         elif dp == "server-adaptive":
-            strat = fs.DifferentialPrivacyServerSideAdaptiveClipping(inner, sigma, sampled, initial_clipping_norm=clip,
-                                                                     clipped_count_stddev=max(sampled / 20, sigma))
+            strat = fs.DifferentialPrivacyServerSideAdaptiveClipping(inner, sigma, m_decl, initial_clipping_norm=clip,
+                                                                     clipped_count_stddev=max(m_decl / 20, sigma))
         elif dp == "client-adaptive":
-            strat = fs.DifferentialPrivacyClientSideAdaptiveClipping(inner, sigma, sampled, initial_clipping_norm=clip,
-                                                                     clipped_count_stddev=max(sampled / 20, sigma))
+            strat = fs.DifferentialPrivacyClientSideAdaptiveClipping(inner, sigma, m_decl, initial_clipping_norm=clip,
+                                                                     clipped_count_stddev=max(m_decl / 20, sigma))
         else:
             strat = inner
         rec = RecordingStrategy(strat, seed=seed)

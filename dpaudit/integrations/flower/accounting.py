@@ -43,18 +43,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
+
 from dpaudit.accountants.pld import gaussian_pld
 
 from dpaudit.accountants.pairs import dpsgd_lower_bound
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE
 from dpaudit.accountants.events import FixedBatchGaussian, SubsampledGaussian
 from dpaudit.accountants.ledger import PrivacyLedger
+from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
 from dpaudit.accountants.rdp import RdpAccountant
-from dpaudit.errors import ParameterError, check_choice, check_float, check_probability
-from dpaudit.integrations.flower.record import FlowerRun
+from dpaudit.errors import DPAuditError, ParameterError, check_choice, check_float, check_probability
+from dpaudit.integrations.flower.record import DpSettings, FlowerRun, RoundRecord
 
 __all__ = ["account_run", "FlowerAccounting", "ClientFigure", "FlowerFigure", "sampled_lower_bound", "NEIGHBOURING",
-           "flower_convention_epsilon"]
+           "flower_convention_epsilon", "merge_settings", "combined_multiplier", "gaussian_rounds_epsilon",
+           "MAX_SETTINGS", "LOWER_BOUND_SIGMA_FLOOR", "FLOWER_SIGMA_RANGE"]
 
 #: dpaudit's spelling -> FixedBatchGaussian's neighbouring relation
 NEIGHBOURING = {"replace-one": "substitution", "add-remove": "add-remove"}
@@ -114,6 +118,41 @@ class FlowerAccounting:
         return None if self.ledger is None else PrivacyLedger.from_dict(self.ledger)
 
 
+#: At most this many distinct (N, m, sigma) settings are accounted one by one; a run with more (a noise multiplier
+#: per round) is accounted in this many groups of neighbouring settings, each at its least private member for the
+#: upper bounds (smallest N and sigma, largest m) and its most private for the lower bound: valid both ways, and the
+#: cost is bounded whatever the record holds
+MAX_SETTINGS = 8
+#: The lower bound's pair is evaluated at sigma no smaller than this (more noise: a smaller epsilon, still a lower
+#: bound), and its loss grid coarsens with 1/sigma so that its privacy-loss distribution holds at most ~20,000 points
+#: per round (sigma 0.01 asked for tens of millions at the fixed grid, minutes and GiBs)
+LOWER_BOUND_SIGMA_FLOOR = 0.05
+LOWER_BOUND_SIGMA_CEILING = 1e6
+_LB_POINTS = 20_000
+
+
+def merge_settings(groups: Mapping[tuple[int, int, float], int], *, upper: bool,
+                   limit: int = MAX_SETTINGS) -> dict[tuple[int, int, float], int]:
+    """``groups`` ((N, m, sigma) -> rounds) with at most ``limit`` settings: unchanged when it has that few, else the
+    settings sorted by sigma and cut into ``limit`` runs, each accounted at one setting that dominates it (``upper``:
+    the least private -- smallest N, largest m, smallest sigma -- so an upper bound stays valid; else the most private,
+    so a lower bound does)."""
+    if len(groups) <= limit:
+        return dict(groups)
+    keys = sorted(groups, key=lambda k: (k[2], k[1] / k[0]))
+    out: dict[tuple[int, int, float], int] = {}
+    for chunk in (keys[i * len(keys) // limit:(i + 1) * len(keys) // limit] for i in range(limit)):
+        if not chunk:
+            continue
+        if upper:
+            n = min(k[0] for k in chunk)
+            key = (n, min(n, max(k[1] for k in chunk)), min(k[2] for k in chunk))
+        else:
+            key = (max(k[0] for k in chunk), min(k[1] for k in chunk), max(k[2] for k in chunk))
+        out[key] = out.get(key, 0) + sum(groups[k] for k in chunk)
+    return out
+
+
 def sampled_lower_bound(rounds: Mapping[tuple[int, int, float], int], delta: float, *,
                         value_discretization_interval: float = 1e-3) -> float:
     """A certified lower bound on the client-level epsilon at ``delta`` of rounds of fixed-size sampling (``rounds``:
@@ -129,16 +168,28 @@ def sampled_lower_bound(rounds: Mapping[tuple[int, int, float], int], delta: flo
     correct analysis can give less. With one setting for every round, the larger of this and the accountants' own
     fixed-size pairs (:func:`dpaudit.accountants.pairs.dpsgd_lower_bound`, the smaller of its add/remove and
     substitution figures, so that it holds under both).
+
+    Bounded work: at most :data:`MAX_SETTINGS` settings (:func:`merge_settings`, each at its most private member),
+    sigma at least :data:`LOWER_BOUND_SIGMA_FLOOR` and a loss grid no finer than ~20,000 points per round -- every
+    one of them makes the pair more private or its rounding coarser, so the figure stays a lower bound.
     """
     delta = check_probability(delta, "delta", "sampled_lower_bound")
     vdi = check_float(value_discretization_interval, "value_discretization_interval", "sampled_lower_bound", low=1e-6, high=1.0)
+    rounds = merge_settings({k: c for k, c in rounds.items() if c > 0}, upper=False)
+    if any(not sigma > 0 for (_, _, sigma) in rounds):
+        return math.inf
+    # rounds of more noise than LOWER_BOUND_SIGMA_CEILING are left out of the pair (dropping rounds is a
+    # post-processing: still a lower bound; their loss is below the grid anyway)
+    rounds = {(n, m, max(float(sigma), LOWER_BOUND_SIGMA_FLOOR)): c for (n, m, sigma), c in rounds.items()
+              if sigma <= LOWER_BOUND_SIGMA_CEILING}
     total = None
     for (n, m, sigma), count in rounds.items():
-        if sigma <= 0:
-            return math.inf
+        half = sigma / 2.0
+        # the loss of one round spans about 0.5/half^2 (the shift) + 10/half (the tails) nats
+        grid = max(vdi, (0.5 / half ** 2 + 10.0 / half) / _LB_POINTS)
         # ADD_OR_REMOVE_ONE: dp_accounting builds both directions (remove and add) and takes the larger epsilon
-        one = gaussian_pld(sigma / 2.0, sensitivity=1.0, sampling_prob=min(1.0, m / n), pessimistic_estimate=False,
-                           value_discretization_interval=vdi, use_connect_dots=False)
+        one = gaussian_pld(half, sensitivity=1.0, sampling_prob=min(1.0, m / n), pessimistic_estimate=False,
+                           value_discretization_interval=grid, use_connect_dots=False)
         one = one.self_compose(count)
         total = one if total is None else total.compose(one)
     best = 0.0 if total is None else float(total.get_epsilon_for_delta(min(delta + FFT_DELTA_ALLOWANCE, 1.0)))
@@ -192,11 +243,66 @@ def _epsilon(events: list[tuple[Any, int]], delta: float) -> float:
     acc = RdpAccountant()
     for ev, c in events:
         acc.compose(ev, c)
-    return float(acc.epsilon_quiet(delta))
+    try:
+        return float(acc.epsilon_quiet(delta))
+    except (ArithmeticError, FloatingPointError):       # past the float range (a multiplier like 1e-300): no bound
+        return math.inf
+
+
+def combined_multiplier(a: float, b: float) -> float:
+    """:math:`(a^{-2} + b^{-2})^{-1/2}` without overflow (a multiplier of 1e-200 squared is below the float range):
+    the multiplier of two Gaussian releases of one sensitivity accounted as one."""
+    lo, hi = (a, b) if a <= b else (b, a)
+    if lo <= 0.0:
+        return 0.0
+    return lo / math.hypot(1.0, lo / hi)
+
+
+def gaussian_rounds_epsilon(mu: float, delta: float) -> float:
+    """The exact epsilon at ``delta`` of Gaussian mechanisms whose mu = sensitivity / noise compose to ``mu``
+    (mu-GDP: Dong, Roth and Su 2019, Corollary 3.3; exact conversion: Balle and Wang 2018, Theorem 8), rounded up;
+    ``inf`` for mu infinite or an epsilon past 1e300, 0 for mu 0."""
+    if mu <= 0.0:
+        return 0.0
+    if not math.isfinite(mu):
+        return math.inf
+    return gaussian_mechanism_epsilon(mu, delta)
+
+
+def _round_sigma(r: RoundRecord, st: DpSettings) -> float:
+    """The effective noise multiplier of a released round, relative to the sum of the replies it aggregated.
+
+    Flower's wrappers add N(0, (sigma C / m)^2) to the *average* of the r replies, with m the wrapper's
+    ``num_sampled_clients`` whatever r is: relative to the sum, sigma r / m, smaller than sigma when fewer than m
+    replies were aggregated (FedAvg told to sample fewer, a reply lost). Adaptive clipping adds the clipped count's
+    noise (sigma_b on a count of sensitivity 1; Andrew et al. 2021, Theorem 1)."""
+    sigma = float(r.noise_multiplier or 0.0)
+    declared = r.declared_sample_size or st.num_sampled_clients
+    replies = len(r.replied)
+    if declared and replies < declared:
+        sigma = sigma * (replies / declared)
+    if st.kind.endswith("adaptive"):
+        sigma = combined_multiplier(sigma, 2.0 * float(st.clipped_count_stddev or 0.0))
+    return sigma
+
+
+def _fewer_replies(released: list[RoundRecord], st: DpSettings) -> list[RoundRecord]:
+    out = []
+    for r in released:
+        declared = r.declared_sample_size or st.num_sampled_clients
+        if declared and len(r.replied) < declared:
+            out.append(r)
+    return out
 
 
 def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-one") -> FlowerAccounting:
-    """dpaudit's client-level accounting of ``run`` at ``delta`` (module docstring)."""
+    """dpaudit's client-level accounting of ``run`` at ``delta`` (module docstring).
+
+    Every round is accounted at the noise really added (:func:`_round_sigma`: sigma r / m when r < m replies were
+    aggregated, flag ``replies_below_declared``). The work is bounded by the record's size: at most
+    :data:`MAX_SETTINGS` settings for the amplified figures, one pass over the rounds for the per-client ones (each
+    client's rounds compose exactly into one Gaussian, one conversion per distinct result).
+    """
     owner = "account_run"
     if not isinstance(run, FlowerRun):
         raise ParameterError(f"The 'run' parameter of {owner} must be a FlowerRun. Got {type(run).__name__} instead.")
@@ -239,96 +345,142 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
     sampler_verified = not unverified and bool(released)
     if unverified:
         flags.append(("sampling_unverified", "Amplification by sampling is not claimed: " + "; ".join(unverified) + "."))
-    sigma_eff = st.noise_multiplier if st.kind.endswith("adaptive") else None
-
-    def sigma_of(r) -> float:
-        # the effective multiplier of the round (adaptive: the model noise and the clipped count together)
-        if st.kind.endswith("adaptive"):
-            return (r.noise_multiplier ** -2 + (2 * st.clipped_count_stddev) ** -2) ** -0.5
-        return float(r.noise_multiplier)
+    fewer = _fewer_replies(released, st) if dp else []
+    sig = {r.round: _round_sigma(r, st) for r in released} if dp and noise_ok else {}
+    if fewer and noise_ok:
+        low = min(sig[r.round] for r in fewer)
+        flags.append(("replies_below_declared",
+                      f"{len(fewer)} released round(s) aggregated fewer replies than the wrapper's num_sampled_clients "
+                      f"(e.g. round {fewer[0].round}: {len(fewer[0].replied)} of "
+                      f"{fewer[0].declared_sample_size or st.num_sampled_clients}): Flower's noise sigma C/m on their "
+                      f"average is sigma x replies / m relative to their sum; those rounds are accounted at that "
+                      f"smaller multiplier (lowest {low:.4g}), not at the declared one."))
+        assumptions.append("Each round is accounted at the noise really added: sigma x replies / num_sampled_clients "
+                           "where fewer replies than declared were aggregated.")
 
     rel = NEIGHBOURING[neighbouring]
     groups: dict[tuple[int, int, float], int] = {}
     sampled_eps, lower = math.inf, None
-    ledger = None
+    events: list[tuple[Any, int]] = []
     if dp and noise_ok:
         for r in released:
-            key = (len(r.population), len(r.sampled), sigma_of(r))
-            groups[key] = groups.get(key, 0) + 1
-        if sampler_verified:
-            events = [(FixedBatchGaussian(n, m, s, steps=c, neighbouring=rel), 1) for (n, m, s), c in groups.items()]
-            sampled_eps = _epsilon(events, delta)
+            if r.replied:
+                key = (len(r.population), len(r.sampled), sig[r.round])
+                groups[key] = groups.get(key, 0) + 1
+        if sampler_verified and groups:
+            up = merge_settings(groups, upper=True)
+            if any(not s > 0 for (_, _, s) in up):
+                sampled_eps = math.inf
+            else:
+                try:
+                    events = [(FixedBatchGaussian(n, m, s, steps=c, neighbouring=rel), 1) for (n, m, s), c in up.items()]
+                except DPAuditError:            # a multiplier past what the event takes (1e-300): no amplified bound
+                    events = []
+                sampled_eps = _epsilon(events, delta) if events else math.inf
             assumptions.append(f"Sampling: Flower's sample_nodes drew exactly m of the N connected clients uniformly "
-                               f"without replacement each round (N in {sorted(pops)}, m in {sorted(sizes)}), independently of the "
-                               "data; amplification holds while participation stays secret.")
+                               f"without replacement each round (N in {sorted(pops)[:8]}, m in {sorted(sizes)[:8]}), "
+                               "independently of the data; amplification holds while participation stays secret.")
+            if len(up) < len(groups):
+                assumptions.append(f"The rounds' {len(groups)} distinct settings are accounted in {len(up)} groups, each "
+                                   "at its least private member (a valid upper bound; the lower bound takes the most "
+                                   "private).")
             # the pair assumes the sampler that ran: with another sampler (one that never picks the target, say) it
             # is no lower bound, so none is given then
-            lg = {(len(r.population), len(r.sampled), float(r.noise_multiplier)): 0 for r in released}
+            lower = sampled_lower_bound(groups, delta)
+    # per client: the rounds holding its reply compose exactly into one Gaussian of sensitivity 2C with
+    # mu^2 = sum over its rounds of (2 / sigma_t)^2 (one pass over the rounds; one conversion per distinct mu)
+    mu2: dict[int, float] = {}
+    counts: dict[int, dict[float, int]] = {}
+    if dp and noise_ok:
+        with np.errstate(over="ignore", divide="ignore"):
             for r in released:
-                lg[(len(r.population), len(r.sampled), float(r.noise_multiplier))] += 1
-            lower = sampled_lower_bound(lg, delta)
-    # per client
+                s = sig[r.round]
+                inv = math.inf if s <= 0.0 else float(np.float64(2.0) / np.float64(s)) ** 2 if s > 1e-150 else math.inf
+                for node in r.replied:
+                    mu2[node] = mu2.get(node, 0.0) + inv
+                    per = counts.setdefault(node, {})
+                    per[s] = per.get(s, 0) + 1
+    memo: dict[float, float] = {}
+
+    def part_of(node: int) -> float:
+        m2 = mu2.get(node, 0.0)
+        if m2 not in memo:
+            memo[m2] = gaussian_rounds_epsilon(math.sqrt(m2), delta)
+        return memo[m2]
+
     per_client = []
     led = PrivacyLedger(delta=delta) if dp and noise_ok else None
     local = run.local_dp
     local_eps_all = []
+    local_memo: dict[int, float] = {}
     for node in clients:
         k = parts.get(node, 0)
-        mine = [r for r in released if node in r.replied]
         if not dp or not noise_ok:
             part_eps = math.inf if k else 0.0
-            pe: list = []
         else:
-            by_sigma: dict[float, int] = {}
-            for r in mine:
-                by_sigma[sigma_of(r)] = by_sigma.get(sigma_of(r), 0) + 1
-            pe = [(SubsampledGaussian(1.0, s / 2.0, c), 1) for s, c in by_sigma.items()]
-            part_eps = _epsilon(pe, delta)
+            part_eps = part_of(node)
         samp = sampled_eps if dp and noise_ok else math.inf
         head = min(samp, part_eps)
         loc = None
         if local is not None:
-            if local.noise_std > 0 and local.clipping_norm > 0:
-                # each reply: Gaussian of sensitivity 2C (any clipped update for any other), std noise_std
-                loc = _epsilon([(SubsampledGaussian(1.0, local.noise_std / (2.0 * local.clipping_norm), k), 1)], delta) if k else 0.0
-            else:
-                loc = math.inf if k else 0.0
+            if k not in local_memo:
+                std = local.noise_std
+                if not k:
+                    local_memo[k] = 0.0
+                elif not (std > 0 and local.clipping_norm > 0):
+                    local_memo[k] = math.inf
+                else:
+                    # each reply: Gaussian of sensitivity 2C (any clipped update for any other), std noise_std
+                    with np.errstate(over="ignore", divide="ignore"):
+                        mu = float(np.float64(2.0) * np.float64(local.clipping_norm) / np.float64(std)) * math.sqrt(k)
+                    local_memo[k] = gaussian_rounds_epsilon(mu, delta)
+            loc = local_memo[k]
             local_eps_all.append(loc)
         pid = run.partitions.get(str(node))
         per_client.append(ClientFigure(node, pid, k, samp, part_eps, head, loc))
         if led is not None:
             party = f"node {node}" if pid is None else f"partition {pid}"
-            if samp <= part_eps and sampler_verified:
+            if samp <= part_eps and sampler_verified and events and math.isfinite(samp):
                 for ev, c in events:
                     led.record(party, ev, c)
-            elif pe:
-                for ev, c in pe:
-                    led.record(party, ev, c)
+            elif node in counts and math.isfinite(part_eps):
+                per = counts[node]
+                if len(per) == 1:
+                    (s, c), = per.items()
+                    led.record(party, SubsampledGaussian(1.0, s / 2.0, c), 1)
+                else:   # several multipliers: their exact composition, one Gaussian of sensitivity 1 and mu
+                    led.record(party, SubsampledGaussian(1.0, 1.0 / math.sqrt(mu2[node]), 1), 1)
+            elif node in counts:
+                led = None          # a client without a finite guarantee: the ledger would understate it
     if led is not None:
         led.add_assumption(assumptions[0])
         led.add_assumption("Per client: the smaller of the amplified run figure and the client's own rounds without "
-                           "amplification (sensitivity 2C each).")
+                           "amplification (sensitivity 2C each; the ledger's RDP figure of them is at or above the exact "
+                           "one dpaudit reports).")
         ledger = led.to_dict()
+    else:
+        ledger = None
     overall = max((c.headline for c in per_client), default=math.inf if not dp else 0.0)
     if lower is not None and math.isfinite(sampled_eps) and sampled_eps < lower - 1e-9:
         raise ArithmeticError(f"internal error: upper bound {sampled_eps} below the certified lower bound {lower}")
     # Flower's figures
     flower: list[FlowerFigure] = []
     m = st.num_sampled_clients
-    if dp and noise_ok and released and m and sigma_eff is None and st.noise_multiplier:
+    if (dp and noise_ok and released and m and not st.kind.endswith("adaptive") and st.noise_multiplier
+            and st.noise_multiplier >= FLOWER_SIGMA_RANGE[0] and st.noise_multiplier <= FLOWER_SIGMA_RANGE[1]):
         n = population
         for conv in ("no-amplification", "without-replacement"):
             try:
                 eps_f, src = flower_convention_epsilon(conv, n, m, float(st.noise_multiplier), len(released), delta)
             except (ValueError, ImportError, ArithmeticError):
                 continue
-            flower.append(FlowerFigure(conv, eps_f, delta, src, lower is not None and eps_f < lower))
+            if math.isfinite(eps_f):
+                flower.append(FlowerFigure(conv, eps_f, delta, src, lower is not None and eps_f < lower))
     if run.flower_accountant is not None:
-        fe = run.flower_accountant.get("epsilon")
-        fd = run.flower_accountant.get("delta")
-        if isinstance(fe, (int, float)) and isinstance(fd, (int, float)) and 0 < fd < 1:
-            flower.append(FlowerFigure("run", float(fe), float(fd), "run",
-                                       lower is not None and math.isclose(fd, delta) and float(fe) < lower))
+        fe = _finite_number(run.flower_accountant.get("epsilon"))
+        fd = _finite_number(run.flower_accountant.get("delta"))
+        if fe is not None and fd is not None and 0 < fd < 1 and fe >= 0:
+            flower.append(FlowerFigure("run", fe, fd, "run", lower is not None and math.isclose(fd, delta) and fe < lower))
     for f in flower:
         if f.below_lower_bound:
             flags.append(("flower_below_lower_bound",
@@ -341,7 +493,25 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
                                               "per round is understated; dpaudit accounts the noise it added at sensitivity 2C."))
     facts = {"rounds": len(run.rounds), "clients": len(clients),
              "participation": {"min": min(parts.values(), default=0), "max": max(parts.values(), default=0)},
-             "groups": [{"population": n, "sample_size": m_, "noise_multiplier": s, "rounds": c} for (n, m_, s), c in groups.items()]}
+             "rounds_below_declared": len(fewer),
+             "groups": [{"population": n, "sample_size": m_, "noise_multiplier": s, "rounds": c}
+                        for (n, m_, s), c in list(groups.items())[:1000]]}
     return FlowerAccounting(delta, neighbouring, st.kind, sampler_verified, population,
                             next(iter(sizes)) if len(sizes) == 1 else None, len(released), overall, sampled_eps, lower,
                             tuple(per_client), tuple(flower), tuple(flags), tuple(assumptions), ledger, local_max, facts)
+
+
+#: Flower's own accountant is asked only for multipliers in this range (dp_accounting's RDP of a multiplier like
+#: 1e-300 or 1e300 overflows or takes minutes; dpaudit's own figures cover every multiplier)
+FLOWER_SIGMA_RANGE = (1e-3, 1e6)
+
+
+def _finite_number(v: Any) -> float | None:
+    """A finite float from a recorded JSON number, else None (a 401-digit integer is past the float range)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except (OverflowError, ValueError):
+        return None
+    return f if math.isfinite(f) else None

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+
 from dpaudit._io import load_json_file, read_input_bytes
 from dpaudit.errors import DataError, check_path
 from dpaudit.serial import JsonValue, from_dict
@@ -35,8 +37,11 @@ RUN_SCHEMA = 1
 #: caps checked before anything is allocated (a hostile run directory cannot make a reader hold more)
 MAX_ROUNDS = 100_000
 MAX_NODES = 1_000_000
-MAX_RECORDED_IDS = 20_000_000
-MAX_RUN_JSON_BYTES = 256 << 20
+MAX_RECORDED_IDS = 4_000_000
+#: what parsing may cost decides the file cap: json holds a node id of a few characters as a Python int (~36 bytes
+#: with its list slot) and pydantic copies the lists once more, so a 32 MiB record of short ids peaks near 1 GiB
+#: resident (measured: tests/integrations/test_flower_accounting.py); a longer record is refused before it is parsed
+MAX_RUN_JSON_BYTES = 32 << 20
 MAX_MODEL_BYTES = 1 << 30
 MAX_DATA_RECORDS = 10_000_000
 
@@ -63,7 +68,10 @@ class RoundRecord:
     norm the round clipped to (adaptive clipping moves it), ``noise_multiplier`` the multiplier of the noise added to
     the model update (for adaptive clipping the one after the clipped-count share, :attr:`DpSettings.clipped_count_stddev`),
     ``released`` whether the round produced a new global model, ``weights`` the aggregation weight each replied node
-    reported (FedAvg's ``weighted_by_key``, ``num-examples`` by default; empty when not reported).
+    reported (FedAvg's ``weighted_by_key``, ``num-examples`` by default; empty when not reported),
+    ``declared_sample_size`` the DP wrapper's ``num_sampled_clients`` m when the round ran (Flower's noise is
+    sigma C / m on the *average* of the replies, whatever their number r: sigma r / m relative to their sum; None in
+    records written before it was kept, which then read the strategy's).
     """
 
     round: int
@@ -74,9 +82,12 @@ class RoundRecord:
     noise_multiplier: float | None = None
     released: bool = True
     weights: tuple[float, ...] = ()
+    declared_sample_size: int | None = None
 
     def __post_init__(self) -> None:
         where = f"round {self.round}"
+        if self.declared_sample_size is not None and not 1 <= self.declared_sample_size <= MAX_NODES:
+            raise DataError(f"{where}: 'declared_sample_size' must be in [1, {MAX_NODES}]. Got {self.declared_sample_size} instead.")
         if not 1 <= self.round <= MAX_ROUNDS:
             raise DataError(f"A round number must be in [1, {MAX_ROUNDS}]. Got {self.round} instead.")
         for name in ("population", "sampled", "replied"):
@@ -150,13 +161,18 @@ class LocalDpSettings:
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise DataError(f"The local DP '{name}' must be a finite float >= 0. Got {v!r} instead.")
+        if self.delta >= 1.0:
+            # the mod's calibration sqrt(2 ln(1.25 / delta)) has no meaning at delta >= 1 (Flower refuses it too)
+            raise DataError(f"The local DP 'delta' must be in [0, 1). Got {self.delta!r} instead.")
 
     @property
     def noise_std(self) -> float:
-        """The standard deviation of the noise the mod adds to each coordinate."""
+        """The standard deviation of the noise the mod adds to each coordinate (``inf`` past the float range: a
+        tiny epsilon)."""
         if self.epsilon == 0 or self.delta == 0:
             return 0.0
-        return self.sensitivity * math.sqrt(2.0 * math.log(1.25 / self.delta)) / self.epsilon
+        with np.errstate(over="ignore"):
+            return float(np.float64(self.sensitivity) * math.sqrt(2.0 * math.log(1.25 / self.delta)) / np.float64(self.epsilon))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@
 >>> rec.write("runs/flower", result.arrays, delta=1e-5)                    # doctest: +SKIP
 
 Each round, :meth:`RecordingStrategy.configure_train` records the connected node ids (the population the sampler drew
-from), the node ids the inner strategy sent training messages to, and the clipping norm and noise multiplier of the DP
-wrapper at that moment (adaptive clipping moves the norm); :meth:`aggregate_train` records whose replies were
+from), the node ids the inner strategy sent training messages to, and the clipping norm, noise multiplier and
+``num_sampled_clients`` of the DP wrapper at that moment (adaptive clipping moves the norm); :meth:`aggregate_train` records whose replies were
 aggregated (and, when a reply's metrics carry ``partition-id``, which data partition a node held) and whether a new
 global model came out. The wrapper changes nothing it passes on. :meth:`write` writes the run directory
 (:mod:`dpaudit.integrations.flower.record`): the record, the per-client ledger (accounted by
@@ -33,6 +33,7 @@ import numpy as np
 
 from dpaudit._io import atomic_dir, write_bytes, write_json
 from dpaudit.errors import ParameterError, check_int, check_probability
+from dpaudit.integrations.flower.accounting import combined_multiplier
 from dpaudit.integrations.flower.record import (LEDGER_FILE, MODEL_FILE, RUN_FILE, RUN_FORMAT, RUN_SCHEMA, DpSettings,
                                                 FlowerRun, LocalDpSettings, RoundRecord, RunData)
 from dpaudit.serial import to_dict
@@ -88,7 +89,7 @@ def describe_strategy(strategy: Strategy) -> tuple[DpSettings, str, Any]:
     if kind.endswith("adaptive"):
         sz, sb = float(wrapper.noise_multiplier), float(wrapper.clipped_count_stddev)
         # the effective multiplier of the model and clipped-count releases together (Andrew et al. 2021, Thm 1)
-        eff = 0.0 if sz == 0 else (sz ** -2 + (2 * sb) ** -2) ** -0.5 if sb > 0 else sz
+        eff = combined_multiplier(sz, 2 * sb) if sb > 0 else sz
         common.update(noise_multiplier=eff, clipped_count_stddev=sb,
                       target_clipped_quantile=float(wrapper.target_clipped_quantile), clip_norm_lr=float(wrapper.clip_norm_lr))
     return DpSettings(kind, names, **common), sampler, wrapper
@@ -165,8 +166,10 @@ class RecordingStrategy(Strategy):
         # the population is what the sampler drew from: Flower's sample_nodes samples from the result of its last
         # get_node_ids() call (it waits until enough nodes are connected)
         population = tuple(dict.fromkeys(tuple(seen.last) + sampled))
+        # the wrapper's num_sampled_clients now: its noise is sigma C / m on the average of however many replies come
+        declared = None if dp is None else int(dp.num_sampled_clients)
         self._pending[server_round] = dict(round=server_round, population=population, sampled=sampled,
-                                           clipping_norm=clip, noise_multiplier=sigma)
+                                           clipping_norm=clip, noise_multiplier=sigma, declared_sample_size=declared)
         return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
