@@ -128,7 +128,9 @@ def _texts(spec: Any, what: str) -> list[str]:
     out = list(spec)
     if len(out) < 2 or not all(isinstance(t, str) for t in out):
         raise DataError(f"{what} must be at least 2 strings.")
-    return out
+    from dpaudit.training.lm.text import check_text
+
+    return [check_text(t, f"{what}, text {i}") for i, t in enumerate(out)]
 
 
 def _copy_lm(src: Path, dst: Path) -> None:
@@ -300,7 +302,9 @@ def load_lm_release(path: str | Path) -> LmRelease:
     for k, v in raw.items():
         if not isinstance(v, list) or len(v) < 2 or not all(isinstance(t, str) for t in v):
             raise DataError(f"{str(root / 'texts.json')!r}: '{k}' must be a list of at least 2 strings.")
-        texts[k] = tuple(v)
+        from dpaudit.training.lm.text import check_text
+
+        texts[k] = tuple(check_text(t, f"{str(root / 'texts.json')!r}: {k}[{i}]") for i, t in enumerate(v))
     if len(texts["members"]) != meta["counts"]["members"] or len(texts["nonmembers"]) != meta["counts"]["nonmembers"]:
         raise DataError(f"{str(root / 'texts.json')!r} holds other counts of texts than {LM_RELEASE_FILE} records.")
     return LmRelease(root, meta, texts=texts)

@@ -142,3 +142,34 @@ def test_safetensors_header_entries_of_the_wrong_type_are_a_data_error(tiny_lm_d
 
     with pytest.raises(DataError, match=message):
         load_safetensors_file(d / "model.safetensors")
+
+
+# --------------------------------------------------------------------------------------------------
+# lone surrogates
+
+
+@pytest.mark.parametrize("where", ["members", "nonmembers"])
+def test_lone_surrogates_in_members_jsonl_are_refused_at_release_make(tiny_lm_dir, tmp_path, cli, where):
+    """Before: `release make` accepted '\\ud800' (a JSON escape of a lone surrogate) and `attack` then failed with a
+    TypeError inside the tokenizer (exit 70)."""
+    bad = tmp_path / f"{where}.jsonl"
+    lines = tiny_lm_dir[where].read_text().splitlines()
+    lines[3] = '{"text": "the dog \\ud800 visited a market ."}'
+    bad.write_text("\n".join(lines) + "\n")
+    _one_error(cli, _make_lm(cli, tiny_lm_dir, tmp_path, **{where: bad}), "line 4", "lone surrogate '\\ud800'",
+               "valid Unicode")
+    assert not (tmp_path / "rel").exists()
+    with pytest.raises(DataError, match="text 1: holds a lone surrogate"):
+        dpaudit.release.make(tmp_path / "r", claim={"epsilon": 8, "delta": 1e-5}, lm=tiny_lm_dir["lm"],
+                             members=["a b c", "x\udfff y"], nonmembers=["d e f", "g h i"])
+
+
+def test_lone_surrogates_in_a_bundles_texts_json_are_a_data_error(tiny_lm_dir, tmp_path, cli):
+    """The same check when a bundle is read (it may come from the party audited)."""
+    assert cli(_make_lm(cli, tiny_lm_dir, tmp_path))[0] == 0
+    p = tmp_path / "rel" / "texts.json"
+    texts = json.loads(p.read_text())
+    texts["members"][0] = "\udc80" + texts["members"][0]
+    p.write_text(json.dumps(texts))         # ensure_ascii: written as the escape \udc80
+    _one_error(cli, ["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a"], "members[0]",
+               "lone surrogate")

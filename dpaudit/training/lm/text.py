@@ -22,7 +22,7 @@ from dpaudit.errors import DataError, check_int
 
 __all__ = ["PAD", "UNK", "BOS", "EOS", "SPECIAL_TOKENS", "DIGITS", "CANARY_TOKENS", "synthetic_corpus",
            "train_tokenizer", "canary_tokens", "tiny_lm", "save_lm", "encode", "bos_token_id", "BOS_NAMES",
-           "read_texts", "MAX_TEXTS", "MAX_TEXT_CHARS"]
+           "read_texts", "check_text", "MAX_TEXTS", "MAX_TEXT_CHARS"]
 
 PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)
@@ -170,6 +170,18 @@ def encode(tokenizer: Any, texts: Sequence[str], *, max_length: int = 64, bos: b
     return (ids_out, kept) if with_text else ids_out
 
 
+def check_text(text: str, where: str) -> str:
+    """``text`` if it is valid Unicode, i.e. encodable as UTF-8; a lone surrogate (``"\\ud800"``, which JSON's
+    ``\\uXXXX`` escapes can spell) is one :class:`DataError` naming where it is: tokenizers and zlib take UTF-8 and
+    would fail on it later, deep inside an attack."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{where}: holds a lone surrogate {text[exc.start]!r} at character {exc.start}; texts must be "
+                        "valid Unicode (UTF-8 encodable).") from None
+    return text
+
+
 def read_texts(path: str | Path, what: str) -> list[str]:
     """A user's texts: a ``.jsonl`` file (one JSON object a line with a string ``"text"``, or a JSON string) or a
     plain text file (one text a line; blank lines skipped). At most :data:`MAX_TEXTS` texts of
@@ -191,7 +203,7 @@ def read_texts(path: str | Path, what: str) -> list[str]:
             line = v
         if len(line) > MAX_TEXT_CHARS:
             raise DataError(f"{what} {str(p)!r} line {i}: {len(line)} characters; at most {MAX_TEXT_CHARS} per text.")
-        out.append(line)
+        out.append(check_text(line, f"{what} {str(p)!r} line {i}"))
         if len(out) > MAX_TEXTS:
             raise DataError(f"{what} {str(p)!r} holds more than {MAX_TEXTS} texts.")
     if len(out) < 2:
