@@ -55,6 +55,19 @@ def test_finetune_is_seeded_and_private_run_is_accounted():
     assert acc.epsilon > 0 and a.event().sampling_rate == pytest.approx(8 / 40)
 
 
+def test_finetune_ledger_headline_is_the_smallest_valid_route():
+    from dpaudit.accountants.ledger import PrivacyLedger
+    from dpaudit.training.lm.finetune import FinetuneResult
+
+    # the docs' run: 120 texts, expected batch 16, 100 steps, sigma 1.2: RDP 7.642, PLD 6.895 (issue 46)
+    run = FinetuneResult(None, 120, 16 / 120, 1.2, 100, 0)
+    routes = {s.route: s.epsilon for s in run.account(1e-5).statements}
+    assert routes["rdp"] == pytest.approx(7.642, abs=1e-3) and routes["pld"] == pytest.approx(6.895, abs=1e-3)
+    led = PrivacyLedger.from_dict(run.ledger(1e-5).to_dict())
+    assert led.accountant == "pld" and led.overall().epsilon == pytest.approx(routes["pld"], rel=1e-9)
+    assert led.overall().epsilon == pytest.approx(run.account(1e-5).epsilon, rel=1e-9)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [4.0, 8.0])
 @pytest.mark.parametrize("lora", [0, 4])

@@ -16,16 +16,21 @@ the product is merged into ``W``, so the released model is a plain model of the 
 weights whose names contain one of ``lora_targets`` (GPT-2's ``c_attn``; ``q_proj``/``v_proj`` of Llama-style
 models; ``query_key_value`` of GPT-NeoX).
 
+Same seed, same numbers at any thread count: the non-private step computes its batch gradient with one intra-op
+thread (its sums over the batch would otherwise be split among threads); the private step's per-sequence gradients
+and their sum do not depend on the thread count (checked at 1 and 2 threads by ``tests/lm/test_lm_threads.py``).
+
 Padding: sequences are right-padded without an attention mask; a causal model's logits at real positions do not
 see later (pad) positions, and pad positions are left out of the loss.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -108,6 +113,22 @@ class FinetuneResult:
         stmts, _, _ = dpsgd_routes(ev, delta, label="DP-SGD fine-tuning, Poisson sampling")
         return AccountingResult("dp-sgd fine-tuning", tuple(stmts))
 
+    def ledger(self, delta: float, *, party: str = "model") -> Any:
+        """A :class:`~dpaudit.accountants.ledger.PrivacyLedger` holding the run's event under ``party``, with the
+        ledger accountant (RDP or PLD) whose figure is the smaller valid bound at ``delta`` -- so a release made
+        from it (``release make --ledger``) states the same headline as :meth:`account` whenever that headline is
+        the RDP or PLD route (e.g. PLD 6.895 where RDP gives 7.642, docs/language-models.md)."""
+        from dpaudit.accountants.ledger import PrivacyLedger
+
+        ev = self.event()
+        if ev is None:
+            raise ParameterError("The run was not private (no noise_multiplier): there is no event to record.")
+        routes = {s.route: s.epsilon for s in self.account(delta).statements if s.route in ("rdp", "pld")}
+        best = min(sorted(routes), key=lambda r: routes[r]) if routes else "rdp"
+        led = PrivacyLedger(delta=delta, accountant=best)
+        led.record(party, ev)
+        return led
+
 
 def _pad(seqs: Sequence[np.ndarray], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     L = max(len(seqs[i]) for i in idx)
@@ -117,6 +138,26 @@ def _pad(seqs: Sequence[np.ndarray], idx: np.ndarray) -> tuple[np.ndarray, np.nd
         ids[r, :len(seqs[i])] = seqs[i]
         mask[r, :len(seqs[i])] = 1.0
     return ids, mask
+
+
+@contextlib.contextmanager
+def _one_cpu_thread(dev: Any) -> Iterator[None]:
+    """One intra-op thread on the CPU for the duration (the thread count put back afterwards): the batch gradient's
+    sums over the batch (bias and embedding gradients) are split among torch's threads, so their rounding -- and a
+    seeded run's weights -- would depend on the thread count (measured: a non-private step of the tiny GPT-2 gave
+    other weights at two threads than at one; the private step, per-sequence gradients summed by ``einsum``, and the
+    log-probability pass gave the same bits at 1, 2 and 4 threads)."""
+    import torch
+
+    if getattr(dev, "type", str(dev)) != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def finetune_lm(model: Any, sequences: Sequence[np.ndarray], config: LmTrainConfig, *, seed: int) -> FinetuneResult:
@@ -224,8 +265,9 @@ def _loop(model, seqs, cfg, train, names, per_grad, seq_loss, full_params, gen, 
             pos += cfg.batch_size
             ids, mask = _pad(seqs, idx)
             opt.zero_grad(set_to_none=True)
-            loss = seq_loss(train, torch.from_numpy(ids).to(dev), torch.from_numpy(mask).to(dev)).mean()
-            loss.backward()
+            with _one_cpu_thread(dev):
+                loss = seq_loss(train, torch.from_numpy(ids).to(dev), torch.from_numpy(mask).to(dev)).mean()
+                loss.backward()
             losses.append(float(loss.item()))
         opt.step()
     with torch.no_grad():
