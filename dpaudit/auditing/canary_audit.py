@@ -446,11 +446,20 @@ def canary_audit_release(release, *, audit: str = "one-run", canary: str | None 
         return audit_release_canaries(rel, **keep)
     canary = "dirac" if canary is None else canary
     canaries = 1000 if canaries is None else canaries
-    config = rel.train_config
-    if config is None or config.dp is None or rel.spec is None or not rel.spec.is_torch:
+    spec, config = rel.spec, rel.train_config
+    recipe_note: tuple[str, ...] = ()
+    if rel.kind != "dpaudit":
+        recipe = rel.meta["model"].get("recipe") or {}
+        if not recipe.get("model") and (recipe.get("train_fn") or recipe.get("opacus")) and canary != "dirac":
+            return _train_fn_canary_audit(rel, recipe, audit=audit, canary=canary, canaries=canaries, **kwargs)
+        spec, config = _outside_recipe(rel, recipe, canary)
+        recipe_note = (f"the bundle's recipe (model.recipe: dpaudit's {spec.name!r} with its train_config) is what "
+                       "is retrained and audited, not the outside model's own training code.",)
+    if config is None or config.dp is None or spec is None or not spec.is_torch:
         what = "white-box (Dirac) canaries need" if canary == "dirac" else "a certified canary audit needs"
         raise ParameterError(f"Release {rel.path}: {what} a torch model trained by DP-SGD; method "
-                             f"{rel.meta.get('method')!r} exposes no DP-SGD iterates (no dp in its train_config).")
+                             f"{rel.meta.get('method')!r} exposes no DP-SGD iterates (no dp in its train_config). "
+                             f"{TRAINER_ROUTE}")
     if info is None:
         note = ("the release holds no canaries (it was trained without a [canaries] table), so this audits its training "
                 "recipe retrained by dpaudit with freshly planted canaries, not the released weights.")
@@ -460,8 +469,137 @@ def canary_audit_release(release, *, audit: str = "one-run", canary: str | None 
     ds = rel.dataset()
     mem = np.asarray(rel.membership["members"])
     pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
-    return run_canary_audit(rel.spec, config, ds.X[mem], ds.y[mem], ds.X[pool], ds.y[pool], audit=audit,
-                            canary=canary, canaries=canaries, extra_notes=(note,), **kwargs)
+    return run_canary_audit(spec, config, ds.X[mem], ds.y[mem], ds.X[pool], ds.y[pool], audit=audit,
+                            canary=canary, canaries=canaries, extra_notes=(note, *recipe_note), **kwargs)
+
+
+#: What works where a bundle's recipe cannot take planted canaries (said in every such error).
+TRAINER_ROUTE = ("To audit your own training code, audit the trainer itself: `dpaudit audit-trainer FILE.py:train "
+                 "--claim epsilon=E --claim delta=D` (white-box or final-model); or remake the bundle with "
+                 "`dpaudit release make ... --recipe-model NAME --recipe-config FILE` whose config sets dp "
+                 "(dpaudit's DP-SGD recipe, retrained with canaries).")
+
+
+def _outside_recipe(rel: Any, recipe: Mapping[str, Any], canary: str) -> tuple[Any, Any]:
+    """The DP-SGD recipe of an outside release (``release make``) that canaries can be planted into:
+    ``model.recipe.model`` and ``model.recipe.train_config`` (``--recipe-model`` / ``--recipe-config``), its ``dp``
+    set. Anything else is a ParameterError naming what the bundle holds and the routes that work."""
+    from dpaudit.training.ensemble import TrainConfig
+    from dpaudit.training.models import ModelSpec
+
+    where = f"Release {rel.path}"
+    what = "white-box (Dirac) canaries need" if canary == "dirac" else "a certified canary audit needs"
+    if recipe.get("model"):
+        spec = ModelSpec.from_dict(recipe["model"])
+        config = TrainConfig.from_dict(recipe.get("train_config") or {})
+        if config.dp is None or not spec.is_torch:
+            raise ParameterError(f"{where}: {what} a DP-SGD recipe; the bundle's recipe (model.recipe: "
+                                 f"{spec.name!r}) sets no dp in its train_config (model.recipe.train_config.dp). "
+                                 f"{TRAINER_ROUTE}")
+        return spec, config
+    if recipe.get("train_fn") or recipe.get("opacus"):
+        kind = "a training function (--train-fn)" if recipe.get("train_fn") else "an Opacus recipe (--opacus-recipe)"
+        raise ParameterError(f"{where}: {what} DP-SGD iterates, which the bundle's recipe, {kind}, does not expose "
+                             f"(mislabeled or ood canaries run through it: canary='mislabeled'). {TRAINER_ROUTE}")
+    raise ParameterError(f"{where}: {what} a training recipe to plant canaries into; the bundle (method "
+                         f"{rel.meta.get('method')!r}, model kind {rel.kind!r}) records none. {TRAINER_ROUTE}")
+
+
+def _train_fn_canary_audit(rel: Any, recipe: Mapping[str, Any], *, audit: str, canary: str, canaries: int,
+                           models: int = 2, score: str | None = None, delta: float = 1e-5, confidence: float = 0.95,
+                           seed: int = 0, out: str | Path | None = None, progress: Any = False,
+                           ideal_replicates: int = 21, analysis: str = "auto", strict: bool = False,
+                           **unused: Any) -> CanaryAuditResult:
+    """A black-box canary audit through an outside release's own training code (``model.recipe.train_fn``: the
+    user's ``train(X, y, seed)``, digest-checked; ``model.recipe.opacus``: an Opacus ``PrivacyEngine`` recipe on the
+    bundle's factory): input canaries (mislabeled / ood) included by fair coins in the members' data, each model
+    trained by :meth:`~dpaudit.training.release.Release.train_fn` with its own seed, scored by its loss on the
+    canaries (score fixed before the run); one-run (Steinke, Nasr & Jagielski 2023) or multi-run (Clopper-Pearson /
+    Gaussian DP over the independently trained models). The mechanism for planning the rule and the ideal reference is
+    the Opacus recipe's Poisson-subsampled Gaussian when the bundle records one; a user's function is planned on a
+    perfect attack (valid whatever it does; the plan only affects power)."""
+    from dpaudit.training.canaries import MAX_CANARIES, canary_datasets, make_canaries
+    from dpaudit.training.ensemble import model_seed
+    from dpaudit.training.models import ModelSpec
+
+    owner = "canary audit"
+    score = "loss" if score is None else score
+    if score != "loss":
+        raise ParameterError(f"The 'score' parameter of the {owner} through the bundle's training function must be "
+                             f"'loss' (LiRA needs reference models of the same code). Got {score!r} instead.")
+    delta = check_float(delta, "delta", owner, low=0.0, high=1.0, high_open=True)
+    confidence = check_probability(confidence, "confidence", owner)
+    seed = check_int(seed, "seed", owner, low=0)
+    R = check_int(ideal_replicates, "ideal_replicates", owner, low=1)
+    analysis = check_analysis(analysis, audit, owner)
+    m = check_int(canaries, "canaries", owner, low=2, high=MAX_CANARIES) if audit == "one-run" else 1
+    N = 1 if audit == "one-run" else check_int(models, "models", owner, low=2, high=MAX_MODELS)
+    if rel.spec is None:
+        raise ParameterError(f"Release {rel.path}: a canary audit through its training function needs a model "
+                             "(a scores-only bundle has none).")
+    rep = as_reporter(progress)
+    t0 = time.perf_counter()
+    ds = rel.dataset()
+    mem = np.asarray(rel.membership["members"])
+    pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
+    X_base, y_base = ds.X[mem], ds.y[mem]
+    if canary == "mislabeled" and m > len(pool):
+        raise ParameterError(f"The 'canaries' parameter of the {owner} must be an int <= {len(pool)} (the records "
+                             f"outside the training set available as mislabeled canaries). Got {m} instead.")
+    n = len(mem)
+    mechanism: dict[str, Any] | None = None
+    op = recipe.get("opacus")
+    if op and op.get("poisson_sampling", True):
+        B, E = int(op["batch_size"]), int(op["epochs"])
+        q = min(1.0, B / n)
+        mechanism = {"kind": "subsampled_gaussian", "sampling_rate": q,
+                     "noise_multiplier": float(op["noise_multiplier"]), "steps": int(E * -(-n // B))}
+    # input canaries need only the class count and input shape of the release's model (which may be an outside spec)
+    shape_spec = ModelSpec("mlp", tuple(rel.spec.input_shape), int(rel.spec.num_classes), {})
+    can = make_canaries(canary, audit, num_canaries=m, num_models=N, seed=seed, spec=shape_spec, X_pool=ds.X[pool],
+                        y_pool=ds.y[pool], X_train=X_base)
+    train = rel.train_fn()
+    label = "its Opacus recipe" if op else "the user's training function"
+    rep.log(f"{owner}: {audit}, {canary} canaries (m = {m}), training {N} model(s) with {label}")
+    probs = []
+    with rep.stage(f"{owner}: models trained by {label}", N) as stage:
+        for i, (X, y) in enumerate(canary_datasets(X_base, y_base, can)):
+            model = train(X, y, int(model_seed(seed, i) % (2**31 - 1)))
+            probs.append(np.asarray(model.predict_proba(can.X), dtype=np.float64))
+            stage.advance()
+    s = loss_scores(np.stack(probs), can.y)
+    inc = can.included
+    notes = [f"black-box: {N} model(s) trained by the release's own recipe ({label}); input canaries included by "
+             "fair coins, scored by the final model's loss on them (fixed before the run)."]
+    if audit == "one-run":
+        bound, plan = one_run_with_plan(s[0], inc[0], mechanism, delta=delta, confidence=confidence,
+                                        analysis=analysis if mechanism is not None else "eps", score=score,
+                                        calibrated=False, replicates=R, seed=seed,
+                                        simulate=None if mechanism is not None else _perfect_attack(m))
+        notes.append(plan_note(plan, R))
+    else:
+        sc = np.asarray(s).reshape(len(inc), -1)[:, 0]
+        head = ("gdp" if mechanism is not None and gaussian_shaped(mechanism) and delta > 0 else "eps") \
+            if analysis == "auto" else analysis
+        bound = multi_run_certified(sc, inc[:, 0], delta=delta, confidence=confidence, seed=seed, score=score,
+                                    analysis=head)
+        if mechanism is not None:
+            bound = _with_multi_ideals(bound, mechanism, int(inc[:, 0].sum()), int((~inc[:, 0]).sum()), delta=delta,
+                                       confidence=confidence, replicates=R, seed=seed)
+    st = rel.meta.get("statement") or {}
+    acc = st.get("epsilon")
+    accounted = float(acc) if isinstance(acc, (int, float)) and not isinstance(acc, bool) else None
+    settings = {"target": f"the release's training recipe ({label}, retrained)", "release": str(rel.path),
+                "audit": audit, "canary": canary, "canaries": m, "models": N, "score": score, "delta": delta,
+                "analysis": analysis, "confidence": confidence, "seed": seed, "num_train": n, "ideal_replicates": R,
+                "recipe": "opacus" if op else "train_fn"}
+    notes.append("accounted epsilon: the release's own statement (release.json).")
+    result = CanaryAuditResult(bound, accounted, mechanism or {"kind": "unknown"}, settings,
+                               round(time.perf_counter() - t0, 2), tuple(notes))
+    if out is not None:
+        write_json(Path(out) / "canary_audit.json", to_dict(result))
+    rep.log(result.summary())
+    return result
 
 
 def release_canary_scores(release, score: str | None = None) -> np.ndarray:
