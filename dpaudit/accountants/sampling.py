@@ -31,9 +31,10 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special
 
@@ -41,10 +42,11 @@ from dpaudit.accountants._dp_accounting import rdp_sample_wor_gaussian
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, LOG2, inv_square, log1mexp, logsumexp_rows, quiet_overflow
 from dpaudit.accountants.base import rdp_function_for, register_rdp
 from dpaudit.accountants.events import FixedBatchGaussian, ShuffledBatchGaussian, SubsampledGaussian
-from dpaudit.errors import DPAuditError, ParameterError, check_float, check_probability
+from dpaudit.errors import DPAuditError, ParameterError, check_choice, check_float, check_int, check_probability
 
 __all__ = ["rdp_wor_gaussian", "rdp_wor_gaussian_theorem9", "rdp_fixed_batch", "rdp_shuffled_batches", "shuffle_lower_bound", "ShuffleLowerBound",
-           "poisson_equivalent", "WBK_MAX_ORDER", "max_statistic_log_cdf"]
+           "poisson_equivalent", "WBK_MAX_ORDER", "max_statistic_log_cdf", "fixed_size_gaussian_pld",
+           "fixed_size_gaussian_epsilon", "subsampled_gaussian_hockey_stick"]
 
 #: Largest order at which Theorem 9's sum is evaluated; above it only the unsampled Gaussian bound is used.
 WBK_MAX_ORDER = 10_000
@@ -209,6 +211,146 @@ def rdp_shuffled_batches(event: ShuffledBatchGaussian, orders) -> np.ndarray:
 @register_rdp(ShuffledBatchGaussian)
 def _rdp_shuffled_event(event: ShuffledBatchGaussian, orders: np.ndarray) -> np.ndarray:
     return rdp_shuffled_batches(event, orders)
+
+
+# --------------------------------------------------------------------------------------------------
+# fixed-size sampling without replacement: a dominating pair as a privacy-loss distribution
+# --------------------------------------------------------------------------------------------------
+
+#: Most grid points of the one-step privacy-loss distribution of :func:`fixed_size_gaussian_pld` (beyond, the caller
+#: must coarsen the interval: a ParameterError says so).
+MAX_WOR_PLD_POINTS = 2_000_000
+#: The one-step grid ends where the profile falls below this; the rest (at most this much) is put at infinite loss.
+_WOR_TAIL_DELTA = 1e-30
+
+
+def subsampled_gaussian_hockey_stick(epsilons, sampling_rate: float, mu: float, *, direction: str) -> np.ndarray:
+    r"""The exact hockey-stick divergence :math:`H_{e^\epsilon}` of the Poisson-style mixture pair
+    :math:`P_\gamma = (1-\gamma)N(0,1) + \gamma N(\mu,1)` and :math:`N(0,1)`, at each of ``epsilons``:
+    ``direction="remove"`` is :math:`H_{e^\epsilon}(P_\gamma \| N(0,1))`, ``"add"`` is
+    :math:`H_{e^\epsilon}(N(0,1) \| P_\gamma)`. The loss is monotone in the output, so each is one closed form at the
+    threshold :math:`t` where :math:`(1-\gamma) + \gamma e^{\mu t - \mu^2/2} = e^{\pm\epsilon}`:
+
+    - remove: :math:`\gamma[\bar\Phi(t-\mu) - e^{\mu t-\mu^2/2}\bar\Phi(t)]` for :math:`e^\epsilon > 1-\gamma`, else
+      :math:`1-e^\epsilon`;
+    - add: :math:`\Phi(t)(1 - (1-\gamma)e^\epsilon) - \gamma e^\epsilon\Phi(t-\mu)` for
+      :math:`e^{-\epsilon} > 1-\gamma`, else 0.
+
+    (dp_accounting's ``GaussianPrivacyLoss`` with ``sampling_prob`` computes the same two curves point by point; the
+    tests compare them.)"""
+    eps = np.asarray(epsilons, dtype=np.float64)
+    g = float(sampling_rate)
+    out = np.zeros_like(eps)
+    sign = 1.0 if direction == "remove" else -1.0
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if g >= 1.0:
+            x = np.full_like(eps, np.inf)
+            inside = np.ones(eps.shape, dtype=bool)
+            t = (sign * eps + 0.5 * mu * mu) / mu
+        else:
+            # e^{s eps} - (1 - g) = g e^{mu t - mu^2/2}
+            lhs = np.where(sign * eps > 0, np.expm1(sign * eps) + g, np.exp(sign * eps) - 1.0 + g)
+            inside = lhs > 0
+            x = np.where(inside, lhs, 1.0)
+            t = (np.log(x) - math.log(g) + 0.5 * mu * mu) / mu
+        if direction == "remove":
+            # g [Phibar(t - mu) - e^{mu t - mu^2/2} Phibar(t)]: both terms in log space, then the difference
+            a = special.log_ndtr(mu - t)
+            b = mu * t - 0.5 * mu * mu + special.log_ndtr(-t)
+            val = g * np.exp(a) * -np.expm1(np.minimum(b - a, 0.0))
+            out = np.where(inside, val, -np.expm1(np.minimum(eps, 0.0)))
+        else:
+            a = special.log_ndtr(t)
+            term1 = np.exp(a) * (1.0 - (1.0 - g) * np.exp(eps))
+            term2 = g * np.exp(eps + special.log_ndtr(t - mu))
+            out = np.where(inside, term1 - term2, 0.0)
+    return np.clip(np.nan_to_num(out, nan=0.0), 0.0, 1.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _wor_one_step(sampling_rate: float, mu: float, vdi: float) -> Any:
+    """The pessimistic connect-the-dots PLD of one step of the hull pair of :func:`fixed_size_gaussian_pld`."""
+    hull = lambda e: np.maximum(subsampled_gaussian_hockey_stick(e, sampling_rate, mu, direction="remove"),  # noqa: E731
+                                subsampled_gaussian_hockey_stick(e, sampling_rate, mu, direction="add"))
+    top = 1.0
+    while float(hull(np.array([top]))[0]) > _WOR_TAIL_DELTA and top < 1e6:
+        top *= 1.5
+    points = int(math.ceil(top / vdi))
+    if 2 * points + 1 > MAX_WOR_PLD_POINTS:
+        raise ParameterError(f"the one-step loss range of fixed-size sampling (up to {top:.3g}) needs {2 * points + 1} "
+                             f"grid points at interval {vdi:g}, more than the supported {MAX_WOR_PLD_POINTS}.")
+    rounded = np.arange(-points, points + 1)
+    deltas = np.minimum.accumulate(hull(rounded * vdi))
+    pmf = pld_pmf.create_pmf_pessimistic_connect_dots(vdi, rounded, deltas)
+    return pld_lib.PrivacyLossDistribution(pmf)
+
+
+def fixed_size_gaussian_pld(dataset_size: int, batch_size: int, noise_multiplier: float, steps: int = 1, *,
+                            neighbouring: str = "substitution", value_discretization_interval: float = 1e-4) -> Any:
+    r"""A pessimistic privacy-loss distribution (dp_accounting ``PrivacyLossDistribution``) of ``steps`` steps of
+    the Gaussian mechanism on a batch of exactly ``batch_size`` = m of ``dataset_size`` = N records drawn without
+    replacement at every step: each record's contribution clipped to norm C, :math:`N(0, \sigma^2C^2)` noise on the
+    sum (``noise_multiplier`` = sigma). Its epsilon at any delta (read at ``delta - 1e-12`` for the FFT round-off,
+    :func:`fixed_size_gaussian_epsilon`) is a valid upper bound. This is the one implementation for DP-SGD's
+    fixed-size batches (:class:`~dpaudit.accountants.events.FixedBatchGaussian`, the PLD route) and for federated
+    client sampling (m clients of N per round, ``noise_multiplier`` the server noise over the clipping norm).
+
+    ``neighbouring``:
+
+    - ``"substitution"`` (replace-one) and ``"zero-out"``: Dong, Roth and Su, "Gaussian differential privacy" (JRSS-B
+      2022), Theorem 4.2 (subsampling without replacement, datasets of the same size differing in one record): if the
+      mechanism on the batch is f-DP, the subsampled one is :math:`C_\gamma(f)`-DP, :math:`\gamma = m/N`,
+      :math:`C_\gamma(f) = \min\{f_\gamma, f_\gamma^{-1}\}^{**}` with :math:`f_\gamma = \gamma f + (1-\gamma)\mathrm{Id}`.
+      The batch mechanism is :math:`G_\mu` with :math:`\mu = 2/\sigma`: replacing one record moves a clipped sum by
+      up to 2C (zero-out is one such replacement; its own figure is no smaller, :func:`rdp_fixed_batch` says why).
+      :math:`f_\gamma` is the trade-off function of :math:`((1-\gamma)N(0,1) + \gamma N(\mu,1), N(0,1))`, so the
+      privacy profile of :math:`C_\gamma(G_\mu)` (the convex conjugate of the hull is the larger of the two conjugates)
+      is, at every epsilon, the larger of that pair's two hockey-stick curves
+      (:func:`subsampled_gaussian_hockey_stick`, exact). Its pessimistic connect-the-dots discretisation (Doroshenko,
+      Ghazi, Kamath, Kumar, Manurangsi 2022, Algorithm 1: a dominating pair, since the curve is the exact profile of
+      the hull pair) on the grid ``value_discretization_interval`` from -E to E, with the profile beyond E (below
+      1e-30) put at infinite loss, is one step; steps compose as dominating pairs (Zhu, Dong, Wang 2022, Theorem 10)
+      by FFT, each with dp_accounting's pessimistic tail truncation. The same bound in (epsilon, delta) form for one
+      step is at most Balle-Barthe-Gaboardi 2018's Theorem 10 (:math:`\log(1 + \gamma(e^\epsilon-1))`,
+      :math:`\gamma\delta`).
+    - ``"add-remove"``: the Poisson-subsampled Gaussian at rate m/N with noise multiplier sigma/2
+      (:class:`~dpaudit.accountants.events.FixedBatchGaussian`'s coupling: adding the target displaces one record of
+      the batch, a change of up to 2C), dp_accounting's own PLD of it (both directions).
+
+    With m = N (every record in every batch) ``"zero-out"`` is the Gaussian mechanism of sensitivity C, exactly."""
+    owner = "fixed_size_gaussian_pld"
+    n = check_int(dataset_size, "dataset_size", owner, low=1)
+    m = check_int(batch_size, "batch_size", owner, low=1, high=n)
+    sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
+    t = check_int(steps, "steps", owner, low=0)
+    relation = check_choice(neighbouring, "neighbouring", owner, ("substitution", "zero-out", "add-remove"))
+    vdi = check_float(value_discretization_interval, "value_discretization_interval", owner, low=1e-7, high=1.0)
+    gamma = m / n
+    with np.errstate(all="ignore"):
+        if relation == "add-remove":
+            one = pld_lib.from_gaussian_mechanism(sigma / 2.0, sampling_prob=gamma, value_discretization_interval=vdi)
+        elif relation == "zero-out" and m == n:
+            one = pld_lib.from_gaussian_mechanism(sigma, sensitivity=1.0, value_discretization_interval=vdi)
+        else:
+            one = _wor_one_step(gamma, 2.0 / sigma, vdi)
+        if t == 0:
+            return pld_lib.identity(value_discretization_interval=vdi)
+        return one.self_compose(t) if t > 1 else one
+
+
+def fixed_size_gaussian_epsilon(dataset_size: int, batch_size: int, noise_multiplier: float, steps: int, delta: float,
+                                *, neighbouring: str = "substitution",
+                                value_discretization_interval: float = 1e-4) -> float:
+    """The epsilon at ``delta`` of :func:`fixed_size_gaussian_pld` (read at ``delta - 1e-12``, the FFT round-off
+    allowance): a valid upper bound for ``steps`` steps of fixed-size sampling without replacement."""
+    delta = check_probability(delta, "delta", "fixed_size_gaussian_epsilon")
+    if delta <= 2.0 * FFT_DELTA_ALLOWANCE:
+        raise ParameterError(f"The 'delta' parameter of fixed_size_gaussian_epsilon must be above "
+                             f"{2.0 * FFT_DELTA_ALLOWANCE:g} (the FFT round-off allowance). Got {delta!r} instead.")
+    pld = fixed_size_gaussian_pld(dataset_size, batch_size, noise_multiplier, steps, neighbouring=neighbouring,
+                                  value_discretization_interval=value_discretization_interval)
+    with np.errstate(all="ignore"):
+        return max(0.0, float(pld.get_epsilon_for_delta(delta - FFT_DELTA_ALLOWANCE)))
 
 
 # --------------------------------------------------------------------------------------------------
