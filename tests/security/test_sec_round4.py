@@ -173,3 +173,69 @@ def test_lone_surrogates_in_a_bundles_texts_json_are_a_data_error(tiny_lm_dir, t
     p.write_text(json.dumps(texts))         # ensure_ascii: written as the escape \udc80
     _one_error(cli, ["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a"], "members[0]",
                "lone surrogate")
+
+
+# --------------------------------------------------------------------------------------------------
+# LM configs: counts by arithmetic before any module is built
+
+
+def _set_config(d: Path, **changes) -> None:
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(changes)
+    (d / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"n_layer": 100000}, "'n_layer' must be an int in the range [1, 256]. Got 100000"),
+    ({"n_layer": 10**12}, "'n_layer' must be an int in the range [1, 256]"),
+    ({"n_layer": "1"}, "'n_layer' must be an int"), ({"n_layer": 1.0}, "'n_layer' must be an int"),
+    ({"n_layer": 2}, "the config has 2 layers, the file 1"),
+    ({"n_embd": 10**7}, "'n_embd' must be an int in the range [1, 131072]"),
+    ({"vocab_size": 10**9}, "'vocab_size' must be an int in the range [1, 16777216]"),
+    ({"vocab_size": 10**6}, "the config describes at least 16000032 parameters, the file holds"),
+    ({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 10**9},
+     "'num_hidden_layers' must be an int in the range [1, 256]"),
+    ({"model_type": "gpt_neo", "architectures": ["GPTNeoForCausalLM"], "num_layers": 1,
+      "attention_types": [[["global"], 10**9]]}, "'attention_types' must be [[kinds, repeats], ...] expanding to at most"),
+])
+def test_lm_config_n_layer_100000_is_refused_by_arithmetic_before_any_module_is_built(tiny_lm_dir, tmp_path, cli,
+                                                                                     monkeypatch, changes, message):
+    """Before: the architecture check built all 100,000 layers on the meta device before comparing shapes (over 60 s
+    of CPU; a qwen2 config of 10**9 layers would expand a per-layer list first). Now the counts are arithmetic on
+    the config, capped and compared with the weights file's header, and nothing is built."""
+    from dpaudit.training.lm import files
+
+    def built(*_a, **_k):
+        raise AssertionError("a module was built")
+
+    monkeypatch.setattr(files, "_expected_shapes", built)
+    d = _lm_copy(tiny_lm_dir, tmp_path)
+    _set_config(d, **changes)
+    import resource
+
+    t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    _one_error(cli, _make_lm(cli, tiny_lm_dir, tmp_path, lm=d), message)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - t0 < 10
+    assert not (tmp_path / "rel").exists()
+
+
+def test_lm_config_counts_hold_for_every_allowed_architecture():
+    """The parameter lower bound is below the real count of each allowed architecture (built small on meta)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dpaudit.training.lm.files import LM_MODEL_TYPES, config_counts
+
+    small = {"vocab_size": 101, "max_position_embeddings": 32, "intermediate_size": 24, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "head_dim": 4}
+    for mtype in LM_MODEL_TYPES:
+        width, layers = {"gpt2": ("n_embd", "n_layer"), "gpt_neo": ("hidden_size", "num_layers")}.get(
+            mtype, ("hidden_size", "num_hidden_layers"))
+        cfg = {"model_type": mtype, width: 8, layers: 2, **small}
+        if mtype == "gpt_neo":
+            cfg["attention_types"] = [[["global", "local"], 1]]
+        n_layers, lower = config_counts(cfg, Path("config.json"))
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
+        real = sum(p.numel() for p in model.parameters())
+        assert n_layers == 2 and lower <= real, (mtype, lower, real)

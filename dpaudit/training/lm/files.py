@@ -12,9 +12,12 @@ one-file format). :func:`check_lm_dir` treats it as hostile input (it may come f
   class, and which names no custom code anywhere (``auto_map``, ``trust_remote_code``, ``custom_pipelines``);
 * ``tokenizer.json`` is at most :data:`MAX_TOKENIZER_BYTES`, ``model.safetensors`` at most ``max_weight_bytes``
   (default :data:`MAX_WEIGHT_BYTES`);
-* the safetensors header (read alone, at most 100 MB) names exactly the tensors, shapes and float dtypes that the
-  config's architecture has -- the model is built on torch's ``meta`` device to know them -- before any weight is
-  read (tied output embeddings may be absent).
+* the config's layer count, width and vocabulary are capped (:data:`MAX_LM_LAYERS`, ...) and its parameter count
+  bounded by arithmetic on the config alone (:func:`config_counts`), then compared with the safetensors header's
+  (read alone, at most 100 MB: every entry's types checked) tensor sizes and layer indices -- before transformers
+  builds anything (``n_layer: 100000`` is refused in milliseconds);
+* the header names exactly the tensors, shapes and float dtypes that the config's architecture has -- the model is
+  built on torch's ``meta`` device to know them -- before any weight is read (tied output embeddings may be absent).
 
 :func:`load_lm` then loads it with transformers from these local files only (``local_files_only=True``,
 ``trust_remote_code=False``, ``use_safetensors=True``, ``HF_HUB_OFFLINE``), and the tokenizer with
@@ -27,15 +30,17 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from dpaudit._io import file_sha256, load_json_file
-from dpaudit.errors import DataError, ParameterError, check_int, check_path
+from dpaudit.errors import DataError, ParameterError, check_int, check_path, format_value
 
 __all__ = ["LM_MODEL_TYPES", "LM_FILES", "MAX_CONFIG_BYTES", "MAX_TOKENIZER_BYTES", "MAX_WEIGHT_BYTES",
+           "MAX_LM_LAYERS", "MAX_LM_WIDTH", "MAX_LM_VOCAB", "MAX_LM_PARAMETERS", "config_counts",
            "FORBIDDEN_SUFFIXES", "LmFiles", "check_lm_dir", "load_lm", "lm_digest", "quiet_transformers"]
 
 #: The model types whose causal-LM class is built into transformers (never code from the directory), with that class.
@@ -153,6 +158,74 @@ def _read_header(p: Path, size: int) -> dict[str, tuple[str, tuple[int, ...]]]:
     return out
 
 
+#: The most layers an LM config may have (Llama 3.1 405B has 126); checked on the config before any module is built.
+MAX_LM_LAYERS = 256
+#: The widest hidden / embedding size and the largest vocabulary an LM config may name.
+MAX_LM_WIDTH = 1 << 17
+MAX_LM_VOCAB = 1 << 24
+#: The most parameters an LM may have: what the largest weights file holds in 16-bit floats.
+MAX_LM_PARAMETERS = MAX_WEIGHT_BYTES // 2
+_LAYER_KEY = {"gpt2": "n_layer", "gpt_neo": "num_layers"}          # every other type: num_hidden_layers
+_WIDTH_KEY = {"gpt2": "n_embd"}                                      # every other type: hidden_size
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:h|layers)\.(\d{1,6})\.")
+
+
+def _config_int(config: Mapping[str, Any], key: str, default: int, high: int, cpath: Path) -> int:
+    v = config.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= high:
+        raise DataError(f"The LM config {str(cpath)!r}: '{key}' must be an int in the range [1, {high}]. Got "
+                        f"{format_value(v)} instead.")
+    return v
+
+
+def config_counts(config: Mapping[str, Any], cpath: Path) -> tuple[int, int]:
+    """``(layers, parameters at least)`` of an LM config, by arithmetic on the config alone -- before transformers
+    builds its config object (which expands per-layer lists) or any module: the layer count (capped at
+    :data:`MAX_LM_LAYERS`), the width and vocabulary (capped at :data:`MAX_LM_WIDTH`, :data:`MAX_LM_VOCAB`), and a
+    lower bound on the parameters that every allowed architecture has: the token embedding (vocabulary x embedding
+    width) and two width-sized normalisation vectors per layer (capped at :data:`MAX_LM_PARAMETERS`). A missing key
+    takes the architecture's default."""
+    from transformers import AutoConfig
+
+    mtype = str(config["model_type"])
+    quiet_transformers()
+    defaults = AutoConfig.for_model(mtype)            # the type's defaults: no per-layer list of the file's
+    lkey, wkey = _LAYER_KEY.get(mtype, "num_hidden_layers"), _WIDTH_KEY.get(mtype, "hidden_size")
+    layers = _config_int(config, lkey, int(defaults.num_hidden_layers), MAX_LM_LAYERS, cpath)
+    width = _config_int(config, wkey, int(defaults.hidden_size), MAX_LM_WIDTH, cpath)
+    vocab = _config_int(config, "vocab_size", int(defaults.vocab_size), MAX_LM_VOCAB, cpath)
+    embed = width
+    if mtype == "opt" and config.get("word_embed_proj_dim") is not None:
+        embed = _config_int(config, "word_embed_proj_dim", width, MAX_LM_WIDTH, cpath)
+    if mtype == "gpt_neo" and "attention_types" in config:      # [[kinds, repeats], ...]: expanded per layer
+        at = config["attention_types"]
+        ok = isinstance(at, list) and all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], list)
+                                          and isinstance(e[1], int) and not isinstance(e[1], bool) and e[1] >= 0
+                                          for e in at)
+        if not ok or sum(len(e[0]) * e[1] for e in at) > MAX_LM_LAYERS:
+            raise DataError(f"The LM config {str(cpath)!r}: 'attention_types' must be [[kinds, repeats], ...] "
+                            f"expanding to at most {MAX_LM_LAYERS} layers. Got {format_value(at)} instead.")
+    params = vocab * embed + 2 * layers * width
+    if params > MAX_LM_PARAMETERS:
+        raise DataError(f"The LM config {str(cpath)!r} describes at least {params} parameters; dpaudit reads at most "
+                        f"{MAX_LM_PARAMETERS}.")
+    return layers, params
+
+
+def _check_counts(config: Mapping[str, Any], cpath: Path, wpath: Path,
+                  header: Mapping[str, tuple[str, tuple[int, ...]]]) -> None:
+    """The config's layer and parameter counts against the weights file's header, before any module is built."""
+    layers, params = config_counts(config, cpath)
+    have = sum(math.prod(s) for _, s in header.values())
+    if params > have:
+        raise DataError(f"The weights file {str(wpath)!r} does not match {str(cpath)!r}: the config describes at least "
+                        f"{params} parameters, the file holds {have}.")
+    found = {int(m.group(1)) for name in header for m in [_LAYER_INDEX.search(name)] if m}
+    if found and len(found) != layers:
+        raise DataError(f"The weights file {str(wpath)!r} does not match {str(cpath)!r}: the config has {layers} "
+                        f"layers, the file {len(found)}.")
+
+
 def _expected_shapes(config: Mapping[str, Any]) -> tuple[dict[str, tuple[int, ...]], set[str]]:
     """(parameter name -> shape of the config's architecture, names that may be absent because they are tied)."""
     import torch
@@ -214,6 +287,7 @@ def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, 
         raise DataError(f"The LM config {str(cpath)!r} names architectures {str(archs)[:120]}; a {mtype} causal LM is "
                         f"{LM_MODEL_TYPES[mtype]}.")
     header = _read_header(wpath, wsize)
+    _check_counts(config, cpath, wpath, header)     # arithmetic on the config: layers and parameters, capped
     try:
         want, tied = _expected_shapes(config)
     except DataError:
