@@ -75,7 +75,7 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
                             ideal_replicates: int = 21) -> FlowerCanaryAudit:
     """Run the audit (module docstring); the run directory is written to ``out/run`` and the result to
     ``out/flower_canary_audit.json``."""
-    from dpaudit._io import make_dirs, write_json
+    from dpaudit._io import make_output_dir, write_json
     from dpaudit.auditing.flower_run import run_digits_simulation
     from dpaudit.serial import to_dict
 
@@ -101,7 +101,8 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     def observe(rnd: int, arrays: Mapping[str, np.ndarray]) -> None:
         models[rnd] = np.concatenate([np.asarray(arrays["layers.1.weight"]).ravel(), np.asarray(arrays["layers.1.bias"]).ravel()])
 
-    root = make_dirs(out)
+    # the same output-folder rules as every command: a symbolic link is refused, a new folder gets dpaudit's marker
+    root = make_output_dir(out, "Flower canary audit")
     run_digits_simulation(Path(root) / "run", clients=n, sampled=m, rounds=T, records_per_client=20,
                           noise_multiplier=sigma, clipping_norm=C, dp="server-fixed", delta=delta, seed=seed,
                           canary_updates=updates, observe=observe, overwrite=True)

@@ -61,7 +61,7 @@ def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, de
     dpaudit's own figure at client granularity.
     """
     from dpaudit.serial import to_dict
-    from dpaudit.accountants.statement import AccountingResult, PrivacyStatement
+    from dpaudit.accountants.statement import AccountingResult, LowerBound, PrivacyStatement
     from dpaudit.training.data import load_dataset
     from dpaudit.training.models import load_classifier
     from dpaudit.training.release import check_release_target, write_release
@@ -90,13 +90,23 @@ def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, de
     spec = digits_model_spec()
     clf = load_classifier(Path(run_dir) / MODEL_FILE, spec, follow_symlinks=False)
     accuracy = float(np.mean(clf.predict_proba(data.X[non]).argmax(axis=1) == data.y[non])) if non.size else None
-    st = PrivacyStatement(acc.epsilon, acc.delta, "rdp", label=f"client-level, max over {len(acc.per_client)} clients",
-                          assumptions=acc.assumptions, route="rdp",
+    # the headline is the largest client figure: the amplified one (RDP) or a client's own rounds (exact Gaussian DP)
+    route = "rdp" if acc.epsilon == acc.sampled_epsilon else "gdp"
+    st = PrivacyStatement(acc.epsilon, acc.delta, route, label=f"client-level, max over {len(acc.per_client)} clients",
+                          assumptions=acc.assumptions, route=route,
                           details={"lower_bound_epsilon": acc.lower_bound})
+    low = None
+    if acc.lower_bound is not None:
+        # the certified interval [lower, epsilon]; the pair bounds every ex-ante analysis, so where the headline is
+        # an ex-post figure below it (a client's own rounds) the bound names the ex-ante route only
+        low = LowerBound(acc.lower_bound, acc.delta, "the target client's clipped update +C, every other client's -C, "
+                         "under the sampler that ran (ex ante: while participation stays secret)",
+                         "privacy-loss distribution of the pair composed over the rounds (dp_accounting, optimistic)",
+                         routes=() if acc.lower_bound <= acc.epsilon else ("ex-ante",))
     statement = to_dict(AccountingResult("flower run", (st,), facts={"flower": [to_dict(f) for f in acc.flower],
                                                                      "lower_bound_epsilon": acc.lower_bound,
                                                                      "sampled_epsilon": acc.sampled_epsilon},
-                                         warnings=tuple(m for _, m in acc.flags)))
+                                         warnings=tuple(m for _, m in acc.flags), lower_bound=low))
     flags = [("flower_epsilon_below_lower_bound" if code == "flower_below_lower_bound" else code, msg)
              for code, msg in acc.flags if code in ("flower_below_lower_bound", "granularity_not_covered")]
     claim_d = _claim(acc, claim)
@@ -213,6 +223,16 @@ def _preflight(owner: str, *, clients: int, sampled: int, declared: int, rounds:
     if sigma > MAX_SIM_NOISE_MULTIPLIER:
         raise ParameterError(f"The 'noise_multiplier' of {owner} must be at most {MAX_SIM_NOISE_MULTIPLIER:g} (Flower's "
                              f"float32 model would hold only noise). Got {sigma!r} instead.")
+    if dp.endswith("adaptive"):
+        # Flower splits the multiplier between the model and the clipped count itself, in floats that overflow for
+        # tiny multipliers (1e-200 ** -2)
+        from flwr.supercore.differential_privacy import compute_adaptive_noise_params
+
+        try:
+            compute_adaptive_noise_params(sigma, declared, max(declared / 20, sigma))
+        except (ArithmeticError, ValueError) as exc:
+            raise ParameterError(f"The 'noise_multiplier' of {owner} is outside what Flower's adaptive clipping can "
+                                 f"split ({type(exc).__name__}: {str(exc)[:80]}). Got {sigma!r} instead.") from None
     pop = tuple(range(clients))
     recs = tuple(RoundRecord(t + 1, pop, tuple((t * sampled + i) % clients for i in range(sampled)),
                              tuple((t * sampled + i) % clients for i in range(sampled)), 1.0, sigma, True,

@@ -58,7 +58,7 @@ from dpaudit.integrations.flower.record import DpSettings, FlowerRun, RoundRecor
 
 __all__ = ["account_run", "FlowerAccounting", "ClientFigure", "FlowerFigure", "sampled_lower_bound", "NEIGHBOURING",
            "flower_convention_epsilon", "merge_settings", "combined_multiplier", "gaussian_rounds_epsilon",
-           "MAX_SETTINGS", "LOWER_BOUND_SIGMA_FLOOR", "FLOWER_SIGMA_RANGE"]
+           "MAX_SETTINGS", "LOWER_BOUND_SIGMA_FLOOR", "FLOWER_SIGMA_RANGE", "MAX_LEDGER_PARTIES"]
 
 #: dpaudit's spelling -> FixedBatchGaussian's neighbouring relation
 NEIGHBOURING = {"replace-one": "substitution", "add-remove": "add-remove"}
@@ -123,6 +123,8 @@ class FlowerAccounting:
 #: upper bounds (smallest N and sigma, largest m) and its most private for the lower bound: valid both ways, and the
 #: cost is bounded whatever the record holds
 MAX_SETTINGS = 8
+#: A ledger (one party per participating client, each an RDP conversion of ~0.3 ms) is written for at most this many
+MAX_LEDGER_PARTIES = 10_000
 #: The lower bound's pair is evaluated at sigma no smaller than this (more noise: a smaller epsilon, still a lower
 #: bound), and its loss grid coarsens with 1/sigma so that its privacy-loss distribution holds at most ~20,000 points
 #: per round (sigma 0.01 asked for tens of millions at the fixed grid, minutes and GiBs)
@@ -409,7 +411,10 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
         return memo[m2]
 
     per_client = []
-    led = PrivacyLedger(delta=delta) if dp and noise_ok else None
+    led = PrivacyLedger(delta=delta) if dp and noise_ok and len(mu2) <= MAX_LEDGER_PARTIES else None
+    if dp and noise_ok and len(mu2) > MAX_LEDGER_PARTIES:
+        assumptions.append(f"No per-client ledger is written: {len(mu2)} clients took part, more than "
+                           f"{MAX_LEDGER_PARTIES} (each party costs an RDP conversion); the figures above are complete.")
     local = run.local_dp
     local_eps_all = []
     local_memo: dict[int, float] = {}
