@@ -30,8 +30,17 @@ def _simulate_argv(out: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "dpaudit", "flower", "simulate", "--out", str(out), *args]
 
 
+#: issue 43 item 1 on the real engine: FedAvg samples 3 while the DP wrapper is told 4 (Flower only warns), so the
+#: noise sigma C / 4 on the average of 3 replies is sigma 3/4 relative to their sum
+DECLARED = dict(clients=8, sampled=3, declared_sampled=4, rounds=4, noise_multiplier=2.0, seed=0)
+_DECLARED_SCRIPT = ("import sys; from dpaudit.auditing.flower_run import run_digits_simulation as r; "
+                    f"r(sys.argv[1], **{DECLARED!r})")
+
 BACKGROUND = (background.Job("flower-headline-run", "headline_run",
-                             lambda out: _simulate_argv(out / "run", *HEADLINE), timeout=SIM_TIMEOUT, env=SIM_ENV),)
+                             lambda out: _simulate_argv(out / "run", *HEADLINE), timeout=SIM_TIMEOUT, env=SIM_ENV),
+              background.Job("flower-declared-run", "declared_run",
+                             lambda out: [sys.executable, "-c", _DECLARED_SCRIPT, str(out / "run")],
+                             timeout=SIM_TIMEOUT, env=SIM_ENV))
 
 
 def _simulate(out: Path, *args: str) -> None:
@@ -63,6 +72,33 @@ def _main(capsys, *args: str) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def headline_run(tmp_path_factory) -> Path:
     return background.result(BACKGROUND[0], tmp_path_factory) / "run"
+
+
+@pytest.fixture(scope="module")
+def declared_run(tmp_path_factory) -> Path:
+    return background.result(BACKGROUND[1], tmp_path_factory) / "run"
+
+
+def test_fedavg_sampling_fewer_than_the_wrapper_declares_on_the_real_engine(declared_run):
+    from scipy import optimize, special
+
+    from dpaudit.auditing.flower_run import account_flower_run
+
+    run = read_flower_run(declared_run)
+    assert all(len(r.sampled) == 3 and set(r.replied) == set(r.sampled) and r.declared_sample_size == 4
+               and r.released and r.noise_multiplier == 2.0 for r in run.rounds)
+    acc = account_flower_run(declared_run)
+    assert {"replies_below_declared", "sampling_unverified"} <= {c for c, _ in acc.flags}
+    assert acc.facts["rounds_below_declared"] == 4 and not any(f.source == "run" for f in acc.flower)
+
+    def exact(mu):     # mu-GDP at delta 1e-5 (Dong, Roth, Su 2019, Corollary 2.13)
+        return optimize.brentq(lambda e: special.ndtr(-e / mu + mu / 2) - math.exp(e) * special.ndtr(-e / mu - mu / 2)
+                               - 1e-5, 0.0, 500.0)
+    for c in acc.per_client:           # each client's k rounds at sigma 2 x 3/4 = 1.5 (sensitivity 2C)
+        if c.rounds:
+            assert c.participation == pytest.approx(exact(2 * math.sqrt(c.rounds) / 1.5), rel=1e-8)
+            assert c.participation > exact(2 * math.sqrt(c.rounds) / 2.0)    # the declared sigma understated it
+    assert acc.epsilon == max(c.headline for c in acc.per_client)
 
 
 def test_the_record_is_what_the_engine_ran(headline_run):
