@@ -254,8 +254,9 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
     ``"pld"`` (:class:`~dpaudit.accountants.pld.PldAccountant`: exact Gaussian-DP where the run is a composition of
     Gaussian mechanisms, dp_accounting's pessimistic PLD otherwise) and ``"prv"``
     (:class:`~dpaudit.accountants.prv.PrvAccountant`, certified upper bound; Poisson and fixed-size batches under
-    add/remove; fixed-size batches under zero-out or substitution take the RDP route alone, Wang-Balle-Kasiviswanathan's
-    substitution bound). ``accountant="best"`` (default) makes the smallest the headline; a route name forces that
+    add/remove). Fixed-size batches under zero-out or substitution have two routes: RDP (Wang-Balle-Kasiviswanathan's
+    substitution bound) and PLD (Dong-Roth-Su's subsampling operator without replacement at sensitivity 2C,
+    :func:`~dpaudit.accountants.sampling.fixed_size_gaussian_pld`). ``accountant="best"`` (default) makes the smallest the headline; a route name forces that
     route's figure (e.g. to reproduce a published RDP figure) and the result names it (``headline_route``).
 
     ``lower_bound`` (default True): beside the headline, the certified lower bound of an explicit pair of neighbouring

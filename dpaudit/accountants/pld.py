@@ -14,8 +14,10 @@ Routes (each an upper bound on epsilon; the statement reports the smallest and n
   exact Gaussian, where the computed delta even goes negative). dpaudit therefore asks dp_accounting for the
   epsilon at ``delta - 1e-12`` (:data:`FFT_DELTA_ALLOWANCE`) and does not use this route for delta <= 2e-12.
 
-Supported events: ``SubsampledGaussian``, ``FixedBatchGaussian`` under add/remove (the Poisson-subsampled Gaussian
-that bounds it: rate B/n, noise multiplier sigma/2; under zero-out only with B = n, the exact Gaussian), ``ShuffledBatchGaussian`` (its participations
+Supported events: ``SubsampledGaussian``, ``FixedBatchGaussian`` (under add/remove the Poisson-subsampled Gaussian
+that bounds it: rate B/n, noise multiplier sigma/2; under substitution and zero-out Dong-Roth-Su's subsampling operator
+without replacement at sensitivity 2C as a PLD, :func:`dpaudit.accountants.sampling.fixed_size_gaussian_pld`; zero-out
+with B = n is the exact Gaussian), ``ShuffledBatchGaussian`` (its participations
 are Gaussian mechanisms: the exact route), ``RandomizedResponse`` (K labels, each dp_accounting's C-ary randomized
 response, REPLACE_ONE), ``LaplaceNoisyMax`` / ``GaussianNoisyMax`` without votes, ``Shuffled`` (Feldman-McMillan-Talwar
 2021's dominating pair, :func:`dpaudit.accountants.ldp.shuffle_pld`). Data-dependent PATE events are not supported
@@ -40,6 +42,7 @@ from dpaudit.accountants.events import (DpEvent, FixedBatchGaussian, GaussianNoi
                                         Shuffled, ShuffledBatchGaussian, SubsampledGaussian, flatten)
 from dpaudit.accountants.ldp import shuffle_pld
 from dpaudit.accountants.rdp import RdpAccountant, event_assumptions
+from dpaudit.accountants.sampling import fixed_size_gaussian_pld
 from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
 from dpaudit.errors import DPAuditError, ParameterError, check_float, check_int
 
@@ -119,7 +122,7 @@ class PldAccountant(Accountant):
         if isinstance(event, (LaplaceNoisyMax, GaussianNoisyMax)):
             return event.votes is None
         if isinstance(event, FixedBatchGaussian):
-            return event.neighbouring == "add-remove" or (event.neighbouring == "zero-out" and event.sampling_rate == 1.0)
+            return True   # every relation: fixed_size_gaussian_pld
         return isinstance(event, (SubsampledGaussian, RandomizedResponse, Shuffled, ShuffledBatchGaussian))
 
     def compose(self, event: DpEvent, count: int = 1) -> "PldAccountant":
@@ -130,8 +133,7 @@ class PldAccountant(Accountant):
         for leaf, _ in leaves:
             if not self.supports(leaf):
                 why = (" with votes (data-dependent)" if getattr(leaf, "votes", None) is not None else
-                       f" under {leaf.neighbouring} (no dominating pair is known for fixed-size batches)"
-                       if isinstance(leaf, FixedBatchGaussian) else "")
+                       "")
                 raise UnsupportedEventError(f"PldAccountant does not support events of type {type(leaf).__name__}{why}.")
         if count == 0:
             return self
@@ -155,8 +157,12 @@ class PldAccountant(Accountant):
             one = gaussian_pld(event.noise_multiplier, sampling_prob=event.sampling_rate, value_discretization_interval=vdi)
             return one.self_compose(event.steps * count)
         if isinstance(event, FixedBatchGaussian):
-            sigma = event.noise_multiplier / 2.0  # add/remove (zero-out is supported at B = n only: the exact route)
-            one = gaussian_pld(sigma, sampling_prob=event.sampling_rate, value_discretization_interval=vdi)
+            if event.neighbouring == "add-remove":   # the Poisson Gaussian at sigma/2 (memoised here)
+                one = gaussian_pld(event.noise_multiplier / 2.0, sampling_prob=event.sampling_rate,
+                                   value_discretization_interval=vdi)
+            else:   # Dong-Roth-Su's subsampling operator without replacement (2C sensitivity), as a PLD
+                one = fixed_size_gaussian_pld(event.dataset_size, event.batch_size, event.noise_multiplier, 1,
+                                              neighbouring=event.neighbouring, value_discretization_interval=vdi)
             return one.self_compose(event.steps * count)
         if isinstance(event, ShuffledBatchGaussian):
             one = gaussian_pld(event.noise_multiplier / event.sensitivity, value_discretization_interval=vdi)

@@ -103,3 +103,36 @@ def test_bad_input_names_the_parameter():
     with pytest.raises(ParameterError, match="neighbouring"):
         fixed_size_gaussian_pld(10, 5, 1.0, neighbouring="swap")
     assert fixed_size_gaussian_pld(10, 5, 1.0, 0).get_epsilon_for_delta(1e-6) == 0.0
+
+
+def _sweep(seed: int, count: int) -> list[tuple[dict, float, float]]:
+    """Random fixed-size settings (the interval sweep's ranges, steps up to 3000): the PLD route (interval 1e-3: any
+    interval is a valid upper bound) against the cheap certified lower bound of the pairs."""
+    rng = np.random.default_rng(seed)
+    bad = []
+    for i in range(count):
+        relation = ("substitution", "zero-out")[i % 2]
+        n = int(10 ** rng.uniform(0.5, 5.0))
+        b = int(max(1, min(n, round(10 ** rng.uniform(0.0, math.log10(n))))))
+        sigma = float(10 ** rng.uniform(math.log10(0.5), math.log10(20)))
+        steps = int(10 ** rng.uniform(0.0, 3.5))
+        delta = float(10 ** rng.uniform(-10.0, -2.0))
+        try:
+            up = fixed_size_gaussian_epsilon(n, b, sigma, steps, delta, neighbouring=relation,
+                                             value_discretization_interval=1e-3)
+        except ParameterError:
+            continue   # a loss range too wide for the grid: the route is skipped, never wrong
+        low = dpsgd_lower_bound(dataset_size=n, batch_size=b, noise_multiplier=sigma, steps=steps, delta=delta,
+                                sampling="fixed-wor", neighbouring=relation, quick=True).epsilon
+        if not low <= up * (1 + 1e-9) + 1e-12:
+            bad.append((dict(n=n, b=b, sigma=sigma, steps=steps, delta=delta, relation=relation), low, up))
+    return bad
+
+
+def test_sweep_pld_route_never_below_the_pair():
+    assert _sweep(47, 10) == []
+
+
+@pytest.mark.slow
+def test_sweep_pld_route_never_below_the_pair_many():
+    assert _sweep(4700, 150) == []

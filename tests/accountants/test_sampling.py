@@ -126,7 +126,9 @@ def test_zero_out_is_the_substitution_analysis():
     zero = FixedBatchGaussian(n, b, sigma, steps, neighbouring="zero-out")
     sub = FixedBatchGaussian(n, b, sigma, steps, neighbouring="substitution")
     assert np.array_equal(RdpAccountant(ORDERS).rdp_of(zero), RdpAccountant(ORDERS).rdp_of(sub))
-    assert not PldAccountant().supports(zero)
+    # issue 47: the PLD route (Dong-Roth-Su's operator at 2C, fixed_size_gaussian_pld) is the same for both too
+    pz, ps = PldAccountant().compose(zero).get_epsilon(1e-5), PldAccountant().compose(sub).get_epsilon(1e-5)
+    assert pz == ps <= RdpAccountant(ORDERS).compose(zero).get_epsilon(1e-5)
     # B = n: the exact Gaussian mechanism of sensitivity C
     full = FixedBatchGaussian(n, n, sigma, steps, neighbouring="zero-out")
     assert RdpAccountant([2.0]).rdp_of(full)[0] == pytest.approx(steps * 2.0 / (2 * sigma ** 2), rel=1e-12)
@@ -148,10 +150,13 @@ def test_zero_out_pair_of_issue_33_is_below_the_bound(n, b, sigma):
 
 def test_zero_out_mnist_setting_of_issue_33():
     # the issue's case: 0.5044 before the fix; the explicit pair above forces >= 3.9 (Monte Carlo in the issue, and
-    # dpaudit's own certified lower bound of that pair)
+    # dpaudit's own certified lower bound of that pair). Issue 47: the PLD route (4.936) is now the headline, below RDP's
+    # 6.946
     r = account_dpsgd(dataset_size=60000, batch_size=256, noise_multiplier=1.1, steps=702, delta=1e-5,
                       sampling="fixed-wor", neighbouring="zero-out")
-    assert r.epsilon >= 3.9 and r.headline_route == "rdp"
+    assert r.epsilon >= 3.9 and r.headline_route == "pld"
+    assert r.epsilon == pytest.approx(4.936, abs=5e-3)
+    assert next(s.epsilon for s in r.statements if s.route == "rdp") == pytest.approx(6.946, abs=5e-3)
 
 
 @pytest.mark.parametrize("n,b,sigma", [(50, 5, 1.0), (200, 20, 0.8)])
@@ -172,10 +177,12 @@ def test_fixed_batch_account_routes_and_headline():
     assert r.epsilon == min(s.epsilon for s in r.statements)
     sub = account_dpsgd(dataset_size=10000, batch_size=100, noise_multiplier=1.2, steps=500, delta=1e-5,
                         sampling="fixed-wor", neighbouring="substitution")
-    assert [s.route for s in sub.statements] == ["rdp"] and "route pld not used" in sub.facts
+    # issue 47: substitution has the PLD route too (fixed_size_gaussian_pld); PRV still does not apply
+    assert [s.route for s in sub.statements] == ["rdp", "pld"] and "route prv not used" in sub.facts
+    assert sub.headline_route == "pld"
     with pytest.raises(ParameterError, match="'accountant' parameter .* route that was computed"):
         account_dpsgd(dataset_size=10000, batch_size=100, noise_multiplier=1.2, steps=500, delta=1e-5,
-                      sampling="fixed-wor", neighbouring="substitution", accountant="pld")
+                      sampling="fixed-wor", neighbouring="substitution", accountant="prv")
 
 
 # ----------------------------------------------------------------------------------------------- shuffling
