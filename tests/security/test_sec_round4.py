@@ -239,3 +239,118 @@ def test_lm_config_counts_hold_for_every_allowed_architecture():
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
         real = sum(p.numel() for p in model.parameters())
         assert n_layers == 2 and lower <= real, (mtype, lower, real)
+
+
+# --------------------------------------------------------------------------------------------------
+# tokenizer files: regexes, padding and settings that hang, panic or allocate without bound
+
+
+def _set_tokenizer(d: Path, change) -> None:
+    tok = json.loads((d / "tokenizer.json").read_text())
+    change(tok)
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+
+
+def _split(pattern):
+    return lambda t: t.update(pre_tokenizer={"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated",
+                                             "invert": False})
+
+
+def _pad(**pad):
+    full = {"strategy": "BatchLongest", "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+            "pad_type_id": 0, "pad_token": "[PAD]", **pad}
+    return lambda t: t.update(padding=full)
+
+
+HOSTILE_TOKENIZERS = {
+    "catastrophic_regex_a_plus_plus": (_split("(a+)+$"), "'pre_tokenizer.pattern'"),
+    "regex_w_plus_d_quadratic": (_split(r"\w+\d"), "backtracking engine"),
+    "normalizer_regex": (lambda t: t.update(normalizer={"type": "Replace", "pattern": {"Regex": "(a|aa)+$"},
+                                                        "content": "b"}), "'normalizer.pattern'"),
+    "nested_sequence_regex": (lambda t: t.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "WhitespaceSplit"}, {"type": "Split", "pattern": {"Regex": "(x+x+)+y"}, "behavior": "Removed",
+                                      "invert": False}]}), "'pre_tokenizer.pretokenizers[1].pattern'"),
+    "padding_fixed_2_pow_40": (_pad(strategy={"Fixed": 2**40}), "'padding.strategy.Fixed' must be an int in the range"),
+    "padding_multiple_2_pow_40": (_pad(pad_to_multiple_of=2**40), "'padding.pad_to_multiple_of'"),
+    "truncation_stride": (lambda t: t.update(truncation={"direction": "Right", "max_length": 4, "strategy":
+                                                         "LongestFirst", "stride": 4}), "'truncation.stride'"),
+    "fixed_length_zero": (lambda t: t.update(pre_tokenizer={"type": "FixedLength", "length": 0}),
+                          "'pre_tokenizer.length'"),
+    "long_replacement": (lambda t: t.update(normalizer={"type": "Replace", "pattern": {"String": "a"},
+                                                        "content": "x" * 10**6}), "'normalizer.content'"),
+    "wordpiece_long_words": (lambda t: t["model"].update(type="WordPiece", continuing_subword_prefix="##",
+                                                         max_input_chars_per_word=10**9),
+                             "'model.max_input_chars_per_word'"),
+    "bpe_dropout": (lambda t: t["model"].update(type="BPE", dropout=0.5, merges=[]), "'model.dropout'"),
+    "unknown_type": (lambda t: t.update(decoder={"type": "Python"}), "'decoder.type'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_TOKENIZERS))
+def test_tokenizer_files_whose_regex_or_padding_can_blow_up_are_refused(tiny_lm_dir, tmp_path, cli, case):
+    """Before: '(a+)+$' made the tokenizers library panic (pyo3 PanicException, a BaseException: a traceback);
+    '\\w+\\d' on a 99,999-letter text took minutes (quadratic backtracking); padding Fixed 2**40 aborted the process
+    (SIGABRT, a 4 TiB allocation). Now each is refused by release make (and by attack, when a bundle is read)."""
+    change, message = HOSTILE_TOKENIZERS[case]
+    d = _lm_copy(tiny_lm_dir, tmp_path)
+    _set_tokenizer(d, change)
+    _one_error(cli, _make_lm(cli, tiny_lm_dir, tmp_path, lm=d), "The tokenizer file", message)
+    assert not (tmp_path / "rel").exists()
+
+
+def test_tokenizer_file_of_an_allowed_architecture_passes(tiny_lm_dir, tmp_path):
+    """The allow-list holds real patterns: Llama 3's Split pre-tokenizer, a Replace normalizer with a literal, padding
+    and truncation within the caps."""
+    from dpaudit.training.lm.files import check_lm_dir, load_lm
+
+    llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    d = _lm_copy(tiny_lm_dir, tmp_path)
+
+    def change(t):
+        _split(llama3)(t)
+        _pad(strategy={"Fixed": 512})(t)
+        t.update(normalizer={"type": "Replace", "pattern": {"String": " "}, "content": " "},
+                 truncation={"direction": "Right", "max_length": 512, "strategy": "LongestFirst", "stride": 0})
+
+    _set_tokenizer(d, change)
+    _, tok, _ = load_lm(check_lm_dir(d))
+    e = tok.encode_batch(["the dog visited", "a cat"])
+    assert len(e[0].ids) == 3 and len(e[1].ids) == 2         # the file's padding is off: dpaudit pads itself
+
+
+def test_tokenizer_panic_is_a_clean_data_error_not_a_base_exception():
+    """A panic of the tokenizers library (pyo3_runtime.PanicException derives from BaseException, so `except
+    Exception` missed it) through any call of a loaded tokenizer is one DataError."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    from dpaudit.training.lm.files import CheckedTokenizer
+
+    raw = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Split(Regex("(a+)+$"), "isolated")      # built in memory: no file check
+    tok = CheckedTokenizer(raw, max_chars=1000, where="'test'")
+    with pytest.raises(DataError, match="The tokenizer of 'test' failed: PanicException"):
+        tok.encode_batch(["a" * 40 + "!"])
+    with pytest.raises(DataError, match="PanicException"):
+        tok.encode("a" * 40 + "!")
+
+
+def test_texts_of_99999_letters_are_cut_before_tokenizing(tiny_lm_dir, tmp_path, cli):
+    """Before: whole texts were tokenized and then cut to max_length tokens (with '\\w+\\d' a 99,999-letter text took
+    minutes). Now each text is cut to 64 characters per token of the model's context first: the same tokens."""
+    from dpaudit.training.lm.files import load_lm
+
+    _, tok, _ = load_lm(tiny_lm_dir["lm"])
+    assert tok.max_chars == 64 * 32                           # n_positions 32
+    long = "the dog " * 12_500                                # 100,000 characters
+    assert tok.encode(long).ids[:32] == tok._tok.encode(long).ids[:32]
+    assert len(tok.encode(long).ids) == 64 * 32 // 4
+    m = tmp_path / "m.txt"
+    m.write_text("\n".join(["x" * 99_999, "y" * 99_999, "the dog ."]) + "\n")
+    import resource
+
+    t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    assert cli(_make_lm(cli, tiny_lm_dir, tmp_path, members=m))[0] == 0
+    code, out, err = cli(["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a", "--bootstrap", "50"])
+    assert code == 0, err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - t0 < 60

@@ -36,11 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dpaudit._io import file_sha256, load_json_file
+from dpaudit._io import file_sha256, load_json_file, read_input_text
 from dpaudit.errors import DataError, ParameterError, check_int, check_path, format_value
 
 __all__ = ["LM_MODEL_TYPES", "LM_FILES", "MAX_CONFIG_BYTES", "MAX_TOKENIZER_BYTES", "MAX_WEIGHT_BYTES",
            "MAX_LM_LAYERS", "MAX_LM_WIDTH", "MAX_LM_VOCAB", "MAX_LM_PARAMETERS", "config_counts",
+           "ALLOWED_TOKENIZER_REGEXES", "TOKENIZER_TYPES", "MAX_TOKENIZER_LENGTH", "MAX_WORDPIECE_CHARS",
+           "MAX_TOKENIZER_CONTENT", "MAX_TOKENIZE_CHARS", "CHARS_PER_TOKEN", "check_tokenizer_json",
+           "CheckedTokenizer", "read_tokenizer",
            "FORBIDDEN_SUFFIXES", "LmFiles", "check_lm_dir", "load_lm", "lm_digest", "quiet_transformers"]
 
 #: The model types whose causal-LM class is built into transformers (never code from the directory), with that class.
@@ -286,6 +289,7 @@ def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, 
     if archs is not None and (not isinstance(archs, list) or any(a != LM_MODEL_TYPES[mtype] for a in archs)):
         raise DataError(f"The LM config {str(cpath)!r} names architectures {str(archs)[:120]}; a {mtype} causal LM is "
                         f"{LM_MODEL_TYPES[mtype]}.")
+    read_tokenizer(tpath)
     header = _read_header(wpath, wsize)
     _check_counts(config, cpath, wpath, header)     # arithmetic on the config: layers and parameters, capped
     try:
@@ -307,6 +311,163 @@ def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, 
                         + "; ".join(parts) + ".")
     digests = {f: file_sha256(root / f) for f in LM_FILES}
     return LmFiles(root, config, got, digests)
+
+
+# --------------------------------------------------------------------------------------------------
+# tokenizer.json: what the tokenizers library would run, checked before it runs
+
+#: The only regular expressions a tokenizer file may hold (Split pre-tokenizers, Replace normalizers / decoders):
+#: the tokenizers library runs them with a backtracking engine (Oniguruma), where a pattern such as ``(a+)+$``
+#: panics (retry limit) and ``\w+\d`` takes quadratic time on a long word. These are the patterns of the allowed
+#: architectures' tokenizers (GPT-2's, Llama 3's, Qwen2's), measured linear on 65,536-character runs of letters,
+#: digits, spaces, newlines and punctuation; ByteLevel and Whitespace pre-tokenizers use built-in ones.
+ALLOWED_TOKENIZER_REGEXES = frozenset({
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+})
+#: The component types of a tokenizer file (the tokenizers library's own; none names code).
+TOKENIZER_TYPES = frozenset({
+    "BertNormalizer", "Strip", "StripAccents", "NFC", "NFD", "NFKC", "NFKD", "Sequence", "Lowercase", "Nmt",
+    "Precompiled", "Replace", "Prepend", "ByteLevel", "BertPreTokenizer", "CharDelimiterSplit", "Metaspace",
+    "Whitespace", "Split", "Punctuation", "WhitespaceSplit", "Digits", "UnicodeScripts", "FixedLength", "BPE",
+    "WordPiece", "WordLevel", "Unigram", "RobertaProcessing", "BertProcessing", "TemplateProcessing", "BPEDecoder",
+    "CTC", "Fuse", "ByteFallback"})
+#: Padding / truncation lengths and FixedLength chunks a tokenizer file may name (dpaudit pads and cuts itself;
+#: ``Fixed: 2**40`` made the library allocate 4 TiB and abort the process).
+MAX_TOKENIZER_LENGTH = 1 << 20
+#: WordPiece's longest word (its greedy longest match is quadratic in the word's length; the default is 100).
+MAX_WORDPIECE_CHARS = 1000
+#: Replacement / prepended strings of normalizers and decoders (a long one multiplies every character of a text).
+MAX_TOKENIZER_CONTENT = 64
+#: Characters of a text given to the tokenizer: 64 per token of the model's context, at most this many.
+MAX_TOKENIZE_CHARS = 100_000
+CHARS_PER_TOKEN = 64
+
+
+def _tok_int(v: Any, field: str, low: int, high: int, where: str) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+        raise DataError(f"The tokenizer file {where}: '{field}' must be an int in the range [{low}, {high}]. Got "
+                        f"{format_value(v)} instead.")
+
+
+def check_tokenizer_json(tok: Any, where: str) -> None:
+    """Refuse a parsed ``tokenizer.json`` whose regular expressions, padding, truncation or component settings can
+    hang the tokenizers library, make it panic or allocate without bound (see :data:`ALLOWED_TOKENIZER_REGEXES` and
+    the caps above); every component type must be the library's own (:data:`TOKENIZER_TYPES`)."""
+    if not isinstance(tok, dict) or not isinstance(tok.get("model"), dict):
+        raise DataError(f"The tokenizer file {where} must be a JSON object with a 'model' (the tokenizers library's "
+                        "one-file format).")
+    pad = tok.get("padding")
+    if pad is not None:
+        strat = pad.get("strategy") if isinstance(pad, dict) else None
+        if isinstance(strat, dict) and set(strat) == {"Fixed"}:
+            _tok_int(strat["Fixed"], "padding.strategy.Fixed", 1, MAX_TOKENIZER_LENGTH, where)
+        elif strat != "BatchLongest":
+            raise DataError(f"The tokenizer file {where}: 'padding.strategy' must be \"BatchLongest\" or {{\"Fixed\": "
+                            f"N}}. Got {format_value(strat)} instead.")
+        if pad.get("pad_to_multiple_of") is not None:
+            _tok_int(pad["pad_to_multiple_of"], "padding.pad_to_multiple_of", 1, MAX_TOKENIZER_LENGTH, where)
+    trunc = tok.get("truncation")
+    if trunc is not None:
+        if not isinstance(trunc, dict):
+            raise DataError(f"The tokenizer file {where}: 'truncation' must be null or an object. Got "
+                            f"{format_value(trunc)} instead.")
+        _tok_int(trunc.get("max_length"), "truncation.max_length", 1, MAX_TOKENIZER_LENGTH, where)
+        _tok_int(trunc.get("stride", 0), "truncation.stride", 0, trunc["max_length"] - 1, where)
+    stack: list[tuple[str, Any]] = [(k, tok[k]) for k in ("normalizer", "pre_tokenizer", "post_processor", "decoder")]
+    stack.append(("model", {k: v for k, v in tok["model"].items() if k not in ("vocab", "merges")}))
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        kind = node.get("type")
+        if isinstance(kind, str):
+            if kind not in TOKENIZER_TYPES:
+                raise DataError(f"The tokenizer file {where}: '{path}.type' is {format_value(kind)}, not a component "
+                                "of the tokenizers library.")
+            pattern = node.get("pattern")
+            if pattern is not None:
+                ok = isinstance(pattern, dict) and len(pattern) == 1 and (
+                    isinstance(pattern.get("String"), str) and len(pattern["String"]) <= MAX_TOKENIZER_CONTENT
+                    or pattern.get("Regex") in ALLOWED_TOKENIZER_REGEXES)
+                if not ok:
+                    raise DataError(f"The tokenizer file {where}: '{path}.pattern' {format_value(pattern)} is refused: "
+                                    "a regular expression must be one of the allowed architectures' pre-tokenizer "
+                                    "patterns (GPT-2, Llama 3, Qwen2: dpaudit.training.lm.files.ALLOWED_TOKENIZER_"
+                                    "REGEXES), since the tokenizers library's backtracking engine can hang or panic "
+                                    "on others; a literal String pattern is at most "
+                                    f"{MAX_TOKENIZER_CONTENT} characters.")
+            for key in ("content", "prepend", "replacement"):
+                if key in node and not (isinstance(node[key], str) and len(node[key]) <= MAX_TOKENIZER_CONTENT):
+                    raise DataError(f"The tokenizer file {where}: '{path}.{key}' must be a string of at most "
+                                    f"{MAX_TOKENIZER_CONTENT} characters. Got {format_value(node[key])} instead.")
+            if kind == "FixedLength":
+                _tok_int(node.get("length"), f"{path}.length", 1, MAX_TOKENIZER_LENGTH, where)
+            if "max_input_chars_per_word" in node:
+                _tok_int(node["max_input_chars_per_word"], f"{path}.max_input_chars_per_word", 1, MAX_WORDPIECE_CHARS,
+                         where)
+            if node.get("dropout") not in (None, 0, 0.0):
+                raise DataError(f"The tokenizer file {where}: '{path}.dropout' must be null (a random tokenization "
+                                f"would make runs irreproducible). Got {format_value(node['dropout'])} instead.")
+            for key in ("single", "pair"):
+                if isinstance(node.get(key), list) and len(node[key]) > 64:
+                    raise DataError(f"The tokenizer file {where}: '{path}.{key}' has {len(node[key])} pieces; at most "
+                                    "64.")
+        stack.extend((f"{path}.{k}", v) for k, v in node.items() if k not in ("vocab", "merges"))
+
+
+def read_tokenizer(path: Path) -> str:
+    """The text of a ``tokenizer.json`` (read once, no link followed, at most :data:`MAX_TOKENIZER_BYTES`), checked
+    by :func:`check_tokenizer_json`: what the tokenizers library is then given is exactly what was checked."""
+    text = read_input_text(path, "the tokenizer file", max_bytes=MAX_TOKENIZER_BYTES, follow_symlinks=False)
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError, OverflowError) as exc:
+        raise DataError(f"The tokenizer file {str(path)!r} is not JSON: {str(exc)[:100]}") from None
+    check_tokenizer_json(parsed, repr(str(path)))
+    return text
+
+
+def _guarded(call: Any, where: str) -> Any:
+    """Run one call into the tokenizers library; its panics (``pyo3_runtime.PanicException``, a BaseException) and
+    errors become one :class:`DataError`."""
+    try:
+        return call()
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a Rust panic in a third-party library: one clean line
+        raise DataError(f"The tokenizer of {where} failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+class CheckedTokenizer:
+    """A ``tokenizers.Tokenizer`` from a checked LM directory: every call runs through :func:`_guarded`, and
+    ``encode`` / ``encode_batch`` cut each text to ``max_chars`` characters *before* tokenizing (dpaudit keeps at
+    most the model's context in tokens, and a token covers far fewer than :data:`CHARS_PER_TOKEN` characters in the
+    allowed tokenizers), so the work per text is bounded whatever its length. Padding and truncation of the file are
+    off: dpaudit cuts and pads itself."""
+
+    def __init__(self, tokenizer: Any, *, max_chars: int, where: str) -> None:
+        self._tok, self.max_chars, self._where = tokenizer, int(max_chars), where
+
+    def _cut(self, text: Any) -> Any:
+        return text[: self.max_chars] if isinstance(text, str) else text
+
+    def encode(self, text: Any, *args: Any, **kw: Any) -> Any:
+        return _guarded(lambda: self._tok.encode(self._cut(text), *args, **kw), self._where)
+
+    def encode_batch(self, texts: Any, *args: Any, **kw: Any) -> Any:
+        cut = [self._cut(t) for t in texts]
+        return _guarded(lambda: self._tok.encode_batch(cut, *args, **kw), self._where)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._tok, name)
+        if not callable(attr):
+            return attr
+        return lambda *a, **k: _guarded(lambda: attr(*a, **k), self._where)
 
 
 def lm_digest(files: LmFiles) -> str:
@@ -331,10 +492,19 @@ def load_lm(path: str | Path | LmFiles, *, device: str = "cpu", dtype: str | Non
     try:
         model = AutoModelForCausalLM.from_pretrained(str(files.path), local_files_only=True, trust_remote_code=False,
                                                      use_safetensors=True, **kw)
-        tok = Tokenizer.from_file(str(files.path / "tokenizer.json"))
     except Exception as exc:  # noqa: BLE001 - a broken file transformers / tokenizers refuse: one line
         raise DataError(f"The LM directory {str(files.path)!r} could not be loaded: {type(exc).__name__}: "
                         f"{str(exc)[:200]}") from None
+    where = repr(str(files.path))
+    text = read_tokenizer(files.path / "tokenizer.json")
+    if hashlib.sha256(text.encode("utf-8")).hexdigest() != files.sha256["tokenizer.json"]:
+        raise DataError(f"The tokenizer file of {where} changed after it was checked; refusing it.")
+    raw = _guarded(lambda: Tokenizer.from_str(text), where)
+    _guarded(raw.no_padding, where)
+    _guarded(raw.no_truncation, where)
+    ctx = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+    ctx = ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else MAX_TOKENIZE_CHARS
+    tok = CheckedTokenizer(raw, max_chars=min(MAX_TOKENIZE_CHARS, CHARS_PER_TOKEN * ctx), where=where)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     if vocab > int(model.config.vocab_size):
         raise DataError(f"The tokenizer of {str(files.path)!r} has {vocab} tokens but the model's vocabulary is "
