@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special, stats
 
@@ -43,6 +44,7 @@ from dpaudit.errors import ParameterError, check_float, check_int, check_probabi
 
 __all__ = [
     "rdp_randomized_response",
+    "randomized_response_pld_epsilon",
     "debias",
     "debias_reports",
     "debias_variance",
@@ -116,6 +118,41 @@ def rdp_randomized_response(label_epsilon: float, num_classes: int, orders: Any)
     rdp = np.where(finite, rdp, eps)
     cap = np.minimum(eps, np.where(finite, af, np.inf) * eps * eps / 2.0)
     return np.clip(rdp, 0.0, cap)
+
+
+def randomized_response_pld_epsilon(label_epsilon: float, num_classes: int, compositions: int, delta: float) -> float:
+    r"""The epsilon at ``delta`` of ``compositions`` labels of C-ary randomized response with per-label epsilon L, each
+    of which may change (replace-one), from the mechanism's own privacy-loss distribution: exact up to float error.
+
+    Two inputs x != x' give :math:`P = (a, b, \dots, b)` and :math:`Q = (b, a, b, \dots)`, :math:`a/b = e^L`,
+    :math:`a + (C-1)b = 1`, for *every* pair (the worst case is every pair), so the loss under P is +L with
+    probability a, -L with probability b and 0 otherwise: a three-point lattice, and the composition of n labels is the
+    lattice's n-fold convolution. It is composed by FFT (dp_accounting's ``DensePLDPmf``, pessimistic tail truncation
+    into the infinite-loss mass) on the grid :math:`L(1 + 10^{-12})`, so every loss is rounded *up*; the epsilon is read
+    at ``delta - 1e-12`` (FFT round-off). The certified lower bound of the same pair
+    (:func:`~dpaudit.accountants.pairs.randomized_response_lower_bound`) rounds the other way: the two agree to about
+    1e-9 relative."""
+    owner = "randomized_response_pld_epsilon"
+    eps = check_float(label_epsilon, "label_epsilon", owner, low=0.0, low_open=True)
+    c = check_int(num_classes, "num_classes", owner, low=2)
+    n = check_int(compositions, "compositions", owner, low=1, high=MAX_FFT_COMPOSITIONS)
+    delta = check_probability(delta, "delta", owner)
+    if delta <= 2.0 * FFT_DELTA_ALLOWANCE:
+        raise ParameterError(f"The 'delta' parameter of {owner} must be above {2.0 * FFT_DELTA_ALLOWANCE:g} (the FFT "
+                             f"round-off allowance). Got {delta!r} instead.")
+    if eps > 700.0:
+        return n * eps
+    log_den = float(np.logaddexp(eps, math.log(c - 1)))
+    a, b = math.exp(eps - log_den), math.exp(-log_den)
+    probs = np.array([b, max(0.0, 1.0 - a - b), a])
+    pmf = pld_pmf.DensePLDPmf(eps * (1.0 + 1e-12), -1, probs, 0.0, True)
+    with np.errstate(all="ignore"):
+        if n > 1:
+            pmf = pmf.self_compose(n)
+        out = float(pmf.get_epsilon_for_delta(delta - FFT_DELTA_ALLOWANCE))
+    if math.isnan(out):
+        raise ParameterError(f"{owner}: dp_accounting returned NaN (label_epsilon={eps!r}, compositions={n}).")
+    return min(max(out, 0.0), n * eps)
 
 
 @register_rdp(RandomizedResponse)
@@ -500,7 +537,10 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
         facts["rounds_expected"] = t
         facts["rounds_worst_case"] = rounds
         tdesc = (f"A client takes part in T = ceil(rounds * participation) = ceil({rounds} * {part:g}) = {t} rounds "
-                 "(the expected number under uniform sampling; a given client may be picked more often).")
+                 "(the expected number under uniform sampling; a given client may be picked more often)."
+                 + (f" Assumed: the client sends exactly T = {t} reports; this figure and its certified lower bound "
+                    f"hold for such a client, not for one picked more often (the worst case, all {rounds} rounds, is "
+                    "shown beside it)." if t != rounds else ""))
         comp = "Reports of different rounds are computed from the same client data and compose adaptively."
         statements.append(PrivacyStatement(t * epsilon, 0.0, "basic composition", label=f"client, T = {t} rounds (basic)",
                                            assumptions=(LDP_ASSUMPTION, rr, tdesc, comp), route="basic"))
@@ -530,6 +570,17 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
                     route="rdp" if tt == t else ""))
                 if tt == t:
                     local_rdp_t = eps_r
+                if tt * k <= MAX_FFT_COMPOSITIONS and delta > 2.0 * FFT_DELTA_ALLOWANCE:
+                    eps_p = randomized_response_pld_epsilon(epsilon / k, c, tt * k, delta)
+                    statements.append(PrivacyStatement(
+                        eps_p, delta, "pld", label=f"client, {lab} (PLD)",
+                        assumptions=(LDP_ASSUMPTION, rr, why, comp,
+                                     "The mechanism's own privacy-loss distribution (every label of the client changes: "
+                                     "the worst case of C-ary randomized response is every pair), composed over the "
+                                     f"{tt * k} labels by FFT with every loss rounded up; read at delta - 1e-12."),
+                        route="pld" if tt == t else ""))
+                    if tt == t:
+                        local_rdp_t = min(eps_p, eps_r)
         if users is not None:
             if delta is None:
                 raise ParameterError(f"The 'delta' parameter of {owner} is needed for the shuffled figures (users given). Got None instead.")
@@ -574,7 +625,10 @@ def account_ldp(epsilon: float, samples: int, classes: int, *, rounds: int | Non
     reports = 1 if rounds is None else facts["rounds_expected"]
     lower = randomized_response_lower_bound(keep_probability=beta, classes=c, labels=k, reports=reports,
                                             delta=0.0 if (delta is None or rounds is None) else delta)
-    lower = dataclasses.replace(lower, routes=("pure LDP",) if rounds is None else ("basic", "rdp"))
+    lower = dataclasses.replace(lower, routes=("pure LDP",) if rounds is None else ("basic", "rdp", "pld"))
+    if rounds is not None and facts["rounds_expected"] != rounds:
+        lower = dataclasses.replace(lower, pair=lower.pair + f" (a client sending exactly T = {facts['rounds_expected']} "
+                                    "reports, the assumption of the routes it bounds)")
     return AccountingResult("ldp (PrivateKT randomized response)", tuple(statements),  # headline: pick_headline
                             parameters=params, facts=facts, warnings=tuple(warnings_), lower_bound=lower)
 

@@ -126,14 +126,15 @@ def test_ldp_headline_scope_and_routes():
     basic_only = account_ldp(1.0, 1, 10, rounds=20, participation=0.5)
     check_headline(basic_only)
     assert basic_only.headline_route == "basic" and basic_only.epsilon == pytest.approx(10 * 1.0)  # T = 10 rounds
-    many = account_ldp(0.5, 1, 10, rounds=400, delta=1e-5)            # RDP beats T * eps over many rounds
+    many = account_ldp(0.5, 1, 10, rounds=400, delta=1e-5)            # RDP and the exact PLD beat T * eps
     check_headline(many)
-    assert many.headline_route == "rdp" and many.epsilon < 400 * 0.5
+    routes = {s.route: s.epsilon for s in many.statements if s.route}
+    assert many.headline_route == "pld" and many.epsilon < routes["rdp"] < 400 * 0.5   # issue 47: the exact PLD
     few = account_ldp(1.0, 1, 10, rounds=2, delta=1e-5)               # RR's RDP is tight: just under 2 * eps
     check_headline(few)
-    assert few.headline_route == "rdp" and few.epsilon <= 2.0 and [s.route for s in few.statements].count("basic") == 1
+    assert few.headline_route == "pld" and few.epsilon <= 2.0 and [s.route for s in few.statements].count("basic") == 1
     # the worst case (all rounds) and the shuffled central figures are other quantities: never routes
     sh = account_ldp(1.0, 1, 10, rounds=10, participation=0.5, users=50, delta=1e-5)
     check_headline(sh)
     assert all(not s.route for s in sh.statements if "worst case" in s.label or s.label.startswith("shuffled"))
-    assert math.isfinite(sh.epsilon) and sh.headline_route in ("basic", "rdp")
+    assert math.isfinite(sh.epsilon) and sh.headline_route in ("basic", "rdp", "pld")

@@ -198,7 +198,9 @@ def test_account_ldp_privatekt_example():
     assert by["client, T = 250 rounds (basic)"].epsilon == 1250.0
     rdp = by["client, T = 250 rounds (RDP)"]
     assert 0 < rdp.epsilon < 1250 and rdp.delta == 1e-5
-    assert r.statement is rdp
+    # issue 47: the exact PLD of randomized response (795.0) is below RDP (813.5) and is now the headline
+    pld = by["client, T = 250 rounds (PLD)"]
+    assert r.statement is pld and pld.epsilon < rdp.epsilon and pld.epsilon >= r.lower_bound.epsilon
     shuffled = [s for s in r.statements if s.label.startswith("shuffled, T")]
     assert len(shuffled) == 1 and shuffled[0].epsilon <= rdp.epsilon
     # shuffling does not stop accumulation: the composed central figure is far above one round's

@@ -86,7 +86,7 @@ def test_dpsgd_shuffled_and_fixed_batches(capsys):
     assert code == 2 and "route that was computed" in err and err.count("\n") == 1
     code, out, err = run(capsys, *DPSGD, "--sampling", "fixed-wor", "--neighbouring", "substitution", "--json")
     d = json.loads(out)
-    assert code == 0 and [s["route"] for s in d["statements"]] == ["rdp"] and "substitution" in d["mechanism"]
+    assert code == 0 and [s["route"] for s in d["statements"]] == ["rdp", "pld"] and "substitution" in d["mechanism"]
     code, out, err = run(capsys, *DPSGD, "--sampling", "poisson", "--neighbouring", "substitution")
     assert code == 2 and "'neighbouring' parameter" in err
 

@@ -44,7 +44,7 @@ def cases(d):
                   "data-dependent RDP"),
         "ldp": (["--mechanism", "ldp", "--epsilon", "5", "--samples", "2", "--classes", "10"], "pure LDP"),
         "ldp rounds": (["--mechanism", "ldp", "--epsilon", "0.5", "--samples", "1", "--classes", "10", "--rounds", "400",
-                        "--delta", "1e-5"], "rdp"),
+                        "--delta", "1e-5"], "pld"),   # issue 47: the exact PLD of randomized response
     }
 
 
