@@ -1,0 +1,146 @@
+"""The analysis of a recorded DP-SGD run (dpaudit.attacks.trainer_audit): the sampler identified from the batches,
+the noise multiplier's upper confidence limit and the recorded mechanism's lower bound sound on exact mechanisms
+(failure rate at most the stated one; 300 seeds under -m slow), the certified one-run white-box bound never above
+the true epsilon, reused noise seen through the probes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpaudit.attacks.trainer_audit import (
+    certified_one_run,
+    chi_mean_inverse,
+    estimate_noise,
+    identify_sampler,
+    recorded_lower_bound,
+    simulate_record,
+    whitebox_scores,
+)
+
+
+def _sim(seed, **kw):
+    args = dict(num_real=1000, canaries=500, probes=500, sampling_rate=0.05, noise_multiplier=1.5, steps=80, seed=seed)
+    args.update(kw)
+    return simulate_record(**args)
+
+
+def test_samplers_are_identified():
+    r = _sim(0)
+    s = identify_sampler(r["membership"], r["num_records"])
+    assert s.kind == "poisson" and s.steps == 80 and s.rate_low < s.rate and abs(s.rate - 0.05) < 0.005
+    r = _sim(0, sampler="shuffle", batch_size=64)
+    s = identify_sampler(r["membership"], r["num_records"])
+    assert s.kind == "shuffle" and s.batch_size == 64 and s.epochs >= 4
+    rng = np.random.default_rng(0)
+    fixed = [np.sort(rng.choice(1000, 50, replace=False)) for _ in range(40)]
+    assert identify_sampler(fixed, 1000).kind == "fixed"
+    assert identify_sampler([np.arange(100)] * 5, 100).kind == "full-batch"
+    assert identify_sampler([np.array([1, 1, 2])] * 3, 100).kind == "unknown"
+    sizes = [np.arange(s) for s in (10, 90, 10, 90, 10, 90, 10, 90)]           # far from binomial
+    assert identify_sampler(sizes, 1000).kind == "unknown"
+    seq = [np.arange(i * 10, i * 10 + 10) % 100 for i in range(30)]            # one fixed order, three epochs
+    assert identify_sampler(seq, 100).kind == "shuffle"
+
+
+def test_chi_mean_inverse_matches_monte_carlo():
+    rng = np.random.default_rng(0)
+    for p in (8, 64):
+        r = np.sqrt(rng.chisquare(p, 400_000) / p)
+        assert chi_mean_inverse(p) == pytest.approx(np.mean(1 / r), rel=2e-3)
+
+
+def _soundness(seeds, sigma=1.5, q=0.05, steps=80, contamination=0.0):
+    from dpaudit.accountants.dpsgd import account_dpsgd
+
+    miss_sigma = miss_eps = 0
+    ratios = []
+    for seed in seeds:
+        r = _sim(seed, noise_multiplier=sigma, sampling_rate=q, steps=steps, contamination=contamination)
+        s = identify_sampler(r["membership"], r["num_records"])
+        nz = estimate_noise(r["canary_obs"], r["probe_obs"], r["membership"], r["canary_index"], confidence=0.95)
+        miss_sigma += nz.sigma_eff_upper < sigma
+        b = recorded_lower_bound(s, nz, 1e-5)
+        true = account_dpsgd(dataset_size=1_000_000, batch_size=round(q * 1_000_000), noise_multiplier=sigma,
+                             steps=steps, delta=1e-5, lower_bound=False).epsilon      # rate exactly q (memoised)
+        miss_eps += b.epsilon > true
+        ratios.append(b.epsilon / true)
+    return miss_sigma, miss_eps, float(np.median(ratios))
+
+
+def test_noise_upper_limit_and_recorded_bound_are_sound_on_exact_mechanisms():
+    seeds = range(40)
+    miss_sigma, miss_eps, ratio = _soundness(seeds)
+    # stated failure rate 5%: over 40 seeds more than 6 misses has probability < 1.2% if the rate is 5%
+    assert miss_sigma <= 6 and miss_eps <= 6
+    assert ratio > 0.8           # and tight: the bound is most of the true epsilon
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma,q,steps,contamination", [(1.5, 0.05, 80, 0.0), (0.8, 0.02, 200, 0.0),
+                                                         (1.5, 0.05, 80, 0.5)])
+def test_soundness_over_300_seeds(sigma, q, steps, contamination):
+    miss_sigma, miss_eps, ratio = _soundness(range(1000, 1300), sigma, q, steps, contamination)
+    # stated failure rate 5%: 24 or more in 300 has probability 3% at a true rate of 5% (Binomial(300, 0.05))
+    assert miss_sigma <= 23 and miss_eps <= 23, (miss_sigma, miss_eps)
+    print(f"sigma {sigma} q {q} T {steps} contamination {contamination}: sigma misses {miss_sigma}/300, "
+          f"epsilon misses {miss_eps}/300, median bound / true {ratio:.3f}")
+
+
+def test_certified_one_run_catches_little_noise_and_not_the_correct_mechanism():
+    r = _sim(1, noise_multiplier=0.05)
+    b = certified_one_run(r["canary_obs"], r["probe_obs"], r["included"], delta=1e-5, confidence=0.95,
+                          sampling_rate=0.05, noise_multiplier=1.5)
+    assert b.kind == "certified" and b.epsilon > 2.5
+    r = _sim(2)
+    b = certified_one_run(r["canary_obs"], r["probe_obs"], r["included"], delta=1e-5, confidence=0.95,
+                          sampling_rate=0.05, noise_multiplier=1.5)
+    assert b.epsilon < 1.5
+
+
+@pytest.mark.slow
+def test_certified_one_run_soundness_over_300_seeds():
+    from dpaudit.accountants.dpsgd import account_dpsgd
+
+    fails = 0
+    for seed in range(300):
+        r = _sim(seed, canaries=500, noise_multiplier=0.9, steps=40)
+        b = certified_one_run(r["canary_obs"], r["probe_obs"], r["included"], delta=1e-5, confidence=0.95,
+                              sampling_rate=0.05, noise_multiplier=0.9)
+        true = account_dpsgd(dataset_size=1_000_000, batch_size=50_000, noise_multiplier=0.9, steps=40, delta=1e-5,
+                             lower_bound=False).epsilon
+        fails += b.epsilon > true
+    assert fails <= 23
+    print(f"certified one-run: {fails}/300 above the true epsilon")
+
+
+def test_reused_noise_is_seen_and_scored_by_differences():
+    r = _sim(3)
+    x, y = r["canary_obs"].copy(), r["probe_obs"].copy()
+    # the same noise for 16 steps in a row (an epoch): only the signal and the epoch changes move the observations
+    rng = np.random.default_rng(0)
+    for e in range(0, 80, 16):
+        x[e:e + 16] = rng.normal(0, 1.5, size=x.shape[1])
+        y[e:e + 16] = rng.normal(0, 1.5, size=y.shape[1])
+    lookup = {int(c): j for j, c in enumerate(r["canary_index"]) if c >= 0}
+    for t, b in enumerate(r["membership"]):
+        for i in b.tolist():
+            if i in lookup:
+                x[t, lookup[i]] += 1.0
+    nz = estimate_noise(x, y, r["membership"], r["canary_index"])
+    assert nz.difference_ratio < 0.2
+    s, name = whitebox_scores(x, y, sampling_rate=0.05, noise_multiplier=1.5)
+    assert name == "difference-max"
+    b = certified_one_run(x, y, r["included"], delta=1e-5, confidence=0.95, sampling_rate=0.05, noise_multiplier=1.5)
+    assert b.epsilon > 3.0
+
+
+def test_non_finite_observations_mean_no_noise():
+    r = _sim(4)
+    x = r["canary_obs"].copy()
+    x[3, 5] = np.inf
+    nz = estimate_noise(x, r["probe_obs"], r["membership"], r["canary_index"])
+    assert nz.sigma_eff_upper == 0.0
