@@ -37,7 +37,8 @@ __all__ = ["file_sha256", "json_number", "parse_json_number", "atomic_path", "wr
            "load_toml_file", "read_toml", "parse_toml_value", "load_json_file", "load_npy_file", "load_npz_file", "exclusive_lock", "MAX_INPUT_BYTES",
            "MAX_JSON_BYTES", "open_input", "read_zip_archive", "read_npy_header",
            "ARRAY_BYTES_ENV", "DEFAULT_MAX_ARRAY_BYTES", "MAX_ZIP_MEMBERS", "max_array_bytes", "check_zip_archive",
-           "OUTPUT_MARKER", "write_output_marker", "is_dpaudit_output", "check_replaceable", "make_output_dir"]
+           "OUTPUT_MARKER", "write_output_marker", "is_dpaudit_output", "check_replaceable", "make_output_dir",
+           "check_output_folder"]
 
 #: The largest input file dpaudit reads whole (TOML/JSON/CSV/votes/membership): 1 GiB. Larger inputs are refused
 #: with a :class:`DataError` before anything is allocated.
@@ -722,6 +723,19 @@ def check_replaceable(target: str | os.PathLike, what: str = "--out") -> None:
     if not is_dpaudit_output(p):
         raise OutputError(f"{what} {p} was not written by dpaudit (it holds no {OUTPUT_MARKER}); --overwrite replaces "
                           "only dpaudit's own output folders. Remove it yourself or choose another folder.")
+
+
+def check_output_folder(directory: str | os.PathLike, what: str = "--out") -> Path:
+    """The output folder ``directory``, refused (one :class:`OutputError`, before any work) when it is a symbolic
+    link -- dpaudit writes into a folder itself, never into the folder a link points to -- or a file; every command
+    that writes a folder applies this rule (``make_output_dir``, ``atomic_dir`` and ``check_replaceable`` do)."""
+    p = Path(directory)
+    if p.is_symlink():
+        raise OutputError(f"{what} {p} is a symbolic link; dpaudit writes only into a folder itself, never through a "
+                          "link. Remove the link or choose another folder.")
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"Cannot write {p} ({what}): it is a file, not a folder.")
+    return p
 
 
 def make_output_dir(directory: str | os.PathLike, kind: str) -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dpaudit._format import fmt_number
-from dpaudit._io import load_json_file, write_json, write_text
+from dpaudit._io import check_output_folder, load_json_file, write_json, write_text
 from dpaudit.errors import DataError, OutputError, ParameterError, check_bool, check_choice, check_int
 from dpaudit.progress import Reporter, as_reporter
 
@@ -583,11 +583,14 @@ def reproduce(paper: str, *, scale: str = "cpu", data_dir: str | Path | None = N
     force = check_bool(force, "force", "dpaudit reproduce")
     g = grid if grid is not None else paper_grid(paper, scale)
     md_path, json_path = table_paths(g.paper, out)
+    work = Path(work_dir) if work_dir is not None else Path("runs") / "reproduce" / g.paper
+    # the output rule of every command: no folder written through a symbolic link (checked before anything runs)
+    for folder, what in ((md_path.parent.parent, "--out"), (md_path.parent, "--out"), (work, "the work folder")):
+        check_output_folder(folder, what)
     if not force:
         check_replace(g, n_seeds, json_path)
     check_data_files(g, data_dir)
     rep = as_reporter(progress, prefix=f"dpaudit reproduce {g.paper}")
-    work = Path(work_dir) if work_dir is not None else Path("runs") / "reproduce" / g.paper
     t0 = time.perf_counter()
     rows: dict[str, RowResult] = {}
     runs: dict[str, Any] = {}  # settings that differ only in the metric read (FedKT, SOLO, PATE) share their runs

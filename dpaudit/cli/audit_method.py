@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from dpaudit._io import dumps_json, parse_toml_value, write_json
+from dpaudit._io import check_output_folder, dumps_json, make_output_dir, parse_toml_value, write_json
 from dpaudit.errors import ParameterError
 from dpaudit.progress import as_reporter
 from dpaudit.serial import to_dict
@@ -74,11 +74,13 @@ def command(method: str, sets: tuple[str, ...], seed: int, confidence: float, ou
     for flag in ("seed", "confidence"):
         if flag in params:
             raise ParameterError(f"The '--set' option cannot set {flag}; use --{flag}. Got --set {flag}=... instead.")
+    if out is not None:
+        check_output_folder(out)      # a symbolic link is refused before the run, as by every command
     rep = as_reporter(not quiet, prefix="dpaudit audit-method")
     t0 = time.perf_counter()
     result = audit_method_run(method, seed=seed, confidence=confidence, progress=rep, **params)
     if out is not None:
-        path = write_json(Path(out) / "method_audit.json", to_dict(result))
+        path = write_json(make_output_dir(out, "method audit") / "method_audit.json", to_dict(result))
         rep.log(f"wrote {path}")
     rep.log(f"done in {time.perf_counter() - t0:.1f} s")
     click.echo(dumps_json(to_dict(result)) if as_json else result.summary())

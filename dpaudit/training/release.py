@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from dpaudit._io import (atomic_dir, check_input_file, load_json_file, load_npy_file, load_npz_file, open_input, save_npy, save_npz,
+from dpaudit._io import (atomic_dir, check_input_file, check_output_folder, load_json_file, load_npy_file, load_npz_file, open_input, save_npy, save_npz,
                          write_json)
 from dpaudit.errors import DataError, ParameterError, format_value, check_bool, check_int, check_path, worded
 from dpaudit.serial import to_dict
@@ -213,12 +213,13 @@ def _check_truth(raw: Mapping[str, Any], m: int, where: str) -> np.ndarray:
 def check_release_target(out_dir: Any, name: str, owner: str) -> Path:
     """The folder a bundle is written to must be named by its last path component: ``.``, ``..``, ``/`` or an empty
     path name a folder that holds other things (the current directory, its parent), which ``--overwrite`` would
-    replace as a whole. Raises :class:`ParameterError` naming ``name`` of ``owner``."""
+    replace as a whole. Raises :class:`ParameterError` naming ``name`` of ``owner``; a symbolic link is refused as
+    by every command that writes a folder (:func:`dpaudit._io.check_output_folder`, an ``OutputError``)."""
     p = check_path(out_dir, name, owner)
     if p.name in ("", ".", ".."):
         raise ParameterError(f"The '{name}' parameter of {owner} must name a new folder for the bundle (e.g. runs/rel), "
                              f"not '.', '..' or '/': the whole folder would be replaced. Got {str(out_dir)!r} instead.")
-    return p
+    return check_output_folder(p, name if name.startswith("-") else f"The '{name}' folder of {owner}")
 
 
 def write_release(

@@ -354,3 +354,46 @@ def test_texts_of_99999_letters_are_cut_before_tokenizing(tiny_lm_dir, tmp_path,
     code, out, err = cli(["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a", "--bootstrap", "50"])
     assert code == 0, err
     assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - t0 < 60
+
+
+# --------------------------------------------------------------------------------------------------
+# the same output-folder rule for every command: a symbolic link as --out is refused before any work
+
+
+def _out_commands(tiny_lm_dir, root: Path) -> dict[str, list]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.savez(root / "s.npz", loss_train=rng.random(40), loss_test=rng.random(40))
+    W = tiny_lm_dir
+    lm_inputs = ["--lm", W["lm"], "--members", W["members"], "--nonmembers", W["nonmembers"], *CLAIM]
+    return {
+        "release make --scores": ["release", "make", "--scores", root / "s.npz", *CLAIM, "--out"],
+        "release make --lm": ["release", "make", *lm_inputs, "--out"],
+        "attack": ["attack", root / "lmrel", "--compare", "--out"],
+        "audit": ["audit", "--quiet", "--out"],
+        "audit-method": ["audit-method", "pate", "--quiet", "--out"],
+        "train": ["train", "pate", "--quiet", "--out"],
+        "reproduce": ["reproduce", "privatekt", "--seeds", "1", "--out"],
+    }
+
+
+@pytest.mark.parametrize("command", ["release make --scores", "release make --lm", "attack", "audit", "audit-method",
+                                     "train", "reproduce"])
+@pytest.mark.parametrize("target", ["existing", "dangling"])
+def test_symlinked_out_is_refused_by_every_command(tiny_lm_dir, tmp_path, cli, command, target):
+    """Before: 'audit-method --out LINK' and 'reproduce --out LINK' wrote into the folder the link points to (after
+    the whole run); release make and train refused it only as 'already exists'. Now every command that writes a
+    folder refuses a symbolic link as --out, by name, before any work. (flower's commands: tests/integrations.)"""
+    if command == "attack":
+        assert cli(["release", "make", "--out", tmp_path / "lmrel", "--lm", tiny_lm_dir["lm"], "--members",
+                    tiny_lm_dir["members"], "--nonmembers", tiny_lm_dir["nonmembers"], *CLAIM])[0] == 0
+    argv = _out_commands(tiny_lm_dir, tmp_path)[command]
+    dest = tmp_path / "elsewhere"
+    if target == "existing":
+        dest.mkdir()
+    link = tmp_path / "LINK"
+    link.symlink_to(dest)
+    _one_error(cli, [*argv, link], str(link), "symbolic link")
+    assert not dest.exists() or not any(dest.iterdir())
+    assert link.is_symlink()

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from dpaudit._format import fmt_number
-from dpaudit._io import check_replaceable, dumps_json, exclusive_lock, parse_toml_value, read_json, read_toml, write_json
+from dpaudit._io import check_output_folder, check_replaceable, dumps_json, exclusive_lock, parse_toml_value, read_json, read_toml, write_json
 from dpaudit.errors import DataError, OutputError, ParameterError, check_bool, check_int
 from dpaudit.training.limits import MAX_ROUNDS, MAX_THREADS
 from dpaudit.progress import Reporter, as_reporter
@@ -494,7 +494,7 @@ def prepare_out(out: str | Path, overwrite: bool, fingerprint: Mapping[str, Any]
     run gives the numbers an uninterrupted one would); checkpoints of other settings are refused unless
     ``overwrite`` discards them.
     """
-    out = Path(out)
+    out = check_output_folder(out, "The release directory")     # never a symbolic link, as for every command
     if (out.exists() or out.is_symlink()) and not overwrite:
         raise DataError(f"The release directory {out} already exists; replace it with --overwrite.")
     if out.exists() and not out.is_dir():
