@@ -9,7 +9,11 @@ import click
 
 from dpaudit.cli.render import render_result, result_json
 
-MECHANISMS = ("ldp", "dpsgd", "tuning", "laplace", "gaussian", "pate", "gnmax")
+MECHANISMS = ("ldp", "dpsgd", "tuning", "laplace-mechanism", "gaussian-mechanism", "laplace-noisy-max",
+              "gaussian-noisy-max", "pate", "gnmax", "laplace", "gaussian")
+#: Old names kept as aliases that warn: before issue 47 ``laplace`` and ``gaussian`` were PATE's noisy max without votes
+#: (Laplace noisy max and GNMax), not the plain Laplace and Gaussian mechanisms; they still mean what they meant.
+ALIASES = {"laplace": "laplace-noisy-max", "gaussian": "gaussian-noisy-max"}
 
 # option name (python identifier) -> CLI spelling
 _FLAG = {
@@ -25,7 +29,7 @@ _FLAG = {
     "release_order": "--release-order", "release_beta": "--release-beta", "release_sigma_ss": "--release-sigma-ss",
     "sampling": "--sampling", "neighbouring": "--neighbouring", "drop_last": "--drop-last",
     "opacus_loader": "--opacus-loader",
-    "runs_distribution": "--runs-distribution", "mean_runs": "--mean-runs", "eta": "--eta",
+    "runs_distribution": "--runs-distribution", "mean_runs": "--mean-runs", "eta": "--eta", "scale": "--scale",
 }
 
 # mechanism -> (required options, optional options)
@@ -35,8 +39,10 @@ _USES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
               ("epochs", "steps", "accountant", "sampling", "neighbouring", "drop_last", "opacus_loader")),
     "tuning": (("runs_distribution", "mean_runs", "dataset_size", "batch_size", "noise_multiplier", "delta"),
                ("eta", "epochs", "steps", "sampling", "neighbouring", "drop_last")),
-    "laplace": (("gamma", "queries", "delta"), ("sensitivity", "orders", "conversion")),
-    "gaussian": (("sigma", "queries", "delta"), ("orders", "threshold", "sigma1", "answered", "interactive")),
+    "laplace-mechanism": (("scale",), ("sensitivity", "queries", "delta")),
+    "gaussian-mechanism": (("sigma", "delta"), ("sensitivity", "queries")),
+    "laplace-noisy-max": (("gamma", "queries", "delta"), ("sensitivity", "orders", "conversion")),
+    "gaussian-noisy-max": (("sigma", "queries", "delta"), ("orders", "threshold", "sigma1", "answered", "interactive")),
     "pate": (("votes", "gamma", "delta"), ("sensitivity", "queries", "fedkt_level", "granularity", "partitions",
                                           "teachers", "z", "data_independent", "orders", "conversion")),
     "gnmax": (("votes", "sigma", "delta"), ("queries", "threshold", "sigma1", "data_independent", "orders", "answered",
@@ -71,8 +77,10 @@ def _call(mechanism: str, o: dict[str, Any]):
     """The options as one call of :func:`dpaudit.account` (the mechanism table's functions,
     :data:`dpaudit.accountants.mechanisms.ACCOUNTING_FUNCTIONS`).
 
-    The CLI's ``laplace`` and ``gaussian`` are the PATE noisy-max mechanisms without votes (data-independent):
-    ``pate`` and ``gnmax`` with ``data_independent=True``."""
+    ``laplace-mechanism`` and ``gaussian-mechanism`` are the plain mechanisms (``queries`` answers to queries of
+    sensitivity ``sensitivity``: the table's ``laplace`` and ``gaussian``); ``laplace-noisy-max`` and
+    ``gaussian-noisy-max`` are PATE's noisy max and GNMax without votes (data-independent): ``pate`` and ``gnmax`` with
+    ``data_independent=True`` (the old CLI names ``laplace`` and ``gaussian``, :data:`ALIASES`)."""
     from dpaudit.accountants.rdp import parse_orders   # here, not at the top: ``--help`` loads no accountant
     from dpaudit.api import account
 
@@ -86,17 +94,22 @@ def _call(mechanism: str, o: dict[str, Any]):
         if mechanism == "dpsgd":
             return account("dpsgd", **run, accountant=o["accountant"] or "best", opacus_loader=bool(o["opacus_loader"]))
         return account("tuning", runs_distribution=o["runs_distribution"], mean_runs=o["mean_runs"], eta=o["eta"], **run)
+    if mechanism in ("laplace-mechanism", "gaussian-mechanism"):
+        plain = {k: v for k, v in (("sensitivity", o["sensitivity"]), ("count", o["queries"])) if v is not None}
+        if mechanism == "laplace-mechanism":
+            return account("laplace", scale=o["scale"], delta=0.0 if o["delta"] is None else o["delta"], **plain)
+        return account("gaussian", sigma=o["sigma"], delta=o["delta"], **plain)
     orders = parse_orders(o["orders"]) if o["orders"] is not None else None
-    if mechanism in ("laplace", "pate"):
+    if mechanism in ("laplace-noisy-max", "pate"):
         extra = {} if o["sensitivity"] is None else {"sensitivity": o["sensitivity"]}
-        if mechanism == "laplace":
+        if mechanism == "laplace-noisy-max":
             return account("pate", votes=None, gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
                            data_independent=True, orders=orders, conversion=o["conversion"] or "best", **extra)
         return account("pate", votes=o["votes"], gamma=o["gamma"], delta=o["delta"], queries=o["queries"],
                        data_independent=o["data_independent"], fedkt_level=o["fedkt_level"],
                        granularity=o["granularity"], partitions=o["partitions"], teachers=o["teachers"], z=o["z"],
                        orders=orders, conversion=o["conversion"] or "best", **extra)
-    if mechanism == "gaussian":
+    if mechanism == "gaussian-noisy-max":
         answered = o["answered"]
         if answered is not None:   # only the count of answered queries matters without votes
             from dpaudit.accountants.gnmax import load_answered
@@ -115,7 +128,11 @@ def _call(mechanism: str, o: dict[str, Any]):
 
 
 @click.command("account")
-@click.option("--mechanism", type=click.Choice(MECHANISMS), default=None, help="What to account (or --flower-run).")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default=None,
+              help="What to account (or --flower-run): laplace-mechanism / gaussian-mechanism (plain Laplace or Gaussian "
+                   "answers to queries), laplace-noisy-max / gaussian-noisy-max (PATE's noisy max and GNMax without "
+                   "votes), pate, gnmax, ldp, dpsgd, tuning. 'laplace' and 'gaussian' are old names of "
+                   "laplace-noisy-max and gaussian-noisy-max (they warn).")
 @click.option("--flower-run", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Instead of --mechanism: a recorded Flower run directory, accounted per client (with --delta, "
                    "default 1e-5, and --neighbouring substitution (replace-one, default) or add-remove).")
@@ -139,9 +156,13 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--runs-distribution", type=click.Choice(("poisson", "geometric", "logarithmic", "truncated-negative-binomial")), help="[tuning] distribution of the number of training runs K (random stopping, Papernot & Steinke 2022).")
 @click.option("--mean-runs", type=float, help="[tuning] expected number of runs E[K].")
 @click.option("--eta", type=float, help="[tuning] eta of the truncated negative binomial (> -1; geometric is 1, logarithmic 0).")
-@click.option("--gamma", type=float, help="[laplace, pate] inverse Laplace scale on vote counts.")
-@click.option("--queries", type=int, help="[laplace, gaussian, pate, gnmax] number of queries.")
-@click.option("--sensitivity", type=float, help="[laplace, pate] L1 sensitivity of the vote histogram (default 2).")
+@click.option("--gamma", type=float, help="[laplace-noisy-max, pate] inverse Laplace scale on vote counts.")
+@click.option("--queries", type=int, help="[laplace-mechanism, gaussian-mechanism (default 1), laplace-noisy-max, "
+                                          "gaussian-noisy-max, pate, gnmax] number of queries.")
+@click.option("--scale", type=float, help="[laplace-mechanism] Laplace noise scale b.")
+@click.option("--sensitivity", type=float, help="[laplace-mechanism, gaussian-mechanism] sensitivity of each query "
+                                                "(L1 / L2, default 1); [laplace-noisy-max, pate] L1 sensitivity of the "
+                                                "vote histogram (default 2).")
 @click.option("--votes", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="[pate, gnmax] vote histograms (.npy).")
 @click.option("--fedkt-level", type=click.Choice(("L1", "L2")), help="[pate] FedKT privacy level.")
 @click.option("--granularity", type=click.Choice(("party", "example")), help="[pate] FedKT granularity.")
@@ -149,15 +170,15 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--teachers", type=int, help="[pate] FedKT t.")
 @click.option("--z", type=int, help="[pate] FedKT z (example-level).")
 @click.option("--data-independent", is_flag=True, help="[pate, gnmax] use the data-independent bound only.")
-@click.option("--orders", type=str, help="[laplace, gaussian, pate, gnmax] orders, e.g. '1-8' or '2,4,8,16'.")
-@click.option("--conversion", type=click.Choice(("best", "moments", "rdp")), help="[laplace, pate] best (default: the smallest of moments, rdp and pure-DP composition), or force moments (PATE 2017) or rdp.")
-@click.option("--sigma", type=float, help="[gaussian, gnmax] GNMax noise std.")
-@click.option("--threshold", type=float, help="[gaussian, gnmax] Confident-GNMax threshold T.")
-@click.option("--sigma1", type=float, help="[gaussian, gnmax] Confident-GNMax threshold noise std.")
+@click.option("--orders", type=str, help="[laplace-noisy-max, gaussian-noisy-max, pate, gnmax] orders, e.g. '1-8' or '2,4,8,16'.")
+@click.option("--conversion", type=click.Choice(("best", "moments", "rdp")), help="[laplace-noisy-max, pate] best (default: the smallest of moments, rdp and pure-DP composition), or force moments (PATE 2017) or rdp.")
+@click.option("--sigma", type=float, help="[gaussian-mechanism] Gaussian noise std; [gaussian-noisy-max, gnmax] GNMax noise std.")
+@click.option("--threshold", type=float, help="[gaussian-noisy-max, gnmax] Confident-GNMax threshold T.")
+@click.option("--sigma1", type=float, help="[gaussian-noisy-max, gnmax] Confident-GNMax threshold noise std.")
 @click.option("--answered", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="[gaussian, gnmax] which queries Confident-GNMax answered: a bool mask (.npy, or true/false text) or "
+              help="[gaussian-noisy-max, gnmax] which queries Confident-GNMax answered: a bool mask (.npy, or true/false text) or "
                    "0-based indices (integer .npy or text). Every query pays the check; only these pay GNMax.")
-@click.option("--interactive", is_flag=True, help="[gaussian, gnmax] Interactive GNMax (PATE 2018 Alg. 2): data-independent "
+@click.option("--interactive", is_flag=True, help="[gaussian-noisy-max, gnmax] Interactive GNMax (PATE 2018 Alg. 2): data-independent "
                                                  "figures only (its data-dependent analysis is refused).")
 @click.option("--release-epsilon", is_flag=True, help="[gnmax] release the data-dependent epsilon privately (PATE 2018 "
                                                      "smooth-sensitivity release; searches beta and the noise scale).")
@@ -185,8 +206,17 @@ def command(mechanism: str | None, flower_run: Path | None, as_json: bool, **opt
         delta = 1e-5 if options.get("delta") is None else options["delta"]
         render_flower_accounting(account_flower_run(flower_run, delta=delta, neighbouring=nb), as_json)
         return
+    alias = mechanism if mechanism in ALIASES else None
+    mechanism = ALIASES.get(mechanism, mechanism)
     _check_options(mechanism, options)
     result = _call(mechanism, options)
+    if alias is not None:   # after the work: an error stays one line
+        from dpaudit.cli.render import warn
+
+        plain = "laplace-mechanism" if alias == "laplace" else "gaussian-mechanism"
+        warn(f"--mechanism {alias} is an old name of --mechanism {mechanism} (PATE's "
+             f"{'Laplace noisy max' if alias == 'laplace' else 'GNMax'} without votes); it will be removed. The "
+             f"plain {alias.capitalize()} mechanism is --mechanism {plain}.")
     if as_json:
         click.echo(result_json(result))
     else:

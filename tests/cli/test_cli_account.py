@@ -135,7 +135,7 @@ def test_laplace_needs_pate_module_or_skips(capsys, tmp_path):
     pate = importlib.import_module("dpaudit.accountants.pate")
     if not hasattr(pate, "account_pate"):
         pytest.skip("dpaudit.accountants.pate.account_pate is on the 'pate' branch")
-    code, out, err = run(capsys, "account", "--mechanism", "laplace", "--gamma", "0.05", "--queries", "100",
+    code, out, err = run(capsys, "account", "--mechanism", "laplace-noisy-max", "--gamma", "0.05", "--queries", "100",
                          "--delta", "1e-5", "--json")
     assert code == 0, err
     d = json.loads(out)
@@ -223,7 +223,7 @@ def test_gnmax_bad_input_one_line_exit_2(capsys, gnmax_files, extra, needle):
 
 def test_gaussian_interactive_is_accounted_data_independently(capsys, tmp_path):
     (tmp_path / "a.txt").write_text("0,1,2")
-    code, out, err = run(capsys, "account", "--mechanism", "gaussian", "--sigma", "40", "--queries", "10", "--delta", "1e-5",
+    code, out, err = run(capsys, "account", "--mechanism", "gaussian-noisy-max", "--sigma", "40", "--queries", "10", "--delta", "1e-5",
                          "--threshold", "150", "--sigma1", "100", "--answered", str(tmp_path / "a.txt"), "--interactive",
                          "--json")
     assert code == 0, err
@@ -251,3 +251,27 @@ def test_account_epochs_reproduces_opacus_sample_rate_and_steps(capsys):
     assert plain["facts"]["steps"] == 281 and plain["epsilon"] != pytest.approx(d["epsilon"], rel=1e-3)
     code, _, err = run(capsys, *args, "--opacus-loader", "--sampling", "shuffle")
     assert code == 2 and "opacus_loader" in err and "poisson" in err
+
+
+def test_mechanism_names_and_old_aliases(capsys):
+    # issue 47: the plain Laplace and Gaussian mechanisms are reachable from the CLI; PATE's noisy max and GNMax without
+    # votes are named so; the old names 'laplace' and 'gaussian' (which meant the noisy max) still work and warn
+    code, out, err = run(capsys, "account", "--mechanism", "laplace-mechanism", "--scale", "2", "--queries", "5", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["mechanism"] == "laplace" and d["epsilon"] == 2.5 and d["lower_bound"]["epsilon"] == 2.5
+    code, out, err = run(capsys, "account", "--mechanism", "gaussian-mechanism", "--sigma", "3", "--queries", "10",
+                         "--delta", "1e-5", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["mechanism"] == "gaussian" and d["lower_bound"]["epsilon"] <= d["epsilon"] and not err
+    code, out, err = run(capsys, "account", "--mechanism", "gaussian-mechanism", "--sigma", "3")
+    assert code == 2 and "--delta is required" in err
+    new = run(capsys, "account", "--mechanism", "laplace-noisy-max", "--gamma", "1", "--queries", "100", "--delta", "1e-5",
+              "--json")
+    old = run(capsys, "account", "--mechanism", "laplace", "--gamma", "1", "--queries", "100", "--delta", "1e-5", "--json")
+    assert new[0] == old[0] == 0 and json.loads(new[1])["epsilon"] == json.loads(old[1])["epsilon"]
+    assert not new[2] and "old name of --mechanism laplace-noisy-max" in old[2] and "laplace-mechanism" in old[2]
+    # the integer-histogram pair (76.36, was 80.11 from a fractional vote gap)
+    assert abs(json.loads(new[1])["lower_bound"]["epsilon"] - 76.36) < 0.01
+    code, out, err = run(capsys, "account", "--mechanism", "gaussian", "--sigma", "40", "--queries", "100", "--delta",
+                         "1e-5", "--json")
+    assert code == 0 and "old name of --mechanism gaussian-noisy-max" in err and json.loads(out)["mechanism"] == "gnmax"

@@ -467,14 +467,15 @@ def test_known_train_size_findings(tmp_path, method, args, name, allowed):
 # ---- account -------------------------------------------------------------------------------------------------
 
 @settings(max_examples=30, derandomize=True, **_COMMON)
-@given(st.sampled_from(["ldp", "dpsgd", "laplace", "gaussian"]),
+@given(st.sampled_from(["ldp", "dpsgd", "laplace", "gaussian", "laplace-mechanism", "gaussian-mechanism"]),
        st.fixed_dictionaries({}, optional={
            "--epsilon": st.one_of(st.floats(0.01, 60), EXTREME_FLOATS), "--samples": st.integers(-1, 8),
            "--classes": st.integers(-1, 12), "--rounds": st.integers(0, 300), "--users": st.integers(0, 5000),
            "--delta": st.one_of(st.floats(0, 1), EXTREME_FLOATS), "--dataset-size": st.integers(0, 10**4),
            "--batch-size": st.integers(0, 200), "--noise-multiplier": st.one_of(st.floats(0.1, 5), EXTREME_FLOATS),
            "--steps": st.integers(0, 2000), "--gamma": st.one_of(st.floats(0.01, 5), EXTREME_FLOATS),
-           "--queries": st.integers(0, 2000), "--sigma": st.one_of(st.floats(0.1, 100), EXTREME_FLOATS)}))
+           "--queries": st.integers(0, 2000), "--sigma": st.one_of(st.floats(0.1, 100), EXTREME_FLOATS),
+           "--scale": st.one_of(st.floats(0.01, 100), EXTREME_FLOATS)}))
 def test_fuzz_account_options(mechanism, opts):
     COUNTS["account options"] += 1
     argv = ["account", "--mechanism", mechanism]
