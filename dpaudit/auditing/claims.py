@@ -17,6 +17,8 @@ A claims file (schema 1)::
     # factory = "net.py:build"                  # optional, release only: your copy of the code the bundle names
     # train_fn = "train.py:train"               #   (run only when its sha256 matches the bundle's record)
     # ledger = "ledger.json"                    # a PrivacyLedger.to_dict() JSON file
+    # canary_audit = "audit/canary_audit.json"  # a certified canary audit (dpaudit lm audit --out): its run's
+                                                #   accounting, and its certified bound as evidence (example level)
     party = "client-0"                          # optional, release/ledger only: that party's figure
     allow_data_dependent = false                # optional (default false): true lets a data-dependent figure
                                                 #   (PATE / GNMax on the votes: not itself DP) hold the claim
@@ -54,6 +56,7 @@ __all__ = [
     "MechanismSubject",
     "ReleaseSubject",
     "LedgerSubject",
+    "CanaryAuditSubject",
     "Claim",
     "ClaimsFile",
     "parse_claims",
@@ -89,7 +92,7 @@ MECHANISM_GRANULARITIES: dict[str, tuple[str, ...]] = {
 }
 
 _CLAIM_KEYS = {"name", "epsilon", "delta", "granularity", "description", "mechanism", "params", "release",
-               "ledger", "party", "attack", "allow_data_dependent", "factory", "train_fn"}
+               "ledger", "party", "attack", "allow_data_dependent", "factory", "train_fn", "canary_audit"}
 _ATTACK_KEYS = {"kind", "shadows", "confidence", "seed", "audit", "canary", "canaries", "models", "method", "params"}
 _METHOD_RUN_KEYS = {"kind", "method", "params", "confidence", "seed"}
 _TOP_KEYS = {"schema", "claim"}
@@ -151,7 +154,19 @@ class LedgerSubject:
         return f"ledger {self.path}"
 
 
-Subject = MechanismSubject | ReleaseSubject | LedgerSubject
+@dataclass(frozen=True, slots=True)
+class CanaryAuditSubject:
+    """A certified canary audit's ``canary_audit.json`` (e.g. ``dpaudit lm audit --out``): its accounted epsilon is
+    the audited run's own accounting, its certified lower bound the evidence (example-level: one canary is one
+    record)."""
+
+    path: Path
+
+    def describe(self) -> str:
+        return f"canary audit {self.path}"
+
+
+Subject = MechanismSubject | ReleaseSubject | LedgerSubject | CanaryAuditSubject
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,10 +267,10 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
     if not isinstance(description, str):
         raise ParameterError(f"The 'description' parameter of {owner} must be a string. Got {description!r} instead.")
 
-    given = [k for k in ("mechanism", "release", "ledger") if k in raw]
+    given = [k for k in ("mechanism", "release", "ledger", "canary_audit") if k in raw]
     if len(given) != 1:
         raise ParameterError(
-            f"{owner.capitalize()} needs exactly one subject: 'mechanism', 'release' or 'ledger'. "
+            f"{owner.capitalize()} needs exactly one subject: 'mechanism', 'release', 'ledger' or 'canary_audit'. "
             f"Got {', '.join(repr(g) for g in given) or 'none'} instead."
         )
     kind = given[0]
@@ -296,6 +311,14 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
         subject = ReleaseSubject(path=_path(raw["release"], "release", owner, base),
                                  factory=_code_path(raw.get("factory"), "factory", owner, base),
                                  train_fn=_code_path(raw.get("train_fn"), "train_fn", owner, base))
+    elif kind == "canary_audit":
+        if granularity != "example":
+            raise ParameterError(f"The 'granularity' parameter of {owner} must be 'example' for a canary_audit subject "
+                                 f"(one canary is one record). Got {granularity!r} instead.")
+        if "party" in raw:
+            raise ParameterError(f"The 'party' parameter of {owner} applies to 'release' and 'ledger' subjects only. "
+                                 "Got a canary_audit subject instead.")
+        subject = CanaryAuditSubject(path=_path(raw["canary_audit"], "canary_audit", owner, base))
     else:
         subject = LedgerSubject(path=_path(raw["ledger"], "ledger", owner, base))
 

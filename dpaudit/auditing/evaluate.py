@@ -44,6 +44,7 @@ as are missing or malformed subject files (:class:`~dpaudit.errors.DataError`): 
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 import xml.etree.ElementTree as ET
@@ -62,12 +63,13 @@ from dpaudit.auditing.claims import (
     AttackBudget,
     Claim,
     ClaimsFile,
+    CanaryAuditSubject,
     LedgerSubject,
     MechanismSubject,
     ReleaseSubject,
     load_claims,
 )
-from dpaudit.errors import DataError, DPAuditError, check_path
+from dpaudit.errors import DataError, DPAuditError, ParameterError, check_path
 from dpaudit.executors import LocalExecutor
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit._io import json_number as _num, parse_json_number as _unnum
@@ -410,6 +412,18 @@ def _release_meta(path: Path) -> dict[str, Any]:
     from dpaudit.training.release import read_release_meta
     from dpaudit.training.release_meta import parse_release_meta
 
+    from dpaudit.auditing.lm_release import is_lm_release, load_lm_release
+
+    if not path.is_symlink() and is_lm_release(path):    # a language-model bundle: lm_release.json, checked as read
+        meta = dict(load_lm_release(path).meta)
+        claim = dict(meta.get("claim") or {})
+        if claim.get("granularity") is not None:
+            from dpaudit.accountants.granularity import canonical_granularity
+
+            claim["granularity"] = canonical_granularity(claim["granularity"], "claim.granularity",
+                                                         str(path / "lm_release.json"), allow_none=True)
+        meta["claim"] = claim
+        return meta
     f = path / "release.json"
     if not path.is_symlink() and path.is_dir() and not f.is_symlink() and not f.exists():
         raise DataError(f"Release {str(path)!r} has no release.json (is it a release directory?).")
@@ -417,6 +431,32 @@ def _release_meta(path: Path) -> dict[str, Any]:
     info = parse_release_meta(meta, str(f))
     meta["claim"] = {**meta["claim"], "granularity": info.claim.granularity}
     return meta
+
+
+def _canary_audit_evidence(path: Path) -> tuple[PrivacyStatement, EmpiricalBound]:
+    """A ``canary_audit.json``: (the audited run's accounting as a statement -- infinite when the run was not
+    private --, its certified lower bound)."""
+    from dpaudit._io import load_json_file
+    from dpaudit.auditing.canary_audit import CanaryAuditResult
+
+    if path.is_symlink() or not path.is_file():
+        raise DataError(f"Canary audit file {str(path)!r} does not exist (or is a link); write one with "
+                        "dpaudit lm audit --out DIR.")
+    res = from_dict(CanaryAuditResult, load_json_file(path, "the canary audit file"), what=str(path))
+    b = res.bound
+    d = float(res.settings.get("delta", b.delta))
+    acc = math.inf if res.accounted_epsilon is None else float(res.accounted_epsilon)
+    src = res.settings.get("accounting_source") or "the audited run's accounting"
+    st = PrivacyStatement(acc, d, "canary audit's run", label=f"accounted by {src}",
+                          assumptions=("The accounting is that of the audited training run, as its canary_audit.json "
+                                       "records it.",) if res.accounted_epsilon is not None else
+                          ("The audited run was not private: no accounted epsilon.",))
+    details: dict[str, Any] = {"trials": int(b.trials), "ideal_epsilon": b.ideal_epsilon, "file": str(path),
+                               "notes": tuple(str(n) for n in res.notes)}
+    emp = EmpiricalBound(attack=f"{b.audit} canary audit ({res.settings.get('canary', 'canaries')})",
+                         epsilon_lower_bound=float(b.epsilon), confidence=float(b.confidence), delta=float(b.delta),
+                         details=details, kind=b.kind)
+    return st, emp
 
 
 def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, code: Any = None,
@@ -433,6 +473,12 @@ def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, 
     :class:`~dpaudit.training.usercode.BundleCode` for the code the bundle names (none of it runs without).
     ``progress``: bars (or lines) on stderr for the shadow models / the canary audit's training.
     """
+    from dpaudit.auditing.lm_release import is_lm_release
+
+    if is_lm_release(release):
+        raise ParameterError(f"Release {str(release)!r} is a language-model release: a claim about it takes no attack "
+                             "table. Its certified evidence is an LM canary audit of the fine-tune (dpaudit lm audit "
+                             "--out DIR), cited by a claim with canary_audit = \"DIR/canary_audit.json\".")
     if budget.kind == "canary":
         from dpaudit.auditing.canary_audit import canary_audit_release
 
@@ -590,6 +636,8 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
             st = _allowed_statement(result, claim, notes)
             notes += list(result.warnings)
             lower, headline = result.lower_bound, result.statement
+        elif isinstance(subject, CanaryAuditSubject):
+            st, empirical = _canary_audit_evidence(subject.path)
         elif isinstance(subject, LedgerSubject):
             if not subject.path.is_file():
                 raise DataError(f"Ledger file {str(subject.path)!r} does not exist.")
@@ -652,8 +700,10 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
             notes.append(f"the certified lower bound ({fmt_number(empirical.epsilon_lower_bound)}) is above dpaudit's "
                          f"accounting of the {empirical.details['method']} run ({fmt_number(acc)}): an accounting or "
                          "implementation bug.")
-    elif claim.attack is not None and isinstance(subject, ReleaseSubject):
-        if attack_runner is None:
+    elif (claim.attack is not None and isinstance(subject, ReleaseSubject)) or isinstance(subject, CanaryAuditSubject):
+        if empirical is not None:
+            pass                 # the canary audit's certified bound, read from its file
+        elif attack_runner is None:
             from dpaudit.training.usercode import BundleCode
 
             code = BundleCode(factory=subject.factory, train_fn=subject.train_fn, trust_bundle=bool(trust_bundle_code))
@@ -662,7 +712,11 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
             empirical = attack_runner(subject.path, claim.attack, claim.delta)
         notes += [str(n) for n in empirical.details.get("notes", ())]
         if empirical.epsilon_lower_bound > claim.epsilon:
-            if empirical.certified:
+            if empirical.certified and empirical.delta < claim.delta:
+                notes.append(f"the certified {empirical.describe()} is above the claimed epsilon "
+                             f"{fmt_number(claim.epsilon)} but holds at delta {fmt_number(empirical.delta)}, below the "
+                             f"claimed delta {fmt_number(claim.delta)}, so it does not refute the claim.")
+            elif empirical.certified:
                 refuted.append(f"certified empirical lower bound {fmt_number(empirical.epsilon_lower_bound)} "
                                f"({empirical.attack}, confidence {fmt_number(empirical.confidence)}) > claimed {fmt_number(claim.epsilon)}")
             else:

@@ -24,7 +24,7 @@ __all__ = ["cli", "main", "INTERNAL_ERROR"]
 INTERNAL_ERROR = 70
 
 # Each module below defines a click command named ``command``; a module that is absent is skipped.
-_COMMAND_MODULES = ("account", "train", "attack", "audit", "audit_method", "check", "release", "reproduce", "flower")
+_COMMAND_MODULES = ("account", "train", "attack", "audit", "audit_method", "check", "release", "reproduce", "flower", "lm")
 
 
 class _Threads(click.ParamType):
