@@ -115,3 +115,68 @@ def run_page(repo: Path, page: str, blocks: list[Block], timeout: float) -> subp
     return subprocess.run([str(repo / ".venv" / "bin" / "python"), "-c", _DRIVER, str(spec)], cwd=repo,
                           env=block_env(repo), capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
+
+
+# ---- quoted figures: a figure in a page's prose followed by ``<!-- printed -->`` (or ``<!-- printed: LABEL -->``)
+# must be one that the page's own blocks printed (on a line containing LABEL, when given), so a figure that changes
+# fails the docs tests instead of leaving the page wrong. The comment is invisible in the rendered page.
+PRINTED = re.compile(r"(?P<fig>[-+]?\d[\d,]*(?:\.\d+)?)(?:\*\*|\*|`)?[ \t]*<!--[ \t]*printed(?:[ \t]*:[ \t]*"
+                     r"(?P<label>.*?))?[ \t]*-->")
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+
+
+@dataclass(frozen=True)
+class Figure:
+    line: int
+    text: str
+    label: str | None
+
+    @property
+    def decimals(self) -> int:
+        return len(self.text.split(".")[1]) if "." in self.text else 0
+
+
+def quoted_figures(text: str) -> list[Figure]:
+    """Every ``FIGURE<!-- printed[: LABEL] -->`` of a page's prose (markers inside fenced blocks are code, not
+    prose, and are skipped)."""
+    fenced = [(m.start(), m.end()) for m in FENCE.finditer(text)]
+    out = []
+    for m in PRINTED.finditer(text):
+        if any(a <= m.start() < b for a, b in fenced):
+            continue
+        label = m.group("label")
+        out.append(Figure(text.count("\n", 0, m.start()) + 1, m.group("fig"), label.strip() if label else None))
+    return out
+
+
+def _same(printed: str, fig: Figure) -> bool:
+    """``printed`` (a number in the output) is the quoted figure at the figure's precision: rounded to its
+    decimals, and given with at least as many (a quote may round a printed figure, never add digits to it)."""
+    p = printed.replace(",", "")
+    p_dec = len(p.split(".")[1].split("e")[0].split("E")[0]) if "." in p else 0
+    if "e" in p.lower():
+        p_dec = 99  # scientific notation: compare the value
+    try:
+        value, quoted = float(p), float(fig.text.replace(",", ""))
+    except ValueError:
+        return False
+    return p_dec >= fig.decimals and f"{value:.{fig.decimals}f}" == f"{quoted:.{fig.decimals}f}"
+
+
+def unprinted_figures(page_text: str, output: str) -> list[str]:
+    """The quoted figures of ``page_text`` that ``output`` (what the page's blocks printed) does not contain, as
+    ``line N: FIGURE [(LABEL)]`` messages; empty when every quoted figure was printed."""
+    lines = output.splitlines()
+    missing = []
+    for fig in quoted_figures(page_text):
+        where = [ln for ln in lines if fig.label is None or fig.label in ln]
+        if not any(_same(m.group(), fig) for ln in where for m in NUMBER.finditer(ln)):
+            missing.append(f"line {fig.line}: {fig.text}" + (f" ({fig.label!r})" if fig.label else ""))
+    return missing
+
+
+def changed_figure(fig: Figure) -> str:
+    """The figure with its last digit changed (a figure that moved), for the tests that show a change is caught."""
+    digits = [i for i, c in enumerate(fig.text) if c.isdigit()]
+    i = digits[-1]
+    return fig.text[:i] + str((int(fig.text[i]) + 1) % 10) + fig.text[i + 1:]
