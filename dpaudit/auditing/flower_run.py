@@ -90,8 +90,9 @@ def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, de
     spec = digits_model_spec()
     clf = load_classifier(Path(run_dir) / MODEL_FILE, spec, follow_symlinks=False)
     accuracy = float(np.mean(clf.predict_proba(data.X[non]).argmax(axis=1) == data.y[non])) if non.size else None
-    # the headline is the largest client figure: the amplified one (RDP) or a client's own rounds (exact Gaussian DP)
-    route = "rdp" if acc.epsilon == acc.sampled_epsilon else "gdp"
+    # the headline is the largest client figure: the amplified one (its smaller route, RDP or PLD) or a client's own
+    # rounds (exact Gaussian DP)
+    route = str(acc.facts.get("sampled_route") or "rdp") if acc.epsilon == acc.sampled_epsilon else "gdp"
     st = PrivacyStatement(acc.epsilon, acc.delta, route, label=f"client-level, max over {len(acc.per_client)} clients",
                           assumptions=acc.assumptions, route=route,
                           details={"lower_bound_epsilon": acc.lower_bound})

@@ -55,8 +55,10 @@ def test_headline_setting_is_the_fixed_size_event_with_the_lower_bound_below_it(
     acc = _account(_run())
     ref = RdpAccountant()
     ref.compose(FixedBatchGaussian(20, 5, 2.0, steps=30, neighbouring="substitution"))
-    assert acc.sampler_verified and acc.sampled_epsilon == pytest.approx(ref.epsilon_quiet(DELTA), rel=1e-12)
-    assert 0 < acc.lower_bound <= acc.sampled_epsilon
+    assert acc.sampler_verified and acc.facts["sampled_routes"]["rdp"] == pytest.approx(ref.epsilon_quiet(DELTA), rel=1e-12)
+    # the PLD route (issue 43 item 2) is the headline: smaller, and never below the certified lower bound
+    assert acc.facts["sampled_route"] == "pld" and acc.sampled_epsilon == acc.facts["sampled_routes"]["pld"]
+    assert 0 < acc.lower_bound <= acc.sampled_epsilon < acc.facts["sampled_routes"]["rdp"]
     # add/remove: the Poisson figure at sigma/2 is the upper bound, and the same pair bounds it below: a tight interval
     ar = _account(_run(), neighbouring="add-remove")
     assert ar.lower_bound <= ar.sampled_epsilon <= 1.2 * ar.lower_bound
@@ -75,8 +77,9 @@ def test_per_client_figures_come_from_each_clients_own_rounds():
         assert c.headline == min(c.sampled, c.participation)
     assert acc.epsilon == max(c.headline for c in acc.per_client)
     led = acc.privacy_ledger()
-    # the ledger holds the same events; its RDP figure of a client's own rounds is at or above the exact one
-    assert len(led.parties) == 20 and acc.epsilon * (1 - 1e-9) <= led.overall().epsilon <= 1.05 * acc.epsilon
+    # the ledger holds the same events; its figures are RDP's, at or above the exact / PLD ones
+    assert len(led.parties) == 20 and acc.epsilon * (1 - 1e-9) <= led.overall().epsilon
+    assert led.overall().epsilon <= acc.facts["sampled_routes"]["rdp"] * (1 + 1e-9)
 
 
 def test_flowers_conventions_and_the_red_flag():
@@ -136,7 +139,10 @@ def test_adaptive_clipping_accounts_the_clipped_count_noise():
     acc = _account(d)
     ref = RdpAccountant()
     ref.compose(FixedBatchGaussian(20, 5, eff, steps=30, neighbouring="substitution"))
-    assert acc.sampled_epsilon == pytest.approx(ref.epsilon_quiet(DELTA), rel=1e-12)
+    assert acc.facts["sampled_routes"]["rdp"] == pytest.approx(ref.epsilon_quiet(DELTA), rel=1e-12)
+    from dpaudit.integrations.flower.accounting import sampled_pld_epsilon
+
+    assert acc.sampled_epsilon == sampled_pld_epsilon({(20, 5, eff): 30}, DELTA, "replace-one")
     assert acc.sampled_epsilon > _account(_run(sigma=sz)).sampled_epsilon   # the count costs privacy
 
 
@@ -366,3 +372,37 @@ def test_the_exact_figure_of_the_missing_replies_case_against_a_pld():
     ref = pld.from_gaussian_mechanism(1.6, sensitivity=2.0, value_discretization_interval=1e-4).self_compose(10)
     got = _client(_account(_cyclic_run()), 1000).participation
     assert got <= ref.get_epsilon_for_delta(DELTA) <= got * 1.002
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# issue 43, item 2: the tightest valid bound for fixed-size client sampling (the PLD of the subsampling operator for m
+# of N without replacement, dpaudit.accountants.sampling.fixed_size_gaussian_pld) beside RDP; the smaller is the figure
+
+
+def test_the_headline_run_interval_is_within_ten_percent():
+    # before: RDP 18.90 over the certified 9.77 (x1.93); now the PLD route 10.33 (x1.057)
+    acc = _account(_run())
+    routes = acc.facts["sampled_routes"]
+    assert routes["rdp"] == pytest.approx(18.90, abs=0.01) and routes["pld"] == pytest.approx(10.33, abs=0.01)
+    assert acc.lower_bound == pytest.approx(9.77, abs=0.01)
+    assert acc.sampled_epsilon / acc.lower_bound <= 1.10
+    # add/remove: the Poisson Gaussian at sigma/2 as a PLD, against the same pair
+    ar = _account(_run(), neighbouring="add-remove")
+    assert ar.facts["sampled_route"] == "pld" and ar.lower_bound <= ar.sampled_epsilon <= 1.01 * ar.lower_bound
+
+
+def test_the_mnist_setting_interval_is_within_ten_percent():
+    # 60000 clients, 256 per round, sigma 1.1, 702 rounds: PLD 4.936 (RDP 6.95) over the certified 4.664 (x1.058)
+    from dpaudit.integrations.flower.accounting import sampled_pld_epsilon
+
+    groups = {(60000, 256, 1.1): 702}
+    up = sampled_pld_epsilon(groups, DELTA, "replace-one")
+    lower = sampled_lower_bound(groups, DELTA)
+    assert up == pytest.approx(4.936, abs=2e-3) and lower == pytest.approx(4.664, abs=2e-3)
+    assert lower <= up <= 1.10 * lower
+
+
+def test_the_pld_route_is_skipped_where_its_grid_would_not_fit():
+    # sigma 0.01: outside the PLD route's range; RDP alone, still above the certified lower bound
+    acc = _account(_run(sigma=0.01))
+    assert set(acc.facts["sampled_routes"]) == {"rdp"} and acc.lower_bound <= acc.sampled_epsilon

@@ -12,6 +12,12 @@ records, under
 * ``add-remove`` -- the coupling of the event's docstring: the Poisson-subsampled Gaussian at rate m/N with noise
   multiplier sigma/2 (a fixed sample size doubles the sensitivity).
 
+Two routes give the amplified figure, the smaller one is used (``facts["sampled_routes"]``): RDP of that event, and
+a privacy-loss distribution of the same rounds (:func:`sampled_pld_epsilon`, through
+:func:`dpaudit.accountants.sampling.fixed_size_gaussian_pld`: Dong, Roth and Su's subsampling operator for m of N
+without replacement in f-DP under replace-one), typically far tighter (the headline run: 10.33 against RDP's 18.90,
+with the certified lower bound at 9.77).
+
 Figures per client (the ``per_client`` rows):
 
 * ``sampled``: the run's figure with amplification by sampling, the same for every client (valid while which
@@ -53,12 +59,13 @@ from dpaudit.accountants.events import FixedBatchGaussian, SubsampledGaussian
 from dpaudit.accountants.ledger import PrivacyLedger
 from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
 from dpaudit.accountants.rdp import RdpAccountant
+from dpaudit.accountants.sampling import fixed_size_gaussian_pld
 from dpaudit.errors import DPAuditError, ParameterError, check_choice, check_float, check_probability
 from dpaudit.integrations.flower.record import DpSettings, FlowerRun, RoundRecord
 
 __all__ = ["account_run", "FlowerAccounting", "ClientFigure", "FlowerFigure", "sampled_lower_bound", "NEIGHBOURING",
            "flower_convention_epsilon", "merge_settings", "combined_multiplier", "gaussian_rounds_epsilon",
-           "MAX_SETTINGS", "LOWER_BOUND_SIGMA_FLOOR", "FLOWER_SIGMA_RANGE", "MAX_LEDGER_PARTIES"]
+           "MAX_SETTINGS", "LOWER_BOUND_SIGMA_FLOOR", "FLOWER_SIGMA_RANGE", "MAX_LEDGER_PARTIES", "sampled_pld_epsilon", "PLD_SIGMA_RANGE"]
 
 #: dpaudit's spelling -> FixedBatchGaussian's neighbouring relation
 NEIGHBOURING = {"replace-one": "substitution", "add-remove": "add-remove"}
@@ -185,10 +192,12 @@ def sampled_lower_bound(rounds: Mapping[tuple[int, int, float], int], delta: flo
     rounds = {(n, m, max(float(sigma), LOWER_BOUND_SIGMA_FLOOR)): c for (n, m, sigma), c in rounds.items()
               if sigma <= LOWER_BOUND_SIGMA_CEILING}
     total = None
+    # the loss of one round spans about 0.5/half^2 (the shift) + 10/half (the tails) nats; one grid for every setting
+    # (distributions compose on one grid), sized by the smallest multiplier
+    half = min((sigma for (_, _, sigma) in rounds), default=1.0) / 2.0
+    grid = max(vdi, (0.5 / half ** 2 + 10.0 / half) / _LB_POINTS)
     for (n, m, sigma), count in rounds.items():
         half = sigma / 2.0
-        # the loss of one round spans about 0.5/half^2 (the shift) + 10/half (the tails) nats
-        grid = max(vdi, (0.5 / half ** 2 + 10.0 / half) / _LB_POINTS)
         # ADD_OR_REMOVE_ONE: dp_accounting builds both directions (remove and add) and takes the larger epsilon
         one = gaussian_pld(half, sensitivity=1.0, sampling_prob=min(1.0, m / n), pessimistic_estimate=False,
                            value_discretization_interval=grid, use_connect_dots=False)
@@ -363,6 +372,8 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
     rel = NEIGHBOURING[neighbouring]
     groups: dict[tuple[int, int, float], int] = {}
     sampled_eps, lower = math.inf, None
+    routes: dict[str, float] = {}
+    sampled_route = None
     events: list[tuple[Any, int]] = []
     if dp and noise_ok:
         for r in released:
@@ -378,7 +389,11 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
                     events = [(FixedBatchGaussian(n, m, s, steps=c, neighbouring=rel), 1) for (n, m, s), c in up.items()]
                 except DPAuditError:            # a multiplier past what the event takes (1e-300): no amplified bound
                     events = []
-                sampled_eps = _epsilon(events, delta) if events else math.inf
+                rdp_eps = _epsilon(events, delta) if events else math.inf
+                pld_eps = sampled_pld_epsilon(up, delta, neighbouring)
+                routes = {"rdp": rdp_eps, **({"pld": pld_eps} if pld_eps is not None else {})}
+                sampled_route = min(routes, key=lambda k: (routes[k], k != "rdp"))
+                sampled_eps = routes[sampled_route]
             assumptions.append(f"Sampling: Flower's sample_nodes drew exactly m of the N connected clients uniformly "
                                f"without replacement each round (N in {sorted(pops)[:8]}, m in {sorted(sizes)[:8]}), "
                                "independently of the data; amplification holds while participation stays secret.")
@@ -460,8 +475,8 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
     if led is not None:
         led.add_assumption(assumptions[0])
         led.add_assumption("Per client: the smaller of the amplified run figure and the client's own rounds without "
-                           "amplification (sensitivity 2C each; the ledger's RDP figure of them is at or above the exact "
-                           "one dpaudit reports).")
+                           "amplification (sensitivity 2C each). The ledger accounts these events by RDP: at or above "
+                           "the exact (own rounds) and PLD (amplified) figures dpaudit reports.")
         ledger = led.to_dict()
     else:
         ledger = None
@@ -499,11 +514,43 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
     facts = {"rounds": len(run.rounds), "clients": len(clients),
              "participation": {"min": min(parts.values(), default=0), "max": max(parts.values(), default=0)},
              "rounds_below_declared": len(fewer),
+             "sampled_routes": routes, "sampled_route": sampled_route,
              "groups": [{"population": n, "sample_size": m_, "noise_multiplier": s, "rounds": c}
                         for (n, m_, s), c in list(groups.items())[:1000]]}
     return FlowerAccounting(delta, neighbouring, st.kind, sampler_verified, population,
                             next(iter(sizes)) if len(sizes) == 1 else None, len(released), overall, sampled_eps, lower,
                             tuple(per_client), tuple(flower), tuple(flags), tuple(assumptions), ledger, local_max, facts)
+
+
+#: The PLD route of the amplified figure is computed for multipliers in this range (below it the loss grid would
+#: need millions of points; the RDP route covers every multiplier)
+PLD_SIGMA_RANGE = (0.05, 1e4)
+
+
+def sampled_pld_epsilon(groups: Mapping[tuple[int, int, float], int], delta: float, neighbouring: str) -> float | None:
+    """The amplified figure's PLD route: each (N, m, sigma) setting's rounds as
+    :func:`dpaudit.accountants.sampling.fixed_size_gaussian_pld` (Dong, Roth and Su's subsampling operator for m of N
+    without replacement under replace-one; the Poisson Gaussian at sigma/2 under add/remove), composed, read at
+    ``delta`` less the FFT allowance: a valid upper bound. The loss grid is 1e-3, coarser for small sigma (at most
+    ~20,000 points per round; a coarser pessimistic grid only raises the figure). None where it does not apply
+    (a multiplier outside :data:`PLD_SIGMA_RANGE`, delta at the FFT allowance, a grid the function refuses)."""
+    if not groups or delta <= 2.0 * FFT_DELTA_ALLOWANCE:
+        return None
+    if any(not PLD_SIGMA_RANGE[0] <= s <= PLD_SIGMA_RANGE[1] for (_, _, s) in groups):
+        return None
+    smin = min(s for (_, _, s) in groups)
+    grid = max(1e-3, (2.0 / smin ** 2 + 20.0 / smin) / _LB_POINTS)
+    total = None
+    try:
+        for (n, m, s), c in groups.items():
+            one = fixed_size_gaussian_pld(n, m, s, c, neighbouring=NEIGHBOURING[neighbouring],
+                                          value_discretization_interval=grid)
+            total = one if total is None else total.compose(one)
+        with np.errstate(all="ignore"):
+            eps = float(total.get_epsilon_for_delta(delta - FFT_DELTA_ALLOWANCE))
+    except (DPAuditError, ArithmeticError, ValueError):
+        return None
+    return max(0.0, eps) if not math.isnan(eps) else None
 
 
 #: Flower's own accountant is asked only for multipliers in this range (dp_accounting's RDP of a multiplier like
