@@ -114,7 +114,7 @@ def cli(capsys, monkeypatch) -> Callable[[list], tuple[int, str, str]]:
 
 #: The files with a published JSON Schema (dpaudit/schemas/); every one dpaudit writes during a test is validated.
 SCHEMA_CHECKED = ("report.json", "attack.json", "canary_audit.json", "release.json", "comparison.json",
-                  "per_record.json", "method_audit.json", "lm_release.json")
+                  "per_record.json", "method_audit.json", "lm_release.json", "trainer_audit.json")
 
 
 _PKG = Path(__file__).resolve().parents[1] / "dpaudit"

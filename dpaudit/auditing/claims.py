@@ -25,6 +25,9 @@ A claims file (schema 1)::
     attack = { kind = "threshold", shadows = 8, confidence = 0.95, seed = 0 }   # optional, release only
     # or, on any subject: a certified audit of a method's whole training run (dpaudit.auditing.method_audit)
     # attack = { kind = "method-run", method = "fredy", params = { gamma = 1.0, trials = 60 }, confidence = 0.95, seed = 0 }
+    # or, on any subject: a white-box audit of your own training function (dpaudit.auditing.trainer_audit); with
+    # mechanism = "dpsgd" its params are the declared recipe the recorded run is compared with
+    # attack = { kind = "trainer", train_fn = "train.py:train", budget = "ci", seed = 0 }
 
 Paths are relative to the claims file's directory. Everything that can be decided from the file alone is
 checked here and raises :class:`~dpaudit.errors.ParameterError` (malformed TOML:
@@ -64,7 +67,7 @@ __all__ = [
 ]
 
 MECHANISMS: tuple[str, ...] = ("ldp", "dpsgd", "pate", "gnmax", "laplace", "gaussian")
-ATTACK_KINDS: tuple[str, ...] = ("threshold", "shadow", "lira", "canary", "method-run")
+ATTACK_KINDS: tuple[str, ...] = ("threshold", "shadow", "lira", "canary", "method-run", "trainer")
 
 #: Claim granularities a certified whole-run audit of each method (``attack.kind = "method-run"``) can refute. The
 #: PATE family's and ProxyFL's canary is one record: a record-level bound refutes a claim at the record level and at
@@ -276,7 +279,7 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
     kind = given[0]
     if "params" in raw and kind != "mechanism":
         raise ParameterError(f"The 'params' parameter of {owner} applies to 'mechanism' subjects only. Got a {kind} subject instead.")
-    method_run = isinstance(raw.get("attack"), Mapping) and raw["attack"].get("kind") == "method-run"
+    method_run = isinstance(raw.get("attack"), Mapping) and raw["attack"].get("kind") in ("method-run", "trainer")
     if "attack" in raw and kind != "release" and not method_run:
         raise ParameterError(f"The 'attack' parameter of {owner} applies to 'release' subjects only. Got a {kind} subject instead.")
     for key in ("factory", "train_fn"):
@@ -328,11 +331,16 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
         a = raw["attack"]
         if not isinstance(a, Mapping):
             raise ParameterError(f"The 'attack' parameter of {owner} must be a table like {{kind = \"threshold\"}}. Got {a!r:.60} instead.")
-        _unknown(set(a), _ATTACK_KEYS, f"the attack of {owner}")
+        if a.get("kind") != "trainer":     # the trainer audit checks its own keys
+            _unknown(set(a), _ATTACK_KEYS, f"the attack of {owner}")
         aowner = f"the attack of {owner}"
         if "kind" not in a:
             raise ParameterError(f"The 'kind' parameter of {aowner} is required. Got nothing instead.")
-        if method_run:
+        if a.get("kind") == "trainer":      # a user's own training function, white-box (auditing.trainer_audit)
+            from dpaudit.auditing.trainer_audit import parse_trainer_attack
+
+            attack = parse_trainer_attack(a, aowner, granularity, base)
+        elif method_run:
             attack = _method_run_attack(a, aowner, granularity)
         else:
             for key in ("method", "params"):

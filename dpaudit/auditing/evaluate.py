@@ -680,7 +680,13 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
             unproven.append("the accounted epsilon is data-dependent (it depends on the private data and is not itself "
                             "DP); set allow_data_dependent = true in the claim to accept such a figure")
 
-    if claim.attack is not None and claim.attack.kind == "method-run":
+    if claim.attack is not None and claim.attack.kind == "trainer":
+        from dpaudit.auditing.trainer_audit import claim_evidence
+
+        empirical, trainer = claim_evidence(claim.attack, claim.epsilon, claim.delta, subject, progress=progress)
+        refuted.extend(trainer.refuted_by)     # each says whether it is certified or analytic (and its assumptions)
+        notes += [f"trainer audit: {d}" for d in trainer.differences] + list(trainer.notes)
+    elif claim.attack is not None and claim.attack.kind == "method-run":
         empirical = method_run_bound(claim.attack, claim.delta, progress=progress)
         notes += [str(n) for n in empirical.details.get("notes", ())]
         if empirical.epsilon_lower_bound > claim.epsilon:

@@ -181,6 +181,13 @@ def _lm_release() -> dict[str, Any]:
     return _frame("lm_release.json", "dpaudit language-model release bundle metadata (schema 1)", s)
 
 
+def _trainer_audit() -> dict[str, Any]:
+    from dpaudit.auditing.trainer_audit import TrainerAuditResult
+
+    return _frame("trainer_audit.json", "dpaudit white-box audit of a user's own training function",
+                  json_schema(TrainerAuditResult))
+
+
 #: File name -> builder of its JSON Schema. A new kind of file dpaudit writes gets one line here.
 SCHEMA_FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "report.json": _report,
@@ -193,6 +200,7 @@ SCHEMA_FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "flower_run.json": _flower_run,
     "flower_canary_audit.json": _flower_canary_audit,
     "lm_release.json": _lm_release,
+    "trainer_audit.json": _trainer_audit,
 }
 
 

@@ -1,0 +1,363 @@
+"""Audit a training function the user wrote (``dpaudit audit-trainer``, claims with ``attack = {kind = "trainer"}``).
+
+The user names ``FILE.py:train`` (run under :mod:`dpaudit.training.usercode`'s rules: the file's sha256 is recorded
+and the bytes hashed are the bytes run). The contract::
+
+    def train(X, y, *, seed, hook):      # X: float32 (N, features), y: int64 (N,), numpy; returns nothing needed
+        ...                             # attach the hook in two lines (dpaudit.training.audit_hook)
+
+dpaudit draws a fair coin per canary (``canaries`` of them); the canaries whose coin says "in" are appended to the
+data as records ``num_real .. N-1`` (their inputs copies of random real records, their labels random: their
+gradients are replaced by Dirac canary gradients anyway), so they pass through the user's own sampler, clipping and
+noise. The hook records the batches and the privatised gradient at the canary and probe coordinates, and
+:mod:`dpaudit.attacks.trainer_audit` gives three findings: the sampler and step count as they ran, the recorded
+mechanism's lower bound (analytic: under stated assumptions) and a certified one-run bound (no assumption). A claim
+is REFUTED when either bound exceeds it (each computed at half the failure probability, so that the verdict's
+failure probability is at most ``1 - confidence``), with what differs from the declared recipe named.
+
+Threat model: white-box (every privatised update is seen: the standard DP-SGD threat model). Final-model audits of
+a user's trainer are not part of this module.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from dpaudit._format import fmt_number
+from dpaudit.attacks.canary import CanaryBound
+from dpaudit.attacks.trainer_audit import (
+    ANALYTIC_ASSUMPTIONS,
+    NoiseFinding,
+    RecordedBound,
+    SamplerFinding,
+    certified_one_run,
+    estimate_noise,
+    identify_sampler,
+    recorded_lower_bound,
+)
+from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
+from dpaudit.progress import Reporter, as_reporter
+from dpaudit.serial import JsonValue
+
+__all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "audit_trainer", "recipe_differences", "RECIPE_KEYS"]
+
+#: Canaries and probe coordinates per budget. ``ci``: one run of a small model in seconds; ``thorough``: more canaries.
+BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500}, "thorough": {"canaries": 1000, "probes": 1000}}
+THREAT_MODELS = ("white-box",)
+#: Keys of a declared DP-SGD recipe (a claim's ``params`` for ``mechanism = "dpsgd"``) compared with the record.
+RECIPE_KEYS = ("dataset_size", "batch_size", "noise_multiplier", "epochs", "steps", "sampling")
+TRAINER_SCHEMA_VERSION = 1
+MAX_RECORDS = 100_000
+
+
+@dataclass(frozen=True)
+class TrainerAuditResult:
+    """The white-box audit of a user's training function (``trainer_audit.json``).
+
+    ``train_fn`` / ``sha256``: the code that ran; ``claimed_epsilon`` / ``claimed_delta``; ``recipe``: the declared
+    DP-SGD recipe it was compared with (empty: none); ``sampler``, ``noise``: what the loop ran; ``recorded``: the
+    lower bound on the recorded mechanism's epsilon (``kind = "analytic"``: holds under its ``assumptions``; None
+    for an unknown sampler); ``certified``: the certified one-run bound (no assumption); ``recipe_epsilon``: the
+    declared recipe's accounted epsilon (None without a recipe); ``differences``: what the record shows against
+    the recipe; ``refuted_by``: each bound above the claim, in words (non-empty: the claim is REFUTED);
+    ``confidence``: of the verdict (each bound is computed at ``(1 + confidence) / 2``)."""
+
+    train_fn: str
+    sha256: str
+    claimed_epsilon: float
+    claimed_delta: float
+    threat_model: str
+    budget: str
+    seed: int
+    confidence: float
+    num_real: int
+    canaries: int
+    probes: int
+    sampler: SamplerFinding
+    noise: NoiseFinding
+    recorded: RecordedBound | None
+    certified: CanaryBound
+    recipe: Mapping[str, JsonValue] = field(default_factory=dict)
+    recipe_epsilon: float | None = None
+    differences: tuple[str, ...] = ()
+    refuted_by: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+    schema_version: int = TRAINER_SCHEMA_VERSION
+
+    __json_computed__ = ("verdict",)
+
+    @property
+    def verdict(self) -> str:
+        """``REFUTED`` when a bound is above the claim, else ``NOT REFUTED`` (an audit cannot show a claim holds)."""
+        return "REFUTED" if self.refuted_by else "NOT REFUTED"
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.refuted_by else 0
+
+    def lines(self) -> list[str]:
+        """The findings in words (console, docs)."""
+        s, nz = self.sampler, self.noise
+        out = [f"trainer {self.train_fn} (sha256 {self.sha256[:12]}...), seed {self.seed}, {self.canaries} canaries, "
+               f"{self.num_real} real records",
+               f"sampler: {s.kind} ({s.evidence}); {s.steps} steps over N = {s.num_records} records",
+               f"noise: std {fmt_number(nz.noise_std)} per coordinate, canary signal {fmt_number(nz.signal)}: noise "
+               f"multiplier {fmt_number(nz.sigma_eff)} (at most {fmt_number(nz.sigma_eff_upper)} at confidence "
+               f"{fmt_number(nz.confidence)})"]
+        if self.recorded is not None:
+            r = self.recorded
+            out.append(f"recorded mechanism: epsilon >= {fmt_number(r.epsilon)} at delta {fmt_number(r.delta)} "
+                       f"(analytic lower bound, confidence {fmt_number(r.confidence)}; point estimate "
+                       f"{fmt_number(r.estimate)}; assumes {r.assumptions})")
+        c = self.certified
+        out.append(f"certified one-run: epsilon >= {fmt_number(c.epsilon)} at delta {fmt_number(c.delta)} (certified, "
+                   f"confidence {fmt_number(c.confidence)}, {c.trials} canaries, score {c.score})")
+        if self.recipe_epsilon is not None:
+            out.append(f"declared recipe: accounted epsilon {fmt_number(self.recipe_epsilon)}")
+        out += [f"differs from the recipe: {d}" for d in self.differences]
+        out.append(f"claim epsilon = {fmt_number(self.claimed_epsilon)}, delta = {fmt_number(self.claimed_delta)}: "
+                   f"{self.verdict}" + (": " + "; ".join(self.refuted_by) if self.refuted_by else
+                                        " (no bound above the claim)"))
+        return out
+
+
+def _recipe(recipe: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not recipe:
+        return {}
+    if not isinstance(recipe, Mapping):
+        raise ParameterError(f"The 'recipe' parameter of audit_trainer must be a table of {', '.join(RECIPE_KEYS)}. "
+                             f"Got {type(recipe).__name__} instead.")
+    extra = sorted(set(recipe) - set(RECIPE_KEYS))
+    if extra:
+        raise ParameterError(f"Unknown key {extra[0]!r} in the recipe of audit_trainer; allowed keys: "
+                             f"{', '.join(RECIPE_KEYS)}.")
+    for key in ("dataset_size", "batch_size", "noise_multiplier"):
+        if key not in recipe:
+            raise ParameterError(f"The 'recipe' parameter of audit_trainer needs {key!r}. Got keys "
+                                 f"{', '.join(sorted(recipe)) or 'none'} instead.")
+    if ("epochs" in recipe) == ("steps" in recipe):
+        raise ParameterError("The 'recipe' parameter of audit_trainer needs exactly one of 'epochs' and 'steps'. Got "
+                             f"{'both' if 'epochs' in recipe else 'neither'} instead.")
+    return dict(recipe)
+
+
+def recipe_differences(recipe: Mapping[str, Any], sampler: SamplerFinding, noise: NoiseFinding) -> list[str]:
+    """What the recorded run shows against the declared recipe, in words (only differences that can raise the
+    epsilon: more steps, less noise, a higher rate, another sampler)."""
+    from dpaudit.accountants.dpsgd import dpsgd_steps
+
+    if not recipe:
+        return []
+    out = []
+    n, b = int(recipe["dataset_size"]), int(recipe["batch_size"])
+    steps, q = dpsgd_steps(dataset_size=n, batch_size=b, epochs=recipe.get("epochs"), steps=recipe.get("steps"))
+    # the trainer got N = n + the included canaries: a recipe in epochs counts ceil(epochs N / B) steps there
+    at_n = steps if recipe.get("epochs") is None else max(steps, math.ceil(float(recipe["epochs"]) * sampler.num_records / b - 1e-9))
+    if sampler.steps > at_n:
+        out.append(f"{sampler.steps} steps where the claim counts {steps}"
+                   + ("" if at_n == steps else f" ({at_n} at the {sampler.num_records} records the trainer got, canaries included)"))
+    sigma = float(recipe["noise_multiplier"])
+    if noise.sigma_eff_upper < sigma:
+        out.append(f"noise multiplier at most {fmt_number(noise.sigma_eff_upper)} (noise std {fmt_number(noise.noise_std)} "
+                   f"over a canary signal of {fmt_number(noise.signal)}) where the recipe says {fmt_number(sigma)}")
+    declared = str(recipe.get("sampling", "poisson"))
+    kind = {"fixed": "fixed-wor"}.get(sampler.kind, sampler.kind)
+    if kind not in (declared, "full-batch"):
+        out.append(f"batches sampled as {sampler.kind} ({sampler.evidence}) where the recipe accounts {declared}")
+    if sampler.kind == "poisson" and sampler.rate_low > q * (1 + 1e-9):
+        out.append(f"sampling rate at least {fmt_number(sampler.rate_low)} where the recipe says {fmt_number(q)}")
+    return out
+
+
+def _digits(records: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from dpaudit.training.data import load_dataset
+
+    ds = load_dataset("digits", seed=seed, num_samples=records)
+    return ds.X.reshape(len(ds.X), -1).astype(np.float32), ds.y.astype(np.int64)
+
+
+def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mapping[str, Any] | None = None,
+                  threat_model: str = "white-box", budget: str = "ci", canaries: int | None = None,
+                  probes: int | None = None, records: int = 1000, seed: int = 0, confidence: float = 0.95,
+                  base: str | Path | None = None, out: str | Path | None = None, overwrite: bool = False,
+                  account_recipe: bool = True, progress: "bool | Reporter" = False) -> TrainerAuditResult:
+    """Run the user's ``train_fn`` (``FILE.py:NAME``) once on ``records`` digits records plus fair-coin canaries,
+    with the white-box audit hook, and judge the claim (``epsilon``, ``delta``); see the module docstring.
+    ``recipe``: the declared DP-SGD recipe (keys :data:`RECIPE_KEYS`) to compare the record with and to account.
+    ``out``: also write ``trainer_audit.json`` into that folder; ``account_recipe=False``: leave ``recipe_epsilon``
+    out (a claim accounts its recipe itself)."""
+    from dpaudit.training.usercode import pin_code, run_pinned
+
+    owner = "audit_trainer"
+    t0 = time.perf_counter()
+    eps = check_float(epsilon, "epsilon", owner, low=0.0)
+    dlt = check_float(delta, "delta", owner, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_choice(threat_model, "threat_model", owner, THREAT_MODELS)
+    check_choice(budget, "budget", owner, tuple(BUDGETS))
+    conf = check_probability(confidence, "confidence", owner)
+    seed = check_int(seed, "seed", owner, low=0, high=2**31 - 1)
+    n = check_int(records, "records", owner, low=10, high=1797)
+    m = check_int(BUDGETS[budget]["canaries"] if canaries is None else canaries, "canaries", owner, low=4, high=MAX_RECORDS)
+    p = check_int(BUDGETS[budget]["probes"] if probes is None else probes, "probes", owner, low=16, high=100_000)
+    rec = _recipe(recipe)
+    rep = as_reporter(progress)
+    pinned = pin_code(train_fn, "train_fn", base=base)
+    fn = run_pinned(pinned, "train_fn")
+    if out is not None and (Path(out).exists() or Path(out).is_symlink()):
+        from dpaudit._io import check_replaceable
+        from dpaudit.errors import OutputError
+
+        if not overwrite:
+            raise OutputError(f"The output folder {str(out)!r} already exists; pass overwrite=True (--overwrite) to "
+                              "replace it.")
+        check_replaceable(Path(out))
+
+    X, y = _digits(n, seed)
+    rng = np.random.default_rng([seed, 0xCA7A])
+    inc = rng.random(m) < 0.5
+    k = int(inc.sum())
+    ci = np.full(m, -1, dtype=np.int64)
+    ci[inc] = n + np.arange(k)
+    Xc = X[rng.integers(0, n, size=k)]
+    yc = rng.integers(0, 10, size=k).astype(np.int64)
+    X_all, y_all = np.concatenate([X, Xc]), np.concatenate([y, yc])
+
+    import torch
+
+    from dpaudit.training.audit_hook import AuditHook
+
+    hook = AuditHook(num_real=n, canary_index=ci, probes=p, seed=seed)
+    torch.manual_seed(seed)
+    with rep.stage(f"running {pinned.path.text} with the audit hook ({m} canaries, {k} in the data)", 1):
+        fn(X_all, y_all, seed=seed, hook=hook)
+    record = hook.record()
+    half = 1.0 - (1.0 - conf) / 2.0
+    sampler = identify_sampler(record.membership, record.num_records, confidence=half)
+    noise = estimate_noise(record.canary_obs, record.probe_obs, record.membership, record.canary_index, confidence=half)
+    recorded = recorded_lower_bound(sampler, noise, dlt)
+    q_claim = sigma_claim = None
+    recipe_eps = None
+    if rec:
+        from dpaudit.accountants.dpsgd import account_dpsgd, dpsgd_steps
+
+        _, q_claim = dpsgd_steps(dataset_size=int(rec["dataset_size"]), batch_size=int(rec["batch_size"]),
+                                 epochs=rec.get("epochs"), steps=rec.get("steps"))
+        sigma_claim = float(rec["noise_multiplier"])
+        if account_recipe:
+            recipe_eps = float(account_dpsgd(dataset_size=int(rec["dataset_size"]), batch_size=int(rec["batch_size"]),
+                                             noise_multiplier=sigma_claim, epochs=rec.get("epochs"),
+                                             steps=rec.get("steps"), sampling=str(rec.get("sampling", "poisson")),
+                                             delta=dlt, lower_bound=False).epsilon)
+    cert = certified_one_run(record.canary_obs, record.probe_obs, record.included, delta=dlt, confidence=half,
+                             sampling_rate=q_claim, noise_multiplier=sigma_claim)
+    diffs = recipe_differences(rec, sampler, noise)
+    refuted = []
+    notes = [f"each bound is computed at confidence {fmt_number(half)}, so that the verdict's failure probability is "
+             f"at most {fmt_number(1.0 - conf)}"]
+    if cert.epsilon > eps:
+        refuted.append(f"certified one-run lower bound {fmt_number(cert.epsilon)} > claimed {fmt_number(eps)} "
+                       f"(white-box canaries through the trainer's own sampler, clipping and noise; "
+                       f"{cert.trials} canaries, confidence {fmt_number(half)})")
+    if recorded is not None and recorded.epsilon > eps:
+        refuted.append(f"analytic: the recorded mechanism's lower bound {fmt_number(recorded.epsilon)} > claimed "
+                       f"{fmt_number(eps)} ({sampler.kind}, {sampler.steps} steps, noise multiplier at most "
+                       f"{fmt_number(noise.sigma_eff_upper)}; assumes {ANALYTIC_ASSUMPTIONS})"
+                       + (f"; differs from the recipe: {'; '.join(diffs)}" if diffs else ""))
+    if recorded is None:
+        notes.append(f"the sampler could not be identified ({sampler.evidence}): no analytic bound")
+    if noise.difference_ratio < 0.5:
+        notes.append(f"the noise is not drawn afresh each step: consecutive probe observations differ by "
+                     f"{fmt_number(noise.difference_ratio)} of what independent noise gives (the certified score used "
+                     "step-to-step differences; the analytic bound's independence assumption fails)")
+    result = TrainerAuditResult(
+        train_fn=pinned.path.text, sha256=pinned.sha256, claimed_epsilon=eps, claimed_delta=dlt,
+        threat_model=threat_model, budget=budget, seed=seed, confidence=conf, num_real=n, canaries=m, probes=p,
+        sampler=sampler, noise=noise, recorded=recorded, certified=cert, recipe=rec, recipe_epsilon=recipe_eps,
+        differences=tuple(diffs), refuted_by=tuple(refuted), notes=tuple(notes), seconds=time.perf_counter() - t0)
+    if out is not None:
+        from dpaudit._io import atomic_dir, write_json
+        from dpaudit.serial import to_dict
+
+        with atomic_dir(out, overwrite=overwrite, kind="trainer-audit") as tmp:
+            write_json(tmp / "trainer_audit.json", to_dict(result))
+    return result
+
+
+# ------------------------------------------------------------------------------------------------------- claims
+
+#: Keys of a claims file's ``attack = {kind = "trainer", ...}`` table.
+TRAINER_ATTACK_KEYS = ("kind", "train_fn", "budget", "canaries", "confidence", "seed", "threat_model", "records")
+#: Claim granularities the trainer audit can refute: its canary is one record (added or not), so a record-level
+#: bound refutes a record-level claim and one at any level whose neighbours include a changed record.
+TRAINER_GRANULARITIES = ("example", "user")
+
+
+def parse_trainer_attack(a: Mapping[str, Any], owner: str, granularity: str, base: Path) -> Any:
+    """Validate a claims file's ``attack = {kind = "trainer", train_fn = "FILE.py:train", budget = "ci", ...}``
+    into an :class:`~dpaudit.auditing.claims.AttackBudget` (kind "trainer"; the trainer's settings in ``params``);
+    a relative ``train_fn`` file is taken from the claims file's folder. Nothing runs here."""
+    from dpaudit.auditing.claims import AttackBudget
+    from dpaudit.training.usercode import parse_import_path
+
+    extra = sorted(set(a) - set(TRAINER_ATTACK_KEYS))
+    if extra:
+        raise ParameterError(f"Unknown key {extra[0]!r} in {owner} (kind = \"trainer\"); allowed keys: "
+                             f"{', '.join(TRAINER_ATTACK_KEYS)}.")
+    if "train_fn" not in a:
+        raise ParameterError(f"The 'train_fn' parameter of {owner} is required for kind = \"trainer\" (e.g. "
+                             "\"train.py:train\"). Got nothing instead.")
+    if granularity not in TRAINER_GRANULARITIES:
+        raise ParameterError(f"The 'granularity' parameter of the claim must be one of "
+                             f"{', '.join(repr(g) for g in TRAINER_GRANULARITIES)} for a trainer audit (its canary is "
+                             f"one record). Got {granularity!r} instead.")
+    try:
+        ip = parse_import_path(a["train_fn"], "train_fn")
+    except ParameterError as exc:
+        raise ParameterError(f"{owner.capitalize()}: {exc}") from None
+    fn = a["train_fn"]
+    if ip.is_file and not Path(ip.target).is_absolute():
+        fn = f"{base / ip.target}:{ip.name}"
+    params: dict[str, Any] = {
+        "train_fn": fn,
+        "budget": check_choice(a.get("budget", "ci"), "budget", owner, tuple(BUDGETS)),
+        "threat_model": check_choice(a.get("threat_model", "white-box"), "threat_model", owner, THREAT_MODELS),
+        "records": check_int(a.get("records", 1000), "records", owner, low=10, high=1797),
+    }
+    if "canaries" in a:
+        params["canaries"] = check_int(a["canaries"], "canaries", owner, low=4, high=MAX_RECORDS)
+    return AttackBudget(kind="trainer", params=params,
+                        confidence=check_probability(a.get("confidence", 0.95), "confidence", owner),
+                        seed=check_int(a.get("seed", 0), "seed", owner, low=0, high=2**31 - 1))
+
+
+def claim_evidence(budget: Any, epsilon: float, delta: float, subject: Any, *,
+                   progress: "bool | Reporter" = False) -> tuple[Any, TrainerAuditResult]:
+    """Run a claim's trainer audit: ``(EmpiricalBound, TrainerAuditResult)``. A ``mechanism = "dpsgd"`` subject's
+    params are the declared recipe the record is compared with."""
+    from dpaudit.auditing.evaluate import EmpiricalBound
+
+    recipe = None
+    params = getattr(subject, "params", None)
+    if getattr(subject, "kind", None) == "dpsgd" and isinstance(params, Mapping):
+        recipe = {k: v for k, v in params.items() if k in RECIPE_KEYS}
+    p = dict(budget.params)
+    res = audit_trainer(p["train_fn"], epsilon=epsilon, delta=delta, recipe=recipe, threat_model=p["threat_model"],
+                        budget=p["budget"], canaries=p.get("canaries"), records=p["records"], seed=budget.seed,
+                        confidence=budget.confidence, account_recipe=False, progress=progress)
+    c = res.certified
+    emp = EmpiricalBound(
+        attack=f"trainer {res.train_fn}", epsilon_lower_bound=float(c.epsilon), confidence=float(c.confidence),
+        delta=float(c.delta), kind=c.kind,
+        details={"trials": int(c.trials), "sha256": res.sha256, "score": c.score,
+                 "analytic_epsilon": None if res.recorded is None else float(res.recorded.epsilon),
+                 "sampler": res.sampler.kind, "steps": res.sampler.steps,
+                 "noise_multiplier_upper": float(res.noise.sigma_eff_upper) if math.isfinite(res.noise.sigma_eff_upper) else "inf",
+                 "differences": list(res.differences), "notes": list(res.notes), "seed": res.seed})
+    return emp, res
