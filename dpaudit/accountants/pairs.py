@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 from dp_accounting.pld import pld_pmf
-from scipy import special
+from scipy import optimize, special
 from scipy.stats import binom
 
 binom_logpmf = binom.logpmf
@@ -49,6 +49,9 @@ __all__ = ["LowerBound", "composed_pair_epsilon", "binary_pair_epsilon", "lattic
 #: How every figure of this module is computed (written into each :class:`LowerBound`).
 PAIR_METHOD = ("explicit pair's privacy-loss distribution (binned outputs, losses rounded down, extreme tails "
                "dropped), composed by FFT; epsilon read at delta + 1e-12")
+#: How the Gaussian mechanism's pair is evaluated (the sum of its answers is sufficient: no grid).
+GAUSSIAN_PAIR_METHOD = ("the pair's composed output law exactly: the sum of the answers, N(mu, 1) vs N(0, 1) in units of "
+                        "its noise; delta(eps) in closed form, solved by bisection and lowered by a relative 1e-9")
 #: Most outcome bins of a continuous pair (more bins: tighter, slower; fewer is still a lower bound).
 MAX_BINS = 60_000
 #: Most points of one composition's loss grid, and of the composed grid (the interval coarsens past them).
@@ -57,6 +60,8 @@ MAX_COMPOSED_POINTS = 500_000
 #: Most compositions a pair composes (past it, the first ones only: observing fewer outputs still bounds below).
 MAX_PAIR_STEPS = 10_000_000
 _LOSS_MARGIN = 1e-9
+#: The smallest composed epsilon the loss grid is sized for (a smaller floor: a finer grid at tiny epsilons).
+SCALE_FLOOR = 1e-5
 _TAIL_SIGMAS = 9.3  # Phi(-9.3) ~ 7e-21: the two outer bins hold the rest
 
 
@@ -153,7 +158,7 @@ def composed_pair_epsilon(parts: Sequence[tuple[np.ndarray, np.ndarray, int]], d
     span = sum(c * abs(m) + 14.0 * math.sqrt(c) * sd + r for (m, sd, r), (_, _, c) in zip(stats, parts))
     scale = sum(c * abs(m) for (m, _, _), (_, _, c) in zip(stats, parts)) + 4.5 * math.sqrt(
         sum(c * sd * sd for (_, sd, _), (_, _, c) in zip(stats, parts)))   # about the composed epsilon
-    interval = max(min(resolution * max(scale, 0.05) / total, span / 20_000), rng / MAX_STEP_POINTS,
+    interval = max(min(resolution * max(scale, SCALE_FLOOR) / total, span / 20_000), rng / MAX_STEP_POINTS,
                    span / MAX_COMPOSED_POINTS, 1e-9)
     pmf = None
     with np.errstate(all="ignore"):
@@ -453,15 +458,35 @@ def dpsgd_lower_bound(*, dataset_size: int, batch_size: int, noise_multiplier: f
 def gaussian_mechanism_lower_bound(*, sigma: float, delta: float, sensitivity: float = 1.0, count: int = 1,
                                    resolution: float = 0.02) -> LowerBound:
     """``count`` Gaussian(``sigma``) answers to a query whose value moves by ``sensitivity`` between the pair:
-    :math:`N(0, \\sigma^2)` vs :math:`N(\\Delta, \\sigma^2)`, binned and composed."""
+    :math:`N(0, \\sigma^2)` vs :math:`N(\\Delta, \\sigma^2)`. The sum of the answers is a sufficient statistic, so
+    the composed pair is exactly :math:`N(\\mu, 1)` vs :math:`N(0, 1)`, :math:`\\mu = \\sqrt{count}\\Delta/\\sigma`,
+    evaluated in closed form (issue 47: the binned, gridded composition lost up to 20% at 7e4 compositions); binned
+    and composed only if that fails."""
     owner = "gaussian_mechanism_lower_bound"
     sigma = check_float(sigma, "sigma", owner, low=0.0, low_open=True)
     sens = check_float(sensitivity, "sensitivity", owner, low=0.0, low_open=True)
     count = check_int(count, "count", owner, low=1)
     delta = check_probability(delta, "delta", owner)
+    pair = f"query value {sens:g} vs 0: N({sens:g}, {sigma:g}^2) vs N(0, {sigma:g}^2), {count} composition(s)"
+    mu = math.sqrt(count) * sens / sigma
+    if math.isfinite(mu) and mu > 0.0:
+        # the sum of the answers is a sufficient statistic: the composed pair IS N(mu, 1) vs N(0, 1) (no binning, no
+        # grid); its delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) (log space) solved for eps
+        def excess(e: float) -> float:
+            a = float(special.log_ndtr(mu / 2.0 - e / mu))
+            b = e + float(special.log_ndtr(-mu / 2.0 - e / mu))
+            return math.exp(a) * -math.expm1(min(b - a, 0.0)) - delta
+
+        if excess(0.0) <= 0.0:
+            return LowerBound(0.0, delta, pair, GAUSSIAN_PAIR_METHOD)
+        hi = 1.0
+        while excess(hi) > 0.0 and hi < 1e7:
+            hi *= 2.0
+        if excess(hi) <= 0.0:
+            root = optimize.brentq(excess, 0.0, hi, xtol=1e-14, rtol=1e-13)
+            return LowerBound(max(0.0, root * (1.0 - 1e-9) - 1e-12), delta, pair, GAUSSIAN_PAIR_METHOD)
     lp, lq = gaussian_mixture_pair(sens, 0.0, sigma, 1.0)
-    eps, pair = _best([(f"query value {sens:g} vs 0: N({sens:g}, {sigma:g}^2) vs N(0, {sigma:g}^2), {count} "
-                        "composition(s)", [(lp, lq, count)])], delta, resolution)
+    eps, pair = _best([(pair, [(lp, lq, count)])], delta, resolution)
     return LowerBound(eps, delta, pair, PAIR_METHOD)
 
 

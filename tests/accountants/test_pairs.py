@@ -125,8 +125,9 @@ def test_randomized_response_lattice_and_ldp_interval():
     r = account_ldp(2.0, 1, 10)
     assert r.lower_bound.epsilon == pytest.approx(2.0, rel=1e-12) and r.interval_text() is not None
     r = account_ldp(2.0, 3, 10, rounds=50, delta=1e-5)
-    assert r.lower_bound.routes == ("basic", "rdp")
-    assert 0.85 * r.epsilon <= r.lower_bound.epsilon <= r.epsilon
+    assert r.lower_bound.routes == ("basic", "rdp", "pld")
+    # issue 47: the exact PLD route closes the bracket (it was 0.85 with RDP alone)
+    assert r.epsilon * (1 - 1e-6) <= r.lower_bound.epsilon <= r.epsilon
     # C = 2: binary randomized response, the exact binomial
     beta = 0.5
     hi, lo = beta + (1 - beta) / 2, (1 - beta) / 2
