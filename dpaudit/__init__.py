@@ -15,6 +15,8 @@ The entry points are the library calls the command line makes, each returning a 
 - ``dpaudit.audit(config=None, out="runs/audit", ...)`` -> ``AuditReport``: ``dpaudit audit``;
 - ``dpaudit.check(claims_toml, junit=None)`` -> ``ClaimsReport`` (``verdict``: HOLDS / UNPROVEN / REFUTED,
   ``exit_code``): ``dpaudit check``;
+- ``dpaudit.audit_trainer("train.py:train", claim=["epsilon=2", "delta=1e-5"])`` -> ``TrainerAuditResult``: your
+  own DP-SGD training function audited white-box (``dpaudit audit-trainer``);
 - ``dpaudit.release.make(out, claim=[...], model=..., ...)`` -> ``Release``: ``dpaudit release make``;
   ``dpaudit.Release.load(path)`` reads a bundle;
 - ``dpaudit.to_dict(result)`` / ``dpaudit.from_dict(Type, data)``: the one serialiser (JSON-ready values and back;
@@ -47,6 +49,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "attack": ("dpaudit.api", "attack"),
     "audit": ("dpaudit.api", "audit"),
     "check": ("dpaudit.api", "check"),
+    "audit_trainer": ("dpaudit.api", "audit_trainer"),
     "release": ("dpaudit.release", None),
     "Release": ("dpaudit.training.release", "Release"),
     "to_dict": ("dpaudit.serial", "to_dict"),
@@ -67,7 +70,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "BundleCode": ("dpaudit.training.usercode", "BundleCode"),
 }
 
-__all__ = ["account", "attack", "audit", "check", "release", "Release", "to_dict", "from_dict", "AccountingResult",
+__all__ = ["account", "attack", "audit", "check", "audit_trainer", "release", "Release", "to_dict", "from_dict",
+           "AccountingResult",
            "PrivacyStatement", "AttackReport", "AuditReport", "ClaimsReport", "CanaryAuditResult", "Threshold", "Shadow",
            "LiRA", "RMIA", "Compare", "CanaryAudit", "Execution", "BundleCode", "DPAuditError",
            "ParameterError", "DataError", "OutputError", "__version__"]

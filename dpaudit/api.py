@@ -21,12 +21,13 @@ if TYPE_CHECKING:  # pragma: no cover - for the signatures only
     from dpaudit.auditing.canary_audit import CanaryAuditResult
     from dpaudit.auditing.evaluate import ClaimsReport
     from dpaudit.auditing.runner import AuditConfig
+    from dpaudit.auditing.trainer_audit import TrainerAuditResult
     from dpaudit.progress import Reporter
     from dpaudit.report.schema import AuditReport
     from dpaudit.specs import AttackSpec, Execution
     from dpaudit.training.release import Release
 
-__all__ = ["account", "attack", "audit", "check", "make_release", "load_release", "DEFAULT_AUDIT_OUT",
+__all__ = ["account", "attack", "audit", "check", "audit_trainer", "make_release", "load_release", "DEFAULT_AUDIT_OUT",
            "specs_from_keywords"]
 
 #: Where ``dpaudit audit`` (and :func:`audit`) write when no output folder is given.
@@ -393,6 +394,41 @@ def check(claims: str | os.PathLike, *, junit: str | os.PathLike | None = None,
     if report.errors:
         raise ClaimsIncomplete(report)
     return report
+
+
+def audit_trainer(train_fn: str, *, claim: Sequence[str] | dict, recipe: Sequence[str] | dict | None = None,
+                  threat_model: str = "white-box", budget: str = "ci", canaries: int | None = None,
+                  records: int = 1000, seed: int = 0, confidence: float = 0.95,
+                  out: str | os.PathLike | None = None, overwrite: bool = False,
+                  progress: "bool | Reporter" = False) -> "TrainerAuditResult":
+    """Audit a training function you wrote (``dpaudit audit-trainer FILE.py:train``): it runs once on digits records
+    plus fair-coin canaries with the white-box audit hook attached in two lines (see
+    :mod:`dpaudit.training.audit_hook`), and the claim (``["epsilon=2", "delta=1e-5"]`` or a dict) is REFUTED when
+    the certified one-run bound or the recorded mechanism's analytic lower bound exceeds it. ``recipe``: the declared
+    DP-SGD recipe (``["dataset_size=1000", "batch_size=64", "noise_multiplier=1.48", "epochs=5"]`` or a dict) the
+    record is compared with. Returns a :class:`~dpaudit.auditing.trainer_audit.TrainerAuditResult` (``verdict``,
+    ``exit_code``); ``out`` also writes ``trainer_audit.json``."""
+    from dpaudit._io import parse_toml_value
+    from dpaudit.auditing.release_make import parse_claim
+    from dpaudit.auditing.trainer_audit import audit_trainer as run
+
+    c = parse_claim(claim)
+    rec: dict | None = None
+    if recipe is not None and not isinstance(recipe, dict):
+        if not isinstance(recipe, (list, tuple)):
+            raise ParameterError("The 'recipe' parameter must be a list of KEY=VALUE strings or a dict. Got "
+                                 f"{format_value(recipe)} instead.")
+        rec = {}
+        for item in recipe:
+            key, sep, value = str(item).partition("=")
+            if not sep or not key.strip():
+                raise ParameterError(f"The '--recipe' parameter must be KEY=VALUE. Got {item!r} instead.")
+            rec[key.strip()] = parse_toml_value(value.strip())
+    elif recipe is not None:
+        rec = dict(recipe)
+    return run(train_fn, epsilon=c["epsilon"], delta=c["delta"], recipe=rec, threat_model=threat_model, budget=budget,
+               canaries=canaries, records=records, seed=seed, confidence=confidence, out=out, overwrite=overwrite,
+               progress=progress)
 
 
 def make_release(out: str | os.PathLike, *, claim: Sequence[str] | dict, overwrite: bool = False,

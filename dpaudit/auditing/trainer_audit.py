@@ -210,7 +210,11 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
     rep = as_reporter(progress)
     pinned = pin_code(train_fn, "train_fn", base=base)
     fn = run_pinned(pinned, "train_fn")
-    if out is not None and (Path(out).exists() or Path(out).is_symlink()):
+    if out is not None:
+        from dpaudit._io import check_output_folder
+
+        check_output_folder(out)          # a link or a file is refused before the run
+    if out is not None and Path(out).exists():
         from dpaudit._io import check_replaceable
         from dpaudit.errors import OutputError
 

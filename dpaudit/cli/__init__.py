@@ -24,7 +24,8 @@ __all__ = ["cli", "main", "INTERNAL_ERROR"]
 INTERNAL_ERROR = 70
 
 # Each module below defines a click command named ``command``; a module that is absent is skipped.
-_COMMAND_MODULES = ("account", "train", "attack", "audit", "audit_method", "check", "release", "reproduce", "flower", "lm")
+_COMMAND_MODULES = ("account", "train", "attack", "audit", "audit_method", "audit_trainer", "check", "release",
+                    "reproduce", "flower", "lm")
 
 
 class _Threads(click.ParamType):
@@ -56,11 +57,25 @@ def _threads_given(ctx: click.Context, param: click.Parameter, value) -> None:
         apply_threads(value)
 
 
+_VERBOSE_HELP = "Also show other libraries' warnings and log lines (Flower, Ray, Opacus, transformers, torch)."
+
+
+def _verbose_given(ctx: click.Context, param: click.Parameter, value) -> None:
+    if value and not ctx.resilient_parsing:
+        from dpaudit.cli._warnings import quiet_third_party
+
+        quiet_third_party(True)
+
+
 def _add_threads_option(cmd: click.Command) -> None:
-    """Every command (and sub-command) accepts ``--threads`` too, so it works wherever a user types it."""
+    """Every command (and sub-command) accepts ``--threads`` and ``--verbose`` too, so they work wherever a user
+    types them."""
     if not any(isinstance(p, click.Option) and "--threads" in p.opts for p in cmd.params):
         cmd.params.append(click.Option(["--threads"], type=_Threads(), default=None, metavar="N|auto",
                                        expose_value=False, callback=_threads_given, help=_THREADS_HELP))
+    if not any(isinstance(p, click.Option) and "--verbose" in p.opts for p in cmd.params):
+        cmd.params.append(click.Option(["--verbose"], is_flag=True, default=False, expose_value=False,
+                                       callback=_verbose_given, help=_VERBOSE_HELP))
     for sub in (getattr(cmd, "commands", None) or {}).values():
         _add_threads_option(sub)
 
@@ -68,7 +83,8 @@ def _add_threads_option(cmd: click.Command) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="dpaudit")
 @click.option("--threads", type=_Threads(), default=None, metavar="N|auto", help=_THREADS_HELP)
-def cli(threads: int | str | None) -> None:
+@click.option("--verbose", is_flag=True, default=False, help=_VERBOSE_HELP)
+def cli(threads: int | str | None, verbose: bool) -> None:
     """dpaudit: what privacy does a released model really have?
 
     Accounted (theoretical) epsilon beside empirical figures from attacks (each a certified lower bound or an
@@ -77,8 +93,11 @@ def cli(threads: int | str | None) -> None:
     from dpaudit.errors import cli_wording
     from dpaudit.threads import apply_threads
 
+    from dpaudit.cli._warnings import quiet_third_party
+
     click.get_current_context().with_resource(cli_wording())   # errors name flags, not Python keywords
     apply_threads(threads)  # before any tensor work: the commands run after this
+    quiet_third_party(verbose)  # other libraries' warnings off the terminal unless --verbose
 
 
 for _name in _COMMAND_MODULES:
