@@ -44,7 +44,7 @@ def account_flower_run(run_dir: str | os.PathLike, *, delta: float = 1e-5,
 def _claim(acc: FlowerAccounting, claim: Mapping[str, Any] | None) -> dict[str, Any]:
     if claim is None:
         eps = acc.epsilon
-        return {"epsilon": eps if math.isfinite(eps) else None, "delta": acc.delta, "granularity": "client",
+        return {"epsilon": eps if math.isfinite(eps) else None, "delta": acc.delta, "granularity": "user",
                 "text": f"Client-level DP ({acc.neighbouring}) as accounted by dpaudit from the Flower run record."}
     from dpaudit.auditing.release_make import parse_claim
 
@@ -115,7 +115,8 @@ def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, de
         claim_d["epsilon"] = float("inf")
     return write_release(
         out, method="flower", dataset={"name": "digits", "seed": seed, "num_samples": None, "num_records": n},
-        params={"flower": {"flwr_version": run.flwr_version, "strategy": to_dict(run.strategy), "sampler": run.sampler,
+        params={"flower": {"flwr_version": run.flwr_version, "engine": run.engine, "strategy": to_dict(run.strategy),
+                           "sampler": run.sampler,
                            "rounds": len(run.rounds), "clients": len(run.clients), "run_seed": run.seed}},
         seed=run.seed or 0, utility={"test_accuracy": accuracy, "test_split": "non-members"}, classifier=clf,
         train_config=None, ledger=acc.ledger, statement=statement, claim=claim_d,
@@ -146,7 +147,7 @@ def local_train(w: np.ndarray, b: np.ndarray, X: np.ndarray, y: np.ndarray, *, e
 
 
 def run_digits_simulation(out: str | os.PathLike, *, clients: int = 20, sampled: int = 5, rounds: int = 30,
-                          records_per_client: int = 40, noise_multiplier: float = 1.0, clipping_norm: float = 1.0,
+                          records_per_client: int = 40, noise_multiplier: float = 2.0, clipping_norm: float = 1.0,
                           dp: str = "server-fixed", local_epochs: int = 5, lr: float = 0.5, delta: float = 1e-5,
                           seed: int = 0, canary_updates: Mapping[int, np.ndarray] | None = None,
                           observe: Any = None, declared_sampled: int | None = None, overwrite: bool = False) -> Path:

@@ -406,3 +406,35 @@ def test_the_pld_route_is_skipped_where_its_grid_would_not_fit():
     # sigma 0.01: outside the PLD route's range; RDP alone, still above the certified lower bound
     acc = _account(_run(sigma=0.01))
     assert set(acc.facts["sampled_routes"]) == {"rdp"} and acc.lower_bound <= acc.sampled_epsilon
+
+
+def test_python_and_cli_defaults_are_the_same():
+    # issue 43 item 4: run_digits_simulation defaulted to noise multiplier 1 in Python and 2 on the CLI
+    import inspect
+
+    from dpaudit.auditing.flower_canary import audit_flower_simulation
+    from dpaudit.auditing.flower_run import account_flower_run, release_flower_run, run_digits_simulation
+    from dpaudit.cli.flower import command
+
+    for name, fn in (("simulate", run_digits_simulation), ("audit", audit_flower_simulation),
+                     ("account", account_flower_run), ("release", release_flower_run)):
+        sig = inspect.signature(fn).parameters
+        checked = 0
+        for opt in command.commands[name].params:
+            key = {"records_per_client": "records_per_client", "claims": "claim"}.get(opt.name, opt.name)
+            if (key in sig and sig[key].default is not inspect.Parameter.empty and isinstance(opt.default, (int, float, str))
+                    and not getattr(opt, "is_flag", False)):
+                assert opt.default == sig[key].default, (name, key)
+                checked += 1
+        assert checked >= 2, name
+
+
+def test_flowers_accountant_below_the_pair_with_most_clients_sampled():
+    # 9 of 10 clients, sigma 2, 30 rounds: Flower's no-amplification 15.85 and without-replacement 29.17 both lie
+    # below the certified 33.88 (an added client displaces another); dpaudit's upper bound 34.17
+    acc = _account(_run(n=10, m=9))
+    figs = {f.convention: f for f in acc.flower}
+    assert figs["no-amplification"].epsilon == pytest.approx(15.85, abs=0.01)
+    assert figs["without-replacement"].epsilon == pytest.approx(29.17, abs=0.01)
+    assert acc.lower_bound == pytest.approx(33.88, abs=0.01) and acc.sampled_epsilon == pytest.approx(34.17, abs=0.01)
+    assert figs["no-amplification"].below_lower_bound and figs["without-replacement"].below_lower_bound

@@ -109,6 +109,7 @@ def test_the_record_is_what_the_engine_ran(headline_run):
     assert all(len(r.population) == 20 and len(r.sampled) == 5 and set(r.replied) == set(r.sampled)
                and r.noise_multiplier == 2.0 and r.clipping_norm == 1.0 and r.released for r in run.rounds)
     assert sorted(run.partitions.values()) == list(range(20)) and len(run.clients) == 20
+    assert run.engine == "simulation"             # Flower's in-memory grid (issue 43 item 4)
     assert sum(run.participation().values()) == 150
     assert (headline_run / LEDGER_FILE).is_file() and (headline_run / MODEL_FILE).is_file()
 
@@ -133,6 +134,10 @@ def test_account_release_attack_check(headline_run, tmp_path, capsys):
     meta = json.loads((bundle / "release.json").read_text())
     assert meta["method"] == "flower" and meta["claim"]["epsilon"] == pytest.approx(acc.epsilon)
     assert meta["claim"]["granularity"] == "user"
+    import flwr
+
+    assert meta["params"]["flower"]["engine"] == "simulation" and meta["params"]["flower"]["flwr_version"] == flwr.__version__
+    assert meta["statement"]["lower_bound"]["epsilon"] == pytest.approx(acc.lower_bound)
     assert [f["code"] for f in meta["flags"]] == ["flower_epsilon_below_lower_bound"]
     assert meta["utility"]["test_accuracy"] > 0.2                    # 10 classes: chance is 0.1
 

@@ -212,8 +212,13 @@ class FlowerRun:
     flower_accountant: Mapping[str, JsonValue] | None = None
     data: RunData | None = None
     model_keys: tuple[str, ...] = ()
+    #: the engine the ServerApp ran on, from its Grid's class: ``"simulation"`` (Flower's in-memory grid),
+    #: ``"deployment"`` (a SuperLink), another Grid's class name; None in records written before it was kept
+    engine: str | None = None
 
     def __post_init__(self) -> None:
+        if self.engine is not None and (len(self.engine) > 64 or not self.engine.isprintable()):
+            raise DataError("The run's 'engine' must be at most 64 printable characters.")
         if self.format != RUN_FORMAT or self.schema != RUN_SCHEMA:
             raise DataError(f"{RUN_FILE} must have format {RUN_FORMAT!r} and schema {RUN_SCHEMA}. "
                             f"Got {self.format!r:.40}, {self.schema!r:.20} instead.")

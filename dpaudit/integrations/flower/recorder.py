@@ -47,7 +47,7 @@ from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClippi
                                      DifferentialPrivacyServerSideFixedClipping, FedAvg, Strategy)
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
-__all__ = ["RecordingStrategy", "describe_strategy", "save_arrays"]
+__all__ = ["RecordingStrategy", "describe_strategy", "save_arrays", "grid_engine"]
 
 _DP_KINDS = (
     (DifferentialPrivacyServerSideFixedClipping, "server-fixed"),
@@ -104,6 +104,16 @@ def save_arrays(path: str | os.PathLike, arrays: ArrayRecord) -> list[str]:
     return list(tensors)
 
 
+#: Flower's Grid classes -> the engine they belong to (``flwr.superlink.grid``)
+_ENGINES = {"InMemoryGrid": "simulation", "HttpGrid": "deployment", "GrpcGrid": "deployment"}
+
+
+def grid_engine(grid: Any) -> str:
+    """The engine a ServerApp runs on, from its Grid: ``"simulation"``, ``"deployment"``, or the Grid's class name."""
+    name = type(grid).__name__
+    return _ENGINES.get(name, name[:64])
+
+
 class _GridView:
     """The Grid passed to the inner strategy's ``configure_train``: every call goes through; the node ids of the last
     ``get_node_ids()`` are kept (the list the sampler drew from)."""
@@ -146,6 +156,7 @@ class RecordingStrategy(Strategy):
         if local_dp is not None:
             self.local_dp = LocalDpSettings(float(local_dp.clipping_norm), float(local_dp.sensitivity),
                                             float(local_dp.epsilon), float(local_dp.delta))
+        self.engine: str | None = None
         self.rounds: list[RoundRecord] = []
         self.partitions: dict[str, int] = {}
         self._pending: dict[int, dict[str, Any]] = {}
@@ -157,6 +168,8 @@ class RecordingStrategy(Strategy):
         if self.seed is not None and not self._seeded:
             random.seed(self.seed)
             self._seeded = True
+        if self.engine is None:
+            self.engine = grid_engine(grid)
         dp = self._dp
         clip = None if dp is None else float(dp.clipping_norm)
         sigma = None if dp is None else float(dp.noise_multiplier)
@@ -219,7 +232,7 @@ class RecordingStrategy(Strategy):
         """The run so far as a :class:`~dpaudit.integrations.flower.record.FlowerRun`."""
         return FlowerRun(RUN_FORMAT, RUN_SCHEMA, flwr.__version__, self.seed, self.settings, self.sampler,
                          tuple(self.rounds), self.local_dp, dict(self.partitions), self._flower_accountant(), data,
-                         tuple(model_keys))
+                         tuple(model_keys), self.engine)
 
     def write(self, out: str | os.PathLike, arrays: ArrayRecord, *, delta: float, data: RunData | None = None,
               neighbouring: str = "replace-one", overwrite: bool = False) -> Path:
