@@ -53,12 +53,16 @@ def _claim(acc: FlowerAccounting, claim: Mapping[str, Any] | None) -> dict[str, 
 
 def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, delta: float = 1e-5,
                        neighbouring: str = "replace-one", claim: Mapping[str, Any] | Sequence[str] | None = None,
+                       factory: str | None = None, factory_kwargs: Mapping[str, Any] | None = None,
                        overwrite: bool = False) -> Path:
     """Write a release bundle of the run's final global model with its accounting and claim.
 
-    The run must record its data (``RunData``: a dpaudit data set and the clients' record indices) and a global model
-    of :func:`digits_model_spec`'s shape or another ``mlp`` whose arrays the record names. ``claim`` defaults to
-    dpaudit's own figure at client granularity.
+    The run must record its data (``RunData``: a dpaudit data set and the clients' record indices). The global model
+    is :func:`digits_model_spec`'s softmax regression (``dpaudit flower simulate``'s), or, with ``factory``
+    (``path/to/file.py:build``, ``--factory`` on the CLI), the user's own torch module: ``build(**factory_kwargs)``
+    with the run's ``global_model.safetensors`` loaded into it, pinned by the file's sha256 exactly as ``release
+    make`` pins it (attacking the bundle runs it only for an auditor naming the same code, or with
+    ``--trust-bundle-code``). ``claim`` defaults to dpaudit's own figure at client granularity.
     """
     from dpaudit.serial import to_dict
     from dpaudit.accountants.statement import AccountingResult, LowerBound, PrivacyStatement
@@ -74,12 +78,16 @@ def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, de
     acc = account_run(run, delta=delta, neighbouring=neighbouring)
     ds = dict(run.data.dataset)
     name = ds.get("name")
-    if name != "digits":
-        raise DataError(f"The Flower run's data set must be 'digits' (the one this release path knows). Got {name!r:.40} instead.")
+    if not isinstance(name, str) or (factory is None and name != "digits"):
+        raise DataError(f"The Flower run's data set must be 'digits' for the built-in model (another dpaudit data set "
+                        f"needs the model's --factory). Got {name!r:.40} instead.")
     seed = ds.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise DataError(f"The Flower run's data set seed must be an int >= 0. Got {seed!r:.40} instead.")
-    data = load_dataset("digits", seed=seed)
+    num_samples = ds.get("num_samples")
+    if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1):
+        raise DataError(f"The Flower run's data set num_samples must be an int >= 1. Got {num_samples!r:.40} instead.")
+    data = load_dataset(name, seed=seed, **({"num_samples": num_samples} if num_samples else {}))
     n = len(data)
     members = np.unique(np.concatenate([np.asarray(v, dtype=np.int64) for v in run.data.clients.values()] or [np.zeros(0, np.int64)]))
     non = np.asarray(run.data.nonmembers, dtype=np.int64)
@@ -87,8 +95,17 @@ def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, de
     for what, ids in (("clients", members), ("nonmembers", non), ("attacker", att)):
         if ids.size and ids.max() >= n:
             raise DataError(f"The Flower run's data.{what} index {int(ids.max())} is past the data set's {n} records.")
-    spec = digits_model_spec()
-    clf = load_classifier(Path(run_dir) / MODEL_FILE, spec, follow_symlinks=False)
+    model_meta: dict[str, Any] | None = None
+    model_src = None
+    if factory is None:
+        clf = load_classifier(Path(run_dir) / MODEL_FILE, digits_model_spec(), follow_symlinks=False)
+    else:
+        from dpaudit.auditing.release_make import load_outside_model
+        from dpaudit.training.external import absolute_import_path
+
+        clf, model_src = load_outside_model(Path(run_dir) / MODEL_FILE, absolute_import_path(factory), factory_kwargs,
+                                            data.X, data.num_classes)
+        model_meta = {"kind": clf.spec.name, "recipe": None}
     accuracy = float(np.mean(clf.predict_proba(data.X[non]).argmax(axis=1) == data.y[non])) if non.size else None
     # the headline is the largest client figure: the amplified one (its smaller route, RDP or PLD) or a client's own
     # rounds (exact Gaussian DP)
@@ -114,15 +131,15 @@ def release_flower_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, de
     if claim_d.get("epsilon") is None:
         claim_d["epsilon"] = float("inf")
     return write_release(
-        out, method="flower", dataset={"name": "digits", "seed": seed, "num_samples": None, "num_records": n},
+        out, method="flower", dataset={"name": name, "seed": seed, "num_samples": num_samples, "num_records": n},
         params={"flower": {"flwr_version": run.flwr_version, "engine": run.engine, "strategy": to_dict(run.strategy),
-                           "sampler": run.sampler,
+                           "sampler": run.sampler, "model": model_src,
                            "rounds": len(run.rounds), "clients": len(run.clients), "run_seed": run.seed}},
         seed=run.seed or 0, utility={"test_accuracy": accuracy, "test_split": "non-members"}, classifier=clf,
         train_config=None, ledger=acc.ledger, statement=statement, claim=claim_d,
         membership={"members": members, "nonmembers": non, "attacker": att},
         assumptions=["The model was trained by a Flower run; membership (which records the clients held) is as the run "
-                     "record declares it.", *acc.assumptions], flags=flags, overwrite=overwrite)
+                     "record declares it.", *acc.assumptions], flags=flags, overwrite=overwrite, model_meta=model_meta)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from dpaudit.training.release_meta import check_records, parse_train_config
 from dpaudit.serial import to_dict
 
 
-__all__ = ["make_release", "parse_claim", "SCORES_FORMAT", "accounting_inputs", "existing_input"]
+__all__ = ["make_release", "parse_claim", "SCORES_FORMAT", "accounting_inputs", "existing_input", "load_outside_model"]
 
 SCORES_FORMAT = """\
 scores .npz (allow_pickle=False), TensorFlow Privacy AttackInputData names; "train" = members, "test" = non-members:
@@ -411,6 +411,14 @@ def _load_model(model: Any, factory: str | None, factory_kwargs: Mapping | None,
     if out.shape[1:] != (num_classes,) or not np.all(np.isfinite(out)):
         raise DataError(f"The model gives {out.shape[1:]} outputs per record, but the labels have {num_classes} classes.")
     return clf, {"file": str(p), "sha256": file_sha256(p)}
+
+
+def load_outside_model(model: Any, factory: str | None, factory_kwargs: Mapping | None, X: np.ndarray,
+                       num_classes: int):
+    """The outside model as ``release make`` loads it (a torch factory's .safetensors weights, .skops, .cbm),
+    checked against the records ``X``: (classifier, ``{"file", "sha256"}``). Flower releases use it for a run's
+    global model built by the user's own factory."""
+    return _load_model(model, factory, factory_kwargs, X, num_classes)
 
 
 def _opacus_recipe(recipe: Any, factory: str | None, train_fn: str | None, recipe_model: str | None) -> dict:

@@ -16,7 +16,21 @@ from dpaudit._format import fmt_number, printable
 from dpaudit.cli.render import warn
 
 _DIR = click.Path(file_okay=False, path_type=Path)
-_NEIGHBOURING = click.Choice(("replace-one", "add-remove"))
+_NEIGHBOURING = click.Choice(("replace-one", "substitution", "add-remove"))  # substitution = replace-one
+
+
+def _json_object(text: str | None, what: str) -> dict | None:
+    from dpaudit.errors import ParameterError
+
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ParameterError(f"The '{what}' parameter must be a JSON object. Got {text!r:.80} ({exc}) instead.") from None
+    if not isinstance(value, dict):
+        raise ParameterError(f"The '{what}' parameter must be a JSON object. Got {text!r:.80} instead.")
+    return value
 
 
 def render_flower_accounting(acc, as_json: bool = False) -> None:
@@ -107,13 +121,19 @@ def account(run_dir: Path, delta: float, neighbouring: str, as_json: bool) -> No
 @click.option("--delta", type=float, default=1e-5, show_default=True)
 @click.option("--neighbouring", type=_NEIGHBOURING, default="replace-one", show_default=True)
 @click.option("--claim", "claims", multiple=True, help="The run's claim, e.g. --claim epsilon=8 --claim delta=1e-5 "
-              "--claim granularity=client (default: dpaudit's own figure).")
+              "--claim granularity=user (default: dpaudit's own figure).")
+@click.option("--factory", default=None, help="path/to/file.py:build, the function building your torch module (the "
+              "run's global_model.safetensors is loaded into it; pinned by its sha256, as in `release make`). Default: "
+              "the digits softmax regression of `flower simulate`.")
+@click.option("--factory-kwargs", default=None, help="JSON object of keyword arguments for --factory.")
 @click.option("--overwrite", is_flag=True)
-def release(run_dir: Path, out: Path, delta: float, neighbouring: str, claims: tuple[str, ...], overwrite: bool) -> None:
+def release(run_dir: Path, out: Path, delta: float, neighbouring: str, claims: tuple[str, ...], factory: str | None,
+            factory_kwargs: str | None, overwrite: bool) -> None:
     """A release bundle of the run's final global model, its ledger and its claim (for attack and check)."""
     from dpaudit.auditing.flower_run import release_flower_run
 
     path = release_flower_run(run_dir, out, delta=delta, neighbouring=neighbouring, claim=list(claims) or None,
+                              factory=factory, factory_kwargs=_json_object(factory_kwargs, "--factory-kwargs"),
                               overwrite=overwrite)
     click.echo(f"wrote {path}")
 
