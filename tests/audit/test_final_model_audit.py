@@ -55,3 +55,12 @@ def test_the_issues_target_at_epsilon_10_with_1000_models():
     # the score's scale was computed from the recipe before the run: N(0, 1) without the canary, N(mu, 1) with it
     assert abs(out.mean()) < 0.15 and 0.9 < out.std() < 1.1
     assert abs(inn.mean() - r.mu) < 0.2 and 0.9 < inn.std() < 1.1
+
+
+@pytest.mark.slow
+def test_a_correct_recipe_is_not_refuted_over_30_seeds():
+    """Soundness of the whole pipeline (score, planned threshold, GDP analysis) on a recipe that is what it says:
+    the certified bound exceeds the exact epsilon at most at the stated failure rate (5%)."""
+    over = [final_model_audit(epsilon=8.0, num_records=300, models=300, steps=2, init_epochs=5, ideal_replicates=3,
+                              seed=s).bound.epsilon > 8.0 for s in range(30)]
+    assert sum(over) <= 3, sum(over)
