@@ -17,11 +17,13 @@ NeurIPS 2023) on the scores and the coins is certified at the stated confidence
 test of the subsampled Gaussian with the same (q, sigma, rounds), same canaries and rule
 (:func:`~dpaudit.attacks.canary.ideal_one_run_epsilon`; its "out" canary adds nothing along u_k, where an ordinary
 client's update adds a small projection), and dpaudit's accounting of the same run under replace-one
-(:class:`~dpaudit.accountants.events.FixedBatchGaussian`, substitution).
+(:class:`~dpaudit.accountants.events.FixedBatchGaussian`, substitution: the smaller of its RDP figure and the PLD of
+fixed-size client sampling, :func:`~dpaudit.integrations.flower.accounting.sampled_pld_epsilon`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,7 @@ from dpaudit.accountants.events import FixedBatchGaussian
 from dpaudit.accountants.rdp import RdpAccountant
 from dpaudit.attacks.canary import CanaryBound, dirac_scores, ideal_one_run_epsilon, one_run_certified
 from dpaudit.errors import DataError, check_float, check_int, check_probability
+from dpaudit.integrations.flower.accounting import sampled_pld_epsilon
 
 __all__ = ["FlowerCanaryAudit", "audit_flower_simulation", "MAX_CANARIES"]
 
@@ -116,7 +119,10 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     bound = bound.with_ideal(ideal_one_run_epsilon(mech, K, delta=delta, confidence=confidence, replicates=reps, seed=seed))
     acc = RdpAccountant()
     acc.compose(FixedBatchGaussian(n, m, sigma, steps=T, neighbouring="substitution"))
-    res = FlowerCanaryAudit(bound, K, int(included.sum()), T, n, m, sigma, float(acc.epsilon_quiet(delta)),
+    # the smaller of the RDP and PLD routes (the PLD of fixed-size client sampling; None outside its range)
+    pld = sampled_pld_epsilon({(n, m, sigma): T}, delta, "replace-one")
+    accounted = min(float(acc.epsilon_quiet(delta)), math.inf if pld is None else pld)
+    res = FlowerCanaryAudit(bound, K, int(included.sum()), T, n, m, sigma, accounted,
                             settings={"clients": clients, "canaries": K, "clipping_norm": C, "delta": delta,
                                       "confidence": confidence, "seed": seed, "ideal_replicates": reps,
                                       "observation": "every round's global model (Flower evaluate_fn)"})

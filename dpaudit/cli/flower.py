@@ -55,6 +55,10 @@ def render_flower_accounting(acc, as_json: bool = False) -> None:
     if acc.lower_bound is not None:
         click.echo(f"ex ante: [{fmt_number(acc.lower_bound)}, {fmt_number(acc.sampled_epsilon)}] (certified lower bound "
                    "from an explicit pair, upper bound under the sampler that ran)")
+    routes = acc.facts.get("sampled_routes") or {}
+    if len(routes) > 1:
+        click.echo("amplified figure by route: " + ", ".join(f"{k} {fmt_number(v)}" for k, v in routes.items())
+                   + f" (the smaller, {acc.facts.get('sampled_route')}, is used)")
     if acc.local_epsilon is not None:
         click.echo(f"local DP (LocalDpMod, against the server): largest client epsilon {fmt_number(acc.local_epsilon)}")
     rows = [[str(c.partition) if c.partition is not None else str(c.node_id), c.rounds, c.sampled, c.participation,
