@@ -19,11 +19,17 @@
    epsilon of the run under the sampler that ran (Poisson).
 
 Random-secret canaries also get their exposure (Carlini et al. 2019) over the whole candidate space.
+
+:func:`audit_lm_finetune` (``dpaudit lm audit``) audits the user's own fine-tune instead: their base model
+directory, tokenizer and texts, and their fine-tuning function (Opacus over a transformers model, dpaudit's DP step,
+or their own), named by file and digest; canary texts go into their texts by fair coins and the accounting is read
+from what their function returns.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -397,7 +403,13 @@ def audit_lm_finetune(base_model: str | Path, texts: Any, train_fn: Any, *, trai
         fn = run_pinned(pinned, "--train-fn")
     model = copy.deepcopy(base)
     with rep.stage(f"fine-tuning with {code_info['train_fn']} on {len(private)} texts + {int(inc.sum())} canaries"):
-        record = fn(model, tok, train_texts, seed=seed)
+        with warnings.catch_warnings():
+            # Opacus's and torch's notices about a loop that is fine for an audit (its secure-RNG reminder; the
+            # full backward hook on an input without gradient) stay off the user's terminal; the user's own remain
+            warnings.filterwarnings("ignore", message="Secure RNG turned off")
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            warnings.filterwarnings("ignore", message="Optimal order is the (largest|smallest) alpha")
+            record = fn(model, tok, train_texts, seed=seed)
     model.eval()
     mechanism, accounted, source, run_notes = _run_record(record, d)
     seqs = encode(tok, can_texts, max_length=max_len, bos=bos)
