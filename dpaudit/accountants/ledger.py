@@ -13,15 +13,22 @@ from typing import Any, Mapping
 
 from dpaudit._format import fmt_number
 from dpaudit.accountants.base import Accountant
-from dpaudit.accountants.events import Composed, DpEvent, Repeated, event_from_dict
-from dpaudit.accountants.pld import PldAccountant
+from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE
+from dpaudit.accountants.events import Composed, DpEvent, Repeated, SubsampledGaussian, event_from_dict
+from dpaudit.accountants.pld import PldAccountant, gaussian_pld
 from dpaudit.accountants.rdp import EdgeOrderWarning, RdpAccountant
-from dpaudit.accountants.statement import PrivacyStatement, join_assumptions
+from dpaudit.accountants.statement import LowerBound, PrivacyStatement, join_assumptions
 from dpaudit.errors import DataError, DPAuditError, ParameterError, check_choice, check_float, check_int, check_probability
 
 __all__ = ["PrivacyLedger", "BudgetExceededError"]
 
 _SCHEMA = 1
+
+
+#: :meth:`PrivacyLedger.lower_bound` computes a pair only up to this many recorded steps of a party and from this noise
+#: multiplier up (its privacy-loss grid grows with both); beyond, the party has no pair (None), never a wrong one.
+LOWER_BOUND_MAX_STEPS = 100_000
+LOWER_BOUND_MIN_SIGMA = 0.3
 
 
 class BudgetExceededError(DPAuditError):
@@ -186,6 +193,52 @@ class PrivacyLedger:
                                     self.statement(p).data_dependent for p in self._eps),
                                 details={**st.details, "worst_party": worst})
 
+    def lower_bound(self, party: str | None = None) -> LowerBound | None:
+        """A certified lower bound on the epsilon at the ledger's delta of ``party``'s recorded events (None: of the
+        overall guarantee, the largest party's), or None where no pair is known for them.
+
+        Known: a party whose every recorded event is the Poisson-subsampled Gaussian
+        (:class:`~dpaudit.accountants.events.SubsampledGaussian`, add/remove; ``sampling_rate`` 1 is the Gaussian
+        mechanism). Its pair is the Gaussian mixture ``((1-q) N(0, s^2) + q N(1, s^2), N(0, s^2))`` per step, which
+        valid add/remove neighbours attain (a target whose clipped contribution is +C, every other record's 0), composed
+        over the recorded steps with dp_accounting's *optimistic* privacy-loss distribution and read at delta +
+        1e-12 (FFT round-off): no correct analysis of those events gives less. A party with any other event gets
+        None; the overall bound is the largest party's (parallel composition: each party's records are its own)."""
+        parties = [party] if party is not None else list(self._acc)
+        if party is not None:
+            self._require(party)
+        best: LowerBound | None = None
+        for p in parties:
+            acc = self._acc.get(p)
+            steps: dict[tuple[float, float], int] = {}
+            if acc is None or not _subsampled_gaussian_steps(acc.composed, 1, steps) or not steps:
+                continue
+            # sizes first: the loss grid grows as 1 / sigma^2 and with the steps; beyond these no pair is computed
+            if sum(steps.values()) > LOWER_BOUND_MAX_STEPS or min(s for _, s in steps) < LOWER_BOUND_MIN_SIGMA:
+                continue
+            total = None
+            # each step rounds its losses down by up to the interval: finer for long runs (the bound stays valid)
+            vdi = min(1e-3, max(1e-4, 0.02 / sum(steps.values())))
+            try:
+                for (q, sigma), count in steps.items():
+                    one = gaussian_pld(sigma, sensitivity=1.0, sampling_prob=q, pessimistic_estimate=False,
+                                       value_discretization_interval=vdi, use_connect_dots=False).self_compose(count)
+                    total = one if total is None else total.compose(one)
+                if total is None:
+                    continue
+                eps = max(0.0, float(total.get_epsilon_for_delta(min(self.delta + FFT_DELTA_ALLOWANCE, 1.0))))
+            except (ValueError, OverflowError, FloatingPointError, MemoryError):
+                continue
+            if not math.isfinite(eps):
+                continue
+            if best is None or eps > best.epsilon:
+                desc = ", ".join(f"{c} step(s) at q = {q:g}, sigma = {s:g}" for (q, s), c in steps.items())
+                best = LowerBound(eps, self.delta, f"party {p}: target +C, other records 0, target removed: "
+                                  f"(1-q)N(0,s^2)+qN(1,s^2) vs N(0,s^2) per step ({desc})",
+                                  "the pair's privacy-loss distribution (dp_accounting, optimistic), composed by FFT; "
+                                  "epsilon read at delta + 1e-12")
+        return best
+
     # ---------------------------------------------------------------------------------------------- JSON
 
     def to_dict(self) -> dict[str, Any]:
@@ -227,3 +280,22 @@ class PrivacyLedger:
         except KeyError as exc:
             raise DataError(f"A privacy ledger dict is missing the key {exc.args[0]!r}.") from None
         return led
+
+
+def _subsampled_gaussian_steps(items: Any, mult: int, out: dict[tuple[float, float], int]) -> bool:
+    """Add the steps of every Poisson-subsampled Gaussian in ``items`` (``(event, count)`` pairs) to ``out`` (keyed by
+    (q, sigma)); False when any event is of another kind."""
+    for ev, count in items:
+        n = int(count) * mult
+        if isinstance(ev, SubsampledGaussian):
+            key = (float(ev.sampling_rate), float(ev.noise_multiplier))
+            out[key] = out.get(key, 0) + n * int(ev.steps)
+        elif isinstance(ev, Composed):
+            if not _subsampled_gaussian_steps([(e, 1) for e in ev.events], n, out):
+                return False
+        elif isinstance(ev, Repeated):
+            if not _subsampled_gaussian_steps([(ev.event, ev.count)], n, out):
+                return False
+        else:
+            return False
+    return True

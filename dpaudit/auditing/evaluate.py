@@ -16,7 +16,8 @@ lower bound of an explicit pair of neighbouring datasets for the mechanism the a
 (``AccountingResult.lower_bound``: the lower end of the interval ``[lower, accounted]``; a Flower run's ex-ante pair),
 at a delta no smaller than the claim's and about the figure the claim is judged on (its route, data-independent;
 a release at the claim's granularity). No attack is run: no valid analysis of that mechanism can give the claim
-(:func:`analytic_refutation`). A ledger holds no such pair and is never refuted this way.
+(:func:`analytic_refutation`). A ledger's pair: :meth:`~dpaudit.accountants.ledger.PrivacyLedger.lower_bound` (parties
+whose events are all Poisson-subsampled Gaussians; other parties have none).
 
 **UNPROVEN** -- no certified evidence against the claim, but the accounting cannot show it:
 
@@ -387,7 +388,10 @@ def account_mechanism(kind: str, params: Mapping[str, Any], delta: float, *, bas
 # --------------------------------------------------------------------------------------------------
 
 
-def _ledger_statement(ledger_dict: Mapping[str, Any], party: str | None, where: str) -> PrivacyStatement:
+def _ledger_statement(ledger_dict: Mapping[str, Any], party: str | None,
+                      where: str) -> tuple[PrivacyStatement, LowerBound | None]:
+    """The ledger's statement for ``party`` (None: overall) and the certified lower bound of its recorded events
+    (:meth:`~dpaudit.accountants.ledger.PrivacyLedger.lower_bound`; None where no pair is known)."""
     try:
         from dpaudit.accountants.ledger import PrivacyLedger  # type: ignore[attr-defined]
     except ImportError:
@@ -399,10 +403,10 @@ def _ledger_statement(ledger_dict: Mapping[str, Any], party: str | None, where: 
             raise
         raise DataError(f"The privacy ledger in {where} is malformed: {exc!r}") from None
     if party is None:
-        return ledger.overall()
+        return ledger.overall(), ledger.lower_bound()
     if party not in ledger.parties:
         raise DataError(f"Party {party!r} is not in the ledger of {where}; its parties are: {', '.join(ledger.parties)}.")
-    return ledger.statement(party)
+    return ledger.statement(party), ledger.lower_bound(party)
 
 
 def _release_meta(path: Path) -> dict[str, Any]:
@@ -645,13 +649,15 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
                 data = read_json(subject.path)
             except ValueError as exc:
                 raise DataError(f"Ledger file {str(subject.path)!r} is not valid JSON: {exc}") from None
-            st = _ledger_statement(data, claim.party, str(subject.path))
+            st, lower = _ledger_statement(data, claim.party, str(subject.path))
+            headline = st
         else:
             meta = _release_meta(subject.path)
             if claim.party is not None:
                 if meta.get("ledger") is None:
                     raise DataError(f"Release {str(subject.path)!r} has no ledger, so it has no per-party figures.")
-                st = _ledger_statement(meta["ledger"], claim.party, str(subject.path / "release.json"))
+                st, lower = _ledger_statement(meta["ledger"], claim.party, str(subject.path / "release.json"))
+                headline = st
             else:
                 if meta.get("statement") is None:
                     raise DataError(f"Release {str(subject.path)!r} has no accounted statement in release.json.")

@@ -203,7 +203,9 @@ def test_ledger_subject_overall_and_party(tmp_path):
     ), base_dir=tmp_path)
     rep = evaluate_claims(cf)
     overall, alice, tight = rep.results
-    assert overall.verdict == "UNPROVEN" and overall.accounted.epsilon == pytest.approx(eps_b)
+    # bob's 2000 steps have a certified lower bound (2.48) above the claim: false for bob's records (analytic)
+    assert led.lower_bound("bob").epsilon > mid
+    assert overall.verdict == "REFUTED" and overall.accounted.epsilon == pytest.approx(eps_b)
     assert alice.held and alice.accounted.epsilon == pytest.approx(eps_a)
     assert tight.verdict == "UNPROVEN" and "accounted delta 1e-5 > claimed 1e-6" in tight.reasons
     bad = parse_claims(doc(claim(mechanism=None, params=None, ledger="ledger.json", party="carol")), base_dir=tmp_path)

@@ -1,7 +1,7 @@
 """Claims refuted by their subject's own accounting (issue 42, item 6): a claim below the certified lower bound of an
 explicit pair for the mechanism the subject describes is REFUTED (analytic), naming the pair; never when the pair is
 at a smaller delta than the claim's, at another granularity, about another route, or above a figure of another
-quantity (a Flower client's ex-post figure)."""
+quantity (a Flower client's ex-post figure). Ledgers: parties whose events are all Poisson-subsampled Gaussians."""
 
 from __future__ import annotations
 
@@ -117,15 +117,45 @@ def test_the_issues_flower_reproducer(tmp_path):
     assert r["expost"].verdict == "HOLDS"
 
 
-def test_a_ledger_has_no_pair(tmp_path):
-    from dpaudit.accountants.events import SubsampledGaussian
+def test_a_ledgers_subsampled_gaussian_parties_have_a_pair(tmp_path):
+    from dpaudit.accountants.closed_form import gaussian_mechanism_epsilon
+    from dpaudit.accountants.events import FixedBatchGaussian, SubsampledGaussian
     from dpaudit.accountants.ledger import PrivacyLedger
 
     led = PrivacyLedger(delta=1e-5)
     led.record("a", SubsampledGaussian(sampling_rate=0.05, noise_multiplier=1.0, steps=100))
+    led.record("g", SubsampledGaussian(sampling_rate=1.0, noise_multiplier=4.0, steps=30))     # the Gaussian mechanism
+    led.record("f", FixedBatchGaussian(1000, 50, 1.0, steps=100))                            # no pair known here
+    low_a, low_g = led.lower_bound("a"), led.lower_bound("g")
+    exact_g = gaussian_mechanism_epsilon(30 ** 0.5 / 4.0, 1e-5)          # mu-GDP, exactly
+    assert low_g.epsilon <= exact_g and low_g.epsilon == pytest.approx(exact_g, rel=0.01)
+    assert 0 < low_a.epsilon <= led.statement("a").epsilon and led.lower_bound("f") is None
+    assert led.lower_bound().epsilon == max(low_a.epsilon, low_g.epsilon)   # overall: the largest party's
     write_json(tmp_path / "ledger.json", to_dict(led))
-    r = _claims(tmp_path, dict(name="l", epsilon=0.01, delta=1e-5, granularity="example", ledger="ledger.json"))
-    assert r["l"].verdict == "UNPROVEN" and r["l"].refuted_by == ()
+    r = _claims(tmp_path,
+                dict(name="a-below", epsilon=0.9 * low_a.epsilon, delta=1e-5, granularity="example",
+                     ledger="ledger.json", party="a"),
+                dict(name="a-inside", epsilon=(low_a.epsilon + led.statement("a").epsilon) / 2, delta=1e-5,
+                     granularity="example", ledger="ledger.json", party="a"),
+                dict(name="f", epsilon=0.01, delta=1e-5, granularity="example", ledger="ledger.json", party="f"),
+                dict(name="overall", epsilon=0.9 * low_g.epsilon, delta=1e-5, granularity="example",
+                     ledger="ledger.json"),
+                dict(name="larger-delta", epsilon=0.9 * low_a.epsilon, delta=1e-3, granularity="example",
+                     ledger="ledger.json", party="a"))
+    assert r["a-below"].verdict == "REFUTED" and "party a" in r["a-below"].refuted_by[0]
+    assert r["a-inside"].verdict == "UNPROVEN" and r["f"].verdict == "UNPROVEN" and r["f"].refuted_by == ()
+    assert r["overall"].verdict == "REFUTED"
+    assert r["larger-delta"].refuted_by == ()             # the pair is at the ledger's delta 1e-5
+
+
+def test_a_ledger_pair_is_not_computed_past_its_size_caps():
+    from dpaudit.accountants.events import SubsampledGaussian
+    from dpaudit.accountants.ledger import LOWER_BOUND_MAX_STEPS, PrivacyLedger
+
+    led = PrivacyLedger(delta=1e-5)
+    led.record("many", SubsampledGaussian(sampling_rate=0.01, noise_multiplier=1.0, steps=LOWER_BOUND_MAX_STEPS + 1))
+    led.record("tiny-noise", SubsampledGaussian(sampling_rate=0.01, noise_multiplier=0.01, steps=10))
+    assert led.lower_bound("many") is None and led.lower_bound("tiny-noise") is None and led.lower_bound() is None
 
 
 @pytest.mark.parametrize("tol", [0.0])
