@@ -208,21 +208,22 @@ class PldAccountant(Accountant):
     def _tiny_epsilon_interval(self, est: float) -> float | None:
         """A finer interval where the epsilon is tiny (RDP estimate below 0.2; issue 47: at epsilon ~1e-3 the default 1e-4 per step made the
         pessimistic figure 2.4x the exact one): about est / 5000 (est is the RDP figure, above the PLD's), but no finer
-        than one step's loss range over 1e5 points (its grid is built point by point) nor 1e-7. Only for Poisson-type
-        Gaussian leaves (SubsampledGaussian, FixedBatchGaussian under add/remove), whose largest loss to about 10
-        standard deviations is :math:`\\log(1 + q(e^{(1+20s)/(2s^2)} - 1))` (noise s in units of the sensitivity)."""
+        than one step's loss range over 1e5 points (its grid is built point by point) nor 1e-7. Only for subsampled
+        Gaussian leaves (SubsampledGaussian, FixedBatchGaussian), whose largest loss to about 12 standard deviations is
+        :math:`\\log(1 + q(e^{(1+24s)/(2s^2)} - 1))` (noise s in units of the sensitivity: sigma/2 for fixed-size
+        batches)."""
         if not 0.0 < est < 0.2:
             return None
         lmax = 0.0
         for leaf, _ in self._leaves:
             if isinstance(leaf, SubsampledGaussian):
                 q, s = leaf.sampling_rate, leaf.noise_multiplier
-            elif isinstance(leaf, FixedBatchGaussian) and leaf.neighbouring == "add-remove":
-                q, s = leaf.sampling_rate, leaf.noise_multiplier / 2.0
+            elif isinstance(leaf, FixedBatchGaussian):   # add/remove: the Poisson Gaussian at sigma/2; the others
+                q, s = leaf.sampling_rate, leaf.noise_multiplier / 2.0   # the hull of that pair (sensitivity 2C)
             else:
                 return None
             with np.errstate(over="ignore"):
-                lmax = max(lmax, math.log1p(q * math.expm1(min((1.0 + 20.0 * s) / (2.0 * s * s), 700.0))))
+                lmax = max(lmax, math.log1p(q * math.expm1(min((1.0 + 24.0 * s) / (2.0 * s * s), 700.0))))
         return max(est / 5000.0, lmax / 1e5, 1e-7)
 
     def _fft_epsilon(self, delta: float) -> float:

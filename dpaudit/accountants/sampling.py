@@ -272,9 +272,9 @@ def _wor_one_step(sampling_rate: float, mu: float, vdi: float) -> Any:
     """The pessimistic connect-the-dots PLD of one step of the hull pair of :func:`fixed_size_gaussian_pld`."""
     hull = lambda e: np.maximum(subsampled_gaussian_hockey_stick(e, sampling_rate, mu, direction="remove"),  # noqa: E731
                                 subsampled_gaussian_hockey_stick(e, sampling_rate, mu, direction="add"))
-    top = 1.0
+    top = 10.0 * vdi
     while float(hull(np.array([top]))[0]) > _WOR_TAIL_DELTA and top < 1e6:
-        top *= 1.5
+        top *= 1.25
     points = int(math.ceil(top / vdi))
     if 2 * points + 1 > MAX_WOR_PLD_POINTS:
         raise ParameterError(f"the one-step loss range of fixed-size sampling (up to {top:.3g}) needs {2 * points + 1} "
