@@ -107,3 +107,12 @@ def test_a_users_training_function_takes_input_canaries(files, tmp_path, cli):
     assert res["bound"]["kind"] == "certified" and res["settings"]["recipe"] == "train_fn"
     assert res["settings"]["models"] == 10 and 0 < res["bound"]["trials"] <= 10     # (a split rule tests on a part)
     assert res["accounted_epsilon"] is None          # the bundle states no accounting; the bound stands alone
+
+
+def test_the_bundles_training_function_runs_only_when_the_user_names_it(files, tmp_path, cli):
+    out = make_release(tmp_path / "tf", claim=CLAIM, model=files["skops"], data=files["data"],
+                       members=files["members"], nonmembers=files["nonmembers"],
+                       train_fn=f"{files['root'] / 'byomtrain.py'}:train")
+    rc, stdout, err = cli(["attack", out, "--audit", "multi-run", "--models", "10", "--canary", "mislabeled",
+                           "--out", tmp_path / "a", "--quiet"])
+    assert rc == 2 and "runs no code a bundle names" in err and not (tmp_path / "a").exists()
