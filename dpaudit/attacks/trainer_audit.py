@@ -49,7 +49,7 @@ from dpaudit.errors import DataError, check_float, check_probability
 from dpaudit.serial import JsonValue
 
 __all__ = ["SamplerFinding", "NoiseFinding", "RecordedBound", "identify_sampler", "estimate_noise",
-           "recorded_lower_bound", "whitebox_scores", "certified_one_run", "chi_mean_inverse", "ANALYTIC_ASSUMPTIONS",
+           "estimate_noise_runs", "recorded_lower_bound", "whitebox_scores", "certified_one_run", "certified_runs", "chi_mean_inverse", "ANALYTIC_ASSUMPTIONS",
            "SAMPLER_KINDS", "simulate_record"]
 
 SAMPLER_KINDS = ("poisson", "shuffle", "fixed", "full-batch", "unknown")
@@ -210,22 +210,21 @@ def _canary_in_batch(membership: Sequence[np.ndarray], canary_index: np.ndarray,
     return inb
 
 
-def estimate_noise(canary_obs, probe_obs, membership: Sequence[np.ndarray], canary_index, *,
-                   confidence: float = 0.95) -> NoiseFinding:
-    """Noise, canary signal and the upper confidence limit of sigma_eff (module docstring, 2)."""
+def _step_contrasts(canary_obs, probe_obs, membership: Sequence[np.ndarray], canary_index):
+    """Per step whose batch holds some canaries: the in-batch minus out-of-batch mean of the canary observations in
+    units of the probes' root mean square (inf where the probes did not move at all), and the same in the
+    gradient's units; the probes' r_t; the probes' P."""
     x = np.asarray(canary_obs, dtype=np.float64)
     y = np.asarray(probe_obs, dtype=np.float64)
     ci = np.asarray(canary_index, dtype=np.int64)
     T, P = y.shape
-    alpha = 1.0 - check_probability(confidence, "confidence", "estimate_noise")
     if P < 2 or x.shape != (T, ci.size):
         raise DataError(f"estimate_noise: canary_obs must be (T, m) = ({T}, {ci.size}) and probes >= 2. Got "
                         f"{x.shape} and {P}.")
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
-        return NoiseFinding(0.0, float("inf"), 0.0, 0.0, confidence, 0.0, 0, P)
+        return None
     r = np.sqrt(np.mean(y * y, axis=1))
-    tiny = np.finfo(np.float64).tiny
-    ok = r > tiny
+    ok = r > np.finfo(np.float64).tiny
     xt = np.where(ok[:, None], x / np.where(ok, r, 1.0)[:, None], 0.0)
     inb = _canary_in_batch(membership, ci, T)
     diffs, signal = [], []
@@ -233,22 +232,44 @@ def estimate_noise(canary_obs, probe_obs, membership: Sequence[np.ndarray], cana
         k_in = int(inb[t].sum())
         if k_in == 0 or k_in == ci.size:
             continue
-        if not ok[t]:                # no noise at all at this step and a canary in it
-            diffs.append(np.inf)
-            signal.append(float(x[t, inb[t]].mean() - x[t, ~inb[t]].mean()))
-            continue
-        diffs.append(float(xt[t, inb[t]].mean() - xt[t, ~inb[t]].mean()))
         signal.append(float(x[t, inb[t]].mean() - x[t, ~inb[t]].mean()))
-    d = np.asarray(diffs)
+        # no noise at all at this step and a canary in it: no finite noise multiplier
+        diffs.append(float(xt[t, inb[t]].mean() - xt[t, ~inb[t]].mean()) if ok[t] else np.inf)
     dy = np.diff(y, axis=0)
-    ratio = float(np.mean(dy * dy) / (2.0 * np.mean(y[1:] ** 2 + y[:-1] ** 2) / 2.0)) if T > 1 and np.mean(y * y) > 0 else 1.0
-    noise = float(np.median(r))
+    ms = float(np.mean(y * y))
+    ratio = float(np.mean(dy * dy) / (2.0 * ms)) if T > 1 and ms > 0 else 1.0
+    return np.asarray(diffs), signal, r, P, ratio
+
+
+def estimate_noise(canary_obs, probe_obs, membership: Sequence[np.ndarray], canary_index, *,
+                   confidence: float = 0.95) -> NoiseFinding:
+    """Noise, canary signal and the upper confidence limit of sigma_eff (module docstring, 2) from one run."""
+    return estimate_noise_runs([(canary_obs, probe_obs, membership, canary_index)], confidence=confidence)
+
+
+def estimate_noise_runs(runs: Sequence[tuple[Any, Any, Sequence[np.ndarray], Any]], *,
+                        confidence: float = 0.95) -> NoiseFinding:
+    """:func:`estimate_noise` pooled over independent runs of the same loop (``(canary_obs, probe_obs, membership,
+    canary_index)`` each, with as many probes): the per-step contrasts of all runs are independent samples of the
+    same mean under the model, so the t limit takes them together (Nasr et al. 2023 audit with two runs)."""
+    alpha = 1.0 - check_probability(confidence, "confidence", "estimate_noise")
+    parts = [_step_contrasts(*run) for run in runs]
+    probes = [np.asarray(run[1]).shape[1] for run in runs]
+    if len(set(probes)) != 1:
+        raise DataError(f"estimate_noise_runs: every run needs the same number of probes. Got {probes}.")
+    P = probes[0]
+    if any(p is None for p in parts):
+        return NoiseFinding(0.0, float("inf"), 0.0, 0.0, confidence, 0.0, 0, P)
+    d = np.concatenate([p[0] for p in parts])
+    signal = [v for p in parts for v in p[1]]
+    noise = float(np.median(np.concatenate([p[2] for p in parts])))
+    ratio = float(min(p[4] for p in parts))
     sig = float(np.mean(signal)) if signal else 0.0
     if d.size < 2:
         return NoiseFinding(noise, sig, float("inf"), float("inf"), confidence, ratio, int(d.size), P)
-    kappa = chi_mean_inverse(P)
     if np.any(np.isinf(d)):
         return NoiseFinding(noise, sig, 0.0, 0.0, confidence, ratio, int(d.size), P)
+    kappa = chi_mean_inverse(P)
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     low = (mean - stats.t.ppf(1.0 - alpha, d.size - 1) * sd / math.sqrt(d.size)) / kappa
     upper = 1.0 / low if low > 0 else float("inf")
@@ -336,12 +357,27 @@ def whitebox_scores(canary_obs, probe_obs, *, sampling_rate: float | None = None
 def certified_one_run(canary_obs, probe_obs, included, *, delta: float, confidence: float = 0.95,
                       sampling_rate: float | None = None, noise_multiplier: float | None = None) -> Any:
     """The certified one-run bound (:class:`~dpaudit.attacks.canary.CanaryBound`) from the white-box scores."""
+    return certified_runs([(canary_obs, probe_obs, included)], delta=delta, confidence=confidence,
+                          sampling_rate=sampling_rate, noise_multiplier=noise_multiplier)
+
+
+def certified_runs(runs: Sequence[tuple[Any, Any, Any]], *, delta: float, confidence: float = 0.95,
+                   sampling_rate: float | None = None, noise_multiplier: float | None = None) -> Any:
+    """:func:`certified_one_run` over the canaries of independent runs (``(canary_obs, probe_obs, included)`` each):
+    every canary's coin is fair and independent of the other runs, and each canary is in one run only, so Theorem 3
+    applies to all of them together; each run's scores come from its own observations."""
     from dpaudit.attacks.canary import one_run_certified
 
-    s, name = whitebox_scores(canary_obs, probe_obs, sampling_rate=sampling_rate, noise_multiplier=noise_multiplier)
-    s = np.nan_to_num(s, nan=0.0, posinf=1e300, neginf=-1e300)
-    return one_run_certified(s, np.asarray(included, dtype=bool), delta=delta, confidence=confidence,
-                             score=name, analysis="eps", compare=True)
+    scores, coins, names = [], [], set()
+    for x, y, inc in runs:
+        s, name = whitebox_scores(x, y, sampling_rate=sampling_rate, noise_multiplier=noise_multiplier)
+        scores.append(np.nan_to_num(s, nan=0.0, posinf=1e300, neginf=-1e300))
+        coins.append(np.asarray(inc, dtype=bool))
+        names.add(name)
+    if len(names) > 1:      # scores of different kinds are not comparable across runs: rank within each run
+        scores = [stats.rankdata(s) / s.size for s in scores]
+    return one_run_certified(np.concatenate(scores), np.concatenate(coins), delta=delta, confidence=confidence,
+                             score="+".join(sorted(names)), analysis="eps", compare=True)
 
 
 # ------------------------------------------------------------------------------------------------------- simulation

@@ -36,8 +36,8 @@ from dpaudit.attacks.trainer_audit import (
     NoiseFinding,
     RecordedBound,
     SamplerFinding,
-    certified_one_run,
-    estimate_noise,
+    certified_runs,
+    estimate_noise_runs,
     identify_sampler,
     recorded_lower_bound,
 )
@@ -47,8 +47,10 @@ from dpaudit.serial import JsonValue
 
 __all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "audit_trainer", "recipe_differences", "RECIPE_KEYS"]
 
-#: Canaries and probe coordinates per budget. ``ci``: one run of a small model in seconds; ``thorough``: more canaries.
-BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500}, "thorough": {"canaries": 1000, "probes": 1000}}
+#: Canaries and probe coordinates per run, and runs, per budget. ``ci``: one run in seconds; ``thorough``: two
+#: independent runs (the noise multiplier's limit pools their steps; the certified bound takes both runs' canaries).
+BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500, "runs": 1},
+                                      "thorough": {"canaries": 500, "probes": 500, "runs": 2}}
 THREAT_MODELS = ("white-box",)
 #: Keys of a declared DP-SGD recipe (a claim's ``params`` for ``mechanism = "dpsgd"``) compared with the record.
 RECIPE_KEYS = ("dataset_size", "batch_size", "noise_multiplier", "epochs", "steps", "sampling")
@@ -66,7 +68,8 @@ class TrainerAuditResult:
     for an unknown sampler); ``certified``: the certified one-run bound (no assumption); ``recipe_epsilon``: the
     declared recipe's accounted epsilon (None without a recipe); ``differences``: what the record shows against
     the recipe; ``refuted_by``: each bound above the claim, in words (non-empty: the claim is REFUTED);
-    ``confidence``: of the verdict (each bound is computed at ``(1 + confidence) / 2``)."""
+    ``confidence``: of the verdict (each bound is computed at ``(1 + confidence) / 2``); ``canaries`` and ``probes``
+    per run, ``runs`` independent runs (the sampler shown is the first run's)."""
 
     train_fn: str
     sha256: str
@@ -89,6 +92,7 @@ class TrainerAuditResult:
     refuted_by: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    runs: int = 1
     schema_version: int = TRAINER_SCHEMA_VERSION
 
     __json_computed__ = ("verdict",)
@@ -105,8 +109,8 @@ class TrainerAuditResult:
     def lines(self) -> list[str]:
         """The findings in words (console, docs)."""
         s, nz = self.sampler, self.noise
-        out = [f"trainer {self.train_fn} (sha256 {self.sha256[:12]}...), seed {self.seed}, {self.canaries} canaries, "
-               f"{self.num_real} real records",
+        out = [f"trainer {self.train_fn} (sha256 {self.sha256[:12]}...), seed {self.seed}, {self.canaries} canaries "
+               f"per run, {self.runs} run{'s' if self.runs > 1 else ''}, {self.num_real} real records",
                f"sampler: {s.kind} ({s.evidence}); {s.steps} steps over N = {s.num_records} records",
                f"noise: std {fmt_number(nz.noise_std)} per coordinate, canary signal {fmt_number(nz.signal)}: noise "
                f"multiplier {fmt_number(nz.sigma_eff)} (at most {fmt_number(nz.sigma_eff_upper)} at confidence "
@@ -185,10 +189,12 @@ def _digits(records: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mapping[str, Any] | None = None,
                   threat_model: str = "white-box", budget: str = "ci", canaries: int | None = None,
-                  probes: int | None = None, records: int = 1000, seed: int = 0, confidence: float = 0.95,
+                  probes: int | None = None, runs: int | None = None, records: int = 1000, seed: int = 0,
+                  confidence: float = 0.95,
                   base: str | Path | None = None, out: str | Path | None = None, overwrite: bool = False,
                   account_recipe: bool = True, progress: "bool | Reporter" = False) -> TrainerAuditResult:
-    """Run the user's ``train_fn`` (``FILE.py:NAME``) once on ``records`` digits records plus fair-coin canaries,
+    """Run the user's ``train_fn`` (``FILE.py:NAME``) once (``runs`` = 2: twice, independently; default: the budget's)
+    on ``records`` digits records plus fair-coin canaries,
     with the white-box audit hook, and judge the claim (``epsilon``, ``delta``); see the module docstring.
     ``recipe``: the declared DP-SGD recipe (keys :data:`RECIPE_KEYS`) to compare the record with and to account.
     ``out``: also write ``trainer_audit.json`` into that folder; ``account_recipe=False``: leave ``recipe_epsilon``
@@ -206,6 +212,7 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
     n = check_int(records, "records", owner, low=10, high=1797)
     m = check_int(BUDGETS[budget]["canaries"] if canaries is None else canaries, "canaries", owner, low=4, high=MAX_RECORDS)
     p = check_int(BUDGETS[budget]["probes"] if probes is None else probes, "probes", owner, low=16, high=100_000)
+    runs = check_int(BUDGETS[budget]["runs"] if runs is None else runs, "runs", owner, low=1, high=2)
     rec = _recipe(recipe)
     rep = as_reporter(progress)
     pinned = pin_code(train_fn, "train_fn", base=base)
@@ -224,28 +231,36 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
         check_replaceable(Path(out))
 
     X, y = _digits(n, seed)
-    rng = np.random.default_rng([seed, 0xCA7A])
-    inc = rng.random(m) < 0.5
-    k = int(inc.sum())
-    ci = np.full(m, -1, dtype=np.int64)
-    ci[inc] = n + np.arange(k)
-    Xc = X[rng.integers(0, n, size=k)]
-    yc = rng.integers(0, 10, size=k).astype(np.int64)
-    X_all, y_all = np.concatenate([X, Xc]), np.concatenate([y, yc])
-
     import torch
 
     from dpaudit.training.audit_hook import AuditHook
 
-    hook = AuditHook(num_real=n, canary_index=ci, probes=p, seed=seed)
-    torch.manual_seed(seed)
-    with rep.stage(f"running {pinned.path.text} with the audit hook ({m} canaries, {k} in the data)", 1):
-        fn(X_all, y_all, seed=seed, hook=hook)
-    record = hook.record()
+    records_ = []
+    for run in range(runs):
+        # run 0 keeps the seed; a second run (thorough) gets its own coins, hook and training seed
+        rng = np.random.default_rng([seed, 0xCA7A] if run == 0 else [seed, 0xCA7A, run])
+        run_seed = seed if run == 0 else (seed + 1_000_003 * run) % 2**31
+        inc = rng.random(m) < 0.5
+        k = int(inc.sum())
+        ci = np.full(m, -1, dtype=np.int64)
+        ci[inc] = n + np.arange(k)
+        Xc = X[rng.integers(0, n, size=k)]
+        yc = rng.integers(0, 10, size=k).astype(np.int64)
+        X_all, y_all = np.concatenate([X, Xc]), np.concatenate([y, yc])
+        hook = AuditHook(num_real=n, canary_index=ci, probes=p, seed=run_seed)
+        torch.manual_seed(run_seed)
+        with rep.stage(f"running {pinned.path.text} with the audit hook (run {run + 1} of {runs}: {m} canaries, "
+                       f"{k} in the data)", 1):
+            fn(X_all, y_all, seed=run_seed, hook=hook)
+        records_.append(hook.record())
+    record = records_[0]
     half = 1.0 - (1.0 - conf) / 2.0
-    sampler = identify_sampler(record.membership, record.num_records, confidence=half)
-    noise = estimate_noise(record.canary_obs, record.probe_obs, record.membership, record.canary_index, confidence=half)
-    recorded = recorded_lower_bound(sampler, noise, dlt)
+    samplers = [identify_sampler(r.membership, r.num_records, confidence=half) for r in records_]
+    sampler = samplers[0]
+    noise = estimate_noise_runs([(r.canary_obs, r.probe_obs, r.membership, r.canary_index) for r in records_],
+                                confidence=half)
+    bounds = [recorded_lower_bound(s, noise, dlt) for s in samplers]
+    recorded = None if any(b is None for b in bounds) else min(bounds, key=lambda b: b.epsilon)  # type: ignore[union-attr]
     q_claim = sigma_claim = None
     recipe_eps = None
     if rec:
@@ -259,8 +274,8 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
                                              noise_multiplier=sigma_claim, epochs=rec.get("epochs"),
                                              steps=rec.get("steps"), sampling=str(rec.get("sampling", "poisson")),
                                              delta=dlt, lower_bound=False).epsilon)
-    cert = certified_one_run(record.canary_obs, record.probe_obs, record.included, delta=dlt, confidence=half,
-                             sampling_rate=q_claim, noise_multiplier=sigma_claim)
+    cert = certified_runs([(r.canary_obs, r.probe_obs, r.included) for r in records_], delta=dlt, confidence=half,
+                          sampling_rate=q_claim, noise_multiplier=sigma_claim)
     diffs = recipe_differences(rec, sampler, noise)
     refuted = []
     notes = [f"each bound is computed at confidence {fmt_number(half)}, so that the verdict's failure probability is "
@@ -274,6 +289,9 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
                        f"{fmt_number(eps)} ({sampler.kind}, {sampler.steps} steps, noise multiplier at most "
                        f"{fmt_number(noise.sigma_eff_upper)}; assumes {ANALYTIC_ASSUMPTIONS})"
                        + (f"; differs from the recipe: {'; '.join(diffs)}" if diffs else ""))
+    if len({(sm.kind, sm.steps, sm.num_records) for sm in samplers}) > 1:
+        notes.append("the runs differ in sampler, steps or records (" + "; ".join(
+            f"{sm.kind}, {sm.steps} steps, N = {sm.num_records}" for sm in samplers) + "): the smaller bound is used")
     if recorded is None:
         notes.append(f"the sampler could not be identified ({sampler.evidence}): no analytic bound")
     if noise.difference_ratio < 0.5:
@@ -284,7 +302,8 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
         train_fn=pinned.path.text, sha256=pinned.sha256, claimed_epsilon=eps, claimed_delta=dlt,
         threat_model=threat_model, budget=budget, seed=seed, confidence=conf, num_real=n, canaries=m, probes=p,
         sampler=sampler, noise=noise, recorded=recorded, certified=cert, recipe=rec, recipe_epsilon=recipe_eps,
-        differences=tuple(diffs), refuted_by=tuple(refuted), notes=tuple(notes), seconds=time.perf_counter() - t0)
+        differences=tuple(diffs), refuted_by=tuple(refuted), notes=tuple(notes), seconds=time.perf_counter() - t0,
+        runs=runs)
     if out is not None:
         from dpaudit._io import atomic_dir, write_json
         from dpaudit.serial import to_dict
