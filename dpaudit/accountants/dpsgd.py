@@ -22,7 +22,8 @@ import numpy as np
 from dpaudit.accountants._common import inv_square, quiet_overflow
 from dpaudit.accountants._dp_accounting import rdp_poisson_subsampled_gaussian
 from dpaudit.accountants.base import register_rdp
-from dpaudit.accountants.events import DpEvent, FixedBatchGaussian, ShuffledBatchGaussian, SubsampledGaussian, flatten
+from dpaudit.accountants.events import (DpEvent, FixedBatchGaussian, ShuffledBatchGaussian, SubsampledGaussian,
+                                        canonical_relation, flatten)
 from dpaudit.accountants.pairs import dpsgd_lower_bound
 from dpaudit.accountants.pld import PldAccountant
 from dpaudit.accountants.prv import PrvAccountant
@@ -179,6 +180,7 @@ def dpsgd_event(*, dataset_size: int, batch_size: int, noise_multiplier: float, 
     epoch), the others ceil(epochs * n / B). ``neighbouring`` defaults to add-remove (Poisson, fixed-wor) and zero-out
     (shuffle); Poisson takes add-remove or zero-out (the same pair)."""
     sampling = check_choice(sampling, "sampling", owner, SAMPLING_SCHEMES)
+    neighbouring = canonical_relation(neighbouring)  # replace-one = substitution
     sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
     drop_last = check_bool(drop_last, "drop_last", owner)
     if drop_last and sampling != "shuffle":
@@ -274,6 +276,7 @@ def account_dpsgd(*, dataset_size: int, batch_size: int, noise_multiplier: float
     """
     owner = "account_dpsgd"
     accountant = check_choice(accountant, "accountant", owner, ("best", "rdp", "pld", "prv"))
+    neighbouring = canonical_relation(neighbouring)  # replace-one = substitution
     sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
     delta = check_probability(delta, "delta", owner)
     if check_bool(opacus_loader, "opacus_loader", owner):

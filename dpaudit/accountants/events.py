@@ -30,6 +30,8 @@ __all__ = [
     "ShuffledBatchGaussian",
     "RandomStoppingTuning",
     "NEIGHBOURING_RELATIONS",
+    "RELATION_ALIASES",
+    "canonical_relation",
     "tnb_expected_runs",
     "Composed",
     "Repeated",
@@ -359,6 +361,16 @@ class SubsampledGaussian(DpEvent):
 #: "Practical and private (deep) learning without sampling or shuffling", ICML 2021; the dataset size stays public);
 #: ``"substitution"``: one record replaced by any other record.
 NEIGHBOURING_RELATIONS = ("add-remove", "zero-out", "substitution")
+
+#: Other spellings of the neighbouring relations, accepted wherever a relation is named (``dpaudit account
+#: --neighbouring``, ``dpaudit flower ... --neighbouring``, the Python API): ``replace-one`` is ``substitution``.
+RELATION_ALIASES: dict[str, str] = {"replace-one": "substitution"}
+
+
+def canonical_relation(value: Any) -> Any:
+    """The canonical name of a neighbouring relation (:data:`RELATION_ALIASES`); any other value unchanged (the
+    caller's ``check_choice`` refuses an unknown one, naming the parameter)."""
+    return RELATION_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 def _check_batch_fields(event: Any, owner: str) -> None:

@@ -425,7 +425,7 @@ def _release_meta(path: Path) -> dict[str, Any]:
             from dpaudit.accountants.granularity import canonical_granularity
 
             claim["granularity"] = canonical_granularity(claim["granularity"], "claim.granularity",
-                                                         str(path / "lm_release.json"), allow_none=True)
+                                                         str(path / "lm_release.json"), allow_none=True, legacy=True)
         meta["claim"] = claim
         return meta
     f = path / "release.json"

@@ -150,7 +150,7 @@ def _call(mechanism: str, o: dict[str, Any]):
 @click.option("--steps", type=int, help="[dpsgd, tuning] steps.")
 @click.option("--accountant", type=click.Choice(("best", "rdp", "pld", "prv")), help="[dpsgd] headline route: best (default: the smallest valid upper bound of rdp, pld and prv), or force one route (the output names it).")
 @click.option("--sampling", type=click.Choice(("poisson", "shuffle", "fixed-wor")), help="[dpsgd, tuning] batch sampler: poisson (default), shuffle (a random permutation per epoch cut into batches: PyTorch's DataLoader(shuffle=True)), fixed-wor (B examples without replacement at every step).")
-@click.option("--neighbouring", type=click.Choice(("add-remove", "zero-out", "substitution")), help="[dpsgd, tuning] neighbouring relation: add-remove (default; poisson, fixed-wor), zero-out (default for shuffle), substitution.")
+@click.option("--neighbouring", type=click.Choice(("add-remove", "zero-out", "substitution", "replace-one")), help="[dpsgd, tuning] neighbouring relation: add-remove (default; poisson, fixed-wor), zero-out (default for shuffle), substitution (= replace-one).")
 @click.option("--opacus-loader", is_flag=True, help="[dpsgd] count as Opacus's DPDataLoader does (PrivacyEngine.make_private, poisson_sampling=True): T = ceil(dataset/batch) = len(data_loader) batches per epoch, q = 1/T, steps = ceil(epochs*T). Without it q = batch/dataset; the two agree when the batch size divides the dataset size.")
 @click.option("--drop-last", is_flag=True, help="[dpsgd, tuning] shuffle: the loader drops the last incomplete batch of each epoch.")
 @click.option("--runs-distribution", type=click.Choice(("poisson", "geometric", "logarithmic", "truncated-negative-binomial")), help="[tuning] distribution of the number of training runs K (random stopping, Papernot & Steinke 2022).")
@@ -199,7 +199,8 @@ def command(mechanism: str | None, flower_run: Path | None, as_json: bool, **opt
         extra = [_FLAG[k] for k, v in options.items() if v not in (None, False) and k not in ("delta", "neighbouring")]
         if extra:
             raise click.UsageError(f"{', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not used with --flower-run.")
-        nb = {None: "replace-one", "substitution": "replace-one", "add-remove": "add-remove"}.get(options.get("neighbouring"))
+        nb = {None: "replace-one", "substitution": "replace-one", "replace-one": "replace-one",
+              "add-remove": "add-remove"}.get(options.get("neighbouring"))
         if nb is None:
             raise click.UsageError("--neighbouring must be substitution (replace-one, the default) or add-remove with "
                                    f"--flower-run. Got {options.get('neighbouring')!r} instead.")

@@ -434,7 +434,8 @@ def parse_claim_entry(c: Any, where: str, field: str = "claim") -> ReleaseClaim:
     eps = _number(c["epsilon"], where, f"{field}.epsilon", low=0.0, allow_inf=True)
     delta = _number(c["delta"], where, f"{field}.delta", low=0.0, high=1.0, high_open=True)
     try:
-        gran = canonical_granularity(c["granularity"], f"{field}.granularity", where, allow_none=True)
+        gran = canonical_granularity(c["granularity"], f"{field}.granularity", where, allow_none=True,
+                                     legacy=True)
     except ParameterError as exc:
         raise DataError(str(exc)) from None
     return ReleaseClaim(eps, delta, gran, _str(c["text"], where, f"{field}.text", empty=True))

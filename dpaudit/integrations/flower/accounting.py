@@ -318,7 +318,9 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
     if not isinstance(run, FlowerRun):
         raise ParameterError(f"The 'run' parameter of {owner} must be a FlowerRun. Got {type(run).__name__} instead.")
     delta = check_probability(delta, "delta", owner)
-    neighbouring = check_choice(neighbouring, "neighbouring", owner, tuple(NEIGHBOURING))
+    neighbouring = check_choice({"substitution": "replace-one"}.get(neighbouring, neighbouring)
+                                if isinstance(neighbouring, str) else neighbouring, "neighbouring", owner,
+                                tuple(NEIGHBOURING))  # substitution: the accountants' name of replace-one
     st = run.strategy
     released = [r for r in run.rounds if r.released]
     flags: list[tuple[str, str]] = []
