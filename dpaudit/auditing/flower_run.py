@@ -309,7 +309,10 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
             # Flower's own accountant too (the one convention its fixed-clipping wrappers accept), recorded beside ours;
             # it refuses a sample size other than the declared one, so it runs only when they agree
             acc = None
-            if sigma > 0 and m_decl == sampled:
+            from dpaudit.integrations.flower.accounting import FLOWER_SIGMA_RANGE
+
+            # (dp_accounting's RDP inside Flower's accountant overflows for multipliers like 1e-300: not attached then)
+            if FLOWER_SIGMA_RANGE[0] <= sigma <= FLOWER_SIGMA_RANGE[1] and m_decl == sampled:
                 from flwr.supercore.privacy_accounting import (NeighboringRelation, PrivacyConfig, SamplingMethod)
                 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 

@@ -174,6 +174,18 @@ release = "bundle"
 
 
 @pytest.mark.slow
+def test_simulate_noise_multiplier_1e_300_writes_an_infinite_figure(tmp_path, capsys):
+    # issue 44: it trained 54 s, then exited 70 writing nothing; now the run is recorded and accounted: no finite
+    # figure exists in floats
+    out = tmp_path / "run"
+    _simulate(out, "--clients", "4", "--sampled", "2", "--rounds", "2", "--noise-multiplier", "1e-300")
+    run = read_flower_run(out)
+    assert [r.noise_multiplier for r in run.rounds] == [1e-300, 1e-300]
+    code, text = _main(capsys, "flower", "account", str(out), "--json")
+    assert code == 0 and json.loads(text[text.index("{"):text.rindex("}") + 1])["epsilon"] == "inf"
+
+
+@pytest.mark.slow
 def test_plain_fedavg_is_recorded_as_no_guarantee(tmp_path, capsys):
     out = tmp_path / "run"
     _simulate(out, "--clients", "4", "--sampled", "2", "--rounds", "3", "--dp", "none")
