@@ -36,6 +36,19 @@ def test_a_small_audit_is_certified_reproducible_and_below_the_accounting():
     assert any("worst-case initial parameters" in n for n in a.notes) and "certified" in a.summary()
 
 
+@pytest.mark.slow
+def test_subsampled_dp_sgd_is_audited_with_the_assumption_free_headline():
+    a = final_model_audit(epsilon=4.0, sampling_rate=0.5, seed=1, **SMALL)      # ~7 CPU s: calibrating sigma
+    assert a.mu is None and a.ideal_epsilon is None and a.bound.analysis == "eps" and a.bound.kind == "certified"
+    assert a.settings["sampling_rate"] == 0.5 and a.accounted_epsilon <= 4.0 + 1e-9
+    assert 0.0 <= a.bound.epsilon <= a.accounted_epsilon
+
+
+def test_subsampled_steps_must_fill_whole_epochs():
+    with pytest.raises(ParameterError, match="'steps'"):
+        final_model_audit(sampling_rate=0.5, steps=3, **{k: v for k, v in SMALL.items() if k != "steps"})
+
+
 def test_bad_settings_name_the_parameter():
     with pytest.raises(ParameterError, match="'models'"):
         final_model_audit(models=2)
