@@ -18,6 +18,8 @@ TRAINERS = ROOT / "examples" / "trainers"
 RECIPE = 'params = { dataset_size = 1000, batch_size = 64, noise_multiplier = 1.48, epochs = 5 }'
 CAUGHT = ("noise_div_batch_twice", "batch_clipping", "noise_once_per_epoch", "clip_after_noise", "shuffle_as_poisson",
           "fixed_as_poisson", "epochs_not_counted", "sigma_wrong_field")
+#: Bugs of other trainers: (bug file, the correct file it is one line away from).
+OTHER_BUGS = (("lm_dpsgd_bug_noise_not_scaled_by_clip.py", "lm_dpsgd_correct.py"),)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,18 +54,24 @@ def test_each_bug_is_one_line_from_the_correct_trainer():
         removed = [ln[1:] for ln in changed if ln.startswith("-")]
         added = [ln[1:] for ln in changed if ln.startswith("+")]
         assert len(removed) == 1 and len(added) == 1, (name, changed)     # one line changed, or one line moved
+    for bug_file, correct_file in OTHER_BUGS:
+        correct = (TRAINERS / correct_file).read_text().split('"""', 2)[2].splitlines()
+        bug = (TRAINERS / bug_file).read_text().split('"""', 2)[2].splitlines()
+        changed = [ln for ln in difflib.unified_diff(correct, bug, lineterm="", n=0)
+                   if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+        assert len(changed) == 2, (bug_file, changed)
 
 
-@pytest.mark.parametrize("name", CAUGHT)
+@pytest.mark.parametrize("name", CAUGHT + tuple(b for b, _ in OTHER_BUGS))
 def test_bug_is_refuted(tmp_path, name):
-    report = check(_claims(tmp_path, f"dpsgd_bug_{name}.py"))
+    report = check(_claims(tmp_path, name if name.endswith(".py") else f"dpsgd_bug_{name}.py"))
     r = report.results[0]
     assert r.verdict == "REFUTED", r.message()
     assert report.exit_code == 1
 
 
 def test_correct_trainers_hold(tmp_path):
-    for file in ("dpsgd_correct.py", "opacus_correct.py"):
+    for file in ("dpsgd_correct.py", "opacus_correct.py", "lm_dpsgd_correct.py"):
         for seed in (0, 1) if file == "dpsgd_correct.py" else (0,):
             r = check(_claims(tmp_path, file, seed)).results[0]
             assert r.verdict == "HOLDS", r.message()
