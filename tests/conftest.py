@@ -35,7 +35,8 @@ settings.load_profile("dpaudit-random" if os.environ.get("DPAUDIT_RANDOM_TESTS")
 # One intra-op thread for the whole run (dpaudit.threads), in this process and the processes it starts (the CLI
 # applies DPAUDIT_THREADS): the tests' models are tiny, so more threads buy nothing, and on a machine shared with
 # other jobs (CI runners, several people on one box) threads that wait for a core at every parallel region made
-# the suite several times slower. DPAUDIT_THREADS=auto (or a number) in the environment overrides it.
+# the suite several times slower. It is dpaudit's default too; setting it here keeps the suite at one thread even
+# if the default changes. DPAUDIT_THREADS=auto (cores / workers) or a number in the environment overrides it.
 os.environ.setdefault("DPAUDIT_THREADS", "1")
 # The CLI's tables take their width from COLUMNS (dpaudit._format.make_console). pytest-xdist's workers get COLUMNS=80
 # and LINES=24, and a developer's shell may export its own: the tests see no width unless they set one themselves
