@@ -339,7 +339,8 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
         if a.get("kind") == "trainer":      # a user's own training function, white-box (auditing.trainer_audit)
             from dpaudit.auditing.trainer_audit import parse_trainer_attack
 
-            attack = parse_trainer_attack(a, aowner, granularity, base)
+            t = parse_trainer_attack(a, aowner, granularity, base)
+            attack = AttackBudget(kind="trainer", params=t["params"], confidence=t["confidence"], seed=t["seed"])
         elif method_run:
             attack = _method_run_attack(a, aowner, granularity)
         else:

@@ -687,9 +687,13 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
                             "DP); set allow_data_dependent = true in the claim to accept such a figure")
 
     if claim.attack is not None and claim.attack.kind == "trainer":
-        from dpaudit.auditing.trainer_audit import claim_evidence
+        from dpaudit.auditing.trainer_audit import claim_evidence, evidence_details
 
-        empirical, trainer = claim_evidence(claim.attack, claim.epsilon, claim.delta, subject, progress=progress)
+        trainer = claim_evidence(claim.attack, claim.epsilon, claim.delta, subject, progress=progress)
+        c = trainer.certified
+        empirical = EmpiricalBound(attack=f"trainer {trainer.train_fn}", epsilon_lower_bound=float(c.epsilon),
+                                   confidence=float(c.confidence), delta=float(c.delta), kind=c.kind,
+                                   details=evidence_details(trainer))
         refuted.extend(trainer.refuted_by)     # each says whether it is certified or analytic (and its assumptions)
         notes += [f"trainer audit: {d}" for d in trainer.differences] + list(trainer.notes)
     elif claim.attack is not None and claim.attack.kind == "method-run":

@@ -322,11 +322,10 @@ TRAINER_ATTACK_KEYS = ("kind", "train_fn", "budget", "canaries", "confidence", "
 TRAINER_GRANULARITIES = ("example", "user")
 
 
-def parse_trainer_attack(a: Mapping[str, Any], owner: str, granularity: str, base: Path) -> Any:
-    """Validate a claims file's ``attack = {kind = "trainer", train_fn = "FILE.py:train", budget = "ci", ...}``
-    into an :class:`~dpaudit.auditing.claims.AttackBudget` (kind "trainer"; the trainer's settings in ``params``);
-    a relative ``train_fn`` file is taken from the claims file's folder. Nothing runs here."""
-    from dpaudit.auditing.claims import AttackBudget
+def parse_trainer_attack(a: Mapping[str, Any], owner: str, granularity: str, base: Path) -> dict[str, Any]:
+    """Validate a claims file's ``attack = {kind = "trainer", train_fn = "FILE.py:train", budget = "ci", ...}``:
+    the trainer's settings (``params`` of the claim's ``AttackBudget``) plus its ``confidence`` and ``seed``; a
+    relative ``train_fn`` file is taken from the claims file's folder. Nothing runs here."""
     from dpaudit.training.usercode import parse_import_path
 
     extra = sorted(set(a) - set(TRAINER_ATTACK_KEYS))
@@ -355,32 +354,28 @@ def parse_trainer_attack(a: Mapping[str, Any], owner: str, granularity: str, bas
     }
     if "canaries" in a:
         params["canaries"] = check_int(a["canaries"], "canaries", owner, low=4, high=MAX_RECORDS)
-    return AttackBudget(kind="trainer", params=params,
-                        confidence=check_probability(a.get("confidence", 0.95), "confidence", owner),
-                        seed=check_int(a.get("seed", 0), "seed", owner, low=0, high=2**31 - 1))
+    return {"params": params, "confidence": check_probability(a.get("confidence", 0.95), "confidence", owner),
+            "seed": check_int(a.get("seed", 0), "seed", owner, low=0, high=2**31 - 1)}
 
 
 def claim_evidence(budget: Any, epsilon: float, delta: float, subject: Any, *,
-                   progress: "bool | Reporter" = False) -> tuple[Any, TrainerAuditResult]:
-    """Run a claim's trainer audit: ``(EmpiricalBound, TrainerAuditResult)``. A ``mechanism = "dpsgd"`` subject's
-    params are the declared recipe the record is compared with."""
-    from dpaudit.auditing.evaluate import EmpiricalBound
-
+                   progress: "bool | Reporter" = False) -> TrainerAuditResult:
+    """Run a claim's trainer audit (``budget``: its ``AttackBudget``, kind "trainer"). A ``mechanism = "dpsgd"``
+    subject's params are the declared recipe the record is compared with."""
     recipe = None
     params = getattr(subject, "params", None)
     if getattr(subject, "kind", None) == "dpsgd" and isinstance(params, Mapping):
         recipe = {k: v for k, v in params.items() if k in RECIPE_KEYS}
     p = dict(budget.params)
-    res = audit_trainer(p["train_fn"], epsilon=epsilon, delta=delta, recipe=recipe, threat_model=p["threat_model"],
-                        budget=p["budget"], canaries=p.get("canaries"), records=p["records"], seed=budget.seed,
-                        confidence=budget.confidence, account_recipe=False, progress=progress)
-    c = res.certified
-    emp = EmpiricalBound(
-        attack=f"trainer {res.train_fn}", epsilon_lower_bound=float(c.epsilon), confidence=float(c.confidence),
-        delta=float(c.delta), kind=c.kind,
-        details={"trials": int(c.trials), "sha256": res.sha256, "score": c.score,
-                 "analytic_epsilon": None if res.recorded is None else float(res.recorded.epsilon),
-                 "sampler": res.sampler.kind, "steps": res.sampler.steps,
-                 "noise_multiplier_upper": float(res.noise.sigma_eff_upper) if math.isfinite(res.noise.sigma_eff_upper) else "inf",
-                 "differences": list(res.differences), "notes": list(res.notes), "seed": res.seed})
-    return emp, res
+    return audit_trainer(p["train_fn"], epsilon=epsilon, delta=delta, recipe=recipe, threat_model=p["threat_model"],
+                         budget=p["budget"], canaries=p.get("canaries"), records=p["records"], seed=budget.seed,
+                         confidence=budget.confidence, account_recipe=False, progress=progress)
+
+
+def evidence_details(res: TrainerAuditResult) -> dict[str, Any]:
+    """What a claim's empirical figure records of a trainer audit (JSON-ready)."""
+    return {"trials": int(res.certified.trials), "sha256": res.sha256, "score": res.certified.score,
+            "analytic_epsilon": None if res.recorded is None else float(res.recorded.epsilon),
+            "sampler": res.sampler.kind, "steps": res.sampler.steps, "runs": res.runs,
+            "noise_multiplier_upper": float(res.noise.sigma_eff_upper) if math.isfinite(res.noise.sigma_eff_upper)
+            else "inf", "differences": list(res.differences), "notes": list(res.notes), "seed": res.seed}
