@@ -167,7 +167,8 @@ def run_digits_simulation(out: str | os.PathLike, *, clients: int = 20, sampled:
                           records_per_client: int = 40, noise_multiplier: float = 2.0, clipping_norm: float = 1.0,
                           dp: str = "server-fixed", local_epochs: int = 5, lr: float = 0.5, delta: float = 1e-5,
                           seed: int = 0, canary_updates: Mapping[int, np.ndarray] | None = None,
-                          observe: Any = None, declared_sampled: int | None = None, overwrite: bool = False) -> Path:
+                          observe: Any = None, declared_sampled: int | None = None,
+                          local_dp: Mapping[str, float] | None = None, overwrite: bool = False) -> Path:
     """Run federated softmax regression on digits with Flower's simulation engine and record it into ``out``.
 
     ``clients`` SuperNodes (one partition of ``records_per_client`` digits each), ``sampled`` of them per round
@@ -180,6 +181,8 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
     the global model before the first round (round 0) and after each round (the auditor's view of every round).
     ``declared_sampled``: the DP wrapper's ``num_sampled_clients`` when it differs from what FedAvg samples (a
     misconfigured app; Flower then scales its noise to the declared number, and dpaudit accounts what was added).
+    ``local_dp``: Flower's ``LocalDpMod`` on the (Message-API) ClientApp, with its settings (``clipping_norm``,
+    ``sensitivity``, ``epsilon``, ``delta``), recorded and accounted per client against the server.
     Before any training, the planned run is accounted (a multiplier whose figure cannot be computed is refused here).
     """
     owner = "run_digits_simulation"
@@ -196,6 +199,18 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
     seed = check_int(seed, "seed", owner, low=0)
     declared = sampled if declared_sampled is None else check_int(declared_sampled, "declared_sampled", owner, low=1,
                                                                   high=clients)
+    ldp = None
+    if local_dp is not None:
+        from dpaudit.integrations.flower.record import LocalDpSettings
+
+        if not isinstance(local_dp, Mapping) or set(local_dp) != {"clipping_norm", "sensitivity", "epsilon", "delta"}:
+            raise ParameterError(f"The 'local_dp' parameter of {owner} must map exactly clipping_norm, sensitivity, "
+                                 f"epsilon and delta to numbers. Got {local_dp!r:.120} instead.")
+        vals = {k: check_float(v, f"local_dp.{k}", owner, low=0.0) for k, v in local_dp.items()}
+        if not vals["clipping_norm"] > 0 or not vals["epsilon"] > 0 or not 0 < vals["delta"] < 1:
+            raise ParameterError(f"The 'local_dp' parameter of {owner} needs clipping_norm > 0, epsilon > 0 and delta "
+                                 f"in (0, 1). Got {vals} instead.")
+        ldp = LocalDpSettings(**vals)
     if dp != "none":
         _preflight(owner, clients=clients, sampled=sampled, declared=declared, rounds=rounds, sigma=sigma, dp=dp,
                    delta=delta)
@@ -225,7 +240,7 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
                        tuple(int(i) for i in non), tuple(int(i) for i in att))
     return _simulate(out, client_data, canaries, clients=clients, sampled=sampled, rounds=rounds, sigma=sigma, clip=clip,
                      dp=dp, local_epochs=local_epochs, lr=lr, delta=delta, seed=seed, run_data=run_data,
-                     observe=observe, overwrite=overwrite, declared=declared)
+                     observe=observe, overwrite=overwrite, declared=declared, local_dp=ldp)
 
 
 #: Above this noise multiplier Flower's float32 model is noise past the float range (and every figure is 0 anyway)
@@ -267,7 +282,7 @@ def _preflight(owner: str, *, clients: int, sampled: int, declared: int, rounds:
 
 
 def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, clip, dp, local_epochs, lr, delta, seed,
-              run_data, observe, overwrite, declared=None) -> Path:
+              run_data, observe, overwrite, declared=None, local_dp=None) -> Path:
     import logging
 
     from dpaudit._ray_local import loopback_only
@@ -280,7 +295,12 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
 
     from dpaudit.integrations.flower.recorder import RecordingStrategy
 
-    client_app = ClientApp()
+    mod = None
+    if local_dp is not None:
+        from flwr.clientapp.mod import LocalDpMod
+
+        mod = LocalDpMod(local_dp.clipping_norm, local_dp.sensitivity, local_dp.epsilon, local_dp.delta)
+    client_app = ClientApp(mods=[mod] if mod is not None else None)
 
     @client_app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -330,7 +350,7 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
                                                                      clipped_count_stddev=max(m_decl / 20, sigma))
         else:
             strat = inner
-        rec = RecordingStrategy(strat, seed=seed)
+        rec = RecordingStrategy(strat, seed=seed, local_dp=mod)
         start = ArrayRecord({_W: Array(np.zeros((10, 64), np.float32)), _B: Array(np.zeros(10, np.float32))})
         np.random.seed(seed)    # Flower's DP wrappers draw their noise from numpy's global generator
         def evaluate(server_round: int, arrays: ArrayRecord):

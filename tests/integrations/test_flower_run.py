@@ -186,6 +186,30 @@ def test_simulate_noise_multiplier_1e_300_writes_an_infinite_figure(tmp_path, ca
 
 
 @pytest.mark.slow
+def test_local_dp_mod_on_a_message_api_client_app_is_recorded_and_accounted(tmp_path):
+    # issue 43 item 4: Flower 1.42's LocalDpMod on the Message-API ClientApp of the digits simulation (@app.train()):
+    # it runs, the recorder keeps its settings, each client's local figure composes its own replies
+    from scipy import optimize, special
+
+    from dpaudit.auditing.flower_run import account_flower_run, run_digits_simulation
+
+    settings = {"clipping_norm": 1.0, "sensitivity": 2.0, "epsilon": 5.0, "delta": 1e-5}
+    out = run_digits_simulation(tmp_path / "run", clients=4, sampled=2, rounds=2, local_dp=settings)
+    run = read_flower_run(out)
+    assert run.local_dp is not None and run.local_dp.epsilon == 5.0 and run.local_dp.sensitivity == 2.0
+    acc = account_flower_run(out)
+    std = run.local_dp.noise_std
+
+    def exact(mu):
+        return optimize.brentq(lambda e: special.ndtr(-e / mu + mu / 2) - math.exp(e) * special.ndtr(-e / mu - mu / 2)
+                               - 1e-5, 0.0, 500.0)
+    for c in acc.per_client:
+        if c.rounds:     # k replies, each a Gaussian of sensitivity 2C and the mod's std
+            assert c.local == pytest.approx(exact(2.0 * math.sqrt(c.rounds) / std), rel=1e-8)
+    assert acc.local_epsilon == max(c.local for c in acc.per_client)
+
+
+@pytest.mark.slow
 def test_plain_fedavg_is_recorded_as_no_guarantee(tmp_path, capsys):
     out = tmp_path / "run"
     _simulate(out, "--clients", "4", "--sampled", "2", "--rounds", "3", "--dp", "none")
