@@ -16,10 +16,14 @@ from dpaudit.api import check
 ROOT = Path(__file__).resolve().parents[2]
 TRAINERS = ROOT / "examples" / "trainers"
 RECIPE = 'params = { dataset_size = 1000, batch_size = 64, noise_multiplier = 1.48, epochs = 5 }'
+#: Flower's server-side wrapper: 64 of N clients per round without replacement, 80 rounds, sigma 3 (epsilon 1.96)
+FLOWER_RECIPE = ('params = { dataset_size = 1000, batch_size = 64, noise_multiplier = 3.0, steps = 80, '
+                 'sampling = "fixed-wor" }')
 CAUGHT = ("noise_div_batch_twice", "batch_clipping", "noise_once_per_epoch", "clip_after_noise", "shuffle_as_poisson",
           "fixed_as_poisson", "epochs_not_counted", "sigma_wrong_field")
 #: Bugs of other trainers: (bug file, the correct file it is one line away from).
-OTHER_BUGS = (("lm_dpsgd_bug_noise_not_scaled_by_clip.py", "lm_dpsgd_correct.py"),)
+OTHER_BUGS = (("lm_dpsgd_bug_noise_not_scaled_by_clip.py", "lm_dpsgd_correct.py"),
+              ("flower_dp_bug_noise_div_clients_twice.py", "flower_dp_correct.py"))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,7 +43,7 @@ epsilon = 2.0
 delta = 1e-5
 granularity = "example"
 mechanism = "dpsgd"
-{RECIPE}
+{FLOWER_RECIPE if file.startswith("flower") else RECIPE}
 attack = {{ kind = "trainer", train_fn = "{TRAINERS / file}:train", budget = "{budget}", seed = {seed} }}
 """)
     return p
@@ -71,7 +75,7 @@ def test_bug_is_refuted(tmp_path, name):
 
 
 def test_correct_trainers_hold(tmp_path):
-    for file in ("dpsgd_correct.py", "opacus_correct.py", "lm_dpsgd_correct.py"):
+    for file in ("dpsgd_correct.py", "opacus_correct.py", "lm_dpsgd_correct.py", "flower_dp_correct.py"):
         for seed in (0, 1) if file == "dpsgd_correct.py" else (0,):
             r = check(_claims(tmp_path, file, seed)).results[0]
             assert r.verdict == "HOLDS", r.message()
