@@ -232,8 +232,10 @@ def _step_contrasts(canary_obs, probe_obs, membership: Sequence[np.ndarray], can
         k_in = int(inb[t].sum())
         if k_in == 0 or k_in == ci.size:
             continue
+        if not ok[t] and not np.any(x[t, inb[t]] != x[t, ~inb[t]].mean()):
+            continue                 # nothing moved at all (the update is not in what the hook records): no evidence
         signal.append(float(x[t, inb[t]].mean() - x[t, ~inb[t]].mean()))
-        # no noise at all at this step and a canary in it: no finite noise multiplier
+        # no noise at all at this step and a canary moved: no finite noise multiplier
         diffs.append(float(xt[t, inb[t]].mean() - xt[t, ~inb[t]].mean()) if ok[t] else np.inf)
     dy = np.diff(y, axis=0)
     ms = float(np.mean(y * y))

@@ -25,7 +25,10 @@ What the hook does (:class:`AuditHook`):
   happens **before** the user's clipping, summation and noise, so the canary goes through the user's own code.
 - ``optimizer(opt)`` records, at every ``step()``, the privatised gradient ``p.grad`` the optimizer consumes, on
   the canary coordinates and on ``probes`` further coordinates that no canary touches (for the noise) -- a few
-  hundred floats per step, never the whole model.
+  hundred floats per step, never the whole model. It is recorded just before the step runs, so the noise must be in
+  ``p.grad`` by then: a loop whose own optimizer adds the noise inside ``step()`` wraps the optimizer that runs
+  after the noise (as :meth:`AuditHook.optimizer` does for Opacus). A step whose recorded gradient did not move at
+  all is no evidence either way.
 
 The coordinates are chosen at the first call, where real per-example gradients are smallest (Nasr et al. 2023), so
 that the real records hardly move them. Soundness of that choice: it uses ``select_rows`` real rows drawn by the

@@ -144,3 +144,12 @@ def test_non_finite_observations_mean_no_noise():
     x[3, 5] = np.inf
     nz = estimate_noise(x, r["probe_obs"], r["membership"], r["canary_index"])
     assert nz.sigma_eff_upper == 0.0
+
+
+def test_an_update_the_hook_did_not_see_is_no_evidence():
+    r = _sim(5)
+    zeros = np.zeros_like(r["canary_obs"])
+    nz = estimate_noise(zeros, np.zeros_like(r["probe_obs"]), r["membership"], r["canary_index"])
+    assert nz.sigma_eff_upper == float("inf") and nz.steps_used == 0
+    s = identify_sampler(r["membership"], r["num_records"])
+    assert recorded_lower_bound(s, nz, 1e-5).epsilon == 0.0
