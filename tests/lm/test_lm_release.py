@@ -105,3 +105,28 @@ def test_batched_pass_matches_a_per_sequence_loop_and_caches(lm_world, tmp_path)
     model.to(torch.float32)
     with pytest.raises(Exception, match="token ids outside the vocabulary"):
         token_logprobs(model, [np.array([2, 10 ** 6])])
+
+
+def test_pass_gives_the_same_bits_at_every_batch_size(lm_world):
+    """The batch size (given, or chosen from the measured rate) changes the time, never the numbers: each sequence
+    is padded to a width of its own length, batches with and without padding apart (issue 46: a batch without
+    padding, or a narrow one, rounded otherwise)."""
+    from dpaudit.training.lm.files import load_lm
+    from dpaudit.training.lm.logprobs import _Budget, clear_cache, padded_width, token_logprobs
+    from dpaudit.training.lm.text import encode
+
+    model, tok, _ = load_lm(lm_world["target"])
+    seqs = encode(tok, lm_world["corpus"][:120], max_length=64)
+    seqs += [seqs[0][:2], np.concatenate(seqs[1:12])[:64]]     # a 2-token sequence and one at the context
+    clear_cache()
+    ref = token_logprobs(model, seqs, batch_tokens=1 << 20)
+    for bt in (16, 100, 700, None):
+        got = token_logprobs(model, seqs, batch_tokens=bt)
+        for name in ("logp", "mu", "sigma"):
+            assert np.array_equal(getattr(got, name), getattr(ref, name)), (bt, name)
+    assert [padded_width(n, 512) for n in (2, 11, 12, 20, 40, 100, 300)] == [12, 12, 12, 20, 40, 104, 320]
+    assert padded_width(63, 64) == 64 and padded_width(64, 64) == 64
+    b = _Budget(None)                          # doubles while the rate grows, then keeps the best
+    for tokens, seconds in ((256, 1.0), (512, 1.0), (1024, 3.0)):
+        b.observe(tokens, tokens, seconds)
+    assert b.done and b.tokens == 512 and [t for t, _ in b.tried] == [256, 512, 1024]

@@ -1,8 +1,12 @@
 """Token log-probabilities of a causal LM on a set of sequences, computed once and read by every attack.
 
-:func:`token_logprobs` runs one batched pass under ``torch.inference_mode``: sequences sorted by length (so a batch
-pads little), right-padded with an attention mask, ``batch_tokens`` tokens a batch. For each sequence
-``x_0 .. x_{L-1}`` and each position ``t = 1 .. L-1`` it keeps
+:func:`token_logprobs` runs one batched pass under ``torch.inference_mode``: each sequence right-padded, with an
+attention mask, to a width that depends on its own length only (:func:`padded_width`), batches of one width
+(those that fill it apart from those that do not), their
+size (tokens a batch) either given (``batch_tokens``) or chosen from the rate measured on the first batches of the
+pass (doubling from 256 tokens while the rate grows). Because a sequence's width does not depend on its batch, and
+a batch's row count does not change a row's numbers, the figures are the same whatever the batch size -- only the
+time changes. For each sequence ``x_0 .. x_{L-1}`` and each position ``t = 1 .. L-1`` it keeps
 
 * ``logp[t]  = log p(x_t | x_<t)`` -- the loss, zlib, Min-K% and reference attacks read these;
 * ``mu[t]    = E_{z ~ p(. | x_<t)} log p(z | x_<t)`` and ``sigma[t]^2 = Var_{z ~ p(. | x_<t)} log p(z | x_<t)``, the
@@ -27,7 +31,7 @@ import numpy as np
 
 from dpaudit.errors import DataError, check_int
 
-__all__ = ["TokenLogProbs", "token_logprobs", "sequences_digest", "clear_cache"]
+__all__ = ["TokenLogProbs", "token_logprobs", "sequences_digest", "clear_cache", "padded_width", "BUDGETS"]
 
 _MEMORY: "OrderedDict[str, TokenLogProbs]" = OrderedDict()
 _MEMORY_ITEMS = 16
@@ -82,27 +86,84 @@ def clear_cache() -> None:
     _MEMORY.clear()
 
 
-def _pass(model: Any, seqs: list[np.ndarray], batch_tokens: int, device: str) -> tuple[list, list, list]:
+#: The batch budgets (tokens a batch, padding included) the measured choice tries, smallest first.
+BUDGETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def padded_width(n: int, context: int) -> int:
+    """The width a sequence of ``n`` tokens is padded to, a function of ``n`` (and the model's context) alone: at
+    least ``n`` and at least 12 (narrower batches change a row's rounding with the row count; from 12 columns on they
+    do not, measured on the CPU and pinned by ``tests/lm/test_lm_release.py``), rounded up to a multiple of
+    ``2^floor(log2 n) / 8`` (at most 1/8 of padding) so that texts of similar length share batches; at most
+    ``context``. Sequences that fill their width and sequences that do not go to separate batches (a batch without
+    padding takes the model's unmasked attention kernel, one with padding the masked one)."""
+    w = max(12, int(n))
+    g = max(1, (1 << (w.bit_length() - 1)) // 8)
+    return min(int(context), -(-w // g) * g)
+
+
+class _Budget:
+    """The batch budget of one pass: fixed (``batch_tokens`` given), or chosen from the measured rate: the pass
+    starts at the smallest of :data:`BUDGETS` and doubles after each batch while the rate (real tokens a second)
+    grows by at least 5% over the best so far; at the first full batch that does not, it keeps the best budget for
+    the rest of the pass. The numbers do not depend on the choice (see :func:`padded_width`), only the time."""
+
+    def __init__(self, fixed: int | None) -> None:
+        self.fixed = fixed
+        self.k = 0
+        self.best: tuple[float, int] | None = None      # (rate, index into BUDGETS)
+        self.done = fixed is not None
+        self.tried: list[tuple[int, float]] = []
+
+    @property
+    def tokens(self) -> int:
+        return int(self.fixed) if self.fixed is not None else BUDGETS[self.k]
+
+    def observe(self, real_tokens: int, padded_tokens: int, seconds: float) -> None:
+        if self.done or padded_tokens < BUDGETS[self.k] // 2:   # a short tail batch says nothing of this budget
+            return
+        rate = real_tokens / max(seconds, 1e-9)
+        self.tried.append((BUDGETS[self.k], rate))
+        if self.best is None or rate > 1.05 * self.best[0]:
+            self.best = (rate, self.k)
+            if self.k + 1 < len(BUDGETS):
+                self.k += 1
+                return
+        self.k = self.best[1]
+        self.done = True
+
+
+def _pass(model: Any, seqs: list[np.ndarray], batch_tokens: int | None, device: str, context: int,
+          budget: "_Budget | None" = None) -> tuple[list, list, list]:
+    """One pass over ``seqs`` in batches of sequences of one padded width (:func:`padded_width`: a function of each
+    sequence's length alone), either all filling it or none, shortest first, at most the budget's tokens a batch (at
+    least one sequence): a sequence's numbers do not depend on which batch it lands in, hence not on the budget."""
+    import time
+
     import torch
 
-    order = np.argsort([len(s) for s in seqs], kind="stable")
+    bud = budget if budget is not None else _Budget(batch_tokens)
+    widths = np.array([padded_width(len(s), context) for s in seqs], dtype=np.int64)
+    full = np.array([len(s) >= w for s, w in zip(seqs, widths)])       # no padding: the unmasked kernel
+    order = np.lexsort((np.array([len(s) for s in seqs]), full, widths))
     lp_out: list = [None] * len(seqs)
     mu_out: list = [None] * len(seqs)
     sd_out: list = [None] * len(seqs)
     i = 0
     with torch.inference_mode():
         while i < len(order):
-            L = len(seqs[order[min(len(order) - 1, i)]])
+            W, f = int(widths[order[i]]), bool(full[order[i]])
+            rows = max(1, bud.tokens // W)
             j = i + 1
-            while j < len(order) and (j - i + 1) * len(seqs[order[j]]) <= batch_tokens:
+            while j < len(order) and j - i < rows and widths[order[j]] == W and full[order[j]] == f:
                 j += 1
             idx = order[i:j]
-            L = max(len(seqs[k]) for k in idx)
-            ids = np.zeros((len(idx), L), dtype=np.int64)
-            mask = np.zeros((len(idx), L), dtype=np.int64)
+            ids = np.zeros((len(idx), W), dtype=np.int64)
+            mask = np.zeros((len(idx), W), dtype=np.int64)
             for r, k in enumerate(idx):
                 ids[r, :len(seqs[k])] = seqs[k]
                 mask[r, :len(seqs[k])] = 1
+            t0 = time.perf_counter()
             x = torch.from_numpy(ids).to(device)
             am = torch.from_numpy(mask).to(device)
             logits = model(input_ids=x, attention_mask=am).logits[:, :-1].float()
@@ -113,6 +174,7 @@ def _pass(model: Any, seqs: list[np.ndarray], batch_tokens: int, device: str) ->
             var = (p * logq.square()).sum(-1) - mu.square()
             sd = var.clamp_min(0).sqrt()
             tgt, mu, sd = (t.double().cpu().numpy() for t in (tgt, mu, sd))
+            bud.observe(int(mask.sum()), int(mask.size), time.perf_counter() - t0)
             for r, k in enumerate(idx):
                 n = len(seqs[k]) - 1
                 lp_out[k], mu_out[k], sd_out[k] = tgt[r, :n], mu[r, :n], sd[r, :n]
@@ -125,9 +187,11 @@ def token_logprobs(model: Any, sequences: Sequence[np.ndarray], *, model_digest:
                    ) -> TokenLogProbs:
     """The per-token statistics of ``sequences`` (token id arrays, each at least 2 tokens, at most the model's
     context) under ``model`` (see the module docstring). ``model_digest`` (e.g.
-    :func:`~dpaudit.training.lm.files.lm_digest`) turns the cache on; ``device`` defaults to the model's."""
+    :func:`~dpaudit.training.lm.files.lm_digest`) turns the cache on; ``device`` defaults to the model's.
+    ``batch_tokens``: tokens a batch (padding included); None (the default) chooses it from the rate measured on the
+    pass's first batches (:class:`_Budget`). The numbers are the same whatever the batch size."""
     owner = "token_logprobs"
-    bt = 8192 if batch_tokens is None else check_int(batch_tokens, "batch_tokens", owner, low=1, high=1 << 26)
+    bt = None if batch_tokens is None else check_int(batch_tokens, "batch_tokens", owner, low=1, high=1 << 26)
     seqs = [np.asarray(s, dtype=np.int64).ravel() for s in sequences]
     if not seqs:
         raise DataError(f"{owner} needs at least one sequence.")
@@ -160,7 +224,7 @@ def token_logprobs(model: Any, sequences: Sequence[np.ndarray], *, model_digest:
                         return tl
                 except (KeyError, DataError):
                     pass            # a stale or foreign cache file: recomputed and replaced
-    lp, mu, sd = _pass(model, seqs, bt, dev)
+    lp, mu, sd = _pass(model, seqs, bt, dev, ctx)
     offsets = np.r_[0, np.cumsum([s.size - 1 for s in seqs])]
     tl = TokenLogProbs(np.concatenate(lp), np.concatenate(mu), np.concatenate(sd), offsets)
     if key is not None:
