@@ -332,7 +332,9 @@ def _attack_lm(root: Path, out: Path, name: str, *, audit: str | None, compare: 
 
     if audit is not None or not compare:
         raise ParameterError("An LM release is attacked with --compare (every sequence-level attack side by side); "
-                             "canary audits of LM fine-tuning run with dpaudit.auditing.lm_audit. Got "
+                             "a certified canary audit of your LM fine-tune runs with `dpaudit lm audit --base-model "
+                             "DIR --texts FILE --train-fn FILE.py:NAME` (dpaudit.auditing.lm_audit.audit_lm_finetune). "
+                             "Got "
                              f"{'--audit ' + audit if audit else 'no --compare'} instead.")
     rel = load_lm_release(root)
     with attack_output(root, name, out, overwrite=overwrite), rep.stage(f"LM attack comparison on {root}"):
