@@ -105,3 +105,16 @@ def test_correct_trainer_never_refuted_over_20_seeds(tmp_path):
 def test_bug_is_refuted_over_seeds(tmp_path, name):
     for seed in (1, 2, 3):
         assert check(_claims(tmp_path, f"dpsgd_bug_{name}.py", seed)).results[0].verdict == "REFUTED", (name, seed)
+
+
+def test_thorough_pools_two_independent_runs():
+    from dpaudit.auditing.trainer_audit import audit_trainer
+
+    kw = dict(epsilon=2.0, delta=1e-5, recipe={"dataset_size": 1000, "batch_size": 64, "noise_multiplier": 1.48,
+                                               "epochs": 5}, seed=4)
+    one = audit_trainer(f"{TRAINERS / 'dpsgd_correct.py'}:train", budget="ci", **kw)
+    two = audit_trainer(f"{TRAINERS / 'dpsgd_correct.py'}:train", budget="thorough", **kw)
+    assert (one.runs, two.runs) == (1, 2)
+    assert two.noise.steps_used > 1.8 * one.noise.steps_used            # both runs' steps in the limit
+    assert two.certified.trials == 2 * one.certified.trials             # both runs' canaries in Theorem 3
+    assert two.verdict == "NOT REFUTED"
