@@ -160,13 +160,17 @@ def identify_sampler(membership: Sequence[np.ndarray], num_records: int, *, conf
             seen[:] = False
             count = 0
     modal = int(np.bincount(sizes).argmax())
-    if shuffle and epochs >= 1:
+    # no index repeated: shuffled batches (a partial epoch when none completed; its pair is the shuffle pair, the
+    # more private reading of batches of one size that never repeat an index)
+    if shuffle and (epochs >= 1 or smin == smax):
         ragged = int(np.sum(sizes != modal))
         if ragged <= epochs + 1:
             return SamplerFinding("shuffle", batch_size=float(modal), rate=modal / n, rate_low=modal / n,
                                   epochs=float(epochs + count / n), drop_last=bool(dropped),
-                                  evidence=f"each index at most once per epoch over {epochs} full epoch(s); batches of "
-                                           f"{modal}" + (" (the incomplete last batch dropped)" if dropped else ""),
+                                  evidence=(f"each index at most once per epoch over {epochs} full epoch(s); batches "
+                                            f"of {modal}" if epochs else f"no index repeated ({count} of {n} drawn, "
+                                            f"less than one epoch); batches of {modal}")
+                                  + (" (the incomplete last batch dropped)" if dropped else ""),
                                   **common)
     total = int(sizes.sum())
     q = total / (n * T)

@@ -44,6 +44,8 @@ def test_samplers_are_identified():
     assert identify_sampler(sizes, 1000).kind == "unknown"
     seq = [np.arange(i * 10, i * 10 + 10) % 100 for i in range(30)]            # one fixed order, three epochs
     assert identify_sampler(seq, 100).kind == "shuffle"
+    part = identify_sampler([np.arange(i * 10, i * 10 + 10) for i in range(4)], 100)    # 40 of 100: no epoch yet
+    assert part.kind == "shuffle" and part.epochs == pytest.approx(0.4) and "less than one epoch" in part.evidence
 
 
 def test_chi_mean_inverse_matches_monte_carlo():
