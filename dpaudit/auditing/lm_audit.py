@@ -82,8 +82,10 @@ def run_lm_canary_audit(*, epsilon: float | None, delta: float = 1e-5, canaries:
                         steps: int = 60, batch_size: int = 32, lr: float = 1e-2, max_grad_norm: float = 1.0,
                         pretrain_steps: int = 100, base_model: Any = None, tokenizer: Any = None,
                         max_length: int = 64, confidence: float = 0.95, replicates: int = 11, exposure: bool = False,
-                        seed: int = 0, device: str = "cpu", out: str | Path | None = None) -> CanaryAuditResult:
+                        seed: int = 0, device: str = "cpu", out: str | Path | None = None,
+                        progress: Any = False) -> CanaryAuditResult:
     """Run the audit (see the module docstring) and return a :class:`CanaryAuditResult` (``kind = "certified"``);
+    ``progress``: True or a :class:`~dpaudit.progress.Reporter` shows the fine-tuning steps on stderr;
     ``epsilon=None`` fine-tunes without DP (no accounting, no plan: the rule is equal in/out guesses). ``out``: write
     ``canary_audit.json`` there. ``exposure``: also the random secrets' exposure (``canary="random-secret"``)."""
     from dpaudit.training.lm.canaries import make_lm_canaries, secret_candidates
@@ -119,7 +121,7 @@ def run_lm_canary_audit(*, epsilon: float | None, delta: float = 1e-5, canaries:
     model = copy.deepcopy(base_model)
     if sigma is None and batch_size > len(train_set):
         raise ParameterError(f"The 'batch_size' parameter of {owner} must be at most {len(train_set)}. Got {batch_size} instead.")
-    run = finetune_lm(model, train_set, cfg, seed=seed + 2)
+    run = finetune_lm(model, train_set, cfg, seed=seed + 2, progress=progress)
     scores = _secret_logp(model, can, device) - _secret_logp(base_model, can, device)
     inc = can.included
     notes: list[str] = []

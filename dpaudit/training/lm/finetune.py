@@ -160,9 +160,11 @@ def _one_cpu_thread(dev: Any) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def finetune_lm(model: Any, sequences: Sequence[np.ndarray], config: LmTrainConfig, *, seed: int) -> FinetuneResult:
+def finetune_lm(model: Any, sequences: Sequence[np.ndarray], config: LmTrainConfig, *, seed: int,
+                progress: Any = False) -> FinetuneResult:
     """Fine-tune ``model`` (changed in place and returned) on ``sequences`` (token id arrays) as ``config`` says
-    (see the module docstring); ``seed`` fixes the sampling, the noise and the LoRA initialisation."""
+    (see the module docstring); ``seed`` fixes the sampling, the noise and the LoRA initialisation. ``progress``:
+    True or a :class:`~dpaudit.progress.Reporter` shows the steps on stderr."""
     import torch
     from torch.func import functional_call, grad, vmap
 
@@ -224,10 +226,16 @@ def finetune_lm(model: Any, sequences: Sequence[np.ndarray], config: LmTrainConf
     per_grad = vmap(grad(one_loss), in_dims=(None, 0, 0))
     with warnings.catch_warnings():     # torch's note that vmap over CPU attention falls back to a loop
         warnings.filterwarnings("ignore", message=".*batching rule.*")
-        return _loop(model, seqs, cfg, train, list(train), per_grad, seq_loss, full_params, gen, rng, dev, n)
+        from dpaudit.progress import as_reporter
+
+        rep_ = as_reporter(progress, prefix="dpaudit")
+        what = "DP fine-tuning" if cfg.private else "fine-tuning"
+        with rep_.stage(f"{what}: {cfg.steps} steps on {n} sequences", cfg.steps) as stage:
+            return _loop(model, seqs, cfg, train, list(train), per_grad, seq_loss, full_params, gen, rng, dev, n,
+                         stage)
 
 
-def _loop(model, seqs, cfg, train, names, per_grad, seq_loss, full_params, gen, rng, dev, n) -> FinetuneResult:
+def _loop(model, seqs, cfg, train, names, per_grad, seq_loss, full_params, gen, rng, dev, n, stage) -> FinetuneResult:
     """The optimiser loop of :func:`finetune_lm` (private: Poisson batches, clipped per-sequence gradients, noise)."""
     import torch
 
@@ -270,6 +278,7 @@ def _loop(model, seqs, cfg, train, names, per_grad, seq_loss, full_params, gen, 
                 loss.backward()
             losses.append(float(loss.item()))
         opt.step()
+        stage.advance()
     with torch.no_grad():
         final = full_params({k: v.detach() for k, v in train.items()})
         for k, p in model.named_parameters():
