@@ -397,3 +397,29 @@ def test_symlinked_out_is_refused_by_every_command(tiny_lm_dir, tmp_path, cli, c
     _one_error(cli, [*argv, link], str(link), "symbolic link")
     assert not dest.exists() or not any(dest.iterdir())
     assert link.is_symlink()
+
+
+@pytest.mark.parametrize("where", ["vocab", "post_processor"])
+def test_token_ids_past_the_models_vocabulary_are_a_data_error(tiny_lm_dir, tmp_path, cli, where):
+    """Found by the LM bundle property test: a tokenizer whose ids are not contiguous ({"the": 100000}) or whose
+    post-processor adds an id no vocabulary lists passed the token-count check, and the model's embedding then
+    failed with 'IndexError: index out of range in self' (exit 70). Now: one DataError naming the id and the range."""
+    d = _lm_copy(tiny_lm_dir, tmp_path)
+
+    def change(t):
+        if where == "vocab":
+            t["model"]["vocab"]["the"] = 100_000
+        else:
+            from tokenizers import processors
+
+            post = processors.TemplateProcessing(single="[X] $A", pair="[X] $A $B", special_tokens=[("[X]", 10**6)])
+            t["post_processor"] = json.loads(post.__getstate__())
+
+    _set_tokenizer(d, change)
+    if where == "vocab":      # known from the vocabulary: refused when the LM is loaded
+        from dpaudit.training.lm.files import load_lm
+
+        with pytest.raises(DataError, match="ids up to 100000 but the model's vocabulary is"):
+            load_lm(d)
+    assert cli(_make_lm(cli, tiny_lm_dir, tmp_path, lm=d))[0] == 0
+    _one_error(cli, ["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a"], "the model's vocabulary is")

@@ -450,18 +450,27 @@ class CheckedTokenizer:
     allowed tokenizers), so the work per text is bounded whatever its length. Padding and truncation of the file are
     off: dpaudit cuts and pads itself."""
 
-    def __init__(self, tokenizer: Any, *, max_chars: int, where: str) -> None:
-        self._tok, self.max_chars, self._where = tokenizer, int(max_chars), where
+    def __init__(self, tokenizer: Any, *, max_chars: int, where: str, vocab_size: int | None = None) -> None:
+        self._tok, self.max_chars, self._where, self.vocab_size = tokenizer, int(max_chars), where, vocab_size
 
     def _cut(self, text: Any) -> Any:
         return text[: self.max_chars] if isinstance(text, str) else text
 
+    def _ids_checked(self, encodings: list) -> list:
+        """Every id within the model's vocabulary (a post-processor may add ids that no vocabulary lists)."""
+        if self.vocab_size is not None:
+            for e in encodings:
+                if e.ids and not 0 <= min(e.ids) <= max(e.ids) < self.vocab_size:
+                    raise DataError(f"The tokenizer of {self._where} gave token id {max(e.ids)} but the model's "
+                                    f"vocabulary is {self.vocab_size} (ids 0 .. {self.vocab_size - 1}).")
+        return encodings
+
     def encode(self, text: Any, *args: Any, **kw: Any) -> Any:
-        return _guarded(lambda: self._tok.encode(self._cut(text), *args, **kw), self._where)
+        return self._ids_checked([_guarded(lambda: self._tok.encode(self._cut(text), *args, **kw), self._where)])[0]
 
     def encode_batch(self, texts: Any, *args: Any, **kw: Any) -> Any:
         cut = [self._cut(t) for t in texts]
-        return _guarded(lambda: self._tok.encode_batch(cut, *args, **kw), self._where)
+        return self._ids_checked(_guarded(lambda: self._tok.encode_batch(cut, *args, **kw), self._where))
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._tok, name)
@@ -504,9 +513,13 @@ def load_lm(path: str | Path | LmFiles, *, device: str = "cpu", dtype: str | Non
     _guarded(raw.no_truncation, where)
     ctx = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
     ctx = ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else MAX_TOKENIZE_CHARS
-    tok = CheckedTokenizer(raw, max_chars=min(MAX_TOKENIZE_CHARS, CHARS_PER_TOKEN * ctx), where=where)
+    tok = CheckedTokenizer(raw, max_chars=min(MAX_TOKENIZE_CHARS, CHARS_PER_TOKEN * ctx), where=where,
+                           vocab_size=int(model.config.vocab_size))
     vocab = tok.get_vocab_size(with_added_tokens=True)
-    if vocab > int(model.config.vocab_size):
-        raise DataError(f"The tokenizer of {str(files.path)!r} has {vocab} tokens but the model's vocabulary is "
-                        f"{model.config.vocab_size}.")
+    ids = tok.get_vocab(with_added_tokens=True).values()
+    top = max(ids, default=-1)
+    if vocab > int(model.config.vocab_size) or top >= int(model.config.vocab_size) or min(ids, default=0) < 0:
+        # a token id past the embedding (ids need not be contiguous: {"the": 100000}) would fail inside torch
+        raise DataError(f"The tokenizer of {str(files.path)!r} has {vocab} tokens with ids up to {top} but the "
+                        f"model's vocabulary is {model.config.vocab_size} (ids 0 .. {int(model.config.vocab_size) - 1}).")
     return model.to(device).eval(), tok, files
