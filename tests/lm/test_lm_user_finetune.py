@@ -143,3 +143,14 @@ def test_random_token_canaries_for_any_tokenizer(user_world):
     assert all("<c" not in t and "[" not in t for t in texts)        # no reserved or special token
     assert _text_canaries(tok, 20, 5, "random-tokens", 3)[0] == texts  # seeded
     assert _text_canaries(tok, 4, 6, "auto", 0)[1] == "new-tokens"
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"bound": {"epsilon": "x"}}), json.dumps([1, 2])])
+def test_a_malformed_canary_audit_file_is_one_error_and_a_junit_error(cli, tmp_path, content):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "canary_audit.json").write_text(content)
+    (tmp_path / "claims.toml").write_text('[[claim]]\nname = "c"\nepsilon = 1.0\ndelta = 1e-5\n'
+                                          'granularity = "example"\ncanary_audit = "a/canary_audit.json"\n')
+    code, out, err = cli(["check", tmp_path / "claims.toml", "--junit", tmp_path / "j.xml", "--quiet"])
+    assert code == 2 and "dpaudit: error:" in err and "Traceback" not in err
+    assert any(True for _ in ET.parse(tmp_path / "j.xml").getroot().iter("error"))
