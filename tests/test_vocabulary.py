@@ -121,6 +121,36 @@ def test_third_party_warnings_are_dropped_unless_verbose(monkeypatch):
     assert shown == ["flower deprecation", "dpaudit notice", "edge of the grid"]
 
 
+def test_third_party_log_lines_are_dropped_even_if_the_library_resets_its_level(monkeypatch):
+    import logging
+
+    from dpaudit.cli import _warnings as quiet
+
+    logger = logging.getLogger("flwr")
+    monkeypatch.setattr(logger, "level", logger.level)
+    monkeypatch.setattr(logger, "filters", list(logger.filters))
+    monkeypatch.setattr(quiet, "_installed", None)
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        quiet.quiet_third_party(False)
+        logger.setLevel(logging.DEBUG)          # what importing flwr does
+        logger.warning("DEPRECATED FEATURE")
+        logger.error("a real error")
+        assert seen == ["a real error"]
+        quiet.quiet_third_party(True)           # --verbose
+        logger.warning("DEPRECATED FEATURE")
+        assert seen == ["a real error", "DEPRECATED FEATURE"]
+    finally:
+        logger.removeHandler(handler)
+
+
 def test_verbose_is_accepted_before_and_after_the_command(capsys):
     for argv in (["--verbose", "account", "--help"], ["account", "--verbose", "--help"]):
         code, out, _ = _cli(argv, capsys)

@@ -7,7 +7,8 @@ nothing about the user's privacy question and bury dpaudit's own warnings. Witho
   ``warnings.warn``) is dpaudit's own, or its category is one of dpaudit's (``EdgeOrderWarning``, ...); warnings that
   dpaudit records itself (``warnings.catch_warnings(record=True)``, then printed as ``dpaudit: warning: ...``) are
   not affected;
-* the loggers of those libraries print errors only.
+* the loggers of those libraries print errors only (a filter on each logger, so that a library that sets its own
+  logger's level when it is imported later, as Flower does, stays quiet too).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ THIRD_PARTY_LOGGERS = ("flwr", "ray", "opacus", "transformers", "datasets", "tor
 _installed: Any = None
 
 
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
 def _issued_by_dpaudit(category: type) -> bool:
     if getattr(category, "__module__", "").split(".")[0] == "dpaudit":
         return True
@@ -42,6 +47,8 @@ def quiet_third_party(verbose: bool) -> None:
         if _installed is not None and warnings.showwarning is _installed[1]:
             warnings.showwarning = _installed[0]
         _installed = None
+        for name in THIRD_PARTY_LOGGERS:
+            logging.getLogger(name).removeFilter(_errors_only)
         return
     if _installed is not None and warnings.showwarning is _installed[1]:
         return
@@ -57,3 +64,5 @@ def quiet_third_party(verbose: bool) -> None:
         logger = logging.getLogger(name)
         if logger.level < logging.ERROR:
             logger.setLevel(logging.ERROR)
+        if _errors_only not in logger.filters:
+            logger.addFilter(_errors_only)
