@@ -201,56 +201,63 @@ def mutate_bundle(b: Path, draw) -> None:
     kinds = draw(st.lists(st.sampled_from(["meta", "texts", "config", "header", "tokenizer", "file"]), min_size=1,
                           max_size=3))
     for what in sorted(kinds, key=lambda k: k == "file"):       # a file replaced by a link or a FIFO: last
-        if what == "meta":
-            meta = json.loads((b / "lm_release.json").read_text())
-            _set(meta, draw(META_PATHS), draw(st.one_of(VALUES, EXTREME_INTS)))
-            (b / "lm_release.json").write_text(json.dumps(meta))
-        elif what == "texts":
-            texts = json.loads((b / "texts.json").read_text())
-            key = draw(st.sampled_from(["members", "nonmembers", "population"]))
-            texts[key] = draw(st.one_of(VALUES, st.lists(st.one_of(TEXTS.map(lambda x: x[0]), VALUES,
-                                                                    st.just("\udc80x")), min_size=0, max_size=4)))
-            (b / "texts.json").write_text(json.dumps(texts))
-        elif what == "config":
-            cfg = json.loads((b / "model" / "config.json").read_text())
-            cfg[draw(CONFIG_KEYS)] = draw(st.one_of(VALUES, EXTREME_INTS, st.integers(-2, 300)))
-            (b / "model" / "config.json").write_text(json.dumps(cfg))
-        elif what == "header":
-            p = b / "model" / "model.safetensors"
-            blob = p.read_bytes()
-            n = int.from_bytes(blob[:8], "little")
-            header = json.loads(blob[8:8 + n])
-            name = draw(st.sampled_from(sorted(k for k in header if k != "__metadata__")))
-            field = draw(HEADER_FIELDS)
-            if field == "length":
-                p.write_bytes(draw(st.sampled_from([0, 1, 2**63, n + 1, n - 1])).to_bytes(8, "little") + blob[8:])
-                continue
-            if field == "entry":
-                header[name] = draw(VALUES)
-            else:
-                header[name][field] = draw(st.one_of(VALUES, EXTREME_INTS))
-            raw = json.dumps(header).encode()
-            p.write_bytes(len(raw).to_bytes(8, "little") + raw + blob[8 + n:])
-        elif what == "tokenizer":
-            tok = json.loads((b / "model" / "tokenizer.json").read_text())
-            (b / "model" / "tokenizer.json").write_text(json.dumps(mutate_tokenizer(tok, draw)))
-        else:
-            kind = draw(st.sampled_from(["pickle", "symlink", "fifo", "truncate", "remove"]))
-            f = b / "model" / draw(st.sampled_from(["config.json", "model.safetensors", "tokenizer.json"]))
-            if kind == "pickle":
-                (b / "model" / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
-            elif kind == "symlink":
-                f.unlink()
-                f.symlink_to("/etc/hostname")
-            elif kind == "fifo":
-                f.unlink()
-                os.mkfifo(f)
-            elif kind == "truncate":
-                f.write_bytes(f.read_bytes()[: draw(st.integers(0, 64))])
-            else:
-                f.unlink()
+        try:
+            _mutate_one(b, what, draw)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration, UnicodeDecodeError):
+            pass    # an earlier mutation left the file unreadable to this one: it stays as it is
     if draw(st.booleans()):
         _seal(b)
+
+
+def _mutate_one(b: Path, what: str, draw) -> None:
+    if what == "meta":
+        meta = json.loads((b / "lm_release.json").read_text())
+        _set(meta, draw(META_PATHS), draw(st.one_of(VALUES, EXTREME_INTS)))
+        (b / "lm_release.json").write_text(json.dumps(meta))
+    elif what == "texts":
+        texts = json.loads((b / "texts.json").read_text())
+        key = draw(st.sampled_from(["members", "nonmembers", "population"]))
+        texts[key] = draw(st.one_of(VALUES, st.lists(st.one_of(TEXTS.map(lambda x: x[0]), VALUES,
+                                                                st.just("\udc80x")), min_size=0, max_size=4)))
+        (b / "texts.json").write_text(json.dumps(texts))
+    elif what == "config":
+        cfg = json.loads((b / "model" / "config.json").read_text())
+        cfg[draw(CONFIG_KEYS)] = draw(st.one_of(VALUES, EXTREME_INTS, st.integers(-2, 300)))
+        (b / "model" / "config.json").write_text(json.dumps(cfg))
+    elif what == "header":
+        p = b / "model" / "model.safetensors"
+        blob = p.read_bytes()
+        n = int.from_bytes(blob[:8], "little")
+        header = json.loads(blob[8:8 + n])
+        name = draw(st.sampled_from(sorted(k for k in header if k != "__metadata__")))
+        field = draw(HEADER_FIELDS)
+        if field == "length":
+            p.write_bytes(draw(st.sampled_from([0, 1, 2**63, n + 1, n - 1])).to_bytes(8, "little") + blob[8:])
+            return
+        if field == "entry":
+            header[name] = draw(VALUES)
+        else:
+            header[name][field] = draw(st.one_of(VALUES, EXTREME_INTS))
+        raw = json.dumps(header).encode()
+        p.write_bytes(len(raw).to_bytes(8, "little") + raw + blob[8 + n:])
+    elif what == "tokenizer":
+        tok = json.loads((b / "model" / "tokenizer.json").read_text())
+        (b / "model" / "tokenizer.json").write_text(json.dumps(mutate_tokenizer(tok, draw)))
+    else:
+        kind = draw(st.sampled_from(["pickle", "symlink", "fifo", "truncate", "remove"]))
+        f = b / "model" / draw(st.sampled_from(["config.json", "model.safetensors", "tokenizer.json"]))
+        if kind == "pickle":
+            (b / "model" / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
+        elif kind == "symlink":
+            f.unlink()
+            f.symlink_to("/etc/hostname")
+        elif kind == "fifo":
+            f.unlink()
+            os.mkfifo(f)
+        elif kind == "truncate":
+            f.write_bytes(f.read_bytes()[: draw(st.integers(0, 64))])
+        else:
+            f.unlink()
 
 
 def bundle_case(world: dict, data) -> None:

@@ -423,3 +423,11 @@ def test_token_ids_past_the_models_vocabulary_are_a_data_error(tiny_lm_dir, tmp_
             load_lm(d)
     assert cli(_make_lm(cli, tiny_lm_dir, tmp_path, lm=d))[0] == 0
     _one_error(cli, ["attack", tmp_path / "rel", "--compare", "--out", tmp_path / "a"], "the model's vocabulary is")
+
+
+@pytest.mark.parametrize("value", [["gpt2"], {"gpt2": 1}, None, 3])
+def test_lm_config_model_type_of_the_wrong_type_is_a_data_error(tiny_lm_dir, tmp_path, cli, value):
+    """Found by the LM bundle property test: "model_type": [] raised 'TypeError: unhashable type: list' (exit 70)."""
+    d = _lm_copy(tiny_lm_dir, tmp_path)
+    _set_config(d, model_type=value)
+    _one_error(cli, _make_lm(cli, tiny_lm_dir, tmp_path, lm=d), "has model_type", "allowed: gpt2")

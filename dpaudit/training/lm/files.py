@@ -282,7 +282,7 @@ def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, 
         raise DataError(f"The LM config {str(cpath)!r} names custom code ({code!r}); dpaudit never runs code from a model "
                         "directory (trust_remote_code is always False). Use a built-in architecture.")
     mtype = config.get("model_type")
-    if mtype not in LM_MODEL_TYPES:
+    if not isinstance(mtype, str) or mtype not in LM_MODEL_TYPES:     # a list or an object: one line, not a TypeError
         raise DataError(f"The LM config {str(cpath)!r} has model_type {str(mtype)[:80]!r}; allowed: "
                         f"{', '.join(LM_MODEL_TYPES)}.")
     archs = config.get("architectures")
