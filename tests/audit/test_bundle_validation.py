@@ -350,11 +350,11 @@ def test_h1_multi_run_model_count_is_capped_before_work(dpsgd_release, cli, monk
     t0 = time.perf_counter()
     code, _, err = cli(["attack", dpsgd_release, "--audit", "multi-run", "--models", "100000000", "--quiet",
                         "--out", tmp_path / "multi"])
-    line = _one_line(code, err, "'models' parameter of canary audit must be an int in the range [2, 100000]")
+    line = _one_line(code, err, "'models' parameter of CanaryAudit must be an int in the range [2, 100000]")
     assert "100000000" in line and time.perf_counter() - t0 < 5
     code, _, err = cli(["attack", dpsgd_release, "--audit", "one-run", "--canaries", str(10**9), "--quiet",
                         "--out", tmp_path / "one"])
-    _one_line(code, err, "'canaries' parameter of canary audit")
+    _one_line(code, err, "'canaries' parameter of CanaryAudit")
     from dpaudit.auditing.canary_audit import canary_audit_release
     from dpaudit.errors import ParameterError
 

@@ -94,7 +94,7 @@ def test_every_train_command_has_the_same_common_flags() -> None:
     from dpaudit.cli.train import command
 
     common = {"--config", "--set", "--seed", "--out", "--quiet", "--device", "--data-dir", "--dataset", "--overwrite",
-              "--engine"}
+              "--engine", "--threads", "--verbose"}
     assert set(command.commands) == set(METHODS)
     for name, cmd in command.commands.items():
         flags = {o for p in cmd.params for o in p.opts}
