@@ -431,3 +431,19 @@ def test_lm_config_model_type_of_the_wrong_type_is_a_data_error(tiny_lm_dir, tmp
     d = _lm_copy(tiny_lm_dir, tmp_path)
     _set_config(d, model_type=value)
     _one_error(cli, _make_lm(cli, tiny_lm_dir, tmp_path, lm=d), "has model_type", "allowed: gpt2")
+
+
+def test_tokenizer_that_panics_when_loaded_gives_one_error_line_and_no_rust_backtrace(tiny_lm_dir, tmp_path, capfd):
+    """Found by the tokenizer property test: a Precompiled normalizer with a garbage charsmap makes the library panic
+    while the file is loaded; the panic is one DataError, and Rust's panic message and backtrace (written straight
+    to file descriptor 2) are kept off the terminal."""
+    from dpaudit.training.lm.files import check_lm_dir, load_lm
+
+    d = _lm_copy(tiny_lm_dir, tmp_path)
+    _set_tokenizer(d, lambda t: t.update(normalizer={"type": "Precompiled", "precompiled_charsmap": "AAAA////"}))
+    files = check_lm_dir(d)
+    capfd.readouterr()
+    with pytest.raises(DataError, match="failed: PanicException: Precompiled"):
+        load_lm(files)
+    err = capfd.readouterr().err
+    assert "panicked" not in err and "backtrace" not in err, err

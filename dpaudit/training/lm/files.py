@@ -32,6 +32,8 @@ import math
 import os
 import re
 import stat
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -432,6 +434,22 @@ def read_tokenizer(path: Path) -> str:
     return text
 
 
+def _without_stderr(call: Any) -> Any:
+    """``call()`` with file descriptor 2 sent to a scratch file: a Rust panic prints its message and backtrace there
+    before it becomes an exception, and the one error line is dpaudit's."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as scratch:
+            os.dup2(scratch.fileno(), 2)
+            try:
+                return call()
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
 def _guarded(call: Any, where: str) -> Any:
     """Run one call into the tokenizers library; its panics (``pyo3_runtime.PanicException``, a BaseException) and
     errors become one :class:`DataError`."""
@@ -508,7 +526,7 @@ def load_lm(path: str | Path | LmFiles, *, device: str = "cpu", dtype: str | Non
     text = read_tokenizer(files.path / "tokenizer.json")
     if hashlib.sha256(text.encode("utf-8")).hexdigest() != files.sha256["tokenizer.json"]:
         raise DataError(f"The tokenizer file of {where} changed after it was checked; refusing it.")
-    raw = _guarded(lambda: Tokenizer.from_str(text), where)
+    raw = _guarded(lambda: _without_stderr(lambda: Tokenizer.from_str(text)), where)   # e.g. a bad Precompiled map
     _guarded(raw.no_padding, where)
     _guarded(raw.no_truncation, where)
     ctx = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
