@@ -124,8 +124,9 @@ def test_pass_gives_the_same_bits_at_every_batch_size(lm_world):
         got = token_logprobs(model, seqs, batch_tokens=bt)
         for name in ("logp", "mu", "sigma"):
             assert np.array_equal(getattr(got, name), getattr(ref, name)), (bt, name)
-    assert [padded_width(n, 512) for n in (2, 11, 12, 20, 40, 100, 300)] == [12, 12, 12, 20, 40, 104, 320]
-    assert padded_width(63, 64) == 64 and padded_width(64, 64) == 64
+    assert [padded_width(n, 512) for n in (2, 4, 5, 8, 9, 11, 12, 21, 63, 65, 300)] == [4, 4, 8, 8, 12, 12, 12, 21,
+                                                                                         63, 66, 304]
+    assert padded_width(63, 64) == 63 and padded_width(64, 64) == 64 and padded_width(70, 64) == 64
     b = _Budget(None)                          # doubles while the rate grows, then keeps the best
     for tokens, seconds in ((256, 1.0), (512, 1.0), (1024, 3.0)):
         b.observe(tokens, tokens, seconds)

@@ -92,13 +92,18 @@ BUDGETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 def padded_width(n: int, context: int) -> int:
     """The width a sequence of ``n`` tokens is padded to, a function of ``n`` (and the model's context) alone: at
-    least ``n`` and at least 12 (narrower batches change a row's rounding with the row count; from 12 columns on they
-    do not, measured on the CPU and pinned by ``tests/lm/test_lm_release.py``), rounded up to a multiple of
-    ``2^floor(log2 n) / 8`` (at most 1/8 of padding) so that texts of similar length share batches; at most
+    least ``n``; 4, 8 or at least 12 (at widths 2, 3, 5-7 and 9-11 a row's rounding changes with the number of rows
+    in its batch, at 4, 8 and from 12 on it does not: measured on the CPU for the padded and the unpadded attention
+    kernels, and pinned by ``tests/lm/test_lm_release.py``), from 12 on rounded up to a multiple of
+    ``2^floor(log2 n) / 32`` (exact below 64 tokens, at most 1/32 of padding above) so that texts of similar length
+    share batches; at most
     ``context``. Sequences that fill their width and sequences that do not go to separate batches (a batch without
     padding takes the model's unmasked attention kernel, one with padding the masked one)."""
-    w = max(12, int(n))
-    g = max(1, (1 << (w.bit_length() - 1)) // 8)
+    n = int(n)
+    if n <= 8:
+        return min(int(context), 4 if n <= 4 else 8)
+    w = max(12, n)
+    g = max(1, (1 << (w.bit_length() - 1)) // 32)
     return min(int(context), -(-w // g) * g)
 
 
