@@ -77,9 +77,13 @@ def test_per_client_figures_come_from_each_clients_own_rounds():
         assert c.headline == min(c.sampled, c.participation)
     assert acc.epsilon == max(c.headline for c in acc.per_client)
     led = acc.privacy_ledger()
-    # the ledger holds the same events; its figures are RDP's, at or above the exact / PLD ones
-    assert len(led.parties) == 20 and acc.epsilon * (1 - 1e-9) <= led.overall().epsilon
-    assert led.overall().epsilon <= acc.facts["sampled_routes"]["rdp"] * (1 + 1e-9)
+    # the ledger (a PLD ledger, issue 43) reads every client's figure as the accounting reports it: the amplified
+    # parties the fixed-size sampling PLD (not RDP's 18.90), the others their own rounds' exact Gaussian DP
+    assert acc.ledger["accountant"] == "pld" and led.to_dict() == acc.ledger
+    assert len(led.parties) == 20 and led.overall().epsilon == acc.epsilon < acc.facts["sampled_routes"]["rdp"]
+    for c in acc.per_client:
+        assert led.epsilon(f"partition {c.partition}") == pytest.approx(c.headline, rel=1e-12)
+        assert led.epsilon(f"partition {c.partition}") >= acc.lower_bound or c.headline == c.participation
 
 
 def test_flowers_conventions_and_the_red_flag():
@@ -142,7 +146,9 @@ def test_adaptive_clipping_accounts_the_clipped_count_noise():
     assert acc.facts["sampled_routes"]["rdp"] == pytest.approx(ref.epsilon_quiet(DELTA), rel=1e-12)
     from dpaudit.integrations.flower.accounting import sampled_pld_epsilon
 
-    assert acc.sampled_epsilon == sampled_pld_epsilon({(20, 5, eff): 30}, DELTA, "replace-one")
+    # the PLD route: the smaller of its 1e-3 grid and the per-client ledger's own (finer) grid, both valid
+    coarse = sampled_pld_epsilon({(20, 5, eff): 30}, DELTA, "replace-one")
+    assert acc.lower_bound <= acc.sampled_epsilon <= coarse and acc.sampled_epsilon == pytest.approx(coarse, rel=1e-4)
     assert acc.sampled_epsilon > _account(_run(sigma=sz)).sampled_epsilon   # the count costs privacy
 
 
@@ -336,8 +342,8 @@ def test_fedavg_sampling_fewer_than_the_wrapper_declares_is_accounted_at_the_noi
     # per client: every client's figure is its own rounds at 1.6
     for c in acc.per_client:
         assert c.participation == pytest.approx(_gdp_epsilon(2 * math.sqrt(c.rounds) / 1.6, DELTA), rel=1e-8)
-    # the ledger's figure of the same client (RDP of the same events) is at or above the exact one
-    assert acc.privacy_ledger().epsilon("partition 0") >= top.participation * (1 - 1e-9)
+    # the ledger's figure of the same client is the exact one (Gaussian DP of its rounds), not RDP's 19.05-style figure
+    assert acc.privacy_ledger().epsilon("partition 0") == pytest.approx(top.participation, rel=1e-12)
 
 
 def test_a_reply_lost_each_round_is_accounted_at_the_replies_aggregated():
@@ -406,6 +412,13 @@ def test_the_pld_route_is_skipped_where_its_grid_would_not_fit():
     # sigma 0.01: outside the PLD route's range; RDP alone, still above the certified lower bound
     acc = _account(_run(sigma=0.01))
     assert set(acc.facts["sampled_routes"]) == {"rdp"} and acc.lower_bound <= acc.sampled_epsilon
+    # every client's figure is then its own rounds: the ledger reads their exact Gaussian DP
+    assert acc.ledger["accountant"] == "pld" and acc.privacy_ledger().overall().epsilon == pytest.approx(acc.epsilon)
+    # sigma 0.3: the amplified figure is the PLD route's at its coarser grid, but the ledger's own grid (1e-4) cannot
+    # hold the loss range: the ledger falls back to RDP, at or above the figure, never below
+    acc = _account(_run(sigma=0.3, rounds=5))
+    assert acc.facts["sampled_route"] == "pld" and acc.ledger["accountant"] == "rdp"
+    assert acc.privacy_ledger().overall().epsilon >= acc.epsilon >= acc.lower_bound
 
 
 def test_python_and_cli_defaults_are_the_same():
@@ -438,3 +451,28 @@ def test_flowers_accountant_below_the_pair_with_most_clients_sampled():
     assert figs["without-replacement"].epsilon == pytest.approx(29.17, abs=0.01)
     assert acc.lower_bound == pytest.approx(33.88, abs=0.01) and acc.sampled_epsilon == pytest.approx(34.17, abs=0.01)
     assert figs["no-amplification"].below_lower_bound and figs["without-replacement"].below_lower_bound
+
+
+def test_a_claim_naming_one_client_reads_the_tight_figure(tmp_path):
+    # issue 43: the per-client ledger accounted by RDP, so a claim naming one client read 18.90 where the run's
+    # figure is 10.33 (certified lower bound 9.77). Now the ledger holds the PLD figure: a claim of 10.5 for that
+    # client holds, one of 10.2 is unproven by the ledger's own figure, and none reads below the certified pair
+    from dpaudit.auditing.claims import parse_claims
+    from dpaudit.auditing.evaluate import evaluate_claims
+
+    acc = _account(_run())
+    amp = next(c for c in acc.per_client if c.headline == acc.sampled_epsilon)
+    own = next(c for c in acc.per_client if c.headline == c.participation < acc.sampled_epsilon)
+    # the run's ledger.json with these two clients only (re-reading a party re-builds its PLD, ~0.2 s each)
+    keep = (f"partition {amp.partition}", f"partition {own.partition}")
+    led = {**acc.ledger, **{k: {p: acc.ledger[k][p] for p in keep} for k in ("parties", "epsilon")}}
+    (tmp_path / "ledger.json").write_text(json.dumps(led))
+    claims = [{"name": f"c{i}", "epsilon": eps, "delta": DELTA, "granularity": "user", "ledger": "ledger.json",
+               "party": f"partition {c.partition}"} for i, (c, eps) in enumerate([(amp, 10.5), (amp, 10.2), (own, 10.2)])]
+    report = evaluate_claims(parse_claims({"claim": claims}, base_dir=tmp_path))
+    held, low, mine = report.results
+    assert held.verdict == "HOLDS" and held.accounted.epsilon == pytest.approx(10.33, abs=0.01)
+    assert held.accounted.epsilon == acc.sampled_epsilon >= acc.lower_bound
+    assert low.verdict != "HOLDS" and low.accounted.epsilon == held.accounted.epsilon
+    # a client sampled less often: its own rounds' exact figure (below the run's amplified one), as the table says
+    assert mine.verdict == "HOLDS" and mine.accounted.epsilon == pytest.approx(own.participation, rel=1e-12)

@@ -33,6 +33,14 @@ Figures per client (the ``per_client`` rows):
   guarantee against the server itself. The mod's own claim (epsilon, delta) per round uses the classic calibration
   with the ``sensitivity`` the user gave; dpaudit takes the noise it adds and the sensitivity 2C of a clipped update.
 
+The per-client ledger (``ledger``, ``ledger.json`` of a run, read by claims naming a client with ``party``) holds,
+per client, the events of its headline and reads the same figure: a PLD ledger (``PrivacyLedger(accountant="pld")``:
+a client's own rounds by their exact Gaussian-DP composition, the amplified rounds by
+:func:`~dpaudit.accountants.sampling.fixed_size_gaussian_pld` at the ledger's grid, whose figure the amplified route
+then takes when smaller); an RDP ledger, at or above the figures, only where RDP gave the smaller amplified figure or
+the PLD ledger cannot hold it (past :data:`MAX_PLD_LEDGER_PARTIES` amplified clients, multipliers below
+``PLD_LEDGER_SIGMA_FLOOR``, a loss range past its grid).
+
 For adaptive clipping the clipped-count release is accounted with the model update: with sensitivities 2C (model
 sum) and 1 (clipped count), the pair is one Gaussian of sensitivity 2C and noise multiplier
 :math:`(\\sigma_\\Delta^{-2} + (2\\sigma_b)^{-2})^{-1/2}` (Andrew et al., NeurIPS 2021, Theorem 1).
@@ -51,7 +59,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dpaudit.accountants.pld import gaussian_pld
+from dpaudit.accountants.pld import PldAccountant, gaussian_pld
 
 from dpaudit.accountants.pairs import dpsgd_lower_bound
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE
@@ -65,7 +73,7 @@ from dpaudit.integrations.flower.record import DpSettings, FlowerRun, RoundRecor
 
 __all__ = ["account_run", "FlowerAccounting", "ClientFigure", "FlowerFigure", "sampled_lower_bound", "NEIGHBOURING",
            "flower_convention_epsilon", "merge_settings", "combined_multiplier", "gaussian_rounds_epsilon",
-           "MAX_SETTINGS", "LOWER_BOUND_SIGMA_FLOOR", "FLOWER_SIGMA_RANGE", "MAX_LEDGER_PARTIES", "sampled_pld_epsilon", "PLD_SIGMA_RANGE"]
+           "MAX_SETTINGS", "MAX_PLD_LEDGER_PARTIES", "LOWER_BOUND_SIGMA_FLOOR", "FLOWER_SIGMA_RANGE", "MAX_LEDGER_PARTIES", "sampled_pld_epsilon", "PLD_SIGMA_RANGE"]
 
 #: dpaudit's spelling -> FixedBatchGaussian's neighbouring relation
 NEIGHBOURING = {"replace-one": "substitution", "add-remove": "add-remove"}
@@ -132,6 +140,11 @@ class FlowerAccounting:
 MAX_SETTINGS = 8
 #: A ledger (one party per participating client, each an RDP conversion of ~0.3 ms) is written for at most this many
 MAX_LEDGER_PARTIES = 10_000
+#: A PLD ledger (each amplified party builds the fixed-size sampling PLD at the ledger's grid, ~0.15 s, again when a
+#: claim reads the ledger) is written for at most this many amplified parties and multipliers from this one up (the
+#: grid grows as 1 / sigma^2); beyond, the ledger is RDP's (valid, looser) and says so
+MAX_PLD_LEDGER_PARTIES = 256
+PLD_LEDGER_SIGMA_FLOOR = 0.3
 #: The lower bound's pair is evaluated at sigma no smaller than this (more noise: a smaller epsilon, still a lower
 #: bound), and its loss grid coarsens with 1/sigma so that its privacy-loss distribution holds at most ~20,000 points
 #: per round (sigma 0.01 asked for tens of millions at the fixed grid, minutes and GiBs)
@@ -377,6 +390,7 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
     routes: dict[str, float] = {}
     sampled_route = None
     events: list[tuple[Any, int]] = []
+    up: dict[tuple[int, int, float], int] = {}
     if dp and noise_ok:
         for r in released:
             if r.replied:
@@ -427,8 +441,37 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
             memo[m2] = gaussian_rounds_epsilon(math.sqrt(m2), delta)
         return memo[m2]
 
+    # the ledger reads each client's figure by the route that gave it: a PLD ledger (PldAccountant per party) takes
+    # the exact Gaussian-DP composition of a client's own rounds and fixed_size_gaussian_pld of the amplified events;
+    # an RDP ledger (where RDP gave the smaller amplified figure, or past the PLD ledger's limits) reads RDP figures
+    write_ledger = dp and noise_ok and len(mu2) <= MAX_LEDGER_PARTIES
+    can_amplify = bool(counts) and sampler_verified and bool(events) and math.isfinite(sampled_eps)
+    pld_amplified = (can_amplify and sampled_route == "pld" and len(counts) <= MAX_PLD_LEDGER_PARTIES
+                     and min(s for (_, _, s) in up) >= PLD_LEDGER_SIGMA_FLOOR)
+    led = None
+    rep = None          # the amplified parties' shared records (every one holds the same events) and figure
+    if write_ledger and pld_amplified:
+        # the ledger's own figure of the amplified events (its default grid 1e-4, finer than the route's 1e-3): the
+        # number every amplified party reads; the run's amplified figure is the smaller of the two grids' (both valid).
+        # Built once, in a ledger of its own: every amplified party holds the same records
+        probe = PrivacyLedger(delta=delta, accountant="pld")
+        try:
+            for ev, c in events:
+                probe.record("amplified", ev, c)
+            rep = (probe.to_dict()["parties"]["amplified"], probe.epsilon("amplified"))
+        except DPAuditError:
+            rep = None
+        if rep is not None and not rep[1] <= routes.get("rdp", math.inf):
+            rep = None          # past the ledger's grid (inf) or above RDP: the RDP ledger reads less
+        if rep is not None and rep[1] < sampled_eps:
+            sampled_eps = routes["pld"] = rep[1]
+    samp_all = sampled_eps if dp and noise_ok else math.inf
+    amplified = {node for node in counts if can_amplify and samp_all <= part_of(node)}
+    ledger_kind = "pld" if not amplified or (pld_amplified and rep is not None) else "rdp"
+    led = PrivacyLedger(delta=delta, accountant=ledger_kind) if write_ledger else None
     per_client = []
-    led = PrivacyLedger(delta=delta) if dp and noise_ok and len(mu2) <= MAX_LEDGER_PARTIES else None
+    shared: dict[str, None] = {}      # amplified parties whose records are ``rep``'s, in client order
+    order: list[str] = []
     if dp and noise_ok and len(mu2) > MAX_LEDGER_PARTIES:
         assumptions.append(f"No per-client ledger is written: {len(mu2)} clients took part, more than "
                            f"{MAX_LEDGER_PARTIES} (each party costs an RDP conversion); the figures above are complete.")
@@ -441,7 +484,7 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
             part_eps = math.inf if k else 0.0
         else:
             part_eps = part_of(node)
-        samp = sampled_eps if dp and noise_ok else math.inf
+        samp = samp_all
         head = min(samp, part_eps)
         loc = None
         if local is not None:
@@ -459,10 +502,13 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
             loc = local_memo[k]
             local_eps_all.append(loc)
         pid = run.partitions.get(str(node))
-        per_client.append(ClientFigure(node, pid, k, samp, part_eps, head, loc))
         if led is not None:
             party = f"node {node}" if pid is None else f"partition {pid}"
-            if samp <= part_eps and sampler_verified and events and math.isfinite(samp):
+            order.append(party)
+            if node in amplified and rep is not None:
+                shared[party] = None
+                head = min(head, rep[1])
+            elif node in amplified:
                 for ev, c in events:
                     led.record(party, ev, c)
             elif node in counts and math.isfinite(part_eps):
@@ -474,12 +520,27 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
                     led.record(party, SubsampledGaussian(1.0, 1.0 / math.sqrt(mu2[node]), 1), 1)
             elif node in counts:
                 led = None          # a client without a finite guarantee: the ledger would understate it
+            if led is not None and party in led.parties:
+                # the figure a claim naming this client reads: never above what it reads, so the same number
+                head = min(head, led.epsilon(party))
+        per_client.append(ClientFigure(node, pid, k, samp, part_eps, head, loc))
     if led is not None:
         led.add_assumption(assumptions[0])
         led.add_assumption("Per client: the smaller of the amplified run figure and the client's own rounds without "
-                           "amplification (sensitivity 2C each). The ledger accounts these events by RDP: at or above "
-                           "the exact (own rounds) and PLD (amplified) figures dpaudit reports.")
+                           "amplification (sensitivity 2C each). " + (
+                               "The ledger accounts these events by privacy-loss distributions: a client's own rounds "
+                               "by their exact Gaussian-DP composition, the amplified rounds by Dong-Roth-Su's "
+                               "subsampling without replacement (fixed_size_gaussian_pld): the figures dpaudit reports."
+                               if ledger_kind == "pld" else
+                               "The ledger accounts these events by RDP (the amplified figure's smaller route): at or "
+                               "above the exact (own rounds) figures dpaudit reports."))
         ledger = led.to_dict()
+        if shared and rep is not None:
+            # the amplified parties' records, written in the ledger's own JSON form (schema 1; from_dict re-accounts
+            # them), in the clients' order: the same as recording each, without building one PLD per party here
+            parties, eps = ledger["parties"], ledger["epsilon"]
+            ledger["parties"] = {p: (rep[0] if p in shared else parties[p]) for p in order if p in shared or p in parties}
+            ledger["epsilon"] = {p: (rep[1] if p in shared else eps[p]) for p in ledger["parties"] if p in shared or p in eps}
     else:
         ledger = None
     overall = max((c.headline for c in per_client), default=math.inf if not dp else 0.0)
