@@ -75,11 +75,14 @@ class FlowerCanaryAudit:
 def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clients: int = 8, sampled: int = 4,
                             rounds: int = 5, noise_multiplier: float = 2.0, clipping_norm: float = 1.0,
                             delta: float = 1e-5, confidence: float = 0.95, seed: int = 0,
-                            ideal_replicates: int = 21) -> FlowerCanaryAudit:
+                            ideal_replicates: int = 21, factory: str | None = None,
+                            factory_kwargs: Mapping[str, Any] | None = None) -> FlowerCanaryAudit:
     """Run the audit (module docstring); the run directory is written to ``out/run`` and the result to
-    ``out/flower_canary_audit.json``."""
+    ``out/flower_canary_audit.json``. ``factory`` (``path/to/file.py:build``, ``--factory``): the user's own torch
+    module trained by the clients instead of the softmax regression (pinned by the file's sha256, recorded in the
+    result's settings); the canary directions then span the flat vector of its ``state_dict``."""
     from dpaudit._io import make_output_dir, write_json
-    from dpaudit.auditing.flower_run import run_digits_simulation
+    from dpaudit.auditing.flower_run import TorchFactoryModel, flat_arrays, run_digits_simulation
     from dpaudit.serial import to_dict
 
     owner = "audit_flower_simulation"
@@ -96,19 +99,24 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     reps = check_int(ideal_replicates, "ideal_replicates", owner, low=1, high=1001)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xF10E]))
     included = rng.random(K) < 0.5
-    u = rng.standard_normal((K, _DIM))
+    dim, pinned, model = _DIM, None, None
+    if factory is not None:
+        model = TorchFactoryModel.pin(factory, factory_kwargs, owner)
+        dim, pinned = model.dimension(seed), {"file": model.factory, "sha256": model.sha256, "kwargs": model.kwargs}
+    u = rng.standard_normal((K, dim))
     u *= C / np.linalg.norm(u, axis=1, keepdims=True)
     updates = {clients + k: u[k] for k in range(K) if included[k]}
     models: dict[int, np.ndarray] = {}
 
     def observe(rnd: int, arrays: Mapping[str, np.ndarray]) -> None:
-        models[rnd] = np.concatenate([np.asarray(arrays["layers.1.weight"]).ravel(), np.asarray(arrays["layers.1.bias"]).ravel()])
+        models[rnd] = flat_arrays(arrays)
 
     # the same output-folder rules as every command: a symbolic link is refused, a new folder gets dpaudit's marker
     root = make_output_dir(out, "Flower canary audit")
     run_digits_simulation(Path(root) / "run", clients=n, sampled=m, rounds=T, records_per_client=20,
                           noise_multiplier=sigma, clipping_norm=C, dp="server-fixed", delta=delta, seed=seed,
-                          canary_updates=updates, observe=observe, overwrite=True)
+                          canary_updates=updates, observe=observe, overwrite=True,
+                          factory=model)
     if sorted(models) != list(range(T + 1)):
         raise DataError(f"The Flower simulation reported the global model of rounds {sorted(models)[:12]}, not 0..{T}.")
     deltas = np.stack([models[t] - models[t - 1] for t in range(1, T + 1)])        # (T, dim)
@@ -125,6 +133,7 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     res = FlowerCanaryAudit(bound, K, int(included.sum()), T, n, m, sigma, accounted,
                             settings={"clients": clients, "canaries": K, "clipping_norm": C, "delta": delta,
                                       "confidence": confidence, "seed": seed, "ideal_replicates": reps,
-                                      "observation": "every round's global model (Flower evaluate_fn)"})
+                                      "observation": "every round's global model (Flower evaluate_fn)",
+                                      "model": pinned if pinned is not None else "digits softmax regression"})
     write_json(Path(root) / "flower_canary_audit.json", to_dict(res))
     return res

@@ -163,12 +163,90 @@ def local_train(w: np.ndarray, b: np.ndarray, X: np.ndarray, y: np.ndarray, *, e
     return w.astype(np.float32), b.astype(np.float32)
 
 
+def flat_arrays(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The model's arrays as one float64 vector, in key order (the canary directions' coordinates)."""
+    return np.concatenate([np.asarray(v, np.float64).ravel() for v in arrays.values()]) if arrays else np.zeros(0)
+
+
+def add_flat(arrays: Mapping[str, np.ndarray], u: np.ndarray) -> dict[str, np.ndarray]:
+    """``arrays`` moved by the flat vector ``u`` (key order, as :func:`flat_arrays`)."""
+    out, i = {}, 0
+    for k, v in arrays.items():
+        v = np.asarray(v, np.float32)
+        out[k] = (v.ravel() + u[i:i + v.size]).reshape(v.shape).astype(np.float32)
+        i += v.size
+    return out
+
+
+class TorchFactoryModel:
+    """The user's torch module in a Flower simulation: built by ``factory`` (``file.py:name``, the file pinned by its
+    sha256 when named and each client re-importing it by that digest; never by pickling the function), trained by
+    full-batch SGD on the client's records. Picklable (paths and numbers only), so Ray's workers rebuild it."""
+
+    def __init__(self, factory: str, sha256: str, kwargs: Mapping[str, Any]) -> None:
+        self.factory, self.sha256, self.kwargs = factory, sha256, dict(kwargs)
+
+    @classmethod
+    def pin(cls, factory: str, kwargs: Mapping[str, Any] | None, owner: str) -> "TorchFactoryModel":
+        from dpaudit.training.external import absolute_import_path, import_object
+        from dpaudit.training.usercode import code_digest
+
+        if not isinstance(factory, str) or not factory:
+            raise ParameterError(f"The 'factory' parameter of {owner} must be 'path/to/file.py:build'. Got {factory!r:.80} "
+                                 "instead.")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise ParameterError(f"The 'factory_kwargs' parameter of {owner} must be a mapping. Got {kwargs!r:.80} instead.")
+        path = absolute_import_path(factory) or factory
+        digest = code_digest(path, "--factory")
+        import_object(path, "--factory", sha256=digest)          # fails now, not in a client
+        return cls(path, digest, kwargs or {})
+
+    def build(self) -> Any:
+        import torch
+
+        from dpaudit.training.external import import_object
+
+        net = import_object(self.factory, "--factory", sha256=self.sha256)(**self.kwargs)
+        if not isinstance(net, torch.nn.Module):
+            raise DataError(f"The --factory {self.factory!r} must build a torch.nn.Module. Got {type(net).__name__} instead.")
+        return net
+
+    def initial(self, seed: int) -> dict[str, np.ndarray]:
+        import torch
+
+        torch.manual_seed(seed)
+        state = {k: v.detach().cpu().numpy() for k, v in self.build().state_dict().items()}
+        bad = [k for k, v in state.items() if not np.issubdtype(v.dtype, np.floating)]
+        if bad:
+            raise DataError(f"The --factory {self.factory!r} module has non-float state ({bad[:3]}): Flower's DP wrappers "
+                            "add noise to every array; give a module whose state is float parameters only.")
+        return state
+
+    def dimension(self, seed: int) -> int:
+        return int(sum(v.size for v in self.initial(seed).values()))
+
+    def train(self, arrays: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray, *, epochs: int,
+              lr: float) -> dict[str, np.ndarray]:
+        import torch
+
+        net = self.build()
+        net.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in arrays.items()})
+        opt = torch.optim.SGD(net.parameters(), lr=lr)
+        Xt, yt = torch.tensor(X), torch.tensor(y, dtype=torch.long)
+        for _ in range(epochs):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(Xt), yt).backward()
+            opt.step()
+        return {k: v.detach().cpu().numpy() for k, v in net.state_dict().items()}
+
+
 def run_digits_simulation(out: str | os.PathLike, *, clients: int = 20, sampled: int = 5, rounds: int = 30,
                           records_per_client: int = 40, noise_multiplier: float = 2.0, clipping_norm: float = 1.0,
                           dp: str = "server-fixed", local_epochs: int = 5, lr: float = 0.5, delta: float = 1e-5,
                           seed: int = 0, canary_updates: Mapping[int, np.ndarray] | None = None,
                           observe: Any = None, declared_sampled: int | None = None,
-                          local_dp: Mapping[str, float] | None = None, overwrite: bool = False) -> Path:
+                          local_dp: Mapping[str, float] | None = None, factory: "str | TorchFactoryModel | None" = None,
+                          factory_kwargs: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
     """Run federated softmax regression on digits with Flower's simulation engine and record it into ``out``.
 
     ``clients`` SuperNodes (one partition of ``records_per_client`` digits each), ``sampled`` of them per round
@@ -183,6 +261,11 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
     misconfigured app; Flower then scales its noise to the declared number, and dpaudit accounts what was added).
     ``local_dp``: Flower's ``LocalDpMod`` on the (Message-API) ClientApp, with its settings (``clipping_norm``,
     ``sensitivity``, ``epsilon``, ``delta``), recorded and accounted per client against the server.
+    ``factory``: ``path/to/file.py:build`` (``--factory``), the user's own torch module trained instead of the softmax
+    regression (``build(**factory_kwargs)``, pinned by the file's sha256 and re-imported by that digest in each client;
+    ``local_epochs`` full-batch SGD steps at ``lr`` on the client's digits as the factory's input, images (1, 8, 8));
+    ``canary_updates`` and ``observe`` then use the flat vector of its ``state_dict`` in key order
+    (:func:`flat_arrays`).
     Before any training, the planned run is accounted (a multiplier whose figure cannot be computed is refused here).
     """
     owner = "run_digits_simulation"
@@ -227,11 +310,17 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
     non, att = rest[: len(rest) // 2], rest[len(rest) // 2:]
     X = (data.X.reshape(len(data), -1)).astype(np.float32)
     y = data.y.astype(np.int64)
+    model = None
+    dim = 10 * 64 + 10
+    if factory is not None:
+        model = factory if isinstance(factory, TorchFactoryModel) else TorchFactoryModel.pin(factory, factory_kwargs, owner)
+        dim = model.dimension(seed)
+        X = data.X.astype(np.float32)
     canaries = {int(k): np.asarray(v, dtype=np.float32) for k, v in (canary_updates or {}).items()}
     for k, v in canaries.items():
-        if not 0 <= k < clients or v.shape != (10 * 64 + 10,):
+        if not 0 <= k < clients or v.shape != (dim,):
             raise ParameterError(f"The 'canary_updates' parameter of {owner} must map partition ids in [0, {clients}) to "
-                                 f"vectors of {10 * 64 + 10} values. Got {k} -> {v.shape} instead.")
+                                 f"vectors of {dim} values. Got {k} -> {v.shape} instead.")
     client_data = {i: (X[np.asarray(parts[str(i)])], y[np.asarray(parts[str(i)])]) for i in range(clients)}
 
     from dpaudit.integrations.flower.record import RunData
@@ -240,7 +329,7 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
                        tuple(int(i) for i in non), tuple(int(i) for i in att))
     return _simulate(out, client_data, canaries, clients=clients, sampled=sampled, rounds=rounds, sigma=sigma, clip=clip,
                      dp=dp, local_epochs=local_epochs, lr=lr, delta=delta, seed=seed, run_data=run_data,
-                     observe=observe, overwrite=overwrite, declared=declared, local_dp=ldp)
+                     observe=observe, overwrite=overwrite, declared=declared, local_dp=ldp, model=model)
 
 
 #: Above this noise multiplier Flower's float32 model is noise past the float range (and every figure is 0 anyway)
@@ -282,7 +371,7 @@ def _preflight(owner: str, *, clients: int, sampled: int, declared: int, rounds:
 
 
 def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, clip, dp, local_epochs, lr, delta, seed,
-              run_data, observe, overwrite, declared=None, local_dp=None) -> Path:
+              run_data, observe, overwrite, declared=None, local_dp=None, model=None) -> Path:
     import logging
 
     from dpaudit._ray_local import loopback_only
@@ -305,15 +394,17 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
     @client_app.train()
     def train(msg: Message, context: Context) -> Message:
         pid = int(context.node_config["partition-id"])
-        arrays = msg.content["arrays"]
-        w, b = arrays[_W].numpy(), arrays[_B].numpy()
+        arrays = {k: v.numpy() for k, v in msg.content["arrays"].items()}
         if pid in canaries:
-            u = canaries[pid]
-            w2, b2 = w + u[:640].reshape(10, 64), b + u[640:]
+            new = add_flat(arrays, canaries[pid])
         else:
             Xc, yc = client_data[pid]
-            w2, b2 = local_train(w, b, Xc, yc, epochs=local_epochs, lr=lr)
-        reply = RecordDict({"arrays": ArrayRecord({_W: Array(np.asarray(w2, np.float32)), _B: Array(np.asarray(b2, np.float32))}),
+            if model is None:
+                w2, b2 = local_train(arrays[_W], arrays[_B], Xc, yc, epochs=local_epochs, lr=lr)
+                new = {_W: w2, _B: b2}
+            else:
+                new = model.train(arrays, Xc, yc, epochs=local_epochs, lr=lr)
+        reply = RecordDict({"arrays": ArrayRecord({k: Array(np.asarray(v, np.float32)) for k, v in new.items()}),
                             "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})})
         return Message(content=reply, reply_to=msg)
 
@@ -351,7 +442,9 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
         else:
             strat = inner
         rec = RecordingStrategy(strat, seed=seed, local_dp=mod)
-        start = ArrayRecord({_W: Array(np.zeros((10, 64), np.float32)), _B: Array(np.zeros(10, np.float32))})
+        start = ArrayRecord({k: Array(np.asarray(v, np.float32)) for k, v in (
+            {_W: np.zeros((10, 64), np.float32), _B: np.zeros(10, np.float32)} if model is None
+            else model.initial(seed)).items()})
         np.random.seed(seed)    # Flower's DP wrappers draw their noise from numpy's global generator
         def evaluate(server_round: int, arrays: ArrayRecord):
             observe(server_round, {k: v.numpy().copy() for k, v in arrays.items()})

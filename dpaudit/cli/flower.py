@@ -152,13 +152,17 @@ def release(run_dir: Path, out: Path, delta: float, neighbouring: str, claims: t
 @click.option("--clipping-norm", type=float, default=1.0, show_default=True)
 @click.option("--delta", type=float, default=1e-5, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--factory", default=None, help="path/to/file.py:build, your torch module for the clients to train "
+              "(pinned by its sha256, recorded in the result). Default: the digits softmax regression.")
+@click.option("--factory-kwargs", default=None, help="JSON object of keyword arguments for --factory.")
 def audit(out: Path, canaries: int, clients: int, sampled: int, rounds: int, noise_multiplier: float,
-          clipping_norm: float, delta: float, seed: int) -> None:
+          clipping_norm: float, delta: float, seed: int, factory: str | None, factory_kwargs: str | None) -> None:
     """A certified client-level canary audit of a real Flower simulation (server-side fixed clipping)."""
     from dpaudit.auditing.flower_canary import audit_flower_simulation
 
     res = audit_flower_simulation(out, canaries=canaries, clients=clients, sampled=sampled, rounds=rounds,
-                                  noise_multiplier=noise_multiplier, clipping_norm=clipping_norm, delta=delta, seed=seed)
+                                  noise_multiplier=noise_multiplier, clipping_norm=clipping_norm, delta=delta, seed=seed,
+                                  factory=factory, factory_kwargs=_json_object(factory_kwargs, "--factory-kwargs"))
     click.echo(f"canaries: {res.num_canaries} ({res.num_included} included by fair coins), {res.rounds} rounds")
     click.echo(f"certified lower bound: epsilon >= {fmt_number(res.certified_epsilon)} (one run, confidence "
                f"{fmt_number(res.confidence)}); the ideal attack on this mechanism: {fmt_number(res.ideal_epsilon)}")

@@ -78,3 +78,36 @@ def test_a_factory_that_does_not_match_the_run_model_is_one_error(tmp_path):
     # the built-in softmax regression does not take it either
     with pytest.raises(DataError):
         release_flower_run(run, tmp_path / "b")
+
+
+def test_flower_audit_refuses_a_factory_that_builds_no_module_before_any_simulation(tmp_path, capsys):
+    # issue 43 item 2: 'flower audit --factory' pins the file and builds the module before Ray starts; a factory
+    # returning something else is one named error (exit 2), with no run directory written
+    bad = tmp_path / "notamodel.py"
+    bad.write_text("def build():\n    return 3\n")
+    rc, err = _main(capsys, "flower", "audit", "--out", str(tmp_path / "audit"), "--factory", f"{bad}:build")
+    assert rc == 2 and "torch.nn.Module" in err and "Traceback" not in err
+    assert not (tmp_path / "audit" / "run").exists()
+
+
+@pytest.mark.slow
+def test_flower_canary_audit_of_the_users_own_torch_model(tmp_path, capsys):
+    # issue 43 item 2: the canary audit on a real Flower simulation whose clients train the user's MLP (64-8-10,
+    # 610 parameters); the canaries' directions span its flat state_dict. The certified bound lies below the
+    # accounted figure, and the result names the factory by file and sha256
+    import hashlib
+
+    factory = tmp_path / "mymodel.py"
+    factory.write_text(FACTORY)
+    out = tmp_path / "audit"
+    rc, text = _main(capsys, "flower", "audit", "--out", str(out), "--canaries", "64", "--clients", "4", "--sampled",
+                     "34", "--rounds", "4", "--noise-multiplier", "0.5", "--factory", f"{factory}:build",
+                     "--factory-kwargs", '{"hidden": 8}')
+    assert rc == 0, text
+    res = json.loads((out / "flower_canary_audit.json").read_text())
+    model = res["settings"]["model"]
+    assert model["sha256"] == hashlib.sha256(factory.read_bytes()).hexdigest() and model["kwargs"] == {"hidden": 8}
+    assert 0 < res["bound"]["epsilon"] <= res["accounted_epsilon"]
+    from safetensors.numpy import load_file
+
+    assert sum(v.size for v in load_file(out / "run" / MODEL_FILE).values()) == 64 * 8 + 8 + 8 * 10 + 10
