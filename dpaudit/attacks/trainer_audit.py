@@ -229,8 +229,14 @@ def _step_contrasts(canary_obs, probe_obs, membership: Sequence[np.ndarray], can
         return None
     r = np.sqrt(np.mean(y * y, axis=1))
     ok = r > np.finfo(np.float64).tiny
-    xt = np.where(ok[:, None], x / np.where(ok, r, 1.0)[:, None], 0.0)
     inb = _canary_in_batch(membership, ci, T)
+    # each canary coordinate less its mean over the steps whose batch did not hold that canary: the real gradients'
+    # lasting part on that coordinate (which only adds variance to the contrasts) goes; the signal stays whole, since
+    # a canary's membership at a step is independent of the real gradients and of the other steps' noise
+    out = ~inb
+    n_out = out.sum(axis=0)
+    x = x - np.where(n_out > 0, np.where(out, x, 0.0).sum(axis=0) / np.maximum(n_out, 1), 0.0)[None, :]
+    xt = np.where(ok[:, None], x / np.where(ok, r, 1.0)[:, None], 0.0)
     diffs, signal = [], []
     for t in range(T):
         k_in = int(inb[t].sum())
@@ -285,6 +291,9 @@ def estimate_noise_runs(runs: Sequence[tuple[Any, Any, Sequence[np.ndarray], Any
 
 # ------------------------------------------------------------------------------------------------------- bounds
 
+#: How much finer than one record the Poisson rate's lower limit is kept in the pair (dataset size times this).
+POISSON_RATE_SCALE = 1000
+
 #: The smallest noise multiplier the pair is computed at (a larger sigma only lowers a lower bound: still valid).
 SIGMA_FLOOR = 0.1
 
@@ -299,6 +308,9 @@ def recorded_lower_bound(sampler: SamplerFinding, noise: NoiseFinding, delta: fl
         return None
     n, T = sampler.num_records, sampler.steps
     if sampler.kind == "poisson":
+        # the Poisson pair depends on the rate b / n only: a data set 1,000 times larger keeps the rate's lower limit
+        # to 1e-3 of a record instead of rounding it down to a whole record (about 2% of the rate at b = 50)
+        n = n * POISSON_RATE_SCALE
         b, sampling = max(1, int(math.floor(sampler.rate_low * n))), "poisson"
     elif sampler.kind == "full-batch":
         b, sampling = n, "poisson"
@@ -318,7 +330,8 @@ def recorded_lower_bound(sampler: SamplerFinding, noise: NoiseFinding, delta: fl
 
     eps, pair = at(noise.sigma_eff_upper)
     est, _ = at(noise.sigma_eff)
-    mech = {"sampling": sampling, "dataset_size": n, "batch_size": b, "steps": T,
+    scale = POISSON_RATE_SCALE if sampling == "poisson" and sampler.kind == "poisson" else 1
+    mech = {"sampling": sampling, "dataset_size": n // scale, "batch_size": b / scale if scale > 1 else b, "steps": T,
             "noise_multiplier": float(max(noise.sigma_eff_upper, SIGMA_FLOOR)) if math.isfinite(noise.sigma_eff_upper) else "inf"}
     return RecordedBound(eps, d, noise.confidence, est, mechanism=mech, pair=pair)
 

@@ -31,7 +31,8 @@ What the hook does (:class:`AuditHook`):
   all is no evidence either way.
 
 The coordinates are chosen at the first call, where real per-example gradients are smallest (Nasr et al. 2023), so
-that the real records hardly move them. Soundness of that choice: it uses ``select_rows`` real rows drawn by the
+that the real records hardly move them; the ``probes`` quietest of them are the probes (a real gradient on a probe
+inflates the noise estimate), the others go to the canaries in random order. Soundness of that choice: it uses ``select_rows`` real rows drawn by the
 hook's own generator uniformly among the *real* rows of the first batch. Under any exchangeable sampler (Poisson,
 shuffling, fixed-size without replacement) and under a fixed order with the canaries after the real records, those
 rows are a uniform draw from the real records whatever the number of canaries in the data set, so the choice is
@@ -202,8 +203,10 @@ class AuditHook:
             norms = sq.sqrt().cpu().numpy()
         # smallest mean |g| first; random order among ties (dead coordinates are all exactly 0)
         tie = self._rng.permutation(total)
-        chosen = tie[np.argsort(score[tie], kind="stable")[: m + self.probes]]
-        chosen = self._rng.permutation(chosen)          # which canary / probe gets which coordinate: random
+        ranked = tie[np.argsort(score[tie], kind="stable")[: m + self.probes]]
+        # the probes get the quietest coordinates (real gradients there would inflate the noise estimate: safe, but
+        # loose); the canaries the next ones, in random order (real gradients there only add variance)
+        chosen = np.concatenate([self._rng.permutation(ranked[self.probes:]), ranked[: self.probes]])
         bounds = np.cumsum([0] + sizes)
         param = np.searchsorted(bounds, chosen, side="right") - 1
         flat = chosen - bounds[param]

@@ -112,7 +112,7 @@ def test_opacus_optimizer_and_loader():
 
     n, k = 60, 4
     X, y = torch.randn(n + k, 6), torch.randint(0, 3, (n + k,))
-    hook = AuditHook(num_real=n, canary_index=np.array([60, 61, 62, 63, -1, -1]), probes=8, seed=0)
+    hook = AuditHook(num_real=n, canary_index=np.array([60, 61, 62, 63, -1, -1]), probes=2, seed=0)
     model = _model()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y), batch_size=16)
     with warnings.catch_warnings():
