@@ -203,7 +203,7 @@ def mutate_bundle(b: Path, draw) -> None:
     for what in sorted(kinds, key=lambda k: k == "file"):       # a file replaced by a link or a FIFO: last
         try:
             _mutate_one(b, what, draw)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration, UnicodeDecodeError):
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration, OSError):
             pass    # an earlier mutation left the file unreadable to this one: it stays as it is
     if draw(st.booleans()):
         _seal(b)
@@ -246,6 +246,8 @@ def _mutate_one(b: Path, what: str, draw) -> None:
     else:
         kind = draw(st.sampled_from(["pickle", "symlink", "fifo", "truncate", "remove"]))
         f = b / "model" / draw(st.sampled_from(["config.json", "model.safetensors", "tokenizer.json"]))
+        if f.is_symlink() or not f.is_file():      # already replaced (never open a FIFO here: it would block)
+            return
         if kind == "pickle":
             (b / "model" / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
         elif kind == "symlink":

@@ -328,10 +328,13 @@ ALLOWED_TOKENIZER_REGEXES = frozenset({
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 })
-#: The component types of a tokenizer file (the tokenizers library's own; none names code).
+#: The component types of a tokenizer file (the tokenizers library's own; none names code). Not ``Precompiled``
+#: (SentencePiece's normalization map, used by none of the allowed architectures' tokenizers): its parser reserves
+#: the trie size the blob declares, so the six bytes ``AAAA////`` made it allocate 4 GB (an abort where memory is
+#: limited), and it follows the trie's offsets unchecked (panics).
 TOKENIZER_TYPES = frozenset({
     "BertNormalizer", "Strip", "StripAccents", "NFC", "NFD", "NFKC", "NFKD", "Sequence", "Lowercase", "Nmt",
-    "Precompiled", "Replace", "Prepend", "ByteLevel", "BertPreTokenizer", "CharDelimiterSplit", "Metaspace",
+    "Replace", "Prepend", "ByteLevel", "BertPreTokenizer", "CharDelimiterSplit", "Metaspace",
     "Whitespace", "Split", "Punctuation", "WhitespaceSplit", "Digits", "UnicodeScripts", "FixedLength", "BPE",
     "WordPiece", "WordLevel", "Unigram", "RobertaProcessing", "BertProcessing", "TemplateProcessing", "BPEDecoder",
     "CTC", "Fuse", "ByteFallback"})
@@ -526,7 +529,7 @@ def load_lm(path: str | Path | LmFiles, *, device: str = "cpu", dtype: str | Non
     text = read_tokenizer(files.path / "tokenizer.json")
     if hashlib.sha256(text.encode("utf-8")).hexdigest() != files.sha256["tokenizer.json"]:
         raise DataError(f"The tokenizer file of {where} changed after it was checked; refusing it.")
-    raw = _guarded(lambda: _without_stderr(lambda: Tokenizer.from_str(text)), where)   # e.g. a bad Precompiled map
+    raw = _guarded(lambda: _without_stderr(lambda: Tokenizer.from_str(text)), where)   # a panic: one error line
     _guarded(raw.no_padding, where)
     _guarded(raw.no_truncation, where)
     ctx = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
