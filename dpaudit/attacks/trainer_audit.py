@@ -331,7 +331,8 @@ def recorded_lower_bound(sampler: SamplerFinding, noise: NoiseFinding, delta: fl
     eps, pair = at(noise.sigma_eff_upper)
     est, _ = at(noise.sigma_eff)
     scale = POISSON_RATE_SCALE if sampling == "poisson" and sampler.kind == "poisson" else 1
-    mech = {"sampling": sampling, "dataset_size": n // scale, "batch_size": b / scale if scale > 1 else b, "steps": T,
+    mech = {"sampling": sampling, "dataset_size": n // scale, "batch_size": b / scale if scale > 1 else b,
+            "steps": T,
             "noise_multiplier": float(max(noise.sigma_eff_upper, SIGMA_FLOOR)) if math.isfinite(noise.sigma_eff_upper) else "inf"}
     return RecordedBound(eps, d, noise.confidence, est, mechanism=mech, pair=pair)
 

@@ -12,8 +12,10 @@ gradients are replaced by Dirac canary gradients anyway), so they pass through t
 noise. The hook records the batches and the privatised gradient at the canary and probe coordinates, and
 :mod:`dpaudit.attacks.trainer_audit` gives three findings: the sampler and step count as they ran, the recorded
 mechanism's lower bound (analytic: under stated assumptions) and a certified one-run bound (no assumption). A claim
-is REFUTED when either bound exceeds it (each computed at half the failure probability, so that the verdict's
-failure probability is at most ``1 - confidence``), with what differs from the declared recipe named.
+is REFUTED when either bound exceeds it, with what differs from the declared recipe named. The failure probability
+``1 - confidence`` is split over the three confidence limits the verdict rests on (:data:`CONFIDENCE_SPLIT`: the
+noise multiplier's upper limit 1/2, the certified bound 2/5, the Poisson rate's lower limit 1/10), so that the
+verdict is wrong with probability at most ``1 - confidence`` (a union bound).
 
 Threat model: white-box (every privatised update is seen: the standard DP-SGD threat model). Final-model audits of
 a user's trainer are not part of this module.
@@ -52,6 +54,10 @@ __all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "audit_trainer", "r
 BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500, "runs": 1},
                                       "thorough": {"canaries": 500, "probes": 500, "runs": 2}}
 THREAT_MODELS = ("white-box",)
+#: How the verdict's failure probability ``1 - confidence`` is split over its confidence limits (a union bound): the
+#: noise multiplier's upper limit, the certified one-run bound, the Poisson rate's lower limit (the rate is estimated
+#: from every record's batches, so a small share costs little).
+CONFIDENCE_SPLIT: dict[str, float] = {"noise": 0.5, "certified": 0.4, "rate": 0.1}
 #: Keys of a declared DP-SGD recipe (a claim's ``params`` for ``mechanism = "dpsgd"``) compared with the record.
 RECIPE_KEYS = ("dataset_size", "batch_size", "noise_multiplier", "epochs", "steps", "sampling")
 TRAINER_SCHEMA_VERSION = 1
@@ -68,7 +74,7 @@ class TrainerAuditResult:
     for an unknown sampler); ``certified``: the certified one-run bound (no assumption); ``recipe_epsilon``: the
     declared recipe's accounted epsilon (None without a recipe); ``differences``: what the record shows against
     the recipe; ``refuted_by``: each bound above the claim, in words (non-empty: the claim is REFUTED);
-    ``confidence``: of the verdict (each bound is computed at ``(1 + confidence) / 2``); ``canaries`` and ``probes``
+    ``confidence``: of the verdict (split over its limits by :data:`CONFIDENCE_SPLIT`); ``canaries`` and ``probes``
     per run, ``runs`` independent runs (the sampler shown is the first run's)."""
 
     train_fn: str
@@ -254,11 +260,12 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
             fn(X_all, y_all, seed=run_seed, hook=hook)
         records_.append(hook.record())
     record = records_[0]
-    half = 1.0 - (1.0 - conf) / 2.0
-    samplers = [identify_sampler(r.membership, r.num_records, confidence=half) for r in records_]
+    alpha = 1.0 - conf
+    conf_noise, conf_cert, conf_rate = (1.0 - CONFIDENCE_SPLIT[k] * alpha for k in ("noise", "certified", "rate"))
+    samplers = [identify_sampler(r.membership, r.num_records, confidence=conf_rate) for r in records_]
     sampler = samplers[0]
     noise = estimate_noise_runs([(r.canary_obs, r.probe_obs, r.membership, r.canary_index) for r in records_],
-                                confidence=half)
+                                confidence=conf_noise)
     bounds = [recorded_lower_bound(s, noise, dlt) for s in samplers]
     recorded = None if any(b is None for b in bounds) else min(bounds, key=lambda b: b.epsilon)  # type: ignore[union-attr]
     q_claim = sigma_claim = None
@@ -274,16 +281,18 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
                                              noise_multiplier=sigma_claim, epochs=rec.get("epochs"),
                                              steps=rec.get("steps"), sampling=str(rec.get("sampling", "poisson")),
                                              delta=dlt, lower_bound=False).epsilon)
-    cert = certified_runs([(r.canary_obs, r.probe_obs, r.included) for r in records_], delta=dlt, confidence=half,
+    cert = certified_runs([(r.canary_obs, r.probe_obs, r.included) for r in records_], delta=dlt, confidence=conf_cert,
                           sampling_rate=q_claim, noise_multiplier=sigma_claim)
     diffs = recipe_differences(rec, sampler, noise)
     refuted = []
-    notes = [f"each bound is computed at confidence {fmt_number(half)}, so that the verdict's failure probability is "
+    notes = [f"the noise multiplier's limit is computed at confidence {fmt_number(conf_noise)}, the certified bound at "
+             f"{fmt_number(conf_cert)} and the Poisson rate's lower limit at {fmt_number(conf_rate)}, so that the "
+             f"verdict's failure probability is "
              f"at most {fmt_number(1.0 - conf)}"]
     if cert.epsilon > eps:
         refuted.append(f"certified one-run lower bound {fmt_number(cert.epsilon)} > claimed {fmt_number(eps)} "
                        f"(white-box canaries through the trainer's own sampler, clipping and noise; "
-                       f"{cert.trials} canaries, confidence {fmt_number(half)})")
+                       f"{cert.trials} canaries, confidence {fmt_number(conf_cert)})")
     if recorded is not None and recorded.epsilon > eps:
         refuted.append(f"analytic: the recorded mechanism's lower bound {fmt_number(recorded.epsilon)} > claimed "
                        f"{fmt_number(eps)} ({sampler.kind}, {sampler.steps} steps, noise multiplier at most "

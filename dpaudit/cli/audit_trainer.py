@@ -36,7 +36,8 @@ __all__ = ["command"]
               help="Digits records the training function gets (the canaries come on top).")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--confidence", type=float, default=0.95, show_default=True,
-              help="Confidence of the verdict (each of the two bounds at half the failure probability).")
+              help="Confidence of the verdict (its failure probability split over the noise limit, the "
+                   "certified bound and the rate limit).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory to write trainer_audit.json into.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if dpaudit wrote it before.")

@@ -32,9 +32,9 @@ What the hook does (:class:`AuditHook`):
 
 The coordinates are chosen at the first call, where real per-example gradients are smallest (Nasr et al. 2023), so
 that the real records hardly move them; the ``probes`` quietest of them are the probes (a real gradient on a probe
-inflates the noise estimate), the others go to the canaries in random order. Soundness of that choice: it uses ``select_rows`` real rows drawn by the
-hook's own generator uniformly among the *real* rows of the first batch. Under any exchangeable sampler (Poisson,
-shuffling, fixed-size without replacement) and under a fixed order with the canaries after the real records, those
+inflates the noise estimate), the others go to the canaries in random order. Soundness of that choice: it uses
+``select_rows`` real rows drawn by the hook's own generator uniformly among the *real* rows of the first batch.
+Under any exchangeable sampler (Poisson, shuffling, fixed-size without replacement) and under a fixed order with the canaries after the real records, those
 rows are a uniform draw from the real records whatever the number of canaries in the data set, so the choice is
 independent of the canaries' coins (only the event "the first batch holds fewer real rows than ``select_rows``", then
 handled by taking them all, could depend on the coins; its probability is negligible at the batch sizes of DP-SGD).
