@@ -440,8 +440,11 @@ def read_tokenizer(path: Path) -> str:
 def _without_stderr(call: Any) -> Any:
     """``call()`` with file descriptor 2 sent to a scratch file: a Rust panic prints its message and backtrace there
     before it becomes an exception, and the one error line is dpaudit's."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):       # no descriptor 2 to borrow (a daemon): call as it is
+        return call()
     try:
         with tempfile.TemporaryFile() as scratch:
             os.dup2(scratch.fileno(), 2)
