@@ -21,8 +21,15 @@ two releases agree (epsilon equal; weights equal or their largest difference). R
 under the same load; absolute seconds on a shared machine are not comparable across sessions (the load average is
 recorded).
 
+With ``--digits-rounds T`` instead: where a T-round ``dpaudit flower simulate`` run (the digits simulation, 20
+clients, 5 sampled) spends its time, at each simulation-grid polling interval of ``--pull-intervals`` (Flower's
+default 0.1 s, dpaudit's :data:`~dpaudit.auditing.flower_run.GRID_PULL_INTERVAL`): the wall time from the call to the
+first round's global model (Ray and Flower start-up), the rounds (first to last global model: per round), and the
+rest (recording, accounting, shutdown), alternating the settings ``--repeats`` times in one session.
+
 Usage: python bench/bench_flower_engine.py [--methods privatekt,fedkt] [--rounds 10] [--parties 3]
        [--ray-cpus 1] [--deployment-methods fedkt,fredy] [--out runs/bench/flower_engine.json]
+       python bench/bench_flower_engine.py --digits-rounds 30 [--pull-intervals 0.1,0.01] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -70,6 +77,33 @@ def compare(a: Path, b: Path) -> dict:
             "ledger_equal": ma["ledger"] == mb["ledger"], "statement_equal": ma["statement"] == mb["statement"]}
 
 
+def digits_rounds(rounds: int, intervals: list[float], repeats: int, seed: int, out: str) -> None:
+    """The ``--digits-rounds`` mode (module docstring)."""
+    import dpaudit.auditing.flower_run as fr
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_flower_digits_"))
+    rows: dict[str, list[dict]] = {}
+    for rep in range(repeats):
+        for iv in intervals:
+            stamps: dict[int, float] = {}
+            fr.GRID_PULL_INTERVAL = iv
+            t0 = time.perf_counter()
+            fr.run_digits_simulation(tmp / f"run_{iv}_{rep}", rounds=rounds, seed=seed, overwrite=True,
+                                     observe=lambda t, _a: stamps.setdefault(t, time.perf_counter()))
+            wall = time.perf_counter() - t0
+            start, first, last = stamps[0] - t0, stamps[0], stamps[max(stamps)]
+            row = {"wall_s": wall, "startup_s": start, "rounds_s": last - first,
+                   "per_round_s": (last - first) / max(1, max(stamps)), "rest_s": wall - (last - t0)}
+            rows.setdefault(str(iv), []).append(row)
+            print(f"pull interval {iv:g} s (repeat {rep}): wall {wall:.2f} s = start-up {start:.2f} + {rounds} rounds "
+                  f"{row['rounds_s']:.2f} ({row['per_round_s'] * 1000:.0f} ms/round) + rest {row['rest_s']:.2f}",
+                  flush=True)
+    write_json(Path(out), {"date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "machine": platform.platform(),
+                           "cpus": os.cpu_count(), "loadavg": list(os.getloadavg()), "rounds": rounds, "seed": seed,
+                           "pull_intervals": rows})
+    print(f"written to {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--methods", default="privatekt,fedkt,fredy,proxyfl")
@@ -79,7 +113,14 @@ def main() -> None:
     ap.add_argument("--ray-cpus", type=int, default=1)
     ap.add_argument("--deployment-methods", default="", help="comma-separated; empty: no deployment arm")
     ap.add_argument("--out", default="runs/bench/flower_engine.json")
+    ap.add_argument("--digits-rounds", type=int, default=0, help="time a digits simulation of this many rounds instead")
+    ap.add_argument("--pull-intervals", default="0.1,0.01")
+    ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
+    if args.digits_rounds:
+        digits_rounds(args.digits_rounds, [float(v) for v in args.pull_intervals.split(",") if v], args.repeats,
+                      args.seed, args.out)
+        return
     os.environ.setdefault("DPAUDIT_THREADS", "1")
     from dpaudit.threads import apply_threads
 

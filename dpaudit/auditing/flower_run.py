@@ -332,6 +332,10 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
                      observe=observe, overwrite=overwrite, declared=declared, local_dp=ldp, model=model)
 
 
+#: The simulation engine's reply polling interval in seconds (``InMemoryGrid(pull_interval=...)``, Flower's default
+#: 0.1), set on the grid the ServerApp gets; bench/bench_flower_engine.py --digits-rounds measures its effect
+GRID_PULL_INTERVAL = 0.01
+
 #: Above this noise multiplier Flower's float32 model is noise past the float range (and every figure is 0 anyway)
 MAX_SIM_NOISE_MULTIPLIER = 1e6
 
@@ -413,6 +417,10 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
+        if isinstance(getattr(grid, "pull_interval", None), float):
+            # the simulation engine's InMemoryGrid polls for replies every pull_interval seconds (its constructor
+            # option, 0.1 by default): at most that much idle wait per round, paid by every round
+            grid.pull_interval = GRID_PULL_INTERVAL
         inner = fs.FedAvg(fraction_train=sampled / clients, fraction_evaluate=0.0, min_train_nodes=sampled,
                           min_available_nodes=clients)
         m_decl = sampled if declared is None else declared
