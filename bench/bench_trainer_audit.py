@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--budget", default="ci", choices=["ci", "thorough"])
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--canaries", type=int, default=None, help="per run (default: the budget's)")
+    ap.add_argument("--probes", type=int, default=None, help="per run (default: the budget's; 500 with --canaries)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
@@ -71,7 +72,8 @@ def main() -> None:
             for seed in range(args.seeds):
                 t0 = time.process_time()
                 r = audit_trainer(f"{path}:train", epsilon=eps, delta=1e-5, recipe=recipe, budget=args.budget,
-                                  canaries=args.canaries, probes=None if args.canaries is None else 500,
+                                  canaries=args.canaries,
+                                  probes=args.probes if args.probes is not None else None if args.canaries is None else 500,
                                   seed=seed)
                 cpu = time.process_time() - t0
                 s = r.sampler

@@ -50,9 +50,12 @@ from dpaudit.serial import JsonValue
 __all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "audit_trainer", "recipe_differences", "RECIPE_KEYS"]
 
 #: Canaries and probe coordinates per run, and runs, per budget. ``ci``: one run in seconds; ``thorough``: two
-#: independent runs (the noise multiplier's limit pools their steps; the certified bound takes both runs' canaries).
+#: independent runs (the noise multiplier's limit pools their steps; the certified bound takes both runs' canaries)
+#: of 2,000 canaries each: the noise limit's precision grows with the canary observations in a batch (one per
+#: included canary and epoch), and 300 probes estimate the noise per step to 4% (their quietest coordinates keep real
+#: gradients out of it). The model needs at least canaries + probes trainable coordinates.
 BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500, "runs": 1},
-                                      "thorough": {"canaries": 500, "probes": 500, "runs": 2}}
+                                      "thorough": {"canaries": 2000, "probes": 300, "runs": 2}}
 THREAT_MODELS = ("white-box",)
 #: How the verdict's failure probability ``1 - confidence`` is split over its confidence limits (a union bound): the
 #: noise multiplier's upper limit, the certified one-run bound, the Poisson rate's lower limit (the rate is estimated

@@ -117,5 +117,7 @@ def test_thorough_pools_two_independent_runs():
     two = audit_trainer(f"{TRAINERS / 'dpsgd_correct.py'}:train", budget="thorough", **kw)
     assert (one.runs, two.runs) == (1, 2)
     assert two.noise.steps_used > 1.8 * one.noise.steps_used            # both runs' steps in the limit
-    assert two.certified.trials == 2 * one.certified.trials             # both runs' canaries in Theorem 3
+    assert two.certified.trials == 2 * two.canaries                     # both runs' canaries in Theorem 3
+    # 2 x 2,000 canaries: a relatively narrower noise limit (the bound itself is lower: the canaries double N)
+    assert two.noise.sigma_eff_upper / two.noise.sigma_eff < one.noise.sigma_eff_upper / one.noise.sigma_eff
     assert two.verdict == "NOT REFUTED"
