@@ -419,6 +419,13 @@ def test_the_pld_route_is_skipped_where_its_grid_would_not_fit():
     acc = _account(_run(sigma=0.3, rounds=5))
     assert acc.facts["sampled_route"] == "pld" and acc.ledger["accountant"] == "rdp"
     assert acc.privacy_ledger().overall().epsilon >= acc.epsilon >= acc.lower_bound
+    # past MAX_PLD_LEDGER_PARTIES clients (reading a PLD ledger back rebuilds every party's PLD): RDP, and it says so
+    from dpaudit.integrations.flower.accounting import MAX_PLD_LEDGER_PARTIES
+
+    acc = _account(_run(n=MAX_PLD_LEDGER_PARTIES + 6, m=35, rounds=30))
+    assert acc.facts["sampled_route"] == "pld" and acc.ledger["accountant"] == "rdp"
+    assert any("more than" in a for a in acc.ledger["assumptions"])
+    assert acc.privacy_ledger().overall().epsilon >= acc.epsilon >= acc.lower_bound
 
 
 def test_python_and_cli_defaults_are_the_same():

@@ -140,10 +140,11 @@ class FlowerAccounting:
 MAX_SETTINGS = 8
 #: A ledger (one party per participating client, each an RDP conversion of ~0.3 ms) is written for at most this many
 MAX_LEDGER_PARTIES = 10_000
-#: A PLD ledger (each amplified party builds the fixed-size sampling PLD at the ledger's grid, ~0.15 s, again when a
-#: claim reads the ledger) is written for at most this many amplified parties and multipliers from this one up (the
-#: grid grows as 1 / sigma^2); beyond, the ledger is RDP's (valid, looser) and says so
-MAX_PLD_LEDGER_PARTIES = 256
+#: A PLD ledger with amplified parties (reading it back rebuilds each one's fixed-size sampling PLD at the ledger's
+#: grid, ~0.15-0.2 s a party, whenever a claim reads it) is written for at most this many participating clients and
+#: multipliers from PLD_LEDGER_SIGMA_FLOOR up (the grid grows as 1 / sigma^2); beyond, the ledger is RDP's (valid,
+#: at or above the figures) and its assumptions say so
+MAX_PLD_LEDGER_PARTIES = 64
 PLD_LEDGER_SIGMA_FLOOR = 0.3
 #: The lower bound's pair is evaluated at sigma no smaller than this (more noise: a smaller epsilon, still a lower
 #: bound), and its loss grid coarsens with 1/sigma so that its privacy-loss distribution holds at most ~20,000 points
@@ -532,8 +533,10 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
                                "by their exact Gaussian-DP composition, the amplified rounds by Dong-Roth-Su's "
                                "subsampling without replacement (fixed_size_gaussian_pld): the figures dpaudit reports."
                                if ledger_kind == "pld" else
-                               "The ledger accounts these events by RDP (the amplified figure's smaller route): at or "
-                               "above the exact (own rounds) figures dpaudit reports."))
+                               "The ledger accounts these events by RDP (RDP gave the smaller amplified figure, or a "
+                               f"PLD ledger's limits were passed: more than {MAX_PLD_LEDGER_PARTIES} clients, a "
+                               f"multiplier below {PLD_LEDGER_SIGMA_FLOOR:g} or a loss range past its grid): at or "
+                               "above the figures dpaudit reports."))
         ledger = led.to_dict()
         if shared and rep is not None:
             # the amplified parties' records, written in the ledger's own JSON form (schema 1; from_dict re-accounts
