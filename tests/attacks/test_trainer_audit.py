@@ -92,6 +92,27 @@ def test_soundness_over_300_seeds(sigma, q, steps, contamination):
           f"epsilon misses {miss_eps}/300, median bound / true {ratio:.3f}")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma,contamination", [(1.0, 0.0), (0.74, 0.0), (1.0, 0.5)])
+def test_two_run_noise_limit_soundness_at_the_thorough_budget(sigma, contamination):
+    """The thorough budget's shape: two runs pooled, 2,000 canaries and 300 probes each, q = 0.025, T = 160."""
+    from dpaudit.attacks.trainer_audit import estimate_noise_runs
+
+    misses = {0.95: 0, 0.975: 0}
+    for seed in range(300):
+        runs = []
+        for k in range(2):
+            r = simulate_record(num_real=1000, canaries=2000, probes=300, sampling_rate=0.025, noise_multiplier=sigma,
+                                steps=160, seed=20_000 + 2 * seed + k, contamination=contamination)
+            runs.append((r["canary_obs"], r["probe_obs"], r["membership"], r["canary_index"]))
+        for conf in misses:
+            misses[conf] += estimate_noise_runs(runs, confidence=conf).sigma_eff_upper < sigma
+    # stated 5% / 2.5%: 24 or more in 300 has probability 1.7% at 5%; 14 or more has probability 2.0% at 2.5%
+    assert misses[0.95] <= 23 and misses[0.975] <= 13, misses
+    print(f"two runs, sigma {sigma}, contamination {contamination}: sigma misses {misses[0.95]}/300 at 0.95, "
+          f"{misses[0.975]}/300 at 0.975")
+
+
 def test_certified_one_run_catches_little_noise_and_not_the_correct_mechanism():
     r = _sim(1, noise_multiplier=0.05)
     b = certified_one_run(r["canary_obs"], r["probe_obs"], r["included"], delta=1e-5, confidence=0.95,
