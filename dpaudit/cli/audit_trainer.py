@@ -30,7 +30,8 @@ __all__ = ["command"]
 @click.option("--threat-model", type=click.Choice(["white-box"]), default="white-box", show_default=True,
               help="What the auditor sees: white-box = every privatised update (the hook records them).")
 @click.option("--budget", type=click.Choice(["ci", "thorough"]), default="ci", show_default=True,
-              help="ci: one run, 500 canaries and 500 probe coordinates; thorough: two independent runs of as many.")
+              help="ci: one run, 500 canaries and 500 probe coordinates; thorough: two independent runs of "
+                   "2,000 canaries and 300 probes each (a model with at least 2,300 trainable coordinates).")
 @click.option("--canaries", type=click.IntRange(4, 100_000), default=None, help="Override the budget's canary count.")
 @click.option("--records", type=click.IntRange(10, 1797), default=1000, show_default=True,
               help="Digits records the training function gets (the canaries come on top).")
