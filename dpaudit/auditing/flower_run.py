@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from dpaudit._io import check_output_folder
 from dpaudit.errors import DataError, ParameterError, check_choice, check_float, check_int, check_probability
 from dpaudit.integrations.flower.accounting import FlowerAccounting, account_run
 from dpaudit.integrations.flower.record import MODEL_FILE, FlowerRun, read_flower_run
@@ -297,6 +298,7 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
     if dp != "none":
         _preflight(owner, clients=clients, sampled=sampled, declared=declared, rounds=rounds, sigma=sigma, dp=dp,
                    delta=delta)
+    check_output_folder(out, f"The 'out' folder of {owner}")  # a link or a file is refused before the simulation
     from dpaudit.training.data import load_dataset
 
     data = load_dataset("digits", seed=0)

@@ -253,6 +253,18 @@ def test_flower_audit_out_symlink_is_refused(tmp_path, capsys):
     assert list(target.iterdir()) == []
 
 
+def test_flower_simulate_out_symlink_is_refused_before_training(tmp_path, capsys):
+    # round 4 found it refused only when the run was written, after the whole simulation
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    t0 = time.monotonic()
+    code, out = _main(capsys, "flower", "simulate", "--out", str(link), "--rounds", "1")
+    assert code == 2 and "symbolic link" in out and "Traceback" not in out and time.monotonic() - t0 < 10
+    assert list(target.iterdir()) == []
+
+
 def test_flower_release_bundles_carry_the_certified_interval(tmp_path, capsys):
     run = _write_run_dir(tmp_path / "run", _run())
     code, out = _main(capsys, "flower", "release", str(run), "--out", str(tmp_path / "bundle"))
