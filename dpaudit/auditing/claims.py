@@ -18,7 +18,8 @@ A claims file (schema 1)::
     # train_fn = "train.py:train"               #   (run only when its sha256 matches the bundle's record)
     # ledger = "ledger.json"                    # a PrivacyLedger.to_dict() JSON file
     # canary_audit = "audit/canary_audit.json"  # a certified canary audit (dpaudit lm audit --out): its run's
-                                                #   accounting, and its certified bound as evidence (example level)
+                                                #   accounting, and its certified bound as evidence (example level;
+                                                #   a Flower audit's flower_canary_audit.json: user level)
     party = "client-0"                          # optional, release/ledger only: that party's figure
     allow_data_dependent = false                # optional (default false): true lets a data-dependent figure
                                                 #   (PATE / GNMax on the votes: not itself DP) hold the claim
@@ -55,6 +56,7 @@ __all__ = [
     "MECHANISMS",
     "ATTACK_KINDS",
     "METHOD_RUN_GRANULARITIES",
+    "CANARY_AUDIT_GRANULARITIES",
     "AttackBudget",
     "MechanismSubject",
     "ReleaseSubject",
@@ -81,6 +83,11 @@ METHOD_RUN_GRANULARITIES: dict[str, tuple[str, ...]] = {
     "proxyfl": ("example", "party", "user"),
     "privatekt": ("user",),
 }
+
+#: Granularities a ``canary_audit`` subject can have: ``example`` for a record-level canary audit
+#: (``canary_audit.json``), ``user`` for a Flower canary audit (``flower_canary_audit.json``, one canary is one
+#: client); which one applies is read from the file when the claim is evaluated.
+CANARY_AUDIT_GRANULARITIES: tuple[str, ...] = ("example", "user")
 
 #: Granularities each mechanism's accounting covers. laplace/gaussian: the unit their sensitivity is defined
 #: over, so any; ldp: one report ("report", or "round": one report per round), or with ``rounds`` a user's whole
@@ -159,9 +166,10 @@ class LedgerSubject:
 
 @dataclass(frozen=True, slots=True)
 class CanaryAuditSubject:
-    """A certified canary audit's ``canary_audit.json`` (e.g. ``dpaudit lm audit --out``): its accounted epsilon is
-    the audited run's own accounting, its certified lower bound the evidence (example-level: one canary is one
-    record)."""
+    """A certified canary audit's ``canary_audit.json`` (e.g. ``dpaudit lm audit --out``; example level: one canary
+    is one record) or a Flower canary audit's ``flower_canary_audit.json`` (``dpaudit flower audit --out``; user
+    level: one canary is one client, client-level replace-one): its accounted epsilon is the audited run's own
+    accounting, its certified lower bound the evidence."""
 
     path: Path
 
@@ -315,9 +323,12 @@ def _parse_claim(raw: Any, index: int, base: Path) -> Claim:
                                  factory=_code_path(raw.get("factory"), "factory", owner, base),
                                  train_fn=_code_path(raw.get("train_fn"), "train_fn", owner, base))
     elif kind == "canary_audit":
-        if granularity != "example":
+        # the file's kind decides which of the two at evaluation time (dpaudit.auditing.evaluate): a record-level
+        # canary audit (canary_audit.json: 'example') or a Flower canary audit (flower_canary_audit.json: 'user')
+        if granularity not in CANARY_AUDIT_GRANULARITIES:
             raise ParameterError(f"The 'granularity' parameter of {owner} must be 'example' for a canary_audit subject "
-                                 f"(one canary is one record). Got {granularity!r} instead.")
+                                 "(one canary is one record), or 'user' for a Flower canary audit (one canary is one "
+                                 f"client). Got {granularity!r} instead.")
         if "party" in raw:
             raise ParameterError(f"The 'party' parameter of {owner} applies to 'release' and 'ledger' subjects only. "
                                  "Got a canary_audit subject instead.")

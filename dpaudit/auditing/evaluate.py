@@ -437,16 +437,69 @@ def _release_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def _canary_audit_evidence(path: Path) -> tuple[PrivacyStatement, EmpiricalBound]:
-    """A ``canary_audit.json``: (the audited run's accounting as a statement -- infinite when the run was not
-    private --, its certified lower bound)."""
+#: Keys only a Flower canary audit's file holds (``FlowerCanaryAudit``); a record-level ``canary_audit.json``
+#: (``CanaryAuditResult``) holds none of them. The file's kind is read from its content, never from its name.
+_FLOWER_AUDIT_KEYS = frozenset({"num_canaries", "num_included", "population", "sample_size"})
+
+
+def _canary_audit_evidence(path: Path, claim: Claim) -> tuple[PrivacyStatement, EmpiricalBound, str | None]:
+    """A canary audit file: (the audited run's accounting as a statement -- infinite when the run was not private --,
+    its certified lower bound, why that bound cannot refute the claim or None).
+
+    Two kinds, told apart by their content: a record-level ``canary_audit.json`` (``CanaryAuditResult``, e.g.
+    ``dpaudit lm audit --out``; granularity ``example``) and a Flower canary audit's ``flower_canary_audit.json``
+    (``FlowerCanaryAudit``, ``dpaudit flower audit --out``; granularity ``user``). A claim at the other granularity
+    is a :class:`~dpaudit.errors.ParameterError` naming the claim and ``granularity``.
+
+    A claim names no neighbouring relation; like every subject (a Flower release is accounted under replace-one) it
+    is read at its subject's own relation. The Flower audit's canary coin chooses between a canary client that sends
+    its fixed update and the same client training on its own data, with the population fixed: client-level
+    replace-one (substitution), the relation of its accounting too. Its bound refutes a ``user`` claim only when the
+    file records that relation; otherwise the reason is returned and the bound is reported, not used."""
     from dpaudit._io import load_json_file
+    from dpaudit.accountants.events import canonical_relation
     from dpaudit.auditing.canary_audit import CanaryAuditResult
+    from dpaudit.auditing.flower_canary import FlowerCanaryAudit
 
     if path.is_symlink() or not path.is_file():
         raise DataError(f"Canary audit file {str(path)!r} does not exist (or is a link); write one with "
-                        "dpaudit lm audit --out DIR.")
-    res = from_dict(CanaryAuditResult, load_json_file(path, "the canary audit file"), what=str(path))
+                        "dpaudit lm audit --out DIR or dpaudit flower audit --out DIR.")
+    data = load_json_file(path, "the canary audit file")
+    owner = f"claim {claim.name!r}"
+    if isinstance(data, Mapping) and _FLOWER_AUDIT_KEYS <= set(data):
+        if claim.granularity != "user":
+            raise ParameterError(f"The 'granularity' parameter of {owner} must be 'user' for its canary_audit "
+                                 f"{str(path)!r}: a Flower canary audit (one canary is one client). Got "
+                                 f"{claim.granularity!r} instead.")
+        fl = from_dict(FlowerCanaryAudit, data, what=str(path))
+        b = fl.bound
+        d = float(fl.settings.get("delta", b.delta))
+        relation = canonical_relation(fl.neighbouring)
+        st = PrivacyStatement(float(fl.accounted_epsilon), d, "Flower canary audit's run",
+                              label=f"accounted under client-level {fl.neighbouring}",
+                              assumptions=(f"The accounting is that of the audited Flower run ({fl.population} clients, "
+                                           f"{fl.sample_size} sampled per round, {fl.rounds} rounds, noise multiplier "
+                                           f"{fmt_number(fl.noise_multiplier)}) under client-level {fl.neighbouring}, "
+                                           "as its flower_canary_audit.json records it.",))
+        blocked = None
+        if relation != "substitution":
+            blocked = (f"the Flower canary audit records the neighbouring relation {fl.neighbouring!r}, not client-level "
+                       "replace-one (the relation a Flower claim is read under), so its certified bound is reported "
+                       "but does not decide the claim")
+        details: dict[str, Any] = {"trials": int(b.trials), "ideal_epsilon": b.ideal_epsilon, "file": str(path),
+                                   "neighbouring": fl.neighbouring, "granularity": "user",
+                                   "notes": (f"Flower canary audit: {fl.num_canaries} canary clients "
+                                             f"({fl.num_included} included), certified under client-level "
+                                             f"{fl.neighbouring}; the user-level claim is read at that relation.",)}
+        emp = EmpiricalBound(attack=f"{b.audit} Flower canary audit ({fl.num_canaries} canary clients)",
+                             epsilon_lower_bound=float(b.epsilon), confidence=float(b.confidence), delta=float(b.delta),
+                             details=details, kind=b.kind)
+        return st, emp, blocked
+    if claim.granularity != "example":
+        raise ParameterError(f"The 'granularity' parameter of {owner} must be 'example' for a canary_audit subject "
+                             f"{str(path)!r}: a record-level canary audit (one canary is one record). Got "
+                             f"{claim.granularity!r} instead.")
+    res = from_dict(CanaryAuditResult, data, what=str(path))
     b = res.bound
     d = float(res.settings.get("delta", b.delta))
     acc = math.inf if res.accounted_epsilon is None else float(res.accounted_epsilon)
@@ -455,12 +508,12 @@ def _canary_audit_evidence(path: Path) -> tuple[PrivacyStatement, EmpiricalBound
                           assumptions=("The accounting is that of the audited training run, as its canary_audit.json "
                                        "records it.",) if res.accounted_epsilon is not None else
                           ("The audited run was not private: no accounted epsilon.",))
-    details: dict[str, Any] = {"trials": int(b.trials), "ideal_epsilon": b.ideal_epsilon, "file": str(path),
-                               "notes": tuple(str(n) for n in res.notes)}
+    details = {"trials": int(b.trials), "ideal_epsilon": b.ideal_epsilon, "file": str(path),
+               "notes": tuple(str(n) for n in res.notes)}
     emp = EmpiricalBound(attack=f"{b.audit} canary audit ({res.settings.get('canary', 'canaries')})",
                          epsilon_lower_bound=float(b.epsilon), confidence=float(b.confidence), delta=float(b.delta),
                          details=details, kind=b.kind)
-    return st, emp
+    return st, emp, None
 
 
 def default_attack_runner(release: Path, budget: AttackBudget, delta: float, *, code: Any = None,
@@ -632,6 +685,7 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
     empirical = None
     subject = claim.subject
     lower: LowerBound | None = None  # the certified lower bound of the mechanism the subject's accounting describes
+    blocked: str | None = None  # why a canary audit's certified bound cannot refute the claim (another relation)
     headline: PrivacyStatement | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -641,7 +695,9 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
             notes += list(result.warnings)
             lower, headline = result.lower_bound, result.statement
         elif isinstance(subject, CanaryAuditSubject):
-            st, empirical = _canary_audit_evidence(subject.path)
+            st, empirical, blocked = _canary_audit_evidence(subject.path, claim)
+            if blocked is not None:
+                unproven.append(blocked)
         elif isinstance(subject, LedgerSubject):
             if not subject.path.is_file():
                 raise DataError(f"Ledger file {str(subject.path)!r} does not exist.")
@@ -732,6 +788,9 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
                 notes.append(f"the certified {empirical.describe()} is above the claimed epsilon "
                              f"{fmt_number(claim.epsilon)} but holds at delta {fmt_number(empirical.delta)}, below the "
                              f"claimed delta {fmt_number(claim.delta)}, so it does not refute the claim.")
+            elif empirical.certified and blocked is not None:
+                notes.append(f"the certified {empirical.describe()} is above the claimed epsilon "
+                             f"{fmt_number(claim.epsilon)} but does not refute the claim: {blocked}.")
             elif empirical.certified:
                 refuted.append(f"certified empirical lower bound {fmt_number(empirical.epsilon_lower_bound)} "
                                f"({empirical.attack}, confidence {fmt_number(empirical.confidence)}) > claimed {fmt_number(claim.epsilon)}")

@@ -127,7 +127,7 @@ def test_claims_refuse_a_canary_audit_at_another_granularity(tmp_path):
     from dpaudit.auditing.claims import parse_claims
     from dpaudit.errors import ParameterError
 
-    doc = {"claim": [{"name": "c", "epsilon": 1.0, "delta": 1e-5, "granularity": "user",
+    doc = {"claim": [{"name": "c", "epsilon": 1.0, "delta": 1e-5, "granularity": "party",
                       "canary_audit": "a/canary_audit.json"}]}
     with pytest.raises(ParameterError, match="'example' for a canary_audit subject"):
         parse_claims(doc, base_dir=tmp_path)
