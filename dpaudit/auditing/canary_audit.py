@@ -475,7 +475,7 @@ def canary_audit_release(release, *, audit: str = "one-run", canary: str | None 
 
 #: What works where a bundle's recipe cannot take planted canaries (said in every such error).
 TRAINER_ROUTE = ("To audit your own training code, audit the trainer itself: `dpaudit audit-trainer FILE.py:train "
-                 "--claim epsilon=E --claim delta=D` (white-box or final-model); or remake the bundle with "
+                 "--claim epsilon=E --claim delta=D` (white-box: its only threat model); or remake the bundle with "
                  "`dpaudit release make ... --recipe-model NAME --recipe-config FILE` whose config sets dp "
                  "(dpaudit's DP-SGD recipe, retrained with canaries).")
 
