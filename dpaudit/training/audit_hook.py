@@ -113,11 +113,11 @@ class HookRecord:
         return self.canary_index >= 0
 
 
-def _as_list(grads: Any) -> tuple[list[Any], Any]:
+def _as_list(grads: Any) -> list[Any]:
     if isinstance(grads, Mapping):
-        return list(grads.values()), ("dict", list(grads.keys()))
+        return list(grads.values())
     if isinstance(grads, (list, tuple)):
-        return list(grads), ("seq", type(grads))
+        return list(grads)
     raise ParameterError("The 'grads' parameter of hook.per_example must be a dict of per-example gradient tensors "
                          f"(name -> (B, ...)) or a list / tuple of them. Got {type(grads).__name__} instead.")
 
@@ -164,6 +164,7 @@ class AuditHook:
         for r, k in self._canary_of_row.items():
             self._row_lookup[r] = k
         self._pending: list[np.ndarray] = []
+        self._queue: list[np.ndarray] = []           # Opacus: batch index lists drawn, first in, first out
         self._membership: list[np.ndarray] = []
         self._obs: list[Any] = []
         self._shapes: tuple[tuple[int, ...], ...] | None = None
@@ -253,7 +254,7 @@ class AuditHook:
         """Record the batch's dataset indices ``idx`` and put the canary gradients into the rows of the canary
         records among them (in place; the same object is returned). ``grads``: per-example gradients, a dict
         ``name -> (B, ...)`` tensor or a sequence of them, in the optimizer's parameter order."""
-        tensors, _ = _as_list(grads)
+        tensors = _as_list(grads)
         if not tensors:
             raise ParameterError("The 'grads' parameter of hook.per_example must hold at least one tensor. Got none.")
         self._insert(tensors, _indices(idx))
@@ -331,7 +332,6 @@ class AuditHook:
             if self._shapes is not None:
                 self._record(params)
 
-        self._queue: list[np.ndarray] = getattr(self, "_queue", [])
         dp.clip_and_accumulate = clip_and_accumulate
         dp.scale_grad = scale_grad
         return dp
@@ -343,7 +343,6 @@ class AuditHook:
         if sampler is None:
             raise ParameterError("The 'loader' parameter of hook.data_loader must have a batch_sampler (an Opacus "
                                  f"DPDataLoader). Got {type(loader).__name__} instead.")
-        self._queue = getattr(self, "_queue", [])
         hook = self
         cls = type(sampler)
         inner_iter = cls.__iter__
