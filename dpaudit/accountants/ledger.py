@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from dpaudit._format import fmt_number
 from dpaudit.accountants.base import Accountant
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE
-from dpaudit.accountants.events import Composed, DpEvent, Repeated, SubsampledGaussian, event_from_dict
+from dpaudit.accountants.events import Composed, DpEvent, Repeated, SubsampledGaussian, event_from_dict, flatten
 from dpaudit.accountants.pld import PldAccountant, gaussian_pld
 from dpaudit.accountants.rdp import EdgeOrderWarning, RdpAccountant
 from dpaudit.accountants.statement import LowerBound, PrivacyStatement, join_assumptions
@@ -210,8 +210,8 @@ class PrivacyLedger:
         best: LowerBound | None = None
         for p in parties:
             acc = self._acc.get(p)
-            steps: dict[tuple[float, float], int] = {}
-            if acc is None or not _subsampled_gaussian_steps(acc.composed, 1, steps) or not steps:
+            steps = None if acc is None else _subsampled_gaussian_steps(acc.composed)
+            if not steps:
                 continue
             # sizes first: the loss grid grows as 1 / sigma^2 and with the steps; beyond these no pair is computed
             if sum(steps.values()) > LOWER_BOUND_MAX_STEPS or min(s for _, s in steps) < LOWER_BOUND_MIN_SIGMA:
@@ -282,20 +282,15 @@ class PrivacyLedger:
         return led
 
 
-def _subsampled_gaussian_steps(items: Any, mult: int, out: dict[tuple[float, float], int]) -> bool:
-    """Add the steps of every Poisson-subsampled Gaussian in ``items`` (``(event, count)`` pairs) to ``out`` (keyed by
-    (q, sigma)); False when any event is of another kind."""
-    for ev, count in items:
-        n = int(count) * mult
-        if isinstance(ev, SubsampledGaussian):
+def _subsampled_gaussian_steps(items: Any) -> dict[tuple[float, float], int] | None:
+    """The steps of every Poisson-subsampled Gaussian in ``items`` (``(event, count)`` pairs, flattened by
+    :func:`~dpaudit.accountants.events.flatten`: zero counts drop out), keyed by (q, sigma); None when any event is
+    of another kind."""
+    out: dict[tuple[float, float], int] = {}
+    for event, count in items:
+        for ev, mult in flatten(event) if count else ():
+            if not isinstance(ev, SubsampledGaussian):
+                return None
             key = (float(ev.sampling_rate), float(ev.noise_multiplier))
-            out[key] = out.get(key, 0) + n * int(ev.steps)
-        elif isinstance(ev, Composed):
-            if not _subsampled_gaussian_steps([(e, 1) for e in ev.events], n, out):
-                return False
-        elif isinstance(ev, Repeated):
-            if not _subsampled_gaussian_steps([(ev.event, ev.count)], n, out):
-                return False
-        else:
-            return False
-    return True
+            out[key] = out.get(key, 0) + int(count) * mult * int(ev.steps)
+    return out
