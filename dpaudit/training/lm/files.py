@@ -291,7 +291,7 @@ def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, 
     if archs is not None and (not isinstance(archs, list) or any(a != LM_MODEL_TYPES[mtype] for a in archs)):
         raise DataError(f"The LM config {str(cpath)!r} names architectures {str(archs)[:120]}; a {mtype} causal LM is "
                         f"{LM_MODEL_TYPES[mtype]}.")
-    read_tokenizer(tpath)
+    tokenizer_text = read_tokenizer(tpath)          # read once: checked here, hashed below from these bytes
     header = _read_header(wpath, wsize)
     _check_counts(config, cpath, wpath, header)     # arithmetic on the config: layers and parameters, capped
     try:
@@ -311,7 +311,9 @@ def check_lm_dir(path: str | Path, *, max_weight_bytes: int = MAX_WEIGHT_BYTES, 
                              f"mis-shaped (file vs config) {'; '.join(shaped)[:300]}" if shaped else "") if p]
         raise DataError(f"The weights file {str(wpath)!r} does not match the architecture of {str(cpath)!r}: "
                         + "; ".join(parts) + ".")
-    digests = {f: file_sha256(root / f) for f in LM_FILES}
+    # the tokenizer's digest from the bytes read_tokenizer checked (valid UTF-8, so these are the file's bytes)
+    digests = {f: hashlib.sha256(tokenizer_text.encode("utf-8")).hexdigest() if f == "tokenizer.json"
+               else file_sha256(root / f) for f in LM_FILES}
     return LmFiles(root, config, got, digests)
 
 
