@@ -70,11 +70,10 @@ def audit(base_model: Path, texts: Path, train_fn: str, train_fn_sha256: str | N
                                replicates=replicates, max_length=max_length, bos=bos, seed=seed, device=device,
                                out=out, progress=not quiet)
     if as_json:
-        import json
-
+        from dpaudit._io import dumps_json
         from dpaudit.serial import to_dict
 
-        click.echo(json.dumps(to_dict(result), indent=2))
+        click.echo(dumps_json(to_dict(result)), nl=False)     # exactly canary_audit.json's text (write_json's)
         return
     click.echo(printable(result.summary()))
     acc = result.accounted_epsilon
