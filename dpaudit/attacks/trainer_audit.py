@@ -202,6 +202,21 @@ def chi_mean_inverse(probes: int) -> float:
     return math.exp(0.5 * math.log(p / 2.0) + special.gammaln((p - 1.0) / 2.0) - special.gammaln(p / 2.0))
 
 
+#: Below this :attr:`NoiseFinding.difference_ratio` the noise is taken as not drawn afresh each step (the certified
+#: score then uses step-to-step differences, and the analytic bound's independence assumption is reported as failing).
+DIFFERENCE_THRESHOLD = 0.5
+
+
+def _difference_ratio(y: np.ndarray) -> float:
+    """The probes' mean squared step-to-step difference over twice their mean square (1 with fewer than 2 steps or
+    no movement at all): about 1 for fresh noise each step, near 0 when the noise is reused."""
+    if y.shape[0] < 2:
+        return 1.0
+    dy = np.diff(y, axis=0)
+    ms = float(np.mean(y * y))
+    return float(np.mean(dy * dy) / (2.0 * ms)) if ms > 0 else 1.0
+
+
 def _canary_in_batch(membership: Sequence[np.ndarray], canary_index: np.ndarray, T: int) -> np.ndarray:
     m = canary_index.size
     inb = np.zeros((T, m), dtype=bool)
@@ -247,10 +262,7 @@ def _step_contrasts(canary_obs, probe_obs, membership: Sequence[np.ndarray], can
         signal.append(float(x[t, inb[t]].mean() - x[t, ~inb[t]].mean()))
         # no noise at all at this step and a canary moved: no finite noise multiplier
         diffs.append(float(xt[t, inb[t]].mean() - xt[t, ~inb[t]].mean()) if ok[t] else np.inf)
-    dy = np.diff(y, axis=0)
-    ms = float(np.mean(y * y))
-    ratio = float(np.mean(dy * dy) / (2.0 * ms)) if T > 1 and ms > 0 else 1.0
-    return np.asarray(diffs), signal, r, P, ratio
+    return np.asarray(diffs), signal, r, P, _difference_ratio(y)
 
 
 def estimate_noise(canary_obs, probe_obs, membership: Sequence[np.ndarray], canary_index, *,
@@ -341,7 +353,8 @@ def recorded_lower_bound(sampler: SamplerFinding, noise: NoiseFinding, delta: fl
 
 
 def whitebox_scores(canary_obs, probe_obs, *, sampling_rate: float | None = None,
-                    noise_multiplier: float | None = None, difference_threshold: float = 0.5) -> tuple[np.ndarray, str]:
+                    noise_multiplier: float | None = None,
+                    difference_threshold: float = DIFFERENCE_THRESHOLD) -> tuple[np.ndarray, str]:
     """Per-canary scores from the released observations only (module docstring, 3): ``(scores, score name)``."""
     from dpaudit.attacks.canary import dirac_scores
 
@@ -352,10 +365,8 @@ def whitebox_scores(canary_obs, probe_obs, *, sampling_rate: float | None = None
         y = np.nan_to_num(y, nan=0.0, posinf=1e300, neginf=-1e300)
     T = x.shape[0]
     if T > 1:
-        dy = np.diff(y, axis=0)
-        ms = float(np.mean(y * y))
-        ratio = float(np.mean(dy * dy) / (2.0 * ms)) if ms > 0 else 1.0
-        if ratio < difference_threshold:
+        if _difference_ratio(y) < difference_threshold:
+            dy = np.diff(y, axis=0)
             dx = np.diff(x, axis=0)
             v = np.mean(dy * dy, axis=1)
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -436,11 +447,6 @@ def simulate_record(*, num_real: int, canaries: int, probes: int, sampling_rate:
         drift = np.cumsum(rng.normal(0.0, contamination / math.sqrt(steps), size=(steps, canaries + probes)), axis=0)
         x += drift[:, :canaries]
         y += drift[:, canaries:]
-    lookup = {int(r): j for j, r in enumerate(ci) if r >= 0}
-    for t, b in enumerate(membership):
-        for r in b.tolist():
-            j = lookup.get(r)
-            if j is not None:
-                x[t, j] += signal
+    x[_canary_in_batch(membership, ci, steps)] += signal     # each batch holds an index at most once
     return {"canary_obs": x, "probe_obs": y, "membership": tuple(membership), "num_records": n,
             "canary_index": ci, "included": inc}

@@ -35,6 +35,7 @@ from dpaudit._format import fmt_number
 from dpaudit.attacks.canary import CanaryBound
 from dpaudit.attacks.trainer_audit import (
     ANALYTIC_ASSUMPTIONS,
+    DIFFERENCE_THRESHOLD,
     NoiseFinding,
     RecordedBound,
     SamplerFinding,
@@ -306,7 +307,7 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
             f"{sm.kind}, {sm.steps} steps, N = {sm.num_records}" for sm in samplers) + "): the smaller bound is used")
     if recorded is None:
         notes.append(f"the sampler could not be identified ({sampler.evidence}): no analytic bound")
-    if noise.difference_ratio < 0.5:
+    if noise.difference_ratio < DIFFERENCE_THRESHOLD:
         notes.append(f"the noise is not drawn afresh each step: consecutive probe observations differ by "
                      f"{fmt_number(noise.difference_ratio)} of what independent noise gives (the certified score used "
                      "step-to-step differences; the analytic bound's independence assumption fails)")
