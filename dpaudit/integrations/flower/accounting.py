@@ -59,7 +59,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dpaudit.accountants.pld import PldAccountant, gaussian_pld
+from dpaudit.accountants.pld import gaussian_pld
 
 from dpaudit.accountants.pairs import dpsgd_lower_bound
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE
