@@ -138,8 +138,8 @@ class _Budget:
         self.done = True
 
 
-def _pass(model: Any, seqs: list[np.ndarray], batch_tokens: int | None, device: str, context: int,
-          budget: "_Budget | None" = None) -> tuple[list, list, list]:
+def _pass(model: Any, seqs: list[np.ndarray], batch_tokens: int | None, device: str,
+          context: int) -> tuple[list, list, list]:
     """One pass over ``seqs`` in batches of sequences of one padded width (:func:`padded_width`: a function of each
     sequence's length alone), either all filling it or none, shortest first, at most the budget's tokens a batch (at
     least one sequence): a sequence's numbers do not depend on which batch it lands in, hence not on the budget."""
@@ -147,7 +147,7 @@ def _pass(model: Any, seqs: list[np.ndarray], batch_tokens: int | None, device: 
 
     import torch
 
-    bud = budget if budget is not None else _Budget(batch_tokens)
+    bud = _Budget(batch_tokens)
     widths = np.array([padded_width(len(s), context) for s in seqs], dtype=np.int64)
     full = np.array([len(s) >= w for s, w in zip(seqs, widths)])       # no padding: the unmasked kernel
     order = np.lexsort((np.array([len(s) for s in seqs]), full, widths))
