@@ -467,10 +467,17 @@ def canary_audit_release(release, *, audit: str = "one-run", canary: str | None 
         note = ("multi-run audits need many models: this audits the release's training recipe retrained by dpaudit; "
                 "the bundle's own one-run canaries are not used (audit them with audit='one-run').")
     ds = rel.dataset()
-    mem = np.asarray(rel.membership["members"])
-    pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
+    mem, pool = _members_and_pool(rel)
     return run_canary_audit(spec, config, ds.X[mem], ds.y[mem], ds.X[pool], ds.y[pool], audit=audit,
                             canary=canary, canaries=canaries, extra_notes=(note, *recipe_note), **kwargs)
+
+
+def _members_and_pool(rel: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A release's training records (``members``) and the records outside them that canaries are drawn from
+    (``nonmembers`` and ``attacker``, where recorded)."""
+    mem = np.asarray(rel.membership["members"])
+    pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
+    return mem, pool
 
 
 #: What works where a bundle's recipe cannot take planted canaries (said in every such error).
@@ -540,8 +547,7 @@ def _train_fn_canary_audit(rel: Any, recipe: Mapping[str, Any], *, audit: str, c
     rep = as_reporter(progress)
     t0 = time.perf_counter()
     ds = rel.dataset()
-    mem = np.asarray(rel.membership["members"])
-    pool = np.concatenate([np.asarray(rel.membership[k]) for k in ("nonmembers", "attacker") if k in rel.membership])
+    mem, pool = _members_and_pool(rel)
     X_base, y_base = ds.X[mem], ds.y[mem]
     if canary == "mislabeled" and m > len(pool):
         raise ParameterError(f"The 'canaries' parameter of the {owner} must be an int <= {len(pool)} (the records "
