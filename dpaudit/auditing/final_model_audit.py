@@ -190,7 +190,7 @@ def final_model_audit(*, epsilon: float = 10.0, delta: float = 1e-5, num_records
 
     full = q >= 1.0
     if full:
-        B = n
+        B, spe = n, 1
         mu: float | None = gaussian_mu_for_epsilon(epsilon, delta)
         sigma = math.sqrt(T) / mu
     else:
@@ -219,7 +219,7 @@ def final_model_audit(*, epsilon: float = 10.0, delta: float = 1e-5, num_records
             f"(sigma {sigma:.4g}, C {C:g}, accounted epsilon {accounted:.4g} at delta {delta:g}); canary on "
             f"{dead.size} always-zero pixels")
     init = worst_case_init(spec, X, y, dead, seed=seed, epochs=init_epochs)
-    config = TrainConfig(epochs=T if full else T // max(1, int(round(1.0 / q))), batch_size=B, optimizer="sgd", lr=lr,
+    config = TrainConfig(epochs=T // spe, batch_size=B, optimizer="sgd", lr=lr,
                          dp=DPSGDConfig(sigma, C, 1.0 if full else q))
     ens = train_final_models(spec, X, y, canary_x, canary_y, included, config, init_state=init, seed=seed,
                              progress=rep)
