@@ -310,20 +310,16 @@ def load_lm_release(path: str | Path) -> LmRelease:
     return LmRelease(root, meta, texts=texts)
 
 
-def _context(model: Any, max_length: int) -> int:
-    return int(getattr(model.config, "n_positions", getattr(model.config, "max_position_embeddings", max_length)))
-
-
 def lm_text_scores(model: Any, tokenizer: Any, texts: Sequence[str], *, model_digest: str, max_length: int,
                    cache_dir: str | Path | None = None, batch_tokens: int | None = None, device: str | None = None,
                    bos: bool = True) -> Any:
     """:func:`~dpaudit.training.lm.logprobs.token_logprobs` of ``texts`` (encoded by
     :func:`~dpaudit.training.lm.text.encode` with the ``bos`` convention, cut to ``max_length`` tokens and to the
     model's context)."""
-    from dpaudit.training.lm.logprobs import token_logprobs
+    from dpaudit.training.lm.logprobs import model_context, token_logprobs
     from dpaudit.training.lm.text import encode
 
-    seqs = encode(tokenizer, texts, max_length=min(max_length, _context(model, max_length)), bos=bos)
+    seqs = encode(tokenizer, texts, max_length=min(max_length, model_context(model, max_length)), bos=bos)
     short = [i for i, s in enumerate(seqs) if s.size < 2]
     if short:
         raise DataError(f"Text {short[0]} ({texts[short[0]][:40]!r}) has fewer than 2 tokens; nothing to score.")
@@ -335,9 +331,10 @@ def scored_zlib_bytes(model: Any, tokenizer: Any, texts: Sequence[str], *, max_l
                       bos: bool = True) -> np.ndarray:
     """The zlib-compressed length (bytes, UTF-8) of exactly the part of each text whose tokens
     :func:`lm_text_scores` scores: the text cut where its last kept token ends (the zlib signal's denominator)."""
+    from dpaudit.training.lm.logprobs import model_context
     from dpaudit.training.lm.text import encode
 
-    _, kept = encode(tokenizer, texts, max_length=min(max_length, _context(model, max_length)), bos=bos,
+    _, kept = encode(tokenizer, texts, max_length=min(max_length, model_context(model, max_length)), bos=bos,
                      with_text=True)
     return np.array([max(1, len(zlib.compress(t.encode("utf-8")))) for t in kept], dtype=np.float64)
 

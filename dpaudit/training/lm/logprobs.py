@@ -31,7 +31,8 @@ import numpy as np
 
 from dpaudit.errors import DataError, check_int
 
-__all__ = ["TokenLogProbs", "token_logprobs", "sequences_digest", "clear_cache", "padded_width", "BUDGETS"]
+__all__ = ["TokenLogProbs", "token_logprobs", "sequences_digest", "clear_cache", "padded_width", "BUDGETS",
+           "model_context"]
 
 _MEMORY: "OrderedDict[str, TokenLogProbs]" = OrderedDict()
 _MEMORY_ITEMS = 16
@@ -138,6 +139,12 @@ class _Budget:
         self.done = True
 
 
+def model_context(model: Any, default: int) -> int:
+    """The model's context in tokens (its config's ``n_positions``, else ``max_position_embeddings``, else
+    ``default``)."""
+    return int(getattr(model.config, "n_positions", getattr(model.config, "max_position_embeddings", default)))
+
+
 def _pass(model: Any, seqs: list[np.ndarray], batch_tokens: int | None, device: str,
           context: int) -> tuple[list, list, list]:
     """One pass over ``seqs`` in batches of sequences of one padded width (:func:`padded_width`: a function of each
@@ -200,7 +207,7 @@ def token_logprobs(model: Any, sequences: Sequence[np.ndarray], *, model_digest:
     seqs = [np.asarray(s, dtype=np.int64).ravel() for s in sequences]
     if not seqs:
         raise DataError(f"{owner} needs at least one sequence.")
-    ctx = int(getattr(model.config, "n_positions", getattr(model.config, "max_position_embeddings", 1 << 30)))
+    ctx = model_context(model, 1 << 30)
     vocab = int(model.config.vocab_size)
     for i, s in enumerate(seqs):
         if s.size < 2 or s.size > ctx:
