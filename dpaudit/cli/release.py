@@ -18,14 +18,17 @@ _PATH = click.Path(dir_okay=False, path_type=Path)
 
 
 def _json_kwargs(text: str | None, what: str) -> dict | None:
+    """The JSON object an option holds (``--factory-kwargs``, also ``dpaudit flower``'s), or a ParameterError naming
+    the option; a deeply nested text (RecursionError in json) is refused the same way, and the text shown is cut."""
     if text is None:
         return None
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParameterError(f"The '{what}' parameter must be a JSON object. Got {text!r} ({exc.msg}) instead.") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise ParameterError(f"The '{what}' parameter must be a JSON object. Got {text!r:.80} ({why}) instead.") from None
     if not isinstance(value, dict):
-        raise ParameterError(f"The '{what}' parameter must be a JSON object. Got {text!r} instead.")
+        raise ParameterError(f"The '{what}' parameter must be a JSON object. Got {text!r:.80} instead.")
     return value
 
 
