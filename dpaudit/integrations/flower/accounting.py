@@ -302,7 +302,7 @@ def _round_sigma(r: RoundRecord, st: DpSettings) -> float:
     replies were aggregated (FedAvg told to sample fewer, a reply lost). Adaptive clipping adds the clipped count's
     noise (sigma_b on a count of sensitivity 1; Andrew et al. 2021, Theorem 1)."""
     sigma = float(r.noise_multiplier or 0.0)
-    declared = r.declared_sample_size or st.num_sampled_clients
+    declared = _declared(r, st)
     replies = len(r.replied)
     if declared and replies < declared:
         sigma = sigma * (replies / declared)
@@ -311,13 +311,14 @@ def _round_sigma(r: RoundRecord, st: DpSettings) -> float:
     return sigma
 
 
+def _declared(r: RoundRecord, st: DpSettings) -> int | None:
+    """The wrapper's ``num_sampled_clients`` m when round ``r`` ran (older records: the strategy's)."""
+    return r.declared_sample_size or st.num_sampled_clients
+
+
 def _fewer_replies(released: list[RoundRecord], st: DpSettings) -> list[RoundRecord]:
-    out = []
-    for r in released:
-        declared = r.declared_sample_size or st.num_sampled_clients
-        if declared and len(r.replied) < declared:
-            out.append(r)
-    return out
+    """The rounds that aggregated fewer replies than :func:`_declared` (their noise is accounted smaller)."""
+    return [r for r in released if (d := _declared(r, st)) and len(r.replied) < d]
 
 
 def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-one") -> FlowerAccounting:
@@ -379,7 +380,7 @@ def account_run(run: FlowerRun, *, delta: float, neighbouring: str = "replace-on
         flags.append(("replies_below_declared",
                       f"{len(fewer)} released round(s) aggregated fewer replies than the wrapper's num_sampled_clients "
                       f"(e.g. round {fewer[0].round}: {len(fewer[0].replied)} of "
-                      f"{fewer[0].declared_sample_size or st.num_sampled_clients}): Flower's noise sigma C/m on their "
+                      f"{_declared(fewer[0], st)}): Flower's noise sigma C/m on their "
                       f"average is sigma x replies / m relative to their sum; those rounds are accounted at that "
                       f"smaller multiplier (lowest {low:.4g}), not at the declared one."))
         assumptions.append("Each round is accounted at the noise really added: sigma x replies / num_sampled_clients "
