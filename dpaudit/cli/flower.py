@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from dpaudit._format import fmt_number, printable
-from dpaudit.cli.release import _json_kwargs
+from dpaudit.cli.release import json_kwargs
 from dpaudit.cli.render import warn
 
 _DIR = click.Path(file_okay=False, path_type=Path)
@@ -124,7 +124,7 @@ def release(run_dir: Path, out: Path, delta: float, neighbouring: str, claims: t
     from dpaudit.auditing.flower_run import release_flower_run
 
     path = release_flower_run(run_dir, out, delta=delta, neighbouring=neighbouring, claim=list(claims) or None,
-                              factory=factory, factory_kwargs=_json_kwargs(factory_kwargs, "--factory-kwargs"),
+                              factory=factory, factory_kwargs=json_kwargs(factory_kwargs, "--factory-kwargs"),
                               overwrite=overwrite)
     click.echo(f"wrote {path}")
 
@@ -149,7 +149,7 @@ def audit(out: Path, canaries: int, clients: int, sampled: int, rounds: int, noi
 
     res = audit_flower_simulation(out, canaries=canaries, clients=clients, sampled=sampled, rounds=rounds,
                                   noise_multiplier=noise_multiplier, clipping_norm=clipping_norm, delta=delta, seed=seed,
-                                  factory=factory, factory_kwargs=_json_kwargs(factory_kwargs, "--factory-kwargs"))
+                                  factory=factory, factory_kwargs=json_kwargs(factory_kwargs, "--factory-kwargs"))
     click.echo(f"canaries: {res.num_canaries} ({res.num_included} included by fair coins), {res.rounds} rounds")
     click.echo(f"certified lower bound: epsilon >= {fmt_number(res.certified_epsilon)} (one run, confidence "
                f"{fmt_number(res.confidence)}); the ideal attack on this mechanism: {fmt_number(res.ideal_epsilon)}")

@@ -17,7 +17,7 @@ from dpaudit.errors import ParameterError
 _PATH = click.Path(dir_okay=False, path_type=Path)
 
 
-def _json_kwargs(text: str | None, what: str) -> dict | None:
+def json_kwargs(text: str | None, what: str) -> dict | None:
     """The JSON object an option holds (``--factory-kwargs``, also ``dpaudit flower``'s), or a ParameterError naming
     the option; a deeply nested text (RecursionError in json) is refused the same way, and the text shown is cut."""
     if text is None:
@@ -136,12 +136,12 @@ def make(out: Path, model: Path | None, factory: str | None, factory_kwargs: str
         click.echo("attack it with: dpaudit attack " + printable(str(lrel.path)) + " --compare")
         return
     rel = make_release(
-        out, claim=list(claims), model=model, factory=factory, factory_kwargs=_json_kwargs(factory_kwargs, "--factory-kwargs"),
+        out, claim=list(claims), model=model, factory=factory, factory_kwargs=json_kwargs(factory_kwargs, "--factory-kwargs"),
         data=data, labels=labels, label_column=label_column, dataset=dataset,
         data_dir=None if data_dir is None else str(data_dir), members=members, nonmembers=nonmembers, attacker=attacker,
         scores=scores, train_fn=train_fn, recipe_model=recipe_model,
-        recipe_kwargs=_json_kwargs(recipe_kwargs, "--recipe-kwargs"), recipe_config=recipe_config,
-        opacus_recipe=_json_kwargs(opacus_recipe, "--opacus-recipe"), ledger=ledger,
+        recipe_kwargs=json_kwargs(recipe_kwargs, "--recipe-kwargs"), recipe_config=recipe_config,
+        opacus_recipe=json_kwargs(opacus_recipe, "--opacus-recipe"), ledger=ledger,
         dp_events=dp_events, opacus=opacus, runs_tried=runs_tried, seed=seed, overwrite=overwrite)
     path, meta = rel.path, rel.meta
     st = meta.get("statement")
