@@ -36,6 +36,7 @@ from scipy.stats import binom
 binom_logpmf = binom.logpmf
 
 from dpaudit.accountants._common import FFT_DELTA_ALLOWANCE, log1mexp
+from dpaudit.accountants.closed_form import gaussian_epsilon_root
 from dpaudit.accountants.events import ShuffledBatchGaussian
 from dpaudit.accountants.sampling import max_statistic_log_cdf, shuffle_lower_bound
 from dpaudit.accountants.statement import LowerBound
@@ -485,20 +486,12 @@ def gaussian_mechanism_lower_bound(*, sigma: float, delta: float, sensitivity: f
     mu = math.sqrt(count) * sens / sigma
     if math.isfinite(mu) and mu > 0.0:
         # the sum of the answers is a sufficient statistic: the composed pair IS N(mu, 1) vs N(0, 1) (no binning, no
-        # grid); its delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) (log space) solved for eps
-        def excess(e: float) -> float:
-            a = float(special.log_ndtr(mu / 2.0 - e / mu))
-            b = e + float(special.log_ndtr(-mu / 2.0 - e / mu))
-            return math.exp(a) * -math.expm1(min(b - a, 0.0)) - delta
-
-        if excess(0.0) <= 0.0:
+        # grid); closed_form.gaussian_epsilon_root solves its delta(eps) in log space without cancellation, to 1e-12
+        root = gaussian_epsilon_root(mu, delta)
+        if root == 0.0:
             return LowerBound(0.0, delta, pair, GAUSSIAN_PAIR_METHOD)
-        hi = 1.0
-        while excess(hi) > 0.0 and hi < 1e7:
-            hi *= 2.0
-        if excess(hi) <= 0.0:
-            root = optimize.brentq(excess, 0.0, hi, xtol=1e-14, rtol=1e-13)
-            return LowerBound(max(0.0, root * (1.0 - 1e-9) - 1e-12), delta, pair, GAUSSIAN_PAIR_METHOD)
+        if math.isfinite(root):  # rounded down past the root finder's tolerance: a lower bound
+            return LowerBound(max(0.0, root * (1.0 - 1e-9) - 2e-12), delta, pair, GAUSSIAN_PAIR_METHOD)
     lp, lq = gaussian_mixture_pair(sens, 0.0, sigma, 1.0)
     eps, pair = _best([(pair, [(lp, lq, count)])], delta, resolution)
     return LowerBound(eps, delta, pair, PAIR_METHOD)
