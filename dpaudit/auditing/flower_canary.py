@@ -34,12 +34,16 @@ import numpy as np
 from dpaudit.accountants.events import FixedBatchGaussian
 from dpaudit.accountants.rdp import RdpAccountant
 from dpaudit.attacks.canary import CanaryBound, dirac_scores, ideal_one_run_epsilon, one_run_certified
-from dpaudit.errors import DataError, check_float, check_int, check_probability
+from dpaudit.auditing.flower_run import MAX_SIM_CLIENTS, SIM_NON_MEMBERS
+from dpaudit.errors import DataError, ParameterError, check_float, check_int, check_probability, worded
 from dpaudit.integrations.flower.accounting import sampled_pld_epsilon
 
 __all__ = ["FlowerCanaryAudit", "audit_flower_simulation", "MAX_CANARIES"]
 
 MAX_CANARIES = 128
+#: Digits per client (ordinary or canary) when the population leaves enough; fewer when it does not (every client
+#: the same number: FedAvg's equal weights)
+RECORDS_PER_CLIENT = 20
 _DIM = 10 * 64 + 10
 
 
@@ -84,11 +88,16 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     from dpaudit._io import make_output_dir, write_json
     from dpaudit.auditing.flower_run import TorchFactoryModel, flat_arrays, run_digits_simulation
     from dpaudit.serial import to_dict
+    from dpaudit.training.data import load_dataset
 
     owner = "audit_flower_simulation"
     K = check_int(canaries, "canaries", owner, low=2, high=MAX_CANARIES)
     clients = check_int(clients, "clients", owner, low=1, high=100)
     n = clients + K
+    if n > MAX_SIM_CLIENTS:
+        names = worded("--canaries + --clients of dpaudit flower audit", f"'canaries' + 'clients' of {owner}")
+        raise ParameterError(f"The {names} must be at most {MAX_SIM_CLIENTS} (the simulation's SuperNodes, one per "
+                             f"client). Got {K} + {clients} = {n} instead.")
     m = check_int(sampled, "sampled", owner, low=1, high=n)
     T = check_int(rounds, "rounds", owner, low=1, high=1000)
     sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0, low_open=True)
@@ -97,6 +106,9 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     confidence = check_probability(confidence, "confidence", owner)
     seed = check_int(seed, "seed", owner, low=0)
     reps = check_int(ideal_replicates, "ideal_replicates", owner, low=1, high=1001)
+    # every SuperNode holds its own digits (an excluded canary trains on them), the non-members kept apart: fewer per
+    # client when the population is large, so that every --canaries / --clients in range runs
+    rpc = min(RECORDS_PER_CLIENT, (len(load_dataset("digits", seed=0)) - SIM_NON_MEMBERS) // n)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xF10E]))
     included = rng.random(K) < 0.5
     dim, pinned, model = _DIM, None, None
@@ -113,7 +125,7 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
 
     # the same output-folder rules as every command: a symbolic link is refused, a new folder gets dpaudit's marker
     root = make_output_dir(out, "Flower canary audit")
-    run_digits_simulation(Path(root) / "run", clients=n, sampled=m, rounds=T, records_per_client=20,
+    run_digits_simulation(Path(root) / "run", clients=n, sampled=m, rounds=T, records_per_client=rpc,
                           noise_multiplier=sigma, clipping_norm=C, dp="server-fixed", delta=delta, seed=seed,
                           canary_updates=updates, observe=observe, overwrite=True,
                           factory=model)
@@ -131,8 +143,8 @@ def audit_flower_simulation(out: str | os.PathLike, *, canaries: int = 32, clien
     pld = sampled_pld_epsilon({(n, m, sigma): T}, delta, "replace-one")
     accounted = min(float(acc.epsilon_quiet(delta)), math.inf if pld is None else pld)
     res = FlowerCanaryAudit(bound, K, int(included.sum()), T, n, m, sigma, accounted,
-                            settings={"clients": clients, "canaries": K, "clipping_norm": C, "delta": delta,
-                                      "confidence": confidence, "seed": seed, "ideal_replicates": reps,
+                            settings={"clients": clients, "canaries": K, "records_per_client": rpc, "clipping_norm": C,
+                                      "delta": delta, "confidence": confidence, "seed": seed, "ideal_replicates": reps,
                                       "observation": "every round's global model (Flower evaluate_fn)",
                                       "model": pinned if pinned is not None else "digits softmax regression"})
     write_json(Path(root) / "flower_canary_audit.json", to_dict(res))

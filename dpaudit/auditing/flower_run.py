@@ -21,11 +21,13 @@ from dpaudit.integrations.flower.accounting import FlowerAccounting, account_run
 from dpaudit.integrations.flower.record import MODEL_FILE, FlowerRun, read_flower_run
 
 __all__ = ["account_flower_run", "release_flower_run", "run_digits_simulation", "digits_model_spec", "DP_CHOICES",
-           "MAX_SIM_CLIENTS", "MAX_SIM_ROUNDS"]
+           "MAX_SIM_CLIENTS", "MAX_SIM_ROUNDS", "SIM_NON_MEMBERS"]
 
 DP_CHOICES = ("server-fixed", "client-fixed", "server-adaptive", "client-adaptive", "none")
 MAX_SIM_CLIENTS = 200
 MAX_SIM_ROUNDS = 1000
+#: Digits kept out of every client's partition (the release's non-members and the attacker's own records)
+SIM_NON_MEMBERS = 200
 _W, _B = "layers.1.weight", "layers.1.bias"
 
 
@@ -302,9 +304,9 @@ also runs Flower's own accountant, ``no-amplification``, whose figure the record
     from dpaudit.training.data import load_dataset
 
     data = load_dataset("digits", seed=0)
-    if clients * rpc > len(data) - 200:
-        raise ParameterError(f"The 'clients' x 'records_per_client' of {owner} must leave 200 of the {len(data)} digits "
-                             f"as non-members. Got {clients} x {rpc} instead.")
+    if clients * rpc > len(data) - SIM_NON_MEMBERS:
+        raise ParameterError(f"The 'clients' x 'records_per_client' of {owner} must leave {SIM_NON_MEMBERS} of the "
+                             f"{len(data)} digits as non-members. Got {clients} x {rpc} instead.")
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(data))
     parts = {str(i): tuple(int(j) for j in perm[i * rpc:(i + 1) * rpc]) for i in range(clients)}
