@@ -746,7 +746,7 @@ def evaluate_claim(claim: Claim, *, attack_runner: AttackRunner | None = None, b
         from dpaudit.auditing.trainer_audit import claim_evidence, evidence_details
 
         trainer = claim_evidence(claim.attack, claim.epsilon, claim.delta, subject, progress=progress)
-        c = trainer.certified
+        c = trainer.strongest_certified        # the gradient canaries' or the input canaries' certified bound
         empirical = EmpiricalBound(attack=f"trainer {trainer.train_fn}", epsilon_lower_bound=float(c.epsilon),
                                    confidence=float(c.confidence), delta=float(c.delta), kind=c.kind,
                                    details=evidence_details(trainer))

@@ -12,10 +12,23 @@ gradients are replaced by Dirac canary gradients anyway), so they pass through t
 noise. The hook records the batches and the privatised gradient at the canary and probe coordinates, and
 :mod:`dpaudit.attacks.trainer_audit` gives three findings: the sampler and step count as they ran, the recorded
 mechanism's lower bound (analytic: under stated assumptions) and a certified one-run bound (no assumption). A claim
-is REFUTED when either bound exceeds it, with what differs from the declared recipe named. The failure probability
-``1 - confidence`` is split over the three confidence limits the verdict rests on (:data:`CONFIDENCE_SPLIT`: the
-noise multiplier's upper limit 1/2, the certified bound 2/5, the Poisson rate's lower limit 1/10), so that the
-verdict is wrong with probability at most ``1 - confidence`` (a union bound).
+is REFUTED when either bound exceeds it, with what differs from the declared recipe named.
+
+When neither refutes the claim, a second phase runs (:func:`input_canary_phase`): ``input_runs`` further independent
+runs of the user's function (20 at ``ci``, 40 at ``thorough``) on the real records plus *input canaries* (one per
+non-constant feature, extreme in that feature, each in the data by a fair coin; no gradient canary), with the hook
+summing the privatised update of the first-layer weight (the first parameter with a dimension equal to the input
+width, see :mod:`dpaudit.training.audit_hook`). Their certified bound, pooled over the runs
+(:func:`dpaudit.attacks.trainer_audit.certified_input_canaries`: certified, no assumption beyond the coins and the
+runs' independence), catches leaks that do not pass through one record's clipped gradient, such as a normalisation
+with the training set's own statistics. No parameter with a dimension equal to the input width: the phase stops
+after its first run with a note (never an error, never a refutation). The runs are :class:`dpaudit.executors.Unit`
+s (seeds from :func:`dpaudit.executors.derive_seed`), so any executor runs them side by side with the same result.
+
+The failure probability ``1 - confidence`` is split over the four confidence limits the verdict rests on
+(:data:`CONFIDENCE_SPLIT`: the noise multiplier's upper limit 1/2, the certified gradient-canary bound 3/10, the
+Poisson rate's lower limit 1/10, the input canaries' certified bound 1/10), so that the verdict is wrong with
+probability at most ``1 - confidence`` (a union bound).
 
 Threat model: white-box (every privatised update is seen: the standard DP-SGD threat model). Final-model audits of
 a user's trainer are not part of this module.
@@ -35,6 +48,10 @@ from dpaudit._format import fmt_number
 from dpaudit.attacks.canary import CanaryBound
 from dpaudit.attacks.trainer_audit import (
     ANALYTIC_ASSUMPTIONS,
+    INPUT_CANARY_EXTREME,
+    INPUT_CANARY_RULE,
+    certified_input_canaries,
+    input_canary_design,
     DIFFERENCE_THRESHOLD,
     NoiseFinding,
     RecordedBound,
@@ -48,24 +65,59 @@ from dpaudit.errors import DataError, ParameterError, check_choice, check_float,
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit.serial import JsonValue
 
-__all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "audit_trainer", "recipe_differences", "RECIPE_KEYS"]
+__all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "InputCanaryFinding", "audit_trainer",
+           "input_canary_phase", "recipe_differences", "RECIPE_KEYS"]
 
 #: Canaries and probe coordinates per run, and runs, per budget. ``ci``: one run in seconds; ``thorough``: two
 #: independent runs (the noise multiplier's limit pools their steps; the certified bound takes both runs' canaries)
 #: of 2,000 canaries each: the noise limit's precision grows with the canary observations in a batch (one per
 #: included canary and epoch), and 300 probes estimate the noise per step to 4% (their quietest coordinates keep real
-#: gradients out of it). The model needs at least canaries + probes trainable coordinates.
-BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500, "runs": 1},
-                                      "thorough": {"canaries": 2000, "probes": 300, "runs": 2}}
+#: gradients out of it). The model needs at least canaries + probes trainable coordinates. ``input_runs``: the
+#: independent runs of the input-canary phase (about 59 canaries each on digits; it runs only when the gradient
+#: canaries do not refute the claim): 20 runs certified 3.4-3.7 on the normalisation bug's pilot seeds, where 10
+#: gave 2.6-3.0.
+BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500, "runs": 1, "input_runs": 20},
+                                      "thorough": {"canaries": 2000, "probes": 300, "runs": 2, "input_runs": 40}}
 THREAT_MODELS = ("white-box",)
 #: How the verdict's failure probability ``1 - confidence`` is split over its confidence limits (a union bound): the
 #: noise multiplier's upper limit, the certified one-run bound, the Poisson rate's lower limit (the rate is estimated
-#: from every record's batches, so a small share costs little).
-CONFIDENCE_SPLIT: dict[str, float] = {"noise": 0.5, "certified": 0.4, "rate": 0.1}
+#: from every record's batches, so a small share costs little), the input canaries' certified bound (it refutes by
+#: a wide margin when it refutes at all, so a small share costs little).
+CONFIDENCE_SPLIT: dict[str, float] = {"noise": 0.5, "certified": 0.3, "rate": 0.1, "input": 0.1}
+#: The hook's probe coordinates in an input-canary run (the fewest it takes; nothing reads them).
+INPUT_PROBES = 2
 #: Keys of a declared DP-SGD recipe (a claim's ``params`` for ``mechanism = "dpsgd"``) compared with the record.
 RECIPE_KEYS = ("dataset_size", "batch_size", "noise_multiplier", "epochs", "steps", "sampling")
 TRAINER_SCHEMA_VERSION = 1
 MAX_RECORDS = 100_000
+
+
+@dataclass(frozen=True)
+class InputCanaryFinding:
+    """The input-canary phase (module docstring): ``runs`` independent runs, ``features`` input canaries each (one
+    per non-constant feature, ``extreme`` real standard deviations above the real mean), ``canaries`` in all;
+    ``parameter``: the first-layer weight whose slices were scored, in words (empty: none found); ``certified``:
+    the certified bound pooled over the runs (None: the phase stopped, ``skipped`` says why); ``rule``: the
+    guessing rule fixed before the runs; ``seconds``: the phase's wall time."""
+
+    runs: int
+    features: int
+    canaries: int
+    extreme: float
+    parameter: str
+    certified: CanaryBound | None
+    rule: str
+    seconds: float
+    skipped: str = ""
+
+    def line(self) -> str:
+        if self.certified is None:
+            return f"input canaries: not scored ({self.skipped})"
+        c = self.certified
+        return (f"input canaries over {self.runs} runs: epsilon >= {fmt_number(c.epsilon)} at delta "
+                f"{fmt_number(c.delta)} (certified, confidence {fmt_number(c.confidence)}, {c.trials} canaries: "
+                f"{self.features} per run, each extreme in one feature; {self.parameter}; no assumption beyond the "
+                f"runs' independence; {fmt_number(self.seconds)} s)")
 
 
 @dataclass(frozen=True)
@@ -79,7 +131,8 @@ class TrainerAuditResult:
     declared recipe's accounted epsilon (None without a recipe); ``differences``: what the record shows against
     the recipe; ``refuted_by``: each bound above the claim, in words (non-empty: the claim is REFUTED);
     ``confidence``: of the verdict (split over its limits by :data:`CONFIDENCE_SPLIT`); ``canaries`` and ``probes``
-    per run, ``runs`` independent runs (the sampler shown is the first run's)."""
+    per run, ``runs`` independent runs (the sampler shown is the first run's); ``input_canaries``: the input-canary
+    phase (None: it did not run, the notes say why)."""
 
     train_fn: str
     sha256: str
@@ -103,6 +156,7 @@ class TrainerAuditResult:
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
     runs: int = 1
+    input_canaries: InputCanaryFinding | None = None
     schema_version: int = TRAINER_SCHEMA_VERSION
 
     __json_computed__ = ("verdict",)
@@ -111,6 +165,14 @@ class TrainerAuditResult:
     def verdict(self) -> str:
         """``REFUTED`` when a bound is above the claim, else ``NOT REFUTED`` (an audit cannot show a claim holds)."""
         return "REFUTED" if self.refuted_by else "NOT REFUTED"
+
+    @property
+    def strongest_certified(self) -> CanaryBound:
+        """The larger certified bound: the gradient canaries' or the input canaries' (when they ran)."""
+        ic = self.input_canaries
+        if ic is not None and ic.certified is not None and ic.certified.epsilon > self.certified.epsilon:
+            return ic.certified
+        return self.certified
 
     @property
     def exit_code(self) -> int:
@@ -133,6 +195,8 @@ class TrainerAuditResult:
         c = self.certified
         out.append(f"certified one-run: epsilon >= {fmt_number(c.epsilon)} at delta {fmt_number(c.delta)} (certified, "
                    f"confidence {fmt_number(c.confidence)}, {c.trials} canaries, score {c.score})")
+        if self.input_canaries is not None:
+            out.append(self.input_canaries.line())
         if self.recipe_epsilon is not None:
             out.append(f"declared recipe: accounted epsilon {fmt_number(self.recipe_epsilon)}")
         out += [f"differs from the recipe: {d}" for d in self.differences]
@@ -197,18 +261,98 @@ def _digits(records: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return ds.X.reshape(len(ds.X), -1).astype(np.float32), ds.y.astype(np.int64)
 
 
+def _input_canary_run(pinned: Any, X: np.ndarray, y: np.ndarray, rows: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """One input-canary run (an executor :class:`~dpaudit.executors.Unit`; module-level so a worker can import it):
+    labels and fair coins from ``seed``, the included canaries ``rows`` appended to the real records (in feature
+    order), the user's function run with a hook that sums the first-layer update. Returns numpy arrays only."""
+    import torch
+
+    from dpaudit.training.audit_hook import AuditHook
+    from dpaudit.training.usercode import run_pinned
+
+    fn = run_pinned(pinned, "train_fn")
+    rng = np.random.default_rng([int(seed), 0x1C])
+    labels = rng.integers(0, int(y.max()) + 1 if y.size else 2, size=len(rows)).astype(np.int64)
+    inc = rng.random(len(rows)) < 0.5
+    X_all = np.concatenate([X, rows[inc]]).astype(np.float32, copy=False)
+    y_all = np.concatenate([y, labels[inc]]).astype(np.int64, copy=False)
+    hook = AuditHook(num_real=len(X_all), canary_index=np.zeros(0, dtype=np.int64), probes=INPUT_PROBES, seed=seed,
+                     watch_width=int(X.shape[1]))
+    torch.manual_seed(int(seed))
+    fn(X_all, y_all, seed=int(seed), hook=hook)
+    rec = hook.record()
+    pos = rec.watch_parameter[0] if rec.watch_parameter else -1
+    return {"included": inc, "watch": rec.watch if rec.watch is not None else np.zeros((0, 0)),
+            "watch_parameter": np.asarray(rec.watch_parameter, dtype=np.int64),
+            "shape": np.asarray(rec.parameter_shapes[pos] if pos >= 0 else (), dtype=np.int64)}
+
+
+def input_canary_phase(pinned: Any, X: np.ndarray, y: np.ndarray, *, runs: int, seed: int, delta: float,
+                       confidence: float, executor: Any = None, progress: "bool | Reporter" = False,
+                       extreme: float = INPUT_CANARY_EXTREME) -> InputCanaryFinding:
+    """The input-canary phase (module docstring): ``runs`` independent runs of the pinned training function, each
+    an executor unit keyed ``input-canaries.R`` with the seed ``derive_seed(seed, key)``, their certified bound
+    pooled (:func:`~dpaudit.attacks.trainer_audit.certified_input_canaries`). The first run alone says whether the
+    model has a first-layer weight (a parameter with a dimension equal to the input width); without one the phase
+    stops there. A run that raises (some loops cannot take records this extreme: Flower's clipping divides by a
+    client update's norm, which an input saturating the softmax makes exactly 0) stops the phase with the error in
+    ``skipped``: no bound, never an error."""
+    from dpaudit.executors import LocalExecutor, Unit, derive_seed
+
+    t0 = time.perf_counter()
+    runs = check_int(runs, "input_runs", "audit_trainer", low=1, high=10_000)
+    ex = executor if executor is not None else LocalExecutor()
+    rule = INPUT_CANARY_RULE.describe()
+    features, rows = input_canary_design(X, extreme=extreme)
+    if features.size < 2:
+        return InputCanaryFinding(0, int(features.size), 0, float(extreme), "", None, rule,
+                                  time.perf_counter() - t0, skipped=f"the real inputs have {features.size} non-constant "
+                                                                   "feature(s), fewer than 2")
+    units = [Unit(key=f"input-canaries.{r}", fn=_input_canary_run,
+                  args=(pinned, X, y, rows, derive_seed(seed, f"input-canaries.{r}"))) for r in range(runs)]
+
+    def failed(done: int, exc: Exception) -> InputCanaryFinding:
+        return InputCanaryFinding(done, int(features.size), 0, float(extreme), "", None, rule,
+                                  time.perf_counter() - t0,
+                                  skipped=f"the training function failed on a run with input canaries "
+                                          f"({type(exc).__name__}: {str(exc)[:200]}); these canaries are extreme "
+                                          "records, and a loop that cannot take them is not scored")
+
+    try:
+        first = ex.map(units[:1], label="input-canary run 1", progress=progress)
+    except Exception as exc:           # the user's code on extreme records: no evidence, never an error
+        return failed(1, exc)
+    if first[0]["watch"].size == 0:
+        return InputCanaryFinding(1, int(features.size), 0, float(extreme), "", None, rule, time.perf_counter() - t0,
+                                  skipped=f"no trainable parameter has a dimension equal to the input width "
+                                          f"{X.shape[1]}: no first-layer weight to observe")
+    try:
+        results = first + ex.map(units[1:], label="input-canary runs", progress=progress)
+    except Exception as exc:
+        return failed(runs, exc)
+    pos, axis = (int(v) for v in first[0]["watch_parameter"])
+    shape = tuple(int(v) for v in first[0]["shape"])
+    where = f"first-layer weight: parameter {pos} of shape {shape}, feature j's slice along axis {axis}"
+    bound = certified_input_canaries([(r["watch"], features, r["included"]) for r in results], delta=delta,
+                                     confidence=confidence)
+    return InputCanaryFinding(runs, int(features.size), int(features.size) * runs, float(extreme), where, bound, rule,
+                              time.perf_counter() - t0)
+
+
 def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mapping[str, Any] | None = None,
                   threat_model: str = "white-box", budget: str = "ci", canaries: int | None = None,
                   probes: int | None = None, runs: int | None = None, records: int = 1000, seed: int = 0,
                   confidence: float = 0.95,
                   base: str | Path | None = None, out: str | Path | None = None, overwrite: bool = False,
-                  account_recipe: bool = True, progress: "bool | Reporter" = False) -> TrainerAuditResult:
+                  account_recipe: bool = True, progress: "bool | Reporter" = False, input_runs: int | None = None,
+                  executor: Any = None) -> TrainerAuditResult:
     """Run the user's ``train_fn`` (``FILE.py:NAME``) once (``runs`` = 2: twice, independently; default: the budget's)
     on ``records`` digits records plus fair-coin canaries,
     with the white-box audit hook, and judge the claim (``epsilon``, ``delta``); see the module docstring.
     ``recipe``: the declared DP-SGD recipe (keys :data:`RECIPE_KEYS`) to compare the record with and to account.
     ``out``: also write ``trainer_audit.json`` into that folder; ``account_recipe=False``: leave ``recipe_epsilon``
-    out (a claim accounts its recipe itself)."""
+    out (a claim accounts its recipe itself). ``input_runs``: runs of the input-canary phase (default: the budget's;
+    0: no such phase); ``executor``: runs them (a :class:`dpaudit.executors.Executor`; default in this process)."""
     from dpaudit.training.usercode import pin_code, run_pinned
 
     owner = "audit_trainer"
@@ -223,6 +367,8 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
     m = check_int(BUDGETS[budget]["canaries"] if canaries is None else canaries, "canaries", owner, low=4, high=MAX_RECORDS)
     p = check_int(BUDGETS[budget]["probes"] if probes is None else probes, "probes", owner, low=16, high=100_000)
     runs = check_int(BUDGETS[budget]["runs"] if runs is None else runs, "runs", owner, low=1, high=2)
+    n_input = check_int(BUDGETS[budget]["input_runs"] if input_runs is None else input_runs, "input_runs", owner, low=0,
+                        high=10_000)
     rec = _recipe(recipe)
     rep = as_reporter(progress)
     pinned = pin_code(train_fn, "train_fn", base=base)
@@ -265,7 +411,8 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
         records_.append(hook.record())
     record = records_[0]
     alpha = 1.0 - conf
-    conf_noise, conf_cert, conf_rate = (1.0 - CONFIDENCE_SPLIT[k] * alpha for k in ("noise", "certified", "rate"))
+    conf_noise, conf_cert, conf_rate, conf_input = (1.0 - CONFIDENCE_SPLIT[k] * alpha
+                                                     for k in ("noise", "certified", "rate", "input"))
     samplers = [identify_sampler(r.membership, r.num_records, confidence=conf_rate) for r in records_]
     sampler = samplers[0]
     noise = estimate_noise_runs([(r.canary_obs, r.probe_obs, r.membership, r.canary_index) for r in records_],
@@ -290,8 +437,8 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
     diffs = recipe_differences(rec, sampler, noise)
     refuted = []
     notes = [f"the noise multiplier's limit is computed at confidence {fmt_number(conf_noise)}, the certified bound at "
-             f"{fmt_number(conf_cert)} and the Poisson rate's lower limit at {fmt_number(conf_rate)}, so that the "
-             f"verdict's failure probability is "
+             f"{fmt_number(conf_cert)}, the Poisson rate's lower limit at {fmt_number(conf_rate)} and the input "
+             f"canaries' certified bound at {fmt_number(conf_input)}, so that the verdict's failure probability is "
              f"at most {fmt_number(1.0 - conf)}"]
     if cert.epsilon > eps:
         refuted.append(f"certified one-run lower bound {fmt_number(cert.epsilon)} > claimed {fmt_number(eps)} "
@@ -305,6 +452,24 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
     if len({(sm.kind, sm.steps, sm.num_records) for sm in samplers}) > 1:
         notes.append("the runs differ in sampler, steps or records (" + "; ".join(
             f"{sm.kind}, {sm.steps} steps, N = {sm.num_records}" for sm in samplers) + "): the smaller bound is used")
+    input_finding = None
+    if refuted:
+        notes.append("input canaries not run: the gradient canaries' evidence already refutes the claim")
+    elif n_input == 0:
+        notes.append("input canaries not run (input_runs = 0)")
+    else:
+        with rep.stage(f"input canaries: {n_input} more runs of {pinned.path.text}, each with one canary record per "
+                       "non-constant feature", 1):
+            input_finding = input_canary_phase(pinned, X, y, runs=n_input, seed=seed, delta=dlt,
+                                               confidence=conf_input, executor=executor, progress=rep)
+        ic = input_finding.certified
+        if ic is None:
+            notes.append(f"input canaries: not scored ({input_finding.skipped})")
+        elif ic.epsilon > eps:
+            refuted.append(f"input canaries over {input_finding.runs} runs: certified one-run lower bound "
+                           f"{fmt_number(ic.epsilon)} > claimed {fmt_number(eps)} (certified, no assumption beyond the "
+                           f"runs' independence; {ic.trials} canaries, each extreme in one input feature, confidence "
+                           f"{fmt_number(ic.confidence)})")
     if recorded is None:
         notes.append(f"the sampler could not be identified ({sampler.evidence}): no analytic bound")
     if noise.difference_ratio < DIFFERENCE_THRESHOLD:
@@ -316,7 +481,7 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
         threat_model=threat_model, budget=budget, seed=seed, confidence=conf, num_real=n, canaries=m, probes=p,
         sampler=sampler, noise=noise, recorded=recorded, certified=cert, recipe=rec, recipe_epsilon=recipe_eps,
         differences=tuple(diffs), refuted_by=tuple(refuted), notes=tuple(notes), seconds=time.perf_counter() - t0,
-        runs=runs)
+        runs=runs, input_canaries=input_finding)
     if out is not None:
         from dpaudit._io import atomic_dir, write_json
         from dpaudit.serial import to_dict
@@ -387,8 +552,13 @@ def claim_evidence(budget: Any, epsilon: float, delta: float, subject: Any, *,
 
 def evidence_details(res: TrainerAuditResult) -> dict[str, Any]:
     """What a claim's empirical figure records of a trainer audit (JSON-ready)."""
-    return {"trials": int(res.certified.trials), "sha256": res.sha256, "score": res.certified.score,
+    ic = res.input_canaries
+    best = res.strongest_certified
+    return {"trials": int(best.trials), "sha256": res.sha256, "score": best.score,
             "analytic_epsilon": None if res.recorded is None else float(res.recorded.epsilon),
             "sampler": res.sampler.kind, "steps": res.sampler.steps, "runs": res.runs,
             "noise_multiplier_upper": float(res.noise.sigma_eff_upper) if math.isfinite(res.noise.sigma_eff_upper)
-            else "inf", "differences": list(res.differences), "notes": list(res.notes), "seed": res.seed}
+            else "inf", "differences": list(res.differences), "notes": list(res.notes), "seed": res.seed,
+            "gradient_canary_epsilon": float(res.certified.epsilon),
+            "input_canary_epsilon": None if ic is None or ic.certified is None else float(ic.certified.epsilon),
+            "input_canary_runs": 0 if ic is None else int(ic.runs)}

@@ -31,14 +31,15 @@ __all__ = ["command"]
               help="What the auditor sees: white-box = every privatised update (the hook records them).")
 @click.option("--budget", type=click.Choice(["ci", "thorough"]), default="ci", show_default=True,
               help="ci: one run, 500 canaries and 500 probe coordinates; thorough: two independent runs of "
-                   "2,000 canaries and 300 probes each (a model with at least 2,300 trainable coordinates).")
+                   "2,000 canaries and 300 probes each (a model with at least 2,300 trainable coordinates). When "
+                   "they do not refute the claim, 20 (ci) or 40 (thorough) more runs with input canaries follow.")
 @click.option("--canaries", type=click.IntRange(4, 100_000), default=None, help="Override the budget's canary count.")
 @click.option("--records", type=click.IntRange(10, 1797), default=1000, show_default=True,
               help="Digits records the training function gets (the canaries come on top).")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Confidence of the verdict (its failure probability split over the noise limit, the "
-                   "certified bound and the rate limit).")
+                   "certified bound, the rate limit and the input canaries' certified bound).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory to write trainer_audit.json into.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if dpaudit wrote it before.")
@@ -54,7 +55,9 @@ def command(ctx: click.Context, train_fn: str, claims: tuple[str, ...], recipe: 
     attach in two lines (hook.optimizer(opt); grads = hook.per_example(grads, idx)) records each step's batch and
     privatised update. The claim is REFUTED when the certified one-run bound, or the recorded mechanism's lower
     bound (analytic: it assumes independent Gaussian noise per step and the identified sampler), is above it; what
-    the loop ran differently from --recipe is named. The file's sha256 is recorded.
+    the loop ran differently from --recipe is named. Otherwise more runs follow with input canaries (records
+    extreme in one feature, which catch a normalisation with the training set's own statistics), their certified
+    bound pooled over the runs. The file's sha256 is recorded.
     """
     from dpaudit.api import audit_trainer
 

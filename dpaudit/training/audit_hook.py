@@ -39,6 +39,13 @@ rows are a uniform draw from the real records whatever the number of canaries in
 independent of the canaries' coins (only the event "the first batch holds fewer real rows than ``select_rows``", then
 handled by taking them all, could depend on the coins; its probability is negligible at the batch sizes of DP-SGD).
 
+Input-canary runs (``watch_width``): the hook also sums, over all steps, the privatised gradient of one parameter,
+the *first-layer weight*: the first parameter (in the optimizer's order) with a dimension equal to the input width
+``d``, sliced along the last such dimension (``torch.nn.Linear(d, h).weight`` is ``(h, d)``: its column ``j`` is
+feature ``j``'s weights). :attr:`HookRecord.watch` (d, k) holds, per input feature, the sum of the recorded updates
+of that slice; no parameter with a dimension ``d``: ``watch`` is None. Such runs may have no gradient canary at all
+(``canary_index`` empty): the canaries are input records (:mod:`dpaudit.auditing.trainer_audit`).
+
 Gradients are matched to the optimizer's parameters by position: ``per_example``'s gradients (a dict in
 ``model.named_parameters()`` order, or a sequence) must list the trainable parameters in the order the optimizer
 holds them (``torch.optim.SGD(model.parameters())`` does); the first ``step()`` checks the shapes.
@@ -92,7 +99,10 @@ class HookRecord:
     (T arrays); ``num_records``: the data set's size N as the training function got it (real records plus the
     included canaries); ``num_real``: the real records (indices 0..num_real-1); ``canary_index`` (m,): the dataset
     index of each canary, -1 where its coin left it out; ``canary_scale``: the value of each canary gradient's one
-    nonzero coordinate; ``coordinates``: (parameter position, flat index) of each canary then each probe."""
+    nonzero coordinate; ``coordinates``: (parameter position, flat index) of each canary then each probe;
+    ``watch`` (d, k): with ``watch_width = d``, the sum over the steps of the recorded gradient of the first-layer
+    weight, one row per input feature (None: no parameter has a dimension d, or no width was asked for);
+    ``watch_parameter``: (parameter position, axis) of that weight, () when none."""
 
     canary_obs: np.ndarray
     probe_obs: np.ndarray
@@ -103,6 +113,8 @@ class HookRecord:
     canary_scale: float
     coordinates: tuple[tuple[int, int], ...]
     parameter_shapes: tuple[tuple[int, ...], ...]
+    watch: np.ndarray | None = None
+    watch_parameter: tuple[int, ...] = ()
 
     @property
     def steps(self) -> int:
@@ -139,20 +151,24 @@ class AuditHook:
     index or -1 (coin tails: not in the data); ``probes``: coordinates recorded for the noise; ``scale_factor``: the
     canary gradient's value over the largest real per-example gradient norm of the first batch (at least 1);
     ``select_rows``: real rows of the first batch the coordinate choice looks at; ``seed``: the hook's own generator
-    (coordinate choice only)."""
+    (coordinate choice only); ``watch_width``: the input width d whose first-layer weight is summed over the steps
+    (module docstring; None: not recorded). ``canary_index`` may be empty (no gradient canary)."""
 
     active = True
 
     def __init__(self, *, num_real: int, canary_index: Sequence[int] | np.ndarray, probes: int = 256,
                  scale_factor: float = 1000.0, select_rows: int = 16, seed: int = 0,
-                 max_steps: int = MAX_RECORDED_STEPS) -> None:
+                 max_steps: int = MAX_RECORDED_STEPS, watch_width: int | None = None) -> None:
         owner = "AuditHook"
         self.num_real = check_int(num_real, "num_real", owner, low=1)
         ci = np.asarray(canary_index, dtype=np.int64).ravel()
-        if ci.size < 1 or np.any((ci >= 0) & (ci < self.num_real)) or len(set(ci[ci >= 0].tolist())) != int((ci >= 0).sum()):
+        if np.any((ci >= 0) & (ci < self.num_real)) or len(set(ci[ci >= 0].tolist())) != int((ci >= 0).sum()):
             raise ParameterError(f"The 'canary_index' parameter of {owner} must give each canary a distinct dataset "
                                  f"index >= num_real ({self.num_real}) or -1. Got {ci.tolist()[:8]}... instead.")
         self.canary_index = ci
+        self.watch_width = None if watch_width is None else check_int(watch_width, "watch_width", owner, low=1)
+        self._watch: tuple[int, int] | None = None     # (parameter position, axis)
+        self._watch_sum: Any = None
         self.num_records = self.num_real + int((ci >= 0).sum())
         self.probes = check_int(probes, "probes", owner, low=2)
         self.scale_factor = float(scale_factor)
@@ -214,6 +230,12 @@ class AuditHook:
         self._coords = [(int(p), int(f)) for p, f in zip(param, flat)]
         self._canary_param, self._canary_flat = param[:m], flat[:m]
         self._shapes = shapes
+        if self.watch_width is not None:
+            for pos, shape in enumerate(shapes):
+                axes = [a for a, s in enumerate(shape) if s == self.watch_width]
+                if axes:
+                    self._watch = (pos, axes[-1])
+                    break
         self.canary_scale = self.scale_factor * max(1.0, float(np.max(norms)) if norms.size else 1.0)
         # gather plan: per parameter the flat indices, and the order that maps the concatenation back
         pos_of: list[int] = []
@@ -284,7 +306,12 @@ class AuditHook:
                     parts.append(torch.zeros(len(ix), dtype=torch.float64))
                 else:
                     parts.append(g.detach().reshape(-1)[ix.to(g.device)].to(torch.float64))
-            vals = torch.cat([v.cpu() for v in parts])[self._order]
+            vals = torch.cat([v.cpu() for v in parts])[self._order] if parts else torch.zeros(0, dtype=torch.float64)
+            if self._watch is not None:
+                g = params[self._watch[0]].grad
+                if g is not None:
+                    g = g.detach().to(torch.float64)
+                    self._watch_sum = g if self._watch_sum is None else self._watch_sum + g
         self._obs.append(vals)
         self._membership.append(np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64))
         self._pending = []
@@ -367,7 +394,15 @@ class AuditHook:
 
         obs = torch.stack(self._obs).numpy()
         m = self.canary_index.size
+        watch = None
+        if self._watch is not None:
+            pos, axis = self._watch
+            total = self._watch_sum
+            if total is None:            # the parameter never had a gradient: it never moved
+                total = torch.zeros((self._shapes or ())[pos], dtype=torch.float64)
+            watch = total.movedim(axis, 0).reshape(self.watch_width, -1).cpu().numpy().copy()
         return HookRecord(canary_obs=obs[:, :m].copy(), probe_obs=obs[:, m:].copy(),
                           membership=tuple(self._membership), num_records=self.num_records, num_real=self.num_real,
                           canary_index=self.canary_index.copy(), canary_scale=float(self.canary_scale),
-                          coordinates=tuple(self._coords), parameter_shapes=tuple(self._shapes or ()))
+                          coordinates=tuple(self._coords), parameter_shapes=tuple(self._shapes or ()),
+                          watch=watch, watch_parameter=tuple(self._watch or ()))

@@ -176,3 +176,71 @@ def test_an_update_the_hook_did_not_see_is_no_evidence():
     assert nz.sigma_eff_upper == float("inf") and nz.steps_used == 0
     s = identify_sampler(r["membership"], r["num_records"])
     assert recorded_lower_bound(s, nz, 1e-5).epsilon == 0.0
+
+
+# ------------------------------------------------------------------------------------------------------- input canaries
+
+
+def test_input_canary_design_skips_constant_features_and_uses_the_real_data_only():
+    from dpaudit.attacks.trainer_audit import input_canary_design
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5)).astype(np.float32)
+    X[:, 2] = 7.0                                                       # constant: no canary
+    features, rows = input_canary_design(X, extreme=100.0)
+    assert features.tolist() == [0, 1, 3, 4] and rows.shape == (4, 5) and rows.dtype == np.float32
+    mu, sd = X.astype(np.float64).mean(0), X.astype(np.float64).std(0)
+    for k, j in enumerate(features):
+        expect = mu.copy()
+        expect[j] += 100.0 * sd[j]
+        np.testing.assert_allclose(rows[k], expect, rtol=1e-5, atol=1e-5)
+
+
+def test_input_canary_scores_rank_quiet_slices_first():
+    from dpaudit.attacks.trainer_audit import input_canary_scores
+
+    watch = np.zeros((4, 3))
+    watch[0] = 1.0
+    watch[1] = 10.0
+    watch[3] = np.nan                                                   # nothing finite moved: like a quiet slice
+    s = input_canary_scores(watch, [0, 1, 2, 3])
+    assert s[1] < s[0] < s[2] and np.all(np.isfinite(s)) and s[3] == s[2]
+
+
+def _rr_runs(seed, eps, runs=20, features=59):
+    """An exactly eps-DP mechanism per canary (randomized response on its coin), shaped like the input-canary runs:
+    an 'out' answer gives its slice a large energy, an 'in' answer a small one."""
+    rng = np.random.default_rng(seed)
+    out = []
+    keep = math.exp(eps) / (1 + math.exp(eps))
+    for _ in range(runs):
+        inc = rng.random(features) < 0.5
+        said_in = np.where(rng.random(features) < keep, inc, ~inc)
+        norm = np.where(said_in, 1.0, 10.0) * (1 + 0.01 * rng.random(features))
+        watch = norm[:, None] * np.ones((features, 4)) / 2.0
+        out.append((watch, np.arange(features), inc))
+    return out
+
+
+def test_certified_input_canaries_catch_a_leak_and_stay_below_the_true_epsilon():
+    from dpaudit.attacks.trainer_audit import INPUT_CANARY_RULE, certified_input_canaries
+
+    b = certified_input_canaries(_rr_runs(0, 8.0), delta=1e-5, confidence=0.995)
+    assert b.kind == "certified" and b.trials == 20 * 59 and b.epsilon > 3.0
+    assert b.details["k_plus"] == 0 and b.details["k_minus"] == round(0.2 * 1180)     # the fixed rule: "out" only
+    assert "0.2" in INPUT_CANARY_RULE.describe()
+    for seed in range(10):       # coins the output does not depend on: nothing certified
+        rng = np.random.default_rng(seed)
+        null = [(rng.normal(size=(59, 8)), np.arange(59), rng.random(59) < 0.5) for _ in range(20)]
+        assert certified_input_canaries(null, delta=1e-5, confidence=0.95).epsilon == 0.0
+
+
+@pytest.mark.slow
+def test_certified_input_canaries_soundness_over_300_seeds():
+    from dpaudit.attacks.trainer_audit import certified_input_canaries
+
+    for eps in (1.0, 2.0):
+        fails = sum(certified_input_canaries(_rr_runs(seed, eps), delta=1e-5, confidence=0.95).epsilon > eps
+                    for seed in range(300))
+        assert fails <= 23, (eps, fails)
+        print(f"input canaries, randomized response at epsilon {eps}: {fails}/300 above it")

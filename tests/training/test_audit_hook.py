@@ -107,6 +107,35 @@ def test_misuse_is_named():
         AuditHook(num_real=10, canary_index=np.array([10]), probes=2).record()
 
 
+def test_watch_sums_the_first_layer_update_per_input_feature():
+    """watch_width = d: the first parameter with a dimension d (Linear(6, 8).weight, (8, 6), axis 1) is summed over
+    the steps, one row per input feature; no gradient canary is needed; without such a parameter watch is None."""
+    model = _model()
+    X, y = torch.randn(10, 6), torch.randint(0, 3, (10,))
+    hook = AuditHook(num_real=10, canary_index=np.zeros(0, dtype=np.int64), probes=2, seed=3, watch_width=6)
+    opt = hook.optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    total = torch.zeros(8, 6, dtype=torch.float64)
+    for idx in (torch.tensor([0, 1, 2]), torch.tensor([3, 4]), torch.tensor([5, 9])):
+        g = hook.per_example(_per_example(model, X[idx], y[idx]), idx)
+        for p, v in zip(model.parameters(), g.values()):
+            p.grad = v.sum(0) + torch.randn(p.shape)
+        total += model[0].weight.grad.double()
+        opt.step()
+    rec = hook.record()
+    assert rec.watch_parameter == (0, 1) and rec.canary_obs.shape == (3, 0)
+    np.testing.assert_allclose(rec.watch, total.T.numpy(), rtol=1e-12)
+    assert rec.watch.shape == (6, 8)
+
+    hook = AuditHook(num_real=10, canary_index=np.zeros(0, dtype=np.int64), probes=2, watch_width=5)
+    opt = hook.optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    idx = torch.tensor([0, 1])
+    g = hook.per_example(_per_example(model, X[idx], y[idx]), idx)
+    for p, v in zip(model.parameters(), g.values()):
+        p.grad = v.sum(0)
+    opt.step()
+    assert hook.record().watch is None and hook.record().watch_parameter == ()
+
+
 def test_opacus_optimizer_and_loader():
     from opacus import PrivacyEngine
 
