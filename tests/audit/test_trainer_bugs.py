@@ -104,18 +104,20 @@ def test_data_dependent_normalisation_is_refuted(tmp_path):
 
 
 @pytest.mark.slow
-def test_correct_trainer_never_refuted_over_20_seeds(tmp_path):
+@pytest.mark.parametrize("file", ("dpsgd_correct.py", "opacus_correct.py", "lm_dpsgd_correct.py", "flower_dp_correct.py"))
+def test_correct_trainer_never_refuted_over_20_seeds(tmp_path, file):
     lows, inputs, refuted = [], [], []
     for seed in range(20):
-        r = check(_claims(tmp_path, "dpsgd_correct.py", seed)).results[0]
+        r = check(_claims(tmp_path, file, seed)).results[0]
         if r.verdict == "REFUTED":
             refuted.append((seed, r.reason))
         lows.append(r.empirical.details["analytic_epsilon"])
         inputs.append(r.empirical.details["input_canary_epsilon"])
     assert not refuted, refuted
-    assert all(x is not None and x < 2.0 for x in inputs), inputs
-    print("analytic lower bounds of the correct trainer over 20 seeds:", [round(x, 3) for x in lows])
-    print("input-canary certified bounds of the correct trainer over 20 seeds:", [round(x, 3) for x in inputs])
+    if file in ("dpsgd_correct.py", "opacus_correct.py"):       # scored at every seed, never above the claim
+        assert all(x is not None and x < 2.0 for x in inputs), inputs
+    print(f"{file}: analytic lower bounds over 20 seeds:", [round(x, 3) for x in lows])
+    print(f"{file}: input-canary certified bounds over 20 seeds:", [x if x is None else round(x, 3) for x in inputs])
 
 
 @pytest.mark.slow
