@@ -49,6 +49,20 @@ def test_the_correct_trainer_exits_0(cli):
     data = json.loads(stdout)
     assert data["verdict"] == "NOT REFUTED" and data["certified"]["kind"] == "certified"
     assert data["recorded"]["kind"] == "analytic" and "independently" in data["recorded"]["assumptions"]
+    ic = data["input_canaries"]           # the gradient canaries did not refute: the input canaries ran, found nothing
+    assert ic["runs"] == 20 and ic["canaries"] == 20 * ic["features"] and ic["certified"]["epsilon"] < 2.0
+
+
+def test_the_normalisation_bug_is_refuted_by_the_input_canaries(cli, tmp_path):
+    out = tmp_path / "norm"
+    code, stdout, _ = cli(["audit-trainer", f"{TRAINERS / 'dpsgd_bug_data_dependent_normalisation.py'}:train",
+                           "--claim", "epsilon=2", "--claim", "delta=1e-5", "--out", str(out), "--quiet"])
+    assert code == 1, stdout
+    assert "REFUTED: input canaries over 20 runs: certified one-run lower bound" in stdout
+    assert "no assumption beyond the runs' independence" in stdout
+    data = json.loads((out / "trainer_audit.json").read_text())
+    assert data["input_canaries"]["certified"]["epsilon"] > 2.0 and data["certified"]["epsilon"] < 2.0
+    assert data["input_canaries"]["certified"]["kind"] == "certified"
 
 
 def test_bad_input_exits_2(cli, tmp_path):
