@@ -74,7 +74,7 @@ def main() -> None:
                 r = audit_trainer(f"{path}:train", epsilon=eps, delta=1e-5, recipe=recipe, budget=args.budget,
                                   canaries=args.canaries,
                                   probes=args.probes if args.probes is not None else None if args.canaries is None else 500,
-                                  seed=seed)
+                                  seed=seed, input_runs=0)     # the gradient canaries' power and cost only
                 cpu = time.process_time() - t0
                 s = r.sampler
                 acc = account_dpsgd(dataset_size=s.num_records, batch_size=50, noise_multiplier=sigma, steps=s.steps,
