@@ -135,7 +135,7 @@ def test_thorough_pools_two_independent_runs():
     from dpaudit.auditing.trainer_audit import audit_trainer
 
     kw = dict(epsilon=2.0, delta=1e-5, recipe={"dataset_size": 1000, "batch_size": 64, "noise_multiplier": 1.48,
-                                               "epochs": 5}, seed=4)
+                                               "epochs": 5}, seed=4, input_runs=0)   # the gradient runs only
     one = audit_trainer(f"{TRAINERS / 'dpsgd_correct.py'}:train", budget="ci", **kw)
     two = audit_trainer(f"{TRAINERS / 'dpsgd_correct.py'}:train", budget="thorough", **kw)
     assert (one.runs, two.runs) == (1, 2)
@@ -144,3 +144,4 @@ def test_thorough_pools_two_independent_runs():
     # 2 x 2,000 canaries: a relatively narrower noise limit (the bound itself is lower: the canaries double N)
     assert two.noise.sigma_eff_upper / two.noise.sigma_eff < one.noise.sigma_eff_upper / one.noise.sigma_eff
     assert two.verdict == "NOT REFUTED"
+    assert two.input_canaries is None and any("input_runs = 0" in n for n in two.notes)
