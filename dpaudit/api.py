@@ -102,7 +102,7 @@ _LEGACY_ATTACK_KEYWORDS: dict[str, Any] = {
     "audit": None, "compare": False, "shadows": 16, "classifier": "catboost", "per_class": True,
     "threshold_kind": "loss", "lira_online": True, "population": None, "gamma": 1.0, "rmia_a": None, "canary": None,
     "canaries": None, "models": 200, "score": None, "analysis": "auto", "strict": False, "factory": None,
-    "train_fn": None, "trust_bundle_code": False, "executor": "local", "ray_address": None, "min_k": 0.2,
+    "train_fn": None, "trust_bundle_code": False, "executor": "local", "ray_address": None, "workers": None, "min_k": 0.2,
     "min_k_rounding": "floor",
 }
 
@@ -140,7 +140,7 @@ def specs_from_keywords(attack: str | None = "shadow", **keywords: Any) -> "tupl
         else:
             spec = RMIA(k["shadows"], offline=not k["lira_online"], population=k["population"], gamma=k["gamma"],
                         a=k["rmia_a"] if not k["lira_online"] else None, blind=blind)
-    execution = Execution(k["executor"], k["ray_address"])
+    execution = Execution(k["executor"], k["ray_address"], k["workers"])
     code = None
     if k["factory"] is not None or k["train_fn"] is not None or k["trust_bundle_code"]:
         from dpaudit.training.usercode import BundleCode
@@ -285,7 +285,8 @@ def _attack_one(release: "str | os.PathLike | Release", spec: Any, execution: An
 
     if isinstance(spec, Compare):
         with attack_output(root, name, out, overwrite=overwrite), \
-                make_executor(execution.executor, address=execution.ray_address, progress=rep) as ex, \
+                make_executor(execution.executor, address=execution.ray_address, workers=execution.workers,
+                              progress=rep) as ex, \
                 rep.stage(f"attack comparison on {root}"):
             comp = compare_release(bundle, num_references=spec.references, population=spec.population,
                                    gamma=spec.gamma, rmia_a=spec.a, confidence=confidence, delta=delta,
@@ -306,7 +307,8 @@ def _attack_one(release: "str | os.PathLike | Release", spec: Any, execution: An
         kw.update(num_shadows=spec.references, rmia_online=not spec.offline, lira_online=not spec.offline,
                   population=spec.population, gamma=spec.gamma, rmia_a=spec.a)
     with attack_output(root, name, out, overwrite=overwrite), \
-            make_executor(execution.executor, address=execution.ray_address, progress=rep) as ex, \
+            make_executor(execution.executor, address=execution.ray_address, workers=execution.workers,
+                          progress=rep) as ex, \
             rep.stage(f"{name} attack on {root}"):
         report = attack_release(bundle, attack=name, confidence=confidence, delta=delta, n_bootstrap=bootstrap,
                                 seed=seed, executor=ex, checkpoint_dir=out / "units", per_record=per_record, **kw)
@@ -349,19 +351,21 @@ def _attack_lm(root: Path, out: Path, name: str, *, audit: str | None, compare: 
 
 def audit(config: "str | os.PathLike | AuditConfig | None" = None, out: str | os.PathLike = DEFAULT_AUDIT_OUT, *,
           device: str | None = None, progress: "bool | Reporter" = False, executor: str = "local",
-          ray_address: str | None = None, trust_bundle_code: bool = False) -> "AuditReport":
+          ray_address: str | None = None, trust_bundle_code: bool = False, workers: int | None = None) -> "AuditReport":
     """Run an audit (``dpaudit audit``): train or load the releases of ``config`` (an audit TOML file, an
     :class:`~dpaudit.auditing.runner.AuditConfig`, or None for the embedded default on digits), account them, attack
     them, run the certified canary and whole-run audits, and write ``report.{json,md,html}`` with its figures into
-    ``out``. Re-running resumes what is complete. ``trust_bundle_code``: let release models run the code their
-    bundles name (otherwise only the code a ``[[models]]`` entry names itself). Returns the
+    ``out``. Re-running resumes what is complete. ``executor``: ``"local"`` (this process), ``"processes"``
+    (``workers`` worker processes, default the usable cores), ``"ray"`` or ``"auto"`` (processes when more than one
+    core is usable, else local; the CLI's default); the numbers are the same. ``trust_bundle_code``: let release
+    models run the code their bundles name (otherwise only the code a ``[[models]]`` entry names itself). Returns the
     :class:`~dpaudit.report.schema.AuditReport`."""
     from dpaudit.auditing.runner import AuditConfig, default_config, load_audit_config, run_audit
     from dpaudit.executors import make_executor
 
     cfg = (default_config() if config is None else config if isinstance(config, AuditConfig)
            else load_audit_config(config))
-    with make_executor(executor, address=ray_address) as ex:
+    with make_executor(executor, address=ray_address, workers=workers) as ex:
         return run_audit(cfg, out, device=device, progress=progress, executor=ex, trust_bundle_code=trust_bundle_code)
 
 

@@ -48,7 +48,7 @@ CANARY_SCORES = ("loss", "lira", "dirac-lr", "dirac-sum")
 #: :data:`dpaudit.auditing.canary_audit.ANALYSIS_CHOICES`.
 ANALYSES = ("auto", "eps", "fdp", "fdp-dp", "gdp")
 #: What trains the shadow / reference models (:func:`dpaudit.executors.make_executor`).
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "processes", "ray", "auto")
 #: The most shadow / reference models one attack trains (as ``dpaudit attack --shadows``).
 MAX_REFERENCES = 10_000
 
@@ -219,14 +219,22 @@ class CanaryAudit:
 
 @dataclass(frozen=True, slots=True)
 class Execution:
-    """Where shadow / reference models train: ``executor`` ``"local"`` (this process) or ``"ray"`` (a Ray cluster
-    at ``ray_address``; None: start or join the local one)."""
+    """Where shadow / reference models train: ``executor`` ``"local"`` (this process), ``"processes"`` (``workers``
+    worker processes of this machine, one intra-op thread each; None: its usable cores) or ``"ray"`` (a Ray cluster
+    at ``ray_address``; None: start or join the local one) or ``"auto"`` (processes when this process may use more
+    than one core or ``workers`` is given, else local: :func:`dpaudit.executors.make_executor`)."""
 
     executor: str = "local"
     ray_address: str | None = None
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         check_choice(self.executor, "executor", "Execution", EXECUTORS)
+        if self.workers is not None:
+            check_int(self.workers, "workers", "Execution", low=1, high=4096)
+            if self.executor not in ("processes", "auto"):
+                raise ParameterError("The 'workers' parameter of Execution applies to executor='processes' only "
+                                     f"(--executor processes). Got executor={self.executor!r} instead.")
         if self.ray_address is not None:
             if not isinstance(self.ray_address, str) or not self.ray_address:
                 raise ParameterError("The 'ray_address' parameter of Execution must be a non-empty string or None. "

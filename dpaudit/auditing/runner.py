@@ -611,16 +611,28 @@ def _run_audit(config: AuditConfig, out: Path, device: str | None, rep: Reporter
     releases_of = {r.name: rel for r, rel in zip(trained, done)}
     targets = [(run, i, name, Path(path)) for run in config.models
                for i, (name, path) in enumerate(releases_of.get(run.name, {run.name: run.release}).items())]
-    summaries = ex.map([Unit(_unit_key("attack", j, name, spec.label), _attack_unit,
-                             (path, spec, config, out / "models" / name / "attacks", inline, _code_of(run, trust)))
-                        for j, (run, _, name, path) in enumerate(targets) for spec in config.attacks],
-                       label=f"{len(config.attacks)} attack(s) on each of {len(targets)} release(s)", progress=rep)
+    # the whole-run and canary audits do not read the releases: units of the same map as the attacks, first (the
+    # longest units; a pool of workers then balances the attacks around them). Each takes its seed from the config.
+    audit_units = ([Unit(_unit_key("method-audit", k, c.name), _method_audit, (c, config, out, inline))
+                    for k, c in enumerate(config.method_audits)]
+                   + [Unit(_unit_key("canary-audit", k, c.name), _canary_audit, (c, config, out, device, inline))
+                      for k, c in enumerate(config.canary_audits)])
+    n_audits = len(audit_units)
+    label = f"{len(config.attacks)} attack(s) on each of {len(targets)} release(s)"
+    if n_audits:
+        label += f" and {n_audits} certified audit(s)"
+    results = ex.map(audit_units + [Unit(_unit_key("attack", j, name, spec.label), _attack_unit,
+                                         (path, spec, config, out / "models" / name / "attacks", inline,
+                                          _code_of(run, trust)))
+                                    for j, (run, _, name, path) in enumerate(targets) for spec in config.attacks],
+                     label=label, progress=rep)
+    method_audits = tuple(results[:len(config.method_audits)])
+    certified = tuple(results[len(config.method_audits):n_audits])
+    summaries = results[n_audits:]
     audits: list[ModelAudit] = []
     per = len(config.attacks)
     for j, (run, i, name, path) in enumerate(targets):
         audits.append(_model_audit(name, run, _load_release(path, config, _code_of(run, trust)), summaries[j * per:(j + 1) * per], is_primary=(i == 0)))
-    certified = tuple(_canary_audit(c, config, out, device, rep) for c in config.canary_audits)
-    method_audits = tuple(_method_audit(c, config, out, rep) for c in config.method_audits)
     report = AuditReport(
         title=config.title, seed=config.seed, dataset={"name": config.dataset, "data_dir": config.data_dir},
         models=tuple(audits), flags=tuple(compute_flags(audits) + method_audit_flags(method_audits)), config=to_dict(config),

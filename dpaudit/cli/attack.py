@@ -159,7 +159,7 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
             data_dir: Path | None, trust_data_dir: bool, quiet: bool, audit: str | None, canary: str | None,
             canaries: int | None, models: int, score: str | None, analysis: str, strict: bool, overwrite: bool,
             factory: str | None, train_fn: str | None, trust_bundle_code: bool, executor: str,
-            ray_address: str | None, min_k: float, min_k_rounding: str) -> None:
+            ray_address: str | None, workers: int | None, min_k: float, min_k_rounding: str) -> None:
     """Attack the model of a release bundle; print AUC, TPR@FPR, accuracy/precision/recall/F1, the empirical
     epsilon (an estimate on one model, with its range over split seeds) and the blind baseline; write attack.json.
     With --audit, run a certified canary audit instead: of the released model itself when the bundle holds canaries
@@ -183,7 +183,7 @@ def command(release: Path, attack: str, shadows: int, classifier: str, global_mo
         threshold_kind=threshold_kind, lira_online=not offline, population=population, gamma=gamma,
         rmia_a=rmia_a, canary=canary, canaries=canaries, models=models, score=score,
         analysis=analysis, strict=strict, factory=factory, train_fn=train_fn, trust_bundle_code=trust_bundle_code,
-        executor=executor, ray_address=ray_address, min_k=min_k, min_k_rounding=min_k_rounding)
+        executor=executor, ray_address=ray_address, workers=workers, min_k=min_k, min_k_rounding=min_k_rounding)
     result = run_attack(release, spec, execution, out=out, per_record=per_record, confidence=confidence, delta=delta,
                         bootstrap=bootstrap, seed=seed, overwrite=overwrite, code=code, data_dir=data_dir,
                         trust_data_dir=trust_data_dir, progress=as_reporter(not quiet, prefix="dpaudit attack"))

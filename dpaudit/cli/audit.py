@@ -25,7 +25,7 @@ from dpaudit.cli.render import print_table as shared_print_table
                    "checked against the bundle's sha256) runs.")
 @executor_options
 def command(config: Path | None, out: Path, device: str | None, quiet: bool, trust_bundle_code: bool, executor: str,
-            ray_address: str | None) -> None:
+            ray_address: str | None, workers: int | None) -> None:
     """Audit released models: theoretical epsilon beside empirical attack figures, a verdict per model.
 
     With no CONFIG, runs the embedded default (FREDY-style students on scikit-learn digits at three noise
@@ -38,7 +38,7 @@ def command(config: Path | None, out: Path, device: str | None, quiet: bool, tru
                                        verdict_lines)
 
     report = audit(config, out, device=device, progress=not quiet, executor=executor, ray_address=ray_address,
-                   trust_bundle_code=trust_bundle_code)
+                   trust_bundle_code=trust_bundle_code, workers=workers)
     console = make_console()
     printed: list[str] = []
 

@@ -19,6 +19,7 @@ method code.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -478,14 +479,8 @@ class Release:
             from dpaudit.training.external import recipe_train_fn
 
             return recipe_train_fn(self.meta, self.code, self.path)
-        spec, config = self.spec, self.train_config
-
-        def train(X: np.ndarray, y: np.ndarray, seed: int) -> Classifier:
-            from dpaudit.training.ensemble import fit_classifier
-
-            return fit_classifier(spec, X, y, config, int(seed))
-
-        return train
+        # a partial of a module-level function, not a closure: units that carry it can run in worker processes
+        return functools.partial(_recipe_train_one, self.spec, self.train_config)
 
     def train_many(self):
         """``(datasets, seed) -> [Classifier]``: many models of the recipe at once (ensemble trainer for
@@ -494,19 +489,27 @@ class Release:
             from dpaudit.training.external import recipe_train_many
 
             return recipe_train_many(self.meta, self.code, self.path)
-        spec, config = self.spec, self.train_config
+        return functools.partial(_recipe_train_many, self.spec, self.train_config)
 
-        def train(datasets: Sequence[tuple[np.ndarray, np.ndarray]], seed: int) -> list[Classifier]:
-            from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
 
-            seed = int(seed)
-            if spec.is_torch:
-                ens = train_ensemble(spec, list(datasets), config or TrainConfig(), seed=seed, progress=False)
-                return ens.members()
-            return [fit_classifier(spec, X, y, config, model_seed(seed, i) % (2**31 - 1))
-                    for i, (X, y) in enumerate(datasets)]
+def _recipe_train_one(spec: Any, config: Any, X: np.ndarray, y: np.ndarray, seed: int) -> Classifier:
+    """:meth:`Release.train_fn` of a dpaudit release: one model of the recipe."""
+    from dpaudit.training.ensemble import fit_classifier
 
-        return train
+    return fit_classifier(spec, X, y, config, int(seed))
+
+
+def _recipe_train_many(spec: Any, config: Any, datasets: Sequence[tuple[np.ndarray, np.ndarray]],
+                       seed: int) -> list[Classifier]:
+    """:meth:`Release.train_many` of a dpaudit release: model ``i`` depends only on ``datasets[i]``, ``seed``, ``i``."""
+    from dpaudit.training.ensemble import TrainConfig, fit_classifier, model_seed, train_ensemble
+
+    seed = int(seed)
+    if spec.is_torch:
+        ens = train_ensemble(spec, list(datasets), config or TrainConfig(), seed=seed, progress=False)
+        return ens.members()
+    return [fit_classifier(spec, X, y, config, model_seed(seed, i) % (2**31 - 1))
+            for i, (X, y) in enumerate(datasets)]
 
 
 def _bundle_file(root: Path, real_root: Path, name: str, meta_path: Any = None) -> Path:

@@ -116,7 +116,15 @@ def test_attack_cli_executor_flags(release, tmp_path, cli):
                          "--out", str(tmp_path / "x")])
     assert code == 2 and err.count("\n") == 1 and "'ray_address'" in err and "--executor ray" in err
     code, _, err = cli(["attack", str(release), "--executor", "dask"])
-    assert code == 2 and "'dask' is not one of 'local', 'ray'" in err
+    assert code == 2 and "'dask' is not one of 'auto', 'local', 'processes', 'ray'" in err
+    for bad in ("0", "two", "5000"):  # a bad worker count: one line naming the option, exit 2, nothing written
+        code, _, err = cli(["attack", str(release), "--attack", "threshold", "--workers", bad,
+                            "--out", str(tmp_path / "w")])
+        assert code == 2 and err.count("\n") == 1 and "--workers" in err and repr(bad) in err, err
+    code, _, err = cli(["attack", str(release), "--attack", "threshold", "--executor", "local", "--workers", "2",
+                        "--out", str(tmp_path / "w")])
+    assert code == 2 and err.count("\n") == 1 and "'workers'" in err and "--executor processes" in err, err
+    assert not (tmp_path / "w").exists()
 
 
 def test_attack_table_is_whole_at_60_columns(release, tmp_path, cli, monkeypatch):

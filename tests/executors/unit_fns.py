@@ -93,3 +93,19 @@ def die(_: int = 0) -> dict:
     """Kill the process running this unit (a worker that dies every time)."""
     os.kill(os.getpid(), signal.SIGKILL)
     return {}
+
+
+def die_once_now(seed: int, marker: str) -> dict:
+    """The first attempt writes its pid to ``marker`` and kills its own process; later attempts return ``draw``."""
+    m = Path(marker)
+    if not m.exists():
+        m.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return draw(seed)
+
+
+def thread_count() -> dict:
+    """The intra-op threads of the process running the unit (torch's count and OMP_NUM_THREADS)."""
+    import torch
+
+    return {"torch": np.array(torch.get_num_threads()), "omp": np.array(os.environ.get("OMP_NUM_THREADS", ""))}
