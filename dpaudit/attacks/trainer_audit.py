@@ -472,8 +472,9 @@ def input_canary_design(X, *, extreme: float = INPUT_CANARY_EXTREME) -> tuple[np
 
 def input_canary_scores(watch, features) -> np.ndarray:
     """Each canary's score (module docstring, 4) from one run's :attr:`~dpaudit.training.audit_hook.HookRecord.watch`
-    (d, k): minus the log squared norm of feature ``j``'s summed first-layer update (a slice that never moved: +inf,
-    kept finite as a large number)."""
+    (d, k): minus the log squared norm of feature ``j``'s summed first-layer update (a slice that never moved, or an
+    overflowing one: +inf or -inf, kept finite as +-1e300; a non-finite update counts as 0, or +-1e150 for an
+    infinity)."""
     w = np.asarray(watch, dtype=np.float64)
     f = np.asarray(features, dtype=np.int64)
     if w.ndim != 2 or (f.size and (f.min() < 0 or f.max() >= w.shape[0])):
@@ -481,8 +482,8 @@ def input_canary_scores(watch, features) -> np.ndarray:
                         f"features {f.tolist()[:8]}.")
     w = np.nan_to_num(w, nan=0.0, posinf=1e150, neginf=-1e150)
     energy = np.sum(w[f] * w[f], axis=1)
-    with np.errstate(divide="ignore"):
-        return np.minimum(-np.log(energy), 1e300)
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.clip(-np.log(energy), -1e300, 1e300)
 
 
 def certified_input_canaries(runs: Sequence[tuple[Any, Any, Any]], *, delta: float, confidence: float = 0.95) -> Any:

@@ -199,12 +199,13 @@ def test_input_canary_design_skips_constant_features_and_uses_the_real_data_only
 def test_input_canary_scores_rank_quiet_slices_first():
     from dpaudit.attacks.trainer_audit import input_canary_scores
 
-    watch = np.zeros((4, 3))
+    watch = np.zeros((5, 3))
     watch[0] = 1.0
     watch[1] = 10.0
     watch[3] = np.nan                                                   # nothing finite moved: like a quiet slice
-    s = input_canary_scores(watch, [0, 1, 2, 3])
-    assert s[1] < s[0] < s[2] and np.all(np.isfinite(s)) and s[3] == s[2]
+    watch[4] = np.inf                                                   # an exploding update: the loudest
+    s = input_canary_scores(watch, [0, 1, 2, 3, 4])
+    assert s[4] < s[1] < s[0] < s[2] and np.all(np.isfinite(s)) and s[3] == s[2]
 
 
 def _rr_runs(seed, eps, runs=20, features=59):
