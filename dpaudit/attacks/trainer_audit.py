@@ -481,8 +481,8 @@ def input_canary_scores(watch, features) -> np.ndarray:
         raise DataError(f"input_canary_scores: watch must be (d, k) with every feature below d. Got {w.shape} and "
                         f"features {f.tolist()[:8]}.")
     w = np.nan_to_num(w, nan=0.0, posinf=1e150, neginf=-1e150)
-    energy = np.sum(w[f] * w[f], axis=1)
     with np.errstate(divide="ignore", over="ignore"):
+        energy = np.sum(w[f] * w[f], axis=1)
         return np.clip(-np.log(energy), -1e300, 1e300)
 
 
