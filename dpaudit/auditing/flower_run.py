@@ -469,11 +469,16 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
     if dp.startswith("client-"):
         raise ParameterError("client-side clipping needs the clipping mod on the ClientApp; the digits simulation runs "
                              "server-side wrappers and plain FedAvg only. Got dp=" + repr(dp) + " instead.")
-    logging.getLogger("flwr").setLevel(logging.WARNING)
+    flwr_logger = logging.getLogger("flwr")
+    flwr_logger.setLevel(logging.WARNING)
+    # the ClientApps' own log lines (Ray forwards the workers' output to this process) follow the rule for Flower's
+    # log here: shown unless a filter on the 'flwr' logger drops its warnings (the CLI's, without --verbose)
+    workers = bool(flwr_logger.filter(logging.LogRecord("flwr", logging.WARNING, __file__, 0, "", None, None)))
     with loopback_only():   # the simulation's Ray instance listens on 127.0.0.1 only
         run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
                        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"num_cpus": 2, "include_dashboard": False}})
+                                       "init_args": {"num_cpus": 2, "include_dashboard": False,
+                                                     "log_to_driver": workers}})
     if "path" not in holder:
         raise DataError("The Flower simulation ended without writing its run record (see Flower's log above).")
     return holder["path"]
