@@ -131,8 +131,10 @@ def release(run_dir: Path, out: Path, delta: float, neighbouring: str, claims: t
 
 @command.command("audit")
 @click.option("--out", type=_DIR, required=True, help="Folder for the canary runs and flower_canary_audit.json.")
-@click.option("--canaries", type=int, default=32, show_default=True, help="Canary clients (each included by a fair coin).")
-@click.option("--clients", type=int, default=8, show_default=True, help="Ordinary clients.")
+@click.option("--canaries", type=int, default=32, show_default=True,
+              help="Canary clients, 2-128 (each included by a fair coin).")
+@click.option("--clients", type=int, default=8, show_default=True,
+              help="Ordinary clients, 1-100 (with the canaries at most 200 SuperNodes).")
 @click.option("--sampled", type=int, default=4, show_default=True)
 @click.option("--rounds", type=int, default=5, show_default=True)
 @click.option("--noise-multiplier", type=float, default=2.0, show_default=True)
