@@ -18,8 +18,9 @@ workers or the order in which they finish.
   default, ``--threads N`` / ``DPAUDIT_THREADS=N`` as given, ``auto`` as usable cores / workers.
 * **Failures**: a unit that raises makes :meth:`map` raise that exception (with a note naming the unit) once the
   units already running have finished and been checkpointed, as the local executor does; a worker that dies
-  (killed, out of memory) breaks the pool: a new one is started and the units it was running are run again, up to
-  ``max_retries`` times, then :class:`~dpaudit.executors.UnitFailed`.
+  (killed, out of memory) breaks the pool: a new one is started and the units it was running are run again, one at
+  a time until the one whose worker dies is known; that one is retried up to ``max_retries`` times, then
+  :class:`~dpaudit.executors.UnitFailed` names it.
 """
 
 from __future__ import annotations
@@ -138,11 +139,13 @@ class ProcessExecutor(Executor):
         modules = {getattr(u.fn, "__module__", "") or "" for u in units} - {""}
         todo = list(zip(index, units))  # in the order given: the caller puts long units first
         attempts = {i: 0 for i in index}
+        suspects: set[int] = set()  # in flight with others when a worker died: each runs alone next, to tell
         inflight: dict[Future, tuple[int, Unit]] = {}
         error: BaseException | None = None
         while todo or inflight:
             pool = self._start(modules)
-            while todo and error is None and len(inflight) < self.workers + 1:
+            cap = 1 if suspects else self.workers + 1
+            while todo and error is None and len(inflight) < cap:
                 i, u = todo.pop(0)
                 inflight[pool.submit(_call, blob_of[i])] = (i, u)
             if error is not None and not inflight:
@@ -152,6 +155,8 @@ class ProcessExecutor(Executor):
             broken: list[tuple[int, Unit]] = []
             for fut in done:
                 i, u = inflight.pop(fut)
+                if not isinstance(fut.exception(), BrokenProcessPool):
+                    suspects.discard(i)
                 try:
                     result = fut.result()
                 except BrokenProcessPool as exc:  # a worker died: every unit in flight failed with it
@@ -169,6 +174,11 @@ class ProcessExecutor(Executor):
                     broken.append(inflight.pop(fut))
                 self._discard_pool()
                 for i, u in broken:
+                    if len(broken) > 1:  # which of them killed the worker is not known: each runs alone next
+                        suspects.add(i)
+                        todo.append((i, u))
+                        continue
+                    suspects.discard(i)
                     attempts[i] += 1
                     if attempts[i] > self.max_retries:
                         tally.failed += 1
@@ -177,8 +187,8 @@ class ProcessExecutor(Executor):
                                                f"{attempts[i]} time(s) (max_retries={self.max_retries}; "
                                                f"{type(last).__name__}: {last}).")
                     else:
-                        todo.insert(0, (i, u))
-                todo.sort(key=lambda t: index.index(t[0]))
+                        todo.append((i, u))
+                todo.sort(key=lambda t: (t[0] not in suspects, index.index(t[0])))
             if error is not None:
                 todo = []
         tally.running = 0
