@@ -391,15 +391,23 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
     from flwr.simulation import run_simulation
 
     from dpaudit.integrations.flower.recorder import RecordingStrategy
+    from dpaudit.training.flower.apps import discover
+    from dpaudit.training.flower.codec import HEADER, header_record
 
     mod = None
     if local_dp is not None:
         from flwr.clientapp.mod import LocalDpMod
 
         mod = LocalDpMod(local_dp.clipping_norm, local_dp.sensitivity, local_dp.epsilon, local_dp.delta)
-    client_app = ClientApp(mods=[mod] if mod is not None else None)
+    client_app = ClientApp()
 
-    @client_app.train()
+    @client_app.query()
+    def query(msg: Message, context: Context) -> Message:
+        # the ServerApp's first question: which partition this node holds (Flower's node ids are random)
+        return Message(content=RecordDict({HEADER: header_record({"partition_id": int(context.node_config["partition-id"])})}),
+                       reply_to=msg)
+
+    @client_app.train(mods=[mod] if mod is not None else None)
     def train(msg: Message, context: Context) -> Message:
         pid = int(context.node_config["partition-id"])
         arrays = {k: v.numpy() for k, v in msg.content["arrays"].items()}
@@ -425,6 +433,8 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
             # the simulation engine's InMemoryGrid polls for replies every pull_interval seconds (its constructor
             # option, 0.1 by default): at most that much idle wait per round, paid by every round
             grid.pull_interval = GRID_PULL_INTERVAL
+        # node id -> partition id, so that the seeded sampler draws partitions, whatever node ids Flower drew
+        node_partitions = {node: pid for pid, node in discover(grid, clients, 600).items()}
         inner = fs.FedAvg(fraction_train=sampled / clients, fraction_evaluate=0.0, min_train_nodes=sampled,
                           min_available_nodes=clients)
         m_decl = sampled if declared is None else declared
@@ -453,11 +463,10 @@ def _simulate(out, client_data, canaries, *, clients, sampled, rounds, sigma, cl
                                                                      clipped_count_stddev=max(m_decl / 20, sigma))
         else:
             strat = inner
-        rec = RecordingStrategy(strat, seed=seed, local_dp=mod)
+        rec = RecordingStrategy(strat, seed=seed, local_dp=mod, node_partitions=node_partitions)
         start = ArrayRecord({k: Array(np.asarray(v, np.float32)) for k, v in (
             {_W: np.zeros((10, 64), np.float32), _B: np.zeros(10, np.float32)} if model is None
             else model.initial(seed)).items()})
-        np.random.seed(seed)    # Flower's DP wrappers draw their noise from numpy's global generator
         def evaluate(server_round: int, arrays: ArrayRecord):
             observe(server_round, {k: v.numpy().copy() for k, v in arrays.items()})
             return None

@@ -10,7 +10,9 @@ Each round, :meth:`RecordingStrategy.configure_train` records the connected node
 from), the node ids the inner strategy sent training messages to, and the clipping norm, noise multiplier and
 ``num_sampled_clients`` of the DP wrapper at that moment (adaptive clipping moves the norm); :meth:`aggregate_train` records whose replies were
 aggregated (and, when a reply's metrics carry ``partition-id``, which data partition a node held) and whether a new
-global model came out. The wrapper changes nothing it passes on. :meth:`write` writes the run directory
+global model came out. The wrapper changes nothing it passes on but its order: the connected nodes are listed to
+the sampler, and replies handed to the aggregation, in partition order (where known), so that a seed gives the same
+run whatever node ids Flower drew and whatever order the replies arrived in. :meth:`write` writes the run directory
 (:mod:`dpaudit.integrations.flower.record`): the record, the per-client ledger (accounted by
 :func:`~dpaudit.integrations.flower.accounting.account_run`) and the final global model (safetensors).
 
@@ -23,6 +25,7 @@ guarantee). ``LocalDpMod`` runs on the clients, out of the server's sight: pass 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections.abc import Iterable
@@ -115,16 +118,20 @@ def grid_engine(grid: Any) -> str:
 
 
 class _GridView:
-    """The Grid passed to the inner strategy's ``configure_train``: every call goes through; the node ids of the last
-    ``get_node_ids()`` are kept (the list the sampler drew from)."""
+    """The Grid passed to the inner strategy's ``configure_train``: every call goes through; ``get_node_ids()`` lists
+    the connected nodes in a fixed order (by partition id where ``order`` knows it, then by node id; Flower's own list
+    comes from a set, in an order that changes from run to run) and the last list is kept (the one the sampler drew
+    from)."""
 
-    def __init__(self, grid: Grid) -> None:
+    def __init__(self, grid: Grid, order: Any = None) -> None:
         self._grid = grid
+        self._order = order
         self.last: tuple[int, ...] = ()
 
     def get_node_ids(self):
-        ids = list(self._grid.get_node_ids())
-        self.last = tuple(int(i) for i in ids)
+        ids = sorted((int(i) for i in self._grid.get_node_ids()),
+                     key=self._order if self._order is not None else (lambda i: (0, i)))
+        self.last = tuple(ids)
         return ids
 
     def __getattr__(self, name: str) -> Any:
@@ -139,13 +146,24 @@ class RecordingStrategy(Strategy):
     strategy:
         The strategy the ServerApp would run, DP wrapper included.
     seed:
-        If given, ``random.seed(seed)`` is called before the first round: Flower's ``sample_nodes`` draws from Python's
-        ``random`` module, so the same seed samples the same nodes in the same order of connection. Recorded.
+        If given, the inner strategy's calls run with generators of the recorder's own, seeded by ``seed``: Python's
+        ``random`` (Flower's ``sample_nodes`` draws from it) starts as after ``random.seed(seed)`` and numpy's global
+        generator (Flower's DP wrappers draw their noise from it) as after ``np.random.seed(seed)``; each call takes
+        up where the last one ended, and the process's own states are put back after it, so nothing else drawing
+        from them in between moves the run. Recorded.
     local_dp:
         The ``LocalDpMod`` the ClientApp runs (its settings are recorded; the server cannot see it).
+    node_partitions:
+        Node id -> partition id of the connected nodes, where the ServerApp knows it before the first round (e.g. from
+        a query each ClientApp answers with its ``partition-id``). The sampler then draws from the nodes in partition
+        order, so the same seed samples the same partitions whatever node ids Flower drew (Flower 1.42 draws them
+        from ``os.urandom``); partitions reported in training metrics are used from the round after. Replies are
+        aggregated in partition order (then node id), not in order of arrival, so the float sums do not depend on
+        which client answered first. Neither changes what is sampled (m of N uniformly) or aggregated.
     """
 
-    def __init__(self, strategy: Strategy, *, seed: int | None = None, local_dp: Any = None) -> None:
+    def __init__(self, strategy: Strategy, *, seed: int | None = None, local_dp: Any = None,
+                 node_partitions: Any = None) -> None:
         super().__init__()
         if not isinstance(strategy, Strategy):
             raise ParameterError(f"The 'strategy' parameter of RecordingStrategy must be a flwr.serverapp.strategy.Strategy. Got {type(strategy).__name__} instead.")
@@ -160,21 +178,46 @@ class RecordingStrategy(Strategy):
         self.rounds: list[RoundRecord] = []
         self.partitions: dict[str, int] = {}
         self._pending: dict[int, dict[str, Any]] = {}
-        self._seeded = False
+        self._states: tuple[Any, Any] | None = None
+        if self.seed is not None:
+            self._states = (random.Random(self.seed).getstate(), np.random.RandomState(self.seed).get_state())
+        for node, pid in dict(node_partitions or {}).items():
+            if isinstance(pid, bool) or not isinstance(pid, (int, np.integer)) or pid < 0:
+                raise ParameterError(f"The 'node_partitions' parameter of RecordingStrategy must map node ids to "
+                                     f"partition ids >= 0. Got {node!r:.40} -> {pid!r:.40} instead.")
+            self.partitions[str(int(node))] = int(pid)
+
+    def _order(self, node: int) -> tuple[int, int]:
+        pid = self.partitions.get(str(int(node)))
+        return (0, pid, int(node)) if pid is not None else (1, int(node), 0)
+
+    @contextlib.contextmanager
+    def _seeded_rngs(self):
+        """The recorder's own Python ``random`` and numpy global states in force (with a seed), the process's back after."""
+        if self._states is None:
+            yield
+            return
+        outer = (random.getstate(), np.random.get_state())
+        random.setstate(self._states[0])
+        np.random.set_state(self._states[1])
+        try:
+            yield
+        finally:
+            self._states = (random.getstate(), np.random.get_state())
+            random.setstate(outer[0])
+            np.random.set_state(outer[1])
 
     # ------------------------------------------------------------------ the Strategy interface, passed through
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        if self.seed is not None and not self._seeded:
-            random.seed(self.seed)
-            self._seeded = True
         if self.engine is None:
             self.engine = grid_engine(grid)
         dp = self._dp
         clip = None if dp is None else float(dp.clipping_norm)
         sigma = None if dp is None else float(dp.noise_multiplier)
-        seen = _GridView(grid)
-        messages = list(self.strategy.configure_train(server_round, arrays, config, seen))
+        seen = _GridView(grid, self._order)
+        with self._seeded_rngs():
+            messages = list(self.strategy.configure_train(server_round, arrays, config, seen))
         sampled = tuple(int(m.metadata.dst_node_id) for m in messages)
         # the population is what the sampler drew from: Flower's sample_nodes samples from the result of its last
         # get_node_ids() call (it waits until enough nodes are connected)
@@ -187,19 +230,24 @@ class RecordingStrategy(Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
-        ok = [r for r in replies if not r.has_error()]
-        replied = tuple(int(r.metadata.src_node_id) for r in ok)
-        for r in ok:
+        for r in replies:
+            if r.has_error():
+                continue
             for rec in r.content.metric_records.values():
                 pid = rec.get("partition-id")
                 if isinstance(pid, int) and not isinstance(pid, bool) and pid >= 0:
                     self.partitions[str(int(r.metadata.src_node_id))] = int(pid)
+        # a fixed order (partition, then node id), not the order of arrival: the float sums come out the same each run
+        replies.sort(key=lambda r: self._order(int(r.metadata.src_node_id)))
+        ok = [r for r in replies if not r.has_error()]
+        replied = tuple(int(r.metadata.src_node_id) for r in ok)
         key = getattr(_chain(self.strategy)[-1], "weighted_by_key", "num-examples")
         weights = []
         for r in ok:
             w = [rec.get(key) for rec in r.content.metric_records.values() if rec.get(key) is not None]
             weights.append(float(w[0]) if len(w) == 1 and isinstance(w[0], (int, float)) and not isinstance(w[0], bool) else None)
-        arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        with self._seeded_rngs():
+            arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         pending = self._pending.pop(server_round, None)
         if pending is not None:
             sampled = set(pending["sampled"])
@@ -210,10 +258,13 @@ class RecordingStrategy(Strategy):
         return arrays, metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+        with self._seeded_rngs():
+            return list(self.strategy.configure_evaluate(server_round, arrays, config, _GridView(grid, self._order)))
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return self.strategy.aggregate_evaluate(server_round, replies)
+        replies = sorted(replies, key=lambda r: self._order(int(r.metadata.src_node_id)))
+        with self._seeded_rngs():
+            return self.strategy.aggregate_evaluate(server_round, replies)
 
     def summary(self) -> None:
         self.strategy.summary()
