@@ -407,10 +407,14 @@ def audit_trainer(train_fn: str, *, claim: Sequence[str] | dict, recipe: Sequenc
                   records: int = 1000, seed: int = 0, confidence: float = 0.95,
                   out: str | os.PathLike | None = None, overwrite: bool = False,
                   progress: "bool | Reporter" = False) -> "TrainerAuditResult":
-    """Audit a training function you wrote (``dpaudit audit-trainer FILE.py:train``): it runs once on digits records
-    plus fair-coin canaries with the white-box audit hook attached in two lines (see
-    :mod:`dpaudit.training.audit_hook`), and the claim (``["epsilon=2", "delta=1e-5"]`` or a dict) is REFUTED when
-    the certified one-run bound or the recorded mechanism's analytic lower bound exceeds it. ``recipe``: the declared
+    """Audit a training function you wrote (``dpaudit audit-trainer FILE.py:train``). ``threat_model="white-box"``:
+    it runs on digits records plus fair-coin canaries with the white-box audit hook attached in two lines (see
+    :mod:`dpaudit.training.audit_hook`), once at ``ci`` (twice at ``thorough``), then, when the gradient canaries do
+    not refute the claim, 20 (``ci``) or 40 (``thorough``) more times with input canaries; the claim
+    (``["epsilon=2", "delta=1e-5"]`` or a dict) is REFUTED when a certified bound or the recorded mechanism's analytic
+    lower bound exceeds it. ``threat_model="final-model"``: it runs 60 (``ci``) or 150 (``thorough``) times with input
+    canaries and must return the trained model; only the returned models are scored (certified one-run bound pooled
+    over the runs; no recorded-run accounting). ``recipe``: the declared
     DP-SGD recipe (``["dataset_size=1000", "batch_size=64", "noise_multiplier=1.48", "epochs=5"]`` or a dict) the
     record is compared with. Returns a :class:`~dpaudit.auditing.trainer_audit.TrainerAuditResult` (``verdict``,
     ``exit_code``); ``out`` also writes ``trainer_audit.json``."""
