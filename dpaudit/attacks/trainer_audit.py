@@ -54,6 +54,19 @@ record of the data set when its fair coin says so (``canary_index[j] >= 0``). Th
    Nasr & Jagielski 2023 therefore applies to the canaries of all runs pooled (their guesses may depend on every
    run's output). The score may be uninformative (another first layer, a trainer that does not normalise): the
    bound is then small, never wrong.
+
+5. **Final model only** (:func:`final_model_scores`, :func:`certified_final_model`): the auditor sees only the
+   model the training function returns (no hook record). The canaries are input records as in 4, built by
+   :func:`input_canary_design` at :data:`FINAL_MODEL_EXTREME` (1e3) real standard deviations, each with a random
+   label and in the data by a fair coin. The score, fixed before any run: the log likelihood the returned model
+   gives the canary's own label (its input fed to the returned model as is); the rule, also fixed in advance
+   (:data:`FINAL_MODEL_RULE`): "out" on the ``0.05 m`` lowest scores, no "in" guess. An extreme input makes the
+   canary's gradient concentrate on the first-layer weights of its feature; a loop whose clipping does not bound one
+   record's step (clipping of the batch mean) fits the canary's random label, and a loop that standardises with the
+   training set's statistics changes what the model learns of that feature when the canary is in; an "out" canary
+   then has a clearly lower likelihood of its random label. Design, extreme and rule were chosen on pilot seeds
+   (5001-5005, 20-100 runs each) of the bug suite, none of the seeds the tests use. Soundness: as in 4 (each coin
+   changes one run's data set by one record; the runs are independent), with :func:`certified_pooled`.
 """
 
 from __future__ import annotations
@@ -72,7 +85,9 @@ from dpaudit.serial import JsonValue
 __all__ = ["SamplerFinding", "NoiseFinding", "RecordedBound", "identify_sampler", "estimate_noise",
            "estimate_noise_runs", "recorded_lower_bound", "whitebox_scores", "certified_one_run", "certified_runs", "chi_mean_inverse", "ANALYTIC_ASSUMPTIONS",
            "SAMPLER_KINDS", "simulate_record", "input_canary_design", "input_canary_scores",
-           "certified_input_canaries", "INPUT_CANARY_EXTREME", "INPUT_CANARY_RULE", "INPUT_CANARY_SCORE"]
+           "certified_input_canaries", "INPUT_CANARY_EXTREME", "INPUT_CANARY_RULE", "INPUT_CANARY_SCORE",
+           "certified_pooled", "final_model_scores", "certified_final_model", "FINAL_MODEL_EXTREME",
+           "FINAL_MODEL_RULE", "FINAL_MODEL_SCORE"]
 
 SAMPLER_KINDS = ("poisson", "shuffle", "fixed", "full-batch", "unknown")
 
@@ -486,21 +501,78 @@ def input_canary_scores(watch, features) -> np.ndarray:
         return np.clip(-np.log(energy), -1e300, 1e300)
 
 
-def certified_input_canaries(runs: Sequence[tuple[Any, Any, Any]], *, delta: float, confidence: float = 0.95) -> Any:
-    """The certified bound (:class:`~dpaudit.attacks.canary.CanaryBound`) of input canaries pooled over independent
-    runs (``(watch, features, included)`` each; module docstring, 4), with :data:`INPUT_CANARY_RULE`."""
+def certified_pooled(runs: Sequence[tuple[Any, Any]], *, delta: float, confidence: float, score: str, rule: Any,
+                     owner: str = "certified_pooled") -> Any:
+    """The certified one-run bound (:func:`dpaudit.attacks.canary.one_run_certified`, Theorem 3 of Steinke, Nasr &
+    Jagielski 2023, analysis "eps") of canaries pooled over independent runs: ``(scores, included)`` per run, each
+    canary's score from its own run's output only. Sound with no assumption beyond the fair coins and the runs'
+    independence (module docstring, 4): each coin changes one run's data set by one record. ``rule``: the guessing
+    rule, fixed before any run."""
     from dpaudit.attacks.canary import one_run_certified
 
     scores, coins = [], []
-    for watch, features, inc in runs:
-        s = input_canary_scores(watch, features)
-        c = np.asarray(inc, dtype=bool)
+    for sc, inc in runs:
+        s = np.asarray(sc, dtype=np.float64).ravel()
+        c = np.asarray(inc, dtype=bool).ravel()
         if c.shape != s.shape:
-            raise DataError(f"certified_input_canaries: {s.size} features but {c.size} coins in a run.")
+            raise DataError(f"{owner}: {s.size} scores but {c.size} coins in a run.")
         scores.append(s)
         coins.append(c)
     return one_run_certified(np.concatenate(scores), np.concatenate(coins), delta=delta, confidence=confidence,
-                             score=INPUT_CANARY_SCORE, analysis="eps", rule=INPUT_CANARY_RULE, compare=False)
+                             score=score, analysis="eps", rule=rule, compare=False)
+
+
+def certified_input_canaries(runs: Sequence[tuple[Any, Any, Any]], *, delta: float, confidence: float = 0.95) -> Any:
+    """The certified bound (:class:`~dpaudit.attacks.canary.CanaryBound`) of input canaries pooled over independent
+    runs (``(watch, features, included)`` each; module docstring, 4), with :data:`INPUT_CANARY_RULE`."""
+    return certified_pooled([(input_canary_scores(watch, features), inc) for watch, features, inc in runs],
+                            delta=delta, confidence=confidence, score=INPUT_CANARY_SCORE, rule=INPUT_CANARY_RULE,
+                            owner="certified_input_canaries")
+
+
+# ------------------------------------------------------------------------------------------------------- final model
+
+#: How many real standard deviations above the real mean a final-model canary's feature lies (module docstring, 5).
+FINAL_MODEL_EXTREME = 1e3
+
+#: The final-model canaries' score (module docstring, 5).
+FINAL_MODEL_SCORE = "canary-log-likelihood"
+
+
+def _final_rule() -> Any:
+    from dpaudit.attacks.auditor import GuessGrid
+
+    return GuessGrid(totals=(0.05,), in_shares=(0.0,), min_guesses=10)
+
+
+#: The final-model guessing rule, one pair fixed by the canary count m: "out" on the round(0.05 m) lowest scores.
+FINAL_MODEL_RULE = _final_rule()
+
+
+def final_model_scores(logits, labels) -> np.ndarray:
+    """Each final-model canary's score (module docstring, 5): ``log softmax(logits)[label]``, the log likelihood the
+    returned model gives the canary's own label, computed in log space (no clipping: extreme inputs give logits in
+    the hundreds). ``logits`` (m, classes), ``labels`` (m,). A non-finite logit row scores -1e300 (no evidence of
+    a fit)."""
+    z = np.asarray(logits, dtype=np.float64)
+    lab = np.asarray(labels, dtype=np.int64).ravel()
+    if z.ndim != 2 or z.shape[0] != lab.size or z.shape[1] < 2 or (lab.size and (lab.min() < 0 or lab.max() >= z.shape[1])):
+        raise DataError(f"final_model_scores: logits must be (m, classes >= 2) with every label below the class count. "
+                        f"Got logits {z.shape} and {lab.size} labels (largest {int(lab.max()) if lab.size else None}).")
+    bad = ~np.all(np.isfinite(z), axis=1)
+    z = np.where(bad[:, None], 0.0, z)
+    top = z.max(axis=1, keepdims=True)
+    lse = top[:, 0] + np.log(np.sum(np.exp(z - top), axis=1))
+    out = z[np.arange(lab.size), lab] - lse
+    return np.where(bad, -1e300, out)
+
+
+def certified_final_model(runs: Sequence[tuple[Any, Any, Any]], *, delta: float, confidence: float = 0.95) -> Any:
+    """The certified bound of final-model canaries pooled over independent runs (``(logits, labels, included)``
+    each; module docstring, 5), with :data:`FINAL_MODEL_RULE`."""
+    return certified_pooled([(final_model_scores(z, lab), inc) for z, lab, inc in runs], delta=delta,
+                            confidence=confidence, score=FINAL_MODEL_SCORE, rule=FINAL_MODEL_RULE,
+                            owner="certified_final_model")
 
 
 # ------------------------------------------------------------------------------------------------------- simulation

@@ -184,7 +184,7 @@ def _lm_release() -> dict[str, Any]:
 def _trainer_audit() -> dict[str, Any]:
     from dpaudit.auditing.trainer_audit import TrainerAuditResult
 
-    return _frame("trainer_audit.json", "dpaudit white-box audit of a user's own training function",
+    return _frame("trainer_audit.json", "dpaudit white-box or final-model audit of a user's own training function",
                   json_schema(TrainerAuditResult))
 
 

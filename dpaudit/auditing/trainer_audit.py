@@ -30,8 +30,18 @@ The failure probability ``1 - confidence`` is split over the four confidence lim
 Poisson rate's lower limit 1/10, the input canaries' certified bound 1/10), so that the verdict is wrong with
 probability at most ``1 - confidence`` (a union bound).
 
-Threat model: white-box (every privatised update is seen: the standard DP-SGD threat model). Final-model audits of
-a user's trainer are not part of this module.
+Threat models: ``white-box`` (every privatised update is seen: the standard DP-SGD threat model; all of the above)
+and ``final-model`` (:func:`final_model_phase`): only the model the training function returns is seen. There the
+user's function runs ``final_runs`` times (60 at ``ci``, 150 at ``thorough``), independently (executor units, seeds
+from :func:`dpaudit.executors.derive_seed`), each time on the real records plus input canaries (one per non-constant
+feature, :data:`~dpaudit.attacks.trainer_audit.FINAL_MODEL_EXTREME` real standard deviations above the real mean
+in that feature, a random label, in the data by a fair coin; the hook is :data:`~dpaudit.training.audit_hook.NO_HOOK`:
+nothing is recorded or replaced), and each canary is scored by the log likelihood the returned model gives its label
+(:func:`dpaudit.attacks.trainer_audit.certified_final_model`). The bound is certified by the one-run theorem pooled
+over the runs (no assumption beyond the coins and the runs' independence), at the whole ``confidence``. The
+recorded-run accounting (sampler, steps, noise) needs the hook's record: it is white-box only, and the final-model
+output says so. The training function must return the trained model (a callable mapping a float32 (m, d) tensor to
+(m, classes) logits, e.g. a ``torch.nn.Module``).
 """
 
 from __future__ import annotations
@@ -50,6 +60,10 @@ from dpaudit.attacks.trainer_audit import (
     ANALYTIC_ASSUMPTIONS,
     INPUT_CANARY_EXTREME,
     INPUT_CANARY_RULE,
+    FINAL_MODEL_EXTREME,
+    FINAL_MODEL_RULE,
+    FINAL_MODEL_SCORE,
+    certified_final_model,
     certified_input_canaries,
     input_canary_design,
     DIFFERENCE_THRESHOLD,
@@ -65,8 +79,8 @@ from dpaudit.errors import DataError, ParameterError, check_choice, check_float,
 from dpaudit.progress import Reporter, as_reporter
 from dpaudit.serial import JsonValue
 
-__all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "InputCanaryFinding", "audit_trainer",
-           "input_canary_phase", "recipe_differences", "RECIPE_KEYS"]
+__all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "InputCanaryFinding", "FinalModelFinding",
+           "audit_trainer", "input_canary_phase", "final_model_phase", "recipe_differences", "RECIPE_KEYS"]
 
 #: Canaries and probe coordinates per run, and runs, per budget. ``ci``: one run in seconds; ``thorough``: two
 #: independent runs (the noise multiplier's limit pools their steps; the certified bound takes both runs' canaries)
@@ -76,9 +90,17 @@ __all__ = ["BUDGETS", "THREAT_MODELS", "TrainerAuditResult", "InputCanaryFinding
 #: independent runs of the input-canary phase (about 59 canaries each on digits; it runs only when the gradient
 #: canaries do not refute the claim): on the normalisation bug's pilot seeds 20 runs certified 3.66 (every guess
 #: right), 10 runs 3.02, 5 runs 2.33.
-BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500, "runs": 1, "input_runs": 20},
-                                      "thorough": {"canaries": 2000, "probes": 300, "runs": 2, "input_runs": 40}}
-THREAT_MODELS = ("white-box",)
+#: ``final_runs``: the independent runs of the final-model audit (about 59 canaries each on digits): on the bug
+#: suite's pilot seeds 60 runs certified 4.0 (normalisation) and 3.3-4.0 (batch-mean clipping), 40 runs about 2.
+BUDGETS: dict[str, dict[str, int]] = {"ci": {"canaries": 500, "probes": 500, "runs": 1, "input_runs": 20,
+                                             "final_runs": 60},
+                                      "thorough": {"canaries": 2000, "probes": 300, "runs": 2, "input_runs": 40,
+                                                   "final_runs": 150}}
+THREAT_MODELS = ("white-box", "final-model")
+#: What the final-model output says in place of the recorded-run accounting (white-box only).
+FINAL_MODEL_NO_RECORD = ("the recorded-run accounting (sampler, step count and noise identified from the hook's "
+                         "record, compared with the recipe) is not available in the final-model threat model: only "
+                         "the returned model is observed; run --threat-model white-box for it")
 #: How the verdict's failure probability ``1 - confidence`` is split over its confidence limits (a union bound): the
 #: noise multiplier's upper limit, the certified one-run bound, the Poisson rate's lower limit (the rate is estimated
 #: from every record's batches, so a small share costs little), the input canaries' certified bound (it refutes by
@@ -121,6 +143,32 @@ class InputCanaryFinding:
 
 
 @dataclass(frozen=True)
+class FinalModelFinding:
+    """The final-model audit (module docstring): ``runs`` independent runs of the user's function, ``features``
+    input canaries each (one per non-constant feature, ``extreme`` real standard deviations above the real mean,
+    random labels), ``canaries`` in all; ``certified``: their certified bound pooled over the runs (one-run theorem;
+    no assumption beyond the runs' independence); ``score`` and ``rule``: fixed before the runs; ``seconds``: the
+    phase's wall time."""
+
+    runs: int
+    features: int
+    canaries: int
+    extreme: float
+    certified: CanaryBound
+    score: str
+    rule: str
+    seconds: float
+
+    def line(self) -> str:
+        c = self.certified
+        return (f"final-model canaries over {self.runs} runs: epsilon >= {fmt_number(c.epsilon)} at delta "
+                f"{fmt_number(c.delta)} (certified: one-run theorem pooled over the runs, no assumption beyond the "
+                f"runs' independence; confidence {fmt_number(c.confidence)}, {c.trials} canaries: {self.features} per "
+                f"run, each extreme in one input feature, random label; score {self.score} of the returned model; "
+                f"{fmt_number(self.seconds)} s)")
+
+
+@dataclass(frozen=True)
 class TrainerAuditResult:
     """The white-box audit of a user's training function (``trainer_audit.json``).
 
@@ -132,7 +180,11 @@ class TrainerAuditResult:
     the recipe; ``refuted_by``: each bound above the claim, in words (non-empty: the claim is REFUTED);
     ``confidence``: of the verdict (split over its limits by :data:`CONFIDENCE_SPLIT`); ``canaries`` and ``probes``
     per run, ``runs`` independent runs (the sampler shown is the first run's); ``input_canaries``: the input-canary
-    phase (None: it did not run, the notes say why)."""
+    phase (None: it did not run, the notes say why).
+
+    ``threat_model = "final-model"``: ``sampler``, ``noise`` and ``recorded`` are None (the recorded-run accounting
+    is white-box only; the notes say so), ``certified`` is the final-model canaries' bound, ``final_model`` holds
+    the runs (``probes`` 0, ``canaries`` per run, ``runs`` the final-model runs)."""
 
     train_fn: str
     sha256: str
@@ -145,8 +197,8 @@ class TrainerAuditResult:
     num_real: int
     canaries: int
     probes: int
-    sampler: SamplerFinding
-    noise: NoiseFinding
+    sampler: SamplerFinding | None
+    noise: NoiseFinding | None
     recorded: RecordedBound | None
     certified: CanaryBound
     recipe: Mapping[str, JsonValue] = field(default_factory=dict)
@@ -157,6 +209,7 @@ class TrainerAuditResult:
     seconds: float = 0.0
     runs: int = 1
     input_canaries: InputCanaryFinding | None = None
+    final_model: FinalModelFinding | None = None
     schema_version: int = TRAINER_SCHEMA_VERSION
 
     __json_computed__ = ("verdict",)
@@ -181,6 +234,8 @@ class TrainerAuditResult:
     def lines(self) -> list[str]:
         """The findings in words (console, docs)."""
         s, nz = self.sampler, self.noise
+        if s is None or nz is None or self.final_model is not None:
+            return self._final_lines()
         out = [f"trainer {self.train_fn} (sha256 {self.sha256[:12]}...), seed {self.seed}, {self.canaries} canaries "
                f"per run, {self.runs} run{'s' if self.runs > 1 else ''}, {self.num_real} real records",
                f"sampler: {s.kind} ({s.evidence}); {s.steps} steps over N = {s.num_records} records",
@@ -200,6 +255,20 @@ class TrainerAuditResult:
         if self.recipe_epsilon is not None:
             out.append(f"declared recipe: accounted epsilon {fmt_number(self.recipe_epsilon)}")
         out += [f"differs from the recipe: {d}" for d in self.differences]
+        out.append(f"claim epsilon = {fmt_number(self.claimed_epsilon)}, delta = {fmt_number(self.claimed_delta)}: "
+                   f"{self.verdict}" + (": " + "; ".join(self.refuted_by) if self.refuted_by else
+                                        " (no bound above the claim)"))
+        return out
+
+    def _final_lines(self) -> list[str]:
+        out = [f"trainer {self.train_fn} (sha256 {self.sha256[:12]}...), seed {self.seed}, threat model final-model "
+               f"(only the returned model is observed), {self.runs} runs, {self.canaries} canaries per run, "
+               f"{self.num_real} real records"]
+        if self.final_model is not None:
+            out.append(self.final_model.line())
+        out.append(f"recorded-run accounting: not available ({FINAL_MODEL_NO_RECORD.split(': ', 1)[1]})")
+        if self.recipe_epsilon is not None:
+            out.append(f"declared recipe: accounted epsilon {fmt_number(self.recipe_epsilon)}")
         out.append(f"claim epsilon = {fmt_number(self.claimed_epsilon)}, delta = {fmt_number(self.claimed_delta)}: "
                    f"{self.verdict}" + (": " + "; ".join(self.refuted_by) if self.refuted_by else
                                         " (no bound above the claim)"))
@@ -339,16 +408,108 @@ def input_canary_phase(pinned: Any, X: np.ndarray, y: np.ndarray, *, runs: int, 
                               time.perf_counter() - t0)
 
 
+def _final_model_run(pinned: Any, X: np.ndarray, y: np.ndarray, rows: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """One final-model run (an executor :class:`~dpaudit.executors.Unit`; module-level so a worker can import it):
+    labels and fair coins from ``seed``, the included canaries ``rows`` appended to the real records (in feature
+    order), the user's function run with :data:`~dpaudit.training.audit_hook.NO_HOOK` (nothing recorded, nothing
+    replaced), the returned model evaluated on every canary input. Returns numpy arrays only."""
+    import torch
+
+    from dpaudit.training.audit_hook import NO_HOOK
+    from dpaudit.training.usercode import run_pinned
+
+    fn = run_pinned(pinned, "train_fn")
+    rng = np.random.default_rng([int(seed), 0xF1])
+    classes = int(y.max()) + 1 if y.size else 2
+    labels = rng.integers(0, classes, size=len(rows)).astype(np.int64)
+    inc = rng.random(len(rows)) < 0.5
+    X_all = np.concatenate([X, rows[inc]]).astype(np.float32, copy=False)
+    y_all = np.concatenate([y, labels[inc]]).astype(np.int64, copy=False)
+    torch.manual_seed(int(seed))
+    model = fn(X_all, y_all, seed=int(seed), hook=NO_HOOK)
+    if model is None or not callable(model):
+        raise DataError("The 'train_fn' parameter of audit_trainer must name a function that returns the trained model "
+                        "(a callable mapping a float32 (m, d) tensor to (m, classes) logits, e.g. the torch.nn.Module) "
+                        "for --threat-model final-model. Got a function that returned "
+                        f"{'None' if model is None else type(model).__name__} instead.")
+    if hasattr(model, "eval"):
+        model.eval()
+    with torch.no_grad():
+        out = model(torch.as_tensor(np.ascontiguousarray(rows), dtype=torch.float32))
+    logits = out.detach().cpu().to(torch.float64).numpy() if hasattr(out, "detach") else np.asarray(out, dtype=np.float64)
+    if logits.ndim != 2 or logits.shape[0] != len(rows) or logits.shape[1] < classes:
+        raise DataError("The 'train_fn' parameter of audit_trainer must return a model whose output on (m, d) inputs is "
+                        f"(m, classes >= {classes}) logits for --threat-model final-model. Got an output of shape "
+                        f"{tuple(logits.shape)} for m = {len(rows)} instead.")
+    return {"included": inc, "labels": labels, "logits": logits}
+
+
+def final_model_phase(pinned: Any, X: np.ndarray, y: np.ndarray, *, runs: int, seed: int, delta: float,
+                      confidence: float, executor: Any = None, progress: "bool | Reporter" = False,
+                      extreme: float = FINAL_MODEL_EXTREME) -> FinalModelFinding:
+    """The final-model audit (module docstring): ``runs`` independent runs of the pinned training function, each an
+    executor unit keyed ``final-model.R`` with the seed ``derive_seed(seed, key)``, their certified bound pooled
+    (:func:`~dpaudit.attacks.trainer_audit.certified_final_model`). A run that raises is an error of the audit (the
+    user's function is the audited object: nothing to score without its model)."""
+    from dpaudit.executors import LocalExecutor, Unit, derive_seed
+
+    t0 = time.perf_counter()
+    runs = check_int(runs, "final_runs", "audit_trainer", low=1, high=10_000)
+    ex = executor if executor is not None else LocalExecutor()
+    features, rows = input_canary_design(X, extreme=extreme)
+    if features.size < 2:
+        raise DataError(f"The real inputs have {features.size} non-constant feature(s): the final-model audit needs at "
+                        "least 2 (one canary per non-constant feature).")
+    units = [Unit(key=f"final-model.{r}", fn=_final_model_run,
+                  args=(pinned, X, y, rows, derive_seed(seed, f"final-model.{r}"))) for r in range(runs)]
+    results = ex.map(units[:1], label="final-model run 1", progress=progress)   # a bad return value: one run's cost
+    results += ex.map(units[1:], label="final-model runs", progress=progress)
+    bound = certified_final_model([(r["logits"], r["labels"], r["included"]) for r in results], delta=delta,
+                                  confidence=confidence)
+    return FinalModelFinding(runs, int(features.size), int(features.size) * runs, float(extreme), bound,
+                             FINAL_MODEL_SCORE, FINAL_MODEL_RULE.describe(), time.perf_counter() - t0)
+
+
+def _audit_final_model(pinned: Any, *, eps: float, dlt: float, conf: float, budget: str, seed: int, n: int,
+                       runs: int, rec: dict[str, Any], recipe_eps: float | None, executor: Any, rep: Any,
+                       t0: float) -> TrainerAuditResult:
+    X, y = _digits(n, seed)
+    with rep.stage(f"final model: {runs} runs of {pinned.path.text}, each with one canary record per non-constant "
+                   "feature; only the returned model is scored", 1):
+        finding = final_model_phase(pinned, X, y, runs=runs, seed=seed, delta=dlt, confidence=conf,
+                                    executor=executor, progress=rep)
+    c = finding.certified
+    refuted = []
+    if c.epsilon > eps:
+        refuted.append(f"final-model canaries over {finding.runs} runs: certified one-run lower bound "
+                       f"{fmt_number(c.epsilon)} > claimed {fmt_number(eps)} (certified: one-run theorem pooled over the "
+                       f"runs, no assumption beyond the runs' independence; {c.trials} canaries, confidence "
+                       f"{fmt_number(c.confidence)}; only the returned model observed)")
+    notes = [FINAL_MODEL_NO_RECORD,
+             f"the certified bound is computed at the verdict's whole confidence {fmt_number(conf)} (the only limit the "
+             "final-model verdict rests on)",
+             "a final model of correct or lightly broken Poisson-subsampled DP-SGD reveals little of one record: a "
+             "bound below the claim is no evidence that the claim holds"]
+    return TrainerAuditResult(
+        train_fn=pinned.path.text, sha256=pinned.sha256, claimed_epsilon=eps, claimed_delta=dlt,
+        threat_model="final-model", budget=budget, seed=seed, confidence=conf, num_real=n, canaries=finding.features,
+        probes=0, sampler=None, noise=None, recorded=None, certified=c, recipe=rec, recipe_epsilon=recipe_eps,
+        differences=(), refuted_by=tuple(refuted), notes=tuple(notes), seconds=time.perf_counter() - t0,
+        runs=finding.runs, input_canaries=None, final_model=finding)
+
+
 def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mapping[str, Any] | None = None,
                   threat_model: str = "white-box", budget: str = "ci", canaries: int | None = None,
                   probes: int | None = None, runs: int | None = None, records: int = 1000, seed: int = 0,
                   confidence: float = 0.95,
                   base: str | Path | None = None, out: str | Path | None = None, overwrite: bool = False,
                   account_recipe: bool = True, progress: "bool | Reporter" = False, input_runs: int | None = None,
-                  executor: Any = None) -> TrainerAuditResult:
-    """Run the user's ``train_fn`` (``FILE.py:NAME``) once (``runs`` = 2: twice, independently; default: the budget's)
-    on ``records`` digits records plus fair-coin canaries,
-    with the white-box audit hook, and judge the claim (``epsilon``, ``delta``); see the module docstring.
+                  executor: Any = None, final_runs: int | None = None) -> TrainerAuditResult:
+    """White-box: run the user's ``train_fn`` (``FILE.py:NAME``) once (``runs`` = 2: twice, independently; default:
+    the budget's) on ``records`` digits records plus fair-coin canaries, with the white-box audit hook, then, when
+    the gradient canaries do not refute the claim, ``input_runs`` more times with input canaries; judge the claim
+    (``epsilon``, ``delta``); see the module docstring. ``threat_model="final-model"``: run it ``final_runs`` times
+    (default: the budget's) with input canaries and score only the returned models (:func:`final_model_phase`).
     ``recipe``: the declared DP-SGD recipe (keys :data:`RECIPE_KEYS`) to compare the record with and to account.
     ``out``: also write ``trainer_audit.json`` into that folder; ``account_recipe=False``: leave ``recipe_epsilon``
     out (a claim accounts its recipe itself). ``input_runs``: runs of the input-canary phase (default: the budget's;
@@ -369,6 +530,8 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
     runs = check_int(BUDGETS[budget]["runs"] if runs is None else runs, "runs", owner, low=1, high=2)
     n_input = check_int(BUDGETS[budget]["input_runs"] if input_runs is None else input_runs, "input_runs", owner, low=0,
                         high=10_000)
+    n_final = check_int(BUDGETS[budget]["final_runs"] if final_runs is None else final_runs, "final_runs", owner,
+                        low=1, high=10_000)
     rec = _recipe(recipe)
     rep = as_reporter(progress)
     pinned = pin_code(train_fn, "train_fn", base=base)
@@ -385,6 +548,22 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
             raise OutputError(f"The output folder {str(out)!r} already exists; pass overwrite=True (--overwrite) to "
                               "replace it.")
         check_replaceable(Path(out))
+
+    if threat_model == "final-model":
+        recipe_eps_f = None
+        if rec and account_recipe:
+            from dpaudit.accountants.dpsgd import account_dpsgd
+
+            recipe_eps_f = float(account_dpsgd(dataset_size=int(rec["dataset_size"]),
+                                               batch_size=int(rec["batch_size"]),
+                                               noise_multiplier=float(rec["noise_multiplier"]),
+                                               epochs=rec.get("epochs"), steps=rec.get("steps"),
+                                               sampling=str(rec.get("sampling", "poisson")), delta=dlt,
+                                               lower_bound=False).epsilon)
+        result = _audit_final_model(pinned, eps=eps, dlt=dlt, conf=conf, budget=budget, seed=seed, n=n, runs=n_final,
+                                    rec=rec, recipe_eps=recipe_eps_f, executor=executor, rep=rep, t0=t0)
+        _write(result, out, overwrite)
+        return result
 
     X, y = _digits(n, seed)
     import torch
@@ -482,13 +661,17 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
         sampler=sampler, noise=noise, recorded=recorded, certified=cert, recipe=rec, recipe_epsilon=recipe_eps,
         differences=tuple(diffs), refuted_by=tuple(refuted), notes=tuple(notes), seconds=time.perf_counter() - t0,
         runs=runs, input_canaries=input_finding)
+    _write(result, out, overwrite)
+    return result
+
+
+def _write(result: TrainerAuditResult, out: str | Path | None, overwrite: bool) -> None:
     if out is not None:
         from dpaudit._io import atomic_dir, write_json
         from dpaudit.serial import to_dict
 
         with atomic_dir(out, overwrite=overwrite, kind="trainer-audit") as tmp:
             write_json(tmp / "trainer_audit.json", to_dict(result))
-    return result
 
 
 # ------------------------------------------------------------------------------------------------------- claims
@@ -554,7 +737,13 @@ def evidence_details(res: TrainerAuditResult) -> dict[str, Any]:
     """What a claim's empirical figure records of a trainer audit (JSON-ready)."""
     ic = res.input_canaries
     best = res.strongest_certified
+    if res.sampler is None or res.noise is None:       # final-model: no recorded run
+        return {"trials": int(best.trials), "sha256": res.sha256, "score": best.score, "threat_model": res.threat_model,
+                "analytic_epsilon": None, "sampler": None, "steps": None, "runs": res.runs,
+                "noise_multiplier_upper": None, "differences": [], "notes": list(res.notes), "seed": res.seed,
+                "final_model_epsilon": float(res.certified.epsilon)}
     return {"trials": int(best.trials), "sha256": res.sha256, "score": best.score,
+            "threat_model": res.threat_model,
             "analytic_epsilon": None if res.recorded is None else float(res.recorded.epsilon),
             "sampler": res.sampler.kind, "steps": res.sampler.steps, "runs": res.runs,
             "noise_multiplier_upper": float(res.noise.sigma_eff_upper) if math.isfinite(res.noise.sigma_eff_upper)

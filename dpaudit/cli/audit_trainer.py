@@ -27,8 +27,11 @@ __all__ = ["command"]
 @click.option("--recipe", "recipe", multiple=True, metavar="KEY=VALUE",
               help="The declared DP-SGD recipe the recorded run is compared with: dataset_size, batch_size, "
                    "noise_multiplier, epochs or steps, sampling (repeatable, e.g. --recipe noise_multiplier=1.48).")
-@click.option("--threat-model", type=click.Choice(["white-box"]), default="white-box", show_default=True,
-              help="What the auditor sees: white-box = every privatised update (the hook records them).")
+@click.option("--threat-model", type=click.Choice(["white-box", "final-model"]), default="white-box",
+              show_default=True,
+              help="What the auditor sees: white-box = every privatised update (the hook records them); "
+                   "final-model = only the model the function returns (it must return it): 60 (ci) or 150 "
+                   "(thorough) independent runs with input canaries, no recorded-run accounting.")
 @click.option("--budget", type=click.Choice(["ci", "thorough"]), default="ci", show_default=True,
               help="ci: one run, 500 canaries and 500 probe coordinates; thorough: two independent runs of "
                    "2,000 canaries and 300 probes each (a model with at least 2,300 trainable coordinates). When "
@@ -49,7 +52,8 @@ __all__ = ["command"]
 def command(ctx: click.Context, train_fn: str, claims: tuple[str, ...], recipe: tuple[str, ...], threat_model: str,
             budget: str, canaries: int | None, records: int, seed: int, confidence: float, out: Path | None,
             overwrite: bool, as_json: bool, quiet: bool) -> None:
-    """Audit your own DP-SGD training function FILE.py:NAME, called as NAME(X, y, *, seed, hook), white-box.
+    """Audit your own DP-SGD training function FILE.py:NAME, called as NAME(X, y, *, seed, hook), white-box or
+    final-model.
 
     Canary records join the data by fair coins and go through your own sampler, clipping and noise; the hook you
     attach in two lines (hook.optimizer(opt); grads = hook.per_example(grads, idx)) records each step's batch and
@@ -57,7 +61,9 @@ def command(ctx: click.Context, train_fn: str, claims: tuple[str, ...], recipe: 
     bound (analytic: it assumes independent Gaussian noise per step and the identified sampler), is above it; what
     the loop ran differently from --recipe is named. Otherwise more runs follow with input canaries (records
     extreme in one feature, which catch a normalisation with the training set's own statistics), their certified
-    bound pooled over the runs. The file's sha256 is recorded.
+    bound pooled over the runs. With --threat-model final-model only the returned models are scored: canary
+    records extreme in one feature with random labels, in by fair coins, over many independent runs, their
+    certified one-run bound pooled over the runs. The file's sha256 is recorded.
     """
     from dpaudit.api import audit_trainer
 

@@ -245,3 +245,56 @@ def test_certified_input_canaries_soundness_over_300_seeds():
                     for seed in range(300))
         assert fails <= 23, (eps, fails)
         print(f"input canaries, randomized response at epsilon {eps}: {fails}/300 above it")
+
+
+def test_final_model_scores_are_the_label_log_likelihood_in_log_space():
+    from dpaudit.attacks.trainer_audit import final_model_scores
+
+    z = np.array([[0.0, 0.0], [800.0, -800.0], [np.nan, 1.0], [3.0, 1.0]])
+    s = final_model_scores(z, [0, 1, 0, 1])
+    assert s[0] == pytest.approx(math.log(0.5)) and s[1] == pytest.approx(-1600.0)     # no clipping at 1e-300
+    assert s[2] == -1e300 and s[3] == pytest.approx(-2.0 - math.log1p(math.exp(-2.0)))
+    from dpaudit.errors import DataError
+
+    with pytest.raises(DataError, match="final_model_scores"):
+        final_model_scores(z, [0, 1, 2, 0])
+
+
+def _rr_final(seed, eps, runs=60, features=59):
+    """An exactly eps-DP mechanism per canary (randomized response on its coin), shaped like the final-model runs:
+    an 'in' answer gives the canary's label a high log likelihood, an 'out' answer a low one."""
+    rng = np.random.default_rng(seed)
+    keep = math.exp(eps) / (1 + math.exp(eps))
+    out = []
+    for _ in range(runs):
+        inc = rng.random(features) < 0.5
+        said_in = np.where(rng.random(features) < keep, inc, ~inc)
+        labels = rng.integers(0, 10, size=features)
+        z = rng.normal(size=(features, 10))
+        z[np.arange(features), labels] += np.where(said_in, 20.0, -20.0)
+        out.append((z, labels, inc))
+    return out
+
+
+def test_certified_final_model_catches_a_leak_and_not_independent_coins():
+    from dpaudit.attacks.trainer_audit import FINAL_MODEL_RULE, certified_final_model
+
+    b = certified_final_model(_rr_final(0, 8.0), delta=1e-5, confidence=0.95)
+    assert b.kind == "certified" and b.trials == 60 * 59 and b.epsilon > 3.0
+    assert b.details["k_plus"] == 0 and b.details["k_minus"] == round(0.05 * 3540)    # the fixed rule: "out" only
+    assert "0.05" in FINAL_MODEL_RULE.describe()
+    for seed in range(10):       # coins the models do not depend on: nothing certified
+        rng = np.random.default_rng(seed)
+        null = [(rng.normal(size=(59, 10)), rng.integers(0, 10, 59), rng.random(59) < 0.5) for _ in range(60)]
+        assert certified_final_model(null, delta=1e-5, confidence=0.95).epsilon == 0.0
+
+
+@pytest.mark.slow
+def test_certified_final_model_soundness_over_300_seeds():
+    from dpaudit.attacks.trainer_audit import certified_final_model
+
+    for eps in (1.0, 2.0):
+        fails = sum(certified_final_model(_rr_final(seed, eps), delta=1e-5, confidence=0.95).epsilon > eps
+                    for seed in range(300))
+        assert fails <= 23, (eps, fails)
+        print(f"final-model canaries, randomized response at epsilon {eps}: {fails}/300 above it")

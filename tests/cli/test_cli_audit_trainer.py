@@ -77,3 +77,14 @@ def test_bad_input_exits_2(cli, tmp_path):
     lazy.write_text("def train(X, y, *, seed, hook):\n    return None\n")
     code, _, err = cli(["audit-trainer", f"{lazy}:train", "--claim", "epsilon=2", "--claim", "delta=1e-5", "--quiet"])
     assert code == 2 and "no optimizer step through the audit hook" in err
+
+
+def test_cli_final_model_choice_and_exit_2(cli, tmp_path):
+    silent = tmp_path / "silent.py"
+    silent.write_text("def train(X, y, *, seed, hook=None):\n    return None\n")
+    code, _, err = cli(["audit-trainer", f"{silent}:train", "--claim", "epsilon=2", "--claim", "delta=1e-5",
+                        "--threat-model", "final-model", "--quiet"])
+    assert code == 2 and "train_fn" in err and "Traceback" not in err
+    code, _, err = cli(["audit-trainer", f"{silent}:train", "--claim", "epsilon=2", "--claim", "delta=1e-5",
+                        "--threat-model", "black-box", "--quiet"])
+    assert code == 2 and "--threat-model" in err
