@@ -6,7 +6,9 @@ C; a fair coin, drawn before the run and kept apart from what the auditor sees, 
 an included canary answers every training message it gets with the update u_k, an excluded one is an ordinary client
 training on its own digits (the replace-one neighbour: one client's data replaced). Not the zero update: Flower
 1.42's fixed clipping divides by the update's norm (``compute_clip_model_update``), and an exactly zero update stops
-the server with a ZeroDivisionError. Flower samples m of the N = clients + canaries nodes each round as usual.
+the server with a ZeroDivisionError. Flower samples m of the N = clients + canaries nodes each round as usual (its
+own uniform sampler, drawing from the nodes in partition order with the seed's generator: the same seed samples
+the same clients, and gives the same bound; see :class:`~dpaudit.integrations.flower.recorder.RecordingStrategy`).
 
 The auditor sees every round's global model (Flower's ``evaluate_fn``): x_{k,t} = <Delta_t, u_k> m / (sigma C^2) is,
 in units of the noise, N(1/sigma, 1) in a round where included canary k was sampled and N(0, 1) otherwise (up to the
