@@ -349,6 +349,14 @@ def _attack_lm(root: Path, out: Path, name: str, *, audit: str | None, compare: 
     return comp
 
 
+#: What an audit's units import (the attacks, their classifiers, the certified audits, the trainers): a processes
+#: executor's fork server imports them once, so each worker starts with them loaded.
+_AUDIT_UNIT_MODULES = ("dpaudit.auditing.runner", "dpaudit.auditing.attack_release", "dpaudit.attacks.run",
+                       "dpaudit.auditing.canary_audit", "dpaudit.auditing.method_audit", "dpaudit.auditing.method_runs",
+                       "dpaudit.training.methods.scaffold", "dpaudit.training.ensemble", "dpaudit.training.dpsgd",
+                       "catboost", "sklearn.linear_model", "scipy.stats")
+
+
 def audit(config: "str | os.PathLike | AuditConfig | None" = None, out: str | os.PathLike = DEFAULT_AUDIT_OUT, *,
           device: str | None = None, progress: "bool | Reporter" = False, executor: str = "local",
           ray_address: str | None = None, trust_bundle_code: bool = False, workers: int | None = None) -> "AuditReport":
@@ -360,12 +368,14 @@ def audit(config: "str | os.PathLike | AuditConfig | None" = None, out: str | os
     core is usable, else local; the CLI's default); the numbers are the same. ``trust_bundle_code``: let release
     models run the code their bundles name (otherwise only the code a ``[[models]]`` entry names itself). Returns the
     :class:`~dpaudit.report.schema.AuditReport`."""
-    from dpaudit.auditing.runner import AuditConfig, default_config, load_audit_config, run_audit
     from dpaudit.executors import make_executor
 
-    cfg = (default_config() if config is None else config if isinstance(config, AuditConfig)
-           else load_audit_config(config))
     with make_executor(executor, address=ray_address, workers=workers) as ex:
+        ex.warm_up(_AUDIT_UNIT_MODULES)  # workers start while this process imports and checks the config
+        from dpaudit.auditing.runner import AuditConfig, default_config, load_audit_config, run_audit
+
+        cfg = (default_config() if config is None else config if isinstance(config, AuditConfig)
+               else load_audit_config(config))
         return run_audit(cfg, out, device=device, progress=progress, executor=ex, trust_bundle_code=trust_bundle_code)
 
 

@@ -273,6 +273,10 @@ class Executor:
     def describe(self) -> str:
         return self.name
 
+    def warm_up(self, modules: Sequence[str] = ()) -> None:
+        """Start workers now, in the background, with ``modules`` imported, so their start overlaps the caller's
+        own work (a no-op for executors without start-up cost)."""
+
     def _run(self, units: list[Unit], index: list[int], on_done: Callable[[int, Any], None], tally: _Tally) -> None:
         raise NotImplementedError
 

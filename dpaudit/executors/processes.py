@@ -10,8 +10,8 @@ workers or the order in which they finish.
 * **Workers**: ``workers`` processes (default :func:`default_workers`: the cores this process may use, divided
   among the pytest-xdist workers when under xdist). They start from a ``forkserver`` (``spawn`` where there is
   none) that has imported torch and the units' modules once, so a worker starts in a fraction of a second; the
-  pool starts on the first :meth:`map` with at least ``min_units`` units to run and is reused by every later
-  call (the copies :meth:`~dpaudit.executors.Executor.with_checkpoints` makes share it) until :meth:`shutdown`.
+  pool starts on the first :meth:`map` with at least ``min_units`` units to run (or earlier, in the background,
+  with :meth:`warm_up`) and is reused by every later call (the copies :meth:`~dpaudit.executors.Executor.with_checkpoints` makes share it) until :meth:`shutdown`.
   A map with fewer units, or with a unit that cannot be pickled (a closure, a caller's object), runs its units
   here, one after another, with the workers' thread setting.
 * **Threads**: each worker applies the driver's thread setting before it runs anything: one intra-op thread by
@@ -25,12 +25,15 @@ workers or the order in which they finish.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import sys
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from dpaudit.errors import check_int
 from dpaudit.executors.base import Executor, Unit, UnitFailed, note_unit
@@ -65,6 +68,10 @@ def _call(blob: bytes) -> Any:
     return fn(*args, **kwargs)
 
 
+def _noop() -> None:
+    """A first task for each worker (:meth:`ProcessExecutor.warm_up`)."""
+
+
 def _pickled(units: list[Unit]) -> list[bytes] | None:
     """Each unit's function and arguments pickled for a worker, or None when one of them cannot be (a closure, a
     lambda, a caller's object): such a map runs in the driver, with the same numbers."""
@@ -72,6 +79,24 @@ def _pickled(units: list[Unit]) -> list[bytes] | None:
         return [pickle.dumps((u.fn, u.args, dict(u.kwargs)), protocol=pickle.HIGHEST_PROTOCOL) for u in units]
     except (pickle.PicklingError, AttributeError, TypeError):
         return None
+
+
+@contextlib.contextmanager
+def _main_not_inherited() -> Iterator[None]:
+    """Start workers without the driver's main script: multiprocessing would import it again in every worker (a
+    script without ``if __name__ == "__main__":`` would run again there, and start workers of its own). Units are
+    module-level functions of importable modules, so a worker needs only those."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
 
 
 def _context() -> Any:
@@ -97,6 +122,7 @@ class ProcessExecutor(Executor):
         self.max_retries = check_int(max_retries, "max_retries", owner, low=0)
         self.startups = 0  # pools started (a broken one is replaced)
         self._pool: ProcessPoolExecutor | None = None
+        self._warming: threading.Thread | None = None
         self._setting: ThreadSetting | None = None
         self._root = self  # copies made by with_checkpoints share this one's pool
 
@@ -117,6 +143,28 @@ class ProcessExecutor(Executor):
             return ThreadSetting(here.threads, here.source, here.cores, self.workers)
         return resolve_threads(workers=self.workers)
 
+    def warm_up(self, modules: "Sequence[str]" = ()) -> None:
+        """Start the pool and its workers now, without waiting (the fork server imports torch and ``modules`` while
+        the caller goes on), when more than one worker is asked for."""
+        root = self._root
+        if self.workers < 2 or root._pool is not None:
+            return
+        pool = self._start(set(modules))
+
+        def spawn() -> None:  # the first worker's start waits for the fork server's imports: not in the caller
+            with _main_not_inherited():
+                for _ in range(self.workers):
+                    pool.submit(_noop)
+
+        root._warming = threading.Thread(target=spawn, name="dpaudit-workers-start", daemon=True)
+        root._warming.start()
+
+    def _warmed(self) -> None:
+        """Wait for :meth:`warm_up`'s thread (its submits and this thread's must not overlap)."""
+        t, self._root._warming = self._root._warming, None
+        if t is not None:
+            t.join()
+
     def _start(self, modules: set[str]) -> ProcessPoolExecutor:
         root = self._root
         if root._pool is None:
@@ -136,6 +184,7 @@ class ProcessExecutor(Executor):
             self._run_here(units, index, on_done, tally)
             return
         blob_of = dict(zip(index, blobs))
+        self._warmed()
         modules = {getattr(u.fn, "__module__", "") or "" for u in units} - {""}
         todo = list(zip(index, units))  # in the order given: the caller puts long units first
         attempts = {i: 0 for i in index}
@@ -147,7 +196,8 @@ class ProcessExecutor(Executor):
             cap = 1 if suspects else self.workers + 1
             while todo and error is None and len(inflight) < cap:
                 i, u = todo.pop(0)
-                inflight[pool.submit(_call, blob_of[i])] = (i, u)
+                with _main_not_inherited():  # a submit may start a worker
+                    inflight[pool.submit(_call, blob_of[i])] = (i, u)
             if error is not None and not inflight:
                 break
             tally.running = min(len(inflight), self.slots)
@@ -218,6 +268,7 @@ class ProcessExecutor(Executor):
                 apply_setting(before)
 
     def _discard_pool(self) -> None:
+        self._warmed()
         root = self._root
         if root._pool is not None:
             root._pool.shutdown(wait=False, cancel_futures=True)
@@ -225,6 +276,7 @@ class ProcessExecutor(Executor):
 
     def shutdown(self) -> None:
         """Stop the workers (waiting for them to exit)."""
+        self._warmed()
         root = self._root
         if root._pool is not None:
             root._pool.shutdown(wait=True, cancel_futures=True)

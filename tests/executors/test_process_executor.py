@@ -148,3 +148,22 @@ def test_bad_worker_counts_are_refused_by_name():
         make_executor("local", workers=2)
     with pytest.raises(ParameterError, match="'ray_address' parameter needs the ray executor"):
         make_executor("processes", address="10.0.0.1:6379")
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_in_the_workers(tmp_path):
+    """multiprocessing would import the driver's script again in every worker; the executor starts them without it
+    (a script with no ``if __name__ == "__main__":`` would otherwise start its audit again there)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(f"import sys\nsys.path[:0] = [{str(unit_fns.ROOT)!r}, {str(unit_fns.HERE)!r}]\n"
+                      "import os, unit_fns\nfrom dpaudit.executors import ProcessExecutor, Unit\n"
+                      "print('top level', os.getpid(), flush=True)\n"
+                      "with ProcessExecutor(workers=2) as ex:\n"
+                      "    ex.warm_up(['unit_fns'])\n"
+                      "    got = ex.map([Unit(f'p{k}', unit_fns.ran_in) for k in range(4)])\n"
+                      "print('workers', sorted({int(r['pid']) for r in got} - {os.getpid()}) != [], flush=True)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("top level") == 1 and "workers True" in out.stdout
