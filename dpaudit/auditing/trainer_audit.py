@@ -532,6 +532,10 @@ def audit_trainer(train_fn: str, *, epsilon: float, delta: float, recipe: Mappin
                         high=10_000)
     n_final = check_int(BUDGETS[budget]["final_runs"] if final_runs is None else final_runs, "final_runs", owner,
                         low=1, high=10_000)
+    if threat_model == "final-model" and canaries is not None:
+        raise ParameterError(f"The 'canaries' parameter of {owner} applies to the white-box threat model only (the "
+                             "final-model audit has one canary per non-constant input feature in each run). Got "
+                             f"{canaries} with threat_model 'final-model' instead.")
     rec = _recipe(recipe)
     rep = as_reporter(progress)
     pinned = pin_code(train_fn, "train_fn", base=base)
@@ -714,6 +718,10 @@ def parse_trainer_attack(a: Mapping[str, Any], owner: str, granularity: str, bas
         "records": check_int(a.get("records", 1000), "records", owner, low=10, high=1797),
     }
     if "canaries" in a:
+        if params["threat_model"] == "final-model":
+            raise ParameterError(f"The 'canaries' parameter of {owner} applies to threat_model = \"white-box\" only "
+                                 "(the final-model audit has one canary per non-constant input feature in each run). "
+                                 f"Got {a['canaries']!r} with threat_model = \"final-model\" instead.")
         params["canaries"] = check_int(a["canaries"], "canaries", owner, low=4, high=MAX_RECORDS)
     return {"params": params, "confidence": check_probability(a.get("confidence", 0.95), "confidence", owner),
             "seed": check_int(a.get("seed", 0), "seed", owner, low=0, high=2**31 - 1)}

@@ -76,6 +76,12 @@ def test_bad_final_model_input_is_an_error_naming_the_parameter(tmp_path):
         audit_trainer(fn, epsilon=2, delta=1e-5, threat_model="black-box")
     with pytest.raises(ParameterError, match="final_runs"):
         audit_trainer(fn, epsilon=2, delta=1e-5, threat_model="final-model", final_runs=0)
+    with pytest.raises(ParameterError, match="'canaries'.*white-box threat model only"):
+        audit_trainer(fn, epsilon=2, delta=1e-5, threat_model="final-model", canaries=100)
+    bad = _claims(tmp_path, "dpsgd_correct.py")
+    bad.write_text(bad.read_text().replace('threat_model = "final-model"', 'threat_model = "final-model", canaries = 50'))
+    with pytest.raises(ParameterError, match="'canaries'.*white-box"):
+        check(bad)
     silent = tmp_path / "silent.py"
     silent.write_text("def train(X, y, *, seed, hook=None):\n    return None\n")
     with pytest.raises(DataError, match="'train_fn'.*returns the trained model"):
