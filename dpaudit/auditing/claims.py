@@ -29,6 +29,7 @@ A claims file (schema 1)::
     # or, on any subject: a white-box audit of your own training function (dpaudit.auditing.trainer_audit); with
     # mechanism = "dpsgd" its params are the declared recipe the recorded run is compared with
     # attack = { kind = "trainer", train_fn = "train.py:train", budget = "ci", seed = 0 }
+    # (threat_model = "final-model": only the models it returns are scored, no recorded-run comparison)
 
 Paths are relative to the claims file's directory. Everything that can be decided from the file alone is
 checked here and raises :class:`~dpaudit.errors.ParameterError` (malformed TOML:
