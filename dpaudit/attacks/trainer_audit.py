@@ -3,7 +3,8 @@
 The evidence is what :class:`dpaudit.training.audit_hook.AuditHook` records in a user's own training loop: per step
 ``t`` the dataset indices of the batch, the privatised gradient at each of ``m`` Dirac canary coordinates
 (``canary_obs`` (T, m)) and at ``P`` probe coordinates no canary touches (``probe_obs`` (T, P)); canary ``j`` is a
-record of the data set when its fair coin says so (``canary_index[j] >= 0``). Three analyses:
+record of the data set when its fair coin says so (``canary_index[j] >= 0``). The analyses (5 needs no record: the
+final-model threat model):
 
 1. **The sampler as it ran** (:func:`identify_sampler`): shuffled batches (every index exactly once per epoch),
    fixed-size batches, Poisson (batch sizes vary, consistent with Binomial(N, q); q's Clopper-Pearson lower limit),
