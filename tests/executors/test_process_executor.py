@@ -167,3 +167,41 @@ def test_a_script_without_a_main_guard_is_not_run_again_in_the_workers(tmp_path)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("top level") == 1 and "workers True" in out.stdout
+
+
+def test_the_cli_composes_threads_and_executor(cli, monkeypatch, tmp_path):
+    """``--threads`` (before or after the command) and ``--executor`` / ``--workers`` reach the executor together:
+    its workers keep the count given; ``auto`` is the default; a bad count exits 2 naming --workers."""
+    import dpaudit.api
+    import dpaudit.threads as threads
+
+    seen: list = []
+
+    def fake_audit(config, out, **kw):  # what dpaudit audit hands the API, and the workers' setting it would give
+        from dpaudit.executors import make_executor
+
+        with make_executor(kw["executor"], address=kw["ray_address"], workers=kw["workers"]) as ex:
+            seen.append((kw["executor"], kw["workers"], type(ex).__name__,
+                         getattr(ex, "worker_setting", lambda: None)()))
+        raise ParameterError("stop here")
+
+    monkeypatch.setattr(dpaudit.api, "audit", fake_audit)
+    before = threads.current()
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # restored after the test
+        monkeypatch.setenv(var, os.environ.get(var, str(before.threads)))
+    monkeypatch.setattr(threads, "_CURRENT", None)
+    monkeypatch.delenv("DPAUDIT_THREADS", raising=False)
+    try:
+        _compose(cli, seen, tmp_path)
+    finally:
+        threads.apply_setting(before)  # this process's torch / BLAS count as it was
+
+
+def _compose(cli, seen: list, tmp_path) -> None:
+    code, _, err = cli(["--threads", "2", "audit", "--executor", "processes", "--workers", "3", "--out", tmp_path / "a"])
+    assert code == 2 and "stop here" in err
+    assert seen[-1][:3] == ("processes", 3, "ProcessExecutor") and seen[-1][3].threads == 2
+    code, _, _ = cli(["audit", "--threads", "1", "--out", tmp_path / "b"])
+    assert code == 2 and seen[-1][0] == "auto" and seen[-1][1] is None
+    code, _, err = cli(["audit", "--executor", "processes", "--workers", "0", "--out", tmp_path / "c"])
+    assert code == 2 and err.count("\n") == 1 and "--workers" in err and len(seen) == 2
