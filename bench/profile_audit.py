@@ -2,7 +2,7 @@
 
     python bench/profile_audit.py [--out runs/bench/audit-profile] [--profile FILE.prof]
 
-Runs the default audit into ``--out`` (fresh) under :mod:`cProfile` (or, with ``--profile``, reads a profile made
+Runs the default audit into ``--out`` (fresh) in this process (``--executor local``) under :mod:`cProfile` (or, with ``--profile``, reads a profile made
 earlier: ``python -m cProfile -o FILE.prof -m dpaudit audit --out DIR``) and prints each stage's cumulative time and
 share (training the releases, the attack units, the certified canary audit, the FREDY whole-run audit, the report),
 then the operators where the time is spent. Times are wall-clock seconds inside the process (cProfile adds its own
@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> None:
         prof = cProfile.Profile()
         t0 = time.perf_counter()
         try:
-            prof.runcall(dpaudit_main, ["audit", "--out", str(args.out), "--quiet"])
+            # in this process (--executor local): cProfile sees only the process it runs in, and the default
+            # (--executor auto) runs the units in worker processes where more than one core is usable
+            prof.runcall(dpaudit_main, ["audit", "--out", str(args.out), "--quiet", "--executor", "local"])
         except SystemExit:
             pass
         print(f"default audit: {time.perf_counter() - t0:.1f} s wall under cProfile")
