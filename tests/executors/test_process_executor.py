@@ -83,15 +83,19 @@ def test_a_dead_worker_is_retried_then_unit_failed(tmp_path):
 
 
 def test_workers_apply_the_drivers_thread_setting(px2, monkeypatch):
+    import dpaudit.executors.processes as processes
     import dpaudit.threads as threads
 
+    monkeypatch.delenv("DPAUDIT_THREADS", raising=False)
+    monkeypatch.setattr(processes, "current", lambda: ThreadSetting(1, "policy", 2, 1))
     assert px2.worker_setting().threads == 1  # the default policy: one intra-op thread per worker
-    monkeypatch.setattr(threads, "_CURRENT", ThreadSetting(3, "--threads", 2, 1))
+    monkeypatch.setattr(processes, "current", lambda: ThreadSetting(3, "--threads", 2, 1))
     assert px2.worker_setting() == ThreadSetting(3, "--threads", 2, 2)  # --threads N is kept for every worker
-    monkeypatch.setattr(threads, "_CURRENT", ThreadSetting(2, "auto", 2, 1))
+    monkeypatch.setattr(processes, "current", lambda: ThreadSetting(2, "auto", 2, 1))
     assert px2.worker_setting().threads == max(1, threads.usable_cores() // 2)  # auto: cores / workers
-    got = px2.map([Unit(f"t{k}", unit_fns.thread_count) for k in range(2)])  # this pool started at one thread
-    assert {int(r["torch"]) for r in got} == {1} and {str(r["omp"]) for r in got} == {"1"}
+    got = px2.map([Unit(f"t{k}", unit_fns.thread_count) for k in range(2)])  # the setting the pool started with
+    n = px2._setting.threads
+    assert {int(r["torch"]) for r in got} == {n} and {str(r["omp"]) for r in got} == {str(n)}
 
 
 def test_lira_reference_models_in_processes_equal_local(tmp_path):
