@@ -101,6 +101,9 @@ def test_data_dependent_normalisation_is_refuted(tmp_path):
     assert r.empirical.certified and r.empirical.epsilon_lower_bound > 2.0
     assert r.empirical.details["input_canary_epsilon"] == r.empirical.epsilon_lower_bound
     assert r.empirical.details["gradient_canary_epsilon"] < 2.0
+    # the larger of two certified bounds, chosen after seeing both, holds at the union of their failure shares
+    # (0.3 + 0.1 of 1 - 0.95): 0.98, not the input bound's own 0.995
+    assert r.empirical.confidence == pytest.approx(0.98)
 
 
 @pytest.mark.slow
