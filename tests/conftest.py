@@ -95,6 +95,18 @@ def forest_release(tmp_path_factory) -> Callable[..., Path]:
     return make
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models: intra-op threads only add contention on 2 cores. One thread for a test module
+    (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``), the count restored after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def cli(capsys, monkeypatch) -> Callable[[list], tuple[int, str, str]]:
     """``cli(argv) -> (exit code, stdout, stderr)`` of ``dpaudit ARGV`` run in this process, at 250 columns (a

@@ -20,13 +20,7 @@ from dpaudit.serial import to_dict
 
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models: intra-op threads only add contention on 2 cores; restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 SMALL = dict(num_clients=4, samples_per_client=40, rounds=3, batch_size=10, hidden=[16], ideal_replicates=3)

@@ -10,7 +10,6 @@ import difflib
 from pathlib import Path
 
 import pytest
-import torch
 
 from dpaudit.api import check
 
@@ -27,12 +26,7 @@ OTHER_BUGS = (("lm_dpsgd_bug_noise_not_scaled_by_clip.py", "lm_dpsgd_correct.py"
               ("flower_dp_bug_noise_div_clients_twice.py", "flower_dp_correct.py"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _claims(tmp_path: Path, file: str, seed: int = 0, budget: str = "ci") -> Path:

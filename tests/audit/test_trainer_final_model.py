@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from dpaudit.api import check
 from dpaudit.auditing.trainer_audit import audit_trainer
@@ -21,12 +20,7 @@ TRAINERS = ROOT / "examples" / "trainers"
 RECIPE = 'params = { dataset_size = 1000, batch_size = 64, noise_multiplier = 1.48, epochs = 5 }'
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _claims(tmp_path: Path, file: str, seed: int = 0) -> Path:

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 import dpaudit
 
@@ -17,12 +16,7 @@ RECIPE = ["--recipe", "dataset_size=1000", "--recipe", "batch_size=64", "--recip
           "--recipe", "epochs=5"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_a_bug_exits_1_and_writes_the_json(cli, tmp_path):

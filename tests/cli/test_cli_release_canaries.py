@@ -9,14 +9,7 @@ import pytest
 SETS = ["--set", "method.epochs=2", "--set", "method.noise_multiplier=0.3", "--set", "model.hidden=[100]"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_train_then_attack_the_released_model(tmp_path, cli, monkeypatch):
